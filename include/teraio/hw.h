@@ -1,0 +1,88 @@
+/*
+ * teraio/hw.h - the hardware description planners and the simulator work against.
+ *
+ * One record per GPU's view of the machine: its memory, its PCIe link, the SSDs assigned to it
+ * and the host memory it may offload to. JSON form documented in docs/hardware.md:
+ *
+ *     struct tio_hw hw;
+ *     if (tio_hw_preset("paper-2xh100nvl", &hw) < 0) ...  // or tio_hw_load("my.json", &hw)
+ *     hw.ssd_count = 8;                                    // what-if: 8 SSDs per GPU
+ *     if (tio_hw_validate(&hw) < 0) ...                    // names the bad field
+ *
+ * All rates are bytes per second (decimal, as vendors quote them), sizes bytes, times seconds.
+ */
+#ifndef TERAIO_HW_H
+#define TERAIO_HW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIO_HW_NAME_MAX 64
+
+struct tio_hw {
+    char name[TIO_HW_NAME_MAX];      /* preset or file name, NUL-terminated */
+    char gpu[TIO_HW_NAME_MAX];       /* GPU model, e.g. "h100-nvl" */
+    uint32_t gpus;                   /* GPUs in the server (they share host memory) */
+    uint64_t gpu_memory_bytes;       /* per-GPU capacity, bytes */
+    uint64_t gpu_reserve_bytes;      /* kept free for context, allocator slack, buffers (bytes) */
+    double pcie_h2d_Bps;             /* host -> GPU bandwidth per GPU, bytes/s */
+    double pcie_d2h_Bps;             /* GPU -> host bandwidth per GPU, bytes/s */
+    uint32_t ssd_count;              /* SSDs per GPU (striped as one array) */
+    double ssd_read_Bps;             /* per-SSD sequential read, bytes/s (datasheet) */
+    double ssd_write_Bps;            /* per-SSD sequential write, bytes/s (datasheet) */
+    double ssd_efficiency;           /* sustained fraction of ssd_count * rate reached in practice
+                                        (paper: ~16 GB/s from 4 x 6.5 GB/s, i.e. ~0.62), (0, 1] */
+    double ssd_latency_s;            /* per-request latency, s */
+    double ssd_tbw_bytes;            /* rated endurance per SSD, bytes written */
+    uint64_t host_memory_bytes;      /* host DRAM in the server, bytes */
+    uint64_t host_offload_cap_bytes; /* per-GPU cap on host memory used for offloading, bytes */
+    double host_memory_Bps;          /* host DRAM bandwidth, bytes/s */
+    int32_t gds;                     /* 1: SSD <-> GPU by GPUDirect Storage; 0: bounce via host */
+    uint32_t cpu_cores;              /* host cores (CPU Adam in the ZeRO models) */
+    double server_price_usd;         /* price of the server as configured (0 = unknown) */
+    double ssd_price_usd;            /* price of all the SSDs (0 = unknown) */
+};
+
+/* tio_hw_default: the paper's server (same as preset "paper-2xh100nvl"). */
+TIO_API struct tio_hw tio_hw_default(void);
+
+/* tio_hw_preset: fill *out with a named preset. Returns 0 or TIO_ENOTFOUND (detail lists the
+ * known names). */
+TIO_API TIO_MUST_CHECK int tio_hw_preset(const char *name, struct tio_hw *out);
+
+/* tio_hw_preset_count / tio_hw_preset_name: enumerate presets (name or NULL if out of range). */
+TIO_API size_t tio_hw_preset_count(void);
+TIO_API const char *tio_hw_preset_name(size_t i);
+
+/*
+ * tio_hw_load: read a JSON hardware file, or a preset name if `path_or_preset` names one.
+ * Fields not in the file keep the value of the preset named by its "base" key (default
+ * "paper-2xh100nvl"). Units may be numbers (bytes, bytes/s, s) or strings ("94GiB", "6.5GB/s",
+ * "20us"). Validated. Returns 0, -errno, TIO_EFORMAT or TIO_EINVAL naming the field.
+ */
+TIO_API TIO_MUST_CHECK int tio_hw_load(const char *path_or_preset, struct tio_hw *out);
+
+/* tio_hw_validate: zero or negative bandwidths or capacities, efficiency outside (0,1], reserve
+ * >= capacity, ...: TIO_EINVAL naming the field and value. */
+TIO_API TIO_MUST_CHECK int tio_hw_validate(const struct tio_hw *hw);
+
+/* tio_hw_to_json: JSON text (tio_malloc'd, caller tio_frees) with every field. */
+TIO_API TIO_MUST_CHECK int tio_hw_to_json(const struct tio_hw *hw, char **json);
+
+/* Derived rates: the SSD array's sustained read / write bandwidth per GPU, bytes/s. */
+TIO_API double tio_hw_ssd_read_Bps(const struct tio_hw *hw);
+TIO_API double tio_hw_ssd_write_Bps(const struct tio_hw *hw);
+
+/* tio_hw_plan_capacity: gpu_memory_bytes - gpu_reserve_bytes, the line planners keep under. */
+TIO_API uint64_t tio_hw_plan_capacity(const struct tio_hw *hw);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,142 @@
+/*
+ * teraio/plan.h - migration plans and the policies that make them (DESIGN.md s.6).
+ *
+ * A plan is, for one GPU and one steady-state iteration of a trace, the list of migrations
+ * ("moves") sorted by trigger kernel. A move is issued just before kernel `trigger` runs and must
+ * be complete before kernel `deadline` runs. Kernel positions are on the extended axis used by
+ * analysis.h: trigger is in [0, N), deadline in [trigger, trigger + N]; a deadline >= N means
+ * "kernel deadline - N of the next iteration" (wrap-around periods of global tensors).
+ *
+ *     struct tio_plan_params pp = tio_plan_params_default();
+ *     pp.policy = "teraio-mixed";
+ *     struct tio_plan *plan;
+ *     if (tio_plan_make(trace, &hw, &pp, &plan) < 0) ...      // runs the policy
+ *     struct tio_plan_summary s; tio_plan_get_summary(plan, &s);
+ *     tio_plan_save(plan, "run.plan", TIO_PLAN_FORMAT_BINARY);
+ *
+ * A plan records the hash of its trace; tio_plan_check_trace() refuses a plan made for another
+ * trace (TIO_EPLAN). Thread safety: immutable after tio_plan_finish / load.
+ */
+#ifndef TERAIO_PLAN_H
+#define TERAIO_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/hw.h>
+#include <teraio/status.h>
+#include <teraio/trace.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a tensor lives. Stored as int32_t. */
+enum tio_tier { TIO_TIER_GPU = 0, TIO_TIER_HOST = 1, TIO_TIER_SSD = 2, TIO_TIER_COUNT };
+
+/* Move flags (uint32_t bit set). */
+enum tio_move_flag {
+    TIO_MOVE_URGENT = 1u << 0, /* a kernel would wait for it: serve before normal moves */
+    TIO_MOVE_WRAPS = 1u << 1,  /* deadline is in the next iteration */
+    TIO_MOVE_CLEAN = 1u << 2,  /* offload may skip the write: an identical copy is stored */
+    TIO_MOVE_FLAGS_ALL = (1u << 3) - 1
+};
+
+/* One migration (a record). Offload: from GPU to HOST/SSD. Prefetch: from HOST/SSD to GPU. */
+struct tio_move {
+    uint32_t tensor;   /* tensor id in the trace */
+    int32_t from;      /* enum tio_tier */
+    int32_t to;        /* enum tio_tier */
+    uint32_t flags;    /* TIO_MOVE_* */
+    uint64_t trigger;  /* issue before this kernel runs, in [0, N) */
+    uint64_t deadline; /* complete before this kernel runs, in [trigger, trigger + N] */
+    uint64_t bytes;    /* tensor bytes */
+};
+
+/* Result of planning (also stored in the plan file). */
+struct tio_plan_summary {
+    size_t n_moves;
+    size_t n_offloads;
+    int32_t feasible;            /* 1: planned memory stays under the capacity at every kernel */
+    double planning_seconds;     /* wall time of the policy */
+    uint64_t capacity_bytes;     /* the line planned against (tio_hw_plan_capacity) */
+    uint64_t planned_peak_bytes; /* max over kernels of planned GPU memory */
+    uint64_t shortfall_bytes;    /* when infeasible: max excess over capacity ... */
+    uint64_t shortfall_kernel;   /* ... and the first kernel where it occurs */
+    uint64_t host_peak_bytes;    /* max host memory used by offloads */
+    uint64_t ssd_peak_bytes;     /* max SSD bytes held (what the engine must reserve) */
+    uint64_t bytes_to_ssd;       /* per iteration */
+    uint64_t bytes_to_host;
+};
+
+enum tio_plan_format {
+    TIO_PLAN_FORMAT_AUTO = 0,
+    TIO_PLAN_FORMAT_BINARY = 1,
+    TIO_PLAN_FORMAT_JSON = 2
+};
+
+struct tio_plan;
+
+struct tio_plan_params {
+    const char *policy;        /* "teraio" (= teraio-mixed), "teraio-ssd", "teraio-mixed",
+                                  "teraio-paper", "g10", "lru", "none", "ideal", "zero-offload",
+                                  "zero-infinity" (default "teraio") */
+    int32_t early_prefetch;    /* 1: move prefetches earlier while memory allows (default 1) */
+    double bandwidth_scale;    /* multiply every bandwidth (sweeps), default 1.0 */
+    uint64_t min_tensor_bytes; /* never move tensors smaller than this (default 1 MiB) */
+};
+
+/* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB. */
+TIO_API struct tio_plan_params tio_plan_params_default(void);
+
+/* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */
+TIO_API size_t tio_plan_policy_count(void);
+TIO_API const char *tio_plan_policy_name(size_t i);
+
+/*
+ * tio_plan_make: run a policy on a finished trace and hardware. An infeasible budget is not an
+ * error: the plan is returned with feasible = 0 and the shortfall filled in. Errors: TIO_EINVAL
+ * (bad hw: names the field; capacity below the largest kernel's working set: names the kernel
+ * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ENOMEM.
+ */
+TIO_API TIO_MUST_CHECK int tio_plan_make(const struct tio_trace *trace,
+                                         const struct tio_hw *hw,
+                                         const struct tio_plan_params *params,
+                                         struct tio_plan **out);
+
+/* Building plans by hand (tests, other planners): new, add moves in any order, finish (sorts by
+ * trigger, validates against n_kernels). */
+TIO_API TIO_MUST_CHECK int
+tio_plan_new(uint64_t trace_hash, uint64_t n_kernels, const char *policy, struct tio_plan **out);
+TIO_API TIO_MUST_CHECK int tio_plan_add_move(struct tio_plan *plan, const struct tio_move *move);
+TIO_API TIO_MUST_CHECK int tio_plan_finish(struct tio_plan *plan);
+TIO_API void tio_plan_set_summary(struct tio_plan *plan, const struct tio_plan_summary *summary);
+
+/* tio_plan_free: accepts NULL. */
+TIO_API void tio_plan_free(struct tio_plan *plan);
+
+/* Accessors. moves: sorted by (trigger, urgent first, tensor); owned by the plan. */
+TIO_API const struct tio_move *tio_plan_moves(const struct tio_plan *plan, size_t *n);
+TIO_API void tio_plan_get_summary(const struct tio_plan *plan, struct tio_plan_summary *out);
+TIO_API const char *tio_plan_policy(const struct tio_plan *plan);
+TIO_API uint64_t tio_plan_trace_hash(const struct tio_plan *plan);
+TIO_API uint64_t tio_plan_kernel_count(const struct tio_plan *plan);
+
+/* tio_plan_check_trace: TIO_EPLAN (detail: both hashes) unless the plan was made for `trace`. */
+TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
+                                                const struct tio_trace *trace);
+
+/* Formats (binary: magic, version, CRC; JSON), validated like traces. */
+TIO_API TIO_MUST_CHECK int
+tio_plan_save(const struct tio_plan *plan, const char *path, int32_t format);
+TIO_API TIO_MUST_CHECK int tio_plan_load(const char *path, int32_t format, struct tio_plan **out);
+TIO_API TIO_MUST_CHECK int
+tio_plan_load_mem(const void *data, size_t len, int32_t format, struct tio_plan **out);
+
+/* tio_tier_name: "gpu", "host", "ssd". */
+TIO_API const char *tio_tier_name(int32_t tier);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,30 @@
+/*
+ * teraio/teraio.h - umbrella header of libteraio.
+ *
+ * libteraio expands GPU memory for LLM training by moving inactive tensors to host memory and
+ * NVMe SSDs and back just in time (TeraIO, NeurIPS 2025). The pipeline, each stage usable alone:
+ *
+ *   trace.h     one training iteration: kernels, tensors, uses (profiled or modelled)
+ *   analysis.h  liveness, inactive periods, memory curves
+ *   hw.h        the hardware description
+ *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
+ *   units.h     "94GiB", "6.5GB/s"
+ *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
+ *
+ * Link with -lteraio (pkg-config --cflags --libs teraio) or find_package(teraio) in CMake.
+ */
+#ifndef TERAIO_TERAIO_H
+#define TERAIO_TERAIO_H
+
+#include <teraio/alloc.h>
+#include <teraio/analysis.h>
+#include <teraio/assert.h>
+#include <teraio/hw.h>
+#include <teraio/log.h>
+#include <teraio/plan.h>
+#include <teraio/status.h>
+#include <teraio/trace.h>
+#include <teraio/units.h>
+#include <teraio/version.h>
+
+#endif

@@ -1,0 +1,17 @@
+"""teraio: lifetime-aware tensor offloading to host memory and NVMe SSDs for LLM training.
+
+The core is the C library libteraio; this package binds it (``teraio._core``) and adds what
+only Python can do: hooking PyTorch operators and resizing PyTorch storages.
+"""
+from teraio import _core
+from teraio._core import Error, format_bytes, parse_bytes, parse_rate
+
+__version__ = _core.version()
+
+__all__ = ["Error", "format_bytes", "parse_bytes", "parse_rate", "__version__"]
+
+# Optional pieces are added by their modules when present (trace, analysis, plan, ...).
+for _name in ("Trace", "Analysis"):
+    if hasattr(_core, _name):
+        globals()[_name] = getattr(_core, _name)
+        __all__.append(_name)

@@ -1,0 +1,24 @@
+/* Private header of the teraio._core extension: each binding file adds its types to the module
+ * through one hook, declared weak so that a file can be added without touching module.c. */
+#ifndef TIO_PY_CORE_H
+#define TIO_PY_CORE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* The exception type raised for every teraio error: teraio.Error(status, message). */
+extern PyObject *tio_py_error;
+
+/* Raise teraio.Error from a status code and tio_last_error(); returns NULL. */
+PyObject *tio_py_raise(int status, const char *what);
+
+/* Hooks: add types/functions to the module; return 0 or -1 with an exception set. */
+int tio_py_add_trace(PyObject *m) __attribute__((weak));
+int tio_py_add_analysis(PyObject *m) __attribute__((weak));
+int tio_py_add_model(PyObject *m) __attribute__((weak));
+int tio_py_add_plan(PyObject *m) __attribute__((weak));
+int tio_py_add_sim(PyObject *m) __attribute__((weak));
+int tio_py_add_engine(PyObject *m) __attribute__((weak));
+int tio_py_add_runtime(PyObject *m) __attribute__((weak));
+
+#endif

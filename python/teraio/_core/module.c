@@ -1,0 +1,125 @@
+/* teraio._core: the CPython binding of libteraio, written in C. */
+#include <teraio/teraio.h>
+
+#include "core.h"
+
+PyObject *tio_py_error;
+
+PyObject *tio_py_raise(int status, const char *what) {
+    const char *detail = tio_last_error();
+    PyObject *args = Py_BuildValue("(is)", status, "");
+    if (!args) {
+        return NULL;
+    }
+    PyObject *msg;
+    if (detail && *detail) {
+        msg = PyUnicode_FromFormat("%s: %s: %s", what, tio_strerror(status), detail);
+    } else {
+        msg = PyUnicode_FromFormat("%s: %s", what, tio_strerror(status));
+    }
+    if (msg) {
+        PyTuple_SetItem(args, 1, msg); /* steals msg */
+        PyErr_SetObject(tio_py_error, args);
+    }
+    Py_DECREF(args);
+    return NULL;
+}
+
+static PyObject *py_version(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(tio_version());
+}
+
+static PyObject *py_strerror(PyObject *self, PyObject *arg) {
+    (void)self;
+    long s = PyLong_AsLong(arg);
+    if (s == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyUnicode_FromString(tio_strerror((int)s));
+}
+
+static PyObject *py_parse_bytes(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (!s) {
+        return NULL;
+    }
+    uint64_t v;
+    int rc = tio_parse_bytes(s, &v);
+    if (rc < 0) {
+        return tio_py_raise(rc, "parse_bytes");
+    }
+    return PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *py_parse_rate(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (!s) {
+        return NULL;
+    }
+    double v;
+    int rc = tio_parse_rate(s, &v);
+    if (rc < 0) {
+        return tio_py_raise(rc, "parse_rate");
+    }
+    return PyFloat_FromDouble(v);
+}
+
+static PyObject *py_format_bytes(PyObject *self, PyObject *arg) {
+    (void)self;
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    char buf[64];
+    return PyUnicode_FromString(tio_format_bytes(v, buf, sizeof buf));
+}
+
+static PyMethodDef methods[] = {
+    { "version", py_version, METH_NOARGS, "version() -> str: libteraio's version." },
+    { "strerror", py_strerror, METH_O, "strerror(status) -> str." },
+    { "parse_bytes", py_parse_bytes, METH_O, "parse_bytes('94GiB') -> int bytes." },
+    { "parse_rate", py_parse_rate, METH_O, "parse_rate('6.5GB/s') -> float bytes/s." },
+    { "format_bytes", py_format_bytes, METH_O, "format_bytes(n) -> '1.50 MiB'." },
+    { NULL, NULL, 0, NULL },
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT,
+    "teraio._core",
+    "C binding of libteraio.",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__core(void);
+PyMODINIT_FUNC PyInit__core(void) {
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) {
+        return NULL;
+    }
+    tio_py_error = PyErr_NewExceptionWithDoc(
+        "teraio.Error", "A teraio failure: args are (status code, message naming the problem).",
+        NULL, NULL);
+    if (!tio_py_error || PyModule_AddObjectRef(m, "Error", tio_py_error) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    int (*hooks[])(PyObject *) = { tio_py_add_trace,  tio_py_add_analysis, tio_py_add_model,
+                                   tio_py_add_plan,   tio_py_add_sim,      tio_py_add_engine,
+                                   tio_py_add_runtime };
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        if (hooks[i] && hooks[i](m) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# teraio's main job on its built-in default: set up, then run the demo (python -m teraio.demo when
+# it exists; until then the built-in example trace through the CLI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+if python -c "import teraio.demo" 2>/dev/null; then
+    exec python -m teraio.demo "$@"
+fi
+exec build/teraio --help

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run every test: lint, CTest on a normal and an ASan+UBSan build,
+# the fuzzers for a bounded time, and pytest. Each runner prints its own summary line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TIO_SETUP_TORCH=${TIO_SETUP_TORCH:-1} bash scripts/setup.sh
+. .venv/bin/activate
+jobs=$(nproc)
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+step "format check (clang-format 14)"
+git ls-files '*.c' '*.h' | grep -v '^tests/data/' | xargs clang-format --dry-run --Werror
+echo "clang-format: clean"
+
+step "CTest: RelWithDebInfo build (-Werror)"
+cmake -S . -B build -G Ninja -DTIO_WERROR=ON >/dev/null
+cmake --build build --parallel "$jobs"
+(cd build && ctest --output-on-failure -j "$jobs")
+
+step "CTest: ASan+UBSan build"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE="address;undefined" \
+      -DTIO_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan --parallel "$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE "slow|install")
+
+if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
+    step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-60} s per target)"
+    CC=clang cmake -S . -B build-fuzz -G Ninja -DTIO_BUILD_FUZZERS=ON -DTIO_BUILD_TESTS=OFF \
+          -DTIO_BUILD_CLI=OFF -DTIO_BUILD_BENCH=OFF >/dev/null
+    cmake --build build-fuzz --parallel "$jobs"
+    for f in build-fuzz/fuzz_*; do
+        name=$(basename "$f")
+        corpus=tests/fuzz/corpus/${name#fuzz_}
+        work=$(mktemp -d)
+        cp -r "$corpus"/. "$work"/ 2>/dev/null || true
+        echo "fuzzing $name"
+        rc=0
+        "$f" -max_total_time="${TIO_FUZZ_SECONDS:-60}" -max_len=65536 -rss_limit_mb=2048 \
+             -timeout=10 -artifact_prefix="$work/" -print_final_stats=1 "$work" \
+             >"$work.log" 2>&1 || rc=$?
+        grep -E "stat::number_of_executed_units" "$work.log" || true
+        if [ "$rc" -ne 0 ]; then
+            echo "fuzzer $name found a problem (exit $rc):"; tail -40 "$work.log"; exit 1
+        fi
+        rm -rf "$work" "$work.log"
+    done
+    echo "fuzzers: no findings"
+fi
+
+step "pytest"
+python -m pytest -q tests/python

@@ -1,0 +1,69 @@
+/* Private helpers shared by every module: assertions, logging macros, growth of arrays. */
+#ifndef TIO_COMMON_IMPL_H
+#define TIO_COMMON_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/alloc.h>
+#include <teraio/assert.h>
+#include <teraio/log.h>
+#include <teraio/status.h>
+
+/* Always compiled, also in Release (STYLE.md). */
+#define TIO_ASSERT(cond)                          \
+    do {                                          \
+        if (__builtin_expect(!(cond), 0))         \
+            tio_abort(__FILE__, __LINE__, #cond); \
+    } while (0)
+
+/* Debug and sanitizer builds only. */
+#if !defined(NDEBUG) || defined(TIO_SANITIZED)
+#define TIO_DEBUG_ASSERT(cond) TIO_ASSERT(cond)
+#else
+#define TIO_DEBUG_ASSERT(cond) ((void)0)
+#endif
+
+/* Level is checked before the arguments are formatted. */
+#define TIO_LOG(level, ...)                                \
+    do {                                                   \
+        if ((level) <= tio_log_get_level())                \
+            tio_log_write((level), __func__, __VA_ARGS__); \
+    } while (0)
+#define TIO_LOG_ERROR(...) TIO_LOG(TIO_LOG_ERROR, __VA_ARGS__)
+#define TIO_LOG_WARN(...)  TIO_LOG(TIO_LOG_WARN, __VA_ARGS__)
+#define TIO_LOG_INFO(...)  TIO_LOG(TIO_LOG_INFO, __VA_ARGS__)
+#define TIO_LOG_DEBUG(...) TIO_LOG(TIO_LOG_DEBUG, __VA_ARGS__)
+#define TIO_LOG_TRACE(...) TIO_LOG(TIO_LOG_TRACE, __VA_ARGS__)
+
+#define TIO_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TIO_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define TIO_MAX(a, b)    ((a) > (b) ? (a) : (b))
+
+/*
+ * tio_grow: make room for `need` elements of `elem` bytes in *array of capacity *cap (amortised
+ * doubling). Returns 0 or TIO_ENOMEM (also on size overflow). Pointer is updated in place.
+ */
+int tio_grow(void **array, size_t *cap, size_t need, size_t elem);
+
+/* 64-bit FNV-1a style mixing hash, streaming: h = tio_hash64(h, data, len); start with
+ * TIO_HASH64_SEED. Not cryptographic; used for content hashes of traces and plans. */
+#define TIO_HASH64_SEED UINT64_C(0xcbf29ce484222325)
+uint64_t tio_hash64(uint64_t h, const void *data, size_t len);
+
+/* CRC32C (Castagnoli), streaming: crc = tio_crc32c(crc, data, len), start with 0. Uses the SSE4.2
+ * instruction when the CPU has it, a table otherwise. */
+uint32_t tio_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* Monotonic clock in seconds. */
+double tio_now_s(void);
+
+/* tio_checked_add_u64 / mul: 0 on success, -1 on overflow. */
+static inline int tio_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+static inline int tio_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+#endif

@@ -1,0 +1,120 @@
+/*
+ * Minimal test harness (STYLE.md): checks print file, line and both values; the last line is
+ * "N passed, N failed"; exit 0 (all passed), 1 (a failure) or 77 (skipped).
+ *
+ *     TIO_TEST(parses_sizes) { uint64_t v; CHECK_OK(tio_parse_bytes("1KiB", &v)); CHECK_EQ_U(v,
+ * 1024); } int main(void) { RUN(parses_sizes); return tio_test_done(); }
+ */
+#ifndef TIO_TEST_H
+#define TIO_TEST_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/status.h>
+
+static int tio_t_passed, tio_t_failed, tio_t_cur_failed;
+static const char *tio_t_name;
+
+#define TIO_TEST(name) static void test_##name(void)
+
+#define RUN(name)                       \
+    do {                                \
+        tio_t_name = #name;             \
+        tio_t_cur_failed = 0;           \
+        test_##name();                  \
+        if (tio_t_cur_failed) {         \
+            tio_t_failed++;             \
+            printf("FAIL %s\n", #name); \
+        } else {                        \
+            tio_t_passed++;             \
+            printf("ok   %s\n", #name); \
+        }                               \
+        fflush(stdout);                 \
+    } while (0)
+
+#define TIO_T_FAIL(...)                          \
+    do {                                         \
+        printf("  %s:%d: ", __FILE__, __LINE__); \
+        printf(__VA_ARGS__);                     \
+        printf("\n");                            \
+        tio_t_cur_failed = 1;                    \
+    } while (0)
+
+#define CHECK(cond)                                \
+    do {                                           \
+        if (!(cond))                               \
+            TIO_T_FAIL("CHECK(%s) failed", #cond); \
+    } while (0)
+
+#define CHECK_EQ_U(a, b)                                                       \
+    do {                                                                       \
+        uint64_t va_ = (uint64_t)(a), vb_ = (uint64_t)(b);                     \
+        if (va_ != vb_)                                                        \
+            TIO_T_FAIL("%s == %s: %" PRIu64 " != %" PRIu64, #a, #b, va_, vb_); \
+    } while (0)
+
+#define CHECK_EQ_I(a, b)                                                       \
+    do {                                                                       \
+        int64_t va_ = (int64_t)(a), vb_ = (int64_t)(b);                        \
+        if (va_ != vb_)                                                        \
+            TIO_T_FAIL("%s == %s: %" PRId64 " != %" PRId64, #a, #b, va_, vb_); \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                               \
+    do {                                                                                    \
+        double va_ = (double)(a), vb_ = (double)(b);                                        \
+        if (!(fabs(va_ - vb_) <= (tol)))                                                    \
+            TIO_T_FAIL("%s ~= %s: %.9g != %.9g (tol %g)", #a, #b, va_, vb_, (double)(tol)); \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                            \
+    do {                                                                           \
+        const char *sa_ = (a), *sb_ = (b);                                         \
+        if (!sa_ || !sb_ || strcmp(sa_, sb_) != 0)                                 \
+            TIO_T_FAIL("%s == %s: \"%s\" != \"%s\"", #a, #b, sa_ ? sa_ : "(null)", \
+                       sb_ ? sb_ : "(null)");                                      \
+    } while (0)
+
+/* The call must return >= 0; prints the status and detail otherwise. */
+#define CHECK_OK(call)                                                                      \
+    do {                                                                                    \
+        int rc_ = (call);                                                                   \
+        if (rc_ < 0)                                                                        \
+            TIO_T_FAIL("%s: %d (%s: %s)", #call, rc_, tio_strerror(rc_), tio_last_error()); \
+    } while (0)
+
+/* The call must return exactly `code`. */
+#define CHECK_RC(call, code)                                                                       \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != (code))                                                                         \
+            TIO_T_FAIL("%s: got %d (%s), want %d (%s); detail: %s", #call, rc_, tio_strerror(rc_), \
+                       (int)(code), tio_strerror(code), tio_last_error());                         \
+    } while (0)
+
+/* The detail of the last error must contain `needle`. */
+#define CHECK_ERR_HAS(needle)                                                         \
+    do {                                                                              \
+        if (!strstr(tio_last_error(), (needle)))                                      \
+            TIO_T_FAIL("last error \"%s\" lacks \"%s\"", tio_last_error(), (needle)); \
+    } while (0)
+
+static inline int tio_test_done(void) {
+    printf("%d passed, %d failed\n", tio_t_passed, tio_t_failed);
+    return tio_t_failed ? 1 : 0;
+}
+
+/* Skip the whole test program (exit 77) with a reason. */
+#define TIO_SKIP(...)                                \
+    do {                                             \
+        printf("skip: ");                            \
+        printf(__VA_ARGS__);                         \
+        printf("\n0 passed, 0 failed, 1 skipped\n"); \
+        exit(77);                                    \
+    } while (0)
+
+#endif

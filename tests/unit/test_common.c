@@ -1,0 +1,137 @@
+/* Common infrastructure: status strings, error detail, units, allocation, CRC32C, logging. */
+#include <errno.h>
+#include <stdint.h>
+
+#include <teraio/teraio.h>
+
+#include "common/common_impl.h"
+#include "tio_test.h"
+
+TIO_TEST(strerror_covers_codes) {
+    for (int c = TIO_STATUS_MIN; c <= TIO_EINVAL; c++) {
+        CHECK(strcmp(tio_strerror(c), "unknown teraio status") != 0);
+    }
+    CHECK_STR(tio_strerror(0), "success");
+    CHECK(strstr(tio_strerror(-ENOSPC), "space") != NULL);
+    CHECK_STR(tio_strerror(-999999), "unknown teraio status");
+}
+
+TIO_TEST(error_detail_is_kept) {
+    CHECK_RC(tio_set_error(TIO_EFORMAT, "field %s = %d", "kernels", 7), TIO_EFORMAT);
+    CHECK_STR(tio_last_error(), "field kernels = 7");
+    tio_clear_error();
+    CHECK_STR(tio_last_error(), "");
+}
+
+TIO_TEST(parse_bytes) {
+    uint64_t v = 0;
+    CHECK_OK(tio_parse_bytes("4096", &v));
+    CHECK_EQ_U(v, 4096);
+    CHECK_OK(tio_parse_bytes("94GiB", &v));
+    CHECK_EQ_U(v, 94ULL * 1024 * 1024 * 1024);
+    CHECK_OK(tio_parse_bytes("1.5 GB", &v));
+    CHECK_EQ_U(v, 1500000000ULL);
+    CHECK_OK(tio_parse_bytes("512MiB", &v));
+    CHECK_EQ_U(v, 512ULL << 20);
+    CHECK_RC(tio_parse_bytes("12 parsecs", &v), TIO_EINVAL);
+    CHECK_ERR_HAS("parsecs");
+    CHECK_RC(tio_parse_bytes("-1GB", &v), TIO_EINVAL);
+    CHECK_RC(tio_parse_bytes("", &v), TIO_EINVAL);
+    CHECK_RC(tio_parse_bytes("99999999999PiB", &v), TIO_EINVAL);
+}
+
+TIO_TEST(parse_rate_and_duration) {
+    double r = 0, s = 0;
+    CHECK_OK(tio_parse_rate("6.5GB/s", &r));
+    CHECK_NEAR(r, 6.5e9, 1);
+    CHECK_OK(tio_parse_rate("16GiB/s", &r));
+    CHECK_NEAR(r, 16.0 * 1073741824.0, 1);
+    CHECK_OK(tio_parse_duration("10ms", &s));
+    CHECK_NEAR(s, 0.01, 1e-12);
+    CHECK_OK(tio_parse_duration("300us", &s));
+    CHECK_NEAR(s, 300e-6, 1e-12);
+    CHECK_OK(tio_parse_duration("2min", &s));
+    CHECK_NEAR(s, 120, 1e-9);
+    CHECK_RC(tio_parse_duration("3 fortnights", &s), TIO_EINVAL);
+}
+
+TIO_TEST(format_units) {
+    char buf[32];
+    CHECK_STR(tio_format_bytes(512, buf, sizeof buf), "512 B");
+    CHECK_STR(tio_format_bytes(1536, buf, sizeof buf), "1.50 KiB");
+    CHECK_STR(tio_format_bytes(94ULL << 30, buf, sizeof buf), "94.0 GiB");
+    CHECK_STR(tio_format_rate(6.5e9, buf, sizeof buf), "6.50 GB/s");
+    CHECK_STR(tio_format_duration(0.00456, buf, sizeof buf), "4.56 ms");
+}
+
+TIO_TEST(alloc_counts_and_fault_injection) {
+    int64_t before = tio_alloc_live_count();
+    void *p = tio_malloc(100);
+    CHECK(p != NULL);
+    CHECK_EQ_I(tio_alloc_live_count(), before + 1);
+    tio_free(p);
+    CHECK_EQ_I(tio_alloc_live_count(), before);
+    tio_alloc_fail_after(1);
+    void *a = tio_malloc(8);
+    void *b = tio_malloc(8);
+    void *c = tio_malloc(8);
+    CHECK(a != NULL);
+    CHECK(b == NULL);
+    CHECK(c != NULL);
+    tio_free(a);
+    tio_free(c);
+    tio_alloc_fail_after(-1);
+    void *al = tio_aligned_alloc(4096, 10);
+    CHECK(al != NULL && ((uintptr_t)al % 4096) == 0);
+    tio_free(al);
+}
+
+TIO_TEST(crc32c_known_vectors) {
+    /* Standard check value of CRC-32C: "123456789" -> 0xE3069283 (RFC 3720 appendix). */
+    CHECK_EQ_U(tio_crc32c(0, "123456789", 9), 0xE3069283u);
+    /* 32 bytes of zeros -> 0x8A9136AA (RFC 3720 B.4). */
+    unsigned char z[32] = { 0 };
+    CHECK_EQ_U(tio_crc32c(0, z, sizeof z), 0x8A9136AAu);
+    /* Streaming equals one shot. */
+    CHECK_EQ_U(tio_crc32c(tio_crc32c(0, "12345", 5), "6789", 4), 0xE3069283u);
+}
+
+static int log_calls;
+static char log_last[256];
+static void sink(int level, const char *func, const char *msg, void *ud) {
+    (void)func;
+    (void)level;
+    log_calls += *(int *)ud;
+    snprintf(log_last, sizeof log_last, "%s", msg);
+}
+
+TIO_TEST(log_callback_and_level) {
+    int inc = 1;
+    tio_log_set(sink, &inc);
+    tio_log_set_level(TIO_LOG_INFO);
+    TIO_LOG_INFO("hello %d", 42);
+    TIO_LOG_DEBUG("not shown %d", 1);
+    CHECK_EQ_I(log_calls, 1);
+    CHECK_STR(log_last, "hello 42");
+    tio_log_set(NULL, NULL);
+    tio_log_set_level(TIO_LOG_WARN);
+}
+
+TIO_TEST(version) {
+    CHECK_STR(tio_version(), TIO_VERSION_STRING);
+    CHECK_EQ_I(tio_version_number(),
+               TIO_VERSION_MAJOR * 10000 + TIO_VERSION_MINOR * 100 + TIO_VERSION_PATCH);
+}
+
+int main(void) {
+    RUN(strerror_covers_codes);
+    RUN(error_detail_is_kept);
+    RUN(parse_bytes);
+    RUN(parse_rate_and_duration);
+    RUN(format_units);
+    RUN(alloc_counts_and_fault_injection);
+    RUN(crc32c_known_vectors);
+    RUN(log_callback_and_level);
+    RUN(version);
+    return tio_test_done();
+}

@@ -792,6 +792,15 @@ TIO_TEST(json_fixture_loads) {
         /* Hand-counted from the fixture (docs/trace-format.md shows it). */
         CHECK_EQ_U(tio_trace_kernel_count(a), 12);
         CHECK_STR(tio_trace_get_meta(a, "model"), "mlp-2layer");
+        CHECK_EQ_U(tio_trace_tensor_count(a), 17);
+        CHECK_EQ_U(tio_trace_use_count(a), 37);
+        CHECK_EQ_U(tio_trace_total_duration_ns(a), 239700);
+        CHECK_STR(tio_trace_kernel_name(a, 9), "nccl:all_reduce");
+        struct tio_trace_view v;
+        tio_trace_get_view(a, &v);
+        CHECK_EQ_U(v.kernel_flags[9], TIO_KERNEL_COMM | TIO_KERNEL_BACKWARD);
+        CHECK_EQ_U(v.tensor_flags[0], TIO_TENSOR_GLOBAL);
+        CHECK_EQ_U(v.tensor_kind[12], TIO_TENSOR_GRAD);
     }
     tio_trace_free(a);
     tio_trace_free(b);

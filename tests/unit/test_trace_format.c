@@ -362,7 +362,7 @@ TIO_TEST(binary_every_byte_corruption_caught) {
     int64_t live = tio_alloc_live_count();
     for (size_t i = 0; d && i < n; i++) {
         for (int bit = 0; bit <= 8; bit++) {
-            unsigned char mask = bit == 8 ? 0xFF : (unsigned char)(1u << bit);
+            unsigned char mask = (unsigned char)(bit == 8 ? 0xFFu : 1u << bit);
             d[i] ^= mask;
             struct tio_trace *t = NULL;
             int rc = tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_AUTO, &t);

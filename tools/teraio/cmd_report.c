@@ -55,6 +55,6 @@ int cli_cmd_report(int argc, char **argv) {
     cli_error("report",
               "cannot run %s: %s (the report needs the teraio Python package with "
               "matplotlib: run scripts/setup.sh, or set TERAIO_PYTHON)",
-              py, strerror(err));
+              py, text);
     return TIO_EXIT_RUNTIME;
 }

@@ -83,33 +83,37 @@ static void *alloc_array(size_t n, size_t elem) {
 }
 
 /*
- * LSD radix sort of n keys, 11 bits per pass, only as many passes as the largest key needs.
- * `tmp` has room for n keys. The result ends up in `a`.
+ * LSD radix sort of n keys, 11 bits per pass: the histograms of every pass come from one read of
+ * the keys, and a pass whose digit is the same for every key is skipped. `tmp` has room for n
+ * keys. The result ends up in `a`.
  */
 static int radix_sort_u64(uint64_t *a, uint64_t *tmp, size_t n) {
-    enum { BITS = 11, RADIX = 1 << BITS };
-    uint64_t max = 0;
-    for (size_t i = 0; i < n; i++) {
-        max = TIO_MAX(max, a[i]);
-    }
-    size_t *count = tio_malloc(RADIX * sizeof *count);
+    enum { BITS = 11, RADIX = 1 << BITS, PASSES = (64 + BITS - 1) / BITS };
+    size_t *count = tio_calloc((size_t)PASSES * RADIX, sizeof *count);
     if (!count) {
         return TIO_ENOMEM;
     }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = a[i];
+        for (int p = 0; p < PASSES; p++) {
+            count[(size_t)p * RADIX + ((x >> (p * BITS)) & (RADIX - 1))]++;
+        }
+    }
     uint64_t *src = a, *dst = tmp;
-    for (unsigned shift = 0; shift < 64 && (max >> shift) != 0; shift += BITS) {
-        memset(count, 0, RADIX * sizeof *count);
-        for (size_t i = 0; i < n; i++) {
-            count[(src[i] >> shift) & (RADIX - 1)]++;
+    for (int p = 0; p < PASSES; p++) {
+        size_t *c = count + (size_t)p * RADIX;
+        unsigned shift = (unsigned)(p * BITS);
+        if (n == 0 || c[(src[0] >> shift) & (RADIX - 1)] == n) {
+            continue; /* every key has the same digit here */
         }
         size_t sum = 0;
         for (size_t d = 0; d < RADIX; d++) {
-            size_t c = count[d];
-            count[d] = sum;
-            sum += c;
+            size_t k = c[d];
+            c[d] = sum;
+            sum += k;
         }
         for (size_t i = 0; i < n; i++) {
-            dst[count[(src[i] >> shift) & (RADIX - 1)]++] = src[i];
+            dst[c[(src[i] >> shift) & (RADIX - 1)]++] = src[i];
         }
         uint64_t *swap = src;
         src = dst;

@@ -792,6 +792,38 @@ TIO_TEST(matches_naive_reference) {
             }
         }
         CHECK_NEAR(s.long_idle_fraction_10mb_1gb, mid ? (double)lng / (double)mid : 0, 1e-12);
+        /* Bucket durations: the reference periods' durations of that bucket, sorted. */
+        for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
+            static uint64_t want[CAP];
+            size_t nw = 0;
+            for (size_t i = 0; i < nref; i++) {
+                int rb = ref[i].bytes < 1000000      ? 0
+                         : ref[i].bytes < 10000000   ? 1
+                         : ref[i].bytes < 100000000  ? 2
+                         : ref[i].bytes < 1000000000 ? 3
+                                                     : 4;
+                if (rb == b) {
+                    size_t j = nw++;
+                    while (j > 0 && want[j - 1] > ref[i].dur) {
+                        want[j] = want[j - 1];
+                        j--;
+                    }
+                    want[j] = ref[i].dur;
+                }
+            }
+            size_t nd;
+            const uint64_t *d = tio_analysis_bucket_durations(a, b, &nd);
+            CHECK_EQ_U(nd, nw);
+            CHECK_EQ_U(s.periods_per_bucket[b], nw);
+            for (size_t i = 0; i < nd && i < nw; i++) {
+                if (d[i] != want[i]) {
+                    TIO_T_FAIL("seed %llu bucket %d duration %zu: %llu != %llu",
+                               (unsigned long long)seed, b, i, (unsigned long long)d[i],
+                               (unsigned long long)want[i]);
+                    break;
+                }
+            }
+        }
         tio_analysis_free(a);
         tio_trace_free(tr);
     }

@@ -96,7 +96,7 @@ static int write_periods(const struct tio_analysis *a, const char *dir) {
     if (rc < 0) {
         return rc;
     }
-    const struct tio_trace *tr = tio_analysis_trace_(a);
+    const struct tio_trace *tr = tio_analysis_borrowed_trace(a);
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     size_t n;

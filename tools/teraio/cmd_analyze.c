@@ -10,7 +10,7 @@
 
 #include "cli.h"
 
-static const char *const CMD = "analyze";
+static const char *const cmd_name = "analyze";
 
 static void usage(FILE *f) {
     (void)fprintf(f, "usage: teraio analyze TRACE [--capacity SIZE] [--long-idle TIME] "
@@ -317,7 +317,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *opt) {
         return argv[*i] + len + 1;
     }
     if (*i + 1 >= argc) {
-        cli_error(CMD, "%s needs a value", opt);
+        cli_error(cmd_name, "%s needs a value", opt);
         return NULL;
     }
     return argv[++*i];
@@ -338,11 +338,12 @@ int cli_cmd_analyze(int argc, char **argv) {
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(arg, "--json") == 0) {
+        }
+        if (strcmp(arg, "--json") == 0) {
             json = 1;
         } else if (is_opt(arg, "--capacity")) {
             if (!(val = opt_value(argc, argv, &i, "--capacity")) ||
-                cli_parse_bytes(CMD, "--capacity", val, &prm.capacity_bytes)) {
+                cli_parse_bytes(cmd_name, "--capacity", val, &prm.capacity_bytes)) {
                 return TIO_EXIT_USAGE;
             }
         } else if (is_opt(arg, "--long-idle")) {
@@ -351,7 +352,7 @@ int cli_cmd_analyze(int argc, char **argv) {
                 return TIO_EXIT_USAGE;
             }
             if (tio_parse_duration(val, &sec) < 0 || !(sec * 1e9 < 1.8e19)) {
-                cli_error(CMD, "--long-idle: %s (e.g. 10ms, 500us, 1s)", tio_last_error());
+                cli_error(cmd_name, "--long-idle: %s (e.g. 10ms, 500us, 1s)", tio_last_error());
                 return TIO_EXIT_USAGE;
             }
             prm.long_idle_ns = (uint64_t)llround(sec * 1e9);
@@ -361,48 +362,48 @@ int cli_cmd_analyze(int argc, char **argv) {
             }
         } else if (is_opt(arg, "--top")) {
             if (!(val = opt_value(argc, argv, &i, "--top")) ||
-                cli_parse_u64(CMD, "--top", val, &top_n)) {
+                cli_parse_u64(cmd_name, "--top", val, &top_n)) {
                 return TIO_EXIT_USAGE;
             }
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            cli_error(CMD, "unknown option '%s' (see teraio analyze --help)", arg);
+            cli_error(cmd_name, "unknown option '%s' (see teraio analyze --help)", arg);
             return TIO_EXIT_USAGE;
         } else if (!path) {
             path = arg;
         } else {
-            cli_error(CMD, "one trace at a time (got '%s' and '%s')", path, arg);
+            cli_error(cmd_name, "one trace at a time (got '%s' and '%s')", path, arg);
             return TIO_EXIT_USAGE;
         }
     }
     if (!path) {
-        cli_error(CMD, "missing TRACE (see teraio analyze --help)");
+        cli_error(cmd_name, "missing TRACE (see teraio analyze --help)");
         return TIO_EXIT_USAGE;
     }
 
     struct tio_trace *tr = NULL;
     int rc = tio_trace_load(path, TIO_TRACE_FORMAT_AUTO, &tr);
     if (rc < 0) {
-        int code = cli_fail(CMD, path, rc);
+        int code = cli_fail(cmd_name, path, rc);
         return rc == TIO_ENOMEM ? code : TIO_EXIT_INPUT;
     }
     struct tio_analysis *a = NULL;
     rc = tio_analysis_new(tr, &prm, &a);
     if (rc < 0) {
         tio_trace_free(tr);
-        return cli_fail(CMD, "analysis", rc);
+        return cli_fail(cmd_name, "analysis", rc);
     }
     int code = TIO_EXIT_OK;
     struct top_entry *top = NULL;
     long n_top = collect_top(a, tr, (size_t)top_n, &top);
     if (n_top < 0) {
-        cli_error(CMD, "out of memory");
+        cli_error(cmd_name, "out of memory");
         code = TIO_EXIT_RUNTIME;
         goto done;
     }
     if (csv_dir) {
         rc = tio_analysis_write_csv(a, csv_dir);
         if (rc < 0) {
-            code = cli_fail(CMD, "--csv", rc);
+            code = cli_fail(cmd_name, "--csv", rc);
             goto done;
         }
     }
@@ -415,7 +416,7 @@ int cli_cmd_analyze(int argc, char **argv) {
         }
     }
     if (fflush(stdout) != 0) {
-        cli_error(CMD, "cannot write the output");
+        cli_error(cmd_name, "cannot write the output");
         code = TIO_EXIT_RUNTIME;
     }
 done:

@@ -168,12 +168,12 @@ static void check_json(const char *trace) {
         text[n] = '\0';
         (void)fclose(f);
         /* 2 x bytes / duration: 1e8 B / 2 ms = 5e10; 1e8 / 4 ms = 2.5e10; 4e7 / 5 ms = 8e9;
-         * 4e8 / 6 ms = 6.67e10. */
+         * 4e8 / 6 ms = 66666666666.7, rounded up. */
         CHECK_STR(text, "tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n"
-                        "0,weight,50000000,1,2,2000000,0,5e+10\n"
-                        "2,activation,20000000,1,3,5000000,0,8e+09\n"
-                        "0,weight,50000000,3,4,4000000,1,2.5e+10\n"
-                        "1,optim_state,200000000,4,7,6000000,1,6.66666667e+10\n");
+                        "0,weight,50000000,1,2,2000000,0,50000000000\n"
+                        "2,activation,20000000,1,3,5000000,0,8000000000\n"
+                        "0,weight,50000000,3,4,4000000,1,25000000000\n"
+                        "1,optim_state,200000000,4,7,6000000,1,66666666667\n");
     }
 }
 

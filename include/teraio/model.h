@@ -102,6 +102,9 @@ struct tio_model_params {
     int32_t allow_tf32;    /* fp32 only: 1 = matmuls on TF32 tensor cores (PyTorch's
                               allow_tf32); 0 = true fp32 (PyTorch default, the paper) */
     struct tio_gpu gpu;    /* the GPU the durations are modelled for */
+    int32_t fused_adamw;   /* 0: PyTorch's per-parameter AdamW loop (foreach=False: 8 kernels
+                              per parameter, at most 3 tensors each, the paper's granularity);
+                              1: one fused kernel per parameter (all 4 tensors at once) */
 };
 
 /* tio_model_params_default: llama3-8b at the paper's characterization setting on h100-nvl. */

@@ -700,12 +700,48 @@ static void tail(struct gen *g) {
     g->phase_flags = TIO_KERNEL_OPTIM;
     for (size_t i = 0; i < g->npar; i++) {
         struct param *P = &g->par[i];
-        kb(g, "aten::_fused_adamw_", C_VEC, 12.0 * (double)P->n);
-        u(g, P->master, RW);
-        u(g, P->grad, R);
-        u(g, P->m, RW);
-        u(g, P->v, RW);
-        (void)ke(g);
+        double n = (double)P->n;
+        if (g->p->fused_adamw) {
+            kb(g, "aten::_fused_adamw_", C_VEC, 12.0 * n);
+            u(g, P->master, RW);
+            u(g, P->grad, R);
+            u(g, P->m, RW);
+            u(g, P->v, RW);
+            (void)ke(g);
+        } else {
+            /* torch.optim.AdamW, _single_tensor_adamw: decoupled weight decay, moments,
+             * bias-corrected denominator, update */
+            if (g->tr) {
+                (void)snprintf(g->scope, sizeof g->scope, "adamw%zu", i);
+            }
+            kb(g, "aten::mul_", C_VEC, n); /* param *= 1 - lr * wd */
+            u(g, P->master, RW);
+            (void)ke(g);
+            kb(g, "aten::lerp_", C_VEC, 3 * n); /* exp_avg.lerp_(grad, 1 - beta1) */
+            u(g, P->m, RW);
+            u(g, P->grad, R);
+            (void)ke(g);
+            kb(g, "aten::mul_", C_VEC, n); /* exp_avg_sq *= beta2 */
+            u(g, P->v, RW);
+            (void)ke(g);
+            kb(g, "aten::addcmul_", C_VEC, 3 * n); /* += (1 - beta2) grad^2 */
+            u(g, P->v, RW);
+            u(g, P->grad, R);
+            (void)ke(g);
+            uint32_t den = ew(g, "aten::sqrt", n, P->v, NONE, P->n * 4, TIO_TENSOR_TEMP, "denom");
+            kb(g, "aten::div_", C_VEC, n); /* / sqrt(bias_correction2) */
+            u(g, den, RW);
+            (void)ke(g);
+            kb(g, "aten::add_", C_VEC, n); /* + eps */
+            u(g, den, RW);
+            (void)ke(g);
+            kb(g, "aten::addcdiv_", C_VEC, 3 * n); /* param -= step * exp_avg / denom */
+            u(g, P->master, RW);
+            u(g, P->m, R);
+            u(g, den, R);
+            (void)ke(g);
+            g->scope[0] = '\0';
+        }
         if (g->bf16) {
             kb(g, "aten::copy_", C_VEC, (double)P->n);
             u(g, P->master, R);

@@ -291,8 +291,9 @@ TIO_TEST(pipeline_rank_traces) {
         CHECK_EQ_I(order[i], want[i]);
     }
     /* every parameter gets one AdamW step; the stages split the parameters */
-    CHECK_EQ_U(count_kernels(tr[0], "aten::_fused_adamw_", TIO_KERNEL_OPTIM), 1 + 2 * 9);
-    CHECK_EQ_U(count_kernels(tr[1], "aten::_fused_adamw_", TIO_KERNEL_OPTIM), 2 * 9 + 2);
+    CHECK_EQ_U(count_kernels(tr[0], "aten::addcdiv_", TIO_KERNEL_OPTIM), 1 + 2 * 9);
+    CHECK_EQ_U(count_kernels(tr[1], "aten::addcdiv_", TIO_KERNEL_OPTIM), 2 * 9 + 2);
+    CHECK_EQ_U(count_kernels(tr[0], NULL, TIO_KERNEL_OPTIM), 8 * (1 + 2 * 9));
     CHECK_EQ_U(in[0].params_rank + in[1].params_rank, in[0].params_total);
     CHECK(count_kernels(tr[0], NULL, TIO_KERNEL_BACKWARD) > 0);
     /* both ranks report the same makespan; no rank is busier than it */
@@ -339,6 +340,17 @@ TIO_TEST(every_global_used_and_kinds) {
     CHECK_EQ_U(states, 2 * nparam);
     CHECK_EQ_U(count_kernels(tr, "aten::copy_", TIO_KERNEL_OPTIM), nparam);
     tio_trace_free(tr);
+    p.fused_adamw = 1; /* one kernel per parameter reading all four tensors */
+    CHECK_OK(tio_model_generate(&p, &tr, &in));
+    if (tr) {
+        CHECK_EQ_U(count_kernels(tr, "aten::_fused_adamw_", TIO_KERNEL_OPTIM), nparam);
+        CHECK_EQ_U(count_kernels(tr, NULL, TIO_KERNEL_OPTIM), 2 * nparam);
+        struct tio_trace_view fv;
+        tio_trace_get_view(tr, &fv);
+        size_t k = tio_trace_kernel_count(tr) - 2; /* the last parameter's AdamW */
+        CHECK_EQ_U(fv.kernel_use_offset[k + 1] - fv.kernel_use_offset[k], 4);
+        tio_trace_free(tr);
+    }
 }
 
 TIO_TEST(parallel_degrees) {

@@ -32,6 +32,8 @@ static void help(FILE *f) {
         "  --dp N --tp N --pp N data / tensor / pipeline parallel degrees (pipeline: 1F1B)\n"
         "  --rank R             which GPU's trace, 0..dp*tp*pp-1 (stage = R / (dp*tp))\n"
         "  --checkpointing      activation checkpointing per block (--no-checkpointing: off)\n"
+        "  --fused-adamw        one fused AdamW kernel per parameter (default: PyTorch's\n"
+        "                       per-parameter loop, 8 kernels each)\n"
         "hardware:\n"
         "  --gpu NAME           h100-nvl (default), h100-sxm, h200, a100-80gb\n"
         "  --gpu-memory SIZE    override the capacity, e.g. 80GiB\n"
@@ -247,6 +249,8 @@ int cli_cmd_model(int argc, char **argv) {
             p.checkpointing = 0;
         } else if (strcmp(a, "--tf32") == 0) {
             p.allow_tf32 = 1;
+        } else if (strcmp(a, "--fused-adamw") == 0) {
+            p.fused_adamw = 1;
         } else {
             cli_error(CMD, "unknown option '%s' (see teraio model --help)", a);
             return TIO_EXIT_USAGE;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "trace/trace_format_impl.h"
 #include "trace/trace_impl.h"
 
 static const char *const kind_names[TIO_TENSOR_KIND_COUNT] = {
@@ -174,6 +175,9 @@ int tio_trace_intern_n(struct tio_trace *tr, const char *s, size_t len, uint32_t
     }
     if (memchr(s, '\0', len)) {
         return tio_set_error(TIO_EINVAL, "trace: name contains a NUL byte");
+    }
+    if (!tio_trace_utf8_valid(s, len)) {
+        return tio_set_error(TIO_EINVAL, "trace: name is not valid UTF-8");
     }
     if ((tr->n_strings + 1) * 2 > tr->str_table_cap) {
         if (str_table_rehash(tr, tr->str_table_cap ? tr->str_table_cap * 2 : 64) < 0) {
@@ -373,6 +377,9 @@ int tio_trace_set_meta(struct tio_trace *tr, const char *key, const char *value)
     }
     if (strlen(value) > TIO_TRACE_MAX_STRING) {
         return tio_set_error(TIO_EINVAL, "trace: metadata value for '%s' is too long", key);
+    }
+    if (!tio_trace_utf8_valid(value, strlen(value))) {
+        return tio_set_error(TIO_EINVAL, "trace: metadata value for '%s' is not valid UTF-8", key);
     }
     char *v = tio_strdup(value);
     if (!v) {

@@ -49,10 +49,12 @@ int cli_cmd_report(int argc, char **argv) {
     }
     execvp(py, args);
     int err = errno;
+    char msg[128];
+    const char *text = strerror_r(err, msg, sizeof msg);
     free(args);
     cli_error("report",
               "cannot run %s: %s (the report needs the teraio Python package with "
               "matplotlib: run scripts/setup.sh, or set TERAIO_PYTHON)",
-              py, strerror(err));
+              py, text);
     return TIO_EXIT_RUNTIME;
 }

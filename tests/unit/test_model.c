@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <teraio/analysis.h>
 #include <teraio/model.h>
 #include <teraio/trace.h>
 
@@ -502,6 +503,44 @@ TIO_TEST(paper_scale_kernel_counts) {
     CHECK(in.ideal_tokens_per_s > 50 && in.ideal_tokens_per_s < 400);
 }
 
+/*
+ * The paper's Observations 1 and 2 (PAPER.md s.2) on GPU 0 of its settings, through the
+ * project's analysis: active memory under 14% of the GPU at most and a few percent on average;
+ * more than 40% of the inactive periods of 10 MB-1 GB tensors longer than 10 ms.
+ */
+static void check_observations(const char *name) {
+    struct tio_model_params p = preset(name);
+    struct tio_trace *tr = NULL;
+    struct tio_model_info in;
+    CHECK_OK(tio_model_generate(&p, &tr, &in));
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis_params ap = tio_analysis_params_default();
+    ap.capacity_bytes = in.capacity_bytes;
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, &ap, &a));
+    if (a) {
+        struct tio_analysis_summary s;
+        tio_analysis_get_summary(a, &s);
+        CHECK_EQ_U(s.peak_resident_bytes, in.peak_bytes);
+        CHECK(s.active_capacity_fraction_max < 0.14);
+        CHECK(s.active_capacity_fraction_mean > 0.002 && s.active_capacity_fraction_mean < 0.05);
+        CHECK(s.long_idle_fraction_10mb_1gb > 0.40);
+        printf("  %s GPU0: active mean %.2f%% max %.2f%%, long idle %.1f%%\n", name,
+               100 * s.active_capacity_fraction_mean, 100 * s.active_capacity_fraction_max,
+               100 * s.long_idle_fraction_10mb_1gb);
+    }
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(paper_observations_on_gpu0) {
+    check_observations("llama3-8b");
+    check_observations("llama3-70b");
+    check_observations("granite-code-8b");
+}
+
 int main(void) {
     RUN(param_counts_match_model_cards);
     RUN(flops_per_token_are_6n_plus_attention);
@@ -514,5 +553,6 @@ int main(void) {
     RUN(checkpointing_lowers_peak_raises_time);
     RUN(bad_inputs_name_the_fix);
     RUN(paper_scale_kernel_counts);
+    RUN(paper_observations_on_gpu0);
     return tio_test_done();
 }

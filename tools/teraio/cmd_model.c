@@ -76,8 +76,6 @@ static void list_presets(void) {
     printf("\n");
 }
 
-#pragma weak tio_trace_save
-
 static void
 print_json(const struct tio_model_params *p, const struct tio_model_info *in, const char *output) {
     printf("{\n  \"model\": ");
@@ -271,11 +269,6 @@ int cli_cmd_model(int argc, char **argv) {
         return cli_exit_code(rc);
     }
     if (output) {
-        if (!tio_trace_save) {
-            tio_trace_free(tr);
-            cli_error(CMD, "-o: this build has no trace writer (tio_trace_save)");
-            return TIO_EXIT_RUNTIME;
-        }
         rc = tio_trace_save(tr, output, TIO_TRACE_FORMAT_AUTO);
         if (rc < 0) {
             tio_trace_free(tr);

@@ -249,13 +249,13 @@ static uint32_t ew(struct gen *g,
 static uint32_t mm(struct gen *g,
                    uint32_t x,
                    uint32_t w,
-                   uint64_t M,
-                   uint64_t N,
-                   uint64_t K,
+                   uint64_t rows,
+                   uint64_t cols,
+                   uint64_t inner,
                    int32_t kind,
                    const char *nm) {
-    uint32_t y = ten(g, M * N * g->e, kind, 0, nm);
-    kb(g, "aten::mm", C_MM, 2.0 * (double)M * (double)N * (double)K);
+    uint32_t y = ten(g, rows * cols * g->e, kind, 0, nm);
+    kb(g, "aten::mm", C_MM, 2.0 * (double)rows * (double)cols * (double)inner);
     u(g, x, R);
     u(g, w, R);
     u(g, y, W);
@@ -264,8 +264,8 @@ static uint32_t mm(struct gen *g,
 }
 
 /*
- * Weight gradient into the persistent gradient G of parameter pi: the first contribution of the
- * iteration writes G; later ones accumulate. fp32 (PyTorch AccumulateGrad): a temporary then
+ * Weight gradient into the persistent gradient grad of parameter pi: the first contribution of the
+ * iteration writes grad; later ones accumulate. fp32 (PyTorch AccumulateGrad): a temporary then
  * `aten::add_`. bf16: the matmul accumulates into the fp32 main gradient (Megatron's fused
  * gradient accumulation), so no extra kernel.
  */
@@ -274,25 +274,25 @@ wgrad(struct gen *g, const char *kn, int cls, double flops, uint32_t a, uint32_t
     if (g->rc < 0) {
         return;
     }
-    struct param *P = &g->par[pi];
-    uint32_t G = P->grad;
-    if (!g->twritten[G] || g->bf16) {
+    struct param *pa = &g->par[pi];
+    uint32_t grad = pa->grad;
+    if (!g->twritten[grad] || g->bf16) {
         kb(g, kn, cls, flops);
         u(g, a, R);
         u(g, b, R);
-        u(g, G, g->twritten[G] ? RW : W);
+        u(g, grad, g->twritten[grad] ? RW : W);
         (void)ke(g);
-        g->twritten[G] = 1;
+        g->twritten[grad] = 1;
         return;
     }
-    uint32_t tmp = ten(g, P->n * 4, TIO_TENSOR_TEMP, 0, "wgrad");
+    uint32_t tmp = ten(g, pa->n * 4, TIO_TENSOR_TEMP, 0, "wgrad");
     kb(g, kn, cls, flops);
     u(g, a, R);
     u(g, b, R);
     u(g, tmp, W);
     (void)ke(g);
-    kb(g, "aten::add_", C_VEC, (double)P->n);
-    u(g, G, RW);
+    kb(g, "aten::add_", C_VEC, (double)pa->n);
+    u(g, grad, RW);
     u(g, tmp, R);
     (void)ke(g);
 }
@@ -321,19 +321,19 @@ static uint32_t rmsnorm_bwd(struct gen *g,
                             uint32_t gres) {
     double th = (double)(g->T * g->h);
     uint64_t full = g->T * g->h * g->e, row = g->T * 4;
-    const int32_t TT = TIO_TENSOR_TEMP;
-    uint32_t t1 = ew(g, "aten::mul", th, gout, nr, full, TT, "gnorm.t1");
+    const int32_t k_tmp = TIO_TENSOR_TEMP;
+    uint32_t t1 = ew(g, "aten::mul", th, gout, nr, full, k_tmp, "gnorm.t1");
     wgrad(g, "aten::sum", C_VEC, th, t1, NONE, pi);
-    uint32_t gnr = ew(g, "aten::mul", th, gout, g->par[pi].w, full, TT, "gnorm.gnr");
-    uint32_t gx1 = ew(g, "aten::mul", th, gnr, rstd, full, TT, "gnorm.gx1");
-    uint32_t t2 = ew(g, "aten::mul", th, gnr, x, full, TT, "gnorm.t2");
-    uint32_t grs = ew(g, "aten::sum", th, t2, NONE, row, TT, "gnorm.grstd");
-    uint32_t gms = ew(g, "aten::mul", 4.0 * (double)g->T, grs, rstd, row, TT, "gnorm.gms");
-    uint32_t gsq = ew(g, "aten::div", th, gms, NONE, full, TT, "gnorm.gsq");
-    uint32_t gx2 = ew(g, "aten::mul", 2 * th, gsq, x, full, TT, "gnorm.gx2");
-    uint32_t gx = ew(g, "aten::add", th, gx1, gx2, full, TT, "gnorm.gx");
+    uint32_t gnr = ew(g, "aten::mul", th, gout, g->par[pi].w, full, k_tmp, "gnorm.gnr");
+    uint32_t gx1 = ew(g, "aten::mul", th, gnr, rstd, full, k_tmp, "gnorm.gx1");
+    uint32_t t2 = ew(g, "aten::mul", th, gnr, x, full, k_tmp, "gnorm.t2");
+    uint32_t grs = ew(g, "aten::sum", th, t2, NONE, row, k_tmp, "gnorm.grstd");
+    uint32_t gms = ew(g, "aten::mul", 4.0 * (double)g->T, grs, rstd, row, k_tmp, "gnorm.gms");
+    uint32_t gsq = ew(g, "aten::div", th, gms, NONE, full, k_tmp, "gnorm.gsq");
+    uint32_t gx2 = ew(g, "aten::mul", 2 * th, gsq, x, full, k_tmp, "gnorm.gx2");
+    uint32_t gx = ew(g, "aten::add", th, gx1, gx2, full, k_tmp, "gnorm.gx");
     if (gres != NONE) {
-        gx = ew(g, "aten::add", th, gres, gx, full, TT, "gres");
+        gx = ew(g, "aten::add", th, gres, gx, full, k_tmp, "gres");
     }
     return gx;
 }
@@ -343,30 +343,30 @@ static uint32_t rmsnorm_bwd(struct gen *g,
 static void
 block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute, struct blk *s) {
     size_t base = (size_t)(g->emb_par != NONE) + (size_t)layer_local * P_PER_LAYER;
-    struct param *P = &g->par[base];
+    struct param *pa = &g->par[base];
     /* Saved tensors: activations, except in the first forward under checkpointing where only
      * the block input (the checkpoint) survives to the backward. */
     int32_t ks = (g->ckpt && !recompute) ? TIO_TENSOR_TEMP : TIO_TENSOR_ACTIVATION;
-    const int32_t TT = TIO_TENSOR_TEMP;
-    uint64_t T = g->T, e = g->e;
-    double th = (double)(T * g->h);
+    const int32_t k_tmp = TIO_TENSOR_TEMP;
+    uint64_t tok = g->T, e = g->e;
+    double th = (double)(tok * g->h);
     memset(s, 0xff, sizeof *s);
     s->x = x;
     rmsnorm_fwd(g, x, base + P_N1, ks, &s->rstd1, &s->n1, &s->n1o);
     /* q and k are not saved: RoPE multiplies by freqs_cis, which needs no gradient, so
      * autograd keeps neither operand */
-    s->q = mm(g, s->n1o, P[P_WQ].w, T, g->hq, g->h, TT, "q");
-    s->k = mm(g, s->n1o, P[P_WK].w, T, g->hkv, g->h, TT, "k");
+    s->q = mm(g, s->n1o, pa[P_WQ].w, tok, g->hq, g->h, k_tmp, "q");
+    s->k = mm(g, s->n1o, pa[P_WK].w, tok, g->hkv, g->h, k_tmp, "k");
     int rep = g->hq != g->hkv;
-    uint32_t v = mm(g, s->n1o, P[P_WV].w, T, g->hkv, g->h, rep ? TT : ks, "v");
+    uint32_t v = mm(g, s->n1o, pa[P_WV].w, tok, g->hkv, g->h, rep ? k_tmp : ks, "v");
     /* RoPE as a complex multiply with freqs_cis (saves its input q/k) */
-    s->qr =
-        ew(g, "aten::mul", 3.0 * (double)(T * g->hq), s->q, g->freqs, T * g->hq * e, ks, "q_rope");
-    uint32_t kr = ew(g, "aten::mul", 3.0 * (double)(T * g->hkv), s->k, g->freqs, T * g->hkv * e,
-                     rep ? TT : ks, "k_rope");
+    s->qr = ew(g, "aten::mul", 3.0 * (double)(tok * g->hq), s->q, g->freqs, tok * g->hq * e, ks,
+               "q_rope");
+    uint32_t kr = ew(g, "aten::mul", 3.0 * (double)(tok * g->hkv), s->k, g->freqs, tok * g->hkv * e,
+                     rep ? k_tmp : ks, "k_rope");
     if (rep) { /* repeat_kv: expand + reshape copies K and V to all query heads */
-        s->krep = ew(g, "aten::clone", 0, kr, NONE, T * g->hq * e, ks, "k_rep");
-        s->vrep = ew(g, "aten::clone", 0, v, NONE, T * g->hq * e, ks, "v_rep");
+        s->krep = ew(g, "aten::clone", 0, kr, NONE, tok * g->hq * e, ks, "k_rep");
+        s->vrep = ew(g, "aten::clone", 0, v, NONE, tok * g->hq * e, ks, "v_rep");
     } else {
         s->krep = kr;
         s->vrep = v;
@@ -374,8 +374,8 @@ block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute, struct
     /* fused (memory-efficient) causal attention: saves output and logsumexp */
     double af = 2.0 * (double)(g->p->micro_batch) * (double)g->a * (double)g->p->seq_len *
                 (double)g->p->seq_len * (double)g->hd;
-    s->o = ten(g, T * g->hq * e, ks, 0, "attn");
-    s->lse = ten(g, T * g->a * 4, ks, 0, "attn.lse");
+    s->o = ten(g, tok * g->hq * e, ks, 0, "attn");
+    s->lse = ten(g, tok * g->a * 4, ks, 0, "attn.lse");
     kb(g, "aten::_efficient_attention_forward", C_ATTN, af);
     u(g, s->qr, R);
     u(g, s->krep, R);
@@ -383,52 +383,53 @@ block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute, struct
     u(g, s->o, W);
     u(g, s->lse, W);
     (void)ke(g);
-    s->oc = ew(g, "aten::clone", 0, s->o, NONE, T * g->hq * e, ks, "attn.contig");
-    uint32_t ao = mm(g, s->oc, P[P_WO].w, T, g->h, g->hq, TT, "attn.proj");
+    s->oc = ew(g, "aten::clone", 0, s->o, NONE, tok * g->hq * e, ks, "attn.contig");
+    uint32_t ao = mm(g, s->oc, pa[P_WO].w, tok, g->h, g->hq, k_tmp, "attn.proj");
     allreduce(g, ao, g->tp);
-    s->hmid = ew(g, "aten::add", th, x, ao, T * g->h * e, ks, "h");
+    s->hmid = ew(g, "aten::add", th, x, ao, tok * g->h * e, ks, "h");
     rmsnorm_fwd(g, s->hmid, base + P_N2, ks, &s->rstd2, &s->n2, &s->n2o);
-    s->gt = mm(g, s->n2o, P[P_W1].w, T, g->ffn, g->h, ks, "mlp.gate");
-    s->ut = mm(g, s->n2o, P[P_W3].w, T, g->ffn, g->h, ks, "mlp.up");
-    double tf = (double)(T * g->ffn);
-    s->sg = ew(g, "aten::silu", 4 * tf, s->gt, NONE, T * g->ffn * e, ks, "mlp.silu");
-    s->pr = ew(g, "aten::mul", tf, s->sg, s->ut, T * g->ffn * e, ks, "mlp.prod");
-    uint32_t f = mm(g, s->pr, P[P_W2].w, T, g->h, g->ffn, TT, "mlp.down");
+    s->gt = mm(g, s->n2o, pa[P_W1].w, tok, g->ffn, g->h, ks, "mlp.gate");
+    s->ut = mm(g, s->n2o, pa[P_W3].w, tok, g->ffn, g->h, ks, "mlp.up");
+    double tf = (double)(tok * g->ffn);
+    s->sg = ew(g, "aten::silu", 4 * tf, s->gt, NONE, tok * g->ffn * e, ks, "mlp.silu");
+    s->pr = ew(g, "aten::mul", tf, s->sg, s->ut, tok * g->ffn * e, ks, "mlp.prod");
+    uint32_t f = mm(g, s->pr, pa[P_W2].w, tok, g->h, g->ffn, k_tmp, "mlp.down");
     allreduce(g, f, g->tp);
-    s->y = ew(g, "aten::add", th, s->hmid, f, T * g->h * e, recompute ? TT : TIO_TENSOR_ACTIVATION,
-              "out");
+    s->y = ew(g, "aten::add", th, s->hmid, f, tok * g->h * e,
+              recompute ? k_tmp : TIO_TENSOR_ACTIVATION, "out");
 }
 
 static uint32_t block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, const struct blk *s) {
     size_t base = (size_t)(g->emb_par != NONE) + (size_t)layer_local * P_PER_LAYER;
-    struct param *P = &g->par[base];
-    const int32_t TT = TIO_TENSOR_TEMP;
-    uint64_t T = g->T, e = g->e;
-    double tf = (double)(T * g->ffn), mmf = 2.0 * (double)T * (double)g->h * (double)g->ffn;
+    struct param *pa = &g->par[base];
+    const int32_t k_tmp = TIO_TENSOR_TEMP;
+    uint64_t tok = g->T, e = g->e;
+    double tf = (double)(tok * g->ffn), mmf = 2.0 * (double)tok * (double)g->h * (double)g->ffn;
     /* MLP: out = h + w2(silu(w1 n) * w3 n) */
-    uint32_t gp = mm(g, gy, P[P_W2].w, T, g->ffn, g->h, TT, "g.mlp.prod");
+    uint32_t gp = mm(g, gy, pa[P_W2].w, tok, g->ffn, g->h, k_tmp, "g.mlp.prod");
     wgrad(g, "aten::mm", C_MM, mmf, gy, s->pr, base + P_W2);
-    uint32_t gsg = ew(g, "aten::mul", tf, gp, s->ut, T * g->ffn * e, TT, "g.mlp.silu");
-    uint32_t gu = ew(g, "aten::mul", tf, gp, s->sg, T * g->ffn * e, TT, "g.mlp.up");
+    uint32_t gsg = ew(g, "aten::mul", tf, gp, s->ut, tok * g->ffn * e, k_tmp, "g.mlp.silu");
+    uint32_t gu = ew(g, "aten::mul", tf, gp, s->sg, tok * g->ffn * e, k_tmp, "g.mlp.up");
     uint32_t gg =
-        ew(g, "aten::silu_backward", 6 * tf, gsg, s->gt, T * g->ffn * e, TT, "g.mlp.gate");
-    uint32_t gna = mm(g, gu, P[P_W3].w, T, g->h, g->ffn, TT, "g.n2a");
+        ew(g, "aten::silu_backward", 6 * tf, gsg, s->gt, tok * g->ffn * e, k_tmp, "g.mlp.gate");
+    uint32_t gna = mm(g, gu, pa[P_W3].w, tok, g->h, g->ffn, k_tmp, "g.n2a");
     wgrad(g, "aten::mm", C_MM, mmf, gu, s->n2o, base + P_W3);
-    uint32_t gnb = mm(g, gg, P[P_W1].w, T, g->h, g->ffn, TT, "g.n2b");
+    uint32_t gnb = mm(g, gg, pa[P_W1].w, tok, g->h, g->ffn, k_tmp, "g.n2b");
     wgrad(g, "aten::mm", C_MM, mmf, gg, s->n2o, base + P_W1);
-    uint32_t gn2 = ew(g, "aten::add", (double)(T * g->h), gna, gnb, T * g->h * e, TT, "g.n2");
+    uint32_t gn2 =
+        ew(g, "aten::add", (double)(tok * g->h), gna, gnb, tok * g->h * e, k_tmp, "g.n2");
     allreduce(g, gn2, g->tp);
     uint32_t gh = rmsnorm_bwd(g, gn2, s->hmid, s->rstd2, s->n2, base + P_N2, gy);
     /* attention */
-    double mq = 2.0 * (double)T * (double)g->h * (double)g->hq;
-    double mkv = 2.0 * (double)T * (double)g->h * (double)g->hkv;
-    uint32_t goc = mm(g, gh, P[P_WO].w, T, g->hq, g->h, TT, "g.attn");
+    double mq = 2.0 * (double)tok * (double)g->h * (double)g->hq;
+    double mkv = 2.0 * (double)tok * (double)g->h * (double)g->hkv;
+    uint32_t goc = mm(g, gh, pa[P_WO].w, tok, g->hq, g->h, k_tmp, "g.attn");
     wgrad(g, "aten::mm", C_MM, mq, gh, s->oc, base + P_WO);
     double af = 4.0 * (double)g->p->micro_batch * (double)g->a * (double)g->p->seq_len *
                 (double)g->p->seq_len * (double)g->hd;
-    uint32_t gq = ten(g, T * g->hq * e, TT, 0, "g.q_rope");
-    uint32_t gk = ten(g, T * g->hq * e, TT, 0, "g.k_rep");
-    uint32_t gv = ten(g, T * g->hq * e, TT, 0, "g.v_rep");
+    uint32_t gq = ten(g, tok * g->hq * e, k_tmp, 0, "g.q_rope");
+    uint32_t gk = ten(g, tok * g->hq * e, k_tmp, 0, "g.k_rep");
+    uint32_t gv = ten(g, tok * g->hq * e, k_tmp, 0, "g.v_rep");
     kb(g, "aten::_efficient_attention_backward", C_ATTN_BWD, af);
     u(g, goc, R);
     u(g, s->qr, R);
@@ -441,22 +442,23 @@ static uint32_t block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, cons
     u(g, gv, W);
     (void)ke(g);
     if (g->hq != g->hkv) { /* repeat_kv backward: sum over the repeated heads */
-        gk = ew(g, "aten::sum", (double)(T * g->hq), gk, NONE, T * g->hkv * e, TT, "g.k_rope");
-        gv = ew(g, "aten::sum", (double)(T * g->hq), gv, NONE, T * g->hkv * e, TT, "g.v");
+        gk = ew(g, "aten::sum", (double)(tok * g->hq), gk, NONE, tok * g->hkv * e, k_tmp,
+                "g.k_rope");
+        gv = ew(g, "aten::sum", (double)(tok * g->hq), gv, NONE, tok * g->hkv * e, k_tmp, "g.v");
     }
-    uint32_t gqq =
-        ew(g, "aten::mul", 3.0 * (double)(T * g->hq), gq, g->freqs, T * g->hq * e, TT, "g.q");
-    uint32_t gkk =
-        ew(g, "aten::mul", 3.0 * (double)(T * g->hkv), gk, g->freqs, T * g->hkv * e, TT, "g.k");
-    uint32_t g1 = mm(g, gqq, P[P_WQ].w, T, g->h, g->hq, TT, "g.n1q");
+    uint32_t gqq = ew(g, "aten::mul", 3.0 * (double)(tok * g->hq), gq, g->freqs, tok * g->hq * e,
+                      k_tmp, "g.q");
+    uint32_t gkk = ew(g, "aten::mul", 3.0 * (double)(tok * g->hkv), gk, g->freqs, tok * g->hkv * e,
+                      k_tmp, "g.k");
+    uint32_t g1 = mm(g, gqq, pa[P_WQ].w, tok, g->h, g->hq, k_tmp, "g.n1q");
     wgrad(g, "aten::mm", C_MM, mq, gqq, s->n1o, base + P_WQ);
-    uint32_t g2 = mm(g, gkk, P[P_WK].w, T, g->h, g->hkv, TT, "g.n1k");
+    uint32_t g2 = mm(g, gkk, pa[P_WK].w, tok, g->h, g->hkv, k_tmp, "g.n1k");
     wgrad(g, "aten::mm", C_MM, mkv, gkk, s->n1o, base + P_WK);
-    uint32_t g3 = mm(g, gv, P[P_WV].w, T, g->h, g->hkv, TT, "g.n1v");
+    uint32_t g3 = mm(g, gv, pa[P_WV].w, tok, g->h, g->hkv, k_tmp, "g.n1v");
     wgrad(g, "aten::mm", C_MM, mkv, gv, s->n1o, base + P_WV);
-    double th = (double)(T * g->h);
-    uint32_t gn = ew(g, "aten::add", th, g1, g2, T * g->h * e, TT, "g.n1qk");
-    gn = ew(g, "aten::add", th, gn, g3, T * g->h * e, TT, "g.n1");
+    double th = (double)(tok * g->h);
+    uint32_t gn = ew(g, "aten::add", th, g1, g2, tok * g->h * e, k_tmp, "g.n1qk");
+    gn = ew(g, "aten::add", th, gn, g3, tok * g->h * e, k_tmp, "g.n1");
     allreduce(g, gn, g->tp);
     return rmsnorm_bwd(g, gn, s->x, s->rstd1, s->n1, base + P_N1, gh);
 }
@@ -464,19 +466,19 @@ static uint32_t block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, cons
 /* ---- stage pieces ------------------------------------------------------------------------- */
 
 static void add_param(struct gen *g, const char *nm, uint64_t n, size_t *idx) {
-    struct param *P = &g->par[g->npar];
-    const uint32_t GL = TIO_TENSOR_GLOBAL;
+    struct param *pa = &g->par[g->npar];
+    const uint32_t glob = TIO_TENSOR_GLOBAL;
     (void)snprintf(g->scope, sizeof g->scope, "%s", nm);
     if (g->bf16) {
-        P->master = ten(g, n * 4, TIO_TENSOR_WEIGHT, GL, "master");
-        P->w = ten(g, n * 2, TIO_TENSOR_WEIGHT, GL, "bf16");
+        pa->master = ten(g, n * 4, TIO_TENSOR_WEIGHT, glob, "master");
+        pa->w = ten(g, n * 2, TIO_TENSOR_WEIGHT, glob, "bf16");
     } else {
-        P->master = P->w = ten(g, n * 4, TIO_TENSOR_WEIGHT, GL, "weight");
+        pa->master = pa->w = ten(g, n * 4, TIO_TENSOR_WEIGHT, glob, "weight");
     }
-    P->grad = ten(g, n * 4, TIO_TENSOR_GRAD, GL, "grad");
-    P->m = ten(g, n * 4, TIO_TENSOR_OPTIM_STATE, GL, "exp_avg");
-    P->v = ten(g, n * 4, TIO_TENSOR_OPTIM_STATE, GL, "exp_avg_sq");
-    P->n = n;
+    pa->grad = ten(g, n * 4, TIO_TENSOR_GRAD, glob, "grad");
+    pa->m = ten(g, n * 4, TIO_TENSOR_OPTIM_STATE, glob, "exp_avg");
+    pa->v = ten(g, n * 4, TIO_TENSOR_OPTIM_STATE, glob, "exp_avg_sq");
+    pa->n = n;
     if (idx) {
         *idx = g->npar;
     }
@@ -578,14 +580,14 @@ static void fwd_mb(struct gen *g, uint32_t mb) {
         set_scope(g, mb, "head", NONE);
         hs->x = x;
         rmsnorm_fwd(g, x, g->normf_par, TIO_TENSOR_ACTIVATION, &hs->rstd, &hs->nr, &hs->no);
-        uint64_t TV = g->T * g->vs;
+        uint64_t tv = g->T * g->vs;
         uint32_t logits =
             mm(g, hs->no, g->par[g->head_par].w, g->T, g->vs, g->h, TIO_TENSOR_TEMP, "logits");
         if (g->bf16) { /* cross-entropy in fp32: pred.float() */
             logits =
-                ew(g, "aten::_to_copy", 0, logits, NONE, TV * 4, TIO_TENSOR_TEMP, "logits.fp32");
+                ew(g, "aten::_to_copy", 0, logits, NONE, tv * 4, TIO_TENSOR_TEMP, "logits.fp32");
         }
-        hs->lsm = ew(g, "aten::_log_softmax", 4.0 * (double)TV, logits, NONE, TV * 4,
+        hs->lsm = ew(g, "aten::_log_softmax", 4.0 * (double)tv, logits, NONE, tv * 4,
                      TIO_TENSOR_ACTIVATION, "log_softmax");
         if (g->tp > 1) { /* vocab-parallel softmax: max and sum over the shards */
             uint32_t st = ten(g, g->T * 8, TIO_TENSOR_TEMP, 0, "ce.stats");
@@ -608,27 +610,27 @@ static void fwd_mb(struct gen *g, uint32_t mb) {
 static void bwd_mb(struct gen *g, uint32_t mb) {
     uint32_t slot = ring_slot(g, mb);
     uint64_t act = g->T * g->h * g->e;
-    const int32_t TT = TIO_TENSOR_TEMP;
+    const int32_t k_tmp = TIO_TENSOR_TEMP;
     g->phase_flags = TIO_KERNEL_BACKWARD;
     uint32_t gy;
     if (g->last) {
         struct head_saved *hs = &g->hsaved[slot];
         set_scope(g, mb, "head", NONE);
-        uint64_t TV = g->T * g->vs;
-        uint32_t glsm = ew(g, "aten::nll_loss_backward", (double)g->T, hs->labels, NONE, TV * 4, TT,
-                           "g.log_softmax");
-        uint32_t glog = ew(g, "aten::_log_softmax_backward_data", 3.0 * (double)TV, glsm, hs->lsm,
-                           TV * 4, TT, "g.logits");
+        uint64_t tv = g->T * g->vs;
+        uint32_t glsm = ew(g, "aten::nll_loss_backward", (double)g->T, hs->labels, NONE, tv * 4,
+                           k_tmp, "g.log_softmax");
+        uint32_t glog = ew(g, "aten::_log_softmax_backward_data", 3.0 * (double)tv, glsm, hs->lsm,
+                           tv * 4, k_tmp, "g.logits");
         if (g->bf16) {
-            glog = ew(g, "aten::_to_copy", 0, glog, NONE, TV * 2, TT, "g.logits.bf16");
+            glog = ew(g, "aten::_to_copy", 0, glog, NONE, tv * 2, k_tmp, "g.logits.bf16");
         }
-        uint32_t gno = mm(g, glog, g->par[g->head_par].w, g->T, g->h, g->vs, TT, "g.norm");
-        wgrad(g, "aten::mm", C_MM, 2.0 * (double)TV * (double)g->h, glog, hs->no, g->head_par);
+        uint32_t gno = mm(g, glog, g->par[g->head_par].w, g->T, g->h, g->vs, k_tmp, "g.norm");
+        wgrad(g, "aten::mm", C_MM, 2.0 * (double)tv * (double)g->h, glog, hs->no, g->head_par);
         allreduce(g, gno, g->tp);
         gy = rmsnorm_bwd(g, gno, hs->x, hs->rstd, hs->nr, g->normf_par, NONE);
     } else {
         set_scope(g, mb, "recv", NONE);
-        gy = ten(g, act, TT, 0, "g.y");
+        gy = ten(g, act, k_tmp, 0, "g.y");
         kb(g, "nccl:recv", C_COMM, 0);
         g->kfixed_s = g->recv_b ? g->recv_b[mb] : p2p_s(g, act);
         u(g, gy, W);
@@ -654,11 +656,11 @@ static void bwd_mb(struct gen *g, uint32_t mb) {
         allreduce(g, gy, g->tp);
         /* dense embedding gradient: zero-fill the whole table, scatter-add the rows */
         uint64_t tbl = g->vs * g->h;
-        struct param *P = &g->par[g->emb_par];
-        uint32_t dst = P->grad;
+        struct param *pa = &g->par[g->emb_par];
+        uint32_t dst = pa->grad;
         int acc = g->twritten[dst] != 0;
         if (acc) {
-            dst = ten(g, tbl * g->e, TT, 0, "g.table");
+            dst = ten(g, tbl * g->e, k_tmp, 0, "g.table");
         }
         kb(g, "aten::embedding_dense_backward", C_VEC, (double)(g->T * g->h));
         u(g, gy, R);
@@ -667,11 +669,11 @@ static void bwd_mb(struct gen *g, uint32_t mb) {
         (void)ke(g);
         if (acc) {
             kb(g, "aten::add_", C_VEC, (double)tbl);
-            u(g, P->grad, RW);
+            u(g, pa->grad, RW);
             u(g, dst, R);
             (void)ke(g);
         }
-        g->twritten[P->grad] = 1;
+        g->twritten[pa->grad] = 1;
     } else {
         set_scope(g, mb, "send", NONE);
         kb(g, "nccl:send", C_COMM, 0);
@@ -699,14 +701,14 @@ static void tail(struct gen *g) {
     }
     g->phase_flags = TIO_KERNEL_OPTIM;
     for (size_t i = 0; i < g->npar; i++) {
-        struct param *P = &g->par[i];
-        double n = (double)P->n;
+        struct param *pa = &g->par[i];
+        double n = (double)pa->n;
         if (g->p->fused_adamw) {
             kb(g, "aten::_fused_adamw_", C_VEC, 12.0 * n);
-            u(g, P->master, RW);
-            u(g, P->grad, R);
-            u(g, P->m, RW);
-            u(g, P->v, RW);
+            u(g, pa->master, RW);
+            u(g, pa->grad, R);
+            u(g, pa->m, RW);
+            u(g, pa->v, RW);
             (void)ke(g);
         } else {
             /* torch.optim.AdamW, _single_tensor_adamw: decoupled weight decay, moments,
@@ -715,20 +717,20 @@ static void tail(struct gen *g) {
                 (void)snprintf(g->scope, sizeof g->scope, "adamw%zu", i);
             }
             kb(g, "aten::mul_", C_VEC, n); /* param *= 1 - lr * wd */
-            u(g, P->master, RW);
+            u(g, pa->master, RW);
             (void)ke(g);
             kb(g, "aten::lerp_", C_VEC, 3 * n); /* exp_avg.lerp_(grad, 1 - beta1) */
-            u(g, P->m, RW);
-            u(g, P->grad, R);
+            u(g, pa->m, RW);
+            u(g, pa->grad, R);
             (void)ke(g);
             kb(g, "aten::mul_", C_VEC, n); /* exp_avg_sq *= beta2 */
-            u(g, P->v, RW);
+            u(g, pa->v, RW);
             (void)ke(g);
             kb(g, "aten::addcmul_", C_VEC, 3 * n); /* += (1 - beta2) grad^2 */
-            u(g, P->v, RW);
-            u(g, P->grad, R);
+            u(g, pa->v, RW);
+            u(g, pa->grad, R);
             (void)ke(g);
-            uint32_t den = ew(g, "aten::sqrt", n, P->v, NONE, P->n * 4, TIO_TENSOR_TEMP, "denom");
+            uint32_t den = ew(g, "aten::sqrt", n, pa->v, NONE, pa->n * 4, TIO_TENSOR_TEMP, "denom");
             kb(g, "aten::div_", C_VEC, n); /* / sqrt(bias_correction2) */
             u(g, den, RW);
             (void)ke(g);
@@ -736,16 +738,16 @@ static void tail(struct gen *g) {
             u(g, den, RW);
             (void)ke(g);
             kb(g, "aten::addcdiv_", C_VEC, 3 * n); /* param -= step * exp_avg / denom */
-            u(g, P->master, RW);
-            u(g, P->m, R);
+            u(g, pa->master, RW);
+            u(g, pa->m, R);
             u(g, den, R);
             (void)ke(g);
             g->scope[0] = '\0';
         }
         if (g->bf16) {
-            kb(g, "aten::copy_", C_VEC, (double)P->n);
-            u(g, P->master, R);
-            u(g, P->w, W);
+            kb(g, "aten::copy_", C_VEC, (double)pa->n);
+            u(g, pa->master, R);
+            u(g, pa->w, W);
             (void)ke(g);
         }
     }
@@ -756,6 +758,7 @@ static void tail(struct gen *g) {
 
 static void
 stage_layers(const struct tio_model_params *p, uint32_t stage, uint32_t *first, uint32_t *n) {
+    TIO_ASSERT(p->pp > 0); /* validated */
     uint32_t base = p->layers / p->pp, rem = p->layers % p->pp;
     *n = base + (stage < rem ? 1u : 0u);
     *first = stage * base + TIO_MIN(stage, rem);
@@ -823,6 +826,35 @@ struct stage_cost {
     size_t upre, uf, ub0, ub1, utail;
 };
 
+/* Counters at a point of the dry pass, to measure one segment. */
+struct mark {
+    uint64_t time_ns;
+    double flops;
+    size_t nk, nt, nu;
+};
+
+static void mark(const struct gen *g, struct mark *m) {
+    m->time_ns = g->time_ns;
+    m->flops = g->flops;
+    m->nk = g->nk;
+    m->nt = g->nt;
+    m->nu = g->nu;
+}
+
+static void snap(const struct gen *g,
+                 const struct mark *m,
+                 double *t,
+                 double *f,
+                 size_t *k,
+                 size_t *tn,
+                 size_t *un) {
+    *t = (double)(g->time_ns - m->time_ns) * 1e-9;
+    *f = g->flops - m->flops;
+    *k = g->nk - m->nk;
+    *tn = g->nt - m->nt;
+    *un = g->nu - m->nu;
+}
+
 static int dry_stage(const struct tio_model_params *p, uint32_t stage, struct stage_cost *c) {
     struct gen g;
     int rc = gen_init(&g, p, stage);
@@ -837,33 +869,16 @@ static int dry_stage(const struct tio_model_params *p, uint32_t stage, struct st
     uint64_t act = g.T * g.h * g.e;
     c->cf = stage > 0 ? (double)llround(p2p_s(&g, act) * 1e9) * 1e-9 : 0;
     c->cb = !g.last ? (double)llround(p2p_s(&g, act) * 1e9) * 1e-9 : 0;
-#define SNAP(t, f, k, tn, un)              \
-    do {                                   \
-        t = (double)g.time_ns * 1e-9 - t0; \
-        f = g.flops - f0;                  \
-        k = g.nk - k0;                     \
-        tn = g.nt - n0;                    \
-        un = g.nu - u0;                    \
-    } while (0)
-#define MARK()                         \
-    do {                               \
-        t0 = (double)g.time_ns * 1e-9; \
-        f0 = g.flops;                  \
-        k0 = g.nk;                     \
-        n0 = g.nt;                     \
-        u0 = g.nu;                     \
-    } while (0)
-    double t0 = 0, f0 = 0;
-    size_t k0 = 0, n0 = 0, u0 = 0;
+    struct mark mk;
     c->kpre = g.nk;
     c->tpre = g.nt;
     c->upre = g.nu;
-    MARK();
+    mark(&g, &mk);
     fwd_mb(&g, 0);
-    SNAP(c->tf, c->ff, c->kf, c->tf_, c->uf);
-    MARK();
+    snap(&g, &mk, &c->tf, &c->ff, &c->kf, &c->tf_, &c->uf);
+    mark(&g, &mk);
     bwd_mb(&g, 0);
-    SNAP(c->tb0, c->fb0, c->kb0, c->tb0_, c->ub0);
+    snap(&g, &mk, &c->tb0, &c->fb0, &c->kb0, &c->tb0_, &c->ub0);
     c->tb1 = c->tb0;
     c->fb1 = c->fb0;
     c->kb1 = c->kb0;
@@ -871,15 +886,13 @@ static int dry_stage(const struct tio_model_params *p, uint32_t stage, struct st
     c->ub1 = c->ub0;
     if (g.m > 1) {
         fwd_mb(&g, 1);
-        MARK();
+        mark(&g, &mk);
         bwd_mb(&g, 1);
-        SNAP(c->tb1, c->fb1, c->kb1, c->tb1_, c->ub1);
+        snap(&g, &mk, &c->tb1, &c->fb1, &c->kb1, &c->tb1_, &c->ub1);
     }
-    MARK();
+    mark(&g, &mk);
     tail(&g);
-    SNAP(c->tail, c->ftail, c->ktail, c->ttail, c->utail);
-#undef SNAP
-#undef MARK
+    snap(&g, &mk, &c->tail, &c->ftail, &c->ktail, &c->ttail, &c->utail);
     c->tf -= c->cf;
     c->tb0 -= c->cb;
     c->tb1 -= c->cb;
@@ -915,11 +928,11 @@ static int schedule(const struct tio_model_params *p,
                     double *recv_f,
                     double *recv_b,
                     double *makespan) {
-    uint32_t P = p->pp, m = p->global_batch / (p->micro_batch * p->dp);
-    size_t n = (size_t)P * m;
+    uint32_t npp = p->pp, m = p->global_batch / (p->micro_batch * p->dp);
+    size_t n = (size_t)npp * m;
     double *endf = tio_malloc(n * sizeof *endf), *endb = tio_malloc(n * sizeof *endb);
-    double *freet = tio_calloc(P, sizeof *freet);
-    uint32_t *ptr = tio_calloc(P, sizeof *ptr);
+    double *freet = tio_calloc(npp, sizeof *freet);
+    uint32_t *ptr = tio_calloc(npp, sizeof *ptr);
     int rc = 0;
     if (!endf || !endb || !freet || !ptr) {
         rc = tio_set_error(TIO_ENOMEM, "model: out of memory for the pipeline schedule");
@@ -930,11 +943,11 @@ static int schedule(const struct tio_model_params *p,
     }
     for (int progress = 1; progress;) {
         progress = 0;
-        for (uint32_t s = 0; s < P; s++) {
+        for (uint32_t s = 0; s < npp; s++) {
             while (ptr[s] < 2 * m) {
                 int bwd;
                 uint32_t mb;
-                op_at(P, s, m, ptr[s], &bwd, &mb);
+                op_at(npp, s, m, ptr[s], &bwd, &mb);
                 double t = freet[s], rdur = 0, dur;
                 if (!bwd) {
                     if (s > 0) {
@@ -950,7 +963,7 @@ static int schedule(const struct tio_model_params *p,
                         recv_f[mb] = rdur;
                     }
                 } else {
-                    if (s + 1 < P) {
+                    if (s + 1 < npp) {
                         double ready = endb[(size_t)(s + 1) * m + mb];
                         if (ready < 0) {
                             break;
@@ -970,7 +983,7 @@ static int schedule(const struct tio_model_params *p,
         }
     }
     *makespan = 0;
-    for (uint32_t s = 0; s < P; s++) {
+    for (uint32_t s = 0; s < npp; s++) {
         TIO_ASSERT(ptr[s] == 2 * m); /* 1F1B with non-blocking sends cannot deadlock */
         *makespan = fmax(*makespan, freet[s] + c[s].tail);
     }
@@ -988,6 +1001,90 @@ static int set_meta_u64(struct tio_trace *tr, const char *key, uint64_t v) {
     return tio_trace_set_meta(tr, key, buf);
 }
 
+/* Peak resident bytes: globals throughout, intermediates from first to last use. */
+static int liveness(const struct gen *g, uint64_t *global_bytes, uint64_t *peak, size_t *peak_k) {
+    int64_t *diff = tio_calloc(g->nk + 1, sizeof *diff);
+    if (!diff) {
+        return tio_set_error(TIO_ENOMEM, "model: out of memory");
+    }
+    *global_bytes = 0;
+    for (size_t t = 0; t < g->nt; t++) {
+        if (g->tglobal[t]) {
+            *global_bytes += g->tbytes[t];
+        } else if (g->tfirst[t] != UINT32_MAX) {
+            diff[g->tfirst[t]] += (int64_t)g->tbytes[t];
+            diff[(size_t)g->tlast[t] + 1] -= (int64_t)g->tbytes[t];
+        }
+    }
+    int64_t cur = 0, best = 0;
+    *peak_k = 0;
+    for (size_t k = 0; k < g->nk; k++) {
+        cur += diff[k];
+        if (cur > best) {
+            best = cur;
+            *peak_k = k;
+        }
+    }
+    *peak = (uint64_t)best;
+    tio_free(diff);
+    return 0;
+}
+
+/* Bytes one block saves for its backward (one micro-batch), from a block emitted on its own. */
+static int saved_per_block(const struct tio_model_params *p, uint32_t stage, uint64_t *out) {
+    struct blk s;
+    struct gen d;
+    int rc = gen_init(&d, p, stage);
+    if (rc >= 0) {
+        rc = emit_params(&d);
+    }
+    if (rc < 0) {
+        gen_fini(&d);
+        return rc;
+    }
+    uint32_t x = ten(&d, d.T * d.h * d.e, TIO_TENSOR_ACTIVATION, 0, "x");
+    block_fwd(&d, x, 0, 0, &s);
+    const uint32_t ids[] = { s.rstd1, s.n1,    s.n1o, s.qr,  s.krep, s.vrep, s.o,  s.lse, s.oc,
+                             s.hmid,  s.rstd2, s.n2,  s.n2o, s.gt,   s.ut,   s.sg, s.pr,  s.y };
+    *out = 0;
+    for (size_t i = 0; i < TIO_ARRAY_LEN(ids); i++) {
+        if (ids[i] == NONE || (d.ckpt && ids[i] != s.y)) {
+            continue; /* under checkpointing only the block output (next input) is kept */
+        }
+        *out += d.tbytes[ids[i]];
+    }
+    rc = d.rc;
+    gen_fini(&d);
+    return rc;
+}
+
+static int
+set_meta(struct tio_trace *tr, const struct tio_model_params *p, uint32_t me, double makespan) {
+    int rc;
+    char buf[64];
+    if ((rc = tio_trace_set_meta(tr, "model", p->model[0] ? p->model : "custom")) < 0 ||
+        (rc = tio_trace_set_meta(tr, "gpu", p->gpu.name[0] ? p->gpu.name : "custom")) < 0 ||
+        (rc = set_meta_u64(tr, "tokens_per_iteration", (uint64_t)p->global_batch * p->seq_len)) <
+            0 ||
+        (rc = set_meta_u64(tr, "rank", p->rank)) < 0 || (rc = set_meta_u64(tr, "pp", p->pp)) < 0 ||
+        (rc = set_meta_u64(tr, "tp", p->tp)) < 0 || (rc = set_meta_u64(tr, "dp", p->dp)) < 0 ||
+        (rc = set_meta_u64(tr, "stage", me)) < 0 ||
+        (rc = set_meta_u64(tr, "micro_batch", p->micro_batch)) < 0 ||
+        (rc = set_meta_u64(tr, "global_batch", p->global_batch)) < 0 ||
+        (rc = set_meta_u64(tr, "seq_len", p->seq_len)) < 0 ||
+        (rc = set_meta_u64(tr, "checkpointing", (uint64_t)p->checkpointing)) < 0 ||
+        (rc = tio_trace_set_meta(tr, "precision", tio_model_precision_name(p->precision))) < 0 ||
+        (rc = tio_trace_set_meta(tr, "source", "teraio model")) < 0 ||
+        (rc = set_meta_u64(tr, "capacity_bytes", p->gpu.memory_bytes)) < 0) {
+        return rc;
+    }
+    (void)snprintf(buf, sizeof buf, "%.6f", makespan);
+    if ((rc = tio_trace_set_meta(tr, "ideal_iteration_s", buf)) < 0) {
+        return rc;
+    }
+    return 0;
+}
+
 int tio_model_generate(const struct tio_model_params *p,
                        struct tio_trace **out,
                        struct tio_model_info *info) {
@@ -999,25 +1096,24 @@ int tio_model_generate(const struct tio_model_params *p,
     if (rc < 0) {
         return rc;
     }
-    uint32_t P = p->pp, m = p->global_batch / (p->micro_batch * p->dp);
+    uint32_t npp = p->pp, m = p->global_batch / (p->micro_batch * p->dp);
     uint32_t me = p->rank / (p->dp * p->tp);
-    if ((uint64_t)P * m > (UINT64_C(1) << 22)) {
+    if ((uint64_t)npp * m > (UINT64_C(1) << 22)) {
         return tio_set_error(TIO_EINVAL,
                              "model: pp x micro-batches = %llu is too large; use at most 4194304",
-                             (unsigned long long)P * m);
+                             (unsigned long long)npp * m);
     }
-    struct stage_cost *cost = tio_calloc(P, sizeof *cost);
+    struct stage_cost *cost = tio_calloc(npp, sizeof *cost);
     double *recv = tio_calloc(2 * (size_t)m, sizeof *recv);
     struct gen g;
     memset(&g, 0, sizeof g);
     struct tio_trace *tr = NULL;
-    int64_t *diff = NULL;
     if (!cost || !recv) {
         rc = tio_set_error(TIO_ENOMEM, "model: out of memory");
         goto fail;
     }
     double model_flops = 0;
-    for (uint32_t s = 0; s < P; s++) {
+    for (uint32_t s = 0; s < npp; s++) {
         if ((rc = dry_stage(p, s, &cost[s])) < 0) {
             goto fail;
         }
@@ -1070,14 +1166,14 @@ int tio_model_generate(const struct tio_model_params *p,
         g.cap = TIO_MIN(TIO_MIN(g.cap, c2), TIO_MIN(TIO_MIN(c3, c4), c5));
     }
     g.recv_f = me > 0 ? recv : NULL;
-    g.recv_b = me + 1 < P ? recv + m : NULL;
+    g.recv_b = me + 1 < npp ? recv + m : NULL;
     if ((rc = emit_params(&g)) < 0) {
         goto fail;
     }
     for (uint32_t j = 0; j < 2 * m && g.rc >= 0; j++) {
         int bwd;
         uint32_t mb;
-        op_at(P, me, m, j, &bwd, &mb);
+        op_at(npp, me, m, j, &bwd, &mb);
         if (bwd) {
             bwd_mb(&g, mb);
         } else {
@@ -1088,77 +1184,19 @@ int tio_model_generate(const struct tio_model_params *p,
     if ((rc = g.rc) < 0) {
         goto fail;
     }
-    /* liveness sweep: globals resident throughout, intermediates from first to last use */
-    diff = tio_calloc(g.nk + 1, sizeof *diff);
-    if (!diff) {
-        rc = tio_set_error(TIO_ENOMEM, "model: out of memory");
+    uint64_t global_bytes = 0, peak = 0, params_rank = 0;
+    size_t peak_k = 0;
+    if ((rc = liveness(&g, &global_bytes, &peak, &peak_k)) < 0) {
         goto fail;
-    }
-    uint64_t global_bytes = 0, params_rank = 0;
-    for (size_t t = 0; t < g.nt; t++) {
-        if (g.tglobal[t]) {
-            global_bytes += g.tbytes[t];
-        } else if (g.tfirst[t] != UINT32_MAX) {
-            diff[g.tfirst[t]] += (int64_t)g.tbytes[t];
-            diff[(size_t)g.tlast[t] + 1] -= (int64_t)g.tbytes[t];
-        }
     }
     for (size_t i = 0; i < g.npar; i++) {
         params_rank += g.par[i].n;
     }
-    int64_t cur = 0, peak = 0;
-    size_t peak_k = 0;
-    for (size_t k = 0; k < g.nk; k++) {
-        cur += diff[k];
-        if (cur > peak) {
-            peak = cur;
-            peak_k = k;
-        }
-    }
-    /* saved-for-backward bytes of one block (first block of the stage, one micro-batch) */
     uint64_t act_layer = 0;
-    {
-        struct blk s;
-        struct gen d;
-        if ((rc = gen_init(&d, p, me)) < 0 || (rc = emit_params(&d)) < 0) {
-            gen_fini(&d);
-            goto fail;
-        }
-        uint32_t x = ten(&d, d.T * d.h * d.e, TIO_TENSOR_ACTIVATION, 0, "x");
-        block_fwd(&d, x, 0, 0, &s);
-        const uint32_t ids[] = { s.rstd1, s.n1,    s.n1o, s.qr,  s.krep, s.vrep, s.o,  s.lse, s.oc,
-                                 s.hmid,  s.rstd2, s.n2,  s.n2o, s.gt,   s.ut,   s.sg, s.pr,  s.y };
-        for (size_t i = 0; i < TIO_ARRAY_LEN(ids); i++) {
-            if (ids[i] == NONE || (d.ckpt && ids[i] != s.y)) {
-                continue; /* under checkpointing only the block output (next input) is kept */
-            }
-            act_layer += d.tbytes[ids[i]];
-        }
-        rc = d.rc;
-        gen_fini(&d);
-        if (rc < 0) {
-            goto fail;
-        }
-    }
-    char buf[64];
-    if ((rc = tio_trace_set_meta(tr, "model", p->model[0] ? p->model : "custom")) < 0 ||
-        (rc = tio_trace_set_meta(tr, "gpu", p->gpu.name[0] ? p->gpu.name : "custom")) < 0 ||
-        (rc = set_meta_u64(tr, "tokens_per_iteration", (uint64_t)p->global_batch * p->seq_len)) <
-            0 ||
-        (rc = set_meta_u64(tr, "rank", p->rank)) < 0 || (rc = set_meta_u64(tr, "pp", p->pp)) < 0 ||
-        (rc = set_meta_u64(tr, "tp", p->tp)) < 0 || (rc = set_meta_u64(tr, "dp", p->dp)) < 0 ||
-        (rc = set_meta_u64(tr, "stage", me)) < 0 ||
-        (rc = set_meta_u64(tr, "micro_batch", p->micro_batch)) < 0 ||
-        (rc = set_meta_u64(tr, "global_batch", p->global_batch)) < 0 ||
-        (rc = set_meta_u64(tr, "seq_len", p->seq_len)) < 0 ||
-        (rc = set_meta_u64(tr, "checkpointing", (uint64_t)p->checkpointing)) < 0 ||
-        (rc = tio_trace_set_meta(tr, "precision", tio_model_precision_name(p->precision))) < 0 ||
-        (rc = tio_trace_set_meta(tr, "source", "teraio model")) < 0 ||
-        (rc = set_meta_u64(tr, "capacity_bytes", p->gpu.memory_bytes)) < 0) {
+    if ((rc = saved_per_block(p, me, &act_layer)) < 0) {
         goto fail;
     }
-    (void)snprintf(buf, sizeof buf, "%.6f", makespan);
-    if ((rc = tio_trace_set_meta(tr, "ideal_iteration_s", buf)) < 0) {
+    if ((rc = set_meta(tr, p, me, makespan)) < 0) {
         goto fail;
     }
     if ((rc = tio_trace_finish(tr)) < 0) {
@@ -1179,7 +1217,7 @@ int tio_model_generate(const struct tio_model_params *p,
         info->flops_per_iteration = g.flops;
         info->model_flops_per_iteration = model_flops;
         info->global_bytes = global_bytes;
-        info->peak_bytes = global_bytes + (uint64_t)peak;
+        info->peak_bytes = global_bytes + peak;
         info->peak_kernel = peak_k;
         info->capacity_bytes = p->gpu.memory_bytes;
         info->memory_ratio = (double)info->peak_bytes / (double)p->gpu.memory_bytes;
@@ -1194,7 +1232,6 @@ int tio_model_generate(const struct tio_model_params *p,
 fail:
     tio_trace_free(tr);
     gen_fini(&g);
-    tio_free(diff);
     tio_free(cost);
     tio_free(recv);
     return rc;

@@ -10,7 +10,7 @@
 #include "common/common_impl.h"
 #include "model/model_impl.h"
 
-#define GiB (1024.0 * 1024.0 * 1024.0)
+#define GIB (1024.0 * 1024.0 * 1024.0)
 
 /* Efficiency factors shared by every GPU preset (docs/model.md, "Efficiency factors"). */
 #define EFF_MM       0.75
@@ -30,7 +30,7 @@
 /* Datasheet peaks; tensor-core rates are the dense ones (half of the "with sparsity" figures). */
 static const struct tio_gpu gpu_presets[] = {
     { .name = "h100-nvl",
-      .memory_bytes = (uint64_t)(94 * GiB),
+      .memory_bytes = (uint64_t)(94 * GIB),
       .fp32_flops = 60e12,
       .tf32_flops = 417.5e12,
       .bf16_flops = 835e12,
@@ -38,7 +38,7 @@ static const struct tio_gpu gpu_presets[] = {
       .link_Bps = 300e9, /* NVLink bridge 600 GB/s bidirectional */
       GPU_COMMON },
     { .name = "h100-sxm",
-      .memory_bytes = (uint64_t)(80 * GiB),
+      .memory_bytes = (uint64_t)(80 * GIB),
       .fp32_flops = 67e12,
       .tf32_flops = 494.5e12,
       .bf16_flops = 989.5e12,
@@ -46,7 +46,7 @@ static const struct tio_gpu gpu_presets[] = {
       .link_Bps = 450e9, /* NVLink 4: 900 GB/s bidirectional */
       GPU_COMMON },
     { .name = "h200",
-      .memory_bytes = (uint64_t)(141 * GiB),
+      .memory_bytes = (uint64_t)(141 * GIB),
       .fp32_flops = 67e12,
       .tf32_flops = 494.5e12,
       .bf16_flops = 989.5e12,
@@ -54,7 +54,7 @@ static const struct tio_gpu gpu_presets[] = {
       .link_Bps = 450e9,
       GPU_COMMON },
     { .name = "a100-80gb",
-      .memory_bytes = (uint64_t)(80 * GiB),
+      .memory_bytes = (uint64_t)(80 * GIB),
       .fp32_flops = 19.5e12,
       .tf32_flops = 156e12,
       .bf16_flops = 312e12,

@@ -166,7 +166,7 @@ int cli_cmd_model(int argc, char **argv) {
     }
     if (strcmp(preset, "custom") == 0) {
         (void)snprintf(p.model, sizeof p.model, "custom");
-    } else if ((rc = tio_model_preset(preset, &p)) < 0) {
+    } else if (tio_model_preset(preset, &p) < 0) {
         cli_error(CMD, "%s", tio_last_error());
         return TIO_EXIT_INPUT;
     }
@@ -254,7 +254,7 @@ int cli_cmd_model(int argc, char **argv) {
             return TIO_EXIT_USAGE;
         }
     }
-    if (gpu && (rc = tio_gpu_preset(gpu, &p.gpu)) < 0) {
+    if (gpu && tio_gpu_preset(gpu, &p.gpu) < 0) {
         cli_error(CMD, "%s", tio_last_error());
         return TIO_EXIT_INPUT;
     }

@@ -96,8 +96,12 @@ TIO_API const char *tio_plan_policy_name(size_t i);
 /*
  * tio_plan_make: run a policy on a finished trace and hardware. An infeasible budget is not an
  * error: the plan is returned with feasible = 0 and the shortfall filled in. Errors: TIO_EINVAL
- * (bad hw: names the field; capacity below the largest kernel's working set: names the kernel
- * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ENOMEM.
+ * (bad hw or params: names the field), TIO_EINFEASIBLE (capacity below the largest kernel's
+ * working set, i.e. its active bytes plus the idle bytes that can never move: names the kernel
+ * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ESTATE (trace not finished), TIO_ENOMEM.
+ * Policies "lru", "none", "ideal", "zero-offload" and "zero-infinity" are modelled by the
+ * simulator: their plan holds no moves, only the policy name and the unplanned memory summary.
+ * Deterministic: the same inputs give the same moves (ties broken by tensor id, then start).
  */
 TIO_API TIO_MUST_CHECK int tio_plan_make(const struct tio_trace *trace,
                                          const struct tio_hw *hw,

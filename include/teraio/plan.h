@@ -84,9 +84,15 @@ struct tio_plan_params {
     int32_t early_prefetch;    /* 1: move prefetches earlier while memory allows (default 1) */
     double bandwidth_scale;    /* multiply every bandwidth (sweeps), default 1.0 */
     uint64_t min_tensor_bytes; /* never move tensors smaller than this (default 1 MiB) */
+    /* Added after the first API freeze (fields only grow at the end): */
+    int32_t clean_copies; /* 1: an offload whose tensor was not written since an earlier
+                             offload to the same tier is flagged TIO_MOVE_CLEAN and reserves
+                             no write bandwidth (teraio, teraio-mixed, teraio-ssd only;
+                             default 1). The executor / simulator then skips the write. */
 };
 
-/* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB. */
+/* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB,
+ * clean_copies 1. */
 TIO_API struct tio_plan_params tio_plan_params_default(void);
 
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */

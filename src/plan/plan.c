@@ -48,6 +48,7 @@ struct tio_plan_params tio_plan_params_default(void) {
         .early_prefetch = 1,
         .bandwidth_scale = 1.0,
         .min_tensor_bytes = UINT64_C(1) << 20,
+        .clean_copies = 1,
     };
     return p;
 }

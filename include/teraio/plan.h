@@ -79,8 +79,8 @@ struct tio_plan;
 
 struct tio_plan_params {
     const char *policy;        /* "teraio" (= teraio-mixed), "teraio-ssd", "teraio-mixed",
-                                  "teraio-paper", "g10", "lru", "none", "ideal", "zero-offload",
-                                  "zero-infinity" (default "teraio") */
+                                  "teraio-paper", "teraio-paper-ssd", "g10", "lru", "none",
+                                  "ideal", "zero-offload", "zero-infinity" (default "teraio") */
     int32_t early_prefetch;    /* 1: move prefetches earlier while memory allows (default 1) */
     double bandwidth_scale;    /* multiply every bandwidth (sweeps), default 1.0 */
     uint64_t min_tensor_bytes; /* never move tensors smaller than this (default 1 MiB) */
@@ -98,6 +98,8 @@ TIO_API struct tio_plan_params tio_plan_params_default(void);
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */
 TIO_API size_t tio_plan_policy_count(void);
 TIO_API const char *tio_plan_policy_name(size_t i);
+/* tio_plan_policy_help: one line describing policy i (NULL if out of range). Added later. */
+TIO_API const char *tio_plan_policy_help(size_t i);
 
 /*
  * tio_plan_make: run a policy on a finished trace and hardware. An infeasible budget is not an

@@ -26,6 +26,7 @@ static const struct policy policies[] = {
       "improved Algorithm 1: SSD first, host memory within the cap" },
     { "teraio-ssd", POL_TERAIO, TIO_VAR_SSD, "improved Algorithm 1, SSD only" },
     { "teraio-paper", POL_TERAIO, TIO_VAR_PAPER, "Algorithm 1 exactly as printed" },
+    { "teraio-paper-ssd", POL_TERAIO, TIO_VAR_PAPER_SSD, "Algorithm 1 as printed, SSD only" },
     { "g10", POL_TERAIO, TIO_VAR_G10, "G10: reducible area, no cost" },
     { "lru", POL_PASS, 0, "on-demand swapping (simulator)" },
     { "none", POL_PASS, 0, "no offloading (OOM if it does not fit)" },
@@ -33,6 +34,10 @@ static const struct policy policies[] = {
     { "zero-offload", POL_PASS, 0, "DeepSpeed ZeRO-Offload model (simulator)" },
     { "zero-infinity", POL_PASS, 0, "DeepSpeed ZeRO-Infinity model (simulator)" },
 };
+
+const char *tio_plan_policy_help(size_t i) {
+    return i < TIO_ARRAY_LEN(policies) ? policies[i].help : NULL;
+}
 
 size_t tio_plan_policy_count(void) {
     return TIO_ARRAY_LEN(policies);

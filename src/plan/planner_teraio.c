@@ -73,6 +73,10 @@ struct planner {
     uint32_t *wprefix;     /* per use: number of write uses before it in the tensor's list */
 };
 
+static int is_paper(int variant) {
+    return variant == TIO_VAR_PAPER || variant == TIO_VAR_PAPER_SSD;
+}
+
 /* ---- slots --------------------------------------------------------------------------------- */
 
 static double slot_free(const struct planner *p, int ch, size_t k) {
@@ -265,7 +269,7 @@ static double ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) 
         a -= n;
         b -= n;
     }
-    int paper = p->variant == TIO_VAR_PAPER || p->variant == TIO_VAR_G10;
+    int paper = is_paper(p->variant) || p->variant == TIO_VAR_G10;
     double r = 0;
     size_t l1 = (size_t)a, r1 = (size_t)TIO_MIN(b, (uint64_t)n);
     r += paper ? (double)s * tio_stree_crit(&p->mem, l1, r1, p->cap)
@@ -386,7 +390,7 @@ static double score_of(const struct planner *p, const struct tio_pperiod *q, dou
     if (p->variant == TIO_VAR_G10) {
         return benefit; /* G10: reducible area, no cost */
     }
-    if (p->variant == TIO_VAR_PAPER) {
+    if (is_paper(p->variant)) {
         return benefit / (double)q->bytes; /* Algorithm 1 line 11: max B / s */
     }
     return benefit / ((double)q->bytes * p->cost_per_byte); /* benefit / cost */
@@ -404,7 +408,7 @@ static double evaluate(struct planner *p, uint32_t pi, struct eval *chosen, doub
     }
     double bs = es.viable ? es.benefit : 0, bh = eh.viable ? eh.benefit : 0;
     *ub = score_of(p, q, TIO_MAX(bs, bh));
-    if (p->variant == TIO_VAR_PAPER || p->variant == TIO_VAR_G10) {
+    if (is_paper(p->variant) || p->variant == TIO_VAR_G10) {
         /* SSD whenever its path is viable; host memory only when SSD bandwidth is saturated */
         *chosen = es.viable ? es : eh;
     } else {
@@ -622,7 +626,7 @@ static int planner_init(struct planner *p,
     p->n = n;
     p->cap = (int64_t)m->capacity;
     p->use_ssd = m->bw[TIO_CH_SSD_W] > 0 && m->bw[TIO_CH_SSD_R] > 0;
-    p->use_host = variant != TIO_VAR_SSD && m->host_cap > 0;
+    p->use_host = variant != TIO_VAR_SSD && variant != TIO_VAR_PAPER_SSD && m->host_cap > 0;
     p->clean_copies =
         (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) && (!params || params->clean_copies);
     double bw_w = p->use_ssd ? m->bw[TIO_CH_SSD_W] : m->bw[TIO_CH_D2H];
@@ -929,7 +933,7 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         rc = TIO_ENOMEM;
         goto out;
     }
-    if (params->early_prefetch && variant != TIO_VAR_PAPER) {
+    if (params->early_prefetch && !is_paper(variant)) {
         relax_prefetches(&p, dropped);
     }
     if ((rc = emit(&p, dropped, plan)) < 0) {

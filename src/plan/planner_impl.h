@@ -117,9 +117,9 @@ int tio_planner_teraio(const struct tio_pmodel *m,
                        struct tio_plan *plan);
 
 enum tio_teraio_variant {
-    TIO_VAR_MIXED = 0, /* our planner, SSD then host */
-    TIO_VAR_SSD = 1,   /* our planner, SSD only */
-    TIO_VAR_PAPER = 2, /* Algorithm 1 as printed */
+    TIO_VAR_MIXED = 0,    /* our planner, SSD then host */
+    TIO_VAR_SSD = 1,      /* our planner, SSD only */
+    TIO_VAR_PAPER = 2,    /* Algorithm 1 as printed */
     TIO_VAR_G10 = 3,      /* G10: benefit without cost */
     TIO_VAR_PAPER_SSD = 4 /* Algorithm 1 as printed, SSD only (the paper's TeraIO-SSD) */
 };

@@ -95,7 +95,7 @@ int cli_cmd_hw(int argc, char **argv) {
             if (tio_hw_preset(tio_hw_preset_name(i), &hw) < 0) {
                 continue;
             }
-            char a[32], b[32];
+            char a[32], b[32], c[32];
             if (json) {
                 printf("%s\n  {\"name\": ", i ? "," : "");
                 cli_json_string(stdout, hw.name);
@@ -109,7 +109,7 @@ int cli_cmd_hw(int argc, char **argv) {
                 printf("%-22s %u x %-9s %9s, %u SSDs/GPU (%s), host cap %s\n", hw.name, hw.gpus,
                        hw.gpu, tio_format_bytes(hw.gpu_memory_bytes, a, sizeof a), hw.ssd_count,
                        tio_format_rate(tio_hw_ssd_write_Bps(&hw), b, sizeof b),
-                       tio_format_bytes(hw.host_offload_cap_bytes, a, sizeof a));
+                       tio_format_bytes(hw.host_offload_cap_bytes, c, sizeof c));
             }
         }
         if (json) {

@@ -59,13 +59,13 @@ int cli_cmd_plan(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE()                                          \
-    do {                                                      \
-        if (!val) {                                           \
+#define NEED_VALUE()                                            \
+    do {                                                        \
+        if (!val) {                                             \
             cli_error(CMD, "%s needs a value (see --help)", a); \
-            return TIO_EXIT_USAGE;                            \
-        }                                                     \
-        i++;                                                  \
+            return TIO_EXIT_USAGE;                              \
+        }                                                       \
+        i++;                                                    \
     } while (0)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             plan_usage(stdout);
@@ -227,9 +227,8 @@ int cli_cmd_plan(int argc, char **argv) {
         printf("  \"verified\": %s\n}\n", verify ? "true" : "false");
     } else {
         char a[32], b[32], c[32], d[32], e[32], t[32];
-        printf("policy %s on %s: %zu moves (%zu offloads) in %s\n", tio_plan_policy(plan),
-               hw.name, s.n_moves, s.n_offloads,
-               tio_format_duration(s.planning_seconds, t, sizeof t));
+        printf("policy %s on %s: %zu moves (%zu offloads) in %s\n", tio_plan_policy(plan), hw.name,
+               s.n_moves, s.n_offloads, tio_format_duration(s.planning_seconds, t, sizeof t));
         printf("planned peak %s of %s capacity; to SSD %s, to host %s per iteration\n",
                tio_format_bytes(s.planned_peak_bytes, a, sizeof a),
                tio_format_bytes(s.capacity_bytes, b, sizeof b),

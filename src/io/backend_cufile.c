@@ -23,6 +23,7 @@ struct cufile_state {
     const struct tio_cufile_api *cf;
     const int *fds;
     uint32_t nfds;
+    int direct;                 /* files opened with O_DIRECT */
     tio_cufile_handle *handles; /* per file; NULL: POSIX fallback */
     int driver_open;
 };
@@ -45,7 +46,10 @@ static int64_t cufile_do(void *ctx, const struct tio_io_req *r, uint32_t worker)
     if (r->mem != TIO_MEM_DEVICE)
         return tio_posix_io(fd, r);
     tio_cufile_handle h = st->handles[r->file];
-    if (!h)
+    /* cuFile on an O_DIRECT file wants 4 KiB aligned offsets, sizes and buffers: the
+     * (small) unaligned tail of a tensor goes through a bounce buffer instead */
+    int unaligned = ((uintptr_t)r->buf | r->off | r->len) % TIO_IO_ALIGN != 0;
+    if (!h || (st->direct && unaligned))
         return tio_bounce_io(&st->bounce, fd, r, worker);
     ssize_t n;
     do {
@@ -97,6 +101,7 @@ static int cufile_init(const struct tio_io_config *cfg, void **state) {
     st->cf = tio_cufile();
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
+    st->direct = cfg->direct;
     st->handles = tio_calloc(cfg->nfds ? cfg->nfds : 1, sizeof(*st->handles));
     int rc = st->handles ? 0 : TIO_ENOMEM;
     if (rc >= 0) {

@@ -596,7 +596,7 @@ static void complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
                 request_fail(e, rq, TIO_ENOMEM, pc.chunk, pc.attempts, "out of memory");
         } else {
             request_fail(e, rq, rq->op == TIO_IO_OP_READ ? TIO_EIO : err, pc.chunk, pc.attempts + 1,
-                         res == 0 ? "transfer moved 0 bytes" : tio_strerror((int)err));
+                         res == 0 ? "transfer moved 0 bytes" : "transfer failed");
         }
     }
     if (o->stage >= 0)
@@ -685,6 +685,9 @@ static uint32_t build_batch(struct tio_engine *e, struct batch_item *batch, uint
                 else
                     staged = 1;
             }
+        } else if (e->files[fi].direct && len > TIO_IO_ALIGN && len % TIO_IO_ALIGN) {
+            /* device memory: the backend bounces unaligned pieces; keep those small */
+            len &= ~(uint64_t)(TIO_IO_ALIGN - 1);
         }
         if (staged) {
             if (!e->nstage_free) { /* cannot happen: one stage per op slot */

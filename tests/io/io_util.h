@@ -42,14 +42,16 @@ static inline int io_dir_entries(const char *dir) {
     return n;
 }
 
-/* Independent pattern: xorshift64* bytes from a seed. */
+/* Independent pattern: xorshift64* words from a seed (8 bytes per step, little-endian). */
 static inline void io_fill(unsigned char *p, uint64_t n, uint64_t seed) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (uint64_t i = 0; i < n; i++) {
+    for (uint64_t i = 0; i < n; i += 8) {
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
-        p[i] = (unsigned char)((x * 0x2545F4914F6CDD1Dull) >> 56);
+        uint64_t w = x * 0x2545F4914F6CDD1Dull;
+        size_t k = n - i < 8 ? (size_t)(n - i) : 8;
+        memcpy(p + i, &w, k);
     }
 }
 

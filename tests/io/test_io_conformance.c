@@ -33,7 +33,7 @@ static const uint64_t sizes[] = { 1,
                                   1 << 20,
                                   (1 << 20) + 3 * 4096 + 1,
                                   5u << 20 };
-static const unsigned misalign[] = { 0, 1, 64, 4095 };
+static const unsigned misalign[] = { 0, 1, 4095 };
 #define NS TIO_ARRAY_LEN(sizes)
 #define NM TIO_ARRAY_LEN(misalign)
 
@@ -344,7 +344,7 @@ static void threads_on(const char *backend) {
         args[t].e = e;
         args[t].index = t;
         for (int i = 0; i < 32; i++) {
-            args[t].sizes[i] = 1 + (uint64_t)((t * 7919 + i * 104729) % (300 * 1024));
+            args[t].sizes[i] = 1 + (uint64_t)((t * 7919 + i * 104729) % (160 * 1024));
             args[t].bufs[i] = tio_malloc(args[t].sizes[i]); /* malloc alignment only */
             io_fill(args[t].bufs[i], args[t].sizes[i], (uint64_t)(t * 100 + i));
         }

@@ -91,24 +91,24 @@ struct tio_sim_result {
     double io_busy_s;         /* time with at least one transfer running */
     double tokens_per_s;      /* trace metadata tokens_per_iteration / iteration_s (0 unknown) */
     double tokens_per_iteration;
-    uint64_t bytes[TIO_SIM_CHANNEL_COUNT];     /* bytes moved per channel in the iteration */
-    double busy_s[TIO_SIM_CHANNEL_COUNT];      /* time each channel carried data */
-    double peak_Bps[TIO_SIM_CHANNEL_COUNT];    /* highest binned bandwidth */
-    uint64_t gpu_peak_bytes;                   /* max GPU memory in use */
-    uint64_t host_peak_bytes;                  /* max host memory used by offloading */
-    uint64_t capacity_bytes;                   /* the GPU capacity simulated against */
-    uint64_t ssd_bytes_written;                /* per iteration (SSD write channel) */
-    double drive_life_years;                   /* rated TBW * ssd_count / write rate; 0 if
-                                                  nothing is written or TBW unknown */
-    uint64_t n_moves_issued;                   /* moves started in the iteration */
-    uint64_t n_moves_skipped;                  /* no-ops: prefetch of a resident tensor ... */
-    uint64_t n_moves_late;                     /* finished after their deadline kernel began */
-    uint64_t n_demand_fetches;                 /* fetches the plan did not ask for */
-    int32_t oom;                               /* enum tio_sim_oom_kind (0: none) */
-    uint64_t oom_kernel;                       /* kernel index where it happened */
-    uint64_t oom_bytes;                        /* bytes needed beyond the capacity */
-    uint32_t oom_iteration;                    /* 0-based iteration (warm-up ones included) */
-    double sim_wall_s;                         /* wall time of the simulation itself */
+    uint64_t bytes[TIO_SIM_CHANNEL_COUNT];  /* bytes moved per channel in the iteration */
+    double busy_s[TIO_SIM_CHANNEL_COUNT];   /* time each channel carried data */
+    double peak_Bps[TIO_SIM_CHANNEL_COUNT]; /* highest binned bandwidth */
+    uint64_t gpu_peak_bytes;                /* max GPU memory in use */
+    uint64_t host_peak_bytes;               /* max host memory used by offloading */
+    uint64_t capacity_bytes;                /* the GPU capacity simulated against */
+    uint64_t ssd_bytes_written;             /* per iteration (SSD write channel) */
+    double drive_life_years;                /* rated TBW * ssd_count / write rate; 0 if
+                                               nothing is written or TBW unknown */
+    uint64_t n_moves_issued;                /* moves started in the iteration */
+    uint64_t n_moves_skipped;               /* no-ops: prefetch of a resident tensor ... */
+    uint64_t n_moves_late;                  /* finished after their deadline kernel began */
+    uint64_t n_demand_fetches;              /* fetches the plan did not ask for */
+    int32_t oom;                            /* enum tio_sim_oom_kind (0: none) */
+    uint64_t oom_kernel;                    /* kernel index where it happened */
+    uint64_t oom_bytes;                     /* bytes needed beyond the capacity */
+    uint32_t oom_iteration;                 /* 0-based iteration (warm-up ones included) */
+    double sim_wall_s;                      /* wall time of the simulation itself */
 };
 
 struct tio_sim;

@@ -164,8 +164,9 @@ int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t 
     for (size_t i = 0; i < n; i++) {
         const struct tio_move *m = &moves[i];
         if (m->tensor >= v->n_tensors) {
-            return tio_set_error(TIO_EINVAL, "sim: move %zu: tensor %u out of range (n_tensors %zu)",
-                                 i, m->tensor, v->n_tensors);
+            return tio_set_error(TIO_EINVAL,
+                                 "sim: move %zu: tensor %u out of range (n_tensors %zu)", i,
+                                 m->tensor, v->n_tensors);
         }
         if (m->from < 0 || m->from >= TIO_TIER_COUNT || m->to < 0 || m->to >= TIO_TIER_COUNT ||
             m->from == m->to) {
@@ -176,8 +177,8 @@ int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t 
             return tio_set_error(TIO_EINVAL,
                                  "sim: move %zu: trigger %llu / deadline %llu outside [0, %zu) / "
                                  "[trigger, trigger + %zu]",
-                                 i, (unsigned long long)m->trigger,
-                                 (unsigned long long)m->deadline, N, N);
+                                 i, (unsigned long long)m->trigger, (unsigned long long)m->deadline,
+                                 N, N);
         }
     }
     v->moves = tio_malloc(n * sizeof *v->moves);
@@ -390,7 +391,8 @@ int tio_sim_run(const struct tio_trace *trace,
     if (rc < 0) {
         goto fail;
     }
-    uint64_t cap = p.capacity_bytes ? p.capacity_bytes : hw->gpu_memory_bytes - hw->gpu_reserve_bytes;
+    uint64_t cap =
+        p.capacity_bytes ? p.capacity_bytes : hw->gpu_memory_bytes - hw->gpu_reserve_bytes;
     v.capacity = cap;
     if (strcmp(policy, "ideal") == 0) {
         v.capacity = UINT64_MAX;

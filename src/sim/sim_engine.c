@@ -36,8 +36,8 @@ static const uint32_t path_mask[NPATH] = {
 };
 /* Channel that names the timeline track of a path. */
 static const int32_t path_track[NPATH] = {
-    [P_D2H] = TIO_SIM_PCIE_D2H,      [P_H2D] = TIO_SIM_PCIE_H2D,
-    [P_GPU_SSD] = TIO_SIM_SSD_WRITE, [P_SSD_GPU] = TIO_SIM_SSD_READ,
+    [P_D2H] = TIO_SIM_PCIE_D2H,       [P_H2D] = TIO_SIM_PCIE_H2D,
+    [P_GPU_SSD] = TIO_SIM_SSD_WRITE,  [P_SSD_GPU] = TIO_SIM_SSD_READ,
     [P_HOST_SSD] = TIO_SIM_SSD_WRITE, [P_SSD_HOST] = TIO_SIM_SSD_READ,
 };
 
@@ -214,8 +214,8 @@ static int xfer_new(struct eng *e, uint32_t *out) {
 }
 
 /* Start moving tensor t along `path`. */
-static int xfer_start(struct eng *e, uint32_t t, int path, int from, int to, int urgent,
-                      uint64_t deadline_g) {
+static int
+xfer_start(struct eng *e, uint32_t t, int path, int from, int to, int urgent, uint64_t deadline_g) {
     uint32_t id = 0;
     int rc = xfer_new(e, &id);
     if (rc < 0) {
@@ -787,7 +787,8 @@ static int eng_init(struct eng *e) {
     const struct tio_hw *hw = e->hw;
     const struct tio_sim_params *p = e->p;
     double eff = hw->ssd_efficiency > 0 ? hw->ssd_efficiency : 1.0;
-    e->bw[TIO_SIM_SSD_READ] = (double)hw->ssd_count * hw->ssd_read_Bps * eff * p->ssd_bandwidth_scale;
+    e->bw[TIO_SIM_SSD_READ] =
+        (double)hw->ssd_count * hw->ssd_read_Bps * eff * p->ssd_bandwidth_scale;
     e->bw[TIO_SIM_SSD_WRITE] =
         (double)hw->ssd_count * hw->ssd_write_Bps * eff * p->ssd_bandwidth_scale;
     e->bw[TIO_SIM_PCIE_H2D] = hw->pcie_h2d_Bps * p->pcie_bandwidth_scale;

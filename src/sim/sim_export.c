@@ -146,14 +146,16 @@ int tio_sim_write_timeline(const struct tio_sim *sim, const char *path) {
     }
     /* trace-event format: ts/dur in microseconds; pid 1 = GPU, tid 0 compute, 1.. channels */
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"teraio "
-               "sim (%s)\"}},\n",
+    fprintf(f,
+            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"teraio "
+            "sim (%s)\"}},\n",
             sim->policy);
     fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":"
                "\"compute\"}}");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{"
-                   "\"name\":\"%s\"}}",
+        fprintf(f,
+                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{"
+                "\"name\":\"%s\"}}",
                 c + 1, tio_sim_channel_name(c));
     }
     if (!sim->r.oom) {
@@ -162,23 +164,27 @@ int tio_sim_write_timeline(const struct tio_sim *sim, const char *path) {
             const char *name = id < sim->n_names && sim->names[id] ? sim->names[id] : "kernel";
             fprintf(f, ",\n{\"name\":");
             json_str(f, name);
-            fprintf(f, ",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,\"args\":{"
-                       "\"kernel\":%zu,\"stall_us\":%.3f}}",
+            fprintf(f,
+                    ",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,\"args\":{"
+                    "\"kernel\":%zu,\"stall_us\":%.3f}}",
                     sim->k_start_s[k] * 1e6, sim->k_dur_s[k] * 1e6, k, sim->k_stall_s[k] * 1e6);
-            fprintf(f, ",\n{\"name\":\"gpu_memory\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,\"args\":{"
-                       "\"bytes\":%llu}}",
+            fprintf(f,
+                    ",\n{\"name\":\"gpu_memory\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,\"args\":{"
+                    "\"bytes\":%llu}}",
                     sim->k_start_s[k] * 1e6, (unsigned long long)sim->k_gpu[k]);
         }
         for (size_t i = 0; i < sim->n_spans; i++) {
             const struct sim_span *s = &sim->spans[i];
-            fprintf(f, ",\n{\"name\":\"%s t%u\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-                       "\"dur\":%.3f,\"args\":{\"tensor\":%u,\"bytes\":%llu,\"urgent\":%d}}",
+            fprintf(f,
+                    ",\n{\"name\":\"%s t%u\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                    "\"dur\":%.3f,\"args\":{\"tensor\":%u,\"bytes\":%llu,\"urgent\":%d}}",
                     s->prefetch ? "prefetch" : "offload", s->tensor, s->channel + 1, s->t0 * 1e6,
                     (s->t1 - s->t0) * 1e6, s->tensor, (unsigned long long)s->bytes, s->urgent);
         }
         for (size_t i = 0; i < sim->n_bins; i++) {
-            fprintf(f, ",\n{\"name\":\"bandwidth_GBps\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
-                       "\"args\":{",
+            fprintf(f,
+                    ",\n{\"name\":\"bandwidth_GBps\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
+                    "\"args\":{",
                     (double)i * sim->bin_s * 1e6);
             for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
                 fprintf(f, "%s\"%s\":%.4f", c ? "," : "", tio_sim_channel_name(c),

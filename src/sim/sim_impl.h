@@ -39,9 +39,9 @@ struct sim_view {
     uint64_t *last_use;         /* [T] last non-skipped use */
     struct tio_move *moves;     /* sorted by trigger, owned */
     size_t n_moves;
-    uint64_t capacity;   /* GPU bytes; UINT64_MAX = unlimited */
-    int lru;             /* 1: evict least-recently-used tensors on demand */
-    double ideal_s;      /* sum of the trace's kernel durations */
+    uint64_t capacity;          /* GPU bytes; UINT64_MAX = unlimited */
+    int lru;                    /* 1: evict least-recently-used tensors on demand */
+    double ideal_s;             /* sum of the trace's kernel durations */
     uint64_t host_static_bytes; /* host memory the policy holds besides offloads (per GPU) */
     uint64_t host_limit_bytes;  /* per-GPU host memory available to the policy */
 };
@@ -60,14 +60,14 @@ struct tio_sim {
     char policy[32];
     struct tio_sim_result r;
     size_t n_kernels;
-    double *k_start_s;   /* [N] */
-    double *k_stall_s;   /* [N] */
-    double *k_dur_s;     /* [N] */
-    uint64_t *k_gpu;     /* [N] */
-    uint32_t *k_name;    /* [N] string ids, for the timeline */
-    char **names;        /* [n_names] copied kernel names (timeline) */
+    double *k_start_s; /* [N] */
+    double *k_stall_s; /* [N] */
+    double *k_dur_s;   /* [N] */
+    uint64_t *k_gpu;   /* [N] */
+    uint32_t *k_name;  /* [N] string ids, for the timeline */
+    char **names;      /* [n_names] copied kernel names (timeline) */
     size_t n_names;
-    double *bins;        /* [n_bins * TIO_SIM_CHANNEL_COUNT] bytes per bin, then bytes/s */
+    double *bins; /* [n_bins * TIO_SIM_CHANNEL_COUNT] bytes per bin, then bytes/s */
     size_t n_bins, cap_bins;
     double bin_s;
     struct sim_span *spans;

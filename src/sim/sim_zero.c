@@ -44,7 +44,7 @@ static long layer_of(const char *name) {
 
 struct zev {
     uint32_t group;
-    uint64_t k;     /* first kernel of the event */
+    uint64_t k;      /* first kernel of the event */
     uint8_t release; /* release the group at the next event's kernel */
     uint8_t fetch;   /* fetch the group for this event */
 };

@@ -405,7 +405,7 @@ static int xfer_complete(struct eng *e, uint32_t id) {
         }
     } else if (x->to == TIO_TIER_GPU) { /* prefetch */
         s->state = ST_GPU;
-        if (x->from == TIO_TIER_HOST) {
+        if (x->from == TIO_TIER_HOST && !(e->v->tflags[t] & SV_HOSTCOPY)) {
             e->host_used -= s->host_bytes;
             s->host_bytes = 0;
             s->valid[TIO_TIER_HOST] = 0;
@@ -820,7 +820,7 @@ static int eng_init(struct eng *e) {
             s->state = ST_OFF;
             s->tier = v->init_tier[t];
             s->valid[s->tier] = 1;
-            if (s->tier == TIO_TIER_HOST) {
+            if (s->tier == TIO_TIER_HOST && !(f & SV_HOSTCOPY)) {
                 s->host_bytes = v->bytes[t];
                 e->host_used += v->bytes[t];
             }

@@ -16,7 +16,9 @@ enum {
     SV_EXTERNAL = 1u << 1, /* never on the GPU (ZeRO: optimizer state kept by the host) */
     SV_FRESH = 1u << 2,    /* a write-only use re-creates it: no fetch (ZeRO gradients) */
     SV_PINNED = 1u << 3,   /* never evicted by LRU */
-    SV_INIT_OFF = 1u << 4  /* starts off the GPU, in tier init_tier */
+    SV_INIT_OFF = 1u << 4, /* starts off the GPU, in tier init_tier */
+    SV_HOSTCOPY = 1u << 5  /* its host copy persists (ZeRO's parameter partition): fetching
+                              it does not free host memory, which the policy counts itself */
 };
 
 /*

@@ -23,7 +23,7 @@
 /* Layer number in a parameter name ("layers.12.attn.wq", "h.3.mlp", "blocks.7"), or -1. */
 static long layer_of(const char *name) {
     static const char *const keys[] = { "layers.", "layer.", "layers_", "layer_", "blocks.",
-                                        "block.",  "h.",     "layer",   "block" };
+                                        "block.",  "h.",     "layer",   "block",  "L" };
     if (!name) {
         return -1;
     }
@@ -123,14 +123,16 @@ static int weight_groups(const struct sim_view *v,
     return 0;
 }
 
-/* ZeRO-Infinity: layer-granular fetches with a fixed depth, clean releases. */
-static int infinity_moves(struct sim_view *v,
-                          const struct tio_trace *trace,
-                          const struct tio_trace_view *tv,
-                          const struct tio_sim_params *p,
-                          struct tio_move **mv,
-                          size_t *n_mv,
-                          size_t *cap_mv) {
+/* ZeRO-3 parameter streaming: layer-granular fetches from `tier` with a fixed depth, clean
+ * releases. */
+static int stream_moves(struct sim_view *v,
+                        int tier,
+                        const struct tio_trace *trace,
+                        const struct tio_trace_view *tv,
+                        const struct tio_sim_params *p,
+                        struct tio_move **mv,
+                        size_t *n_mv,
+                        size_t *cap_mv) {
     size_t N = v->n_kernels, T = v->n_tensors;
     uint32_t layers = p->zero_layers;
     const char *nl = tio_trace_get_meta(trace, "n_layers");
@@ -242,7 +244,7 @@ static int infinity_moves(struct sim_view *v,
             }
             if (ev[e].fetch) {
                 struct tio_move m = { .tensor = (uint32_t)t,
-                                      .from = TIO_TIER_SSD,
+                                      .from = tier,
                                       .to = TIO_TIER_GPU,
                                       .flags = fp < 0 ? TIO_MOVE_WRAPS : 0,
                                       .trigger = (uint64_t)(fp < 0 ? fp + (int64_t)N : fp),
@@ -253,7 +255,7 @@ static int infinity_moves(struct sim_view *v,
             if (rc == 0 && ev[e].release) {
                 struct tio_move m = { .tensor = (uint32_t)t,
                                       .from = TIO_TIER_GPU,
-                                      .to = TIO_TIER_SSD,
+                                      .to = tier,
                                       .flags = TIO_MOVE_CLEAN,
                                       .trigger = ev[e + 1].k,
                                       .deadline = ev[e + 1].k,
@@ -284,7 +286,7 @@ int sim_zero_build(struct sim_view *v,
         dtype_bytes = strtod(db, NULL);
     }
     double scale = p->zero_bytes_scale;
-    uint64_t w_trace = 0, w_zero = 0, g_zero = 0;
+    uint64_t w_trace = 0, g_zero = 0;
     for (size_t t = 0; t < T; t++) {
         int32_t kind = tv.tensor_kind[t];
         if (kind == TIO_TENSOR_OPTIM_STATE) {
@@ -295,7 +297,6 @@ int sim_zero_build(struct sim_view *v,
         v->bytes[t] = b ? b : 1;
         if (kind == TIO_TENSOR_WEIGHT) {
             w_trace += tv.tensor_bytes[t];
-            w_zero += v->bytes[t];
         } else if (kind == TIO_TENSOR_GRAD) {
             g_zero += v->bytes[t];
         }
@@ -322,7 +323,6 @@ int sim_zero_build(struct sim_view *v,
     double eff = hw->ssd_efficiency > 0 ? hw->ssd_efficiency : 1.0;
     double ssd_r = (double)hw->ssd_count * hw->ssd_read_Bps * eff * p->ssd_bandwidth_scale;
     double ssd_w = (double)hw->ssd_count * hw->ssd_write_Bps * eff * p->ssd_bandwidth_scale;
-    double h2d = hw->pcie_h2d_Bps * p->pcie_bandwidth_scale;
     double t_opt;
     if (infinity) {
         /* m, v and fp32 master weights (12 B/param) read and written back, fp16 params written */
@@ -334,7 +334,7 @@ int sim_zero_build(struct sim_view *v,
         v->host_static_bytes = (uint64_t)(4.0 * params) + (uint64_t)(18.0 * 540e6 * 2.0) +
                                (uint64_t)(4.0 * 16.0 * 1e8);
     } else {
-        t_opt = t_adam + (double)w_zero / h2d;
+        t_opt = t_adam; /* updates the host partition in place: nothing to copy back */
         /* DeepSpeed's estimator for offload_optimizer=cpu: 16 B/param (fp32 master, m, v, fp32
          * grads) x 1.5 buffer factor; gradients are counted when they arrive */
         double need = 24.0 * params - (double)g_zero;
@@ -365,14 +365,17 @@ int sim_zero_build(struct sim_view *v,
                               .bytes = v->bytes[t] };
         rc = add_move(&mv, &n_mv, &cap_mv, &m);
     }
-    if (rc == 0 && infinity) {
+    if (rc == 0) {
+        /* ZeRO-3 (Table 4: stage 3): the parameter partition lives on the host (Offload) or on
+         * NVMe (Infinity) and is fetched layer by layer */
+        int tier = infinity ? TIO_TIER_SSD : TIO_TIER_HOST;
         for (size_t t = 0; t < T; t++) {
             if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT) {
-                v->tflags[t] |= SV_INIT_OFF;
-                v->init_tier[t] = TIO_TIER_SSD;
+                v->tflags[t] |= SV_INIT_OFF | (infinity ? 0 : SV_HOSTCOPY);
+                v->init_tier[t] = (int8_t)tier;
             }
         }
-        rc = infinity_moves(v, trace, &tv, p, &mv, &n_mv, &cap_mv);
+        rc = stream_moves(v, tier, trace, &tv, p, &mv, &n_mv, &cap_mv);
     }
     if (rc == 0) {
         rc = sim_view_set_moves(v, mv, n_mv);

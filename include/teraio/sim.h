@@ -68,7 +68,12 @@ struct tio_sim_params {
                                     (default 0; per-kernel series are always kept) */
     /* Baseline parameters (docs/baselines.md gives their sources and the calibration). */
     double cpu_adam_params_per_core_s; /* CPU Adam throughput per core, parameters/s */
-    uint32_t zero_prefetch_layers;     /* ZeRO-Infinity: layers fetched ahead of compute */
+    uint32_t zero_prefetch_layers;     /* ZeRO: layers fetched ahead of compute (0: a layer's
+                                          parameters are fetched when it starts) */
+    double zero_offload_fetch_Bps;     /* ZeRO-Offload: effective host->GPU parameter fetch
+                                          rate (calibrated) */
+    double zero_infinity_fetch_Bps;    /* ZeRO-Infinity: effective NVMe->GPU parameter fetch
+                                          rate (calibrated) */
     double zero_bytes_scale;           /* ZeRO's bytes per value / the trace's (fp16 vs fp32:
                                           0.5) for parameters, gradients and activations */
     uint32_t zero_layers;              /* layer count for layer-granular fetches; 0 = from the

@@ -9,8 +9,10 @@
 #include "sim/sim_impl.h"
 
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
-#define TIO_SIM_CPU_ADAM_PER_CORE 5.0e7
-#define TIO_SIM_ZERO_PREFETCH     2
+#define TIO_SIM_CPU_ADAM_PER_CORE 2.4e8
+#define TIO_SIM_ZERO_PREFETCH     0
+#define TIO_SIM_ZERO_OFFLOAD_BPS  2.25e9
+#define TIO_SIM_ZERO_INFINITY_BPS 3.1e9
 
 struct tio_sim_params tio_sim_params_default(void) {
     struct tio_sim_params p;
@@ -26,6 +28,8 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.record_timeline = 0;
     p.cpu_adam_params_per_core_s = TIO_SIM_CPU_ADAM_PER_CORE;
     p.zero_prefetch_layers = TIO_SIM_ZERO_PREFETCH;
+    p.zero_offload_fetch_Bps = TIO_SIM_ZERO_OFFLOAD_BPS;
+    p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
     p.zero_bytes_scale = 0.5;
     p.zero_layers = 0;
     return p;
@@ -236,7 +240,8 @@ static int check_params(const struct tio_sim_params *p) {
         return tio_set_error(TIO_EINVAL, "sim: params: bins %u outside [1, 1000000]", p->bins);
     }
     if (!(p->host_latency_s >= 0) || !(p->cpu_adam_params_per_core_s > 0) ||
-        !(p->zero_bytes_scale > 0) || p->iterations_per_day < 0) {
+        !(p->zero_bytes_scale > 0) || p->iterations_per_day < 0 ||
+        !(p->zero_offload_fetch_Bps > 0) || !(p->zero_infinity_fetch_Bps > 0)) {
         return tio_set_error(TIO_EINVAL, "sim: params: negative latency, rate or scale");
     }
     return 0;
@@ -407,9 +412,17 @@ int tio_sim_run(const struct tio_trace *trace,
         goto fail;
     }
     sim->bin_s = v.ideal_s > 0 ? v.ideal_s / (double)p.bins : 1.0;
-    rc = sim_engine_run(&v, hw, &p, sim);
-    if (rc < 0) {
-        goto fail;
+    if (v.host_limit_bytes && v.host_static_bytes > v.host_limit_bytes) {
+        /* the policy cannot even start: DeepSpeed allocates its host buffers at init */
+        sim->r.capacity_bytes = v.capacity;
+        sim->r.oom = TIO_SIM_OOM_HOST;
+        sim->r.oom_bytes = v.host_static_bytes - v.host_limit_bytes;
+        sim->r.host_peak_bytes = v.host_static_bytes;
+    } else {
+        rc = sim_engine_run(&v, hw, &p, sim);
+        if (rc < 0) {
+            goto fail;
+        }
     }
     if (strcmp(policy, "ideal") == 0) {
         sim->r.capacity_bytes = cap;

@@ -665,8 +665,8 @@ static int try_start(struct eng *e) {
                 wait_data = 1;
                 break;
             case ST_OFF:
-                if ((v->tflags[t] & SV_FRESH) && v->first_use[t] == k) {
-                    births += v->bytes[t]; /* re-created this step: no need to fetch it */
+                if (v->tflags[t] & SV_FRESH) {
+                    births += v->bytes[t]; /* re-created by this use: no need to fetch it */
                     break;
                 }
                 if (e->measuring) {
@@ -719,8 +719,7 @@ static int try_start(struct eng *e) {
                 continue;
             }
             struct tstate *s = &e->ts[t];
-            if (s->state == ST_DEAD ||
-                (s->state == ST_OFF && (v->tflags[t] & SV_FRESH) && v->first_use[t] == k)) {
+            if (s->state == ST_DEAD || (s->state == ST_OFF && (v->tflags[t] & SV_FRESH))) {
                 if (s->state == ST_OFF) {
                     e->host_used -= s->host_bytes;
                     s->host_bytes = 0;
@@ -793,6 +792,11 @@ static int eng_init(struct eng *e) {
         (double)hw->ssd_count * hw->ssd_write_Bps * eff * p->ssd_bandwidth_scale;
     e->bw[TIO_SIM_PCIE_H2D] = hw->pcie_h2d_Bps * p->pcie_bandwidth_scale;
     e->bw[TIO_SIM_PCIE_D2H] = hw->pcie_d2h_Bps * p->pcie_bandwidth_scale;
+    for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
+        if (v->chan_cap_Bps[c] > 0 && v->chan_cap_Bps[c] < e->bw[c]) {
+            e->bw[c] = v->chan_cap_Bps[c];
+        }
+    }
     e->ssd_lat = hw->ssd_latency_s;
     e->host_lat = p->host_latency_s;
     e->N = v->n_kernels;

@@ -14,7 +14,8 @@
 enum {
     SV_GLOBAL = 1u << 0,   /* resident across iterations (never freed) */
     SV_EXTERNAL = 1u << 1, /* never on the GPU (ZeRO: optimizer state kept by the host) */
-    SV_FRESH = 1u << 2,    /* a write-only use re-creates it: no fetch (ZeRO gradients) */
+    SV_FRESH = 1u << 2,    /* every use re-creates it: never fetched (ZeRO's per-micro-batch
+                              gradients, accumulated on the host) */
     SV_PINNED = 1u << 3,   /* never evicted by LRU */
     SV_INIT_OFF = 1u << 4, /* starts off the GPU, in tier init_tier */
     SV_HOSTCOPY = 1u << 5  /* its host copy persists (ZeRO's parameter partition): fetching
@@ -46,6 +47,8 @@ struct sim_view {
     double ideal_s;             /* sum of the trace's kernel durations */
     uint64_t host_static_bytes; /* host memory the policy holds besides offloads (per GPU) */
     uint64_t host_limit_bytes;  /* per-GPU host memory available to the policy */
+    double chan_cap_Bps[TIO_SIM_CHANNEL_COUNT]; /* > 0: the policy reaches at most this rate on
+                                                   the channel (ZeRO's effective fetch rate) */
 };
 
 /* One transfer event kept for the timeline. */

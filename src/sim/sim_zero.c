@@ -341,29 +341,45 @@ int sim_zero_build(struct sim_view *v,
         v->host_static_bytes = need > 0 ? (uint64_t)need : 0;
     }
     v->host_limit_bytes = hw->host_memory_bytes / gpus;
+    /* GPU-side working buffers of ZeRO-3 at DeepSpeed's defaults: stage3_max_live_parameters
+     * 1e9 + stage3_prefetch_bucket_size 5e8 fp16 values, reduce_bucket_size 5e8 fp16 values */
+    const uint64_t zero_gpu_buffers = (uint64_t)((1e9 + 5e8) * 2.0 + 5e8 * 2.0);
+    if (v->capacity != UINT64_MAX) {
+        v->capacity = v->capacity > zero_gpu_buffers ? v->capacity - zero_gpu_buffers : 0;
+    }
+    /* the parameter fetch path reaches only the calibrated effective rate */
+    if (infinity) {
+        v->chan_cap_Bps[TIO_SIM_SSD_READ] = p->zero_infinity_fetch_Bps;
+    } else {
+        v->chan_cap_Bps[TIO_SIM_PCIE_H2D] = p->zero_offload_fetch_Bps;
+    }
     if (N > 0) {
         v->cpu_s[k_opt < N ? k_opt : 0] += t_opt;
     }
-    /* gradients: copied to the host after their last backward use, re-created next step */
+    /* gradients: each micro-batch's gradient is copied to the host after the kernel that
+     * produced it and accumulated there (ZeRO-Offload's CPU-side accumulation); the next
+     * micro-batch re-creates it on the GPU */
     struct tio_move *mv = NULL;
     size_t n_mv = 0, cap_mv = 0;
     int rc = 0;
-    for (size_t t = 0; t < T && rc == 0; t++) {
-        if (tv.tensor_kind[t] != TIO_TENSOR_GRAD || v->last_use[t] == UINT64_MAX) {
+    for (size_t k = 0; k + 1 < N && rc == 0; k++) {
+        if (v->skip_uses[k]) {
             continue;
         }
-        v->tflags[t] |= SV_GLOBAL | SV_FRESH;
-        uint64_t trig = v->last_use[t] + 1;
-        if (trig >= N) {
-            continue;
+        for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1] && rc == 0; u++) {
+            uint32_t t = v->use_tensor[u];
+            if (tv.tensor_kind[t] != TIO_TENSOR_GRAD) {
+                continue;
+            }
+            v->tflags[t] |= SV_GLOBAL | SV_FRESH;
+            struct tio_move m = { .tensor = t,
+                                  .from = TIO_TIER_GPU,
+                                  .to = TIO_TIER_HOST,
+                                  .trigger = k + 1,
+                                  .deadline = k + 1,
+                                  .bytes = v->bytes[t] };
+            rc = add_move(&mv, &n_mv, &cap_mv, &m);
         }
-        struct tio_move m = { .tensor = (uint32_t)t,
-                              .from = TIO_TIER_GPU,
-                              .to = TIO_TIER_HOST,
-                              .trigger = trig,
-                              .deadline = k_opt < N && k_opt >= trig ? k_opt : trig,
-                              .bytes = v->bytes[t] };
-        rc = add_move(&mv, &n_mv, &cap_mv, &m);
     }
     if (rc == 0) {
         /* ZeRO-3 (Table 4: stage 3): the parameter partition lives on the host (Offload) or on

@@ -471,7 +471,7 @@ TIO_TEST(zero_models) {
                           { 10, TIO_KERNEL_BACKWARD, { 0, 1, 3, -1 } },
                           { 5, TIO_KERNEL_OPTIM, { 0, 1, 2, -1 } } };
     struct tio_trace *tr = mk(ts, 4, ks, 3, NULL);
-    struct tio_hw hw = test_hw(100000000);
+    struct tio_hw hw = test_hw(4100000000);
     struct tio_sim_params p = test_params();
     p.cpu_adam_params_per_core_s = 1e6;
     p.policy = "zero-offload";
@@ -499,8 +499,8 @@ TIO_TEST(zero_models) {
     }
     tio_sim_free(sim);
     /* ZeRO-Infinity keeps activations on the GPU: x at fp16 is 5e6 B; with 6e6 B of GPU memory
-     * the activation plus w (2e6) and g (2e6) cannot fit -> GPU OOM */
-    hw = test_hw(6000000);
+     * left after ZeRO-3's 4e9 B of buffers, x plus w (2e6) and g (2e6) cannot fit -> GPU OOM */
+    hw = test_hw(4006000000);
     p.policy = "zero-infinity";
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
@@ -508,7 +508,7 @@ TIO_TEST(zero_models) {
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
     }
     tio_sim_free(sim);
-    hw = test_hw(100000000);
+    hw = test_hw(4100000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
         tio_sim_get_result(sim, &r);

@@ -245,7 +245,7 @@ int tio_trace_add_tensor(struct tio_trace *tr,
         return tio_set_error(TIO_ENOMEM, "trace: more than %u tensors",
                              (unsigned)TIO_TRACE_MAX_TENSORS);
     }
-    uint32_t nid;
+    uint32_t nid = TIO_NO_NAME;
     int rc = intern_opt(tr, name, &nid);
     if (rc < 0) {
         return rc;
@@ -283,7 +283,7 @@ int tio_trace_add_kernel(
         return tio_set_error(TIO_ENOMEM, "trace: more than %u kernels",
                              (unsigned)TIO_TRACE_MAX_KERNELS);
     }
-    uint32_t nid;
+    uint32_t nid = TIO_NO_NAME;
     int rc = intern_opt(tr, name, &nid);
     if (rc < 0) {
         return rc;

@@ -29,7 +29,7 @@ enum kcls { C_MM, C_ATTN, C_ATTN_BWD, C_VEC, C_COMM };
 
 #define NONE     UINT32_MAX
 #define MAX_UB   12
-#define MAX_KERN (UINT64_C(1) << 26) /* 67M kernels: far above any paper setting */
+#define MAX_KERN (UINT64_C(1) << 24) /* 16.7M kernels (~1.5 GB of trace): 76x Llama3-70B */
 
 /* One parameter: working weight (bf16 copy under mixed precision, else the fp32 weight),
  * fp32 master (== w under fp32), fp32 gradient, AdamW moments. */

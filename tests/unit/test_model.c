@@ -483,6 +483,17 @@ TIO_TEST(bad_inputs_name_the_fix) {
     p = preset("small");
     p.layers = 100000;
     bad(p, TIO_EINVAL, "too large");
+    p = preset("small");
+    p.micro_batch = 65536;
+    p.global_batch = 65536;
+    p.seq_len = 1u << 22;
+    p.vocab = 1u << 24;
+    bad(p, TIO_EINVAL, "exceeds the trace limit");
+    p = preset("llama3-70b"); /* 2^20 micro-batches x 40 blocks: too many kernels */
+    p.micro_batch = 1;
+    p.global_batch = 65536;
+    p.layers = 1024;
+    bad(p, TIO_EINVAL, "reduce global_batch");
     CHECK_RC(tio_model_generate(&p, NULL, NULL), TIO_EINVAL);
 }
 

@@ -11,9 +11,16 @@ def test_presets_are_listed():
     assert "h100-nvl" in p["gpus"]
 
 
-def test_model_returns_trace_bytes_and_info():
-    data, info = _core.model("small", rank=1)
+def test_model_returns_a_trace_and_info():
+    trace, info = _core.model("small", rank=1)
+    assert isinstance(trace, teraio.Trace)
+    assert trace.meta["source"] == "teraio model"
+    assert trace.meta["capacity_bytes"] == str(info["capacity_bytes"])
+    assert trace.n_kernels == info["kernels"]
+    data, info2 = _core.model("small", rank=1, as_bytes=True)
     assert isinstance(data, bytes) and data[:8] == b"TIOTRACE"
+    assert info2 == info
+    assert teraio.Trace.from_bytes(data).hash() == trace.hash()
     assert info["params"] == 3672320
     assert info["stage"] == 1
     assert info["kernels"] > 100

@@ -1,8 +1,8 @@
 /*
  * teraio._core.model: the workload model from Python (teraio/model.h).
  *
- *     data, info = teraio._core.model("llama3-8b", rank=1, seq_len=2048)
- *     # data: the trace in the binary .tio format (bytes); info: dict of the summary
+ *     trace, info = teraio._core.model("llama3-8b", rank=1, seq_len=2048)
+ *     # trace: a teraio.Trace (the .tio bytes with as_bytes=True); info: dict of the summary
  *
  * Options are the fields of struct tio_model_params (see docs/model.md), plus `gpu` (a preset
  * name), `gpu_memory` (bytes or "94GiB") and `precision` ("fp32" / "bf16"); `batch` and `seq`
@@ -165,8 +165,9 @@ static PyObject *info_dict(const struct tio_model_params *p, const struct tio_mo
 }
 
 static PyObject *py_model(PyObject *self, PyObject *args, PyObject *kwargs) {
-    (void)self;
+    /* self is the teraio._core module */
     const char *preset = "llama3-8b";
+    int as_bytes = 0;
     if (!PyArg_ParseTuple(args, "|s:model", &preset)) {
         return NULL;
     }
@@ -180,6 +181,12 @@ static PyObject *py_model(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_ssize_t pos = 0;
         while (PyDict_Next(kwargs, &pos, &key, &val)) {
             const char *k = PyUnicode_AsUTF8(key);
+            if (k && strcmp(k, "as_bytes") == 0) {
+                if ((as_bytes = PyObject_IsTrue(val)) < 0) {
+                    return NULL;
+                }
+                continue;
+            }
             if (!k || set_option(&p, k, val) < 0) {
                 return NULL;
             }
@@ -200,6 +207,13 @@ static PyObject *py_model(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
     tio_free(data);
+    if (bytes && !as_bytes && PyObject_HasAttrString(self, "Trace")) {
+        PyObject *type = PyObject_GetAttrString(self, "Trace");
+        PyObject *trace = type ? PyObject_CallMethod(type, "from_bytes", "(O)", bytes) : NULL;
+        Py_XDECREF(type);
+        Py_DECREF(bytes);
+        bytes = trace;
+    }
     PyObject *d = bytes ? info_dict(&p, &info) : NULL;
     if (!d) {
         Py_XDECREF(bytes);
@@ -229,8 +243,9 @@ static PyObject *py_model_presets(PyObject *self, PyObject *unused) {
 
 static PyMethodDef model_methods[] = {
     { "model", (PyCFunction)(void (*)(void))py_model, METH_VARARGS | METH_KEYWORDS,
-      "model(preset='llama3-8b', **options) -> (trace bytes (.tio), info dict)\n\n"
-      "Generate one training iteration of one rank (docs/model.md)." },
+      "model(preset='llama3-8b', as_bytes=False, **options) -> (Trace, info dict)\n\n"
+      "Generate one training iteration of one rank (docs/model.md); with as_bytes=True the\n"
+      "trace comes as .tio bytes." },
     { "model_presets", py_model_presets, METH_NOARGS,
       "model_presets() -> {'models': (...), 'gpus': (...)}" },
     { NULL, NULL, 0, NULL },

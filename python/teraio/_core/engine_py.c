@@ -148,10 +148,10 @@ static PyObject *completions_to_list(EngineObject *self, struct tio_completion *
 }
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "dirs",        "host_tier_bytes", "backend",
-                              "chunk_bytes", "queue_depth",     "verify",
-                              "max_requests", "retries",        "backend_options",
-                              "reserve_bytes", "threads",       NULL };
+    static char *kwlist[] = { "dirs",          "host_tier_bytes", "backend",
+                              "chunk_bytes",   "queue_depth",     "verify",
+                              "max_requests",  "retries",         "backend_options",
+                              "reserve_bytes", "threads",         NULL };
     PyObject *dirs_obj;
     unsigned long long host = 0, chunk = TIO_ENGINE_DEFAULT_CHUNK, reserve = 0;
     unsigned int depth = TIO_ENGINE_DEFAULT_DEPTH, maxreq = TIO_ENGINE_DEFAULT_MAX_REQUESTS;
@@ -263,8 +263,8 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
     unsigned long long id = 0, tag = 0;
     PyObject *buf, *tier_o = NULL, *prio_o = NULL;
     int device = 0;
-    int ok = write ? PyArg_ParseTupleAndKeywords(args, kw, "KO|OOKp", kwlist_w, &id, &buf,
-                                                 &tier_o, &prio_o, &tag, &device)
+    int ok = write ? PyArg_ParseTupleAndKeywords(args, kw, "KO|OOKp", kwlist_w, &id, &buf, &tier_o,
+                                                 &prio_o, &tag, &device)
                    : PyArg_ParseTupleAndKeywords(args, kw, "KO|OKp", kwlist_r, &id, &buf, &prio_o,
                                                  &tag, &device);
     if (!ok || check_open(self) < 0)

@@ -1261,11 +1261,12 @@ int tio_engine_write(struct tio_engine *e,
         return rc;
     pthread_mutex_lock(&e->mu);
     if (e->outstanding >= e->p.max_requests) {
+        uint32_t o = e->outstanding;
         pthread_mutex_unlock(&e->mu);
         return tio_set_error(-EAGAIN,
-                             "engine write: %u requests outstanding (max_requests); "
-                             "reap completions first",
-                             e->outstanding);
+                             "engine write: %u requests outstanding (max_requests); reap "
+                             "completions first",
+                             o);
     }
     struct tensor *t = tensor_get(e, tensor_id);
     if (!t) {

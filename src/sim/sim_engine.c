@@ -689,13 +689,26 @@ static int try_start(struct eng *e) {
         }
     }
     uint64_t need = births + queued;
-    if (e->gpu_used + need > v->capacity) {
-        if (v->lru) {
-            int rc = lru_evict(e, need);
-            if (rc < 0) {
-                return rc;
+    if (e->gpu_used + need > v->capacity && v->lru) {
+        int rc = lru_evict(e, need);
+        if (rc < 0) {
+            return rc;
+        }
+        rc = mq_grant(e); /* clean evictions free memory at once */
+        if (rc < 0) {
+            return rc;
+        }
+        if (queued && e->gpu_used + births <= v->capacity) {
+            need = births; /* the queued fetches may have started meanwhile */
+            for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
+                uint32_t t = v->use_tensor[u];
+                if (!(v->tflags[t] & SV_EXTERNAL) && e->ts[t].state == ST_QUEUED) {
+                    need += v->bytes[t];
+                }
             }
         }
+    }
+    if (e->gpu_used + need > v->capacity) {
         if (e->offload_inflight == 0 && e->n_active == 0) {
             set_oom(e, need);
             return 0;

@@ -13,6 +13,10 @@
 #define TIO_TRACE_BIN_VERSION  1u
 #define TIO_TRACE_HEADER_BYTES 80u
 
+/* At most this many metadata entries (builder and both readers): keeps the per-key duplicate
+ * checks cheap on hostile input. */
+#define TIO_TRACE_MAX_META 1024u
+
 /* JSON format: the "format" and "version" members, and the largest document we parse (bytes). */
 #define TIO_TRACE_JSON_FORMAT  "teraio-trace"
 #define TIO_TRACE_JSON_VERSION 1

@@ -272,6 +272,10 @@ static int read_meta(struct tio_trace *tr, json_t *meta) {
     if (!json_is_object(meta)) {
         return tio_set_error(TIO_EFORMAT, "trace: meta: must be an object of strings");
     }
+    if (json_object_size(meta) > TIO_TRACE_MAX_META) {
+        return tio_set_error(TIO_EFORMAT, "trace: meta: %zu entries exceed the limit of %u",
+                             json_object_size(meta), TIO_TRACE_MAX_META);
+    }
     const char *key;
     json_t *v;
     json_object_foreach(meta, key, v) {

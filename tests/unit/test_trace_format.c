@@ -257,6 +257,19 @@ TIO_TEST(empty_trace_round_trips) {
     size_t n = 0, m = 0;
     CHECK_OK(tio_trace_save_mem(a, TIO_TRACE_FORMAT_BINARY, &d, &n));
     CHECK_EQ_U(n, 80 + 5 * 16 + 8 + 4);
+    /* Byte for byte as in docs/trace-format.md ("the empty trace"). */
+    unsigned char want[172] = { 0 };
+    memcpy(want, "TIOTRACE", 8);
+    wr32(want + 8, 1);
+    wr32(want + 12, 80);
+    wr64(want + 72, 172);
+    for (uint32_t s = 1; s <= 5; s++) {
+        wr32(want + 80 + 16 * (s - 1) + (s > 1 ? 8 : 0), s);
+    }
+    wr64(want + 88, 8); /* kernels section length: use_offset[0] */
+    fix_crc(want, sizeof want);
+    CHECK(d && n == sizeof want && memcmp(d, want, n) == 0);
+    CHECK(memcmp(want + 168, "\xef\xc2\x08\xa8", 4) == 0);
     CHECK_OK(tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_AUTO, &b));
     CHECK_OK(tio_trace_save_mem(a, TIO_TRACE_FORMAT_JSON, &j, &m));
     CHECK_OK(tio_trace_load_mem(j, m, TIO_TRACE_FORMAT_AUTO, &c));

@@ -20,6 +20,7 @@ int cli_sim_plan(const struct tio_trace *tr,
         return tio_sim_run(tr, hw, NULL, 0, &p, out);
     }
     p.policy = NULL;
+    p.label = policy;
     return tio_sim_run(tr, hw, mv, n, &p, out);
 }
 

@@ -113,6 +113,7 @@ struct eng {
     int oom;
     uint64_t oom_kernel, oom_bytes;
     uint32_t oom_iter;
+    double bytes_acc[TIO_SIM_CHANNEL_COUNT]; /* bytes moved in the measured iteration */
 };
 
 static int q_of(const struct xfer *x) {
@@ -523,7 +524,7 @@ static int advance(struct eng *e, double t1) {
             if (chan_rate[c] > 0.0) {
                 any = 1;
                 r->busy_s[c] += dt;
-                r->bytes[c] += (uint64_t)llround(chan_rate[c] * dt);
+                e->bytes_acc[c] += chan_rate[c] * dt;
                 int rc = bins_add(e, c, e->t, t1, chan_rate[c]);
                 if (rc < 0) {
                     return rc;
@@ -967,6 +968,9 @@ int sim_engine_run(const struct sim_view *v,
             r->oom_iteration = e.oom_iter;
         } else {
             r->iteration_s = e.t - e.t0;
+        }
+        for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
+            r->bytes[c] = (uint64_t)llround(e.bytes_acc[c]);
         }
         rc = 0;
     }

@@ -78,6 +78,8 @@ struct tio_sim_params {
                                           0.5) for parameters, gradients and activations */
     uint32_t zero_layers;              /* layer count for layer-granular fetches; 0 = from the
                                           trace (metadata "n_layers", else tensor names) */
+    const char *label;                 /* policy name reported for a move list (the plan's
+                                          policy; default NULL = "plan") */
 };
 
 /* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */

@@ -385,7 +385,8 @@ int tio_sim_run(const struct tio_trace *trace,
     if (!sim) {
         return TIO_ENOMEM;
     }
-    snprintf(sim->policy, sizeof sim->policy, "%s", policy);
+    snprintf(sim->policy, sizeof sim->policy, "%s",
+             strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
     struct sim_view v;
     rc = sim_view_init(&v, trace);
     if (rc < 0) {

@@ -113,6 +113,7 @@ struct eng {
     int oom;
     uint64_t oom_kernel, oom_bytes;
     uint32_t oom_iter;
+    double bytes_acc[TIO_SIM_CHANNEL_COUNT]; /* bytes moved in the measured iteration */
 };
 
 static int q_of(const struct xfer *x) {
@@ -523,7 +524,7 @@ static int advance(struct eng *e, double t1) {
             if (chan_rate[c] > 0.0) {
                 any = 1;
                 r->busy_s[c] += dt;
-                r->bytes[c] += (uint64_t)llround(chan_rate[c] * dt);
+                e->bytes_acc[c] += chan_rate[c] * dt;
                 int rc = bins_add(e, c, e->t, t1, chan_rate[c]);
                 if (rc < 0) {
                     return rc;
@@ -689,13 +690,26 @@ static int try_start(struct eng *e) {
         }
     }
     uint64_t need = births + queued;
-    if (e->gpu_used + need > v->capacity) {
-        if (v->lru) {
-            int rc = lru_evict(e, need);
-            if (rc < 0) {
-                return rc;
+    if (e->gpu_used + need > v->capacity && v->lru) {
+        int rc = lru_evict(e, need);
+        if (rc < 0) {
+            return rc;
+        }
+        rc = mq_grant(e); /* clean evictions free memory at once */
+        if (rc < 0) {
+            return rc;
+        }
+        if (queued && e->gpu_used + births <= v->capacity) {
+            need = births; /* the queued fetches may have started meanwhile */
+            for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
+                uint32_t t = v->use_tensor[u];
+                if (!(v->tflags[t] & SV_EXTERNAL) && e->ts[t].state == ST_QUEUED) {
+                    need += v->bytes[t];
+                }
             }
         }
+    }
+    if (e->gpu_used + need > v->capacity) {
         if (e->offload_inflight == 0 && e->n_active == 0) {
             set_oom(e, need);
             return 0;
@@ -954,6 +968,9 @@ int sim_engine_run(const struct sim_view *v,
             r->oom_iteration = e.oom_iter;
         } else {
             r->iteration_s = e.t - e.t0;
+        }
+        for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
+            r->bytes[c] = (uint64_t)llround(e.bytes_acc[c]);
         }
         rc = 0;
     }

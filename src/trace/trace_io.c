@@ -211,11 +211,11 @@ static void sync_parent(const char *path) {
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash) {
-        snprintf(dir, sizeof dir, ".");
+        (void)snprintf(dir, sizeof dir, ".");
     } else if (slash == path) {
-        snprintf(dir, sizeof dir, "/");
+        (void)snprintf(dir, sizeof dir, "/");
     } else {
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        (void)snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     }
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {

@@ -117,8 +117,9 @@ static int read_file(const char *path, void **data, size_t *len) {
         rc = tio_set_error(TIO_EINVAL, "trace: '%s' is not a regular file", path);
         goto out;
     }
-    if ((uint64_t)st.st_size > TIO_TRACE_JSON_MAX * 4) {
-        rc = tio_set_error(TIO_ENOMEM, "trace: '%s' is %lld bytes, larger than 16 GiB", path,
+    /* The largest valid binary trace (2^28 kernels, 2^28 tensors, 2^32 uses) is ~33 GB. */
+    if ((uint64_t)st.st_size > TIO_TRACE_FILE_MAX) {
+        rc = tio_set_error(TIO_ENOMEM, "trace: '%s' is %lld bytes, larger than 64 GiB", path,
                            (long long)st.st_size);
         goto out;
     }

@@ -706,12 +706,3 @@ int tio_py_add_trace(PyObject *m) {
     }
     return 0;
 }
-
-/* Declared in core.h for the other bindings (teraio.Analysis borrows the trace without a copy). */
-const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
-    if (!PyObject_TypeCheck(obj, &TraceType)) {
-        PyErr_Format(PyExc_TypeError, "expected a teraio.Trace, not %s", Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    return ((TraceObject *)obj)->tr;
-}

@@ -454,6 +454,13 @@ static double evaluate(struct planner *p, uint32_t pi, struct eval *chosen, doub
     }
     double bh = ssd_sure ? 0 : (eh.viable ? eh.benefit : 0);
     *ub = score_of(p, q, TIO_MAX(bs, isinf(bound_h) ? bh : bound_h));
+    if (paper && ssd_sure) {
+        /* The paper's rule scores the SSD path while it is viable; the key follows that
+         * score (the possible later switch to host is seen when this key comes up again,
+         * see docs/planner.md). Keeping the host score as the bound would make every round
+         * re-examine nearly every period. */
+        *ub = score_of(p, q, bs);
+    }
     if (ssd_sure) {
         *chosen = es;
     } else if (paper) {

@@ -32,6 +32,8 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
     p.zero_bytes_scale = 0.5;
     p.zero_layers = 0;
+    p.label = NULL;
+    p.demand_evict = 1;
     return p;
 }
 
@@ -408,6 +410,7 @@ int tio_sim_run(const struct tio_trace *trace,
         rc = sim_zero_build(&v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
     } else if (strcmp(policy, "plan") == 0) {
         rc = sim_view_set_moves(&v, moves, n_moves);
+        v.demand_evict = p.demand_evict != 0;
     }
     if (rc < 0) {
         goto fail;

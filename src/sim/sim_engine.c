@@ -169,7 +169,7 @@ static void lru_remove(struct eng *e, uint32_t t) {
 
 /* Move t to the most-recently-used end. */
 static void lru_touch(struct eng *e, uint32_t t) {
-    if (!e->v->lru) {
+    if (!e->v->lru && !e->v->demand_evict) {
         return;
     }
     lru_remove(e, t);
@@ -598,6 +598,9 @@ static int lru_evict(struct eng *e, uint64_t need) {
         if (s->state == ST_GPU && s->stamp != stamp && !(e->v->tflags[t] & SV_PINNED)) {
             uint64_t b = e->v->bytes[t];
             int to = (e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
+            if (e->measuring) {
+                e->sim->r.n_demand_evictions++;
+            }
             int rc = offload(e, t, to, 1, 1, UINT64_MAX);
             if (rc < 0) {
                 return rc;
@@ -690,7 +693,7 @@ static int try_start(struct eng *e) {
         }
     }
     uint64_t need = births + queued;
-    if (e->gpu_used + need > v->capacity && v->lru) {
+    if (e->gpu_used + need > v->capacity && (v->lru || v->demand_evict)) {
         int rc = lru_evict(e, need);
         if (rc < 0) {
             return rc;

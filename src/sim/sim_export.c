@@ -62,6 +62,7 @@ int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
             (unsigned long long)r->n_moves_issued, (unsigned long long)r->n_moves_skipped);
     fprintf(f, "  \"moves_late\": %llu,\n  \"demand_fetches\": %llu,\n",
             (unsigned long long)r->n_moves_late, (unsigned long long)r->n_demand_fetches);
+    fprintf(f, "  \"demand_evictions\": %llu,\n", (unsigned long long)r->n_demand_evictions);
     fprintf(f, "  \"sim_wall_s\": %.6g\n}\n", jnum(r->sim_wall_s));
     return ferror(f) ? tio_set_error(-EIO, "sim: writing the JSON summary failed") : 0;
 }

@@ -29,6 +29,8 @@ static void usage(FILE *f) {
         "  --ssd-scale X        multiply the SSD array bandwidth by X (default 1)\n"
         "  --warmup N           warm-up iterations before the measured one (default 1)\n"
         "  --iterations-per-day N   drive life at N iterations a day (default: continuous)\n"
+        "  --no-demand-evict    a plan that leaves memory short is OOM where it happens\n"
+        "                       (default: the runtime evicts idle tensors on demand, a stall)\n"
         "  -h, --help           this help\n\n"
         "JSON keys: iteration_s, ideal_s, fraction_of_ideal, stall_s, tokens_per_s, oom,\n"
         "gpu_peak_bytes, host_peak_bytes, ssd_bytes_written, ... (docs/simulator.md).\n"
@@ -81,9 +83,11 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
         printf(", drive life %.2f years (%u x %s TBW)", r.drive_life_years, hw->ssd_count,
                tio_format_bytes((uint64_t)hw->ssd_tbw_bytes, b, sizeof b));
     }
-    printf("\nmoves             %llu issued, %llu no-ops, %llu late, %llu demand fetches\n",
+    printf("\nmoves             %llu issued, %llu no-ops, %llu late, %llu demand fetches, %llu "
+           "demand evictions\n",
            (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_skipped,
-           (unsigned long long)r.n_moves_late, (unsigned long long)r.n_demand_fetches);
+           (unsigned long long)r.n_moves_late, (unsigned long long)r.n_demand_fetches,
+           (unsigned long long)r.n_demand_evictions);
 }
 
 int cli_cmd_simulate(int argc, char **argv) {
@@ -100,6 +104,9 @@ int cli_cmd_simulate(int argc, char **argv) {
             return TIO_EXIT_OK;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        } else if (strcmp(a, "--no-demand-evict") == 0) {
+            sp.demand_evict = 0;
             continue;
         } else if (a[0] == '-' && a[1] != '\0' && !val) {
             cli_error(CMD, "%s needs a value (see --help)", a);

@@ -118,9 +118,9 @@ struct tio_sim_result {
     uint64_t n_demand_fetches;              /* fetches the plan did not ask for */
     uint64_t n_demand_evictions;            /* evictions the plan did not ask for */
     int32_t oom;                            /* enum tio_sim_oom_kind (0: none) */
+    uint32_t oom_iteration;                 /* 0-based iteration (warm-up ones included) */
     uint64_t oom_kernel;                    /* kernel index where it happened */
     uint64_t oom_bytes;                     /* bytes needed beyond the capacity */
-    uint32_t oom_iteration;                 /* 0-based iteration (warm-up ones included) */
     double sim_wall_s;                      /* wall time of the simulation itself */
 };
 

@@ -205,7 +205,7 @@ int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t 
             v->tflags[m->tensor] &= (uint8_t)~SV_INIT_OFF;
         } else {
             v->tflags[m->tensor] |= SV_INIT_OFF;
-            v->init_tier[m->tensor] = (int8_t)m->to;
+            v->init_tier[m->tensor] = (uint8_t)m->to;
         }
     }
     return 0;
@@ -387,8 +387,8 @@ int tio_sim_run(const struct tio_trace *trace,
     if (!sim) {
         return TIO_ENOMEM;
     }
-    snprintf(sim->policy, sizeof sim->policy, "%s",
-             strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
+    (void)snprintf(sim->policy, sizeof sim->policy, "%s",
+                   strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
     struct sim_view v;
     rc = sim_view_init(&v, trace);
     if (rc < 0) {

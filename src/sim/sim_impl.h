@@ -37,7 +37,7 @@ struct sim_view {
     uint8_t *skip_uses;         /* [N] 1: ignore the kernel's uses (work moved to the host) */
     uint64_t *bytes;            /* [T] bytes on the GPU */
     uint8_t *tflags;            /* [T] SV_* */
-    int8_t *init_tier;          /* [T] tier of SV_INIT_OFF tensors */
+    uint8_t *init_tier;         /* [T] tier of SV_INIT_OFF tensors */
     uint64_t *first_use;        /* [T] first non-skipped use, UINT64_MAX if none */
     uint64_t *last_use;         /* [T] last non-skipped use */
     struct tio_move *moves;     /* sorted by trigger, owned */

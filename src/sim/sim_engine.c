@@ -717,16 +717,18 @@ static int try_start(struct eng *e) {
             set_oom(e, need);
             return 0;
         }
-        if (e->offload_inflight == 0 && !wait_data) {
+        /* without eviction only an offload can free memory; with it, a prefetch in flight
+         * will land and become evictable */
+        if (e->offload_inflight == 0 && !wait_data && !(v->lru || v->demand_evict)) {
             set_oom(e, need);
             return 0;
         }
         e->stall_kind = wait_data ? 1 : 2;
-        return 0;
+        return mq_grant(e);
     }
     if (wait_data) {
         e->stall_kind = 1;
-        return 0;
+        return mq_grant(e); /* a needed fetch moved to the front may fit now */
     }
     /* start: allocate the tensors it creates */
     if (!v->skip_uses[k]) {
@@ -950,6 +952,17 @@ int sim_engine_run(const struct sim_view *v,
         if (!isfinite(tn)) {
             /* nothing runs and nothing is in flight, yet the kernel cannot start */
             uint64_t need = 0;
+            TIO_LOG_DEBUG("sim: stuck at kernel %llu: %zu transfers, %zu latency, %zu queued for "
+                          "memory, gpu %llu / %llu",
+                          (unsigned long long)e.g, e.n_active, e.n_lat, e.mq_len,
+                          (unsigned long long)e.gpu_used, (unsigned long long)v->capacity);
+            for (int q = 0; q < NQ; q++) {
+                if (e.qhead[q] != NONE32) {
+                    TIO_LOG_DEBUG("sim: queue %d head tensor %u rate %g remaining %g", q,
+                                  e.xf[e.qhead[q]].tensor, e.xf[e.qhead[q]].rate,
+                                  e.xf[e.qhead[q]].remaining);
+                }
+            }
             set_oom(&e, need);
             break;
         }

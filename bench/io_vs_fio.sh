@@ -13,6 +13,8 @@
 #   -r REPS  repetitions, median reported (default 3)
 #   -c CLI   the teraio binary (default build/teraio)
 #   -o FILE  Markdown output (default docs/bench/io.md)
+# Writes on both sides go to blocks that were written before (fio: its laid-out file; teraio:
+# bench-io --warmup), so neither pays ext4's unwritten-extent conversion in the timed phase.
 # Needs fio and python3. CPU for fio is (usr_cpu + sys_cpu)% x runtime; for teraio the process's
 # getrusage over the timed phase (all threads). Both count the whole process.
 set -euo pipefail
@@ -49,8 +51,10 @@ print(json.dumps({'tool':'fio','rw':'$1','block':'$2','depth':$3,'bytes_per_s':d
 tio_run() { # rw block depth ndirs
     local dirs=() i
     for ((i = 0; i < $4; i++)); do dirs+=(--dir "$WORK/d$i"); done
+    # --warmup: writes go to swap-file blocks written once before, as fio's rewrite of its
+    # laid-out file does (reads are always prefilled, untimed)
     "$CLI" bench-io "${dirs[@]}" --backend uring --rw "$1" --block "$2" --depth "$3" \
-        --size "$SIZE_BYTES" --json |
+        --size "$SIZE_BYTES" --warmup --json |
     python3 -c "
 import json,sys
 j=json.load(sys.stdin)

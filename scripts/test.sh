@@ -17,11 +17,23 @@ cmake -S . -B build -G Ninja -DTIO_WERROR=ON >/dev/null
 cmake --build build --parallel "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
+step "clang-tidy (.clang-tidy; warnings-as-errors classes fail the run)"
+git ls-files 'src/*.c' 'tools/*.c' | xargs -P "$jobs" -n 8 clang-tidy -p build --quiet \
+    >build/clang-tidy.log 2>&1 || true
+if grep -E "error:" build/clang-tidy.log; then echo "clang-tidy: errors above"; exit 1; fi
+echo "clang-tidy: no errors ($(grep -c 'warning:' build/clang-tidy.log || true) warnings in build/clang-tidy.log)"
+
 step "CTest: ASan+UBSan build"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE="address;undefined" \
       -DTIO_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan --parallel "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE "slow|install")
+
+step "CTest: ThreadSanitizer build (clang), io label"
+CC=clang cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE=thread \
+      -DTIO_BUILD_BENCH=OFF >/dev/null
+cmake --build build-tsan --parallel "$jobs"
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" -L io --no-tests=ignore)
 
 if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
     step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-60} s per target)"

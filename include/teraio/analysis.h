@@ -10,8 +10,9 @@
  *                       period runs from after u_m to u_0 of the next iteration.
  *   inactive period:    kernels [start, end) with start = u_i + 1 and end = u_{i+1} (the next use),
  *                       only when end > start. For the wrap-around period end = u_0 + N (so
- *                       end > N; the kernels are start..N-1 then 0..u_0-1). A global tensor never
- *                       used gets one period [0, N) flagged TIO_PERIOD_UNUSED.
+ *                       end >= N, = N when u_0 = 0; start = N when u_m = N-1; the kernels are
+ *                       start..N-1 then 0..u_0-1) and it is flagged TIO_PERIOD_WRAPS. A global
+ *                       tensor never used gets one period [0, N) flagged TIO_PERIOD_UNUSED.
  *   duration_ns:        sum of the durations of the period's kernels.
  *   resident_bytes[k]:  bytes of all tensors resident at kernel k if nothing is offloaded.
  *   active_bytes[k]:    bytes of the distinct tensors kernel k uses.
@@ -49,7 +50,7 @@ struct tio_period {
     uint32_t tensor;      /* tensor id */
     uint32_t flags;       /* TIO_PERIOD_* */
     uint64_t start;       /* first idle kernel */
-    uint64_t end;         /* next use (exclusive); > n_kernels when the period wraps */
+    uint64_t end;         /* next use (exclusive); >= n_kernels when the period wraps */
     uint64_t bytes;       /* tensor size in bytes */
     uint64_t duration_ns; /* idle time in ns */
 };

@@ -7,6 +7,7 @@
  *   trace.h     one training iteration: kernels, tensors, uses (profiled or modelled)
  *   analysis.h  liveness, inactive periods, memory curves
  *   hw.h        the hardware description
+ *   io.h        the migration engine: async tensor I/O to SSDs and host memory
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
  *   units.h     "94GiB", "6.5GB/s"
  *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
@@ -20,6 +21,7 @@
 #include <teraio/analysis.h>
 #include <teraio/assert.h>
 #include <teraio/hw.h>
+#include <teraio/io.h>
 #include <teraio/log.h>
 #include <teraio/plan.h>
 #include <teraio/status.h>

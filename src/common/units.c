@@ -90,10 +90,11 @@ int tio_parse_rate(const char *text, double *bytes_per_s) {
         return tio_set_error(TIO_EINVAL, "rate: value too long");
     }
     memcpy(buf, text, n + 1);
-    if (n >= 2 && strcmp(buf + n - 2, "/s") == 0) {
+    /* Drop a trailing "/s" ("6.5GB/s") or "ps" after B ("6.5GBps"). */
+    int per_s = n >= 2 && strcmp(buf + n - 2, "/s") == 0;
+    int b_ps = n >= 3 && strcasecmp(buf + n - 2, "ps") == 0 && buf[n - 3] == 'B';
+    if (per_s || b_ps) {
         buf[n - 2] = '\0';
-    } else if (n >= 2 && strcasecmp(buf + n - 2, "ps") == 0 && n >= 3 && buf[n - 3] == 'B') {
-        buf[n - 2] = '\0'; /* "GBps" */
     }
     double v;
     int rc = parse_scaled(buf, byte_units, sizeof byte_units / sizeof byte_units[0], "rate", &v);

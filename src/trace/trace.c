@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "trace/trace_format_impl.h"
 #include "trace/trace_impl.h"
 
 static const char *const kind_names[TIO_TENSOR_KIND_COUNT] = {
@@ -175,6 +176,9 @@ int tio_trace_intern_n(struct tio_trace *tr, const char *s, size_t len, uint32_t
     if (memchr(s, '\0', len)) {
         return tio_set_error(TIO_EINVAL, "trace: name contains a NUL byte");
     }
+    if (!tio_trace_utf8_valid(s, len)) {
+        return tio_set_error(TIO_EINVAL, "trace: name is not valid UTF-8");
+    }
     if ((tr->n_strings + 1) * 2 > tr->str_table_cap) {
         if (str_table_rehash(tr, tr->str_table_cap ? tr->str_table_cap * 2 : 64) < 0) {
             return tio_set_error(TIO_ENOMEM, "trace: out of memory interning names");
@@ -241,7 +245,7 @@ int tio_trace_add_tensor(struct tio_trace *tr,
         return tio_set_error(TIO_ENOMEM, "trace: more than %u tensors",
                              (unsigned)TIO_TRACE_MAX_TENSORS);
     }
-    uint32_t nid;
+    uint32_t nid = TIO_NO_NAME;
     int rc = intern_opt(tr, name, &nid);
     if (rc < 0) {
         return rc;
@@ -279,7 +283,7 @@ int tio_trace_add_kernel(
         return tio_set_error(TIO_ENOMEM, "trace: more than %u kernels",
                              (unsigned)TIO_TRACE_MAX_KERNELS);
     }
-    uint32_t nid;
+    uint32_t nid = TIO_NO_NAME;
     int rc = intern_opt(tr, name, &nid);
     if (rc < 0) {
         return rc;
@@ -373,6 +377,9 @@ int tio_trace_set_meta(struct tio_trace *tr, const char *key, const char *value)
     }
     if (strlen(value) > TIO_TRACE_MAX_STRING) {
         return tio_set_error(TIO_EINVAL, "trace: metadata value for '%s' is too long", key);
+    }
+    if (!tio_trace_utf8_valid(value, strlen(value))) {
+        return tio_set_error(TIO_EINVAL, "trace: metadata value for '%s' is not valid UTF-8", key);
     }
     char *v = tio_strdup(value);
     if (!v) {

@@ -15,7 +15,7 @@ struct command {
 static int cli_name_eq(const char *typed, const char *ident) {
     /* "bench-io" on the command line is cli_cmd_bench_io in C. */
     for (; *typed && *ident; typed++, ident++) {
-        char a = *typed == '-' ? '_' : *typed;
+        int a = *typed == '-' ? '_' : *typed;
         if (a != *ident) {
             return 0;
         }

@@ -1,0 +1,160 @@
+/* CSV export of an analysis (tio_analysis_write_csv): memory.csv, periods.csv, cdf.csv. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <teraio/analysis.h>
+
+#include "analysis/analysis_impl.h"
+#include "common/common_impl.h"
+
+/* mkdir -p: create `dir` and its missing parents. Returns 0 or -errno (detail names the path). */
+static int make_dirs(const char *dir) {
+    char path[4096];
+    size_t len = strlen(dir);
+    if (len == 0 || len >= sizeof path) {
+        return tio_set_error(TIO_EINVAL, "analysis: output directory '%s': empty or too long", dir);
+    }
+    memcpy(path, dir, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (path[i] != '/' && path[i] != '\0') {
+            continue;
+        }
+        char saved = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) < 0 && errno != EEXIST) {
+            int err = errno;
+            return tio_set_error(-err, "analysis: cannot create directory '%s': %s", path,
+                                 tio_strerror(-err));
+        }
+        path[i] = saved;
+    }
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        return tio_set_error(-ENOTDIR, "analysis: output path '%s' is not a directory", dir);
+    }
+    return 0;
+}
+
+struct csv_file {
+    FILE *f;
+    char path[4200];
+};
+
+static int csv_open(struct csv_file *c, const char *dir, const char *name) {
+    (void)snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
+    c->f = fopen(c->path, "w");
+    if (!c->f) {
+        int err = errno;
+        return tio_set_error(-err, "analysis: cannot write '%s': %s", c->path, tio_strerror(-err));
+    }
+    return 0;
+}
+
+/* Close and report any write error that happened on the stream (disk full...). */
+static int csv_close(struct csv_file *c, int rc) {
+    if (!c->f) {
+        return rc;
+    }
+    int bad = ferror(c->f);
+    int err = bad ? (errno ? errno : EIO) : 0;
+    if (fclose(c->f) != 0 && !bad) {
+        bad = 1;
+        err = errno ? errno : EIO;
+    }
+    c->f = NULL;
+    if (bad && rc == 0) {
+        return tio_set_error(-err, "analysis: error writing '%s': %s", c->path, tio_strerror(-err));
+    }
+    return rc;
+}
+
+static int write_memory(const struct tio_analysis *a, const char *dir) {
+    struct csv_file c;
+    int rc = csv_open(&c, dir, "memory.csv");
+    if (rc < 0) {
+        return rc;
+    }
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    const uint64_t *start = tio_analysis_kernel_start_ns(a);
+    const uint64_t *res = tio_analysis_resident_bytes(a);
+    const uint64_t *act = tio_analysis_active_bytes(a);
+    (void)fputs("kernel,start_ns,duration_ns,resident_bytes,active_bytes\n", c.f);
+    for (size_t k = 0; k < s.n_kernels; k++) {
+        (void)fprintf(c.f, "%zu,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n", k, start[k],
+                      start[k + 1] - start[k], res[k], act[k]);
+    }
+    return csv_close(&c, 0);
+}
+
+static int write_periods(const struct tio_analysis *a, const char *dir) {
+    struct csv_file c;
+    int rc = csv_open(&c, dir, "periods.csv");
+    if (rc < 0) {
+        return rc;
+    }
+    const struct tio_trace *tr = tio_analysis_trace_(a);
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    size_t n;
+    const struct tio_period *p = tio_analysis_periods(a, &n);
+    (void)fputs("tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n", c.f);
+    for (size_t i = 0; i < n; i++) {
+        char bw[64];
+        if (p[i].duration_ns == 0) {
+            (void)snprintf(bw, sizeof bw, "inf");
+        } else {
+            /* Offload and prefetch (2 x bytes) within the idle time. */
+            (void)snprintf(bw, sizeof bw, "%.9g",
+                           2.0 * (double)p[i].bytes * 1e9 / (double)p[i].duration_ns);
+        }
+        (void)fprintf(c.f, "%u,%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d,%s\n",
+                      p[i].tensor, tio_tensor_kind_name(v.tensor_kind[p[i].tensor]), p[i].bytes,
+                      p[i].start, p[i].end, p[i].duration_ns,
+                      (p[i].flags & TIO_PERIOD_WRAPS) ? 1 : 0, bw);
+    }
+    return csv_close(&c, 0);
+}
+
+/* The empirical CDF per bucket: one row per distinct duration d with the fraction of the
+ * bucket's periods whose duration is <= d. */
+static int write_cdf(const struct tio_analysis *a, const char *dir) {
+    struct csv_file c;
+    int rc = csv_open(&c, dir, "cdf.csv");
+    if (rc < 0) {
+        return rc;
+    }
+    (void)fputs("bucket,duration_ns,fraction\n", c.f);
+    for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
+        size_t n;
+        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        for (size_t i = 0; i < n; i++) {
+            if (i + 1 < n && d[i + 1] == d[i]) {
+                continue;
+            }
+            (void)fprintf(c.f, "%s,%" PRIu64 ",%.9g\n", tio_size_bucket_name(b), d[i],
+                          (double)(i + 1) / (double)n);
+        }
+    }
+    return csv_close(&c, 0);
+}
+
+int tio_analysis_write_csv(const struct tio_analysis *a, const char *dir) {
+    if (!a || !dir) {
+        return tio_set_error(TIO_EINVAL, "analysis: NULL analysis or directory");
+    }
+    int rc = make_dirs(dir);
+    if (rc == 0) {
+        rc = write_memory(a, dir);
+    }
+    if (rc == 0) {
+        rc = write_periods(a, dir);
+    }
+    if (rc == 0) {
+        rc = write_cdf(a, dir);
+    }
+    return rc;
+}

@@ -1,0 +1,844 @@
+/* Lifetime analysis: hand-computed fixtures (periods with wrap-around, memory curves, summary,
+ * buckets, CSV) and a naive O(N*T) reference on random traces (kept apart at the end of this
+ * file, written from the definitions in teraio/analysis.h, not from src/analysis). */
+#include <errno.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <teraio/teraio.h>
+
+#include "tio_test.h"
+
+#define TIO_ARRAY_LEN_T(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- Building fixtures ---------------------------------------------------------------------- */
+
+struct tensor_spec {
+    uint64_t bytes;
+    int32_t kind;
+    uint32_t flags;
+};
+
+/* Build a finished trace: kernel k has duration dur[k] and uses uses[k][0..] (terminated by -1). */
+static struct tio_trace *build(size_t n_tensors,
+                               const struct tensor_spec *tensors,
+                               size_t n_kernels,
+                               const uint64_t *dur,
+                               const int uses[][8]) {
+    struct tio_trace *tr = NULL;
+    if (tio_trace_new(NULL, &tr) < 0) {
+        return NULL;
+    }
+    for (size_t t = 0; t < n_tensors; t++) {
+        char name[32];
+        (void)snprintf(name, sizeof name, "t%zu", t);
+        if (tio_trace_add_tensor(tr, tensors[t].bytes, tensors[t].kind, tensors[t].flags, name,
+                                 NULL) < 0) {
+            goto fail;
+        }
+    }
+    for (size_t k = 0; k < n_kernels; k++) {
+        char name[32];
+        (void)snprintf(name, sizeof name, "k%zu", k);
+        if (tio_trace_add_kernel(tr, name, dur[k], 0, NULL) < 0) {
+            goto fail;
+        }
+        for (int i = 0; i < 8 && uses[k][i] >= 0; i++) {
+            if (tio_trace_add_use(tr, (uint32_t)uses[k][i], TIO_USE_READ) < 0) {
+                goto fail;
+            }
+        }
+    }
+    if (tio_trace_finish(tr) < 0) {
+        goto fail;
+    }
+    return tr;
+fail:
+    printf("  fixture: %s\n", tio_last_error());
+    tio_trace_free(tr);
+    return NULL;
+}
+
+#define G TIO_TENSOR_GLOBAL
+
+/*
+ * Fixture A: 6 kernels, durations 10..60 ns (start_ns = 0 10 30 60 100 150 210).
+ *
+ *   t0 global 100 B weight       uses k1 k4
+ *   t1 global 200 B optim_state  uses k2           (used once: wraps from k3 to k2+6)
+ *   t2 global 400 B weight       never used        ([0, 6) UNUSED)
+ *   t3        1000 B activation  uses k0 k3
+ *   t4        2000 B activation  uses k3 k4 k5     (consecutive: no period)
+ *   t5 global 50 B grad          uses k0 k5        (wrap start 6 = end 6: no wrap period)
+ *   t6 global 10 B weight        uses k0 k2        (wrap [3, 6): ends exactly at N, WRAPS)
+ *   t7 global 5 B weight         uses k3 k5        (wrap [6, 9): starts at N)
+ *   t8        3000 B temp        never used        (never resident, no period)
+ *
+ *   k0: t3 t5 t6   k1: t0   k2: t1 t6   k3: t3 t4 t7   k4: t0 t4   k5: t4 t5 t7
+ */
+static const struct tensor_spec fix_a_tensors[] = {
+    { 100, TIO_TENSOR_WEIGHT, G },      { 200, TIO_TENSOR_OPTIM_STATE, G },
+    { 400, TIO_TENSOR_WEIGHT, G },      { 1000, TIO_TENSOR_ACTIVATION, 0 },
+    { 2000, TIO_TENSOR_ACTIVATION, 0 }, { 50, TIO_TENSOR_GRAD, G },
+    { 10, TIO_TENSOR_WEIGHT, G },       { 5, TIO_TENSOR_WEIGHT, G },
+    { 3000, TIO_TENSOR_TEMP, 0 },
+};
+static const uint64_t fix_a_dur[] = { 10, 20, 30, 40, 50, 60 };
+static const int fix_a_uses[][8] = {
+    { 3, 5, 6, -1 }, { 0, -1 }, { 1, 6, -1 }, { 3, 4, 7, -1 }, { 0, 4, -1 }, { 4, 5, 7, -1 },
+};
+
+static struct tio_trace *fixture_a(void) {
+    return build(9, fix_a_tensors, 6, fix_a_dur, fix_a_uses);
+}
+
+/*
+ * Expected periods of fixture A, sorted by (start, tensor):
+ *   t0: gap [2,4) = k2+k3 = 30+40 = 70;  wrap [5,7) = k5+k0 = 60+10 = 70
+ *   t1: wrap [3,8) = k3 k4 k5 k0 k1 = 40+50+60+10+20 = 180
+ *   t2: [0,6) unused = 210
+ *   t3: gap [1,3) = 20+30 = 50
+ *   t5: gap [1,5) = 20+30+40+50 = 140
+ *   t6: gap [1,2) = 20;  wrap [3,6) = 40+50+60 = 150
+ *   t7: gap [4,5) = 50;  wrap [6,9) = k0 k1 k2 = 10+20+30 = 60
+ */
+static const struct tio_period fix_a_periods[] = {
+    { 2, TIO_PERIOD_UNUSED, 0, 6, 400, 210 },
+    { 3, 0, 1, 3, 1000, 50 },
+    { 5, 0, 1, 5, 50, 140 },
+    { 6, 0, 1, 2, 10, 20 },
+    { 0, 0, 2, 4, 100, 70 },
+    { 1, TIO_PERIOD_WRAPS, 3, 8, 200, 180 },
+    { 6, TIO_PERIOD_WRAPS, 3, 6, 10, 150 },
+    { 7, 0, 4, 5, 5, 50 },
+    { 0, TIO_PERIOD_WRAPS, 5, 7, 100, 70 },
+    { 7, TIO_PERIOD_WRAPS, 6, 9, 5, 60 },
+};
+
+TIO_TEST(fixture_a_periods) {
+    struct tio_trace *tr = fixture_a();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    if (!a) {
+        tio_trace_free(tr);
+        return;
+    }
+    size_t n = 0;
+    const struct tio_period *p = tio_analysis_periods(a, &n);
+    CHECK_EQ_U(n, TIO_ARRAY_LEN_T(fix_a_periods));
+    for (size_t i = 0; i < n && i < TIO_ARRAY_LEN_T(fix_a_periods); i++) {
+        const struct tio_period *e = &fix_a_periods[i];
+        if (p[i].tensor != e->tensor || p[i].flags != e->flags || p[i].start != e->start ||
+            p[i].end != e->end || p[i].bytes != e->bytes || p[i].duration_ns != e->duration_ns) {
+            TIO_T_FAIL("period %zu: got t%u f%u [%llu,%llu) %llu B %llu ns, want t%u f%u "
+                       "[%llu,%llu) %llu B %llu ns",
+                       i, p[i].tensor, p[i].flags, (unsigned long long)p[i].start,
+                       (unsigned long long)p[i].end, (unsigned long long)p[i].bytes,
+                       (unsigned long long)p[i].duration_ns, e->tensor, e->flags,
+                       (unsigned long long)e->start, (unsigned long long)e->end,
+                       (unsigned long long)e->bytes, (unsigned long long)e->duration_ns);
+        }
+    }
+    /* Per-tensor period indices into the sorted array, in time order. */
+    static const struct {
+        uint32_t tensor;
+        size_t n;
+        uint32_t idx[2];
+    } per_tensor[] = {
+        { 0, 2, { 4, 8 } }, { 1, 1, { 5, 0 } }, { 2, 1, { 0, 0 } },
+        { 3, 1, { 1, 0 } }, { 4, 0, { 0, 0 } }, { 5, 1, { 2, 0 } },
+        { 6, 2, { 3, 6 } }, { 7, 2, { 7, 9 } }, { 8, 0, { 0, 0 } },
+    };
+    for (size_t i = 0; i < TIO_ARRAY_LEN_T(per_tensor); i++) {
+        size_t m = 99;
+        const uint32_t *idx = tio_analysis_tensor_periods(a, per_tensor[i].tensor, &m);
+        CHECK_EQ_U(m, per_tensor[i].n);
+        if (m == 0) {
+            CHECK(idx == NULL);
+        }
+        for (size_t j = 0; j < m && j < 2 && idx; j++) {
+            CHECK_EQ_U(idx[j], per_tensor[i].idx[j]);
+        }
+    }
+    size_t m = 99;
+    CHECK(tio_analysis_tensor_periods(a, 9, &m) == NULL);
+    CHECK_EQ_U(m, 0);
+
+    /* First / last uses. */
+    static const uint64_t first[] = { 1, 2, UINT64_MAX, 0, 3, 0, 0, 3, UINT64_MAX };
+    static const uint64_t last[] = { 4, 2, UINT64_MAX, 3, 5, 5, 2, 5, UINT64_MAX };
+    for (uint32_t t = 0; t < 9; t++) {
+        CHECK_EQ_U(tio_analysis_first_use(a, t), first[t]);
+        CHECK_EQ_U(tio_analysis_last_use(a, t), last[t]);
+    }
+    CHECK_EQ_U(tio_analysis_first_use(a, 9), UINT64_MAX);
+    CHECK_EQ_U(tio_analysis_last_use(a, 1000), UINT64_MAX);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(fixture_a_curves_and_summary) {
+    struct tio_trace *tr = fixture_a();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis_params prm = tio_analysis_params_default();
+    CHECK_EQ_U(prm.capacity_bytes, 0);
+    CHECK_EQ_U(prm.long_idle_ns, 10000000);
+    prm.capacity_bytes = 10000;
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, &prm, &a));
+    if (!a) {
+        tio_trace_free(tr);
+        return;
+    }
+    /* Globals 100+200+400+50+10+5 = 765 everywhere; t3 (1000) on [0,3]; t4 (2000) on [3,5];
+     * t8 never. */
+    static const uint64_t resident[] = { 1765, 1765, 1765, 3765, 2765, 2765 };
+    /* k0: 1000+50+10; k1: 100; k2: 200+10; k3: 1000+2000+5; k4: 100+2000; k5: 2000+50+5 */
+    static const uint64_t active[] = { 1060, 100, 210, 3005, 2100, 2055 };
+    static const uint64_t start[] = { 0, 10, 30, 60, 100, 150, 210 };
+    const uint64_t *r = tio_analysis_resident_bytes(a);
+    const uint64_t *ac = tio_analysis_active_bytes(a);
+    const uint64_t *st = tio_analysis_kernel_start_ns(a);
+    for (size_t k = 0; k < 6; k++) {
+        CHECK_EQ_U(r[k], resident[k]);
+        CHECK_EQ_U(ac[k], active[k]);
+    }
+    for (size_t k = 0; k < 7; k++) {
+        CHECK_EQ_U(st[k], start[k]);
+    }
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    CHECK_EQ_U(s.n_kernels, 6);
+    CHECK_EQ_U(s.n_tensors, 9);
+    CHECK_EQ_U(s.n_uses, 14);
+    CHECK_EQ_U(s.n_periods, 10);
+    CHECK_EQ_U(s.iteration_ns, 210);
+    CHECK_EQ_U(s.global_bytes, 765);
+    CHECK_EQ_U(s.peak_resident_bytes, 3765);
+    CHECK_EQ_U(s.peak_kernel, 3);
+    CHECK_EQ_U(s.peak_active_bytes, 3005);
+    double mean = (1060.0 / 1765 + 100.0 / 1765 + 210.0 / 1765 + 3005.0 / 3765 + 2100.0 / 2765 +
+                   2055.0 / 2765) /
+                  6;
+    CHECK_NEAR(s.active_fraction_mean, mean, 1e-12);
+    CHECK_NEAR(s.active_fraction_max, 3005.0 / 3765, 1e-12);
+    /* (1060+100+210+3005+2100+2055) / 6 / 10000 = 8530 / 60000 */
+    CHECK_NEAR(s.active_capacity_fraction_mean, 8530.0 / 60000, 1e-12);
+    CHECK_NEAR(s.active_capacity_fraction_max, 0.3005, 1e-12);
+    CHECK_NEAR(s.long_idle_fraction_10mb_1gb, 0.0, 0);
+    CHECK_EQ_U(s.tensors_per_bucket[TIO_BUCKET_LT_1MB], 9);
+    CHECK_EQ_U(s.periods_per_bucket[TIO_BUCKET_LT_1MB], 10);
+    for (int b = 1; b < TIO_BUCKET_COUNT; b++) {
+        CHECK_EQ_U(s.tensors_per_bucket[b], 0);
+        CHECK_EQ_U(s.periods_per_bucket[b], 0);
+    }
+    static const uint64_t sorted[] = { 20, 50, 50, 60, 70, 70, 140, 150, 180, 210 };
+    size_t n = 0;
+    const uint64_t *d = tio_analysis_bucket_durations(a, TIO_BUCKET_LT_1MB, &n);
+    CHECK_EQ_U(n, 10);
+    for (size_t i = 0; i < n && i < 10; i++) {
+        CHECK_EQ_U(d[i], sorted[i]);
+    }
+    tio_analysis_bucket_durations(a, TIO_BUCKET_GE_1GB, &n);
+    CHECK_EQ_U(n, 0);
+    n = 99;
+    CHECK(tio_analysis_bucket_durations(a, TIO_BUCKET_COUNT, &n) == NULL);
+    CHECK_EQ_U(n, 0);
+    CHECK(tio_analysis_bucket_durations(a, -1, &n) == NULL);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(bucket_boundaries) {
+    CHECK_EQ_I(tio_size_bucket_of(0), TIO_BUCKET_LT_1MB);
+    CHECK_EQ_I(tio_size_bucket_of(999999), TIO_BUCKET_LT_1MB);
+    CHECK_EQ_I(tio_size_bucket_of(1000000), TIO_BUCKET_1_10MB);
+    CHECK_EQ_I(tio_size_bucket_of(9999999), TIO_BUCKET_1_10MB);
+    CHECK_EQ_I(tio_size_bucket_of(10000000), TIO_BUCKET_10_100MB);
+    CHECK_EQ_I(tio_size_bucket_of(99999999), TIO_BUCKET_10_100MB);
+    CHECK_EQ_I(tio_size_bucket_of(100000000), TIO_BUCKET_100MB_1GB);
+    CHECK_EQ_I(tio_size_bucket_of(999999999), TIO_BUCKET_100MB_1GB);
+    CHECK_EQ_I(tio_size_bucket_of(1000000000), TIO_BUCKET_GE_1GB);
+    CHECK_EQ_I(tio_size_bucket_of(UINT64_MAX), TIO_BUCKET_GE_1GB);
+    /* 1 MiB is >= 1 MB: decimal bounds. */
+    CHECK_EQ_I(tio_size_bucket_of(1u << 20), TIO_BUCKET_1_10MB);
+    CHECK_STR(tio_size_bucket_name(TIO_BUCKET_LT_1MB), "<1MB");
+    CHECK_STR(tio_size_bucket_name(TIO_BUCKET_1_10MB), "1-10MB");
+    CHECK_STR(tio_size_bucket_name(TIO_BUCKET_10_100MB), "10-100MB");
+    CHECK_STR(tio_size_bucket_name(TIO_BUCKET_100MB_1GB), "100MB-1GB");
+    CHECK_STR(tio_size_bucket_name(TIO_BUCKET_GE_1GB), ">=1GB");
+    CHECK_STR(tio_size_bucket_name(TIO_BUCKET_COUNT), "unknown");
+    CHECK_STR(tio_size_bucket_name(-1), "unknown");
+}
+
+/*
+ * Fixture B (Observation 2): 4 kernels of 5, 10, 1, 20 ms (iteration 36 ms).
+ *   t0 10,000,000 B (10-100MB)   uses k0 k2    gap [1,2) = 10 ms (not > 10 ms)
+ *   t1 999,999,999 B (100MB-1GB) global, k1    wrap [2,5) = k2 k3 k0 = 1+20+5 = 26 ms
+ *   t2 9,999,999 B (1-10MB)      uses k0 k3    gap [1,3) = 10+1 = 11 ms (not in [10MB,1GB))
+ *   t3 1,000,000,000 B (>=1GB)   global, k0    wrap [1,4) = 10+1+20 = 31 ms (ends at N)
+ *   t4 100,000,000 B (100MB-1GB) uses k0 k1 k3 gap [2,3) = 1 ms
+ * Periods of [10 MB, 1 GB): t0 10 ms, t1 26 ms, t4 1 ms -> 1 of 3 longer than 10 ms; with a
+ * threshold of 9,999,999 ns, 2 of 3.
+ */
+TIO_TEST(fixture_b_long_idle_and_buckets) {
+    static const struct tensor_spec tensors[] = {
+        { 10000000, TIO_TENSOR_ACTIVATION, 0 },  { 999999999, TIO_TENSOR_WEIGHT, G },
+        { 9999999, TIO_TENSOR_ACTIVATION, 0 },   { 1000000000, TIO_TENSOR_OPTIM_STATE, G },
+        { 100000000, TIO_TENSOR_ACTIVATION, 0 },
+    };
+    static const uint64_t dur[] = { 5000000, 10000000, 1000000, 20000000 };
+    static const int uses[][8] = { { 0, 2, 3, 4, -1 }, { 1, 4, -1 }, { 0, -1 }, { 2, 4, -1 } };
+    struct tio_trace *tr = build(5, tensors, 4, dur, uses);
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    if (!a) {
+        tio_trace_free(tr);
+        return;
+    }
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    CHECK_EQ_U(s.n_periods, 5);
+    CHECK_NEAR(s.long_idle_fraction_10mb_1gb, 1.0 / 3, 1e-15);
+    CHECK_EQ_U(s.tensors_per_bucket[TIO_BUCKET_LT_1MB], 0);
+    CHECK_EQ_U(s.tensors_per_bucket[TIO_BUCKET_1_10MB], 1);
+    CHECK_EQ_U(s.tensors_per_bucket[TIO_BUCKET_10_100MB], 1);
+    CHECK_EQ_U(s.tensors_per_bucket[TIO_BUCKET_100MB_1GB], 2);
+    CHECK_EQ_U(s.tensors_per_bucket[TIO_BUCKET_GE_1GB], 1);
+    CHECK_EQ_U(s.periods_per_bucket[TIO_BUCKET_1_10MB], 1);
+    CHECK_EQ_U(s.periods_per_bucket[TIO_BUCKET_10_100MB], 1);
+    CHECK_EQ_U(s.periods_per_bucket[TIO_BUCKET_100MB_1GB], 2);
+    CHECK_EQ_U(s.periods_per_bucket[TIO_BUCKET_GE_1GB], 1);
+    size_t n;
+    const uint64_t *d = tio_analysis_bucket_durations(a, TIO_BUCKET_100MB_1GB, &n);
+    CHECK_EQ_U(n, 2);
+    if (n == 2) {
+        CHECK_EQ_U(d[0], 1000000);
+        CHECK_EQ_U(d[1], 26000000);
+    }
+    d = tio_analysis_bucket_durations(a, TIO_BUCKET_GE_1GB, &n);
+    CHECK_EQ_U(n, 1);
+    if (n == 1) {
+        CHECK_EQ_U(d[0], 31000000);
+    }
+    d = tio_analysis_bucket_durations(a, TIO_BUCKET_1_10MB, &n);
+    CHECK_EQ_U(n, 1);
+    if (n == 1) {
+        CHECK_EQ_U(d[0], 11000000);
+    }
+    size_t np;
+    const struct tio_period *p = tio_analysis_periods(a, &np);
+    /* Sorted by (start, tensor): t0 [1,2), t2 [1,3), t3 [1,4) W, t1 [2,5) W, t4 [2,3). */
+    static const uint32_t order[] = { 0, 2, 3, 1, 4 };
+    for (size_t i = 0; i < np && i < 5; i++) {
+        CHECK_EQ_U(p[i].tensor, order[i]);
+    }
+    CHECK_EQ_U(p[2].end, 4);
+    CHECK_EQ_U(p[2].flags, TIO_PERIOD_WRAPS);
+    tio_analysis_free(a);
+
+    struct tio_analysis_params prm = tio_analysis_params_default();
+    prm.long_idle_ns = 9999999;
+    CHECK_OK(tio_analysis_new(tr, &prm, &a));
+    tio_analysis_get_summary(a, &s);
+    CHECK_NEAR(s.long_idle_fraction_10mb_1gb, 2.0 / 3, 1e-15);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+/* Kernels where nothing is resident are left out of the mean of active/resident; the capacity
+ * fractions average over every kernel. */
+TIO_TEST(zero_resident_kernels_excluded) {
+    static const struct tensor_spec tensors[] = { { 100, TIO_TENSOR_ACTIVATION, 0 } };
+    static const uint64_t dur[] = { 1, 1, 1 };
+    static const int uses[][8] = { { -1 }, { 0, -1 }, { -1 } };
+    struct tio_trace *tr = build(1, tensors, 3, dur, uses);
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis_params prm = tio_analysis_params_default();
+    prm.capacity_bytes = 1000;
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, &prm, &a));
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    CHECK_EQ_U(tio_analysis_resident_bytes(a)[0], 0);
+    CHECK_EQ_U(tio_analysis_resident_bytes(a)[1], 100);
+    CHECK_EQ_U(tio_analysis_resident_bytes(a)[2], 0);
+    CHECK_NEAR(s.active_fraction_mean, 1.0, 0);
+    CHECK_NEAR(s.active_fraction_max, 1.0, 0);
+    CHECK_NEAR(s.active_capacity_fraction_mean, 100.0 / 1000 / 3, 1e-15);
+    CHECK_NEAR(s.active_capacity_fraction_max, 0.1, 1e-15);
+    CHECK_EQ_U(s.peak_kernel, 1);
+    CHECK_EQ_U(s.n_periods, 0);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+/* A single kernel: a global used once has no period (u0+1 == u0+N); an unused one has [0,1). */
+TIO_TEST(one_kernel_and_empty_trace) {
+    static const struct tensor_spec tensors[] = { { 8, TIO_TENSOR_WEIGHT, G },
+                                                  { 16, TIO_TENSOR_WEIGHT, G } };
+    static const uint64_t dur[] = { 7 };
+    static const int uses[][8] = { { 0, -1 } };
+    struct tio_trace *tr = build(2, tensors, 1, dur, uses);
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    size_t n;
+    const struct tio_period *p = tio_analysis_periods(a, &n);
+    CHECK_EQ_U(n, 1);
+    if (n == 1) {
+        CHECK_EQ_U(p[0].tensor, 1);
+        CHECK_EQ_U(p[0].flags, TIO_PERIOD_UNUSED);
+        CHECK_EQ_U(p[0].start, 0);
+        CHECK_EQ_U(p[0].end, 1);
+        CHECK_EQ_U(p[0].duration_ns, 7);
+    }
+    CHECK_EQ_U(tio_analysis_resident_bytes(a)[0], 24);
+    CHECK_EQ_U(tio_analysis_active_bytes(a)[0], 8);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+
+    /* No kernels at all: no periods (an unused global's [0, 0) is empty), zero summary. */
+    tr = build(2, tensors, 0, dur, uses);
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    CHECK_EQ_U(s.n_kernels, 0);
+    CHECK_EQ_U(s.n_periods, 0);
+    CHECK_EQ_U(s.global_bytes, 24);
+    CHECK_EQ_U(s.peak_resident_bytes, 0);
+    CHECK_NEAR(s.active_fraction_mean, 0, 0);
+    CHECK_EQ_U(tio_analysis_kernel_start_ns(a)[0], 0);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(errors) {
+    struct tio_analysis *a = (struct tio_analysis *)1;
+    struct tio_trace *tr;
+    CHECK_OK(tio_trace_new(NULL, &tr));
+    CHECK_RC(tio_analysis_new(tr, NULL, &a), TIO_ESTATE);
+    CHECK_ERR_HAS("not finished");
+    CHECK(a == NULL);
+    CHECK_RC(tio_analysis_new(NULL, NULL, &a), TIO_EINVAL);
+    CHECK_RC(tio_analysis_new(tr, NULL, NULL), TIO_EINVAL);
+    tio_trace_free(tr);
+    tio_analysis_free(NULL);
+}
+
+/* Every allocation failure is reported as TIO_ENOMEM and leaks nothing. */
+TIO_TEST(allocation_failures) {
+    struct tio_trace *tr = fixture_a();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    int64_t base = tio_alloc_live_count();
+    int ok = 0;
+    for (int64_t i = 0; i < 100 && !ok; i++) {
+        struct tio_analysis *a = NULL;
+        tio_alloc_fail_after(i);
+        int rc = tio_analysis_new(tr, NULL, &a);
+        tio_alloc_fail_after(-1);
+        if (rc == 0) {
+            ok = 1;
+            tio_analysis_free(a);
+        } else {
+            CHECK_RC(rc, TIO_ENOMEM);
+            CHECK(a == NULL);
+        }
+        CHECK_EQ_I(tio_alloc_live_count(), base);
+    }
+    CHECK(ok);
+    tio_trace_free(tr);
+}
+
+/* ---- CSV ------------------------------------------------------------------------------------ */
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return NULL;
+    }
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    (void)fclose(f);
+    return buf;
+}
+
+TIO_TEST(csv_output) {
+    struct tio_trace *tr = fixture_a();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    char dir[256], sub[300], path[400];
+    (void)snprintf(dir, sizeof dir, "/tmp/tio_test_analysis_%d", (int)getpid());
+    (void)snprintf(sub, sizeof sub, "%s/nested/out", dir); /* created with its parents */
+    CHECK_OK(tio_analysis_write_csv(a, sub));
+    CHECK_OK(tio_analysis_write_csv(a, sub)); /* existing directory: overwritten */
+
+    (void)snprintf(path, sizeof path, "%s/memory.csv", sub);
+    const char *mem = slurp(path);
+    CHECK(mem != NULL);
+    if (mem) {
+        CHECK_STR(mem, "kernel,start_ns,duration_ns,resident_bytes,active_bytes\n"
+                       "0,0,10,1765,1060\n"
+                       "1,10,20,1765,100\n"
+                       "2,30,30,1765,210\n"
+                       "3,60,40,3765,3005\n"
+                       "4,100,50,2765,2100\n"
+                       "5,150,60,2765,2055\n");
+    }
+    /* min_bandwidth_Bps = 2 * bytes / (duration_ns * 1e-9). */
+    (void)snprintf(path, sizeof path, "%s/periods.csv", sub);
+    const char *per = slurp(path);
+    CHECK(per != NULL);
+    if (per) {
+        CHECK_STR(per, "tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n"
+                       "2,weight,400,0,6,210,0,3.80952381e+09\n"
+                       "3,activation,1000,1,3,50,0,4e+10\n"
+                       "5,grad,50,1,5,140,0,714285714\n"
+                       "6,weight,10,1,2,20,0,1e+09\n"
+                       "0,weight,100,2,4,70,0,2.85714286e+09\n"
+                       "1,optim_state,200,3,8,180,1,2.22222222e+09\n"
+                       "6,weight,10,3,6,150,1,133333333\n"
+                       "7,weight,5,4,5,50,0,200000000\n"
+                       "0,weight,100,5,7,70,1,2.85714286e+09\n"
+                       "7,weight,5,6,9,60,1,166666667\n");
+    }
+    /* Sorted durations 20 50 50 60 70 70 140 150 180 210: one row per distinct value. */
+    (void)snprintf(path, sizeof path, "%s/cdf.csv", sub);
+    const char *cdf = slurp(path);
+    CHECK(cdf != NULL);
+    if (cdf) {
+        CHECK_STR(cdf, "bucket,duration_ns,fraction\n"
+                       "<1MB,20,0.1\n"
+                       "<1MB,50,0.3\n"
+                       "<1MB,60,0.4\n"
+                       "<1MB,70,0.6\n"
+                       "<1MB,140,0.7\n"
+                       "<1MB,150,0.8\n"
+                       "<1MB,180,0.9\n"
+                       "<1MB,210,1\n");
+    }
+
+    /* A directory below a regular file cannot be created: the error names the path. */
+    char bad[400];
+    (void)snprintf(path, sizeof path, "%s/memory.csv", sub);
+    (void)snprintf(bad, sizeof bad, "%s/memory.csv/x", sub);
+    int rc = tio_analysis_write_csv(a, bad);
+    CHECK(rc < 0);
+    CHECK_ERR_HAS("memory.csv");
+    /* A regular file given as the directory. */
+    rc = tio_analysis_write_csv(a, path);
+    CHECK(rc < 0);
+    CHECK_ERR_HAS("memory.csv");
+
+    /* Clean up. */
+    static const char *const files[] = { "memory.csv", "periods.csv", "cdf.csv" };
+    for (size_t i = 0; i < 3; i++) {
+        (void)snprintf(path, sizeof path, "%s/%s", sub, files[i]);
+        (void)unlink(path);
+    }
+    (void)rmdir(sub);
+    (void)snprintf(path, sizeof path, "%s/nested", dir);
+    (void)rmdir(path);
+    (void)rmdir(dir);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+/* ---- Naive reference (independent of src/analysis) ----------------------------------------- */
+/*
+ * For each tensor t and each kernel k, the naive code asks "is t used at k?" by scanning k's
+ * uses, then walks the kernels 0..N-1 once (and 0..N-1 again for the wrap) to find periods as
+ * maximal runs of unused kernels between two uses: O(N * (T + U)), written straight from the
+ * definitions in teraio/analysis.h.
+ */
+
+struct ref_period {
+    uint32_t tensor, flags;
+    uint64_t start, end, bytes, dur;
+};
+
+static bool ref_uses(const struct tio_trace_view *v, size_t k, uint32_t t) {
+    for (uint64_t u = v->kernel_use_offset[k]; u < v->kernel_use_offset[k + 1]; u++) {
+        if (v->use_tensor[u] == t) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Returns the number of periods written to out (capacity cap). */
+static size_t ref_periods(const struct tio_trace_view *v, struct ref_period *out, size_t cap) {
+    size_t n = v->n_kernels, np = 0;
+    for (uint32_t t = 0; t < v->n_tensors; t++) {
+        bool global = v->tensor_flags[t] & TIO_TENSOR_GLOBAL;
+        int64_t first = -1, prev = -1;
+        for (size_t k = 0; k < n; k++) {
+            if (!ref_uses(v, k, t)) {
+                continue;
+            }
+            if (first < 0) {
+                first = (int64_t)k;
+            }
+            if (prev >= 0 && (int64_t)k > prev + 1 && np < cap) {
+                uint64_t d = 0;
+                for (int64_t j = prev + 1; j < (int64_t)k; j++) {
+                    d += v->kernel_duration_ns[j];
+                }
+                out[np++] =
+                    (struct ref_period){ t, 0, (uint64_t)prev + 1, k, v->tensor_bytes[t], d };
+            }
+            prev = (int64_t)k;
+        }
+        if (!global || np >= cap) {
+            continue;
+        }
+        if (first < 0) {
+            if (n > 0) {
+                uint64_t d = 0;
+                for (size_t j = 0; j < n; j++) {
+                    d += v->kernel_duration_ns[j];
+                }
+                out[np++] =
+                    (struct ref_period){ t, TIO_PERIOD_UNUSED, 0, n, v->tensor_bytes[t], d };
+            }
+            continue;
+        }
+        /* Idle kernels after the last use to the end, then from 0 to the first use. */
+        uint64_t d = 0, count = 0;
+        for (size_t j = (size_t)prev + 1; j < n; j++) {
+            d += v->kernel_duration_ns[j];
+            count++;
+        }
+        for (size_t j = 0; j < (size_t)first; j++) {
+            d += v->kernel_duration_ns[j];
+            count++;
+        }
+        if (count > 0) {
+            out[np++] = (struct ref_period){
+                t, TIO_PERIOD_WRAPS, (uint64_t)prev + 1, (uint64_t)first + n, v->tensor_bytes[t], d
+            };
+        }
+    }
+    /* Order by (start, tensor): insertion sort, fine for the small reference traces. */
+    for (size_t i = 1; i < np; i++) {
+        struct ref_period x = out[i];
+        size_t j = i;
+        while (j > 0 && (out[j - 1].start > x.start ||
+                         (out[j - 1].start == x.start && out[j - 1].tensor > x.tensor))) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = x;
+    }
+    return np;
+}
+
+static uint64_t rng_state;
+static uint64_t rng_next(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return rng_state >> 33;
+}
+
+/* A random trace: sizes spread over every bucket, some globals, some unused tensors. */
+static struct tio_trace *random_trace(uint64_t seed, size_t n_kernels, size_t n_tensors) {
+    rng_state = seed;
+    struct tio_trace *tr = NULL;
+    if (tio_trace_new(NULL, &tr) < 0) {
+        return NULL;
+    }
+    static const uint64_t scale[] = { 1000,     999999,    1000000,   5000000,    10000000,
+                                      50000000, 100000000, 999999999, 1000000000, 3000000000 };
+    for (size_t t = 0; t < n_tensors; t++) {
+        uint64_t bytes = scale[rng_next() % 10] + rng_next() % 3;
+        uint32_t flags = (rng_next() % 3 == 0) ? TIO_TENSOR_GLOBAL : 0;
+        if (tio_trace_add_tensor(tr, bytes, TIO_TENSOR_OTHER, flags, NULL, NULL) < 0) {
+            goto fail;
+        }
+    }
+    for (size_t k = 0; k < n_kernels; k++) {
+        uint64_t dur = (rng_next() % 4 == 0) ? 0 : rng_next() % 20000000;
+        if (tio_trace_add_kernel(tr, NULL, dur, 0, NULL) < 0) {
+            goto fail;
+        }
+        size_t nuse = rng_next() % 5;
+        for (size_t i = 0; i < nuse; i++) {
+            /* Tensors of the upper half are used often, the lower half rarely (some never). */
+            uint32_t t = (uint32_t)(rng_next() % n_tensors);
+            if (t < n_tensors / 2 && rng_next() % 8 != 0) {
+                continue;
+            }
+            if (tio_trace_add_use(tr, t, (int32_t)(1 + rng_next() % 3)) < 0) {
+                goto fail;
+            }
+        }
+    }
+    if (tio_trace_finish(tr) < 0) {
+        goto fail;
+    }
+    return tr;
+fail:
+    tio_trace_free(tr);
+    return NULL;
+}
+
+TIO_TEST(matches_naive_reference) {
+    enum { CAP = 4096 };
+    static struct ref_period ref[CAP];
+    static const size_t shapes[][2] = { { 1, 3 }, { 2, 5 }, { 7, 4 }, { 40, 30 }, { 200, 60 } };
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        size_t nk = shapes[seed % 5][0], nt = shapes[seed % 5][1];
+        struct tio_trace *tr = random_trace(seed, nk, nt);
+        CHECK(tr != NULL);
+        if (!tr) {
+            return;
+        }
+        struct tio_trace_view v;
+        tio_trace_get_view(tr, &v);
+        struct tio_analysis_params prm = { .capacity_bytes = 1u << 30, .long_idle_ns = 10000000 };
+        struct tio_analysis *a = NULL;
+        CHECK_OK(tio_analysis_new(tr, &prm, &a));
+        if (!a) {
+            tio_trace_free(tr);
+            return;
+        }
+        size_t nref = ref_periods(&v, ref, CAP), n;
+        const struct tio_period *p = tio_analysis_periods(a, &n);
+        CHECK_EQ_U(n, nref);
+        for (size_t i = 0; i < n && i < nref; i++) {
+            if (p[i].tensor != ref[i].tensor || p[i].flags != ref[i].flags ||
+                p[i].start != ref[i].start || p[i].end != ref[i].end ||
+                p[i].bytes != ref[i].bytes || p[i].duration_ns != ref[i].dur) {
+                TIO_T_FAIL("seed %llu period %zu differs", (unsigned long long)seed, i);
+                break;
+            }
+        }
+        /* Curves: resident = globals + intermediates whose [first, last] contains k. */
+        const uint64_t *res = tio_analysis_resident_bytes(a);
+        const uint64_t *act = tio_analysis_active_bytes(a);
+        uint64_t peak = 0, peak_act = 0;
+        double sum = 0, mx = 0, sum_cap = 0;
+        size_t nz = 0;
+        for (size_t k = 0; k < nk; k++) {
+            uint64_t r = 0, ac = 0;
+            for (uint32_t t = 0; t < nt; t++) {
+                bool used_before = false, used_after = false;
+                for (size_t j = 0; j <= k; j++) {
+                    used_before = used_before || ref_uses(&v, j, t);
+                }
+                for (size_t j = k; j < nk; j++) {
+                    used_after = used_after || ref_uses(&v, j, t);
+                }
+                if ((v.tensor_flags[t] & TIO_TENSOR_GLOBAL) || (used_before && used_after)) {
+                    r += v.tensor_bytes[t];
+                }
+                if (ref_uses(&v, k, t)) {
+                    ac += v.tensor_bytes[t];
+                }
+            }
+            CHECK_EQ_U(res[k], r);
+            CHECK_EQ_U(act[k], ac);
+            peak = r > peak ? r : peak;
+            peak_act = ac > peak_act ? ac : peak_act;
+            if (r) {
+                sum += (double)ac / (double)r;
+                mx = fmax(mx, (double)ac / (double)r);
+                nz++;
+            }
+            sum_cap += (double)ac / (double)(1u << 30);
+        }
+        struct tio_analysis_summary s;
+        tio_analysis_get_summary(a, &s);
+        CHECK_EQ_U(s.peak_resident_bytes, peak);
+        CHECK_EQ_U(s.peak_active_bytes, peak_act);
+        CHECK_NEAR(s.active_fraction_mean, nz ? sum / (double)nz : 0, 1e-12);
+        CHECK_NEAR(s.active_fraction_max, mx, 1e-12);
+        CHECK_NEAR(s.active_capacity_fraction_mean, nk ? sum_cap / (double)nk : 0, 1e-12);
+        /* Observation 2 from the reference periods. */
+        size_t mid = 0, lng = 0;
+        for (size_t i = 0; i < nref; i++) {
+            if (ref[i].bytes >= 10000000 && ref[i].bytes < 1000000000) {
+                mid++;
+                lng += ref[i].dur > 10000000;
+            }
+        }
+        CHECK_NEAR(s.long_idle_fraction_10mb_1gb, mid ? (double)lng / (double)mid : 0, 1e-12);
+        /* Bucket durations: the reference periods' durations of that bucket, sorted. */
+        for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
+            static uint64_t want[CAP];
+            size_t nw = 0;
+            for (size_t i = 0; i < nref; i++) {
+                int rb = ref[i].bytes < 1000000      ? 0
+                         : ref[i].bytes < 10000000   ? 1
+                         : ref[i].bytes < 100000000  ? 2
+                         : ref[i].bytes < 1000000000 ? 3
+                                                     : 4;
+                if (rb == b) {
+                    size_t j = nw++;
+                    while (j > 0 && want[j - 1] > ref[i].dur) {
+                        want[j] = want[j - 1];
+                        j--;
+                    }
+                    want[j] = ref[i].dur;
+                }
+            }
+            size_t nd;
+            const uint64_t *d = tio_analysis_bucket_durations(a, b, &nd);
+            CHECK_EQ_U(nd, nw);
+            CHECK_EQ_U(s.periods_per_bucket[b], nw);
+            for (size_t i = 0; i < nd && i < nw; i++) {
+                if (d[i] != want[i]) {
+                    TIO_T_FAIL("seed %llu bucket %d duration %zu: %llu != %llu",
+                               (unsigned long long)seed, b, i, (unsigned long long)d[i],
+                               (unsigned long long)want[i]);
+                    break;
+                }
+            }
+        }
+        tio_analysis_free(a);
+        tio_trace_free(tr);
+    }
+}
+
+int main(void) {
+    RUN(fixture_a_periods);
+    RUN(fixture_a_curves_and_summary);
+    RUN(bucket_boundaries);
+    RUN(fixture_b_long_idle_and_buckets);
+    RUN(zero_resident_kernels_excluded);
+    RUN(one_kernel_and_empty_trace);
+    RUN(errors);
+    RUN(allocation_failures);
+    RUN(csv_output);
+    RUN(matches_naive_reference);
+    return tio_test_done();
+}

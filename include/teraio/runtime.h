@@ -156,21 +156,21 @@ TIO_API TIO_MUST_CHECK int tio_runtime_restore_finish(struct tio_runtime *rt);
 
 /* Counters since creation. */
 struct tio_runtime_stats {
-    uint64_t iterations;           /* completed iterations */
-    uint64_t kernels;              /* kernels executed */
-    uint64_t offloads;             /* offloads completed (writes + clean skips) */
-    uint64_t clean_offloads;       /* offloads that reused an identical stored copy */
-    uint64_t prefetches;           /* reads completed (planned + urgent) */
-    uint64_t urgent_reads;         /* reads the plan did not schedule in time */
-    uint64_t moves_skipped;        /* moves not applicable (unbound, pinned, already there) */
-    uint64_t bytes_offloaded;      /* bytes written to the engine */
-    uint64_t bytes_prefetched;     /* bytes read back */
-    uint64_t resident_bytes;       /* tracked resident bytes now */
-    uint64_t peak_resident_bytes;  /* max over kernels of tracked resident bytes while running */
-    uint64_t stored_bytes;         /* bytes whose only copy is in the engine now */
-    double stall_s;                /* waiting for reads/writes a kernel needs */
-    double pressure_stall_s;       /* waiting for offloads to get under the budget */
-    double io_issue_s;             /* time spent inside before_kernel/ready/after_kernel */
+    uint64_t iterations;          /* completed iterations */
+    uint64_t kernels;             /* kernels executed */
+    uint64_t offloads;            /* offloads completed (writes + clean skips) */
+    uint64_t clean_offloads;      /* offloads that reused an identical stored copy */
+    uint64_t prefetches;          /* reads completed (planned + urgent) */
+    uint64_t urgent_reads;        /* reads the plan did not schedule in time */
+    uint64_t moves_skipped;       /* moves not applicable (unbound, pinned, already there) */
+    uint64_t bytes_offloaded;     /* bytes written to the engine */
+    uint64_t bytes_prefetched;    /* bytes read back */
+    uint64_t resident_bytes;      /* tracked resident bytes now */
+    uint64_t peak_resident_bytes; /* max over kernels of tracked resident bytes while running */
+    uint64_t stored_bytes;        /* bytes whose only copy is in the engine now */
+    double stall_s;               /* waiting for reads/writes a kernel needs */
+    double pressure_stall_s;      /* waiting for offloads to get under the budget */
+    double io_issue_s;            /* time spent inside before_kernel/ready/after_kernel */
 };
 
 /* tio_runtime_get_stats: fill *out. */

@@ -55,8 +55,9 @@ class Offloader:
 
     model, optimizer: what the step trains (parameters, gradients and optimizer states are the
         global tensors, identified by registration order).
-    memory_budget: tracked tensor bytes to stay under ("8GiB" or an int). On CPU that is the
-        process's tensor memory; on CUDA the device's.
+    memory_budget: tracked tensor bytes to stay under ("8GiB" or an int), or a float in (0, 1):
+        that fraction of the unconstrained peak measured in the profiled step. On CPU the
+        tracked bytes are the process's tensor memory; on CUDA the device's.
     ssd_dirs: directories for the SSD tier (one per NVMe); "{rank}" is replaced by the
         torch.distributed rank. They must exist and be writable.
     host_memory: bytes of the pinned host tier (0: SSD only).
@@ -73,9 +74,15 @@ class Offloader:
 
         self.model = model
         self.optimizer = optimizer
-        self.budget = _bytes(memory_budget, "memory_budget")
-        if self.budget <= 0:
-            raise ValueError("memory_budget: must be > 0 bytes (e.g. memory_budget='8GiB')")
+        self.budget_fraction = None
+        if isinstance(memory_budget, float) and 0 < memory_budget < 1:
+            self.budget_fraction = memory_budget  # of the profiled unconstrained peak
+            self.budget = 0
+        else:
+            self.budget = _bytes(memory_budget, "memory_budget")
+            if self.budget <= 0:
+                raise ValueError("memory_budget: must be > 0 bytes or a fraction in (0, 1) of "
+                                 "the profiled peak (e.g. memory_budget='8GiB' or 0.5)")
         self.host_memory = _bytes(host_memory, "host_memory")
         self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
         self.rank = _rank() if rank is None else int(rank)
@@ -198,6 +205,8 @@ class Offloader:
         return "teraio-mixed" if self.host_memory else "teraio-ssd"
 
     def _make_plan(self, prog):
+        if self.budget_fraction is not None:
+            self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
         ws = prog.working_sets()
         if ws:
             kmax = max(range(len(ws)), key=ws.__getitem__)
@@ -208,7 +217,7 @@ class Offloader:
                     f"{_core.format_bytes(ws[kmax])}, the tensors it uses at once): raise "
                     f"memory_budget to at least {_core.format_bytes(ws[kmax])}")
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
-        trace = _core.RtTrace.build(prog.tensors, [list(k) for k in prog.kernels], meta)
+        trace = _core.RtTrace.build(prog.tensors, prog.kernels, meta)
         plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
         s = plan.summary()
         if not s["feasible"]:
@@ -221,6 +230,8 @@ class Offloader:
         self._counts["replans"] += 1
 
     def _start_runtime(self):
+        if self.budget_fraction is not None and self.budget == 0:
+            self.budget = max(1, int(self.budget_fraction * self._prog.peak_resident()))
         s = self._plan.summary()
         if s["ssd_peak_bytes"]:
             if not self.ssd_dirs:

@@ -1,10 +1,10 @@
 /* The plan executor (teraio/runtime.h): a per-tensor state machine driven kernel by kernel. */
-#include <teraio/alloc.h>
-#include <teraio/runtime.h>
-
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <teraio/alloc.h>
+#include <teraio/runtime.h>
 
 #include "../common/common_impl.h"
 
@@ -44,10 +44,10 @@ struct tio_runtime {
     void **ptr;                     /* [n_tensors] bound memory or NULL */
     uint64_t budget;                /* bytes, 0 = none */
     int32_t mem;
-    uint64_t next_k;  /* the kernel expected next */
-    int in_iter;      /* between begin_iteration and end_iteration */
-    size_t inflight;  /* engine requests outstanding */
-    int failed;       /* sticky engine failure */
+    uint64_t next_k; /* the kernel expected next */
+    int in_iter;     /* between begin_iteration and end_iteration */
+    size_t inflight; /* engine requests outstanding */
+    int failed;      /* sticky engine failure */
     int fail_rc;
     char fail_msg[512];
     struct tio_runtime_stats st;
@@ -75,6 +75,13 @@ static void fail(struct tio_runtime *rt, int rc, const char *what, uint32_t t, c
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "runtime: %s of tensor %u (%s, %llu bytes): %s: %s",
              what, t, name ? name : "unnamed", (unsigned long long)rt->v.tensor_bytes[t],
              tio_strerror(rc), detail && *detail ? detail : "no detail");
+}
+
+/* Forget the engine's copy of t (best effort: a failure only leaks its extents until exit). */
+static void drop_copy(struct tio_runtime *rt, uint32_t t) {
+    if (tio_engine_drop(rt->engine, t) < 0) {
+        TIO_LOG_DEBUG("runtime: drop of tensor %u: %s", t, tio_last_error());
+    }
 }
 
 static void add_resident(struct tio_runtime *rt, uint32_t t) {
@@ -168,11 +175,12 @@ static int wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc) {
     return 0;
 }
 
-static int push(struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind,
-                uint64_t bytes) {
+static int
+push(struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes) {
     if (*n >= max) {
-        return tio_set_error(TIO_EINVAL, "runtime: action array too small (max %zu): pass "
-                                         "tio_runtime_max_actions() entries",
+        return tio_set_error(TIO_EINVAL,
+                             "runtime: action array too small (max %zu): pass "
+                             "tio_runtime_max_actions() entries",
                              max);
     }
     out[*n].tensor = t;
@@ -246,7 +254,9 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     }
     if (!p->trace || !p->plan || !p->engine) {
         return tio_set_error(TIO_EINVAL, "runtime: params.%s must not be NULL",
-                             !p->trace ? "trace" : !p->plan ? "plan" : "engine");
+                             !p->trace  ? "trace"
+                             : !p->plan ? "plan"
+                                        : "engine");
     }
     if (p->mem != TIO_MEM_HOST && p->mem != TIO_MEM_DEVICE) {
         return tio_set_error(TIO_EINVAL, "runtime: params.mem: unknown memory kind %d", p->mem);
@@ -273,8 +283,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->state = tio_calloc(nt ? nt : 1, 1);
     rt->tflags = tio_calloc(nt ? nt : 1, sizeof *rt->tflags);
     rt->ptr = tio_calloc(nt ? nt : 1, sizeof *rt->ptr);
-    if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags ||
-        !rt->ptr) {
+    if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -347,7 +356,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
         drain_quiet(rt);
         for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
             if (rt->tflags[t] & TF_HAS_COPY) {
-                (void)tio_engine_drop(rt->engine, t);
+                drop_copy(rt, t);
             }
         }
     }
@@ -394,15 +403,16 @@ static int check_k(struct tio_runtime *rt, uint64_t k, const char *fn) {
         return sticky(rt);
     }
     if (!rt->in_iter || k != rt->next_k || k >= rt->v.n_kernels) {
-        return tio_set_error(TIO_ESTATE,
-                             "runtime: %s(%llu): expected kernel %llu of %zu%s", fn,
-                             (unsigned long long)k, (unsigned long long)rt->next_k,
-                             rt->v.n_kernels, rt->in_iter ? "" : " (no iteration begun)");
+        return tio_set_error(TIO_ESTATE, "runtime: %s(%llu): expected kernel %llu of %zu%s", fn,
+                             (unsigned long long)k, (unsigned long long)rt->next_k, rt->v.n_kernels,
+                             rt->in_iter ? "" : " (no iteration begun)");
     }
     return 0;
 }
 
-int tio_runtime_before_kernel(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out,
+int tio_runtime_before_kernel(struct tio_runtime *rt,
+                              uint64_t k,
+                              struct tio_rt_action *out,
                               size_t max) {
     int rc = check_k(rt, k, "before_kernel");
     if (rc < 0) {
@@ -581,13 +591,12 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         if (rt->v.use_mode[u] & TIO_USE_WRITE) {
             rt->tflags[t] |= TF_DIRTY;
         }
-        if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k &&
-            rt->state[t] == ST_RESIDENT) {
+        if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_RESIDENT) {
             rt->state[t] = ST_ABSENT;
             rt->ptr[t] = NULL;
             sub_resident(rt, t);
             if (rt->tflags[t] & TF_HAS_COPY) {
-                (void)tio_engine_drop(rt->engine, t);
+                drop_copy(rt, t);
                 rt->tflags[t] &= ~(uint32_t)TF_HAS_COPY;
             }
         }
@@ -665,9 +674,8 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
     for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
         if (rt->state[t] == ST_MATERIALIZE) {
             if (!rt->ptr[t]) {
-                return tio_set_error(TIO_ESTATE,
-                                     "runtime: restore: tensor %u was materialised but not bound",
-                                     t);
+                return tio_set_error(
+                    TIO_ESTATE, "runtime: restore: tensor %u was materialised but not bound", t);
             }
             if ((rc = submit_read(rt, t)) < 0) {
                 return rc;
@@ -687,7 +695,7 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
             rt->ptr[t] = NULL;
             sub_resident(rt, t);
             if (rt->tflags[t] & TF_HAS_COPY) {
-                (void)tio_engine_drop(rt->engine, t);
+                drop_copy(rt, t);
             }
             rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
         }

@@ -1,12 +1,12 @@
 /* teraio._core runtime binding: trace building, planning, the engine and the executor, as used
  * by python/teraio/torch (the PyTorch layer). Private API: the names start with "Rt". */
+#include <string.h>
+
 #include <teraio/hw.h>
 #include <teraio/io.h>
 #include <teraio/plan.h>
 #include <teraio/runtime.h>
 #include <teraio/trace.h>
-
-#include <string.h>
 
 #include "core.h"
 
@@ -198,12 +198,13 @@ static PyObject *rttrace_kernels(RtTraceObject *self, PyObject *unused) {
             return NULL;
         }
         for (uint64_t u = u0; u < u1; u++) {
-            PyTuple_SET_ITEM(uses, (Py_ssize_t)(2 * (u - u0)), PyLong_FromUnsignedLong(v.use_tensor[u]));
+            PyTuple_SET_ITEM(uses, (Py_ssize_t)(2 * (u - u0)),
+                             PyLong_FromUnsignedLong(v.use_tensor[u]));
             PyTuple_SET_ITEM(uses, (Py_ssize_t)(2 * (u - u0) + 1), PyLong_FromLong(v.use_mode[u]));
         }
-        PyObject *it = Py_BuildValue("(zKIN)", tio_trace_kernel_name(self->tr, (uint32_t)k),
-                                     (unsigned long long)v.kernel_duration_ns[k],
-                                     v.kernel_flags[k], uses);
+        PyObject *it =
+            Py_BuildValue("(zKIN)", tio_trace_kernel_name(self->tr, (uint32_t)k),
+                          (unsigned long long)v.kernel_duration_ns[k], v.kernel_flags[k], uses);
         if (!it) {
             Py_DECREF(l);
             return NULL;
@@ -312,15 +313,15 @@ static PyObject *rtplan_make(PyObject *cls, PyObject *args) {
     snprintf(hw.name, sizeof hw.name, "%s", "torch-runtime");
     uint64_t u;
     double f;
-#define HWU(field)                                \
-    u = hw.field;                                 \
-    if (dict_u64(hwd, #field, &u) < 0)            \
-        return NULL;                              \
+#define HWU(field)                     \
+    u = hw.field;                      \
+    if (dict_u64(hwd, #field, &u) < 0) \
+        return NULL;                   \
     hw.field = u;
-#define HWF(field)                                \
-    f = hw.field;                                 \
-    if (dict_f64(hwd, #field, &f) < 0)            \
-        return NULL;                              \
+#define HWF(field)                     \
+    f = hw.field;                      \
+    if (dict_f64(hwd, #field, &f) < 0) \
+        return NULL;                   \
     hw.field = f;
     HWU(gpu_memory_bytes)
     HWU(gpu_reserve_bytes)
@@ -355,6 +356,51 @@ static PyObject *rtplan_make(PyObject *cls, PyObject *args) {
         return tio_py_raise(rc, "plan");
     }
     return wrap_plan(plan);
+}
+
+/* RtPlan.build(trace, policy, moves): a plan from explicit moves [(tensor, from, to, flags,
+ * trigger, deadline)] (tests, planners written in Python). */
+static PyObject *rtplan_build(PyObject *cls, PyObject *args) {
+    (void)cls;
+    RtTraceObject *tr;
+    const char *policy;
+    PyObject *moves;
+    if (!PyArg_ParseTuple(args, "O!sO!", &RtTraceType, &tr, &policy, &PyList_Type, &moves)) {
+        return NULL;
+    }
+    uint64_t h;
+    int rc = tio_trace_hash(tr->tr, &h);
+    if (rc < 0) {
+        return tio_py_raise(rc, "trace hash");
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(tr->tr, &v);
+    struct tio_plan *p;
+    if ((rc = tio_plan_new(h, v.n_kernels, policy, &p)) < 0) {
+        return tio_py_raise(rc, "plan");
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(moves); i++) {
+        struct tio_move m;
+        memset(&m, 0, sizeof m);
+        unsigned long long trig, dl;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(moves, i), "IiiIKK", &m.tensor, &m.from, &m.to,
+                              &m.flags, &trig, &dl)) {
+            tio_plan_free(p);
+            return NULL;
+        }
+        m.trigger = trig;
+        m.deadline = dl;
+        m.bytes = m.tensor < v.n_tensors ? v.tensor_bytes[m.tensor] : 0;
+        if ((rc = tio_plan_add_move(p, &m)) < 0) {
+            tio_plan_free(p);
+            return tio_py_raise(rc, "plan move");
+        }
+    }
+    if ((rc = tio_plan_finish(p)) < 0) {
+        tio_plan_free(p);
+        return tio_py_raise(rc, "plan");
+    }
+    return wrap_plan(p);
 }
 
 static PyObject *rtplan_load(PyObject *cls, PyObject *arg) {
@@ -399,19 +445,18 @@ static PyObject *rtplan_summary(RtPlanObject *self, PyObject *unused) {
     (void)unused;
     struct tio_plan_summary s;
     tio_plan_get_summary(self->plan, &s);
-    return Py_BuildValue(
-        "{s:n,s:n,s:i,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s,s:K}", "n_moves",
-        (Py_ssize_t)s.n_moves, "n_offloads", (Py_ssize_t)s.n_offloads, "feasible", s.feasible,
-        "planning_seconds", s.planning_seconds, "capacity_bytes",
-        (unsigned long long)s.capacity_bytes, "planned_peak_bytes",
-        (unsigned long long)s.planned_peak_bytes, "shortfall_bytes",
-        (unsigned long long)s.shortfall_bytes, "shortfall_kernel",
-        (unsigned long long)s.shortfall_kernel, "host_peak_bytes",
-        (unsigned long long)s.host_peak_bytes, "ssd_peak_bytes",
-        (unsigned long long)s.ssd_peak_bytes, "bytes_to_ssd", (unsigned long long)s.bytes_to_ssd,
-        "bytes_to_host", (unsigned long long)s.bytes_to_host, "policy",
-        tio_plan_policy(self->plan), "trace_hash",
-        (unsigned long long)tio_plan_trace_hash(self->plan));
+    return Py_BuildValue("{s:n,s:n,s:i,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s,s:K}", "n_moves",
+                         (Py_ssize_t)s.n_moves, "n_offloads", (Py_ssize_t)s.n_offloads, "feasible",
+                         s.feasible, "planning_seconds", s.planning_seconds, "capacity_bytes",
+                         (unsigned long long)s.capacity_bytes, "planned_peak_bytes",
+                         (unsigned long long)s.planned_peak_bytes, "shortfall_bytes",
+                         (unsigned long long)s.shortfall_bytes, "shortfall_kernel",
+                         (unsigned long long)s.shortfall_kernel, "host_peak_bytes",
+                         (unsigned long long)s.host_peak_bytes, "ssd_peak_bytes",
+                         (unsigned long long)s.ssd_peak_bytes, "bytes_to_ssd",
+                         (unsigned long long)s.bytes_to_ssd, "bytes_to_host",
+                         (unsigned long long)s.bytes_to_host, "policy", tio_plan_policy(self->plan),
+                         "trace_hash", (unsigned long long)tio_plan_trace_hash(self->plan));
 }
 
 /* moves() -> [(tensor, from, to, flags, trigger, deadline, bytes)] */
@@ -421,10 +466,10 @@ static PyObject *rtplan_moves(RtPlanObject *self, PyObject *unused) {
     const struct tio_move *m = tio_plan_moves(self->plan, &n);
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; l && i < n; i++) {
-        PyObject *it = Py_BuildValue("(IiiIKKK)", m[i].tensor, m[i].from, m[i].to, m[i].flags,
-                                     (unsigned long long)m[i].trigger,
-                                     (unsigned long long)m[i].deadline,
-                                     (unsigned long long)m[i].bytes);
+        PyObject *it =
+            Py_BuildValue("(IiiIKKK)", m[i].tensor, m[i].from, m[i].to, m[i].flags,
+                          (unsigned long long)m[i].trigger, (unsigned long long)m[i].deadline,
+                          (unsigned long long)m[i].bytes);
         if (!it) {
             Py_DECREF(l);
             return NULL;
@@ -437,6 +482,8 @@ static PyObject *rtplan_moves(RtPlanObject *self, PyObject *unused) {
 static PyMethodDef rtplan_methods[] = {
     { "make", (PyCFunction)rtplan_make, METH_VARARGS | METH_CLASS,
       "make(trace, hw, policy, min_tensor_bytes, early_prefetch) -> RtPlan" },
+    { "build", (PyCFunction)rtplan_build, METH_VARARGS | METH_CLASS,
+      "build(trace, policy, [(tensor, from, to, flags, trigger, deadline)]) -> RtPlan" },
     { "load", (PyCFunction)rtplan_load, METH_O | METH_CLASS, "load(path) -> RtPlan" },
     { "save", (PyCFunction)rtplan_save, METH_O, "save(path)" },
     { "check", (PyCFunction)rtplan_check, METH_O, "check(trace): raise unless made for it" },
@@ -529,11 +576,10 @@ static PyObject *rtengine_stats(RtEngineObject *self, PyObject *unused) {
     struct tio_engine_stats s;
     (void)tio_engine_stats(self->e, &s);
     return Py_BuildValue("{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "backend", s.backend,
-                         "requests_failed", (unsigned long long)s.requests_failed,
-                         "bytes_written", (unsigned long long)s.bytes_written, "bytes_read",
-                         (unsigned long long)s.bytes_read, "retries",
-                         (unsigned long long)s.retries, "crc_errors",
-                         (unsigned long long)s.crc_errors, "ssd_capacity_bytes",
+                         "requests_failed", (unsigned long long)s.requests_failed, "bytes_written",
+                         (unsigned long long)s.bytes_written, "bytes_read",
+                         (unsigned long long)s.bytes_read, "retries", (unsigned long long)s.retries,
+                         "crc_errors", (unsigned long long)s.crc_errors, "ssd_capacity_bytes",
                          (unsigned long long)s.ssd_capacity_bytes, "ssd_used_bytes",
                          (unsigned long long)s.ssd_used_bytes, "host_capacity_bytes",
                          (unsigned long long)s.host_capacity_bytes, "host_used_bytes",
@@ -585,8 +631,8 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     RtEngineObject *en;
     unsigned long long budget = 0;
     int device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|Kp", kwlist, &RtTraceType, &tr,
-                                     &RtPlanType, &pl, &RtEngineType, &en, &budget, &device)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|Kp", kwlist, &RtTraceType, &tr, &RtPlanType,
+                                     &pl, &RtEngineType, &en, &budget, &device)) {
         return -1;
     }
     struct tio_runtime_params p = tio_runtime_params_default();
@@ -776,8 +822,8 @@ int tio_py_add_runtime(PyObject *m) {
     PyTypeObject *types[] = { &RtTraceType, &RtPlanType, &RtEngineType, &RuntimeType };
     const char *names[] = { "RtTrace", "RtPlan", "RtEngine", "Runtime" };
     for (size_t i = 0; i < 4; i++) {
-        if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(m, names[i],
-                                                                (PyObject *)types[i]) < 0) {
+        if (PyType_Ready(types[i]) < 0 ||
+            PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) {
             return -1;
         }
     }

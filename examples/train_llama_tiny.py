@@ -40,14 +40,15 @@ def param_digest(model) -> str:
     return h.hexdigest()
 
 
-def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, foreach=True,
+def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, foreach=False,
           tied=False, lr=1e-3, seed=0, on_step=None, fraction=None):
     """Train `steps` steps; returns (losses, model, offloader or None).
 
-    offload: None (plain PyTorch) or a dict of teraio.Offloader keyword arguments. With
-    `fraction`, memory_budget is set to fraction x the unconstrained tracked peak, measured by a
-    recording-only Offloader pass over the first steps (see _measure_peak).
+    offload: None (plain PyTorch) or a dict of teraio.Offloader keyword arguments.
     seqs: optional per-step sequence lengths (a list), to exercise re-planning.
+    foreach: AdamW's foreach (PyTorch's CPU default is False: one parameter at a time, which lets
+    teraio offload optimizer states between parameters; True runs each _foreach_ pass over all
+    parameters, which teraio splits per tensor, but every state is then used in every pass).
     """
     torch.manual_seed(seed)
     cfg = LlamaConfig(**PRESETS[preset], tied=tied)
@@ -102,7 +103,8 @@ def main(argv=None):
     ap.add_argument("--host-memory", default="0")
     ap.add_argument("--min-tensor-bytes", default="64KiB")
     ap.add_argument("--backend", default=None)
-    ap.add_argument("--no-foreach", action="store_true")
+    ap.add_argument("--foreach", action="store_true",
+                    help="AdamW(foreach=True): teraio splits each _foreach_ op per tensor")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     offload = None
@@ -125,7 +127,7 @@ def main(argv=None):
                        min_tensor_bytes=a.min_tensor_bytes, backend=a.backend)
     t0 = time.perf_counter()
     losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
-                               foreach=not a.no_foreach)
+                               foreach=a.foreach)
     dt = time.perf_counter() - t0
     out = dict(losses=losses, params=param_digest(model), seconds=dt,
                peak_rss_bytes=peak_rss_bytes())

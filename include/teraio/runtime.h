@@ -10,7 +10,7 @@
  *     struct tio_runtime *rt;
  *     if (tio_runtime_new(&rp, &rt) < 0) ...
  *     struct tio_rt_action act[...];                 // tio_runtime_max_actions(rt) entries
- *     tio_runtime_begin_iteration(rt);
+ *     n = tio_runtime_begin_iteration(rt, act, cap);  // RELEASE actions, as below
  *     for (k = 0; k < N; k++) {
  *         int n = tio_runtime_before_kernel(rt, k, act, cap);
  *         for (i = 0; i < n; i++)
@@ -112,9 +112,15 @@ TIO_API size_t tio_runtime_max_actions(const struct tio_runtime *rt);
  */
 TIO_API TIO_MUST_CHECK int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr);
 
-/* tio_runtime_begin_iteration: start an iteration at kernel 0. TIO_ESTATE if the previous one
- * was not ended. */
-TIO_API TIO_MUST_CHECK int tio_runtime_begin_iteration(struct tio_runtime *rt);
+/*
+ * tio_runtime_begin_iteration: start an iteration at kernel 0. The first time (and after a
+ * restore), it first puts the globals in the plan's steady state: a global whose last move of
+ * the iteration is an offload is stored when an iteration begins, so it is written now (bind the
+ * globals before) and waited for; the RELEASE actions are returned like before_kernel's.
+ * Returns the number of actions, or TIO_ESTATE if the previous iteration was not ended.
+ */
+TIO_API TIO_MUST_CHECK int
+tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
 
 /*
  * tio_runtime_before_kernel: see the protocol above. `k` must be the next kernel. Writes up to

@@ -66,7 +66,7 @@ class Offloader:
     """
 
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
-                 policy="teraio", warmup_steps=1, profile_steps=1, plan=None, backend=None,
+                 policy="teraio", warmup_steps=None, profile_steps=1, plan=None, backend=None,
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="2GB/s", host_bandwidth="10GB/s", split_foreach=True,
                  device=None, rank=None):
@@ -98,6 +98,9 @@ class Offloader:
                                  "permissions or pass another directory")
         if not self.ssd_dirs and self.host_memory == 0:
             raise ValueError("nowhere to offload to: pass ssd_dirs=[...] and/or host_memory=...")
+        if warmup_steps is None:
+            # DDP rebuilds its gradient buckets in the second iteration: profile after it.
+            warmup_steps = 2 if type(model).__name__ == "DistributedDataParallel" else 1
         if int(warmup_steps) < 1 and optimizer is not None:
             raise ValueError("warmup_steps: must be >= 1 with an optimizer (its state is created "
                              "in the first step)")

@@ -46,6 +46,7 @@ struct tio_runtime {
     int32_t mem;
     uint64_t next_k; /* the kernel expected next */
     int in_iter;     /* between begin_iteration and end_iteration */
+    int steady;      /* the plan's state at iteration start has been established */
     size_t inflight; /* engine requests outstanding */
     int failed;      /* sticky engine failure */
     int fail_rc;
@@ -385,7 +386,56 @@ int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr) {
     return 0;
 }
 
-int tio_runtime_begin_iteration(struct tio_runtime *rt) {
+static int drain(struct tio_runtime *rt) {
+    while (rt->inflight > 0) {
+        int rc = reap(rt, rt->inflight);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Globals whose last move of the iteration is an offload are stored when an iteration starts (the
+ * plan's steady state). Before the first iteration they are all resident: write them now. */
+static int
+enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
+    size_t nt = rt->v.n_tensors;
+    int32_t *last_to = tio_malloc((nt ? nt : 1) * sizeof *last_to);
+    if (!last_to) {
+        return TIO_ENOMEM;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        last_to[t] = -1;
+    }
+    for (size_t i = 0; i < rt->n_moves; i++) { /* sorted by trigger: the last one wins */
+        last_to[rt->moves[i].tensor] = rt->moves[i].to;
+    }
+    int rc = 0;
+    for (uint32_t t = 0; t < nt && rc == 0; t++) {
+        if (last_to[t] > TIO_TIER_GPU && (rt->tflags[t] & TF_GLOBAL) &&
+            !(rt->tflags[t] & TF_PINNED) && rt->state[t] == ST_RESIDENT && rt->ptr[t]) {
+            rt->state[t] = ST_WRITING;
+            rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            rc = submit_write(rt, t, last_to[t], 0);
+        }
+    }
+    tio_free(last_to);
+    double t0 = tio_now_s();
+    if (rc == 0) {
+        rc = drain(rt);
+    }
+    rt->st.pressure_stall_s += tio_now_s() - t0;
+    if (rc == 0 && rt->failed) {
+        rc = sticky(rt);
+    }
+    if (rc == 0) {
+        rc = releases(rt, out, max, n);
+    }
+    return rc;
+}
+
+int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {
     if (rt->failed) {
         return sticky(rt);
     }
@@ -393,9 +443,17 @@ int tio_runtime_begin_iteration(struct tio_runtime *rt) {
         return tio_set_error(TIO_ESTATE, "runtime: begin_iteration: iteration %llu not ended",
                              (unsigned long long)rt->st.iterations);
     }
+    size_t n = 0;
+    if (!rt->steady) {
+        int rc = enter_steady_state(rt, out, max, &n);
+        if (rc < 0) {
+            return rc;
+        }
+        rt->steady = 1;
+    }
     rt->in_iter = 1;
     rt->next_k = 0;
-    return 0;
+    return (int)n;
 }
 
 static int check_k(struct tio_runtime *rt, uint64_t k, const char *fn) {
@@ -606,16 +664,6 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
     return 0;
 }
 
-static int drain(struct tio_runtime *rt) {
-    while (rt->inflight > 0) {
-        int rc = reap(rt, rt->inflight);
-        if (rc < 0) {
-            return rc;
-        }
-    }
-    return 0;
-}
-
 int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {
     if (rt->failed) {
         return sticky(rt);
@@ -701,6 +749,7 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
         }
     }
     rt->in_iter = 0;
+    rt->steady = 0; /* everything is resident again: the next iteration re-enters it */
     return 0;
 }
 

@@ -691,11 +691,12 @@ static PyObject *runtime_bind(RuntimeObject *self, PyObject *args) {
 
 static PyObject *runtime_begin(RuntimeObject *self, PyObject *unused) {
     (void)unused;
-    int rc = tio_runtime_begin_iteration(self->rt);
-    if (rc < 0) {
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_begin_iteration(self->rt, self->acts, self->cap);
+    Py_END_ALLOW_THREADS if (rc < 0) {
         return tio_py_raise(rc, "runtime");
     }
-    Py_RETURN_NONE;
+    return actions(self, rc);
 }
 
 static PyObject *runtime_before(RuntimeObject *self, PyObject *arg) {
@@ -794,7 +795,7 @@ static PyObject *runtime_state(RuntimeObject *self, PyObject *arg) {
 
 static PyMethodDef runtime_methods[] = {
     { "bind", (PyCFunction)runtime_bind, METH_VARARGS, "bind(tensor, ptr)" },
-    { "begin", (PyCFunction)runtime_begin, METH_NOARGS, "begin()" },
+    { "begin", (PyCFunction)runtime_begin, METH_NOARGS, "begin() -> actions" },
     { "before", (PyCFunction)runtime_before, METH_O, "before(k) -> ((kind, tensor, bytes), ...)" },
     { "ready", (PyCFunction)runtime_ready, METH_O, "ready(k)" },
     { "after", (PyCFunction)runtime_after, METH_O, "after(k)" },

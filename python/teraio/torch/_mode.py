@@ -214,10 +214,10 @@ class StepDriver:
         for t, k in last.items():
             if t in self.movable and not (prog.tensors[t][2] & F_GLOBAL):
                 self.release_at.setdefault(k, []).append(t)
-        self.rt.begin()
         for tid, st in self.st_by_id.items():
             if st.nbytes() > 0:
                 self.rt.bind(tid, st.data_ptr())
+        self._apply(self.rt.begin())
 
     # ---- the operator hook ----------------------------------------------------------------
     def dispatch(self, func, args, kwargs):

@@ -29,6 +29,8 @@ PRESETS = {
     "tiny": dict(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344),
     "small": dict(vocab=4096, dim=256, layers=4, heads=8, kv_heads=4, ffn=688),
     "medium": dict(vocab=8192, dim=512, layers=4, heads=8, kv_heads=4, ffn=1536),
+    # large embeddings, little compute: memory-heavy on a 2-core machine (the RSS test)
+    "wide": dict(vocab=32768, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
 }
 
 
@@ -89,6 +91,24 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def reset_peak_rss() -> bool:
+    """Linux: reset the process's peak RSS (VmHWM) so that later steps are measured alone."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def vm_hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,8 +117,6 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--budget", default=None, help="fraction of the peak (<1) or a size")
-    ap.add_argument("--peak", default=None, help="unconstrained tracked peak in bytes, for a "
-                    "fractional --budget (else measured by an unconstrained profiling run)")
     ap.add_argument("--ssd-dir", action="append", default=[])
     ap.add_argument("--host-memory", default="0")
     ap.add_argument("--min-tensor-bytes", default="64KiB")
@@ -106,6 +124,9 @@ def main(argv=None):
     ap.add_argument("--foreach", action="store_true",
                     help="AdamW(foreach=True): teraio splits each _foreach_ op per tensor")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--steady-after", type=int, default=2,
+                    help="reset the peak RSS after this many steps (warm-up + profiling) and "
+                    "report the peak of the remaining steps as steady_peak_rss_bytes")
     a = ap.parse_args(argv)
     offload = None
     if a.budget is not None:
@@ -117,20 +138,28 @@ def main(argv=None):
         except ValueError:
             frac = None
         if frac is not None and frac < 1:
-            if a.peak is None:
-                raise SystemExit("--budget as a fraction needs --peak (bytes): the "
-                                 "report's unconstrained_peak_bytes of an earlier --json run")
-            budget = int(frac * int(a.peak))
+            budget = frac  # Offloader: fraction of the profiled unconstrained peak
         else:
             budget = int(frac) if frac is not None else teraio.parse_bytes(b)
         offload = dict(memory_budget=budget, ssd_dirs=a.ssd_dir, host_memory=a.host_memory,
                        min_tensor_bytes=a.min_tensor_bytes, backend=a.backend)
+    times = []
+    steady = {}
+
+    def on_step(i, off):
+        times.append(time.perf_counter())
+        if i + 1 == a.steady_after:
+            steady["reset"] = reset_peak_rss()
+
     t0 = time.perf_counter()
     losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
-                               foreach=a.foreach)
+                               foreach=a.foreach, on_step=on_step)
     dt = time.perf_counter() - t0
     out = dict(losses=losses, params=param_digest(model), seconds=dt,
-               peak_rss_bytes=peak_rss_bytes())
+               peak_rss_bytes=peak_rss_bytes(),
+               steady_peak_rss_bytes=vm_hwm_bytes() if steady.get("reset") else None,
+               steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
+                                                            times[a.steady_after:])])
     if off is not None:
         out["report"] = {k: v for k, v in off.report().items() if k not in ("plan", "engine")}
     if a.json:

@@ -179,6 +179,21 @@ struct tio_runtime_stats {
     double io_issue_s;            /* time spent inside before_kernel/ready/after_kernel */
 };
 
+/*
+ * Free markers. A trace kernel named TIO_RUNTIME_FREE_KERNEL is not an operator: it marks where
+ * an intermediate's memory is actually freed when that is later than its last real use (e.g. a
+ * gradient freed by zero_grad after the optimizer used it), so that planners and the executor
+ * account for its memory until then. The executor never makes a free marker's tensors resident
+ * and never prefetches a tensor whose only remaining use is its free marker.
+ */
+#define TIO_RUNTIME_FREE_KERNEL "teraio::free"
+
+/*
+ * tio_runtime_forget: intermediate `tensor` is dead (its storage was freed by its owner): wait
+ * for its in-flight request, drop its stored copy, stop counting it. TIO_EINVAL for a global.
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor);
+
 /* tio_runtime_get_stats: fill *out. */
 TIO_API void tio_runtime_get_stats(const struct tio_runtime *rt, struct tio_runtime_stats *out);
 

@@ -69,6 +69,7 @@ class Offloader:
                  policy="teraio", warmup_steps=None, profile_steps=1, plan=None, backend=None,
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="2GB/s", host_bandwidth="10GB/s", split_foreach=True,
+                 io_queue_depth=8, io_chunk="1MiB",
                  device=None, rank=None):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
@@ -114,8 +115,11 @@ class Offloader:
             else float(host_bandwidth)
         self.device = device
         self._cuda = False
+        # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
+        # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
         self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, bool(verify),
-                                      backend_options, True)
+                                      backend_options, True, int(io_queue_depth),
+                                      _bytes(io_chunk, "io_chunk"))
         self._trace = None
         self._plan = None
         self._prog = None

@@ -39,6 +39,8 @@ struct tio_runtime {
     size_t n_moves;
     size_t *move_off; /* [N + 1] moves triggered at kernel k: [move_off[k], move_off[k+1]) */
     uint64_t *first_use, *last_use; /* [n_tensors] kernel indices (UINT64_MAX: never used) */
+    uint64_t *last_real;            /* [n_tensors] last use by a kernel that is not a free marker */
+    uint8_t *is_free;               /* [n_kernels] 1: a TIO_RUNTIME_FREE_KERNEL marker */
     uint8_t *state;                 /* [n_tensors] enum tensor_state */
     uint32_t *tflags;               /* [n_tensors] TF_* */
     void **ptr;                     /* [n_tensors] bound memory or NULL */
@@ -284,7 +286,10 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->state = tio_calloc(nt ? nt : 1, 1);
     rt->tflags = tio_calloc(nt ? nt : 1, sizeof *rt->tflags);
     rt->ptr = tio_calloc(nt ? nt : 1, sizeof *rt->ptr);
-    if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr) {
+    rt->last_real = tio_calloc(nt ? nt : 1, sizeof *rt->last_real);
+    rt->is_free = tio_calloc(nk ? nk : 1, 1);
+    if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
+        !rt->last_real || !rt->is_free) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -319,6 +324,10 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
         }
     }
     for (size_t k = 0; k < nk; k++) {
+        const char *kn = tio_trace_kernel_name(p->trace, (uint32_t)k);
+        rt->is_free[k] = kn && strcmp(kn, TIO_RUNTIME_FREE_KERNEL) == 0;
+    }
+    for (size_t k = 0; k < nk; k++) {
         int comm = (rt->v.kernel_flags[k] & TIO_KERNEL_COMM) != 0;
         for (uint64_t u = rt->v.kernel_use_offset[k]; u < rt->v.kernel_use_offset[k + 1]; u++) {
             uint32_t t = rt->v.use_tensor[u];
@@ -326,6 +335,9 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
                 rt->first_use[t] = k;
             }
             rt->last_use[t] = k;
+            if (!rt->is_free[k]) {
+                rt->last_real[t] = k;
+            }
             if (comm) {
                 rt->tflags[t] |= TF_PINNED;
             }
@@ -367,6 +379,8 @@ void tio_runtime_free(struct tio_runtime *rt) {
     tio_free(rt->state);
     tio_free(rt->tflags);
     tio_free(rt->ptr);
+    tio_free(rt->last_real);
+    tio_free(rt->is_free);
     tio_free(rt);
 }
 
@@ -518,7 +532,9 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 return rc;
             }
         } else { /* prefetch */
-            if (rt->state[t] == ST_STORED) {
+            if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_real[t] < k) {
+                rt->st.moves_skipped++; /* only its free marker is left: never read it back */
+            } else if (rt->state[t] == ST_STORED) {
                 rt->state[t] = ST_MATERIALIZE;
                 add_resident(rt, t);
                 if ((rc = push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) < 0) {
@@ -536,8 +552,8 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             }
         }
     }
-    /* Everything kernel k uses must be resident when it runs. */
-    for (uint64_t u = u0; u < u1; u++) {
+    /* Everything kernel k uses must be resident when it runs (a free marker uses nothing). */
+    for (uint64_t u = rt->is_free[k] ? u1 : u0; u < u1; u++) {
         uint32_t t = rt->v.use_tensor[u];
         switch (rt->state[t]) {
         case ST_STORED:
@@ -639,6 +655,55 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
     return 0;
 }
 
+/* A stored intermediate died: forget its copy; its memory was already released. */
+static void retire_stored(struct tio_runtime *rt, uint32_t t) {
+    uint64_t b = rt->v.tensor_bytes[t];
+    rt->st.stored_bytes -= rt->st.stored_bytes >= b ? b : rt->st.stored_bytes;
+    rt->state[t] = ST_ABSENT;
+    rt->ptr[t] = NULL;
+    if (rt->tflags[t] & TF_HAS_COPY) {
+        drop_copy(rt, t);
+    }
+    rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY | TF_URGENT);
+}
+
+int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
+    if (tensor >= rt->v.n_tensors) {
+        return tio_set_error(TIO_EINVAL, "runtime: forget: tensor %u out of range", tensor);
+    }
+    uint32_t t = tensor;
+    if (rt->tflags[t] & TF_GLOBAL) {
+        return tio_set_error(TIO_EINVAL, "runtime: forget: tensor %u is global", t);
+    }
+    if (rt->state[t] == ST_WRITING || rt->state[t] == ST_READING) {
+        double dummy = 0;
+        int rc = wait_tensor(rt, t, &dummy);
+        if (rc < 0) {
+            return rc;
+        }
+        if (rt->state[t] == ST_WRITING) { /* completed: the memory is gone with the tensor */
+            rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            rt->state[t] = ST_RESIDENT;
+        }
+    }
+    if (rt->state[t] == ST_STORED) {
+        retire_stored(rt, t);
+    } else if (rt->state[t] == ST_MATERIALIZE) {
+        rt->state[t] = ST_STORED;
+        sub_resident(rt, t);
+        retire_stored(rt, t);
+    } else if (rt->state[t] == ST_RESIDENT) {
+        rt->state[t] = ST_ABSENT;
+        rt->ptr[t] = NULL;
+        sub_resident(rt, t);
+        if (rt->tflags[t] & TF_HAS_COPY) {
+            drop_copy(rt, t);
+        }
+        rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
+    }
+    return rt->failed ? sticky(rt) : 0;
+}
+
 int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
     int rc = check_k(rt, k, "after_kernel");
     if (rc < 0) {
@@ -648,6 +713,9 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         uint32_t t = rt->v.use_tensor[u];
         if (rt->v.use_mode[u] & TIO_USE_WRITE) {
             rt->tflags[t] |= TF_DIRTY;
+        }
+        if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_STORED) {
+            retire_stored(rt, t);
         }
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_RESIDENT) {
             rt->state[t] = ST_ABSENT;

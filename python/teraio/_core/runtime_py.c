@@ -517,14 +517,16 @@ static void rtengine_dealloc(RtEngineObject *self) {
 
 /* RtEngine(dirs, host_tier_bytes, backend, verify, backend_options, preallocate) */
 static int rtengine_init(RtEngineObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "dirs",    "host_tier_bytes", "backend", "verify",
-                              "options", "preallocate",     NULL };
+    static char *kwlist[] = { "dirs",        "host_tier_bytes", "backend",     "verify", "options",
+                              "preallocate", "queue_depth",     "chunk_bytes", NULL };
     PyObject *dirs;
     unsigned long long host = 0;
     const char *backend = NULL, *options = NULL;
     int verify = 0, prealloc = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|Kzpzp", kwlist, &PyList_Type, &dirs, &host,
-                                     &backend, &verify, &options, &prealloc)) {
+    unsigned int depth = 0;
+    unsigned long long chunk = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|KzpzpIK", kwlist, &PyList_Type, &dirs, &host,
+                                     &backend, &verify, &options, &prealloc, &depth, &chunk)) {
         return -1;
     }
     Py_ssize_t nd = PyList_GET_SIZE(dirs);
@@ -548,6 +550,12 @@ static int rtengine_init(RtEngineObject *self, PyObject *args, PyObject *kw) {
     p.verify = verify;
     p.backend_options = options;
     p.preallocate = prealloc;
+    if (depth) {
+        p.queue_depth = depth;
+    }
+    if (chunk) {
+        p.chunk_bytes = chunk;
+    }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = tio_engine_new(&p, &self->e);
     Py_END_ALLOW_THREADS PyMem_Free(d);
@@ -689,6 +697,19 @@ static PyObject *runtime_bind(RuntimeObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *runtime_forget(RuntimeObject *self, PyObject *arg) {
+    unsigned long t = PyLong_AsUnsignedLong(arg);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_forget(self->rt, (uint32_t)t);
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        return tio_py_raise(rc, "runtime forget");
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *runtime_begin(RuntimeObject *self, PyObject *unused) {
     (void)unused;
     int rc;
@@ -795,6 +816,7 @@ static PyObject *runtime_state(RuntimeObject *self, PyObject *arg) {
 
 static PyMethodDef runtime_methods[] = {
     { "bind", (PyCFunction)runtime_bind, METH_VARARGS, "bind(tensor, ptr)" },
+    { "forget", (PyCFunction)runtime_forget, METH_O, "forget(tensor): it died" },
     { "begin", (PyCFunction)runtime_begin, METH_NOARGS, "begin() -> actions" },
     { "before", (PyCFunction)runtime_before, METH_O, "before(k) -> ((kind, tensor, bytes), ...)" },
     { "ready", (PyCFunction)runtime_ready, METH_O, "ready(k)" },

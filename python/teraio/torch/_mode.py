@@ -22,6 +22,7 @@ KIND_WEIGHT, KIND_GRAD, KIND_OPTIM, KIND_ACT, KIND_TEMP, KIND_INPUT, KIND_OTHER 
 F_GLOBAL, F_PINNED = 1, 2
 K_COMM, K_OPTIM, K_BACKWARD = 1, 2, 4
 USE_R, USE_W, USE_RW = 1, 2, 3
+FREE_KERNEL = "teraio::free"  # TIO_RUNTIME_FREE_KERNEL: an intermediate freed after its last use
 
 _COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
 
@@ -178,7 +179,13 @@ class StepDriver:
         # execution
         self.movable = set(movable)
         self.st_by_id: dict[int, torch.UntypedStorage] = {}
+        self.weak_by_id: dict[int, weakref.ref] = {}
         self.release_at: dict[int, list] = {}
+        # deaths: storages freed by their owners, turned into free markers at the next operator
+        self.n_globals = len(globals_)
+        self.dead_pending: list[int] = []
+        self.dead: set[int] = set()
+        self.last_k: dict[int, int] = {}
         for name, st, kind in globals_:
             tid = self._new_id(st)
             if record:
@@ -194,7 +201,44 @@ class StepDriver:
     def _forget(self, cdata, _ref):
         if self.refs.get(cdata) is _ref:
             del self.refs[cdata]
-            self.ids.pop(cdata, None)
+            tid = self.ids.pop(cdata, None)
+            if tid is not None and tid >= self.n_globals:
+                self.dead_pending.append(tid)
+
+    def _flush_deaths(self):
+        """Storages that died since the previous operator. An intermediate freed later than
+        right after its last use (a gradient freed by zero_grad after the optimizer used it)
+        gets a free marker kernel, so that the plan counts its memory until then."""
+        if not self.dead_pending or self.passthrough:
+            self.dead_pending.clear()
+            return
+        pend = sorted(self.dead_pending)
+        self.dead_pending.clear()
+        if self.record:
+            for tid in pend:
+                if self.last_k.get(tid, self.k) < self.k - 1:
+                    self.prog.kernels.append((FREE_KERNEL, 1, 0, (tid, USE_W)))
+                    self.k += 1
+            return
+        for tid in pend:
+            self.dead.add(tid)
+            self.rt.forget(tid)
+            self.st_by_id.pop(tid, None)
+            self.weak_by_id.pop(tid, None)
+        self._run_free_markers()
+
+    def _run_free_markers(self):
+        ks = self.prog.kernels
+        while self.k < len(ks) and ks[self.k][0] == FREE_KERNEL:
+            tid = ks[self.k][3][0]
+            if tid not in self.dead:
+                self._diverge(f"tensor {tid} is still alive at operator {self.k}, the plan "
+                              "expects it freed")
+                return
+            k = self.k
+            self._before(k)
+            self.rt.after(k)
+            self.k = k + 1
 
     def _new_id(self, st):
         cd = st._cdata
@@ -208,7 +252,9 @@ class StepDriver:
     def _prepare_exec(self):
         prog = self.prog
         last = {}
-        for k, (_, _, _, u) in enumerate(prog.kernels):
+        for k, (name, _, _, u) in enumerate(prog.kernels):
+            if name == FREE_KERNEL:
+                continue
             for i in range(0, len(u), 2):
                 last[u[i]] = k
         for t, k in last.items():
@@ -252,6 +298,10 @@ class StepDriver:
         return outs if outs else None
 
     def _one(self, func, args, kwargs):
+        if self.dead_pending:
+            self._flush_deaths()
+            if self.passthrough:
+                return func(*args, **kwargs)
         _, rets_w, comm = _arg_plan(func)
         uses: dict[int, int] = {}
         ids = self.ids
@@ -323,7 +373,12 @@ class StepDriver:
                 return out
             self.rt.after(k)
             for t in self.release_at.get(k, ()):
-                self.st_by_id.pop(t, None)
+                st = self.st_by_id.pop(t, None)
+                if st is not None:  # past its last use: only reachable while its owner keeps it
+                    self.weak_by_id[t] = weakref.ref(st)
+        if self.record:
+            for i in range(0, len(flat), 2):
+                self.last_k[flat[i]] = k
         self.k = k + 1
         return out
 
@@ -377,7 +432,13 @@ class StepDriver:
     def _apply(self, acts):
         rt = self.rt
         for kind, t, nb in acts:
-            st = self.st_by_id[t]
+            st = self.st_by_id.get(t)
+            if st is None:
+                ref = self.weak_by_id.get(t)
+                st = ref() if ref is not None else None
+            if st is None:  # died since the last operator: nothing to release or bring back
+                rt.forget(t)
+                continue
             if kind == 1:  # RT_RELEASE
                 st.resize_(0)
             else:  # RT_MATERIALIZE
@@ -398,6 +459,7 @@ class StepDriver:
 
     def end(self):
         """End of the step: drain I/O, release completed offloads; Divergence if short."""
+        self._flush_deaths()
         if self.record:
             self.finish_timing()
             return
@@ -423,6 +485,9 @@ class StepDriver:
     def restore(self):
         self.busy = True
         try:
+            for tid in self.dead_pending:
+                self.rt.forget(tid)
+            self.dead_pending.clear()
             acts = self.rt.restore_begin()
             self._apply(acts)
             self.rt.restore_finish()

@@ -315,7 +315,10 @@ class Offloader:
             ok = True
         finally:
             self._driver = None
-            if driver is not None and not driver.record:
+            if driver is not None and driver.record:
+                if ok:
+                    driver.end()  # trailing free markers; CUDA event times
+            elif driver is not None:
                 if ok:
                     driver.end()
                 elif not driver.passthrough:

@@ -263,6 +263,8 @@ class StepDriver:
         for tid, st in self.st_by_id.items():
             if st.nbytes() > 0:
                 self.rt.bind(tid, st.data_ptr())
+        if self.cuda:
+            self._sync_device()
         self._apply(self.rt.begin())
 
     # ---- the operator hook ----------------------------------------------------------------

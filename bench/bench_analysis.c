@@ -11,7 +11,7 @@
  * Anchors measured in the same run: one pass over all uses summing tensor bytes (the least any
  * analysis must do) and tio_trace_validate (the library's own linear pass over the trace).
  *
- *   usage: bench_analysis [repeats=5] [csv_dir]
+ *   usage: bench_analysis [repeats=5] [csv_dir|-] [save_trace.tio]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         tio_analysis_get_summary(a, &s);
-        if (r == 0 && argc > 2) {
+        if (r == 0 && argc > 2 && strcmp(argv[2], "-") != 0) {
             t0 = tio_now_s();
             rc = tio_analysis_write_csv(a, argv[2]);
             if (rc < 0) {
@@ -269,6 +269,15 @@ int main(int argc, char **argv) {
            "%.2fx\n",
            repeats, 1e3 * ma, 1e3 * mp, 1e3 * mv, ma / mp, ma / mv);
     (void)sink;
+    if (argc > 3) {
+        rc = tio_trace_save(tr, argv[3], TIO_TRACE_FORMAT_AUTO);
+        if (rc < 0) {
+            (void)fprintf(stderr, "bench_analysis: saving %s: %s\n", argv[3], tio_last_error());
+            tio_trace_free(tr);
+            return 1;
+        }
+        printf("saved the trace to %s\n", argv[3]);
+    }
     tio_trace_free(tr);
     return 0;
 }

@@ -79,25 +79,37 @@ struct tio_plan;
 
 struct tio_plan_params {
     const char *policy;        /* "teraio" (= teraio-mixed), "teraio-ssd", "teraio-mixed",
-                                  "teraio-paper", "g10", "lru", "none", "ideal", "zero-offload",
-                                  "zero-infinity" (default "teraio") */
+                                  "teraio-paper", "teraio-paper-ssd", "g10", "lru", "none",
+                                  "ideal", "zero-offload", "zero-infinity" (default "teraio") */
     int32_t early_prefetch;    /* 1: move prefetches earlier while memory allows (default 1) */
     double bandwidth_scale;    /* multiply every bandwidth (sweeps), default 1.0 */
     uint64_t min_tensor_bytes; /* never move tensors smaller than this (default 1 MiB) */
+    /* Added after the first API freeze (fields only grow at the end): */
+    int32_t clean_copies; /* 1: an offload whose tensor was not written since an earlier
+                             offload to the same tier is flagged TIO_MOVE_CLEAN and reserves
+                             no write bandwidth (teraio, teraio-mixed, teraio-ssd only;
+                             default 1). The executor / simulator then skips the write. */
 };
 
-/* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB. */
+/* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB,
+ * clean_copies 1. */
 TIO_API struct tio_plan_params tio_plan_params_default(void);
 
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */
 TIO_API size_t tio_plan_policy_count(void);
 TIO_API const char *tio_plan_policy_name(size_t i);
+/* tio_plan_policy_help: one line describing policy i (NULL if out of range). Added later. */
+TIO_API const char *tio_plan_policy_help(size_t i);
 
 /*
  * tio_plan_make: run a policy on a finished trace and hardware. An infeasible budget is not an
  * error: the plan is returned with feasible = 0 and the shortfall filled in. Errors: TIO_EINVAL
- * (bad hw: names the field; capacity below the largest kernel's working set: names the kernel
- * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ENOMEM.
+ * (bad hw or params: names the field), TIO_EINFEASIBLE (capacity below the largest kernel's
+ * working set, i.e. its active bytes plus the idle bytes that can never move: names the kernel
+ * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ESTATE (trace not finished), TIO_ENOMEM.
+ * Policies "lru", "none", "ideal", "zero-offload" and "zero-infinity" are modelled by the
+ * simulator: their plan holds no moves, only the policy name and the unplanned memory summary.
+ * Deterministic: the same inputs give the same moves (ties broken by tensor id, then start).
  */
 TIO_API TIO_MUST_CHECK int tio_plan_make(const struct tio_trace *trace,
                                          const struct tio_hw *hw,

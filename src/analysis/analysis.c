@@ -235,6 +235,127 @@ compute_curves(struct tio_analysis *a, const struct tio_trace_view *v, uint64_t 
     s->active_capacity_fraction_mean = (cap > 0 && n) ? sum_cap / (double)n : 0.0;
 }
 
+/* Working arrays of tio_analysis_new, freed before it returns. */
+struct scratch {
+    uint64_t *use_off;    /* [n_tensors + 1] tensor -> use CSR offsets */
+    uint32_t *use_kern;   /* [n_uses] kernel of each use, grouped by tensor, ascending */
+    uint64_t *period_cnt; /* [n_kernels + 1] periods per start kernel, then scatter cursors */
+    uint64_t *sort_tmp;   /* [n_periods] radix sort buffer */
+};
+
+static void scratch_free(struct scratch *w) {
+    tio_free(w->use_off);
+    tio_free(w->use_kern);
+    tio_free(w->period_cnt);
+    tio_free(w->sort_tmp);
+}
+
+/* Transpose the kernel -> use CSR: count per tensor, prefix sums, scatter the kernels in order
+ * (so each tensor's list comes out sorted). use_off must be zeroed. */
+static void transpose_uses(const struct tio_trace_view *v, struct scratch *w) {
+    uint64_t *off = w->use_off;
+    for (size_t u = 0; u < v->n_uses; u++) {
+        off[v->use_tensor[u] + 1]++;
+    }
+    for (size_t t = 0; t < v->n_tensors; t++) {
+        off[t + 1] += off[t];
+    }
+    for (size_t k = 0; k < v->n_kernels; k++) {
+        for (uint64_t u = v->kernel_use_offset[k]; u < v->kernel_use_offset[k + 1]; u++) {
+            w->use_kern[off[v->use_tensor[u]]++] = (uint32_t)k;
+        }
+    }
+    /* The scatter advanced each offset to the next tensor's start: shift back by one. */
+    for (size_t t = v->n_tensors; t > 0; t--) {
+        off[t] = off[t - 1];
+    }
+    off[0] = 0;
+}
+
+/* First pass: first/last uses, global bytes, bucket counts, periods per tensor (CSR offsets)
+ * and per start kernel. Returns the number of periods. */
+static uint64_t
+count_periods(struct tio_analysis *a, const struct tio_trace_view *v, struct scratch *w) {
+    struct tio_analysis_summary *s = &a->summary;
+    uint64_t n_periods = 0;
+    for (size_t t = 0; t < v->n_tensors; t++) {
+        const uint32_t *uk = w->use_kern + w->use_off[t];
+        size_t m = (size_t)(w->use_off[t + 1] - w->use_off[t]);
+        int global = (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
+        a->first_use[t] = m ? uk[0] : UINT32_MAX;
+        a->last_use[t] = m ? uk[m - 1] : UINT32_MAX;
+        if (global) {
+            s->global_bytes += v->tensor_bytes[t];
+        }
+        a->tensor_period_off[t] = n_periods;
+        int bucket = tio_size_bucket_of(v->tensor_bytes[t]);
+        s->tensors_per_bucket[bucket]++;
+        struct period_iter it;
+        uint64_t ps, pe;
+        uint32_t pflags;
+        period_iter_init(&it, uk, m, v->n_kernels, global);
+        while (period_next(&it, &ps, &pe, &pflags)) {
+            w->period_cnt[ps]++;
+            n_periods++;
+            s->periods_per_bucket[bucket]++;
+        }
+    }
+    a->tensor_period_off[v->n_tensors] = n_periods;
+    return n_periods;
+}
+
+/* Second pass: exclusive prefix sums of the per-start counts become cursors; tensors are visited
+ * ascending, so equal starts come out in tensor order. Also fills the per-tensor index, the
+ * bucket durations (unsorted) and Observation 2. */
+static void
+scatter_periods(struct tio_analysis *a, const struct tio_trace_view *v, struct scratch *w) {
+    const size_t n = v->n_kernels;
+    uint64_t sum = 0;
+    for (size_t k = 0; k <= n; k++) {
+        uint64_t c = w->period_cnt[k];
+        w->period_cnt[k] = sum;
+        sum += c;
+    }
+    a->bucket_off[0] = 0;
+    for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
+        a->bucket_off[b + 1] = a->bucket_off[b] + a->summary.periods_per_bucket[b];
+    }
+    size_t fill[TIO_BUCKET_COUNT];
+    memcpy(fill, a->bucket_off, sizeof fill);
+    uint64_t long_idle = 0, mid_periods = 0;
+    for (size_t t = 0; t < v->n_tensors; t++) {
+        const uint32_t *uk = w->use_kern + w->use_off[t];
+        size_t m = (size_t)(w->use_off[t + 1] - w->use_off[t]);
+        int global = (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
+        uint64_t bytes = v->tensor_bytes[t];
+        int bucket = tio_size_bucket_of(bytes);
+        int mid = bucket == TIO_BUCKET_10_100MB || bucket == TIO_BUCKET_100MB_1GB;
+        uint64_t j = a->tensor_period_off[t];
+        struct period_iter it;
+        uint64_t ps, pe;
+        uint32_t pflags;
+        period_iter_init(&it, uk, m, n, global);
+        while (period_next(&it, &ps, &pe, &pflags)) {
+            uint64_t pos = w->period_cnt[ps]++;
+            uint64_t d = period_ns(a->start_ns, n, ps, pe);
+            a->periods[pos] = (struct tio_period){ .tensor = (uint32_t)t,
+                                                   .flags = pflags,
+                                                   .start = ps,
+                                                   .end = pe,
+                                                   .bytes = bytes,
+                                                   .duration_ns = d };
+            a->tensor_period_idx[j++] = (uint32_t)pos;
+            a->bucket_durations[fill[bucket]++] = d;
+            if (mid) {
+                mid_periods++;
+                long_idle += d > a->params.long_idle_ns;
+            }
+        }
+    }
+    a->summary.long_idle_fraction_10mb_1gb =
+        mid_periods ? (double)long_idle / (double)mid_periods : 0.0;
+}
+
 int tio_analysis_new(const struct tio_trace *trace,
                      const struct tio_analysis_params *params,
                      struct tio_analysis **out) {
@@ -251,10 +372,7 @@ int tio_analysis_new(const struct tio_trace *trace,
     const size_t n = v.n_kernels, nt = v.n_tensors, nu = v.n_uses;
 
     int rc = TIO_ENOMEM;
-    uint64_t *use_off = NULL;    /* [nt + 1] tensor -> use CSR offsets */
-    uint32_t *use_kern = NULL;   /* [nu] kernel of each use, grouped by tensor */
-    uint64_t *period_cnt = NULL; /* [n + 1] periods per start kernel, then scatter cursor */
-    uint64_t *sort_tmp = NULL;
+    struct scratch w = { NULL, NULL, NULL, NULL };
     struct tio_analysis *a = tio_calloc(1, sizeof *a);
     if (!a) {
         goto nomem;
@@ -274,11 +392,11 @@ int tio_analysis_new(const struct tio_trace *trace,
     a->first_use = alloc_array(nt, sizeof(uint32_t));
     a->last_use = alloc_array(nt, sizeof(uint32_t));
     a->tensor_period_off = alloc_array(nt + 1, sizeof(uint64_t));
-    use_off = tio_calloc(nt + 1, sizeof *use_off);
-    use_kern = alloc_array(nu, sizeof *use_kern);
-    period_cnt = tio_calloc(n + 1, sizeof *period_cnt);
+    w.use_off = tio_calloc(nt + 1, sizeof *w.use_off);
+    w.use_kern = alloc_array(nu, sizeof *w.use_kern);
+    w.period_cnt = tio_calloc(n + 1, sizeof *w.period_cnt);
     if (!a->start_ns || !a->resident_bytes || !a->active_bytes || !a->first_use || !a->last_use ||
-        !a->tensor_period_off || !use_off || !use_kern || !period_cnt) {
+        !a->tensor_period_off || !w.use_off || !w.use_kern || !w.period_cnt) {
         goto nomem;
     }
 
@@ -289,49 +407,11 @@ int tio_analysis_new(const struct tio_trace *trace,
     }
     s->iteration_ns = a->start_ns[n];
 
-    /* 2. Transpose the use CSR: count per tensor, prefix sums, scatter kernels in order. */
-    for (size_t u = 0; u < nu; u++) {
-        use_off[v.use_tensor[u] + 1]++;
-    }
-    for (size_t t = 0; t < nt; t++) {
-        use_off[t + 1] += use_off[t];
-    }
-    for (size_t k = 0; k < n; k++) {
-        for (uint64_t u = v.kernel_use_offset[k]; u < v.kernel_use_offset[k + 1]; u++) {
-            use_kern[use_off[v.use_tensor[u]]++] = (uint32_t)k;
-        }
-    }
-    /* The scatter advanced each offset to the next tensor's start: shift back by one. */
-    for (size_t t = nt; t > 0; t--) {
-        use_off[t] = use_off[t - 1];
-    }
-    use_off[0] = 0;
+    /* 2. Tensor -> use kernels. */
+    transpose_uses(&v, &w);
 
-    /* 3a. Count periods per tensor and per start kernel; first/last use; global bytes. */
-    uint64_t n_periods = 0;
-    for (size_t t = 0; t < nt; t++) {
-        const uint32_t *uk = use_kern + use_off[t];
-        size_t m = (size_t)(use_off[t + 1] - use_off[t]);
-        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        a->first_use[t] = m ? uk[0] : UINT32_MAX;
-        a->last_use[t] = m ? uk[m - 1] : UINT32_MAX;
-        if (global) {
-            s->global_bytes += v.tensor_bytes[t];
-        }
-        a->tensor_period_off[t] = n_periods;
-        int bucket = tio_size_bucket_of(v.tensor_bytes[t]);
-        s->tensors_per_bucket[bucket]++;
-        struct period_iter it;
-        uint64_t ps, pe;
-        uint32_t pflags;
-        period_iter_init(&it, uk, m, n, global);
-        while (period_next(&it, &ps, &pe, &pflags)) {
-            period_cnt[ps]++;
-            n_periods++;
-            s->periods_per_bucket[bucket]++;
-        }
-    }
-    a->tensor_period_off[nt] = n_periods;
+    /* 3. Periods: count, allocate, scatter, sort the bucket durations. */
+    uint64_t n_periods = count_periods(a, &v, &w);
     if (n_periods > UINT32_MAX) {
         rc = tio_set_error(TIO_ENOMEM,
                            "analysis: %llu inactive periods exceed the 2^32 limit of the "
@@ -343,58 +423,13 @@ int tio_analysis_new(const struct tio_trace *trace,
     a->periods = alloc_array(s->n_periods, sizeof *a->periods);
     a->tensor_period_idx = alloc_array(s->n_periods, sizeof *a->tensor_period_idx);
     a->bucket_durations = alloc_array(s->n_periods, sizeof *a->bucket_durations);
-    sort_tmp = alloc_array(s->n_periods, sizeof *sort_tmp);
-    if (!a->periods || !a->tensor_period_idx || !a->bucket_durations || !sort_tmp) {
+    w.sort_tmp = alloc_array(s->n_periods, sizeof *w.sort_tmp);
+    if (!a->periods || !a->tensor_period_idx || !a->bucket_durations || !w.sort_tmp) {
         goto nomem;
     }
-
-    /* 3b. Scatter: exclusive prefix sums of the per-start counts become cursors; tensors are
-     * visited ascending, so equal starts come out in tensor order. */
-    uint64_t sum = 0;
-    for (size_t k = 0; k <= n; k++) {
-        uint64_t c = period_cnt[k];
-        period_cnt[k] = sum;
-        sum += c;
-    }
-    a->bucket_off[0] = 0;
+    scatter_periods(a, &v, &w);
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        a->bucket_off[b + 1] = a->bucket_off[b] + s->periods_per_bucket[b];
-    }
-    size_t bucket_fill[TIO_BUCKET_COUNT];
-    memcpy(bucket_fill, a->bucket_off, sizeof bucket_fill);
-    uint64_t long_idle = 0, mid_periods = 0;
-    for (size_t t = 0; t < nt; t++) {
-        const uint32_t *uk = use_kern + use_off[t];
-        size_t m = (size_t)(use_off[t + 1] - use_off[t]);
-        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        uint64_t bytes = v.tensor_bytes[t];
-        int bucket = tio_size_bucket_of(bytes);
-        int mid = bucket == TIO_BUCKET_10_100MB || bucket == TIO_BUCKET_100MB_1GB;
-        uint64_t j = a->tensor_period_off[t];
-        struct period_iter it;
-        uint64_t ps, pe;
-        uint32_t pflags;
-        period_iter_init(&it, uk, m, n, global);
-        while (period_next(&it, &ps, &pe, &pflags)) {
-            uint64_t pos = period_cnt[ps]++;
-            uint64_t d = period_ns(a->start_ns, n, ps, pe);
-            a->periods[pos] = (struct tio_period){ .tensor = (uint32_t)t,
-                                                   .flags = pflags,
-                                                   .start = ps,
-                                                   .end = pe,
-                                                   .bytes = bytes,
-                                                   .duration_ns = d };
-            a->tensor_period_idx[j++] = (uint32_t)pos;
-            a->bucket_durations[bucket_fill[bucket]++] = d;
-            if (mid) {
-                mid_periods++;
-                long_idle += d > a->params.long_idle_ns;
-            }
-        }
-    }
-    s->long_idle_fraction_10mb_1gb = mid_periods ? (double)long_idle / (double)mid_periods : 0.0;
-    for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        rc = radix_sort_u64(a->bucket_durations + a->bucket_off[b], sort_tmp,
+        rc = radix_sort_u64(a->bucket_durations + a->bucket_off[b], w.sort_tmp,
                             a->bucket_off[b + 1] - a->bucket_off[b]);
         if (rc < 0) {
             goto nomem;
@@ -404,10 +439,7 @@ int tio_analysis_new(const struct tio_trace *trace,
     /* 4. Memory curves and Observation 1. */
     compute_curves(a, &v, s->global_bytes);
 
-    tio_free(use_off);
-    tio_free(use_kern);
-    tio_free(period_cnt);
-    tio_free(sort_tmp);
+    scratch_free(&w);
     *out = a;
     return 0;
 
@@ -415,10 +447,7 @@ nomem:
     rc = tio_set_error(TIO_ENOMEM, "analysis: out of memory (%zu kernels, %zu tensors, %zu uses)",
                        n, nt, nu);
 fail:
-    tio_free(use_off);
-    tio_free(use_kern);
-    tio_free(period_cnt);
-    tio_free(sort_tmp);
+    scratch_free(&w);
     tio_analysis_free(a);
     return rc;
 }
@@ -439,7 +468,7 @@ void tio_analysis_free(struct tio_analysis *a) {
     tio_free(a);
 }
 
-const struct tio_trace *tio_analysis_trace_(const struct tio_analysis *a) {
+const struct tio_trace *tio_analysis_borrowed_trace(const struct tio_analysis *a) {
     return a->trace;
 }
 

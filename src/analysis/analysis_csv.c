@@ -71,6 +71,69 @@ static int csv_close(struct csv_file *c, int rc) {
     return rc;
 }
 
+/* Append the decimal digits of v at *p (fprintf's format parsing dominated the export time). */
+static void put_u64(char **p, uint64_t v) {
+    char tmp[24];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(*p, tmp + i, sizeof tmp - i);
+    *p += sizeof tmp - i;
+}
+
+static void put_str(char **p, const char *s) {
+    size_t n = strlen(s);
+    memcpy(*p, s, n);
+    *p += n;
+}
+
+/* num/den (0 < num <= den) in decimal with up to 12 digits after the point, truncated by exact
+ * long division, trailing zeros dropped: "0.1", "0.000287935502", "1". */
+static void put_fraction(char **p, uint64_t num, uint64_t den) {
+    if (num >= den) {
+        *(*p)++ = '1';
+        return;
+    }
+    char *q = *p;
+    *q++ = '0';
+    *q++ = '.';
+    char *last = q;
+    for (int i = 0; i < 12 && num; i++) {
+        num *= 10;
+        *q++ = (char)('0' + num / den);
+        num %= den;
+        if (q[-1] != '0') {
+            last = q;
+        }
+    }
+    *p = last;
+}
+
+/* The minimum bandwidth of a period in bytes/s: 2 * bytes / duration, rounded up, computed
+ * exactly in 128 bits (2 * 2^50 bytes * 1e9 does not fit in 64). */
+__extension__ typedef unsigned __int128 csv_u128;
+
+static void put_bandwidth(char **p, uint64_t bytes, uint64_t duration_ns) {
+    if (duration_ns == 0) {
+        put_str(p, "inf");
+        return;
+    }
+    csv_u128 num = (csv_u128)bytes * 2000000000u;
+    csv_u128 q = (num + duration_ns - 1) / duration_ns;
+    if (q <= UINT64_MAX) {
+        put_u64(p, (uint64_t)q);
+    } else {
+        *p += snprintf(*p, 32, "%.9g", (double)q);
+    }
+}
+
+static void put_line(struct csv_file *c, char *line, char *end) {
+    *end++ = '\n';
+    (void)fwrite(line, 1, (size_t)(end - line), c->f);
+}
+
 static int write_memory(const struct tio_analysis *a, const char *dir) {
     struct csv_file c;
     int rc = csv_open(&c, dir, "memory.csv");
@@ -84,8 +147,17 @@ static int write_memory(const struct tio_analysis *a, const char *dir) {
     const uint64_t *act = tio_analysis_active_bytes(a);
     (void)fputs("kernel,start_ns,duration_ns,resident_bytes,active_bytes\n", c.f);
     for (size_t k = 0; k < s.n_kernels; k++) {
-        (void)fprintf(c.f, "%zu,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n", k, start[k],
-                      start[k + 1] - start[k], res[k], act[k]);
+        char line[128], *q = line; /* 5 numbers of at most 20 digits */
+        put_u64(&q, k);
+        *q++ = ',';
+        put_u64(&q, start[k]);
+        *q++ = ',';
+        put_u64(&q, start[k + 1] - start[k]);
+        *q++ = ',';
+        put_u64(&q, res[k]);
+        *q++ = ',';
+        put_u64(&q, act[k]);
+        put_line(&c, line, q);
     }
     return csv_close(&c, 0);
 }
@@ -96,25 +168,30 @@ static int write_periods(const struct tio_analysis *a, const char *dir) {
     if (rc < 0) {
         return rc;
     }
-    const struct tio_trace *tr = tio_analysis_trace_(a);
+    const struct tio_trace *tr = tio_analysis_borrowed_trace(a);
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     size_t n;
     const struct tio_period *p = tio_analysis_periods(a, &n);
     (void)fputs("tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n", c.f);
     for (size_t i = 0; i < n; i++) {
-        char bw[64];
-        if (p[i].duration_ns == 0) {
-            (void)snprintf(bw, sizeof bw, "inf");
-        } else {
-            /* Offload and prefetch (2 x bytes) within the idle time. */
-            (void)snprintf(bw, sizeof bw, "%.9g",
-                           2.0 * (double)p[i].bytes * 1e9 / (double)p[i].duration_ns);
-        }
-        (void)fprintf(c.f, "%u,%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%d,%s\n",
-                      p[i].tensor, tio_tensor_kind_name(v.tensor_kind[p[i].tensor]), p[i].bytes,
-                      p[i].start, p[i].end, p[i].duration_ns,
-                      (p[i].flags & TIO_PERIOD_WRAPS) ? 1 : 0, bw);
+        char line[256], *q = line; /* 6 numbers, a kind name (< 16), a flag */
+        put_u64(&q, p[i].tensor);
+        *q++ = ',';
+        put_str(&q, tio_tensor_kind_name(v.tensor_kind[p[i].tensor]));
+        *q++ = ',';
+        put_u64(&q, p[i].bytes);
+        *q++ = ',';
+        put_u64(&q, p[i].start);
+        *q++ = ',';
+        put_u64(&q, p[i].end);
+        *q++ = ',';
+        put_u64(&q, p[i].duration_ns);
+        *q++ = ',';
+        *q++ = (p[i].flags & TIO_PERIOD_WRAPS) ? '1' : '0';
+        *q++ = ',';
+        put_bandwidth(&q, p[i].bytes, p[i].duration_ns);
+        put_line(&c, line, q);
     }
     return csv_close(&c, 0);
 }
@@ -135,8 +212,13 @@ static int write_cdf(const struct tio_analysis *a, const char *dir) {
             if (i + 1 < n && d[i + 1] == d[i]) {
                 continue;
             }
-            (void)fprintf(c.f, "%s,%" PRIu64 ",%.9g\n", tio_size_bucket_name(b), d[i],
-                          (double)(i + 1) / (double)n);
+            char line[128], *q = line;
+            put_str(&q, tio_size_bucket_name(b));
+            *q++ = ',';
+            put_u64(&q, d[i]);
+            *q++ = ',';
+            put_fraction(&q, i + 1, n);
+            put_line(&c, line, q);
         }
     }
     return csv_close(&c, 0);

@@ -5,6 +5,6 @@
 #include <teraio/analysis.h>
 
 /* The trace an analysis was built from (borrowed). */
-const struct tio_trace *tio_analysis_trace_(const struct tio_analysis *a);
+const struct tio_trace *tio_analysis_borrowed_trace(const struct tio_analysis *a);
 
 #endif

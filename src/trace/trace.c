@@ -392,6 +392,11 @@ int tio_trace_set_meta(struct tio_trace *tr, const char *key, const char *value)
             return 0;
         }
     }
+    if (tr->n_meta >= TIO_TRACE_MAX_META) {
+        tio_free(v);
+        return tio_set_error(TIO_EINVAL, "trace: more than %u metadata entries",
+                             TIO_TRACE_MAX_META);
+    }
     char *k = tio_strdup(key);
     if (!k || tio_grow((void **)&tr->meta, &tr->cap_meta, tr->n_meta + 1, sizeof *tr->meta) < 0) {
         tio_free(k);

@@ -37,7 +37,6 @@ static const char *const section_names[SEC_COUNT + 1] = {
 
 #define SECTION_HEADER_BYTES 16u /* u32 id, u32 reserved (0), u64 payload length */
 #define CRC_BYTES            4u
-#define META_MAX_ENTRIES     1024u /* bounds the duplicate-key check (quadratic) */
 #define META_KEY_MAX         64u
 
 /* Per-element sizes of each section (bytes). */
@@ -127,9 +126,9 @@ static unsigned char *put_bytes(unsigned char *p, const void *src, size_t n) {
 }
 
 int tio_trace_write_binary(const struct tio_trace *tr, void **data, size_t *len) {
-    if (tr->n_meta > META_MAX_ENTRIES) {
+    if (tr->n_meta > TIO_TRACE_MAX_META) {
         return tio_set_error(TIO_EINVAL, "trace: %zu metadata entries exceed the limit of %u",
-                             tr->n_meta, META_MAX_ENTRIES);
+                             tr->n_meta, TIO_TRACE_MAX_META);
     }
     struct layout l = {
         .n_kernels = tr->n_kernels,
@@ -150,6 +149,8 @@ int tio_trace_write_binary(const struct tio_trace *tr, void **data, size_t *len)
                              (unsigned long long)l.file_bytes);
     }
     memset(buf, 0, TIO_TRACE_HEADER_BYTES);
+    /* The magic is 8 bytes without a terminator. */
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
     memcpy(buf + H_MAGIC, TIO_TRACE_MAGIC, TIO_TRACE_MAGIC_LEN);
     put_u32(buf + H_VERSION, TIO_TRACE_BIN_VERSION);
     put_u32(buf + H_HEADER_BYTES, TIO_TRACE_HEADER_BYTES);
@@ -389,7 +390,7 @@ static int parse_header(const unsigned char *buf, size_t len, struct layout *l) 
         (rc = check_count("n_uses", l->n_uses, TIO_TRACE_MAX_USES, USE_BYTES, len)) ||
         (rc = check_count("n_strings", l->n_strings, UINT32_MAX - 1, 1, len)) ||
         (rc = check_count("string_bytes", l->string_bytes, UINT64_MAX, 1, len)) ||
-        (rc = check_count("n_meta", l->n_meta, META_MAX_ENTRIES, 9, len)) ||
+        (rc = check_count("n_meta", l->n_meta, TIO_TRACE_MAX_META, 9, len)) ||
         (rc = check_count("meta_bytes", l->meta_bytes, UINT64_MAX, 1, len))) {
         return rc;
     }
@@ -427,6 +428,9 @@ int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out) 
     rc = tio_trace_new(&params, &tr);
     if (rc < 0) {
         return rc;
+    }
+    for (int i = 1; i <= SEC_COUNT; i++) {
+        TIO_ASSERT(sec[i] != NULL); /* check_sections set every one */
     }
     const unsigned char *p = sec[SEC_KERNELS];
     memcpy(tr->kernel_duration_ns, p, nk * sizeof(uint64_t));

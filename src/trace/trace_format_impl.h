@@ -13,10 +13,17 @@
 #define TIO_TRACE_BIN_VERSION  1u
 #define TIO_TRACE_HEADER_BYTES 80u
 
+/* At most this many metadata entries (builder and both readers): keeps the per-key duplicate
+ * checks cheap on hostile input. */
+#define TIO_TRACE_MAX_META 1024u
+
 /* JSON format: the "format" and "version" members, and the largest document we parse (bytes). */
 #define TIO_TRACE_JSON_FORMAT  "teraio-trace"
 #define TIO_TRACE_JSON_VERSION 1
 #define TIO_TRACE_JSON_MAX     (UINT64_C(1) << 32) /* 4 GiB */
+
+/* tio_trace_load reads whole files up to this size (bytes). */
+#define TIO_TRACE_FILE_MAX (UINT64_C(1) << 36) /* 64 GiB */
 
 /* Readers: parse and fully validate `len` bytes; *out is a finished trace. 0 or TIO_E*. */
 int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out);

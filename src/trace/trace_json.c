@@ -88,7 +88,10 @@ static void buf_str(struct buf *b, const char *s) {
             *o++ = '\\';
             *o++ = 't';
         } else if (c < 0x20) {
-            memcpy(o, "\\u00", 4);
+            o[0] = '\\';
+            o[1] = 'u';
+            o[2] = '0';
+            o[3] = '0';
             o[4] = hex[c >> 4];
             o[5] = hex[c & 15];
             o += 6;
@@ -271,6 +274,10 @@ static int read_meta(struct tio_trace *tr, json_t *meta) {
     }
     if (!json_is_object(meta)) {
         return tio_set_error(TIO_EFORMAT, "trace: meta: must be an object of strings");
+    }
+    if (json_object_size(meta) > TIO_TRACE_MAX_META) {
+        return tio_set_error(TIO_EFORMAT, "trace: meta: %zu entries exceed the limit of %u",
+                             json_object_size(meta), TIO_TRACE_MAX_META);
     }
     const char *key;
     json_t *v;

@@ -515,21 +515,22 @@ TIO_TEST(csv_output) {
                        "4,100,50,2765,2100\n"
                        "5,150,60,2765,2055\n");
     }
-    /* min_bandwidth_Bps = 2 * bytes / (duration_ns * 1e-9). */
+    /* min_bandwidth_Bps = 2 * bytes / (duration_ns * 1e-9), rounded up: 800 B / 210 ns =
+     * 3809523809.52 -> 3809523810, 100 B / 140 ns = 714285714.29 -> 714285715, ... */
     (void)snprintf(path, sizeof path, "%s/periods.csv", sub);
     const char *per = slurp(path);
     CHECK(per != NULL);
     if (per) {
         CHECK_STR(per, "tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n"
-                       "2,weight,400,0,6,210,0,3.80952381e+09\n"
-                       "3,activation,1000,1,3,50,0,4e+10\n"
-                       "5,grad,50,1,5,140,0,714285714\n"
-                       "6,weight,10,1,2,20,0,1e+09\n"
-                       "0,weight,100,2,4,70,0,2.85714286e+09\n"
-                       "1,optim_state,200,3,8,180,1,2.22222222e+09\n"
-                       "6,weight,10,3,6,150,1,133333333\n"
+                       "2,weight,400,0,6,210,0,3809523810\n"
+                       "3,activation,1000,1,3,50,0,40000000000\n"
+                       "5,grad,50,1,5,140,0,714285715\n"
+                       "6,weight,10,1,2,20,0,1000000000\n"
+                       "0,weight,100,2,4,70,0,2857142858\n"
+                       "1,optim_state,200,3,8,180,1,2222222223\n"
+                       "6,weight,10,3,6,150,1,133333334\n"
                        "7,weight,5,4,5,50,0,200000000\n"
-                       "0,weight,100,5,7,70,1,2.85714286e+09\n"
+                       "0,weight,100,5,7,70,1,2857142858\n"
                        "7,weight,5,6,9,60,1,166666667\n");
     }
     /* Sorted durations 20 50 50 60 70 70 140 150 180 210: one row per distinct value. */

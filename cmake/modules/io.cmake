@@ -1,0 +1,77 @@
+# Migration engine extras (tests/io): fake vendor libraries and the cuFile layout check.
+#
+# Fakes: libtio_fake_cudart.so and libtio_fake_cufile.so, built from tests/io/fakes/*.c,
+# implement the cudart/cuFile entry points our shims resolve over host memory. Tests that
+# exercise the cuda/cufile backends get TIO_CUDART_LIB / TIO_CUFILE_LIB pointing at them.
+#
+# cuFile layout: tests/io/test_cufile_layout.c compares our declarations with the real
+# cufile.h. Set TIO_CUFILE_INCLUDE_DIR (CMake cache variable or environment variable) to the
+# directory holding cufile.h; if unset, it is looked up in the Python environment's
+# nvidia-cufile wheel (site-packages/nvidia/cu13/include or nvidia/cufile/include). cufile.h
+# includes cuda.h, found via CUDAToolkit_INCLUDE_DIRS or /usr/local/cuda/include. The test
+# exits 77 (skip) when either header is missing.
+if(NOT TIO_BUILD_TESTS)
+    return()
+endif()
+
+add_library(tio_fake_cudart SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart.c)
+add_library(tio_fake_cufile SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cufile.c)
+target_link_libraries(tio_fake_cudart PRIVATE Threads::Threads)
+target_link_libraries(tio_fake_cufile PRIVATE tio_fake_cudart)
+foreach(t tio_fake_cudart tio_fake_cufile)
+    target_compile_options(${t} PRIVATE -Wall -Wextra)
+    target_compile_definitions(${t} PRIVATE _GNU_SOURCE)
+endforeach()
+
+set(_tio_fake_env
+    "TIO_CUDART_LIB=$<TARGET_FILE:tio_fake_cudart>"
+    "TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile>")
+foreach(t test_io_conformance test_io_device)
+    if(TARGET ${t})
+        add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
+        set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})
+    endif()
+endforeach()
+if(TARGET test_io_probe)
+    add_dependencies(test_io_probe tio_fake_cudart)
+    set_property(TEST test_io_probe APPEND PROPERTY ENVIRONMENT
+        "TIO_FAKE_CUDART=$<TARGET_FILE:tio_fake_cudart>")
+endif()
+if(TARGET test_io_cli AND TARGET teraio_cli)
+    add_dependencies(test_io_cli teraio_cli)
+endif()
+
+# --- cuFile layout check -------------------------------------------------------------------
+set(TIO_CUFILE_INCLUDE_DIR "$ENV{TIO_CUFILE_INCLUDE_DIR}" CACHE PATH "directory with cufile.h")
+if(NOT TIO_CUFILE_INCLUDE_DIR)
+    # the active virtual environment first (where CI installs the wheel), then CMake's Python
+    set(_tio_pys "")
+    if(DEFINED ENV{VIRTUAL_ENV})
+        list(APPEND _tio_pys "$ENV{VIRTUAL_ENV}/bin/python")
+    endif()
+    find_package(Python3 COMPONENTS Interpreter QUIET)
+    if(Python3_Interpreter_FOUND)
+        list(APPEND _tio_pys "${Python3_EXECUTABLE}")
+    endif()
+    foreach(_py ${_tio_pys})
+        execute_process(
+            COMMAND ${_py} -c
+                "import importlib.util,os\ns=importlib.util.find_spec('nvidia')\nfor p in (s.submodule_search_locations if s else []):\n  for sub in ('cu13/include','cufile/include','cu12/include'):\n    if os.path.exists(os.path.join(p,sub,'cufile.h')): print(os.path.join(p,sub)); raise SystemExit"
+            OUTPUT_VARIABLE _cufile_inc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+        if(_cufile_inc)
+            set(TIO_CUFILE_INCLUDE_DIR "${_cufile_inc}" CACHE PATH "directory with cufile.h" FORCE)
+            break()
+        endif()
+    endforeach()
+endif()
+find_path(TIO_CUDA_H_DIR cuda.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+if(TARGET test_cufile_layout AND TIO_CUFILE_INCLUDE_DIR AND TIO_CUDA_H_DIR
+   AND EXISTS "${TIO_CUFILE_INCLUDE_DIR}/cufile.h")
+    message(STATUS "teraio: cuFile layout check against ${TIO_CUFILE_INCLUDE_DIR}/cufile.h")
+    target_include_directories(test_cufile_layout SYSTEM PRIVATE ${TIO_CUFILE_INCLUDE_DIR}
+        ${TIO_CUDA_H_DIR})
+    target_compile_definitions(test_cufile_layout PRIVATE TIO_HAVE_CUFILE_H=1)
+else()
+    message(STATUS "teraio: cufile.h not found (pip install nvidia-cufile, or set "
+                   "TIO_CUFILE_INCLUDE_DIR): the cuFile layout test will be skipped")
+endif()

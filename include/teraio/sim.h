@@ -1,0 +1,178 @@
+/*
+ * teraio/sim.h - discrete-event replay of a trace and a migration plan on a hardware model
+ * (DESIGN.md s.7). Model and assumptions: docs/simulator.md; baselines: docs/baselines.md.
+ *
+ * The simulator runs one compute stream (kernels in trace order) and four transfer channels
+ * (SSD array read, SSD array write, PCIe host->GPU, PCIe GPU->host). A move from the plan is
+ * issued when the compute stream reaches its trigger kernel; a kernel starts only when every
+ * tensor it uses is on the GPU and the tensors it creates fit under the capacity. Warm-up
+ * iterations run first; the results describe the steady-state iteration that follows them.
+ *
+ *     struct tio_sim_params sp = tio_sim_params_default();
+ *     struct tio_sim *sim;
+ *     size_t n; const struct tio_move *mv = tio_plan_moves(plan, &n);
+ *     if (tio_sim_run(trace, &hw, mv, n, &sp, &sim) < 0) ...      // replay a plan
+ *     sp.policy = "zero-infinity";
+ *     if (tio_sim_run(trace, &hw, NULL, 0, &sp, &sim2) < 0) ...   // or a built-in baseline
+ *     struct tio_sim_result r; tio_sim_get_result(sim, &r);
+ *     printf("%.1f%% of ideal%s\n", 100 * r.fraction_of_ideal, r.oom ? " (OOM)" : "");
+ *     tio_sim_write_timeline(sim, "run.trace.json");              // open in ui.perfetto.dev
+ *     tio_sim_free(sim);
+ *
+ * An out-of-memory condition is a result (oom = 1, with the kernel), not an error. The trace
+ * must outlive nothing: the simulation copies what it keeps. Thread safety: a tio_sim is
+ * immutable after tio_sim_run; independent runs may proceed in parallel threads.
+ */
+#ifndef TERAIO_SIM_H
+#define TERAIO_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <teraio/hw.h>
+#include <teraio/plan.h>
+#include <teraio/status.h>
+#include <teraio/trace.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Transfer channels. Stored as int32_t. */
+enum tio_sim_channel {
+    TIO_SIM_SSD_READ = 0,  /* SSD array -> (host or GPU) */
+    TIO_SIM_SSD_WRITE = 1, /* (host or GPU) -> SSD array */
+    TIO_SIM_PCIE_H2D = 2,  /* host -> GPU link (also carries SSD reads into the GPU) */
+    TIO_SIM_PCIE_D2H = 3,  /* GPU -> host link (also carries SSD writes out of the GPU) */
+    TIO_SIM_CHANNEL_COUNT
+};
+
+/* Why a simulation ran out of memory. */
+enum tio_sim_oom_kind { TIO_SIM_OOM_NONE = 0, TIO_SIM_OOM_GPU = 1, TIO_SIM_OOM_HOST = 2 };
+
+struct tio_sim_params {
+    const char *policy;          /* baseline run without moves: "ideal", "none", "lru",
+                                    "zero-offload", "zero-infinity"; NULL or "plan" = replay the
+                                    moves given to tio_sim_run (default NULL) */
+    uint32_t warmup_iterations;  /* iterations simulated before the measured one (default 1) */
+    uint64_t capacity_bytes;     /* GPU capacity; 0 = gpu_memory_bytes - gpu_reserve_bytes */
+    double ssd_bandwidth_scale;  /* multiplies the SSD array's read and write rates (sweeps;
+                                    default 1.0) */
+    double pcie_bandwidth_scale; /* multiplies both PCIe directions (default 1.0) */
+    double host_latency_s;       /* per-request latency of host<->GPU copies (default 10 us) */
+    double iterations_per_day;   /* for drive life; 0 = continuous training (default 0) */
+    uint32_t bins;               /* bandwidth-over-time bins over the ideal iteration time
+                                    (default 400) */
+    int32_t record_timeline;     /* 1: keep per-transfer events for tio_sim_write_timeline
+                                    (default 0; per-kernel series are always kept) */
+    /* Baseline parameters (docs/baselines.md gives their sources and the calibration). */
+    double cpu_adam_params_per_core_s; /* CPU Adam throughput per core, parameters/s */
+    uint32_t zero_prefetch_layers;     /* ZeRO: layers fetched ahead of compute (0: a layer's
+                                          parameters are fetched when it starts) */
+    double zero_offload_fetch_Bps;     /* ZeRO-Offload: effective host->GPU parameter fetch
+                                          rate (calibrated) */
+    double zero_infinity_fetch_Bps;    /* ZeRO-Infinity: effective NVMe->GPU parameter fetch
+                                          rate (calibrated) */
+    double zero_bytes_scale;           /* ZeRO's bytes per value / the trace's (fp16 vs fp32:
+                                          0.5) for parameters, gradients and activations */
+    uint32_t zero_layers;              /* layer count for layer-granular fetches; 0 = from the
+                                          trace (metadata "n_layers", else tensor names) */
+    const char *label;                 /* policy name reported for a move list (the plan's
+                                          policy; default NULL = "plan") */
+};
+
+/* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */
+TIO_API struct tio_sim_params tio_sim_params_default(void);
+
+/* Results of the measured (steady-state) iteration. */
+struct tio_sim_result {
+    double iteration_s;       /* wall time of the measured iteration */
+    double ideal_s;           /* sum of kernel durations (unlimited memory) */
+    double fraction_of_ideal; /* ideal_s / iteration_s (0 when OOM) */
+    double stall_s;           /* compute stream idle: waiting for data, memory or the CPU */
+    double stall_data_s;      /* ... of which waiting for a tensor to arrive */
+    double stall_memory_s;    /* ... of which waiting for memory to be freed */
+    double cpu_s;             /* ... of which host-side work (CPU optimizer of the ZeRO models) */
+    double overlap_s;         /* time with both compute and at least one transfer running */
+    double io_busy_s;         /* time with at least one transfer running */
+    double tokens_per_s;      /* trace metadata tokens_per_iteration / iteration_s (0 unknown) */
+    double tokens_per_iteration;
+    uint64_t bytes[TIO_SIM_CHANNEL_COUNT];  /* bytes moved per channel in the iteration */
+    double busy_s[TIO_SIM_CHANNEL_COUNT];   /* time each channel carried data */
+    double peak_Bps[TIO_SIM_CHANNEL_COUNT]; /* highest binned bandwidth */
+    uint64_t gpu_peak_bytes;                /* max GPU memory in use */
+    uint64_t host_peak_bytes;               /* max host memory used by offloading */
+    uint64_t capacity_bytes;                /* the GPU capacity simulated against */
+    uint64_t ssd_bytes_written;             /* per iteration (SSD write channel) */
+    double drive_life_years;                /* rated TBW * ssd_count / write rate; 0 if
+                                               nothing is written or TBW unknown */
+    uint64_t n_moves_issued;                /* moves started in the iteration */
+    uint64_t n_moves_skipped;               /* no-ops: prefetch of a resident tensor ... */
+    uint64_t n_moves_late;                  /* finished after their deadline kernel began */
+    uint64_t n_demand_fetches;              /* fetches the plan did not ask for */
+    int32_t oom;                            /* enum tio_sim_oom_kind (0: none) */
+    uint64_t oom_kernel;                    /* kernel index where it happened */
+    uint64_t oom_bytes;                     /* bytes needed beyond the capacity */
+    uint32_t oom_iteration;                 /* 0-based iteration (warm-up ones included) */
+    double sim_wall_s;                      /* wall time of the simulation itself */
+};
+
+struct tio_sim;
+
+/*
+ * tio_sim_run: simulate `trace` (finished) on `hw` (validated by the caller or here) with the
+ * plan's moves (`moves`, n_moves; may be NULL/0 for baselines) and `params` (NULL =
+ * defaults). The moves are copied. Returns 0 and *out; TIO_EINVAL (bad hw field, bad move:
+ * names it), TIO_ENOTFOUND (unknown policy), TIO_ESTATE (trace not finished), TIO_ENOMEM.
+ * OOM is reported in the result, not as an error.
+ */
+TIO_API TIO_MUST_CHECK int tio_sim_run(const struct tio_trace *trace,
+                                       const struct tio_hw *hw,
+                                       const struct tio_move *moves,
+                                       size_t n_moves,
+                                       const struct tio_sim_params *params,
+                                       struct tio_sim **out);
+
+/* tio_sim_free: accepts NULL. */
+TIO_API void tio_sim_free(struct tio_sim *sim);
+
+/* tio_sim_get_result: copy the results. */
+TIO_API void tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result *out);
+
+/* tio_sim_policy: the policy simulated ("plan" for a move list). Owned by the sim. */
+TIO_API const char *tio_sim_policy(const struct tio_sim *sim);
+
+/* tio_sim_policy_is_builtin: 1 if tio_sim_run can simulate `name` without moves. */
+TIO_API int tio_sim_policy_is_builtin(const char *name);
+
+/* tio_sim_channel_name: "ssd_read", "ssd_write", "pcie_h2d", "pcie_d2h". */
+TIO_API const char *tio_sim_channel_name(int32_t channel);
+
+/*
+ * Per-kernel series of the measured iteration (arrays of tio_sim_kernel_count entries, owned by
+ * the sim): start time (s, from the iteration's start), stall before the kernel (s), GPU
+ * memory in use while it runs (bytes).
+ */
+TIO_API size_t tio_sim_kernel_count(const struct tio_sim *sim);
+TIO_API const double *tio_sim_kernel_start_s(const struct tio_sim *sim);
+TIO_API const double *tio_sim_kernel_stall_s(const struct tio_sim *sim);
+TIO_API const uint64_t *tio_sim_kernel_gpu_bytes(const struct tio_sim *sim);
+
+/* Bandwidth over time: *n bins of *bin_s seconds each; bandwidth of channel c in bin i is
+ * out[i * TIO_SIM_CHANNEL_COUNT + c], bytes/s. Owned by the sim. */
+TIO_API const double *tio_sim_bandwidth_bins(const struct tio_sim *sim, size_t *n, double *bin_s);
+
+/* Exports. JSON summary (the keys of `teraio simulate --json`) to a stream; CSV series
+ * (kernels.csv: kernel,start_s,stall_s,duration_s,gpu_bytes; bandwidth.csv: t_s and one column
+ * per channel in bytes/s) into a directory (created if needed); Chrome/Perfetto trace-event
+ * JSON (compute track, one track per channel with record_timeline, memory counters).
+ * Return 0 or -errno / TIO_EINVAL (detail names the file). */
+TIO_API TIO_MUST_CHECK int tio_sim_write_json(const struct tio_sim *sim, FILE *f);
+TIO_API TIO_MUST_CHECK int tio_sim_write_csv(const struct tio_sim *sim, const char *dir);
+TIO_API TIO_MUST_CHECK int tio_sim_write_timeline(const struct tio_sim *sim, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,197 @@
+/* teraio._core.simulate: the simulator (teraio/sim.h) from Python.
+ *
+ *     r = teraio._core.simulate("run.tio", hw="paper-2xh100nvl", policy="teraio-mixed")
+ *     r["fraction_of_ideal"], r["tokens_per_s"], r["oom"], r["bytes"]["ssd_write"]
+ *     r = teraio._core.simulate(trace, hw="my.json", plan="run.plan", capacity="70GiB")
+ *
+ * `trace` is a path or a teraio.Trace; `policy` a simulator baseline (ideal, none, lru,
+ * zero-offload, zero-infinity) or a planner policy (planned first on the same hardware); `plan`
+ * a plan file. The keys are those of `teraio simulate --json`. The GIL is released while the
+ * planner and the simulator run.
+ */
+#include <string.h>
+
+#include <teraio/sim.h>
+#include <teraio/teraio.h>
+
+#include "core.h"
+
+const struct tio_trace *tio_py_trace_borrow(PyObject *obj) __attribute__((weak));
+
+static int set_num(PyObject *d, const char *k, PyObject *v) {
+    if (!v) {
+        return -1;
+    }
+    int rc = PyDict_SetItemString(d, k, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *result_dict(const struct tio_sim *sim) {
+    struct tio_sim_result r;
+    tio_sim_get_result(sim, &r);
+    PyObject *d = PyDict_New();
+    if (!d) {
+        return NULL;
+    }
+    static const char *const oom_names[] = { "none", "gpu", "host" };
+    int bad = set_num(d, "policy", PyUnicode_FromString(tio_sim_policy(sim))) ||
+              set_num(d, "iteration_s", PyFloat_FromDouble(r.iteration_s)) ||
+              set_num(d, "ideal_s", PyFloat_FromDouble(r.ideal_s)) ||
+              set_num(d, "fraction_of_ideal", PyFloat_FromDouble(r.fraction_of_ideal)) ||
+              set_num(d, "stall_s", PyFloat_FromDouble(r.stall_s)) ||
+              set_num(d, "stall_data_s", PyFloat_FromDouble(r.stall_data_s)) ||
+              set_num(d, "stall_memory_s", PyFloat_FromDouble(r.stall_memory_s)) ||
+              set_num(d, "cpu_s", PyFloat_FromDouble(r.cpu_s)) ||
+              set_num(d, "overlap_s", PyFloat_FromDouble(r.overlap_s)) ||
+              set_num(d, "io_busy_s", PyFloat_FromDouble(r.io_busy_s)) ||
+              set_num(d, "tokens_per_s", PyFloat_FromDouble(r.tokens_per_s)) ||
+              set_num(d, "oom", PyBool_FromLong(r.oom != 0)) ||
+              set_num(d, "oom_kind", PyUnicode_FromString(oom_names[r.oom % 3])) ||
+              set_num(d, "oom_kernel",
+                      r.oom ? PyLong_FromUnsignedLongLong(r.oom_kernel) : Py_NewRef(Py_None)) ||
+              set_num(d, "oom_bytes", PyLong_FromUnsignedLongLong(r.oom_bytes)) ||
+              set_num(d, "capacity_bytes", PyLong_FromUnsignedLongLong(r.capacity_bytes)) ||
+              set_num(d, "gpu_peak_bytes", PyLong_FromUnsignedLongLong(r.gpu_peak_bytes)) ||
+              set_num(d, "host_peak_bytes", PyLong_FromUnsignedLongLong(r.host_peak_bytes)) ||
+              set_num(d, "ssd_bytes_written", PyLong_FromUnsignedLongLong(r.ssd_bytes_written)) ||
+              set_num(d, "drive_life_years", PyFloat_FromDouble(r.drive_life_years)) ||
+              set_num(d, "moves_issued", PyLong_FromUnsignedLongLong(r.n_moves_issued)) ||
+              set_num(d, "moves_late", PyLong_FromUnsignedLongLong(r.n_moves_late)) ||
+              set_num(d, "demand_fetches", PyLong_FromUnsignedLongLong(r.n_demand_fetches));
+    PyObject *bytes = bad ? NULL : PyDict_New();
+    PyObject *peak = bad ? NULL : PyDict_New();
+    bad = bad || !bytes || !peak;
+    for (int c = 0; c < TIO_SIM_CHANNEL_COUNT && !bad; c++) {
+        bad = set_num(bytes, tio_sim_channel_name(c), PyLong_FromUnsignedLongLong(r.bytes[c])) ||
+              set_num(peak, tio_sim_channel_name(c), PyFloat_FromDouble(r.peak_Bps[c]));
+    }
+    if (!bad) {
+        bad = PyDict_SetItemString(d, "bytes", bytes) || PyDict_SetItemString(d, "peak_Bps", peak);
+    }
+    Py_XDECREF(bytes);
+    Py_XDECREF(peak);
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Run policy or plan; GIL released by the caller. */
+static int run_sim(const struct tio_trace *tr,
+                   const struct tio_hw *hw,
+                   const char *policy,
+                   const char *plan_path,
+                   struct tio_sim_params *sp,
+                   struct tio_sim **out) {
+    struct tio_plan *plan = NULL;
+    int rc = 0;
+    if (plan_path) {
+        rc = tio_plan_load(plan_path, TIO_PLAN_FORMAT_AUTO, &plan);
+        if (rc == 0) {
+            rc = tio_plan_check_trace(plan, tr);
+        }
+    } else if (!tio_sim_policy_is_builtin(policy)) {
+        struct tio_plan_params pp = tio_plan_params_default();
+        pp.policy = policy;
+        struct tio_hw h = *hw;
+        if (sp->capacity_bytes) {
+            h.gpu_reserve_bytes = 0;
+            h.gpu_memory_bytes = sp->capacity_bytes;
+        }
+        rc = tio_plan_make(tr, &h, &pp, &plan);
+    }
+    if (rc == 0 && plan) {
+        size_t n = 0;
+        const struct tio_move *mv = tio_plan_moves(plan, &n);
+        const char *pol = tio_plan_policy(plan);
+        if (n == 0 && tio_sim_policy_is_builtin(pol)) {
+            sp->policy = pol;
+            rc = tio_sim_run(tr, hw, NULL, 0, sp, out);
+        } else {
+            sp->policy = NULL;
+            sp->label = pol;
+            rc = tio_sim_run(tr, hw, mv, n, sp, out);
+        }
+    } else if (rc == 0) {
+        sp->policy = policy;
+        rc = tio_sim_run(tr, hw, NULL, 0, sp, out);
+    }
+    tio_plan_free(plan);
+    return rc;
+}
+
+static PyObject *py_simulate(PyObject *mod, PyObject *args, PyObject *kwds) {
+    (void)mod;
+    static char *kwlist[] = { "trace", "hw", "policy", "plan", "capacity", "warmup", NULL };
+    PyObject *trace = NULL;
+    const char *hw_name = "paper-2xh100nvl", *policy = NULL, *plan_path = NULL, *cap = NULL;
+    unsigned int warmup = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|szzzI", kwlist, &trace, &hw_name, &policy,
+                                     &plan_path, &cap, &warmup)) {
+        return NULL;
+    }
+    if ((policy == NULL) == (plan_path == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "simulate: give exactly one of policy= or plan=");
+        return NULL;
+    }
+    struct tio_sim_params sp = tio_sim_params_default();
+    sp.warmup_iterations = warmup;
+    if (cap) {
+        int rc = tio_parse_bytes(cap, &sp.capacity_bytes);
+        if (rc < 0) {
+            return tio_py_raise(rc, "simulate: capacity");
+        }
+    }
+    struct tio_hw hw;
+    int rc = tio_hw_load(hw_name, &hw);
+    if (rc < 0) {
+        return tio_py_raise(rc, "simulate: hw");
+    }
+    struct tio_trace *owned = NULL;
+    const struct tio_trace *tr = NULL;
+    if (PyUnicode_Check(trace) || PyBytes_Check(trace) ||
+        PyObject_HasAttrString(trace, "__fspath__")) {
+        PyObject *bytes = NULL;
+        if (!PyUnicode_FSConverter(trace, &bytes)) {
+            return NULL;
+        }
+        PyThreadState *ts = PyEval_SaveThread();
+        rc = tio_trace_load(PyBytes_AS_STRING(bytes), TIO_TRACE_FORMAT_AUTO, &owned);
+        PyEval_RestoreThread(ts);
+        Py_DECREF(bytes);
+        if (rc < 0) {
+            return tio_py_raise(rc, "simulate: loading the trace");
+        }
+        tr = owned;
+    } else {
+        if (!tio_py_trace_borrow) {
+            PyErr_SetString(PyExc_TypeError, "simulate(trace): expected a path");
+            return NULL;
+        }
+        tr = tio_py_trace_borrow(trace);
+        if (!tr) {
+            return NULL;
+        }
+    }
+    struct tio_sim *sim = NULL;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = run_sim(tr, &hw, policy, plan_path, &sp, &sim);
+    PyEval_RestoreThread(ts);
+    PyObject *res = rc < 0 ? tio_py_raise(rc, "simulate") : result_dict(sim);
+    tio_sim_free(sim);
+    tio_trace_free(owned);
+    return res;
+}
+
+static PyMethodDef sim_methods[] = {
+    { "simulate", (PyCFunction)(void (*)(void))py_simulate, METH_VARARGS | METH_KEYWORDS,
+      "simulate(trace, hw='paper-2xh100nvl', policy=None, plan=None, capacity=None, warmup=1)"
+      " -> dict with the keys of `teraio simulate --json`." },
+    { NULL, NULL, 0, NULL }
+};
+
+int tio_py_add_sim(PyObject *m) {
+    return PyModule_AddFunctions(m, sim_methods);
+}

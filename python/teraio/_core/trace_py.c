@@ -1,0 +1,708 @@
+/*
+ * teraio.Trace: the trace data model (teraio/trace.h) in Python.
+ *
+ *     t = teraio.Trace()
+ *     w = t.add_tensor(64 << 20, "weight", global_=True, name="w")
+ *     k = t.add_kernel("aten::mm", 120_000)
+ *     t.add_use(w, "r")
+ *     t.finish()
+ *     t.kernel_duration_ns        # numpy view (read-only, no copy) into the C columns
+ *     t.save("mm.tio")
+ *
+ * Column views: every column property returns numpy.asarray() of a small TraceColumn object
+ * that exports the C array through the buffer protocol and holds a reference to its Trace, so
+ * a view keeps the trace alive after `del t`. Views are only handed out for finished traces:
+ * while building, the columns are reallocated as they grow, and a finished trace is immutable.
+ */
+#include <string.h>
+
+#include <teraio/alloc.h>
+#include <teraio/trace.h>
+
+#include "core.h"
+
+typedef struct {
+    PyObject_HEAD struct tio_trace *tr;
+} TraceObject;
+
+typedef struct {
+    PyObject_HEAD PyObject *owner; /* the TraceObject whose memory this exports */
+    void *ptr;
+    Py_ssize_t shape[1];   /* elements */
+    Py_ssize_t strides[1]; /* = itemsize */
+    Py_ssize_t itemsize;
+    const char *format; /* struct-module format of one element */
+} ColumnObject;
+
+static PyTypeObject TraceType;
+static PyTypeObject ColumnType;
+
+/* ---- TraceColumn: a read-only buffer exporter -------------------------------------------- */
+
+static void column_dealloc(PyObject *self) {
+    ColumnObject *c = (ColumnObject *)self;
+    Py_XDECREF(c->owner);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static int column_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    ColumnObject *c = (ColumnObject *)self;
+    if (flags & PyBUF_WRITABLE) {
+        PyErr_SetString(PyExc_BufferError, "teraio.Trace columns are read-only");
+        view->obj = NULL;
+        return -1;
+    }
+    view->buf = c->ptr;
+    view->obj = Py_NewRef(self);
+    view->len = c->shape[0] * c->itemsize;
+    view->readonly = 1;
+    view->itemsize = c->itemsize;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)c->format : NULL;
+    view->ndim = 1;
+    view->shape = (flags & PyBUF_ND) ? c->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? c->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static PyBufferProcs column_as_buffer = {
+    .bf_getbuffer = column_getbuffer,
+    .bf_releasebuffer = NULL,
+};
+
+static Py_ssize_t column_len(PyObject *self) {
+    return ((ColumnObject *)self)->shape[0];
+}
+
+static PySequenceMethods column_as_sequence = {
+    .sq_length = column_len,
+};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.TraceColumn",
+    .tp_basicsize = sizeof(ColumnObject),
+    .tp_dealloc = column_dealloc,
+    .tp_as_buffer = &column_as_buffer,
+    .tp_as_sequence = &column_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only buffer over one column of a finished teraio.Trace (keeps it alive).",
+};
+
+/* ---- Trace -------------------------------------------------------------------------------- */
+
+static TraceObject *trace_wrap(PyTypeObject *type, struct tio_trace *tr) {
+    TraceObject *self = (TraceObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        tio_trace_free(tr);
+        return NULL;
+    }
+    self->tr = tr;
+    return self;
+}
+
+static PyObject *trace_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { NULL };
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Trace", kwlist)) {
+        return NULL;
+    }
+    struct tio_trace *tr = NULL;
+    int rc = tio_trace_new(NULL, &tr);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace()");
+    }
+    return (PyObject *)trace_wrap(type, tr);
+}
+
+static void trace_dealloc(PyObject *self) {
+    tio_trace_free(((TraceObject *)self)->tr);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *trace_repr(PyObject *self) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    return PyUnicode_FromFormat("<teraio.Trace %zu kernels, %zu tensors, %zu uses%s>",
+                                tio_trace_kernel_count(tr), tio_trace_tensor_count(tr),
+                                tio_trace_use_count(tr),
+                                tio_trace_is_finished(tr) ? "" : ", building");
+}
+
+/* format argument: None/"auto", "binary", "json" (or the TIO_TRACE_FORMAT_* int). */
+static int parse_format(PyObject *obj, int32_t *out) {
+    if (!obj || obj == Py_None) {
+        *out = TIO_TRACE_FORMAT_AUTO;
+        return 0;
+    }
+    if (PyLong_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (v < TIO_TRACE_FORMAT_AUTO || v > TIO_TRACE_FORMAT_JSON) {
+            PyErr_Format(PyExc_ValueError, "unknown trace format %ld", v);
+            return -1;
+        }
+        *out = (int32_t)v;
+        return 0;
+    }
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8(obj) : NULL;
+    if (!s) {
+        PyErr_SetString(PyExc_TypeError, "format must be None, 'binary' or 'json'");
+        return -1;
+    }
+    if (strcmp(s, "auto") == 0) {
+        *out = TIO_TRACE_FORMAT_AUTO;
+    } else if (strcmp(s, "binary") == 0) {
+        *out = TIO_TRACE_FORMAT_BINARY;
+    } else if (strcmp(s, "json") == 0) {
+        *out = TIO_TRACE_FORMAT_JSON;
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown trace format '%s' (binary, json)", s);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *trace_load(PyObject *cls, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "path", "format", NULL };
+    PyObject *path_obj = NULL, *fmt_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|O:load", kwlist, PyUnicode_FSConverter,
+                                     &path_obj, &fmt_obj)) {
+        return NULL;
+    }
+    int32_t fmt;
+    if (parse_format(fmt_obj, &fmt) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    struct tio_trace *tr = NULL;
+    int rc;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    PyThreadState *ts = PyEval_SaveThread(); /* file I/O and parsing without the GIL */
+    rc = tio_trace_load(path, fmt, &tr);
+    PyEval_RestoreThread(ts);
+    Py_DECREF(path_obj);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.load");
+    }
+    return (PyObject *)trace_wrap((PyTypeObject *)cls, tr);
+}
+
+static PyObject *trace_from_bytes(PyObject *cls, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "data", "format", NULL };
+    Py_buffer buf;
+    PyObject *fmt_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|O:from_bytes", kwlist, &buf, &fmt_obj)) {
+        return NULL;
+    }
+    int32_t fmt;
+    if (parse_format(fmt_obj, &fmt) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    struct tio_trace *tr = NULL;
+    int rc = tio_trace_load_mem(buf.buf, (size_t)buf.len, fmt, &tr);
+    PyBuffer_Release(&buf);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.from_bytes");
+    }
+    return (PyObject *)trace_wrap((PyTypeObject *)cls, tr);
+}
+
+static PyObject *trace_add_tensor(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "bytes", "kind", "global_", "name", "pinned", NULL };
+    unsigned long long bytes;
+    PyObject *kind_obj;
+    int global = 0, pinned = 0;
+    const char *name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KO|pzp:add_tensor", kwlist, &bytes, &kind_obj,
+                                     &global, &name, &pinned)) {
+        return NULL;
+    }
+    long kind;
+    if (PyUnicode_Check(kind_obj)) {
+        const char *s = PyUnicode_AsUTF8(kind_obj);
+        if (!s) {
+            return NULL;
+        }
+        int k = tio_tensor_kind_parse(s);
+        if (k < 0) {
+            return tio_py_raise(k, "Trace.add_tensor");
+        }
+        kind = k;
+    } else {
+        kind = PyLong_AsLong(kind_obj);
+        if (kind == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (kind < INT32_MIN || kind > INT32_MAX) {
+            kind = -1; /* rejected by the library with its message */
+        }
+    }
+    uint32_t flags =
+        (global ? (uint32_t)TIO_TENSOR_GLOBAL : 0u) | (pinned ? (uint32_t)TIO_TENSOR_PINNED : 0u);
+    uint32_t id;
+    int rc =
+        tio_trace_add_tensor(((TraceObject *)self)->tr, bytes, (int32_t)kind, flags, name, &id);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.add_tensor");
+    }
+    return PyLong_FromUnsignedLong(id);
+}
+
+static PyObject *trace_add_kernel(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "name", "duration_ns", "flags", NULL };
+    const char *name = NULL;
+    unsigned long long dur;
+    unsigned int flags = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "zK|I:add_kernel", kwlist, &name, &dur, &flags)) {
+        return NULL;
+    }
+    uint32_t id;
+    int rc = tio_trace_add_kernel(((TraceObject *)self)->tr, name, dur, flags, &id);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.add_kernel");
+    }
+    return PyLong_FromUnsignedLong(id);
+}
+
+static PyObject *trace_add_use(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "tensor", "mode", NULL };
+    unsigned long tensor;
+    PyObject *mode_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "kO:add_use", kwlist, &tensor, &mode_obj)) {
+        return NULL;
+    }
+    long mode;
+    if (PyUnicode_Check(mode_obj)) {
+        const char *s = PyUnicode_AsUTF8(mode_obj);
+        if (!s) {
+            return NULL;
+        }
+        mode = strcmp(s, "r") == 0    ? TIO_USE_READ
+               : strcmp(s, "w") == 0  ? TIO_USE_WRITE
+               : strcmp(s, "rw") == 0 ? TIO_USE_READ_WRITE
+                                      : 0;
+        if (!mode) {
+            PyErr_Format(PyExc_ValueError, "mode must be 'r', 'w' or 'rw', not '%s'", s);
+            return NULL;
+        }
+    } else {
+        mode = PyLong_AsLong(mode_obj);
+        if (mode == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (mode < INT32_MIN || mode > INT32_MAX) {
+            mode = 0;
+        }
+    }
+    if (tensor > UINT32_MAX) {
+        tensor = UINT32_MAX; /* out of range: the library reports it */
+    }
+    int rc = tio_trace_add_use(((TraceObject *)self)->tr, (uint32_t)tensor, (int32_t)mode);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.add_use");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *trace_set_kernel_duration(PyObject *self, PyObject *args) {
+    unsigned long kernel;
+    unsigned long long dur;
+    if (!PyArg_ParseTuple(args, "kK:set_kernel_duration", &kernel, &dur)) {
+        return NULL;
+    }
+    int rc = tio_trace_set_kernel_duration(
+        ((TraceObject *)self)->tr, kernel > UINT32_MAX ? UINT32_MAX : (uint32_t)kernel, dur);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.set_kernel_duration");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *trace_set_meta(PyObject *self, PyObject *args) {
+    const char *key, *value;
+    if (!PyArg_ParseTuple(args, "ss:set_meta", &key, &value)) {
+        return NULL;
+    }
+    int rc = tio_trace_set_meta(((TraceObject *)self)->tr, key, value);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.set_meta");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *trace_finish(PyObject *self, PyObject *unused) {
+    (void)unused;
+    int rc = tio_trace_finish(((TraceObject *)self)->tr);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.finish");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *trace_save(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "path", "format", NULL };
+    PyObject *path_obj = NULL, *fmt_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|O:save", kwlist, PyUnicode_FSConverter,
+                                     &path_obj, &fmt_obj)) {
+        return NULL;
+    }
+    int32_t fmt;
+    if (parse_format(fmt_obj, &fmt) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    int rc;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = tio_trace_save(tr, path, fmt);
+    PyEval_RestoreThread(ts);
+    Py_DECREF(path_obj);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.save");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *trace_to_bytes(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = { "format", NULL };
+    PyObject *fmt_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:to_bytes", kwlist, &fmt_obj)) {
+        return NULL;
+    }
+    int32_t fmt;
+    if (parse_format(fmt_obj, &fmt) < 0) {
+        return NULL;
+    }
+    void *data = NULL;
+    size_t len = 0;
+    int rc = tio_trace_save_mem(((TraceObject *)self)->tr, fmt, &data, &len);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.to_bytes");
+    }
+    PyObject *b = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
+    tio_free(data);
+    return b;
+}
+
+static PyObject *trace_hash(PyObject *self, PyObject *unused) {
+    (void)unused;
+    uint64_t h;
+    int rc = tio_trace_hash(((TraceObject *)self)->tr, &h);
+    if (rc < 0) {
+        return tio_py_raise(rc, "Trace.hash");
+    }
+    return PyLong_FromUnsignedLongLong(h);
+}
+
+static PyObject *name_or_none(const char *s) {
+    if (!s) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(s);
+}
+
+static PyObject *trace_kernel_name(PyObject *self, PyObject *arg) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (i < 0 || (size_t)i >= tio_trace_kernel_count(tr)) {
+        PyErr_Format(PyExc_IndexError, "kernel %zd out of range (%zu kernels)", i,
+                     tio_trace_kernel_count(tr));
+        return NULL;
+    }
+    return name_or_none(tio_trace_kernel_name(tr, (uint32_t)i));
+}
+
+static PyObject *trace_tensor_name(PyObject *self, PyObject *arg) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (i < 0 || (size_t)i >= tio_trace_tensor_count(tr)) {
+        PyErr_Format(PyExc_IndexError, "tensor %zd out of range (%zu tensors)", i,
+                     tio_trace_tensor_count(tr));
+        return NULL;
+    }
+    return name_or_none(tio_trace_tensor_name(tr, (uint32_t)i));
+}
+
+static PyMethodDef trace_methods[] = {
+    { "load", (PyCFunction)(void (*)(void))trace_load, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+      "Trace.load(path, format=None) -> Trace: read and validate a .tio or JSON trace." },
+    { "from_bytes", (PyCFunction)(void (*)(void))trace_from_bytes,
+      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+      "Trace.from_bytes(data, format=None) -> Trace: parse a trace held in memory." },
+    { "add_tensor", (PyCFunction)(void (*)(void))trace_add_tensor, METH_VARARGS | METH_KEYWORDS,
+      "add_tensor(bytes, kind, global_=False, name=None, pinned=False) -> int id; kind is a "
+      "name ('weight', 'grad', ...) or TENSOR_* int." },
+    { "add_kernel", (PyCFunction)(void (*)(void))trace_add_kernel, METH_VARARGS | METH_KEYWORDS,
+      "add_kernel(name, duration_ns, flags=0) -> int id; flags are KERNEL_* bits." },
+    { "add_use", (PyCFunction)(void (*)(void))trace_add_use, METH_VARARGS | METH_KEYWORDS,
+      "add_use(tensor, mode): the last kernel uses tensor; mode 'r', 'w', 'rw' or USE_*." },
+    { "set_kernel_duration", trace_set_kernel_duration, METH_VARARGS,
+      "set_kernel_duration(kernel, duration_ns): before finish() only." },
+    { "set_meta", trace_set_meta, METH_VARARGS, "set_meta(key, value): string metadata." },
+    { "finish", trace_finish, METH_NOARGS, "finish(): validate and freeze the trace." },
+    { "save", (PyCFunction)(void (*)(void))trace_save, METH_VARARGS | METH_KEYWORDS,
+      "save(path, format=None): None picks JSON for '.json', else binary; atomic replace." },
+    { "to_bytes", (PyCFunction)(void (*)(void))trace_to_bytes, METH_VARARGS | METH_KEYWORDS,
+      "to_bytes(format='binary') -> bytes." },
+    { "hash", trace_hash, METH_NOARGS, "hash() -> int: 64-bit content hash (names excluded)." },
+    { "kernel_name", trace_kernel_name, METH_O, "kernel_name(i) -> str or None." },
+    { "tensor_name", trace_tensor_name, METH_O, "tensor_name(i) -> str or None." },
+    { NULL, NULL, 0, NULL },
+};
+
+/* Column ids for the getset closures. */
+enum {
+    COL_KERNEL_DURATION,
+    COL_KERNEL_FLAGS,
+    COL_KERNEL_USE_OFFSET,
+    COL_KERNEL_NAME,
+    COL_TENSOR_BYTES,
+    COL_TENSOR_KIND,
+    COL_TENSOR_FLAGS,
+    COL_TENSOR_NAME,
+    COL_USE_TENSOR,
+    COL_USE_MODE
+};
+
+static PyObject *numpy_asarray;
+
+static PyObject *trace_column(PyObject *self, void *closure) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    if (!tio_trace_is_finished(tr)) {
+        tio_set_error(TIO_ESTATE, "trace: column views need a finished trace (call finish())");
+        return tio_py_raise(TIO_ESTATE, "Trace column");
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    const void *ptr = NULL;
+    size_t n = 0, itemsize = 8;
+    const char *fmt = "Q";
+    switch ((int)(intptr_t)closure) {
+    case COL_KERNEL_DURATION:
+        ptr = v.kernel_duration_ns, n = v.n_kernels;
+        break;
+    case COL_KERNEL_FLAGS:
+        ptr = v.kernel_flags, n = v.n_kernels, itemsize = 4, fmt = "I";
+        break;
+    case COL_KERNEL_USE_OFFSET:
+        ptr = v.kernel_use_offset, n = v.n_kernels + 1;
+        break;
+    case COL_KERNEL_NAME:
+        ptr = v.kernel_name, n = v.n_kernels, itemsize = 4, fmt = "I";
+        break;
+    case COL_TENSOR_BYTES:
+        ptr = v.tensor_bytes, n = v.n_tensors;
+        break;
+    case COL_TENSOR_KIND:
+        ptr = v.tensor_kind, n = v.n_tensors, itemsize = 4, fmt = "i";
+        break;
+    case COL_TENSOR_FLAGS:
+        ptr = v.tensor_flags, n = v.n_tensors, itemsize = 4, fmt = "I";
+        break;
+    case COL_TENSOR_NAME:
+        ptr = v.tensor_name, n = v.n_tensors, itemsize = 4, fmt = "I";
+        break;
+    case COL_USE_TENSOR:
+        ptr = v.use_tensor, n = v.n_uses, itemsize = 4, fmt = "I";
+        break;
+    default:
+        ptr = v.use_mode, n = v.n_uses, itemsize = 1, fmt = "B";
+        break;
+    }
+    ColumnObject *col = PyObject_New(ColumnObject, &ColumnType);
+    if (!col) {
+        return NULL;
+    }
+    col->owner = Py_NewRef(self);
+    col->ptr = (void *)(uintptr_t)ptr;
+    col->shape[0] = (Py_ssize_t)n;
+    col->strides[0] = (Py_ssize_t)itemsize;
+    col->itemsize = (Py_ssize_t)itemsize;
+    col->format = fmt;
+    if (!numpy_asarray) {
+        PyObject *np = PyImport_ImportModule("numpy");
+        if (!np) {
+            Py_DECREF(col);
+            return NULL;
+        }
+        numpy_asarray = PyObject_GetAttrString(np, "asarray");
+        Py_DECREF(np);
+        if (!numpy_asarray) {
+            Py_DECREF(col);
+            return NULL;
+        }
+    }
+    PyObject *arr = PyObject_CallOneArg(numpy_asarray, (PyObject *)col);
+    Py_DECREF(col);
+    return arr;
+}
+
+static PyObject *trace_get_count(PyObject *self, void *closure) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    switch ((int)(intptr_t)closure) {
+    case 0:
+        return PyLong_FromSize_t(tio_trace_kernel_count(tr));
+    case 1:
+        return PyLong_FromSize_t(tio_trace_tensor_count(tr));
+    case 2:
+        return PyLong_FromSize_t(tio_trace_use_count(tr));
+    case 3:
+        return PyLong_FromUnsignedLongLong(tio_trace_total_duration_ns(tr));
+    default:
+        return PyBool_FromLong(tio_trace_is_finished(tr));
+    }
+}
+
+static PyObject *trace_get_meta(PyObject *self, void *closure) {
+    (void)closure;
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < tio_trace_meta_count(tr); i++) {
+        const char *k, *v;
+        if (tio_trace_meta_at(tr, i, &k, &v) < 0) {
+            continue;
+        }
+        PyObject *val = PyUnicode_FromString(v);
+        if (!val || PyDict_SetItemString(d, k, val) < 0) {
+            Py_XDECREF(val);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(val);
+    }
+    return d;
+}
+
+static int trace_set_meta_dict(PyObject *self, PyObject *value, void *closure) {
+    (void)closure;
+    if (!value || !PyDict_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "meta must be set to a dict of str -> str");
+        return -1;
+    }
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(value, &pos, &k, &v)) {
+        const char *ks = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        const char *vs = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        if (!ks || !vs) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "meta keys and values must be str");
+            }
+            return -1;
+        }
+        int rc = tio_trace_set_meta(((TraceObject *)self)->tr, ks, vs);
+        if (rc < 0) {
+            tio_py_raise(rc, "Trace.meta");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define COLUMN(name, id, doc) \
+    { name, trace_column, NULL, doc, (void *)(intptr_t)(id) }
+static PyGetSetDef trace_getset[] = {
+    { "n_kernels", trace_get_count, NULL, "number of kernels", (void *)0 },
+    { "n_tensors", trace_get_count, NULL, "number of tensors", (void *)1 },
+    { "n_uses", trace_get_count, NULL, "number of uses", (void *)2 },
+    { "total_duration_ns", trace_get_count, NULL, "sum of kernel durations (ns)", (void *)3 },
+    { "finished", trace_get_count, NULL, "True once finish() succeeded", (void *)4 },
+    { "meta", trace_get_meta, trace_set_meta_dict,
+      "metadata as a new dict; assigning a dict sets (adds or replaces) those keys", NULL },
+    COLUMN("kernel_duration_ns", COL_KERNEL_DURATION, "uint64[n_kernels] view: ns"),
+    COLUMN("kernel_flags", COL_KERNEL_FLAGS, "uint32[n_kernels] view: KERNEL_* bits"),
+    COLUMN("kernel_use_offset",
+           COL_KERNEL_USE_OFFSET,
+           "uint64[n_kernels + 1] view: CSR offsets into the use columns"),
+    COLUMN("kernel_name_index",
+           COL_KERNEL_NAME,
+           "uint32[n_kernels] view: string index (0xFFFFFFFF: none)"),
+    COLUMN("tensor_bytes", COL_TENSOR_BYTES, "uint64[n_tensors] view: bytes"),
+    COLUMN("tensor_kind", COL_TENSOR_KIND, "int32[n_tensors] view: TENSOR_* kinds"),
+    COLUMN("tensor_flags", COL_TENSOR_FLAGS, "uint32[n_tensors] view: TENSOR_GLOBAL/PINNED"),
+    COLUMN("tensor_name_index",
+           COL_TENSOR_NAME,
+           "uint32[n_tensors] view: string index (0xFFFFFFFF: none)"),
+    COLUMN("use_tensor", COL_USE_TENSOR, "uint32[n_uses] view: tensor ids"),
+    COLUMN("use_mode", COL_USE_MODE, "uint8[n_uses] view: USE_READ/WRITE/READ_WRITE"),
+    { NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject TraceType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio.Trace",
+    .tp_basicsize = sizeof(TraceObject),
+    .tp_dealloc = trace_dealloc,
+    .tp_repr = trace_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Trace(): one training iteration (kernels, tensors, uses). Build it with "
+              "add_tensor/add_kernel/add_use and finish(), or read one with Trace.load(path) "
+              "or Trace.from_bytes(data). Column properties of a finished trace are read-only "
+              "numpy views that share its memory.",
+    .tp_methods = trace_methods,
+    .tp_getset = trace_getset,
+    .tp_new = trace_new,
+};
+
+/*
+ * tio_py_trace_borrow: the C trace behind a teraio.Trace, for other bindings (analysis_py.c
+ * declares it weak). Borrowed: valid while the caller holds a reference to obj. NULL with
+ * TypeError set when obj is not a teraio.Trace.
+ */
+const struct tio_trace *tio_py_trace_borrow(PyObject *obj);
+const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &TraceType)) {
+        PyErr_Format(PyExc_TypeError, "expected a teraio.Trace or a path, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return ((TraceObject *)obj)->tr;
+}
+
+int tio_py_add_trace(PyObject *m) {
+    if (PyType_Ready(&ColumnType) < 0 || PyType_Ready(&TraceType) < 0) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) < 0 ||
+        PyModule_AddObjectRef(m, "TraceColumn", (PyObject *)&ColumnType) < 0) {
+        return -1;
+    }
+    static const struct {
+        const char *name;
+        long value;
+    } consts[] = {
+        { "TENSOR_WEIGHT", TIO_TENSOR_WEIGHT },
+        { "TENSOR_GRAD", TIO_TENSOR_GRAD },
+        { "TENSOR_OPTIM_STATE", TIO_TENSOR_OPTIM_STATE },
+        { "TENSOR_ACTIVATION", TIO_TENSOR_ACTIVATION },
+        { "TENSOR_TEMP", TIO_TENSOR_TEMP },
+        { "TENSOR_INPUT", TIO_TENSOR_INPUT },
+        { "TENSOR_OTHER", TIO_TENSOR_OTHER },
+        { "TENSOR_GLOBAL", TIO_TENSOR_GLOBAL },
+        { "TENSOR_PINNED", TIO_TENSOR_PINNED },
+        { "KERNEL_COMM", TIO_KERNEL_COMM },
+        { "KERNEL_OPTIM", TIO_KERNEL_OPTIM },
+        { "KERNEL_BACKWARD", TIO_KERNEL_BACKWARD },
+        { "USE_READ", TIO_USE_READ },
+        { "USE_WRITE", TIO_USE_WRITE },
+        { "USE_READ_WRITE", TIO_USE_READ_WRITE },
+        { "FORMAT_AUTO", TIO_TRACE_FORMAT_AUTO },
+        { "FORMAT_BINARY", TIO_TRACE_FORMAT_BINARY },
+        { "FORMAT_JSON", TIO_TRACE_FORMAT_JSON },
+        { "NO_NAME", (long)TIO_NO_NAME },
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}

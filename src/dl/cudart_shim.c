@@ -1,0 +1,109 @@
+/* The CUDA runtime through dlopen (see cudart_shim.h). */
+#include "dl/cudart_shim.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common_impl.h"
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static struct tio_cudart_api loaded;
+static int loaded_ok;
+static char load_reason[300];
+static const struct tio_cudart_api *override;
+
+/* dlsym into a function pointer: POSIX allows the conversion, ISO C does not, so go through
+ * memcpy. */
+static int resolve(void *lib, const char *sym, void *fnptr_out) {
+    void *p = dlsym(lib, sym);
+    if (!p)
+        return -1;
+    memcpy(fnptr_out, &p, sizeof(p));
+    return 0;
+}
+
+static void load(void) {
+    static const char *const names[] = { "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                                         "libcudart.so" };
+    const char *env = getenv("TIO_CUDART_LIB"); /* NOLINT(concurrency-mt-unsafe): once */
+    void *lib = NULL;
+    const char *name = NULL;
+    if (env && *env) {
+        name = env;
+        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    } else {
+        for (size_t i = 0; i < TIO_ARRAY_LEN(names) && !lib; i++) {
+            name = names[i];
+            lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        }
+    }
+    if (!lib) {
+        const char *err = dlerror();
+        snprintf(load_reason, sizeof load_reason, "cudart not loadable (%s): %s",
+                 env ? env : "libcudart.so.13/.12/.11.0", err ? err : "?");
+        return;
+    }
+    struct {
+        const char *sym;
+        void *slot;
+    } syms[] = {
+        { "cudaGetDeviceCount", &loaded.get_device_count },
+        { "cudaMalloc", &loaded.malloc_device },
+        { "cudaFree", &loaded.free_device },
+        { "cudaHostAlloc", &loaded.host_alloc },
+        { "cudaFreeHost", &loaded.free_host },
+        { "cudaMemcpy", &loaded.memcpy },
+        { "cudaGetErrorString", &loaded.get_error_string },
+    };
+    for (size_t i = 0; i < TIO_ARRAY_LEN(syms); i++) {
+        if (resolve(lib, syms[i].sym, syms[i].slot) < 0) {
+            snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name, syms[i].sym);
+            return; /* never dlclose: see STYLE.md */
+        }
+    }
+    loaded_ok = 1;
+    snprintf(load_reason, sizeof load_reason, "loaded %s", name);
+    TIO_LOG_DEBUG("cudart: %s", load_reason);
+}
+
+const struct tio_cudart_api *tio_cudart(void) {
+    if (override)
+        return override;
+    pthread_once(&load_once, load);
+    return loaded_ok ? &loaded : NULL;
+}
+
+const char *tio_cudart_reason(void) {
+    if (override)
+        return "test table";
+    pthread_once(&load_once, load);
+    return load_reason;
+}
+
+int tio_cudart_usable(char *reason, size_t len) {
+    const struct tio_cudart_api *cu = tio_cudart();
+    if (!cu) {
+        snprintf(reason, len, "%s", tio_cudart_reason());
+        return 0;
+    }
+    int count = 0;
+    int err = cu->get_device_count(&count);
+    if (err != 0) {
+        const char *s = cu->get_error_string ? cu->get_error_string(err) : NULL;
+        snprintf(reason, len, "cudaGetDeviceCount: error %d (%s)", err, s ? s : "?");
+        return 0;
+    }
+    if (count <= 0) {
+        snprintf(reason, len, "cudaGetDeviceCount: no CUDA device");
+        return 0;
+    }
+    snprintf(reason, len, "%d CUDA device(s), %s", count, tio_cudart_reason());
+    return 1;
+}
+
+void tio_cudart_set_api(const struct tio_cudart_api *fake) {
+    override = fake;
+}

@@ -1,0 +1,51 @@
+/*
+ * src/dl/cudart_shim.h - the CUDA runtime, reached only through dlopen (never linked).
+ *
+ * One function table, loaded once (pthread_once + dlopen(RTLD_NOW | RTLD_LOCAL)), never
+ * dlclosed. The library is TIO_CUDART_LIB if set, else the first of libcudart.so.13, .so.12,
+ * .so.11.0, libcudart.so that loads. Every symbol in the table must resolve or the table is
+ * unavailable as a whole. "Loaded" is not "usable": tio_cudart_usable() also asks for the
+ * device count, and an error (35, "driver version is insufficient", on machines with the
+ * toolkit but no driver) or a count of 0 means unavailable.
+ *
+ *     const struct tio_cudart_api *cu = tio_cudart();
+ *     char why[200];
+ *     if (!cu || !tio_cudart_usable(why, sizeof why)) ... fall back
+ *     cu->memcpy(dst, src, n, TIO_CUDA_MEMCPY_DEFAULT);
+ */
+#ifndef TIO_DL_CUDART_SHIM_H
+#define TIO_DL_CUDART_SHIM_H
+
+#include <stddef.h>
+
+/* cudaMemcpyKind values (stable across CUDA 11-13). */
+enum {
+    TIO_CUDA_MEMCPY_H2H = 0,
+    TIO_CUDA_MEMCPY_H2D = 1,
+    TIO_CUDA_MEMCPY_D2H = 2,
+    TIO_CUDA_MEMCPY_D2D = 3,
+    TIO_CUDA_MEMCPY_DEFAULT = 4
+};
+
+/* All return a cudaError_t (0 = cudaSuccess) as int. */
+struct tio_cudart_api {
+    int (*get_device_count)(int *count);                           /* cudaGetDeviceCount */
+    int (*malloc_device)(void **p, size_t bytes);                  /* cudaMalloc */
+    int (*free_device)(void *p);                                   /* cudaFree */
+    int (*host_alloc)(void **p, size_t bytes, unsigned flags);     /* cudaHostAlloc */
+    int (*free_host)(void *p);                                     /* cudaFreeHost */
+    int (*memcpy)(void *dst, const void *src, size_t n, int kind); /* cudaMemcpy */
+    const char *(*get_error_string)(int err);                      /* cudaGetErrorString */
+};
+
+/* The loaded table (or the one set for tests), NULL if no library loads or a symbol is
+ * missing; tio_cudart_reason() says which. Thread-safe. */
+const struct tio_cudart_api *tio_cudart(void);
+/* Why tio_cudart() is NULL (or the library it loaded). */
+const char *tio_cudart_reason(void);
+/* 1 if the table exists and at least one device answers; else 0 with the reason. */
+int tio_cudart_usable(char *reason, size_t len);
+/* Tests: replace the table (NULL restores the loaded one). Not thread-safe with I/O. */
+void tio_cudart_set_api(const struct tio_cudart_api *fake);
+
+#endif

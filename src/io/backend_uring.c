@@ -1,0 +1,176 @@
+/*
+ * The `uring` backend: io_uring through liburing (compiled only when liburing is found).
+ * Swap files are registered (IOSQE_FIXED_FILE) and so are the engine's staging buffers
+ * (read_fixed/write_fixed); caller buffers go through plain read/write SQEs. Containers and
+ * seccomp profiles often refuse io_uring_setup: the probe turns that into score 0.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "common/common_impl.h"
+#include "io/backend.h"
+
+struct uring_state {
+    struct io_uring ring;
+    int files_registered;
+    int bufs_registered;
+    const int *fds;
+    uint32_t nfds;
+};
+
+static int uring_probe(char *reason, size_t len) {
+    struct io_uring ring;
+    int rc = io_uring_queue_init(4, &ring, 0);
+    if (rc < 0) {
+        char buf[128];
+        snprintf(reason, len, "io_uring_setup: %s", strerror_r(-rc, buf, sizeof buf));
+        return 0;
+    }
+    struct io_uring_probe *p = io_uring_get_probe_ring(&ring);
+    int ok = p && io_uring_opcode_supported(p, IORING_OP_READ) &&
+             io_uring_opcode_supported(p, IORING_OP_WRITE);
+    if (p)
+        io_uring_free_probe(p);
+    io_uring_queue_exit(&ring);
+    if (!ok) {
+        snprintf(reason, len, "io_uring lacks IORING_OP_READ/WRITE (kernel < 5.6)");
+        return 0;
+    }
+    snprintf(reason, len, "io_uring with O_DIRECT, registered files and buffers (liburing)");
+    return 100;
+}
+
+static int uring_init(const struct tio_io_config *cfg, void **state) {
+    struct uring_state *st = tio_calloc(1, sizeof(*st));
+    if (!st)
+        return TIO_ENOMEM;
+    int rc = io_uring_queue_init(cfg->depth, &st->ring, 0);
+    if (rc < 0) {
+        tio_free(st);
+        return tio_set_error(TIO_EUNAVAIL, "io_uring_queue_init(%u): %s", cfg->depth,
+                             tio_strerror(rc));
+    }
+    st->fds = cfg->fds;
+    st->nfds = cfg->nfds;
+    if (cfg->nfds && io_uring_register_files(&st->ring, cfg->fds, cfg->nfds) == 0)
+        st->files_registered = 1;
+    *state = st;
+    return 0;
+}
+
+static void uring_fini(void *state) {
+    struct uring_state *st = state;
+    /* drain what is still in flight so the kernel no longer touches the buffers */
+    struct io_uring_cqe *cqe;
+    while (io_uring_cq_ready(&st->ring) || io_uring_sq_ready(&st->ring)) {
+        if (io_uring_wait_cqe(&st->ring, &cqe) < 0)
+            break;
+        io_uring_cqe_seen(&st->ring, cqe);
+    }
+    io_uring_queue_exit(&st->ring); /* also drops registrations */
+    tio_free(st);
+}
+
+static int uring_register_bufs(void *state, void *const *bufs, const uint64_t *lens, uint32_t n) {
+    struct uring_state *st = state;
+    struct iovec *iov = tio_calloc(n, sizeof(*iov));
+    if (!iov)
+        return TIO_ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        iov[i] = (struct iovec){ bufs[i], (size_t)lens[i] };
+    int rc = io_uring_register_buffers(&st->ring, iov, n);
+    tio_free(iov);
+    if (rc < 0)
+        return rc; /* e.g. RLIMIT_MEMLOCK too small: the core runs unregistered */
+    st->bufs_registered = 1;
+    return 0;
+}
+
+static void uring_unregister_bufs(void *state) {
+    struct uring_state *st = state;
+    if (st->bufs_registered)
+        (void)io_uring_unregister_buffers(&st->ring);
+    st->bufs_registered = 0;
+}
+
+static int uring_submit(void *state, const struct tio_io_req *reqs, uint32_t n) {
+    struct uring_state *st = state;
+    uint32_t k = 0;
+    for (; k < n; k++) {
+        const struct tio_io_req *r = &reqs[k];
+        if (r->mem != TIO_MEM_HOST || r->file < 0 || (uint32_t)r->file >= st->nfds)
+            break; /* the core never sends these: caps has no DEVICE_MEM */
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
+        if (!sqe)
+            break;
+        int fd = st->files_registered ? r->file : st->fds[r->file];
+        int fixed_buf = st->bufs_registered && r->buf_index >= 0;
+        if (r->op == TIO_IO_OP_WRITE) {
+            if (fixed_buf)
+                io_uring_prep_write_fixed(sqe, fd, r->buf, r->len, r->off, r->buf_index);
+            else
+                io_uring_prep_write(sqe, fd, r->buf, r->len, r->off);
+        } else {
+            if (fixed_buf)
+                io_uring_prep_read_fixed(sqe, fd, r->buf, r->len, r->off, r->buf_index);
+            else
+                io_uring_prep_read(sqe, fd, r->buf, r->len, r->off);
+        }
+        if (st->files_registered)
+            sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data64(sqe, r->user);
+    }
+    if (k) {
+        int rc;
+        do {
+            rc = io_uring_submit(&st->ring);
+        } while (rc == -EINTR);
+        if (rc < 0)
+            return rc;
+    }
+    return (k || !n) ? (int)k : -EAGAIN;
+}
+
+static int
+uring_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
+    struct uring_state *st = state;
+    uint32_t got = 0;
+    while (got < max) {
+        struct io_uring_cqe *cqe = NULL;
+        int rc = io_uring_peek_cqe(&st->ring, &cqe);
+        if (rc == -EAGAIN) {
+            if (got >= min)
+                break;
+            if (timeout_ns < 0) {
+                rc = io_uring_wait_cqe(&st->ring, &cqe);
+            } else {
+                struct __kernel_timespec ts = { .tv_sec = timeout_ns / 1000000000,
+                                                .tv_nsec = timeout_ns % 1000000000 };
+                rc = io_uring_wait_cqe_timeout(&st->ring, &cqe, &ts);
+            }
+            if (rc == -ETIME || rc == -EINTR || rc == -EAGAIN)
+                break;
+            if (rc < 0)
+                return got ? (int)got : rc;
+        }
+        out[got++] = (struct tio_io_cqe){ io_uring_cqe_get_data64(cqe), cqe->res };
+        io_uring_cqe_seen(&st->ring, cqe);
+    }
+    return (int)got;
+}
+
+const struct tio_io_backend_ops tio_io_backend_uring = {
+    .api_version = TIO_IO_BACKEND_API,
+    .name = "uring",
+    .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_NEEDS_ALIGN | TIO_IO_CAP_REG_BUFS | TIO_IO_CAP_REG_FILES,
+    .probe = uring_probe,
+    .init = uring_init,
+    .fini = uring_fini,
+    .register_bufs = uring_register_bufs,
+    .unregister_bufs = uring_unregister_bufs,
+    .submit = uring_submit,
+    .reap = uring_reap,
+};

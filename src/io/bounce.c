@@ -1,0 +1,89 @@
+/* Device memory <-> file through pinned bounce buffers (see bounce.h). */
+#include "io/bounce.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common_impl.h"
+
+int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, uint32_t n) {
+    memset(b, 0, sizeof(*b));
+    b->cu = cu;
+    b->bufs = tio_calloc(n, sizeof(*b->bufs));
+    if (!b->bufs)
+        return TIO_ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        void *p = NULL;
+        int err = cu->host_alloc(&p, TIO_BOUNCE_BYTES, 0);
+        if (err != 0 || !p) {
+            tio_bounce_fini(b);
+            return tio_set_error(TIO_ECUDA, "cudaHostAlloc(%u bytes): error %d", TIO_BOUNCE_BYTES,
+                                 err);
+        }
+        /* cudaHostAlloc returns page-aligned memory; O_DIRECT needs 4 KiB */
+        TIO_ASSERT(((uintptr_t)p % TIO_IO_ALIGN) == 0);
+        b->bufs[i] = p;
+        b->n++;
+    }
+    return 0;
+}
+
+void tio_bounce_fini(struct tio_bounce_set *b) {
+    if (!b->bufs)
+        return;
+    for (uint32_t i = 0; i < b->n; i++)
+        (void)b->cu->free_host(b->bufs[i]);
+    tio_free(b->bufs);
+    b->bufs = NULL;
+    b->n = 0;
+}
+
+int64_t tio_posix_io(int fd, const struct tio_io_req *r) {
+    ssize_t n;
+    do {
+        n = r->op == TIO_IO_OP_WRITE ? pwrite(fd, r->buf, r->len, (off_t)r->off)
+                                     : pread(fd, r->buf, r->len, (off_t)r->off);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : (int64_t)n;
+}
+
+int64_t
+tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker) {
+    unsigned char *bounce = b->bufs[worker % b->n];
+    unsigned char *dev = r->buf;
+    uint64_t done = 0;
+    while (done < r->len) {
+        size_t piece = (size_t)TIO_MIN((uint64_t)TIO_BOUNCE_BYTES, r->len - done);
+        /* the request owns its file range up to the next 4 KiB boundary (backend.h) */
+        size_t io_len = (piece + TIO_IO_ALIGN - 1) & ~(size_t)(TIO_IO_ALIGN - 1);
+        off_t off = (off_t)(r->off + done);
+        ssize_t n;
+        if (r->op == TIO_IO_OP_WRITE) {
+            int err = b->cu->memcpy(bounce, dev + done, piece, TIO_CUDA_MEMCPY_D2H);
+            if (err != 0)
+                return done ? (int64_t)done : TIO_ECUDA;
+            memset(bounce + piece, 0, io_len - piece);
+            do {
+                n = pwrite(fd, bounce, io_len, off);
+            } while (n < 0 && errno == EINTR);
+        } else {
+            do {
+                n = pread(fd, bounce, io_len, off);
+            } while (n < 0 && errno == EINTR);
+            if (n > 0) {
+                size_t got = TIO_MIN((size_t)n, piece);
+                int err = b->cu->memcpy(dev + done, bounce, got, TIO_CUDA_MEMCPY_H2D);
+                if (err != 0)
+                    return done ? (int64_t)done : TIO_ECUDA;
+            }
+        }
+        if (n < 0)
+            return done ? (int64_t)done : -errno;
+        size_t moved = TIO_MIN((size_t)n, piece);
+        done += moved;
+        if (moved < piece)
+            break; /* short: the core resumes the rest */
+    }
+    return (int64_t)done;
+}

@@ -1,0 +1,183 @@
+/* Worker-thread pool behind the synchronous backends (see pool.h). */
+#include "io/pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/common_impl.h"
+
+struct tio_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* workers wait for queued transfers */
+    pthread_cond_t done_cv; /* reap waits for results */
+    tio_pool_fn fn;
+    void *ctx;
+    uint32_t capacity; /* transfers queued + running + unreaped, at most */
+    /* queued transfers: a ring of capacity entries */
+    struct tio_io_req *queue;
+    uint32_t q_head, q_count;
+    /* finished transfers: a ring of capacity entries */
+    struct tio_io_cqe *done;
+    uint32_t d_head, d_count;
+    uint32_t outstanding; /* queued + running + done */
+    int stopping;
+    uint32_t nthreads;
+    pthread_t *threads;
+};
+
+struct worker_arg {
+    struct tio_pool *p;
+    uint32_t index;
+};
+
+static void push_done(struct tio_pool *p, uint64_t user, int64_t res) {
+    p->done[(p->d_head + p->d_count) % p->capacity] = (struct tio_io_cqe){ user, res };
+    p->d_count++;
+    pthread_cond_broadcast(&p->done_cv);
+}
+
+static void *worker_main(void *arg) {
+    struct worker_arg wa = *(struct worker_arg *)arg;
+    struct tio_pool *p = wa.p;
+    tio_free(arg);
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->q_count && !p->stopping)
+            pthread_cond_wait(&p->work_cv, &p->mu);
+        if (!p->q_count && p->stopping)
+            break;
+        struct tio_io_req r = p->queue[p->q_head];
+        p->q_head = (p->q_head + 1) % p->capacity;
+        p->q_count--;
+        pthread_mutex_unlock(&p->mu);
+        int64_t res = p->fn(p->ctx, &r, wa.index);
+        pthread_mutex_lock(&p->mu);
+        push_done(p, r.user, res);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int tio_pool_new(
+    uint32_t threads, uint32_t capacity, tio_pool_fn fn, void *ctx, struct tio_pool **out) {
+    if (!threads || !capacity || !fn)
+        return tio_set_error(TIO_EINVAL, "io pool: threads %u, capacity %u", threads, capacity);
+    struct tio_pool *p = tio_calloc(1, sizeof(*p));
+    if (!p)
+        return TIO_ENOMEM;
+    p->fn = fn;
+    p->ctx = ctx;
+    p->capacity = capacity;
+    p->queue = tio_calloc(capacity, sizeof(*p->queue));
+    p->done = tio_calloc(capacity, sizeof(*p->done));
+    p->threads = tio_calloc(threads, sizeof(*p->threads));
+    if (!p->queue || !p->done || !p->threads)
+        goto fail;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work_cv, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
+    for (uint32_t i = 0; i < threads; i++) {
+        struct worker_arg *wa = tio_malloc(sizeof(*wa));
+        if (!wa)
+            break;
+        *wa = (struct worker_arg){ p, i };
+        if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+            tio_free(wa);
+            break;
+        }
+        p->nthreads++;
+    }
+    if (p->nthreads != threads) {
+        tio_pool_free(p);
+        return tio_set_error(TIO_ENOMEM, "io pool: could not start %u threads", threads);
+    }
+    *out = p;
+    return 0;
+fail:
+    tio_free(p->queue);
+    tio_free(p->done);
+    tio_free(p->threads);
+    tio_free(p);
+    return TIO_ENOMEM;
+}
+
+void tio_pool_free(struct tio_pool *p) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work_cv);
+    pthread_cond_destroy(&p->done_cv);
+    tio_free(p->queue);
+    tio_free(p->done);
+    tio_free(p->threads);
+    tio_free(p);
+}
+
+int tio_pool_submit(struct tio_pool *p, const struct tio_io_req *reqs, uint32_t n) {
+    pthread_mutex_lock(&p->mu);
+    uint32_t room = p->capacity - p->outstanding;
+    uint32_t k = n < room ? n : room;
+    for (uint32_t i = 0; i < k; i++) {
+        p->queue[(p->q_head + p->q_count) % p->capacity] = reqs[i];
+        p->q_count++;
+    }
+    p->outstanding += k;
+    if (k)
+        pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+    return (k || !n) ? (int)k : -EAGAIN;
+}
+
+int tio_pool_reap(
+    struct tio_pool *p, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    if (timeout_ns >= 0) {
+        int64_t ns = deadline.tv_nsec + timeout_ns % 1000000000;
+        deadline.tv_sec += (time_t)(timeout_ns / 1000000000 + ns / 1000000000);
+        deadline.tv_nsec = (long)(ns % 1000000000);
+    }
+    pthread_mutex_lock(&p->mu);
+    while (p->d_count < min) {
+        int rc = timeout_ns < 0 ? pthread_cond_wait(&p->done_cv, &p->mu)
+                                : pthread_cond_timedwait(&p->done_cv, &p->mu, &deadline);
+        if (rc == ETIMEDOUT)
+            break;
+    }
+    uint32_t k = p->d_count < max ? p->d_count : max;
+    for (uint32_t i = 0; i < k; i++) {
+        out[i] = p->done[p->d_head];
+        p->d_head = (p->d_head + 1) % p->capacity;
+    }
+    p->d_count -= k;
+    p->outstanding -= k;
+    pthread_mutex_unlock(&p->mu);
+    return (int)k;
+}
+
+int tio_pool_cancel(struct tio_pool *p, uint64_t user) {
+    int rc = -ENOENT;
+    pthread_mutex_lock(&p->mu);
+    for (uint32_t i = 0; i < p->q_count; i++) {
+        uint32_t at = (p->q_head + i) % p->capacity;
+        if (p->queue[at].user != user)
+            continue;
+        /* close the gap by shifting the later entries down */
+        for (uint32_t j = i; j + 1 < p->q_count; j++)
+            p->queue[(p->q_head + j) % p->capacity] = p->queue[(p->q_head + j + 1) % p->capacity];
+        p->q_count--;
+        push_done(p, user, -ECANCELED);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}

@@ -1,0 +1,584 @@
+/* Hardware descriptions: presets, validation, JSON load/save (teraio/hw.h, docs/hardware.md). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/hw.h>
+#include <teraio/units.h>
+
+#include "common/common_impl.h"
+#include "plan/planner_impl.h"
+
+/* Decimal units, as vendors quote them. */
+#define GB  1e9
+#define GiB (1024.0 * 1024.0 * 1024.0)
+#define TB  1e12
+
+/*
+ * PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130 encoding / 8 = 63.0 GB/s per direction raw; TLP
+ * header and flow-control overhead leave ~85% of that for large DMA, so ~53 GB/s sustained per
+ * direction (the figure nvbandwidth / bandwidthTest report for H100 PCIe hosts is 50-55 GB/s).
+ * Gen4 x16 by the same arithmetic: 31.5 GB/s raw, ~26 GB/s sustained.
+ */
+#define PCIE5_SUSTAINED_Bps (53.0 * GB)
+
+/* Samsung 990 PRO 2 TB datasheet: 7.45/6.9 GB/s; the paper (Table 2) quotes 6.7/6.5 GB/s and
+ * measured ~16 GB/s per 4-drive RAID-0 array (Section 3.3): 16 / (4 x 6.5) = 0.615. */
+#define PAPER_SSD_EFFICIENCY (16.0 / 26.0)
+
+static struct tio_hw paper_1t(void) {
+    struct tio_hw hw = {
+        .name = "paper-2xh100nvl",
+        .gpu = "h100-nvl",
+        .gpus = 2,
+        .gpu_memory_bytes = UINT64_C(94000000000), /* Table 2: 94 GB HBM3 per GPU */
+        .gpu_reserve_bytes = UINT64_C(2000000000), /* CUDA context, NCCL, allocator slack */
+        .pcie_h2d_Bps = PCIE5_SUSTAINED_Bps,
+        .pcie_d2h_Bps = PCIE5_SUSTAINED_Bps,
+        .ssd_count = 4, /* 8 x 990 PRO as two RAID-0 arrays of 4, one per GPU */
+        .ssd_read_Bps = 6.7 * GB,
+        .ssd_write_Bps = 6.5 * GB,
+        .ssd_efficiency = PAPER_SSD_EFFICIENCY,
+        .ssd_latency_s = 20e-6,                       /* G10's default SSD latency */
+        .ssd_tbw_bytes = 1200.0 * TB,                 /* 990 PRO 2 TB warranty: 1200 TBW */
+        .host_memory_bytes = UINT64_C(1000000000000), /* the 1 TB server of Table 3 */
+        /* TeraIO-Mixed gets ZeRO-Infinity's host budget: 770 GB for Llama3-70B (Section 4.4),
+         * split over the 2 GPUs. For Llama3-8B the paper's budget is 170 GB (85 GB per GPU). */
+        .host_offload_cap_bytes = UINT64_C(385000000000),
+        .host_memory_Bps = 460.8 * GB, /* DDR5-4800 x 12 channels, one EPYC 9334 socket */
+        .gds = 1,
+        .cpu_cores = 64,             /* 2 x EPYC 9334 (32 cores each) */
+        .server_price_usd = 91047.9, /* Table 3 */
+        .ssd_price_usd = 1360.0,     /* Table 3: 8 x 990 PRO 2 TB */
+    };
+    return hw;
+}
+
+static struct tio_hw paper_128g(void) {
+    struct tio_hw hw = paper_1t();
+    (void)snprintf(hw.name, sizeof hw.name, "%s", "paper-2xh100nvl-128g");
+    hw.host_memory_bytes = UINT64_C(128000000000);
+    /* 128 GB minus ~32 GB for the OS, the framework and data loading, split over 2 GPUs. */
+    hw.host_offload_cap_bytes = UINT64_C(48000000000);
+    hw.server_price_usd = 84139.9; /* Table 3 */
+    return hw;
+}
+
+static struct tio_hw h100_sxm_8ssd(void) {
+    struct tio_hw hw = paper_1t();
+    (void)snprintf(hw.name, sizeof hw.name, "%s", "h100-sxm-8ssd");
+    (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", "h100-sxm");
+    hw.gpus = 8;
+    hw.gpu_memory_bytes = UINT64_C(80000000000);
+    hw.ssd_count = 8; /* Section 3.3: 8 SSDs per GPU behind PCIe Gen5 switches, ~32 GB/s */
+    hw.host_memory_bytes = UINT64_C(2000000000000);
+    hw.host_offload_cap_bytes = UINT64_C(128000000000);
+    hw.cpu_cores = 112;
+    hw.server_price_usd = 0;
+    hw.ssd_price_usd = 64 * 170.0;
+    return hw;
+}
+
+static struct tio_hw h200_4ssd(void) {
+    struct tio_hw hw = paper_1t();
+    (void)snprintf(hw.name, sizeof hw.name, "%s", "h200-4ssd");
+    (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", "h200");
+    hw.gpus = 8;
+    hw.gpu_memory_bytes = UINT64_C(141000000000);
+    hw.host_memory_bytes = UINT64_C(2000000000000);
+    hw.host_offload_cap_bytes = UINT64_C(128000000000);
+    hw.cpu_cores = 112;
+    hw.server_price_usd = 0;
+    hw.ssd_price_usd = 32 * 170.0;
+    return hw;
+}
+
+/* A small machine for CI and laptops: CPU "device" memory, one NVMe, no GDS. */
+static struct tio_hw cpu_ci(void) {
+    struct tio_hw hw = {
+        .name = "cpu-ci",
+        .gpu = "cpu",
+        .gpus = 1,
+        .gpu_memory_bytes = UINT64_C(8589934592), /* 8 GiB budget */
+        .gpu_reserve_bytes = UINT64_C(268435456),
+        .pcie_h2d_Bps = 10.0 * GB, /* memcpy-bound "transfers" */
+        .pcie_d2h_Bps = 10.0 * GB,
+        .ssd_count = 1,
+        .ssd_read_Bps = 3.5 * GB,
+        .ssd_write_Bps = 3.0 * GB,
+        .ssd_efficiency = 0.8,
+        .ssd_latency_s = 50e-6,
+        .ssd_tbw_bytes = 600.0 * TB,
+        .host_memory_bytes = UINT64_C(34359738368), /* 32 GiB */
+        .host_offload_cap_bytes = UINT64_C(8589934592),
+        .host_memory_Bps = 40.0 * GB,
+        .gds = 0,
+        .cpu_cores = 4,
+        .server_price_usd = 0,
+        .ssd_price_usd = 0,
+    };
+    return hw;
+}
+
+struct preset {
+    const char *name;
+    struct tio_hw (*make)(void);
+};
+
+static const struct preset presets[] = {
+    { "paper-2xh100nvl", paper_1t },
+    { "paper-2xh100nvl-128g", paper_128g },
+    { "h100-sxm-8ssd", h100_sxm_8ssd },
+    { "h200-4ssd", h200_4ssd },
+    { "cpu-ci", cpu_ci },
+};
+
+struct tio_hw tio_hw_default(void) {
+    return paper_1t();
+}
+
+size_t tio_hw_preset_count(void) {
+    return TIO_ARRAY_LEN(presets);
+}
+
+const char *tio_hw_preset_name(size_t i) {
+    return i < TIO_ARRAY_LEN(presets) ? presets[i].name : NULL;
+}
+
+static const struct preset *find_preset(const char *name) {
+    for (size_t i = 0; name && i < TIO_ARRAY_LEN(presets); i++) {
+        if (strcmp(presets[i].name, name) == 0) {
+            return &presets[i];
+        }
+    }
+    return NULL;
+}
+
+int tio_hw_preset(const char *name, struct tio_hw *out) {
+    const struct preset *p = find_preset(name);
+    if (!p) {
+        char list[512] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < TIO_ARRAY_LEN(presets) && len < sizeof list; i++) {
+            int n = snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", presets[i].name);
+            if (n < 0) {
+                break;
+            }
+            len += (size_t)n;
+        }
+        return tio_set_error(TIO_ENOTFOUND, "hw: unknown preset '%s' (known: %s)",
+                             name ? name : "(null)", list);
+    }
+    *out = p->make();
+    return 0;
+}
+
+double tio_hw_ssd_read_Bps(const struct tio_hw *hw) {
+    return (double)hw->ssd_count * hw->ssd_read_Bps * hw->ssd_efficiency;
+}
+
+double tio_hw_ssd_write_Bps(const struct tio_hw *hw) {
+    return (double)hw->ssd_count * hw->ssd_write_Bps * hw->ssd_efficiency;
+}
+
+uint64_t tio_hw_plan_capacity(const struct tio_hw *hw) {
+    return hw->gpu_memory_bytes > hw->gpu_reserve_bytes
+               ? hw->gpu_memory_bytes - hw->gpu_reserve_bytes
+               : 0;
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+static int check_pos(const char *field, double v) {
+    if (!isfinite(v) || v <= 0) {
+        return tio_set_error(TIO_EINVAL, "hw: %s: must be > 0 (got %g)", field, v);
+    }
+    return 0;
+}
+
+static int check_nonneg(const char *field, double v) {
+    if (!isfinite(v) || v < 0) {
+        return tio_set_error(TIO_EINVAL, "hw: %s: must be >= 0 (got %g)", field, v);
+    }
+    return 0;
+}
+
+static int check_name(const char *field, const char *s) {
+    if (memchr(s, '\0', TIO_HW_NAME_MAX) == NULL) {
+        return tio_set_error(TIO_EINVAL, "hw: %s: not NUL-terminated within %d bytes", field,
+                             TIO_HW_NAME_MAX);
+    }
+    return 0;
+}
+
+int tio_hw_validate(const struct tio_hw *hw) {
+    int rc;
+    if (!hw) {
+        return tio_set_error(TIO_EINVAL, "hw: NULL description");
+    }
+    if ((rc = check_name("name", hw->name)) < 0 || (rc = check_name("gpu", hw->gpu)) < 0) {
+        return rc;
+    }
+    if (hw->gpus == 0 || hw->gpus > 4096) {
+        return tio_set_error(TIO_EINVAL, "hw: gpus: must be in [1, 4096] (got %u)", hw->gpus);
+    }
+    if (hw->gpu_memory_bytes == 0) {
+        return tio_set_error(TIO_EINVAL, "hw: gpu_memory_bytes: must be > 0 (got 0)");
+    }
+    if (hw->gpu_reserve_bytes >= hw->gpu_memory_bytes) {
+        return tio_set_error(
+            TIO_EINVAL, "hw: gpu_reserve_bytes: %llu must be below gpu_memory_bytes %llu",
+            (unsigned long long)hw->gpu_reserve_bytes, (unsigned long long)hw->gpu_memory_bytes);
+    }
+    if ((rc = check_pos("pcie_h2d_Bps", hw->pcie_h2d_Bps)) < 0 ||
+        (rc = check_pos("pcie_d2h_Bps", hw->pcie_d2h_Bps)) < 0) {
+        return rc;
+    }
+    if (hw->ssd_count > 1024) {
+        return tio_set_error(TIO_EINVAL, "hw: ssd_count: must be at most 1024 (got %u)",
+                             hw->ssd_count);
+    }
+    if (hw->ssd_count > 0) {
+        if ((rc = check_pos("ssd_read_Bps", hw->ssd_read_Bps)) < 0 ||
+            (rc = check_pos("ssd_write_Bps", hw->ssd_write_Bps)) < 0) {
+            return rc;
+        }
+    } else if ((rc = check_nonneg("ssd_read_Bps", hw->ssd_read_Bps)) < 0 ||
+               (rc = check_nonneg("ssd_write_Bps", hw->ssd_write_Bps)) < 0) {
+        return rc;
+    }
+    if (!isfinite(hw->ssd_efficiency) || hw->ssd_efficiency <= 0 || hw->ssd_efficiency > 1) {
+        return tio_set_error(TIO_EINVAL, "hw: ssd_efficiency: must be in (0, 1] (got %g)",
+                             hw->ssd_efficiency);
+    }
+    if ((rc = check_nonneg("ssd_latency_s", hw->ssd_latency_s)) < 0 ||
+        (rc = check_nonneg("ssd_tbw_bytes", hw->ssd_tbw_bytes)) < 0) {
+        return rc;
+    }
+    if (hw->ssd_latency_s > 1.0) {
+        return tio_set_error(TIO_EINVAL, "hw: ssd_latency_s: must be at most 1 s (got %g)",
+                             hw->ssd_latency_s);
+    }
+    if (hw->host_memory_bytes == 0) {
+        return tio_set_error(TIO_EINVAL, "hw: host_memory_bytes: must be > 0 (got 0)");
+    }
+    if (hw->host_offload_cap_bytes > hw->host_memory_bytes) {
+        return tio_set_error(TIO_EINVAL,
+                             "hw: host_offload_cap_bytes: %llu exceeds host_memory_bytes %llu",
+                             (unsigned long long)hw->host_offload_cap_bytes,
+                             (unsigned long long)hw->host_memory_bytes);
+    }
+    if ((rc = check_pos("host_memory_Bps", hw->host_memory_Bps)) < 0) {
+        return rc;
+    }
+    if (hw->gds != 0 && hw->gds != 1) {
+        return tio_set_error(TIO_EINVAL, "hw: gds: must be 0 or 1 (got %d)", hw->gds);
+    }
+    if (hw->cpu_cores == 0) {
+        return tio_set_error(TIO_EINVAL, "hw: cpu_cores: must be >= 1 (got 0)");
+    }
+    if ((rc = check_nonneg("server_price_usd", hw->server_price_usd)) < 0 ||
+        (rc = check_nonneg("ssd_price_usd", hw->ssd_price_usd)) < 0) {
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+
+enum ftype { F_STR, F_U32, F_I32, F_BYTES, F_RATE, F_TIME, F_REAL, F_BYTES_REAL };
+
+struct field {
+    const char *key;
+    enum ftype type;
+    size_t off;
+};
+
+#define FLD(name, type) \
+    { #name, type, offsetof(struct tio_hw, name) }
+static const struct field fields[] = {
+    FLD(name, F_STR),
+    FLD(gpu, F_STR),
+    FLD(gpus, F_U32),
+    FLD(gpu_memory_bytes, F_BYTES),
+    FLD(gpu_reserve_bytes, F_BYTES),
+    FLD(pcie_h2d_Bps, F_RATE),
+    FLD(pcie_d2h_Bps, F_RATE),
+    FLD(ssd_count, F_U32),
+    FLD(ssd_read_Bps, F_RATE),
+    FLD(ssd_write_Bps, F_RATE),
+    FLD(ssd_efficiency, F_REAL),
+    FLD(ssd_latency_s, F_TIME),
+    FLD(ssd_tbw_bytes, F_BYTES_REAL),
+    FLD(host_memory_bytes, F_BYTES),
+    FLD(host_offload_cap_bytes, F_BYTES),
+    FLD(host_memory_Bps, F_RATE),
+    FLD(gds, F_I32),
+    FLD(cpu_cores, F_U32),
+    FLD(server_price_usd, F_REAL),
+    FLD(ssd_price_usd, F_REAL),
+};
+#undef FLD
+
+/* A JSON number that must be a non-negative integer <= max. */
+static int json_uint(const char *key, const json_t *v, uint64_t max, uint64_t *out) {
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i < 0 || (uint64_t)i > max) {
+            return tio_set_error(TIO_EINVAL, "hw: %s: must be an integer in [0, %llu] (got %lld)",
+                                 key, (unsigned long long)max, (long long)i);
+        }
+        *out = (uint64_t)i;
+        return 0;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!(d >= 0) || d > (double)max || d != floor(d)) {
+            return tio_set_error(TIO_EINVAL, "hw: %s: must be an integer in [0, %llu] (got %g)",
+                                 key, (unsigned long long)max, d);
+        }
+        *out = (uint64_t)d;
+        return 0;
+    }
+    return tio_set_error(TIO_EFORMAT, "hw: %s: expected a number", key);
+}
+
+static int prefixed(int rc, const char *key) {
+    char pre[96];
+    (void)snprintf(pre, sizeof pre, "hw: %s: ", key);
+    return tio_plan_rewrap(rc, pre, "");
+}
+
+static int set_field(struct tio_hw *hw, const struct field *f, const json_t *v) {
+    char *base = (char *)hw + f->off;
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    uint64_t u = 0;
+    double d = 0;
+    int rc = 0;
+    switch (f->type) {
+    case F_STR:
+        if (!s) {
+            return tio_set_error(TIO_EFORMAT, "hw: %s: expected a string", f->key);
+        }
+        if (strlen(s) >= TIO_HW_NAME_MAX) {
+            return tio_set_error(TIO_EINVAL, "hw: %s: longer than %d bytes", f->key,
+                                 TIO_HW_NAME_MAX - 1);
+        }
+        (void)snprintf(base, TIO_HW_NAME_MAX, "%s", s);
+        return 0;
+    case F_U32: {
+        if ((rc = json_uint(f->key, v, UINT32_MAX, &u)) < 0) {
+            return rc;
+        }
+        uint32_t u32 = (uint32_t)u;
+        memcpy(base, &u32, sizeof u32);
+        return 0;
+    }
+    case F_I32: {
+        if (!json_is_integer(v) && !json_is_real(v)) {
+            return tio_set_error(TIO_EFORMAT, "hw: %s: expected a number", f->key);
+        }
+        double x = json_number_value(v);
+        if (x != floor(x) || x < INT32_MIN || x > INT32_MAX) {
+            return tio_set_error(TIO_EINVAL, "hw: %s: must be an integer (got %g)", f->key, x);
+        }
+        int32_t i32 = (int32_t)x;
+        memcpy(base, &i32, sizeof i32);
+        return 0;
+    }
+    case F_BYTES:
+        if (s) {
+            rc = tio_parse_bytes(s, &u);
+        } else {
+            rc = json_uint(f->key, v, UINT64_MAX, &u);
+        }
+        if (rc < 0) {
+            return s ? prefixed(rc, f->key) : rc;
+        }
+        memcpy(base, &u, sizeof u);
+        return 0;
+    case F_RATE:
+    case F_TIME:
+    case F_REAL:
+    case F_BYTES_REAL:
+        if (s) {
+            if (f->type == F_RATE) {
+                rc = tio_parse_rate(s, &d);
+            } else if (f->type == F_TIME) {
+                rc = tio_parse_duration(s, &d);
+            } else if (f->type == F_BYTES_REAL) {
+                rc = tio_parse_bytes(s, &u);
+                d = (double)u;
+            } else {
+                rc = tio_set_error(TIO_EINVAL, "'%s' is not a number", s);
+            }
+            if (rc < 0) {
+                return prefixed(rc, f->key);
+            }
+        } else if (json_is_number(v)) {
+            d = json_number_value(v);
+        } else {
+            return tio_set_error(TIO_EFORMAT, "hw: %s: expected a number or a string with a unit",
+                                 f->key);
+        }
+        memcpy(base, &d, sizeof d);
+        return 0;
+    }
+    return tio_set_error(TIO_EINVAL, "hw: %s: internal: unknown type", f->key);
+}
+
+static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth);
+
+static int apply_json(const json_t *root, const char *path, struct tio_hw *out, int depth) {
+    if (!json_is_object(root)) {
+        return tio_set_error(TIO_EFORMAT, "hw: %s: top level must be a JSON object", path);
+    }
+    const json_t *b = json_object_get(root, "base");
+    struct tio_hw hw;
+    int rc;
+    if (b) {
+        if (!json_is_string(b)) {
+            return tio_set_error(TIO_EFORMAT, "hw: %s: base: expected a preset name or a file",
+                                 path);
+        }
+        if ((rc = load_depth(json_string_value(b), &hw, depth + 1)) < 0) {
+            return rc;
+        }
+    } else {
+        hw = tio_hw_default();
+    }
+    const char *key;
+    json_t *v;
+    void *iter;
+    for (iter = json_object_iter((json_t *)(uintptr_t)root);
+         iter && (key = json_object_iter_key(iter), v = json_object_iter_value(iter), 1);
+         iter = json_object_iter_next((json_t *)(uintptr_t)root, iter)) {
+        if (strcmp(key, "base") == 0 || key[0] == '_' || strcmp(key, "comment") == 0) {
+            continue; /* "_note", "comment": free text for humans */
+        }
+        const struct field *f = NULL;
+        for (size_t i = 0; i < TIO_ARRAY_LEN(fields); i++) {
+            if (strcmp(fields[i].key, key) == 0) {
+                f = &fields[i];
+                break;
+            }
+        }
+        if (!f) {
+            return tio_set_error(TIO_EFORMAT, "hw: %s: unknown key '%s' (see docs/hardware.md)",
+                                 path, key);
+        }
+        if ((rc = set_field(&hw, f, v)) < 0) {
+            return rc;
+        }
+    }
+    if (!json_object_get(root, "name")) {
+        /* Name it after the file (basename without directories). */
+        const char *slash = strrchr(path, '/');
+        (void)snprintf(hw.name, sizeof hw.name, "%s", slash ? slash + 1 : path);
+    }
+    *out = hw;
+    return 0;
+}
+
+static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth) {
+    if (!path_or_preset || !*path_or_preset) {
+        return tio_set_error(TIO_EINVAL, "hw: empty file or preset name");
+    }
+    if (depth > 8) {
+        return tio_set_error(TIO_EFORMAT, "hw: %s: 'base' chain deeper than 8 (a loop?)",
+                             path_or_preset);
+    }
+    if (find_preset(path_or_preset)) {
+        return tio_hw_preset(path_or_preset, out);
+    }
+    FILE *f = fopen(path_or_preset, "rb");
+    if (!f) {
+        int e = errno;
+        if (e == ENOENT && !strchr(path_or_preset, '/') && !strchr(path_or_preset, '.')) {
+            struct tio_hw dummy;
+            return tio_hw_preset(path_or_preset, &dummy); /* lists the presets */
+        }
+        return tio_set_error(-e, "hw: cannot open '%s'", path_or_preset);
+    }
+    json_error_t err;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    (void)fclose(f);
+    if (!root) {
+        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path_or_preset, err.line, err.column,
+                             err.text);
+    }
+    int rc = apply_json(root, path_or_preset, out, depth);
+    json_decref(root);
+    return rc;
+}
+
+int tio_hw_load(const char *path_or_preset, struct tio_hw *out) {
+    struct tio_hw hw;
+    int rc = load_depth(path_or_preset, &hw, 0);
+    if (rc < 0) {
+        return rc;
+    }
+    if ((rc = tio_hw_validate(&hw)) < 0) {
+        char ctx[300];
+        (void)snprintf(ctx, sizeof ctx, " (in %s)", path_or_preset);
+        return tio_plan_rewrap(rc, "", ctx);
+    }
+    *out = hw;
+    return 0;
+}
+
+int tio_hw_to_json(const struct tio_hw *hw, char **json) {
+    json_t *o = json_object();
+    if (!o) {
+        return TIO_ENOMEM;
+    }
+    int bad = 0;
+    for (size_t i = 0; i < TIO_ARRAY_LEN(fields); i++) {
+        const struct field *f = &fields[i];
+        const char *base = (const char *)hw + f->off;
+        json_t *v = NULL;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        double d;
+        switch (f->type) {
+        case F_STR: {
+            char s[TIO_HW_NAME_MAX];
+            memcpy(s, base, sizeof s);
+            s[sizeof s - 1] = '\0';
+            v = json_string(s);
+            break;
+        }
+        case F_U32:
+            memcpy(&u32, base, sizeof u32);
+            v = json_integer((json_int_t)u32);
+            break;
+        case F_I32:
+            memcpy(&i32, base, sizeof i32);
+            v = json_integer((json_int_t)i32);
+            break;
+        case F_BYTES:
+            memcpy(&u64, base, sizeof u64);
+            /* jansson integers are signed 64-bit: sizes above 2^63 cannot occur in valid hw */
+            v = u64 <= (uint64_t)INT64_MAX ? json_integer((json_int_t)u64) : json_real((double)u64);
+            break;
+        default:
+            memcpy(&d, base, sizeof d);
+            v = json_real(d);
+            break;
+        }
+        bad |= v == NULL || json_object_set_new(o, f->key, v) != 0;
+    }
+    char *text =
+        bad ? NULL : json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    if (!text) {
+        return tio_set_error(TIO_ENOMEM, "hw: cannot serialize to JSON");
+    }
+    *json = tio_strdup(text);
+    free(text);
+    return *json ? 0 : TIO_ENOMEM;
+}

@@ -1,0 +1,127 @@
+/* Private: the plan object, the planners' shared model and validation helpers (docs/planner.md). */
+#ifndef TIO_PLANNER_IMPL_H
+#define TIO_PLANNER_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/hw.h>
+#include <teraio/plan.h>
+#include <teraio/trace.h>
+
+#define TIO_PLAN_POLICY_MAX 64
+#define TIO_PLAN_MAX_MOVES  (UINT64_C(1) << 32)
+
+struct tio_plan {
+    char policy[TIO_PLAN_POLICY_MAX];
+    uint64_t trace_hash;
+    uint64_t n_kernels;
+    int finished;
+    struct tio_move *moves;
+    size_t n_moves, cap_moves;
+    struct tio_plan_summary summary;
+};
+
+/* tio_plan_rewrap: set the error detail to prefix + the current detail + suffix (copies the
+ * detail first: tio_set_error must not read its own buffer). Returns rc. */
+int tio_plan_rewrap(int rc, const char *prefix, const char *suffix);
+
+/* tio_plan_check_move: validate one move against n_kernels; `i` names it in the detail. */
+int tio_plan_check_move(const struct tio_move *m, uint64_t n_kernels, size_t i);
+
+/* tio_plan_sort: sort moves by (trigger, urgent first, tensor, from, to, deadline). */
+void tio_plan_sort(struct tio_plan *plan);
+
+/* Channels of the slot model (docs/planner.md, "Bandwidth model"). */
+enum tio_chan {
+    TIO_CH_SSD_W = 0, /* GPU -> SSD */
+    TIO_CH_SSD_R = 1, /* SSD -> GPU */
+    TIO_CH_D2H = 2,   /* GPU -> host over PCIe */
+    TIO_CH_H2D = 3,   /* host -> GPU over PCIe */
+    TIO_CH_COUNT
+};
+
+/*
+ * The planners' view of a trace (planner_model.c): liveness, periods, memory curve, slot
+ * capacities. Kernel axis: [0, N); a period may wrap (end > N), kernel k >= N means k - N.
+ */
+enum tio_pperiod_flag {
+    TIO_PPERIOD_WRAPS = 1u << 0, /* crosses the iteration boundary (global tensors) */
+    TIO_PPERIOD_UNUSED = 1u << 1 /* global tensor never used in the iteration */
+};
+
+struct tio_pperiod {
+    uint32_t tensor;
+    uint32_t flags; /* TIO_PPERIOD_* */
+    uint64_t start; /* first idle kernel, < N */
+    uint64_t end;   /* next use (exclusive), > N when wrapping */
+    uint64_t bytes;
+    uint32_t use_index; /* index (in the tensor's use list) of the use before the period */
+};
+
+struct tio_pmodel {
+    const struct tio_trace *trace;
+    size_t n; /* kernels */
+    size_t n_tensors;
+    double *tau;            /* [n] kernel durations in seconds */
+    uint64_t *resident;     /* [n] resident bytes with nothing offloaded */
+    uint64_t *active;       /* [n] bytes of the tensors each kernel uses */
+    uint64_t *pinned_extra; /* [n] idle resident bytes that can never move (pinned, small) */
+    size_t *use_off;        /* [n_tensors + 1] CSR of each tensor's uses */
+    uint32_t *use_kernel;   /* [n_uses] kernels, ascending per tensor */
+    uint8_t *use_mode;      /* [n_uses] TIO_USE_* */
+    struct tio_pperiod *periods;
+    size_t n_periods;
+    uint64_t capacity;       /* tio_hw_plan_capacity */
+    double bw[TIO_CH_COUNT]; /* bytes/s per channel (scaled); SSD channels 0 without SSDs */
+    int gds;
+    double ssd_latency_s;
+    uint64_t host_cap;  /* bytes */
+    uint64_t min_bytes; /* tensors below this never move */
+};
+
+/* tio_pmodel_build: liveness and periods of `trace` (tensors below min_bytes, pinned tensors and
+ * tensors used by COMM kernels' periods stay), capacities from hw. */
+int tio_pmodel_build(const struct tio_trace *trace,
+                     const struct tio_hw *hw,
+                     const struct tio_plan_params *params,
+                     struct tio_pmodel *m);
+void tio_pmodel_free(struct tio_pmodel *m);
+
+/* tio_pmodel_check_working_set: TIO_EINFEASIBLE naming the kernel if capacity is below any
+ * kernel's working set (active bytes plus bytes that can never move). */
+int tio_pmodel_check_working_set(const struct tio_pmodel *m);
+
+/*
+ * tio_plan_verify: recompute, from the moves alone, the slot usage per channel under the
+ * planner's reservation model (offload bytes spread forward from its trigger, prefetch bytes
+ * backward from its deadline, each slot filled up to its capacity) and check:
+ *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative);
+ *   - every offload of a tensor is followed by a prefetch of it, whose deadline is the tensor's
+ *     next use and which is triggered at or after the offload's deadline;
+ *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under
+ *     capacity at every kernel when the plan says feasible.
+ * Returns 0 or TIO_EPLAN with the first violation in the detail. *peak_out (may be NULL): the
+ * planned peak recomputed.
+ */
+int tio_plan_verify(const struct tio_plan *plan,
+                    const struct tio_trace *trace,
+                    const struct tio_hw *hw,
+                    const struct tio_plan_params *params,
+                    uint64_t *peak_out);
+
+/* Policies (one file each). */
+int tio_planner_teraio(const struct tio_pmodel *m,
+                       const struct tio_plan_params *params,
+                       int variant,
+                       struct tio_plan *plan);
+
+enum tio_teraio_variant {
+    TIO_VAR_MIXED = 0,    /* our planner, SSD then host */
+    TIO_VAR_SSD = 1,      /* our planner, SSD only */
+    TIO_VAR_PAPER = 2,    /* Algorithm 1 as printed */
+    TIO_VAR_G10 = 3,      /* G10: benefit without cost */
+    TIO_VAR_PAPER_SSD = 4 /* Algorithm 1 as printed, SSD only (the paper's TeraIO-SSD) */
+};
+
+#endif

@@ -1,0 +1,950 @@
+/*
+ * The teraio planners (DESIGN.md s.6, PAPER.md s.6 Algorithm 1, docs/planner.md):
+ *
+ *   teraio-mixed / teraio-ssd   our planner: capped benefit, benefit/cost ranking, SSD first,
+ *                               host memory within the cap, clean copies, early prefetch
+ *   teraio-paper                Algorithm 1 as printed: B = s * sum of critical tau, rank B/s
+ *   g10                         G10's ranking: B itself (no cost)
+ *
+ * One engine: a lazy max-heap of candidates (inactive periods) keyed by an upper bound of their
+ * score; a selection round pops candidates, re-evaluates them against the current bandwidth
+ * slots and memory curve, and stops as soon as the best score found is at least the next key.
+ * Keys only go down (reservations only shrink windows, picks only lower the curve), so a round
+ * finds exactly the candidate a full rescan would: the pick sequence is Algorithm 1's.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common_impl.h"
+#include "plan/planner_impl.h"
+#include "plan/planner_tree.h"
+
+#define FULL_EPS     1.0  /* a slot with less than 1 byte free counts as full */
+#define SSD_PREFER   0.90 /* mixed: SSD unless host saves more than 1/0.9 of SSD's benefit */
+#define URGENT_SLACK 1.5  /* prefetch URGENT when its slack is under 1.5x its transfer time */
+#define NONE         UINT64_MAX
+
+struct cand {
+    double key; /* upper bound of the score */
+    uint32_t period;
+    uint32_t version;
+};
+
+struct eval {
+    int viable;
+    int tier;     /* TIO_TIER_SSD or TIO_TIER_HOST */
+    int clean;    /* the offload can skip the write */
+    uint64_t off; /* extended kernel from which the tensor is gone */
+    uint64_t pre; /* extended kernel at which the prefetch starts (memory is back) */
+    double benefit;
+};
+
+struct pick {
+    uint32_t period;
+    int32_t tier;
+    int clean;
+    uint64_t off, pre;
+    uint32_t next_same_tensor; /* chain of picks per tensor, UINT32_MAX ends it */
+};
+
+struct planner {
+    const struct tio_pmodel *m;
+    int variant;
+    size_t n;
+    int64_t cap;
+    double *used[TIO_CH_COUNT];
+    double *capk[TIO_CH_COUNT];
+    uint32_t *fnext[TIO_CH_COUNT]; /* DSU: next slot >= k with room (forward channels) */
+    uint32_t *bprev[TIO_CH_COUNT]; /* DSU on k + 1: previous slot <= k with room (backward) */
+    double *tprefix;               /* [n + 1] prefix sums of tau */
+    struct tio_stree mem;          /* M'[k] */
+    struct tio_stree host;         /* host bytes held per kernel */
+    int use_host, use_ssd, clean_copies;
+    double cost_per_byte; /* seconds per byte moved out and back on the reference tier */
+    /* heap */
+    struct cand *heap;
+    size_t n_heap, cap_heap;
+    uint32_t *version;
+    /* picks */
+    struct pick *picks;
+    size_t n_picks, cap_picks;
+    uint32_t *tensor_head; /* first pick of each tensor */
+    uint32_t *wprefix;     /* per use: number of write uses before it in the tensor's list */
+};
+
+static int is_paper(int variant) {
+    return variant == TIO_VAR_PAPER || variant == TIO_VAR_PAPER_SSD;
+}
+
+/* ---- slots --------------------------------------------------------------------------------- */
+
+static double slot_free(const struct planner *p, int ch, size_t k) {
+    return p->capk[ch][k] - p->used[ch][k];
+}
+
+static uint32_t dsu_fwd(struct planner *p, int ch, uint32_t k) {
+    uint32_t *f = p->fnext[ch];
+    uint32_t r = k;
+    while (f[r] != r) {
+        r = f[r];
+    }
+    while (f[k] != r) {
+        uint32_t nx = f[k];
+        f[k] = r;
+        k = nx;
+    }
+    return r;
+}
+
+/* bprev is indexed by k + 1 so that 0 is the sentinel "nothing before". */
+static uint32_t dsu_bwd(struct planner *p, int ch, uint32_t k1) {
+    uint32_t *b = p->bprev[ch];
+    uint32_t r = k1;
+    while (b[r] != r) {
+        r = b[r];
+    }
+    while (b[k1] != r) {
+        uint32_t nx = b[k1];
+        b[k1] = r;
+        k1 = nx;
+    }
+    return r;
+}
+
+static void mark_if_full(struct planner *p, int ch, size_t k) {
+    if (slot_free(p, ch, k) < FULL_EPS) {
+        if (p->fnext[ch]) {
+            p->fnext[ch][k] = (uint32_t)(k + 1);
+        }
+        if (p->bprev[ch]) {
+            p->bprev[ch][k + 1] = (uint32_t)k;
+        }
+    }
+}
+
+/* Channels a transfer uses: SSD traffic crosses the GPU's PCIe link too (with or without GDS:
+ * GDS removes the host bounce, not the link), host traffic only the link. */
+static void tier_channels(int tier, int offload, int *prim, int *sec) {
+    if (tier == TIO_TIER_SSD) {
+        *prim = offload ? TIO_CH_SSD_W : TIO_CH_SSD_R;
+        *sec = offload ? TIO_CH_D2H : TIO_CH_H2D;
+    } else {
+        *prim = offload ? TIO_CH_D2H : TIO_CH_H2D;
+        *sec = -1;
+    }
+}
+
+/*
+ * Forward walk over extended kernels [a, b): spread `bytes` over the free write capacity.
+ * Returns the extended kernel during which the last byte moves, or NONE. reserve: commit.
+ */
+static uint64_t
+walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
+    int prim, sec;
+    tier_channels(tier, 1, &prim, &sec);
+    size_t n = p->n;
+    double rem = bytes;
+    uint64_t x = a;
+    while (x < b) {
+        size_t k = (size_t)(x % n);
+        uint32_t j = dsu_fwd(p, prim, (uint32_t)k);
+        if (j >= n) {
+            x += n - k; /* nothing free until the end of the iteration */
+            continue;
+        }
+        x += j - k;
+        if (x >= b) {
+            break;
+        }
+        k = j;
+        double f = slot_free(p, prim, k);
+        if (sec >= 0) {
+            f = TIO_MIN(f, slot_free(p, sec, k));
+        }
+        if (f >= FULL_EPS) {
+            double take = TIO_MIN(f, rem);
+            if (reserve) {
+                p->used[prim][k] += take;
+                mark_if_full(p, prim, k);
+                if (sec >= 0) {
+                    p->used[sec][k] += take;
+                    mark_if_full(p, sec, k);
+                }
+            }
+            rem -= take;
+            if (rem < FULL_EPS) {
+                return x;
+            }
+        }
+        x++;
+    }
+    return NONE;
+}
+
+/* Backward walk over extended kernels [a, b) from b - 1 down: returns the extended kernel at
+ * which the prefetch must start (its first byte moves there), or NONE. */
+static uint64_t
+walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
+    int prim, sec;
+    tier_channels(tier, 0, &prim, &sec);
+    size_t n = p->n;
+    double rem = bytes;
+    uint64_t x = b; /* exclusive */
+    while (x > a) {
+        size_t k1 = (size_t)((x - 1) % n) + 1; /* DSU index of kernel x - 1 */
+        uint32_t j1 = dsu_bwd(p, prim, (uint32_t)k1);
+        if (j1 == 0) {
+            x -= k1; /* nothing free back to the start of the iteration */
+            continue;
+        }
+        x -= k1 - j1;
+        if (x <= a) {
+            break;
+        }
+        size_t k = j1 - 1;
+        double f = slot_free(p, prim, k);
+        if (sec >= 0) {
+            f = TIO_MIN(f, slot_free(p, sec, k));
+        }
+        if (f >= FULL_EPS) {
+            double take = TIO_MIN(f, rem);
+            if (reserve) {
+                p->used[prim][k] += take;
+                mark_if_full(p, prim, k);
+                if (sec >= 0) {
+                    p->used[sec][k] += take;
+                    mark_if_full(p, sec, k);
+                }
+            }
+            rem -= take;
+            if (rem < FULL_EPS) {
+                return x - 1;
+            }
+        }
+        x--;
+    }
+    return NONE;
+}
+
+/* ---- extended-axis helpers (a window [a, b) with b - a <= n maps to one or two pieces) ----- */
+
+static void ext_add(struct tio_stree *t, size_t n, uint64_t a, uint64_t b, int64_t d) {
+    if (a >= b) {
+        return;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    if (b <= n) {
+        tio_stree_add(t, (size_t)a, (size_t)b, d);
+    } else {
+        tio_stree_add(t, (size_t)a, n, d);
+        tio_stree_add(t, 0, (size_t)(b - n), d);
+    }
+}
+
+static int64_t ext_max(struct tio_stree *t, size_t n, uint64_t a, uint64_t b) {
+    if (a >= b) {
+        return INT64_MIN;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    if (b <= n) {
+        return tio_stree_max(t, (size_t)a, (size_t)b);
+    }
+    int64_t x = tio_stree_max(t, (size_t)a, n), y = tio_stree_max(t, 0, (size_t)(b - n));
+    return TIO_MAX(x, y);
+}
+
+static double ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
+    size_t n = p->n;
+    if (a >= b) {
+        return 0;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    int paper = is_paper(p->variant) || p->variant == TIO_VAR_G10;
+    double r = 0;
+    size_t l1 = (size_t)a, r1 = (size_t)TIO_MIN(b, (uint64_t)n);
+    r += paper ? (double)s * tio_stree_crit(&p->mem, l1, r1, p->cap)
+               : tio_stree_capped(&p->mem, l1, r1, p->cap, s);
+    if (b > n) {
+        r += paper ? (double)s * tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap)
+                   : tio_stree_capped(&p->mem, 0, (size_t)(b - n), p->cap, s);
+    }
+    return r;
+}
+
+/* Last extended kernel k in [a, b) with M'[k] > thr, or NONE. */
+static uint64_t ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_t thr) {
+    size_t n = p->n;
+    if (a >= b) {
+        return NONE;
+    }
+    uint64_t shift = 0;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+        shift = n;
+    }
+    if (b > n) {
+        size_t k = tio_stree_last_above(&p->mem, 0, (size_t)(b - n), thr);
+        if (k != SIZE_MAX) {
+            return k + n + shift;
+        }
+        b = n;
+    }
+    size_t k = tio_stree_last_above(&p->mem, (size_t)a, (size_t)b, thr);
+    return k != SIZE_MAX ? k + shift : NONE;
+}
+
+static double ext_time(const struct planner *p, uint64_t a, uint64_t b) {
+    size_t n = p->n;
+    double it = p->tprefix[n];
+    double ta = (double)(a / n) * it + p->tprefix[a % n];
+    double tb = (double)(b / n) * it + p->tprefix[b % n];
+    return tb - ta;
+}
+
+/* ---- clean copies -------------------------------------------------------------------------- */
+
+/* Writes among the uses of t with index in (i, j] (cyclic when j <= i). */
+static uint32_t writes_between(const struct planner *p, uint32_t t, uint32_t i, uint32_t j) {
+    const struct tio_pmodel *m = p->m;
+    const uint32_t *w = p->wprefix + m->use_off[t] + t; /* layout: planner_init */
+    uint32_t cnt = (uint32_t)(m->use_off[t + 1] - m->use_off[t]);
+    /* w[u] = writes among uses [0, u); w[cnt] = all writes */
+    if (i < j) {
+        return w[j + 1] - w[i + 1];
+    }
+    return (w[cnt] - w[i + 1]) + w[j + 1];
+}
+
+/* Is there a stored copy of period q's tensor on `tier`, still identical at q's offload? */
+static int has_clean_copy(const struct planner *p, const struct tio_pperiod *q, int tier) {
+    if (!p->clean_copies || (q->flags & TIO_PPERIOD_UNUSED)) {
+        return 0;
+    }
+    const struct tio_pmodel *m = p->m;
+    struct tio_trace_view v;
+    tio_trace_get_view(m->trace, &v);
+    int global = (v.tensor_flags[q->tensor] & TIO_TENSOR_GLOBAL) != 0;
+    for (uint32_t i = p->tensor_head[q->tensor]; i != UINT32_MAX;
+         i = p->picks[i].next_same_tensor) {
+        const struct pick *pk = &p->picks[i];
+        if (pk->tier != tier) {
+            continue;
+        }
+        const struct tio_pperiod *o = &m->periods[pk->period];
+        if (!global && o->use_index >= q->use_index) {
+            continue; /* an intermediate's copy must come from earlier in the iteration */
+        }
+        if (writes_between(p, q->tensor, o->use_index, q->use_index) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- evaluation ---------------------------------------------------------------------------- */
+
+static int host_allowed(struct planner *p, const struct tio_pperiod *q) {
+    if (!p->use_host) {
+        return 0;
+    }
+    int64_t held = ext_max(&p->host, p->n, q->start, q->end);
+    return held + (int64_t)q->bytes <= (int64_t)p->m->host_cap;
+}
+
+static struct eval eval_tier(struct planner *p, const struct tio_pperiod *q, int tier) {
+    struct eval e = { 0 };
+    e.tier = tier;
+    double s = (double)q->bytes;
+    e.clean = has_clean_copy(p, q, tier);
+    if (e.clean) {
+        e.off = q->start;
+    } else {
+        uint64_t j = walk_fwd(p, tier, q->start, q->end, s, 0);
+        if (j == NONE) {
+            return e;
+        }
+        e.off = j + 1;
+    }
+    uint64_t i = walk_bwd(p, tier, e.off, q->end, s, 0);
+    if (i == NONE || i <= e.off) {
+        return e;
+    }
+    e.pre = i;
+    e.benefit = ext_benefit(p, e.off, e.pre, (int64_t)q->bytes);
+    e.viable = e.benefit > 0;
+    return e;
+}
+
+static double score_of(const struct planner *p, const struct tio_pperiod *q, double benefit) {
+    if (p->variant == TIO_VAR_G10) {
+        return benefit; /* G10: reducible area, no cost */
+    }
+    if (is_paper(p->variant)) {
+        return benefit / (double)q->bytes; /* Algorithm 1 line 11: max B / s */
+    }
+    return benefit / ((double)q->bytes * p->cost_per_byte); /* benefit / cost */
+}
+
+/* Evaluate a candidate: the policy's choice (*chosen) and an upper bound of its future scores. */
+static double evaluate(struct planner *p, uint32_t pi, struct eval *chosen, double *ub) {
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    struct eval es = { 0 }, eh = { 0 };
+    if (p->use_ssd) {
+        es = eval_tier(p, q, TIO_TIER_SSD);
+    }
+    if (host_allowed(p, q)) {
+        eh = eval_tier(p, q, TIO_TIER_HOST);
+    }
+    double bs = es.viable ? es.benefit : 0, bh = eh.viable ? eh.benefit : 0;
+    *ub = score_of(p, q, TIO_MAX(bs, bh));
+    if (is_paper(p->variant) || p->variant == TIO_VAR_G10) {
+        /* SSD whenever its path is viable; host memory only when SSD bandwidth is saturated */
+        *chosen = es.viable ? es : eh;
+    } else {
+        *chosen = (es.viable && bs >= SSD_PREFER * bh) ? es : eh;
+    }
+    return chosen->viable ? score_of(p, q, chosen->benefit) : 0;
+}
+
+/* ---- heap (max by key, ties: lower tensor, then earlier start) ----------------------------- */
+
+static int cand_better(const struct planner *p, double ka, uint32_t a, double kb, uint32_t b) {
+    if (ka != kb) {
+        return ka > kb;
+    }
+    const struct tio_pperiod *x = &p->m->periods[a], *y = &p->m->periods[b];
+    if (x->tensor != y->tensor) {
+        return x->tensor < y->tensor;
+    }
+    return x->start < y->start;
+}
+
+static int heap_push(struct planner *p, double key, uint32_t period) {
+    if (tio_grow((void **)&p->heap, &p->cap_heap, p->n_heap + 1, sizeof *p->heap) < 0) {
+        return TIO_ENOMEM;
+    }
+    size_t i = p->n_heap++;
+    struct cand c = { key, period, p->version[period] };
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!cand_better(p, c.key, c.period, p->heap[up].key, p->heap[up].period)) {
+            break;
+        }
+        p->heap[i] = p->heap[up];
+        i = up;
+    }
+    p->heap[i] = c;
+    return 0;
+}
+
+static struct cand heap_pop(struct planner *p) {
+    struct cand top = p->heap[0];
+    struct cand last = p->heap[--p->n_heap];
+    size_t i = 0, n = p->n_heap;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, best = i;
+        const struct cand *bc = &last;
+        if (l < n && cand_better(p, p->heap[l].key, p->heap[l].period, bc->key, bc->period)) {
+            best = l;
+            bc = &p->heap[l];
+        }
+        if (r < n && cand_better(p, p->heap[r].key, p->heap[r].period, bc->key, bc->period)) {
+            best = r;
+        }
+        if (best == i) {
+            break;
+        }
+        p->heap[i] = p->heap[best];
+        i = best;
+    }
+    if (n > 0) {
+        p->heap[i] = last;
+    }
+    return top;
+}
+
+/* ---- picks --------------------------------------------------------------------------------- */
+
+static int commit(struct planner *p, uint32_t pi, const struct eval *e) {
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    double s = (double)q->bytes;
+    if (!e->clean) {
+        uint64_t j = walk_fwd(p, e->tier, q->start, q->end, s, 1);
+        TIO_ASSERT(j != NONE && j + 1 == e->off);
+    }
+    uint64_t i = walk_bwd(p, e->tier, e->off, q->end, s, 1);
+    TIO_ASSERT(i == e->pre);
+    ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
+    if (e->tier == TIO_TIER_HOST) {
+        ext_add(&p->host, p->n, q->start, q->end, (int64_t)q->bytes);
+    }
+    if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
+        return TIO_ENOMEM;
+    }
+    struct pick *pk = &p->picks[p->n_picks];
+    pk->period = pi;
+    pk->tier = e->tier;
+    pk->clean = e->clean;
+    pk->off = e->off;
+    pk->pre = e->pre;
+    pk->next_same_tensor = p->tensor_head[q->tensor];
+    p->tensor_head[q->tensor] = (uint32_t)p->n_picks;
+    p->n_picks++;
+    return 0;
+}
+
+/* After a pick, the other periods of the same tensor may have become clean (larger window):
+ * re-key them with their full-window bound so the heap stays an upper bound. */
+static int rekey_siblings(struct planner *p,
+                          uint32_t tensor,
+                          const uint32_t *first_period,
+                          const uint8_t *alive) {
+    if (!p->clean_copies) {
+        return 0;
+    }
+    for (uint32_t pi = first_period[tensor];
+         pi < p->m->n_periods && p->m->periods[pi].tensor == tensor; pi++) {
+        if (!alive[pi]) {
+            continue;
+        }
+        const struct tio_pperiod *q = &p->m->periods[pi];
+        double ub = score_of(p, q, ext_benefit(p, q->start, q->end, (int64_t)q->bytes));
+        if (ub > 0) {
+            p->version[pi]++;
+            int rc = heap_push(p, ub, pi);
+            if (rc < 0) {
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+/* G10's relaxation: move each prefetch earlier while the curve stays under the line with the
+ * tensor back; drop pairs that would then never leave (they no longer save anything). */
+static void relax_prefetches(struct planner *p, uint8_t *dropped) {
+    size_t np = p->n_picks;
+    uint32_t *order = tio_malloc((np ? np : 1) * sizeof *order);
+    if (!order) {
+        return; /* relaxation is optional: keep the latest-start plan */
+    }
+    for (size_t i = 0; i < np; i++) {
+        order[i] = (uint32_t)i;
+    }
+    /* insertion-free: sort by (pre, period) with qsort through a static-free comparator */
+    struct key {
+        uint64_t pre;
+        uint32_t idx;
+    };
+    struct key *keys = tio_malloc((np ? np : 1) * sizeof *keys);
+    if (!keys) {
+        tio_free(order);
+        return;
+    }
+    for (size_t i = 0; i < np; i++) {
+        keys[i].pre = p->picks[i].pre;
+        keys[i].idx = (uint32_t)i;
+    }
+    /* simple bottom-up merge sort (stable, deterministic) */
+    struct key *tmp = tio_malloc((np ? np : 1) * sizeof *tmp);
+    if (!tmp) {
+        tio_free(order);
+        tio_free(keys);
+        return;
+    }
+    for (size_t w = 1; w < np; w *= 2) {
+        for (size_t lo = 0; lo < np; lo += 2 * w) {
+            size_t mid = TIO_MIN(lo + w, np), hi = TIO_MIN(lo + 2 * w, np);
+            size_t a = lo, b = mid, o = lo;
+            while (a < mid || b < hi) {
+                if (b >= hi || (a < mid && keys[a].pre <= keys[b].pre)) {
+                    tmp[o++] = keys[a++];
+                } else {
+                    tmp[o++] = keys[b++];
+                }
+            }
+        }
+        memcpy(keys, tmp, np * sizeof *keys);
+    }
+    for (size_t r = 0; r < np; r++) {
+        struct pick *pk = &p->picks[keys[r].idx];
+        const struct tio_pperiod *q = &p->m->periods[pk->period];
+        int64_t s = (int64_t)q->bytes;
+        uint64_t k = ext_last_above(p, pk->off, pk->pre, p->cap - s);
+        uint64_t x = k == NONE ? pk->off : k + 1;
+        if (x < pk->pre) {
+            ext_add(&p->mem, p->n, x, pk->pre, s);
+            pk->pre = x;
+        }
+        if (pk->pre <= pk->off) {
+            dropped[keys[r].idx] = 1; /* stays resident the whole time: no traffic at all */
+        }
+    }
+    tio_free(tmp);
+    tio_free(keys);
+    tio_free(order);
+}
+
+/* ---- setup and main loop ------------------------------------------------------------------- */
+
+static void planner_free(struct planner *p) {
+    for (int c = 0; c < TIO_CH_COUNT; c++) {
+        tio_free(p->used[c]);
+        tio_free(p->capk[c]);
+        tio_free(p->fnext[c]);
+        tio_free(p->bprev[c]);
+    }
+    tio_free(p->tprefix);
+    tio_stree_fini(&p->mem);
+    tio_stree_fini(&p->host);
+    tio_free(p->heap);
+    tio_free(p->version);
+    tio_free(p->picks);
+    tio_free(p->tensor_head);
+    tio_free(p->wprefix);
+}
+
+static int planner_init(struct planner *p,
+                        const struct tio_pmodel *m,
+                        const struct tio_plan_params *params,
+                        int variant) {
+    memset(p, 0, sizeof *p);
+    size_t n = m->n;
+    p->m = m;
+    p->variant = variant;
+    p->n = n;
+    p->cap = (int64_t)m->capacity;
+    p->use_ssd = m->bw[TIO_CH_SSD_W] > 0 && m->bw[TIO_CH_SSD_R] > 0;
+    p->use_host = variant != TIO_VAR_SSD && variant != TIO_VAR_PAPER_SSD && m->host_cap > 0;
+    p->clean_copies =
+        (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) && (!params || params->clean_copies);
+    double bw_w = p->use_ssd ? m->bw[TIO_CH_SSD_W] : m->bw[TIO_CH_D2H];
+    double bw_r = p->use_ssd ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
+    p->cost_per_byte = 1.0 / bw_w + 1.0 / bw_r;
+    for (int c = 0; c < TIO_CH_COUNT; c++) {
+        p->used[c] = tio_calloc(n, sizeof(double));
+        p->capk[c] = tio_malloc(n * sizeof(double));
+        if (!p->used[c] || !p->capk[c]) {
+            return TIO_ENOMEM;
+        }
+        for (size_t k = 0; k < n; k++) {
+            p->capk[c][k] = m->bw[c] * m->tau[k];
+        }
+        int fwd = c == TIO_CH_SSD_W || c == TIO_CH_D2H;
+        if (fwd) {
+            p->fnext[c] = tio_malloc((n + 1) * sizeof(uint32_t));
+            if (!p->fnext[c]) {
+                return TIO_ENOMEM;
+            }
+            for (size_t k = 0; k <= n; k++) {
+                p->fnext[c][k] = (uint32_t)k;
+            }
+        } else {
+            p->bprev[c] = tio_malloc((n + 1) * sizeof(uint32_t));
+            if (!p->bprev[c]) {
+                return TIO_ENOMEM;
+            }
+            for (size_t k = 0; k <= n; k++) {
+                p->bprev[c][k] = (uint32_t)k;
+            }
+        }
+        for (size_t k = 0; k < n; k++) {
+            mark_if_full(p, c, k); /* zero-length kernels have no room at all */
+        }
+    }
+    p->tprefix = tio_malloc((n + 1) * sizeof(double));
+    int64_t *vals = tio_malloc(n * sizeof *vals);
+    p->version = tio_calloc(m->n_periods ? m->n_periods : 1, sizeof *p->version);
+    p->tensor_head = tio_malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *p->tensor_head);
+    size_t nu = m->use_off[m->n_tensors];
+    p->wprefix = tio_malloc((nu + m->n_tensors + 1) * sizeof *p->wprefix);
+    if (!p->tprefix || !vals || !p->version || !p->tensor_head || !p->wprefix) {
+        tio_free(vals);
+        return TIO_ENOMEM;
+    }
+    p->tprefix[0] = 0;
+    for (size_t k = 0; k < n; k++) {
+        p->tprefix[k + 1] = p->tprefix[k] + m->tau[k];
+        vals[k] = (int64_t)m->resident[k];
+    }
+    int rc = tio_stree_init(&p->mem, n, vals, m->tau);
+    for (size_t k = 0; k < n; k++) {
+        vals[k] = 0;
+    }
+    if (rc == 0) {
+        rc = tio_stree_init(&p->host, n, vals, m->tau);
+    }
+    tio_free(vals);
+    if (rc < 0) {
+        return rc;
+    }
+    for (size_t t = 0; t < m->n_tensors; t++) {
+        p->tensor_head[t] = UINT32_MAX;
+    }
+    /* wprefix: per tensor, cnt + 1 entries laid out at use_off[t] + t. To keep indexing simple
+     * we store them at use_off[t] + t and shift the base in writes_between. */
+    for (size_t t = 0; t < m->n_tensors; t++) {
+        uint32_t *w = p->wprefix + m->use_off[t] + t;
+        size_t cnt = m->use_off[t + 1] - m->use_off[t];
+        w[0] = 0;
+        for (size_t u = 0; u < cnt; u++) {
+            w[u + 1] = w[u] + ((m->use_mode[m->use_off[t] + u] & TIO_USE_WRITE) ? 1u : 0u);
+        }
+    }
+    return 0;
+}
+
+static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan) {
+    const struct tio_pmodel *m = p->m;
+    size_t n = p->n;
+    for (size_t i = 0; i < p->n_picks; i++) {
+        if (dropped[i]) {
+            continue;
+        }
+        const struct pick *pk = &p->picks[i];
+        const struct tio_pperiod *q = &m->periods[pk->period];
+        int64_t s = (int64_t)q->bytes;
+        struct tio_move off = {
+            .tensor = q->tensor,
+            .from = TIO_TIER_GPU,
+            .to = pk->tier,
+            .flags = pk->clean ? TIO_MOVE_CLEAN : 0,
+            .trigger = q->start,
+            .deadline = pk->off,
+            .bytes = q->bytes,
+        };
+        /* the kernel at the deadline cannot fit without this offload: it would wait */
+        if (!pk->clean && pk->off < q->end &&
+            ext_max(&p->mem, n, pk->off, pk->off + 1) + s > p->cap) {
+            off.flags |= TIO_MOVE_URGENT;
+        }
+        uint64_t trig = pk->pre, dl = q->end;
+        if (trig >= n) {
+            trig -= n;
+            dl -= n;
+        }
+        struct tio_move pre = {
+            .tensor = q->tensor,
+            .from = pk->tier,
+            .to = TIO_TIER_GPU,
+            .trigger = trig,
+            .deadline = dl,
+            .bytes = q->bytes,
+        };
+        double bw = pk->tier == TIO_TIER_SSD ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
+        if (ext_time(p, pk->pre, q->end) < URGENT_SLACK * (double)q->bytes / bw) {
+            pre.flags |= TIO_MOVE_URGENT;
+        }
+        int rc = tio_plan_add_move(plan, &off);
+        if (rc == 0) {
+            rc = tio_plan_add_move(plan, &pre);
+        }
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int summarize(struct planner *p, const uint8_t *dropped, struct tio_plan *plan) {
+    const struct tio_pmodel *m = p->m;
+    size_t n = p->n;
+    struct tio_plan_summary s;
+    memset(&s, 0, sizeof s);
+    s.capacity_bytes = m->capacity;
+    int64_t *vals = tio_malloc(n * sizeof *vals);
+    int64_t *ssd = tio_calloc(n + 1, sizeof *ssd);
+    if (!vals || !ssd) {
+        tio_free(vals);
+        tio_free(ssd);
+        return TIO_ENOMEM;
+    }
+    tio_stree_values(&p->mem, vals);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t v = vals[k] > 0 ? (uint64_t)vals[k] : 0;
+        if (v > s.planned_peak_bytes) {
+            s.planned_peak_bytes = v;
+        }
+        if (v > m->capacity && v - m->capacity > s.shortfall_bytes) {
+            s.shortfall_bytes = v - m->capacity;
+            s.shortfall_kernel = k;
+        }
+    }
+    s.feasible = s.shortfall_bytes == 0;
+    int64_t hp = tio_stree_max(&p->host, 0, n);
+    s.host_peak_bytes = hp > 0 ? (uint64_t)hp : 0;
+    for (size_t i = 0; i < p->n_picks; i++) {
+        if (dropped[i]) {
+            continue;
+        }
+        const struct pick *pk = &p->picks[i];
+        const struct tio_pperiod *q = &m->periods[pk->period];
+        if (pk->tier == TIO_TIER_SSD) {
+            if (!pk->clean) {
+                s.bytes_to_ssd += q->bytes;
+            }
+            /* held on SSD from the offload to the end of the prefetch */
+            uint64_t a = q->start, b = q->end;
+            if (b <= n) {
+                ssd[a] += (int64_t)q->bytes;
+                ssd[b] -= (int64_t)q->bytes;
+            } else {
+                ssd[a] += (int64_t)q->bytes;
+                ssd[n] -= (int64_t)q->bytes;
+                ssd[0] += (int64_t)q->bytes;
+                ssd[b - n] -= (int64_t)q->bytes;
+            }
+        } else if (!pk->clean) {
+            s.bytes_to_host += q->bytes;
+        }
+    }
+    int64_t acc = 0;
+    for (size_t k = 0; k < n; k++) {
+        acc += ssd[k];
+        if (acc > 0 && (uint64_t)acc > s.ssd_peak_bytes) {
+            s.ssd_peak_bytes = (uint64_t)acc;
+        }
+    }
+    tio_free(vals);
+    tio_free(ssd);
+    tio_plan_set_summary(plan, &s);
+    return 0;
+}
+
+int tio_planner_teraio(const struct tio_pmodel *m,
+                       const struct tio_plan_params *params,
+                       int variant,
+                       struct tio_plan *plan) {
+    struct planner p;
+    int rc = planner_init(&p, m, params, variant);
+    uint8_t *alive = NULL, *dropped = NULL;
+    uint32_t *first_period = NULL;
+    struct cand *stash = NULL;
+    size_t n_stash = 0, cap_stash = 0;
+    if (rc < 0) {
+        goto out;
+    }
+    rc = TIO_ENOMEM;
+    alive = tio_calloc(m->n_periods ? m->n_periods : 1, 1);
+    first_period = tio_malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *first_period);
+    if (!alive || !first_period) {
+        goto out;
+    }
+    for (size_t t = 0; t < m->n_tensors; t++) {
+        first_period[t] = UINT32_MAX;
+    }
+    /* Candidates: periods long enough for a round trip on the fastest allowed path, with some
+     * critical pressure in them. Periods are grouped by tensor (planner_model.c order). */
+    double fast_w =
+        TIO_MAX(p.use_ssd ? m->bw[TIO_CH_SSD_W] : 0, p.use_host ? m->bw[TIO_CH_D2H] : 0);
+    double fast_r =
+        TIO_MAX(p.use_ssd ? m->bw[TIO_CH_SSD_R] : 0, p.use_host ? m->bw[TIO_CH_H2D] : 0);
+    for (size_t i = 0; i < m->n_periods; i++) {
+        const struct tio_pperiod *q = &m->periods[i];
+        if (first_period[q->tensor] == UINT32_MAX) {
+            first_period[q->tensor] = (uint32_t)i;
+        }
+        if (fast_w <= 0 || fast_r <= 0) {
+            continue;
+        }
+        /* (a clean offload needs no write, so then only the read must fit) */
+        double need = (p.clean_copies ? 0 : (double)q->bytes / fast_w) + (double)q->bytes / fast_r;
+        if (ext_time(&p, q->start, q->end) < need) {
+            continue; /* too short for a round trip: can never be viable */
+        }
+        double ub = score_of(&p, q, ext_benefit(&p, q->start, q->end, (int64_t)q->bytes));
+        if (ub > 0) {
+            alive[i] = 1;
+            if ((rc = heap_push(&p, ub, (uint32_t)i)) < 0) {
+                goto out;
+            }
+        }
+    }
+    /* Algorithm 1's while loop: one pick per round, each pick consumes a period. */
+    while (p.n_heap > 0 && tio_stree_max(&p.mem, 0, p.n) > p.cap) {
+        int have = 0;
+        double best = 0;
+        uint32_t best_pi = 0;
+        struct eval best_e = { 0 };
+        n_stash = 0;
+        while (p.n_heap > 0) {
+            const struct cand *top = &p.heap[0];
+            if (have && !cand_better(&p, top->key, top->period, best, best_pi)) {
+                break; /* no bound left above the best score found: it is the maximum */
+            }
+            struct cand c = heap_pop(&p);
+            if (!alive[c.period] || c.version != p.version[c.period]) {
+                continue; /* consumed, or superseded by a re-keyed copy */
+            }
+            struct eval e;
+            double ub;
+            double sc = evaluate(&p, c.period, &e, &ub);
+            if (ub <= 0) {
+                alive[c.period] = 0; /* bounds only fall: never viable again */
+                continue;
+            }
+            c.key = ub;
+            if ((rc = tio_grow((void **)&stash, &cap_stash, n_stash + 1, sizeof *stash)) < 0) {
+                goto out;
+            }
+            stash[n_stash++] = c;
+            if (e.viable && sc > 0 && (!have || cand_better(&p, sc, c.period, best, best_pi))) {
+                have = 1;
+                best = sc;
+                best_pi = c.period;
+                best_e = e;
+            }
+        }
+        for (size_t i = 0; i < n_stash; i++) {
+            if (stash[i].period == best_pi && have) {
+                continue;
+            }
+            if (!alive[stash[i].period] || stash[i].version != p.version[stash[i].period]) {
+                continue;
+            }
+            if ((rc = heap_push(&p, stash[i].key, stash[i].period)) < 0) {
+                goto out;
+            }
+        }
+        if (!have) {
+            break; /* Algorithm 1 line 12: no viable candidate */
+        }
+        if ((rc = commit(&p, best_pi, &best_e)) < 0) {
+            goto out;
+        }
+        alive[best_pi] = 0;
+        if ((rc = rekey_siblings(&p, m->periods[best_pi].tensor, first_period, alive)) < 0) {
+            goto out;
+        }
+    }
+    dropped = tio_calloc(p.n_picks ? p.n_picks : 1, 1);
+    if (!dropped) {
+        rc = TIO_ENOMEM;
+        goto out;
+    }
+    if (params->early_prefetch && !is_paper(variant)) {
+        relax_prefetches(&p, dropped);
+    }
+    if ((rc = emit(&p, dropped, plan)) < 0) {
+        goto out;
+    }
+    rc = summarize(&p, dropped, plan);
+out:
+    tio_free(alive);
+    tio_free(dropped);
+    tio_free(first_period);
+    tio_free(stash);
+    planner_free(&p);
+    return rc;
+}

@@ -1,0 +1,492 @@
+/* tio_sim_run: builds the view for a policy, runs the engine, derives the summary. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/sim.h>
+
+#include "common/common_impl.h"
+#include "sim/sim_impl.h"
+
+/* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
+#define TIO_SIM_CPU_ADAM_PER_CORE 2.4e8
+#define TIO_SIM_ZERO_PREFETCH     0
+#define TIO_SIM_ZERO_OFFLOAD_BPS  2.25e9
+#define TIO_SIM_ZERO_INFINITY_BPS 3.1e9
+
+struct tio_sim_params tio_sim_params_default(void) {
+    struct tio_sim_params p;
+    memset(&p, 0, sizeof p);
+    p.policy = NULL;
+    p.warmup_iterations = 1;
+    p.capacity_bytes = 0;
+    p.ssd_bandwidth_scale = 1.0;
+    p.pcie_bandwidth_scale = 1.0;
+    p.host_latency_s = 10e-6;
+    p.iterations_per_day = 0.0;
+    p.bins = 400;
+    p.record_timeline = 0;
+    p.cpu_adam_params_per_core_s = TIO_SIM_CPU_ADAM_PER_CORE;
+    p.zero_prefetch_layers = TIO_SIM_ZERO_PREFETCH;
+    p.zero_offload_fetch_Bps = TIO_SIM_ZERO_OFFLOAD_BPS;
+    p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
+    p.zero_bytes_scale = 0.5;
+    p.zero_layers = 0;
+    return p;
+}
+
+static const char *const builtin[] = { "ideal", "none", "lru", "zero-offload", "zero-infinity" };
+
+int tio_sim_policy_is_builtin(const char *name) {
+    if (!name) {
+        return 0;
+    }
+    for (size_t i = 0; i < TIO_ARRAY_LEN(builtin); i++) {
+        if (strcmp(name, builtin[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char *tio_sim_channel_name(int32_t channel) {
+    static const char *const names[TIO_SIM_CHANNEL_COUNT] = {
+        [TIO_SIM_SSD_READ] = "ssd_read",
+        [TIO_SIM_SSD_WRITE] = "ssd_write",
+        [TIO_SIM_PCIE_H2D] = "pcie_h2d",
+        [TIO_SIM_PCIE_D2H] = "pcie_d2h",
+    };
+    _Static_assert(TIO_ARRAY_LEN(names) == TIO_SIM_CHANNEL_COUNT, "channel names");
+    if (channel < 0 || channel >= TIO_SIM_CHANNEL_COUNT) {
+        return "unknown";
+    }
+    return names[channel];
+}
+
+void sim_view_uses_refresh(struct sim_view *v) {
+    for (size_t t = 0; t < v->n_tensors; t++) {
+        v->first_use[t] = UINT64_MAX;
+        v->last_use[t] = UINT64_MAX;
+    }
+    for (size_t k = 0; k < v->n_kernels; k++) {
+        if (v->skip_uses[k]) {
+            continue;
+        }
+        for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
+            uint32_t t = v->use_tensor[u];
+            if (v->first_use[t] == UINT64_MAX) {
+                v->first_use[t] = k;
+            }
+            v->last_use[t] = k;
+        }
+    }
+}
+
+int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {
+    memset(v, 0, sizeof *v);
+    struct tio_trace_view tv;
+    tio_trace_get_view(trace, &tv);
+    size_t N = tv.n_kernels, T = tv.n_tensors;
+    v->n_kernels = N;
+    v->n_tensors = T;
+    v->use_offset = tv.kernel_use_offset;
+    v->use_tensor = tv.use_tensor;
+    v->use_mode = tv.use_mode;
+    size_t n1 = N ? N : 1, t1 = T ? T : 1;
+    v->dur_s = tio_calloc(n1, sizeof *v->dur_s);
+    v->cpu_s = tio_calloc(n1, sizeof *v->cpu_s);
+    v->skip_uses = tio_calloc(n1, 1);
+    v->bytes = tio_calloc(t1, sizeof *v->bytes);
+    v->tflags = tio_calloc(t1, 1);
+    v->init_tier = tio_calloc(t1, 1);
+    v->first_use = tio_calloc(t1, sizeof *v->first_use);
+    v->last_use = tio_calloc(t1, sizeof *v->last_use);
+    if (!v->dur_s || !v->cpu_s || !v->skip_uses || !v->bytes || !v->tflags || !v->init_tier ||
+        !v->first_use || !v->last_use) {
+        sim_view_fini(v);
+        return TIO_ENOMEM;
+    }
+    double ideal = 0.0;
+    for (size_t k = 0; k < N; k++) {
+        v->dur_s[k] = (double)tv.kernel_duration_ns[k] * 1e-9;
+        ideal += v->dur_s[k];
+    }
+    v->ideal_s = (double)tio_trace_total_duration_ns(trace) * 1e-9;
+    (void)ideal;
+    for (size_t t = 0; t < T; t++) {
+        v->bytes[t] = tv.tensor_bytes[t];
+        if (tv.tensor_flags[t] & TIO_TENSOR_GLOBAL) {
+            v->tflags[t] |= SV_GLOBAL;
+        }
+        if (tv.tensor_flags[t] & TIO_TENSOR_PINNED) {
+            v->tflags[t] |= SV_PINNED;
+        }
+    }
+    sim_view_uses_refresh(v);
+    v->capacity = UINT64_MAX;
+    return 0;
+}
+
+void sim_view_fini(struct sim_view *v) {
+    tio_free(v->dur_s);
+    tio_free(v->cpu_s);
+    tio_free(v->skip_uses);
+    tio_free(v->bytes);
+    tio_free(v->tflags);
+    tio_free(v->init_tier);
+    tio_free(v->first_use);
+    tio_free(v->last_use);
+    tio_free(v->moves);
+    memset(v, 0, sizeof *v);
+}
+
+static int move_cmp(const void *a, const void *b) {
+    const struct tio_move *x = a, *y = b;
+    if (x->trigger != y->trigger) {
+        return x->trigger < y->trigger ? -1 : 1;
+    }
+    int ux = (x->flags & TIO_MOVE_URGENT) != 0, uy = (y->flags & TIO_MOVE_URGENT) != 0;
+    if (ux != uy) {
+        return ux ? -1 : 1;
+    }
+    /* offloads before prefetches: freeing memory first lets the prefetch allocate */
+    int px = x->to == TIO_TIER_GPU, py = y->to == TIO_TIER_GPU;
+    if (px != py) {
+        return px ? 1 : -1;
+    }
+    return x->tensor < y->tensor ? -1 : (x->tensor > y->tensor);
+}
+
+int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t n) {
+    tio_free(v->moves);
+    v->moves = NULL;
+    v->n_moves = 0;
+    if (n == 0) {
+        return 0;
+    }
+    size_t N = v->n_kernels;
+    for (size_t i = 0; i < n; i++) {
+        const struct tio_move *m = &moves[i];
+        if (m->tensor >= v->n_tensors) {
+            return tio_set_error(TIO_EINVAL,
+                                 "sim: move %zu: tensor %u out of range (n_tensors %zu)", i,
+                                 m->tensor, v->n_tensors);
+        }
+        if (m->from < 0 || m->from >= TIO_TIER_COUNT || m->to < 0 || m->to >= TIO_TIER_COUNT ||
+            m->from == m->to) {
+            return tio_set_error(TIO_EINVAL, "sim: move %zu: bad tiers from %d to %d", i, m->from,
+                                 m->to);
+        }
+        if (m->trigger >= N || m->deadline < m->trigger || m->deadline > m->trigger + N) {
+            return tio_set_error(TIO_EINVAL,
+                                 "sim: move %zu: trigger %llu / deadline %llu outside [0, %zu) / "
+                                 "[trigger, trigger + %zu]",
+                                 i, (unsigned long long)m->trigger, (unsigned long long)m->deadline,
+                                 N, N);
+        }
+    }
+    v->moves = tio_malloc(n * sizeof *v->moves);
+    if (!v->moves) {
+        return TIO_ENOMEM;
+    }
+    memcpy(v->moves, moves, n * sizeof *v->moves);
+    v->n_moves = n;
+    qsort(v->moves, n, sizeof *v->moves, move_cmp);
+    /* Global tensors start where the iteration's last move of each leaves them, so that the
+     * warm-up iteration begins in the plan's steady state. */
+    for (size_t i = 0; i < n; i++) {
+        const struct tio_move *m = &v->moves[i];
+        if (!(v->tflags[m->tensor] & SV_GLOBAL)) {
+            continue;
+        }
+        if (m->to == TIO_TIER_GPU) {
+            v->tflags[m->tensor] &= (uint8_t)~SV_INIT_OFF;
+        } else {
+            v->tflags[m->tensor] |= SV_INIT_OFF;
+            v->init_tier[m->tensor] = (int8_t)m->to;
+        }
+    }
+    return 0;
+}
+
+static int check_hw(const struct tio_hw *hw) {
+    if (!(hw->pcie_h2d_Bps > 0) || !(hw->pcie_d2h_Bps > 0)) {
+        return tio_set_error(TIO_EINVAL, "sim: hw: pcie_h2d_Bps/pcie_d2h_Bps must be > 0");
+    }
+    if (hw->ssd_count > 0 && (!(hw->ssd_read_Bps > 0) || !(hw->ssd_write_Bps > 0))) {
+        return tio_set_error(TIO_EINVAL, "sim: hw: ssd_read_Bps/ssd_write_Bps must be > 0");
+    }
+    if (hw->ssd_efficiency < 0 || hw->ssd_efficiency > 1) {
+        return tio_set_error(TIO_EINVAL, "sim: hw: ssd_efficiency %g outside (0, 1]",
+                             hw->ssd_efficiency);
+    }
+    if (hw->gpu_memory_bytes == 0 || hw->gpu_reserve_bytes >= hw->gpu_memory_bytes) {
+        return tio_set_error(TIO_EINVAL, "sim: hw: gpu_memory_bytes %llu / gpu_reserve_bytes %llu",
+                             (unsigned long long)hw->gpu_memory_bytes,
+                             (unsigned long long)hw->gpu_reserve_bytes);
+    }
+    return 0;
+}
+
+static int check_params(const struct tio_sim_params *p) {
+    if (!(p->ssd_bandwidth_scale > 0) || !(p->pcie_bandwidth_scale > 0)) {
+        return tio_set_error(TIO_EINVAL, "sim: params: bandwidth scales must be > 0");
+    }
+    if (p->warmup_iterations > 16) {
+        return tio_set_error(TIO_EINVAL, "sim: params: warmup_iterations %u > 16",
+                             p->warmup_iterations);
+    }
+    if (p->bins == 0 || p->bins > 1000000) {
+        return tio_set_error(TIO_EINVAL, "sim: params: bins %u outside [1, 1000000]", p->bins);
+    }
+    if (!(p->host_latency_s >= 0) || !(p->cpu_adam_params_per_core_s > 0) ||
+        !(p->zero_bytes_scale > 0) || p->iterations_per_day < 0 ||
+        !(p->zero_offload_fetch_Bps > 0) || !(p->zero_infinity_fetch_Bps > 0)) {
+        return tio_set_error(TIO_EINVAL, "sim: params: negative latency, rate or scale");
+    }
+    return 0;
+}
+
+/* Per-kernel copies kept by the sim (names for the timeline). */
+static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_t N) {
+    size_t n1 = N ? N : 1;
+    sim->n_kernels = N;
+    sim->k_start_s = tio_calloc(n1, sizeof *sim->k_start_s);
+    sim->k_stall_s = tio_calloc(n1, sizeof *sim->k_stall_s);
+    sim->k_dur_s = tio_calloc(n1, sizeof *sim->k_dur_s);
+    sim->k_gpu = tio_calloc(n1, sizeof *sim->k_gpu);
+    sim->k_name = tio_calloc(n1, sizeof *sim->k_name);
+    if (!sim->k_start_s || !sim->k_stall_s || !sim->k_dur_s || !sim->k_gpu || !sim->k_name) {
+        return TIO_ENOMEM;
+    }
+    struct tio_trace_view tv;
+    tio_trace_get_view(trace, &tv);
+    /* intern names by the trace's string ids: copy only the strings kernels use */
+    uint32_t max_id = 0;
+    for (size_t k = 0; k < N; k++) {
+        sim->k_name[k] = tv.kernel_name[k];
+        if (tv.kernel_name[k] != TIO_NO_NAME && tv.kernel_name[k] + 1 > max_id) {
+            max_id = tv.kernel_name[k] + 1;
+        }
+    }
+    sim->n_names = max_id;
+    if (max_id) {
+        sim->names = tio_calloc(max_id, sizeof *sim->names);
+        if (!sim->names) {
+            return TIO_ENOMEM;
+        }
+        for (size_t k = 0; k < N; k++) {
+            uint32_t id = tv.kernel_name[k];
+            if (id != TIO_NO_NAME && !sim->names[id]) {
+                const char *s = tio_trace_string(trace, id);
+                sim->names[id] = tio_strdup(s ? s : "");
+                if (!sim->names[id]) {
+                    return TIO_ENOMEM;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void finish_result(struct tio_sim *sim,
+                          const struct sim_view *v,
+                          const struct tio_trace *trace,
+                          const struct tio_hw *hw,
+                          const struct tio_sim_params *p) {
+    struct tio_sim_result *r = &sim->r;
+    r->ideal_s = v->ideal_s;
+    const char *tok = tio_trace_get_meta(trace, "tokens_per_iteration");
+    if (tok) {
+        char *end = NULL;
+        double x = strtod(tok, &end);
+        if (end != tok && x > 0 && isfinite(x)) {
+            r->tokens_per_iteration = x;
+        }
+    }
+    if (v->host_static_bytes > r->host_peak_bytes) {
+        r->host_peak_bytes = v->host_static_bytes;
+    }
+    if (!r->oom && v->host_limit_bytes && r->host_peak_bytes > v->host_limit_bytes) {
+        r->oom = TIO_SIM_OOM_HOST;
+        r->oom_kernel = 0;
+        r->oom_bytes = r->host_peak_bytes - v->host_limit_bytes;
+    }
+    if (r->oom) {
+        r->iteration_s = 0;
+        r->fraction_of_ideal = 0;
+        r->tokens_per_s = 0;
+        r->stall_s = r->stall_data_s = r->stall_memory_s = r->cpu_s = 0;
+        return;
+    }
+    for (size_t k = 0; k < v->n_kernels; k++) {
+        sim->k_dur_s[k] = v->dur_s[k] + v->cpu_s[k];
+        r->cpu_s += v->cpu_s[k];
+    }
+    r->stall_s += r->cpu_s;
+    r->fraction_of_ideal = r->iteration_s > 0 ? r->ideal_s / r->iteration_s : 1.0;
+    if (r->iteration_s > 0 && r->tokens_per_iteration > 0) {
+        r->tokens_per_s = r->tokens_per_iteration / r->iteration_s;
+    }
+    r->ssd_bytes_written = r->bytes[TIO_SIM_SSD_WRITE];
+    if (r->ssd_bytes_written > 0 && hw->ssd_tbw_bytes > 0 && r->iteration_s > 0) {
+        double per_s = (double)r->ssd_bytes_written / r->iteration_s;
+        if (p->iterations_per_day > 0) {
+            per_s = (double)r->ssd_bytes_written * p->iterations_per_day / 86400.0;
+        }
+        double year_s = 365.25 * 86400.0;
+        r->drive_life_years = hw->ssd_tbw_bytes * (double)hw->ssd_count / (per_s * year_s);
+    }
+    /* bins: bytes -> bytes/s; keep only the measured iteration */
+    size_t nb = (size_t)ceil(r->iteration_s / sim->bin_s);
+    if (nb < sim->n_bins) {
+        sim->n_bins = nb;
+    }
+    for (size_t i = 0; i < sim->n_bins * TIO_SIM_CHANNEL_COUNT; i++) {
+        sim->bins[i] /= sim->bin_s;
+        size_t c = i % TIO_SIM_CHANNEL_COUNT;
+        if (sim->bins[i] > r->peak_Bps[c]) {
+            r->peak_Bps[c] = sim->bins[i];
+        }
+    }
+}
+
+int tio_sim_run(const struct tio_trace *trace,
+                const struct tio_hw *hw,
+                const struct tio_move *moves,
+                size_t n_moves,
+                const struct tio_sim_params *params,
+                struct tio_sim **out) {
+    if (!trace || !hw || !out || (n_moves && !moves)) {
+        return tio_set_error(TIO_EINVAL, "sim: NULL argument");
+    }
+    *out = NULL;
+    if (!tio_trace_is_finished(trace)) {
+        return tio_set_error(TIO_ESTATE, "sim: trace is not finished");
+    }
+    struct tio_sim_params p = params ? *params : tio_sim_params_default();
+    int rc = check_hw(hw);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = check_params(&p);
+    if (rc < 0) {
+        return rc;
+    }
+    const char *policy = p.policy && *p.policy ? p.policy : "plan";
+    if (strcmp(policy, "plan") != 0 && !tio_sim_policy_is_builtin(policy)) {
+        return tio_set_error(TIO_ENOTFOUND,
+                             "sim: unknown policy '%s' (built in: ideal, none, lru, zero-offload, "
+                             "zero-infinity; others need a plan)",
+                             policy);
+    }
+    double t_wall = tio_now_s();
+    struct tio_sim *sim = tio_calloc(1, sizeof *sim);
+    if (!sim) {
+        return TIO_ENOMEM;
+    }
+    snprintf(sim->policy, sizeof sim->policy, "%s",
+             strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
+    struct sim_view v;
+    rc = sim_view_init(&v, trace);
+    if (rc < 0) {
+        tio_free(sim);
+        return rc;
+    }
+    rc = keep_series(sim, trace, v.n_kernels);
+    if (rc < 0) {
+        goto fail;
+    }
+    uint64_t cap =
+        p.capacity_bytes ? p.capacity_bytes : hw->gpu_memory_bytes - hw->gpu_reserve_bytes;
+    v.capacity = cap;
+    if (strcmp(policy, "ideal") == 0) {
+        v.capacity = UINT64_MAX;
+    } else if (strcmp(policy, "lru") == 0) {
+        v.lru = 1;
+    } else if (strcmp(policy, "zero-offload") == 0 || strcmp(policy, "zero-infinity") == 0) {
+        rc = sim_zero_build(&v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
+    } else if (strcmp(policy, "plan") == 0) {
+        rc = sim_view_set_moves(&v, moves, n_moves);
+    }
+    if (rc < 0) {
+        goto fail;
+    }
+    sim->bin_s = v.ideal_s > 0 ? v.ideal_s / (double)p.bins : 1.0;
+    if (v.host_limit_bytes && v.host_static_bytes > v.host_limit_bytes) {
+        /* the policy cannot even start: DeepSpeed allocates its host buffers at init */
+        sim->r.capacity_bytes = v.capacity;
+        sim->r.oom = TIO_SIM_OOM_HOST;
+        sim->r.oom_bytes = v.host_static_bytes - v.host_limit_bytes;
+        sim->r.host_peak_bytes = v.host_static_bytes;
+    } else {
+        rc = sim_engine_run(&v, hw, &p, sim);
+        if (rc < 0) {
+            goto fail;
+        }
+    }
+    if (strcmp(policy, "ideal") == 0) {
+        sim->r.capacity_bytes = cap;
+    }
+    finish_result(sim, &v, trace, hw, &p);
+    sim_view_fini(&v);
+    sim->r.sim_wall_s = tio_now_s() - t_wall;
+    *out = sim;
+    return 0;
+fail:
+    sim_view_fini(&v);
+    tio_sim_free(sim);
+    return rc;
+}
+
+void tio_sim_free(struct tio_sim *sim) {
+    if (!sim) {
+        return;
+    }
+    tio_free(sim->k_start_s);
+    tio_free(sim->k_stall_s);
+    tio_free(sim->k_dur_s);
+    tio_free(sim->k_gpu);
+    tio_free(sim->k_name);
+    for (size_t i = 0; i < sim->n_names; i++) {
+        tio_free(sim->names[i]);
+    }
+    tio_free(sim->names);
+    tio_free(sim->bins);
+    tio_free(sim->spans);
+    tio_free(sim);
+}
+
+void tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result *out) {
+    *out = sim->r;
+}
+
+const char *tio_sim_policy(const struct tio_sim *sim) {
+    return sim->policy;
+}
+
+size_t tio_sim_kernel_count(const struct tio_sim *sim) {
+    return sim->n_kernels;
+}
+
+const double *tio_sim_kernel_start_s(const struct tio_sim *sim) {
+    return sim->k_start_s;
+}
+
+const double *tio_sim_kernel_stall_s(const struct tio_sim *sim) {
+    return sim->k_stall_s;
+}
+
+const uint64_t *tio_sim_kernel_gpu_bytes(const struct tio_sim *sim) {
+    return sim->k_gpu;
+}
+
+const double *tio_sim_bandwidth_bins(const struct tio_sim *sim, size_t *n, double *bin_s) {
+    if (n) {
+        *n = sim->n_bins;
+    }
+    if (bin_s) {
+        *bin_s = sim->bin_s;
+    }
+    return sim->bins;
+}

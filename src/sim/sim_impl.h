@@ -1,0 +1,103 @@
+/* Private state of the simulator: the view of a trace the engine replays, and the results. */
+#ifndef TIO_SIM_IMPL_H
+#define TIO_SIM_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/hw.h>
+#include <teraio/plan.h>
+#include <teraio/sim.h>
+#include <teraio/trace.h>
+
+/* Per-tensor flags of a view (uint8_t). */
+enum {
+    SV_GLOBAL = 1u << 0,   /* resident across iterations (never freed) */
+    SV_EXTERNAL = 1u << 1, /* never on the GPU (ZeRO: optimizer state kept by the host) */
+    SV_FRESH = 1u << 2,    /* every use re-creates it: never fetched (ZeRO's per-micro-batch
+                              gradients, accumulated on the host) */
+    SV_PINNED = 1u << 3,   /* never evicted by LRU */
+    SV_INIT_OFF = 1u << 4, /* starts off the GPU, in tier init_tier */
+    SV_HOSTCOPY = 1u << 5  /* its host copy persists (ZeRO's parameter partition): fetching
+                              it does not free host memory, which the policy counts itself */
+};
+
+/*
+ * What the engine replays: the trace's uses with per-kernel times and per-tensor sizes that a
+ * baseline may rewrite (ZeRO: fp16 bytes, CPU optimizer instead of GPU kernels).
+ */
+struct sim_view {
+    size_t n_kernels;
+    size_t n_tensors;
+    const uint64_t *use_offset; /* [N + 1] borrowed from the trace */
+    const uint32_t *use_tensor; /* [n_uses] */
+    const uint8_t *use_mode;    /* [n_uses] */
+    double *dur_s;              /* [N] GPU time of each kernel, s */
+    double *cpu_s;              /* [N] host-side time before the kernel (stream waits), s */
+    uint8_t *skip_uses;         /* [N] 1: ignore the kernel's uses (work moved to the host) */
+    uint64_t *bytes;            /* [T] bytes on the GPU */
+    uint8_t *tflags;            /* [T] SV_* */
+    int8_t *init_tier;          /* [T] tier of SV_INIT_OFF tensors */
+    uint64_t *first_use;        /* [T] first non-skipped use, UINT64_MAX if none */
+    uint64_t *last_use;         /* [T] last non-skipped use */
+    struct tio_move *moves;     /* sorted by trigger, owned */
+    size_t n_moves;
+    uint64_t capacity;          /* GPU bytes; UINT64_MAX = unlimited */
+    int lru;                    /* 1: evict least-recently-used tensors on demand */
+    double ideal_s;             /* sum of the trace's kernel durations */
+    uint64_t host_static_bytes; /* host memory the policy holds besides offloads (per GPU) */
+    uint64_t host_limit_bytes;  /* per-GPU host memory available to the policy */
+    double chan_cap_Bps[TIO_SIM_CHANNEL_COUNT]; /* > 0: the policy reaches at most this rate on
+                                                   the channel (ZeRO's effective fetch rate) */
+};
+
+/* One transfer event kept for the timeline. */
+struct sim_span {
+    double t0, t1;
+    uint64_t bytes;
+    uint32_t tensor;
+    int32_t channel; /* the channel that names the track */
+    int32_t prefetch;
+    int32_t urgent;
+};
+
+struct tio_sim {
+    char policy[32];
+    struct tio_sim_result r;
+    size_t n_kernels;
+    double *k_start_s; /* [N] */
+    double *k_stall_s; /* [N] */
+    double *k_dur_s;   /* [N] */
+    uint64_t *k_gpu;   /* [N] */
+    uint32_t *k_name;  /* [N] string ids, for the timeline */
+    char **names;      /* [n_names] copied kernel names (timeline) */
+    size_t n_names;
+    double *bins; /* [n_bins * TIO_SIM_CHANNEL_COUNT] bytes per bin, then bytes/s */
+    size_t n_bins, cap_bins;
+    double bin_s;
+    struct sim_span *spans;
+    size_t n_spans, cap_spans;
+};
+
+/* sim_view_init / sim_view_fini: a view of the trace with its own times and sizes. */
+int sim_view_init(struct sim_view *v, const struct tio_trace *trace);
+void sim_view_fini(struct sim_view *v);
+/* sim_view_uses_refresh: recompute first/last use after skip_uses changed. */
+void sim_view_uses_refresh(struct sim_view *v);
+/* sim_view_set_moves: copy and sort moves; mark globals whose last move leaves them off. */
+int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t n);
+
+/* sim_engine_run: replay the view; fills sim (result, series). */
+int sim_engine_run(const struct sim_view *v,
+                   const struct tio_hw *hw,
+                   const struct tio_sim_params *p,
+                   struct tio_sim *sim);
+
+/* ZeRO views (sim_zero.c). */
+int sim_zero_build(struct sim_view *v,
+                   const struct tio_trace *trace,
+                   const struct tio_hw *hw,
+                   const struct tio_sim_params *p,
+                   int infinity);
+
+#endif

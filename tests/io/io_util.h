@@ -1,0 +1,85 @@
+/* Shared helpers of the tests/io programs (header-only; each test is one executable). */
+#ifndef TIO_TESTS_IO_UTIL_H
+#define TIO_TESTS_IO_UTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <teraio/alloc.h>
+#include <teraio/io.h>
+
+#define WAIT_NS INT64_C(30000000000) /* 30 s: a hang fails the test instead of CI */
+
+/* A fresh directory under $TMPDIR (or the build dir, or /tmp). */
+static inline void io_mkdtemp(char *out, size_t len, const char *tag) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = getenv("TIO_BUILD_DIR");
+    if (!base || !*base)
+        base = "/tmp";
+    snprintf(out, len, "%s/tio-%s-XXXXXX", base, tag);
+    if (!mkdtemp(out)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+/* Number of entries (other than . and ..) in dir; -1 if unreadable. */
+static inline int io_dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* Independent pattern: xorshift64* words from a seed (8 bytes per step, little-endian). */
+static inline void io_fill(unsigned char *p, uint64_t n, uint64_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i < n; i += 8) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        uint64_t w = x * 0x2545F4914F6CDD1Dull;
+        size_t k = n - i < 8 ? (size_t)(n - i) : 8;
+        memcpy(p + i, &w, k);
+    }
+}
+
+/* 1 if p holds the pattern of seed. */
+static inline int io_check(const unsigned char *p, uint64_t n, uint64_t seed) {
+    unsigned char *want = malloc(n ? n : 1);
+    io_fill(want, n, seed);
+    int ok = memcmp(p, want, n) == 0;
+    free(want);
+    return ok;
+}
+
+static inline struct tio_engine_params
+io_params(const char *backend, const char *const *dirs, size_t ndirs) {
+    struct tio_engine_params p = tio_engine_params_default();
+    p.backend = backend;
+    p.dirs = dirs;
+    p.ndirs = ndirs;
+    return p;
+}
+
+/* Wait for exactly one completion (30 s limit); res set to INT64_MIN on timeout. */
+static inline struct tio_completion io_wait1(struct tio_engine *e) {
+    struct tio_completion c = { 0, INT64_MIN };
+    int n = tio_engine_wait(e, &c, 1, 1, WAIT_NS);
+    if (n != 1)
+        c.res = INT64_MIN;
+    return c;
+}
+
+#endif

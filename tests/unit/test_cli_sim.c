@@ -1,0 +1,183 @@
+/* teraio simulate / sweep / compare: exit codes, --json keys, exports. */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tio_test.h"
+
+static char out[1 << 17];
+
+static int run(const char *args) {
+    const char *cli = getenv("TIO_CLI");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", cli, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        return -1;
+    }
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char trace[1024], tmp[256], big[512];
+
+static int has(const char *needle) {
+    int ok = strstr(out, needle) != NULL;
+    if (!ok) {
+        printf("  output lacks \"%s\":\n%.2000s\n", needle, out);
+    }
+    return ok;
+}
+
+TIO_TEST(simulate_json_keys) {
+    char a[2048];
+    snprintf(a, sizeof a, "simulate %s --hw cpu-ci --policy ideal --json", trace);
+    CHECK_EQ_I(run(a), 0);
+    const char *keys[] = { "\"iteration_s\"",      "\"ideal_s\"",         "\"fraction_of_ideal\"",
+                           "\"stall_s\"",          "\"tokens_per_s\"",    "\"oom\": false",
+                           "\"gpu_peak_bytes\"",   "\"host_peak_bytes\"", "\"ssd_bytes_written\"",
+                           "\"drive_life_years\"", "\"bytes\"",           "\"overlap_s\"" };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        CHECK(has(keys[i]));
+    }
+    CHECK(has("\"fraction_of_ideal\": 1.000000"));
+}
+
+/* A 4-layer model (`teraio model --preset custom`, peak 1.63 GB): at 1.2 GB "none" runs out
+ * of memory (a result, exit 0) and the planner's teraio moves tensors, keeping the simulated
+ * peak under the capacity. */
+TIO_TEST(simulate_oom_and_plan) {
+    char a[2048];
+    snprintf(a, sizeof a,
+             "model --preset custom --layers 4 --hidden 1024 --heads 8 --kv-heads 8 --ffn-hidden "
+             "4096 --vocab 8000 --batch 8 --micro-batch 2 --seq 1024 -o %s",
+             big);
+    CHECK_EQ_I(run(a), 0);
+    snprintf(a, sizeof a, "simulate %s --hw paper-2xh100nvl --policy none --capacity 1.2GB --json",
+             big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": true"));
+    CHECK(has("\"oom_kind\": \"gpu\""));
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 1.2GB --csv %s/csv "
+             "--timeline %s/tl.json",
+             big, tmp, tmp);
+    int rc = run(a);
+    CHECK_EQ_I(rc, 0);
+    CHECK(has("policy            teraio"));
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/csv/kernels.csv", tmp);
+    CHECK(stat(path, &st) == 0 && st.st_size > 0);
+    snprintf(path, sizeof path, "%s/csv/bandwidth.csv", tmp);
+    CHECK(stat(path, &st) == 0 && st.st_size > 0);
+    snprintf(path, sizeof path, "%s/tl.json", tmp);
+    CHECK(stat(path, &st) == 0 && st.st_size > 0);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+        fclose(f);
+        CHECK(has("\"traceEvents\""));
+        CHECK(has("\"gpu_memory\""));
+        CHECK(has("\"ssd_read\""));
+    }
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 1.2GB --json", big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    CHECK(has("\"policy\": \"teraio\""));
+    const char *p = strstr(out, "\"gpu_peak_bytes\": ");
+    CHECK(p != NULL);
+    if (p) {
+        CHECK(strtoull(p + 18, NULL, 10) <= 1200000000);
+    }
+}
+
+TIO_TEST(simulate_exit_codes) {
+    char a[2048];
+    CHECK_EQ_I(run("simulate --help"), 0);
+    CHECK(has("usage: teraio simulate"));
+    CHECK_EQ_I(run("simulate"), 1);
+    snprintf(a, sizeof a, "simulate %s --hw cpu-ci", trace);
+    CHECK_EQ_I(run(a), 1); /* neither --plan nor --policy */
+    snprintf(a, sizeof a, "simulate %s --hw cpu-ci --policy ideal --plan x.plan", trace);
+    CHECK_EQ_I(run(a), 1);
+    snprintf(a, sizeof a, "simulate %s --hw cpu-ci --policy ideal --ssd-scale -1", trace);
+    CHECK_EQ_I(run(a), 1);
+    snprintf(a, sizeof a, "simulate %s --hw cpu-ci --policy frobnicate", trace);
+    CHECK_EQ_I(run(a), 2);
+    snprintf(a, sizeof a, "simulate %s --hw no-such-hw --policy ideal", trace);
+    CHECK_EQ_I(run(a), 2);
+    CHECK_EQ_I(run("simulate /nonexistent.tio --hw cpu-ci --policy ideal"), 2);
+    snprintf(a, sizeof a, "simulate %s --hw cpu-ci --plan /nonexistent.plan", trace);
+    CHECK_EQ_I(run(a), 2);
+}
+
+TIO_TEST(sweep_json) {
+    char a[2048];
+    snprintf(a, sizeof a,
+             "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 1,4,16GB/s --json", big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"points\""));
+    CHECK(has("\"bandwidth_Bps\": 1e+09"));
+    CHECK(has("\"bandwidth_Bps\": 1.6e+10"));
+    CHECK(has("\"fraction_of_ideal\""));
+    CHECK(has("\"varied\": \"ssd_array_bandwidth\""));
+    snprintf(a, sizeof a, "sweep %s --hw cpu-ci --bandwidths 0GB/s", trace);
+    CHECK_EQ_I(run(a), 1);
+    CHECK_EQ_I(run("sweep"), 1);
+    CHECK_EQ_I(run("sweep --help"), 0);
+}
+
+TIO_TEST(compare_usage_and_json) {
+    CHECK_EQ_I(run("compare --help"), 0);
+    CHECK(has("usage: teraio compare"));
+    CHECK_EQ_I(run("compare"), 1); /* --paper is required */
+    CHECK_EQ_I(run("compare --paper --models gpt5"), 1);
+    CHECK_EQ_I(run("compare --paper --systems ideal,frobnicate"), 1);
+    /* the ideal system only: fast, and every key of the JSON is there */
+    CHECK_EQ_I(run("compare --paper --models llama3-8b --systems ideal --json"), 0);
+    const char *keys[] = { "\"rows\"",
+                           "\"model\": \"llama3-8b\"",
+                           "\"batch\": 32",
+                           "\"seq\": 4096",
+                           "\"system\": \"ideal\"",
+                           "\"tokens_per_s\"",
+                           "\"fraction_of_ideal\": 1.000000",
+                           "\"oom\": false",
+                           "\"summary\"",
+                           "\"mean_fraction_of_ideal\"",
+                           "\"mean_speedup_vs_best_zero\"",
+                           "\"paper\"" };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        CHECK(has(keys[i]));
+    }
+}
+
+int main(void) {
+    if (!getenv("TIO_CLI") || !*getenv("TIO_CLI")) {
+        TIO_SKIP("TIO_CLI not set (CLI not built)");
+    }
+    const char *data = getenv("TIO_TEST_DATA");
+    snprintf(trace, sizeof trace, "%s/example.json", data ? data : "tests/data");
+    snprintf(tmp, sizeof tmp, "/tmp/tio_cli_sim_XXXXXX");
+    if (!mkdtemp(tmp)) {
+        TIO_SKIP("mkdtemp failed");
+    }
+    snprintf(big, sizeof big, "%s/custom.tio", tmp);
+    RUN(simulate_json_keys);
+    RUN(simulate_oom_and_plan);
+    RUN(simulate_exit_codes);
+    RUN(sweep_json);
+    RUN(compare_usage_and_json);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) {
+        printf("note: could not remove %s\n", tmp);
+    }
+    return tio_test_done();
+}

@@ -1,0 +1,181 @@
+/* Hardware descriptions: presets, derived rates, JSON load with units and "base", bad values. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include <teraio/alloc.h>
+#include <teraio/hw.h>
+
+#include "tio_test.h"
+
+static char tmpdir[256];
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[512];
+    (void)snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        (void)fputs(text, f);
+        (void)fclose(f);
+    }
+    return path;
+}
+
+TIO_TEST(paper_preset_matches_the_paper) {
+    struct tio_hw hw;
+    CHECK_OK(tio_hw_preset("paper-2xh100nvl", &hw));
+    CHECK_STR(hw.name, "paper-2xh100nvl");
+    CHECK_EQ_U(hw.gpus, 2);
+    CHECK_EQ_U(hw.gpu_memory_bytes, 94000000000ull); /* Table 2: 94 GB */
+    CHECK_EQ_U(hw.ssd_count, 4);
+    CHECK_NEAR(hw.ssd_read_Bps, 6.7e9, 1);
+    CHECK_NEAR(hw.ssd_write_Bps, 6.5e9, 1);
+    /* ~16 GB/s per 4-drive array as the paper measured: 4 x 6.5 x 16/26 = 16.0 */
+    CHECK_NEAR(tio_hw_ssd_write_Bps(&hw), 16.0e9, 1e3);
+    CHECK_NEAR(tio_hw_ssd_read_Bps(&hw), 4 * 6.7e9 * 16.0 / 26.0, 1e3);
+    CHECK_NEAR(hw.server_price_usd, 91047.9, 1e-6);
+    CHECK_NEAR(hw.ssd_price_usd, 1360.0, 1e-9);
+    CHECK_EQ_U(hw.host_memory_bytes, 1000000000000ull);
+    CHECK_EQ_U(tio_hw_plan_capacity(&hw), 94000000000ull - hw.gpu_reserve_bytes);
+    CHECK_OK(tio_hw_validate(&hw));
+    struct tio_hw d = tio_hw_default();
+    CHECK_STR(d.name, "paper-2xh100nvl");
+    struct tio_hw s;
+    CHECK_OK(tio_hw_preset("paper-2xh100nvl-128g", &s));
+    CHECK_EQ_U(s.host_memory_bytes, 128000000000ull);
+    CHECK_NEAR(s.server_price_usd, 84139.9, 1e-6);
+}
+
+TIO_TEST(every_preset_validates) {
+    CHECK(tio_hw_preset_count() >= 4);
+    for (size_t i = 0; i < tio_hw_preset_count(); i++) {
+        struct tio_hw hw;
+        CHECK_OK(tio_hw_preset(tio_hw_preset_name(i), &hw));
+        CHECK_OK(tio_hw_validate(&hw));
+        CHECK_STR(hw.name, tio_hw_preset_name(i));
+    }
+    CHECK(tio_hw_preset_name(tio_hw_preset_count()) == NULL);
+    struct tio_hw hw;
+    CHECK_RC(tio_hw_preset("no-such-box", &hw), TIO_ENOTFOUND);
+    CHECK_ERR_HAS("paper-2xh100nvl");
+}
+
+TIO_TEST(validate_names_bad_fields) {
+    struct tio_hw hw = tio_hw_default();
+    hw.pcie_h2d_Bps = 0;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("pcie_h2d_Bps");
+    hw = tio_hw_default();
+    hw.ssd_write_Bps = -1;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("ssd_write_Bps");
+    CHECK_ERR_HAS("-1");
+    hw = tio_hw_default();
+    hw.gpu_memory_bytes = 0;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("gpu_memory_bytes");
+    hw = tio_hw_default();
+    hw.gpu_reserve_bytes = hw.gpu_memory_bytes;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("gpu_reserve_bytes");
+    hw = tio_hw_default();
+    hw.ssd_efficiency = 1.5;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("ssd_efficiency");
+    hw = tio_hw_default();
+    hw.host_offload_cap_bytes = hw.host_memory_bytes + 1;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("host_offload_cap_bytes");
+    hw = tio_hw_default();
+    hw.pcie_d2h_Bps = NAN;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("pcie_d2h_Bps");
+    hw = tio_hw_default();
+    hw.ssd_count = 0; /* no SSDs is allowed (host-only offloading) */
+    CHECK_OK(tio_hw_validate(&hw));
+}
+
+TIO_TEST(json_units_and_base) {
+    const char *p =
+        write_file("a.json", "{\"base\": \"paper-2xh100nvl\", \"name\": \"mine\","
+                             " \"gpu_memory_bytes\": \"80GiB\", \"ssd_count\": 8,"
+                             " \"pcie_h2d_Bps\": \"25GB/s\", \"ssd_latency_s\": \"50us\","
+                             " \"host_offload_cap_bytes\": 1000000000}");
+    struct tio_hw hw;
+    CHECK_OK(tio_hw_load(p, &hw));
+    CHECK_STR(hw.name, "mine");
+    CHECK_EQ_U(hw.gpu_memory_bytes, 80ull << 30);
+    CHECK_EQ_U(hw.ssd_count, 8);
+    CHECK_NEAR(hw.pcie_h2d_Bps, 25e9, 1);
+    CHECK_NEAR(hw.ssd_latency_s, 50e-6, 1e-12);
+    CHECK_EQ_U(hw.host_offload_cap_bytes, 1000000000ull);
+    CHECK_NEAR(hw.ssd_write_Bps, 6.5e9, 1); /* inherited */
+    /* a file based on a file */
+    char text[600];
+    (void)snprintf(text, sizeof text, "{\"base\": \"%s\", \"gpus\": 4}", p);
+    const char *q = write_file("b.json", text);
+    CHECK_OK(tio_hw_load(q, &hw));
+    CHECK_EQ_U(hw.gpus, 4);
+    CHECK_EQ_U(hw.gpu_memory_bytes, 80ull << 30);
+    CHECK_STR(hw.name, "b.json");
+    /* round trip through tio_hw_to_json */
+    char *json = NULL;
+    CHECK_OK(tio_hw_to_json(&hw, &json));
+    const char *r = write_file("c.json", json ? json : "");
+    tio_free(json);
+    struct tio_hw back;
+    CHECK_OK(tio_hw_load(r, &back));
+    CHECK_EQ_U(back.gpu_memory_bytes, hw.gpu_memory_bytes);
+    CHECK_NEAR(back.pcie_h2d_Bps, hw.pcie_h2d_Bps, 1e-3);
+    CHECK_NEAR(back.ssd_efficiency, hw.ssd_efficiency, 1e-15);
+    CHECK_STR(back.name, hw.name);
+    /* a preset name works as a path */
+    CHECK_OK(tio_hw_load("cpu-ci", &hw));
+    CHECK_STR(hw.name, "cpu-ci");
+}
+
+TIO_TEST(json_errors_name_the_field) {
+    struct tio_hw hw;
+    CHECK_RC(tio_hw_load(write_file("e1.json", "{\"pcie_h2d_Bps\": \"-3GB/s\"}"), &hw), TIO_EINVAL);
+    CHECK_ERR_HAS("pcie_h2d_Bps");
+    CHECK_RC(tio_hw_load(write_file("e2.json", "{\"ssd_read_Bps\": 0}"), &hw), TIO_EINVAL);
+    CHECK_ERR_HAS("ssd_read_Bps");
+    CHECK_RC(tio_hw_load(write_file("e3.json", "{\"gpu_memroy_bytes\": 1}"), &hw), TIO_EFORMAT);
+    CHECK_ERR_HAS("gpu_memroy_bytes");
+    CHECK_RC(tio_hw_load(write_file("e4.json", "{\"gpus\": -2}"), &hw), TIO_EINVAL);
+    CHECK_ERR_HAS("gpus");
+    CHECK_RC(tio_hw_load(write_file("e5.json", "{\"gpu_memory_bytes\": \"12 parsecs\"}"), &hw),
+             TIO_EINVAL);
+    CHECK_ERR_HAS("gpu_memory_bytes");
+    CHECK_RC(tio_hw_load(write_file("e6.json", "[1,2]"), &hw), TIO_EFORMAT);
+    CHECK_RC(tio_hw_load(write_file("e7.json", "{\"gpus\": "), &hw), TIO_EFORMAT);
+    CHECK_RC(tio_hw_load(write_file("e8.json", "{\"base\": \"nope\"}"), &hw), TIO_ENOTFOUND);
+    /* a base loop is caught */
+    char text[600];
+    (void)snprintf(text, sizeof text, "{\"base\": \"%s/loop.json\"}", tmpdir);
+    CHECK_RC(tio_hw_load(write_file("loop.json", text), &hw), TIO_EFORMAT);
+    CHECK_ERR_HAS("deeper");
+    CHECK(tio_hw_load("/nonexistent/dir/x.json", &hw) < 0);
+    CHECK_RC(tio_hw_load(
+                 write_file("e9.json", "{\"gpu_memory_bytes\": 1000, \"gpu_reserve_bytes\": 2000}"),
+                 &hw),
+             TIO_EINVAL);
+    CHECK_ERR_HAS("gpu_reserve_bytes");
+}
+
+int main(void) {
+    (void)snprintf(tmpdir, sizeof tmpdir, "/tmp/tio_test_hw_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        TIO_SKIP("mkdtemp failed");
+    }
+    RUN(paper_preset_matches_the_paper);
+    RUN(every_preset_validates);
+    RUN(validate_names_bad_fields);
+    RUN(json_units_and_base);
+    RUN(json_errors_name_the_field);
+    char cmd[300];
+    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) {
+        printf("warning: could not remove %s\n", tmpdir);
+    }
+    return tio_test_done();
+}

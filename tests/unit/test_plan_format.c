@@ -1,0 +1,282 @@
+/* Plan objects and files: validation of moves, sorting, binary/JSON round trips, corruption,
+ * and the plan <-> trace hash check. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include <teraio/alloc.h>
+#include <teraio/plan.h>
+#include <teraio/trace.h>
+
+#include "tio_test.h"
+
+static char tmpdir[256];
+
+static struct tio_move
+mv(uint32_t t, int32_t from, int32_t to, uint64_t trig, uint64_t dl, uint64_t bytes) {
+    struct tio_move m = {
+        .tensor = t, .from = from, .to = to, .trigger = trig, .deadline = dl, .bytes = bytes
+    };
+    return m;
+}
+
+static struct tio_plan *sample(void) {
+    struct tio_plan *p = NULL;
+    if (tio_plan_new(0xfedcba9876543210ull, 10, "teraio-mixed", &p) < 0) {
+        return NULL;
+    }
+    struct tio_move ms[] = {
+        mv(3, TIO_TIER_HOST, TIO_TIER_GPU, 7, 9, 4096),
+        mv(3, TIO_TIER_GPU, TIO_TIER_HOST, 2, 4, 4096),
+        mv(1, TIO_TIER_GPU, TIO_TIER_SSD, 2, 3, 1 << 20),
+        mv(1, TIO_TIER_SSD, TIO_TIER_GPU, 8, 12, 1 << 20), /* wraps: deadline 12 >= 10 */
+    };
+    ms[3].flags = TIO_MOVE_URGENT;
+    ms[2].flags = TIO_MOVE_CLEAN;
+    for (size_t i = 0; i < 4; i++) {
+        if (tio_plan_add_move(p, &ms[i]) < 0) {
+            tio_plan_free(p);
+            return NULL;
+        }
+    }
+    struct tio_plan_summary s = { .feasible = 1,
+                                  .planning_seconds = 0.25,
+                                  .capacity_bytes = 1000,
+                                  .planned_peak_bytes = 900,
+                                  .host_peak_bytes = 4096,
+                                  .ssd_peak_bytes = 1 << 20,
+                                  .bytes_to_ssd = 1 << 20,
+                                  .bytes_to_host = 4096 };
+    tio_plan_set_summary(p, &s);
+    if (tio_plan_finish(p) < 0) {
+        tio_plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+TIO_TEST(moves_sorted_and_flags_normalized) {
+    struct tio_plan *p = sample();
+    CHECK(p != NULL);
+    if (!p) {
+        return;
+    }
+    size_t n;
+    const struct tio_move *m = tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 4);
+    /* (trigger, urgent first, tensor): (2,t1) (2,t3) (7,t3) (8,t1) */
+    CHECK_EQ_U(m[0].trigger, 2);
+    CHECK_EQ_U(m[0].tensor, 1);
+    CHECK_EQ_U(m[1].tensor, 3);
+    CHECK_EQ_U(m[2].trigger, 7);
+    CHECK_EQ_U(m[3].trigger, 8);
+    CHECK(m[3].flags & TIO_MOVE_WRAPS);
+    CHECK(m[3].flags & TIO_MOVE_URGENT);
+    CHECK(!(m[2].flags & TIO_MOVE_WRAPS));
+    struct tio_plan_summary s;
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_U(s.n_moves, 4);
+    CHECK_EQ_U(s.n_offloads, 2);
+    CHECK_STR(tio_plan_policy(p), "teraio-mixed");
+    CHECK_EQ_U(tio_plan_kernel_count(p), 10);
+    tio_plan_free(p);
+}
+
+TIO_TEST(bad_moves_rejected) {
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_new(1, 10, "x", &p));
+    struct tio_move m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 10, 11, 5);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    CHECK_ERR_HAS("trigger 10");
+    m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 5, 4, 5);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    CHECK_ERR_HAS("deadline 4");
+    m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 5, 16, 5);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    m = mv(0, TIO_TIER_GPU, TIO_TIER_GPU, 5, 6, 5);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    CHECK_ERR_HAS("neither");
+    m = mv(0, TIO_TIER_HOST, TIO_TIER_SSD, 5, 6, 5);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    m = mv(0, 7, TIO_TIER_GPU, 5, 6, 5);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    CHECK_ERR_HAS("tier");
+    m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 5, 6, 0);
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    CHECK_ERR_HAS("bytes 0");
+    m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 5, 6, 5);
+    m.flags = 1u << 9;
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    m = mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 5, 6, 5);
+    m.flags = TIO_MOVE_CLEAN;
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_EPLAN);
+    m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 5, 15, 5); /* trigger + N is allowed */
+    CHECK_OK(tio_plan_add_move(p, &m));
+    CHECK_OK(tio_plan_finish(p));
+    CHECK_RC(tio_plan_add_move(p, &m), TIO_ESTATE);
+    tio_plan_free(p);
+    CHECK_RC(tio_plan_new(1, 0, "x", &p), TIO_EINVAL);
+    CHECK_RC(tio_plan_new(1, 5, "", &p), TIO_EINVAL);
+    CHECK_RC(tio_plan_new(1, 5, "bad name", &p), TIO_EINVAL);
+}
+
+static int same_plans(const struct tio_plan *a, const struct tio_plan *b) {
+    size_t na, nb;
+    const struct tio_move *ma = tio_plan_moves(a, &na), *mb = tio_plan_moves(b, &nb);
+    if (na != nb || tio_plan_trace_hash(a) != tio_plan_trace_hash(b) ||
+        tio_plan_kernel_count(a) != tio_plan_kernel_count(b) ||
+        strcmp(tio_plan_policy(a), tio_plan_policy(b)) != 0) {
+        return 0;
+    }
+    for (size_t i = 0; i < na; i++) {
+        if (memcmp(&ma[i], &mb[i], sizeof ma[i]) != 0) {
+            return 0;
+        }
+    }
+    struct tio_plan_summary sa, sb;
+    tio_plan_get_summary(a, &sa);
+    tio_plan_get_summary(b, &sb);
+    return sa.n_moves == sb.n_moves && sa.n_offloads == sb.n_offloads &&
+           sa.feasible == sb.feasible && sa.planning_seconds == sb.planning_seconds &&
+           sa.capacity_bytes == sb.capacity_bytes &&
+           sa.planned_peak_bytes == sb.planned_peak_bytes &&
+           sa.host_peak_bytes == sb.host_peak_bytes && sa.ssd_peak_bytes == sb.ssd_peak_bytes &&
+           sa.bytes_to_ssd == sb.bytes_to_ssd && sa.bytes_to_host == sb.bytes_to_host;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return NULL;
+    }
+    unsigned char *b = malloc(1 << 20);
+    *len = fread(b, 1, 1 << 20, f);
+    (void)fclose(f);
+    return b;
+}
+
+TIO_TEST(round_trips) {
+    struct tio_plan *p = sample();
+    CHECK(p != NULL);
+    if (!p) {
+        return;
+    }
+    char bin[512], js[512];
+    (void)snprintf(bin, sizeof bin, "%s/p.plan", tmpdir);
+    (void)snprintf(js, sizeof js, "%s/p.json", tmpdir);
+    CHECK_OK(tio_plan_save(p, bin, TIO_PLAN_FORMAT_AUTO));
+    CHECK_OK(tio_plan_save(p, js, TIO_PLAN_FORMAT_AUTO));
+    struct tio_plan *a = NULL, *b = NULL;
+    CHECK_OK(tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &a));
+    CHECK_OK(tio_plan_load(js, TIO_PLAN_FORMAT_AUTO, &b));
+    CHECK(a && same_plans(p, a));
+    CHECK(b && same_plans(p, b));
+    size_t len = 0;
+    unsigned char *raw = slurp(bin, &len);
+    CHECK(raw && memcmp(raw, "TIOPLAN", 8) == 0);
+    CHECK_EQ_U(len, 200 + 4 * 40 + 4);
+    /* every single-byte corruption of the binary file is rejected */
+    int accepted = 0;
+    for (size_t i = 0; raw && i < len; i++) {
+        raw[i] ^= 0x5a;
+        struct tio_plan *c = NULL;
+        if (tio_plan_load_mem(raw, len, TIO_PLAN_FORMAT_BINARY, &c) == 0) {
+            accepted++;
+            tio_plan_free(c);
+        }
+        raw[i] ^= 0x5a;
+    }
+    CHECK_EQ_U(accepted, 0);
+    /* truncations too */
+    for (size_t cut = 0; raw && cut < len; cut += 7) {
+        struct tio_plan *c = NULL;
+        CHECK(tio_plan_load_mem(raw, cut, TIO_PLAN_FORMAT_AUTO, &c) < 0);
+    }
+    free(raw);
+    tio_plan_free(a);
+    tio_plan_free(b);
+    tio_plan_free(p);
+}
+
+TIO_TEST(json_errors_name_the_field) {
+    struct tio_plan *p = NULL;
+#define BASE                                                                   \
+    "{\"format\":\"teraio-plan\",\"version\":1,\"policy\":\"x\","              \
+    "\"trace_hash\":\"00000000000000ff\",\"n_kernels\":10,"                    \
+    "\"summary\":{\"n_moves\":1,\"n_offloads\":1,\"feasible\":true,"           \
+    "\"planning_seconds\":0,\"capacity_bytes\":0,\"planned_peak_bytes\":0,"    \
+    "\"shortfall_bytes\":0,\"shortfall_kernel\":0,\"host_peak_bytes\":0,"      \
+    "\"ssd_peak_bytes\":0,\"bytes_to_ssd\":0,\"bytes_to_host\":0},"            \
+    "\"moves\":[{\"tensor\":0,\"from\":\"gpu\",\"to\":\"ssd\",\"trigger\":%s," \
+    "\"deadline\":4,\"bytes\":8,\"flags\":[%s]}]}"
+    char text[2048];
+    (void)snprintf(text, sizeof text, BASE, "1", "");
+    CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_AUTO, &p));
+    CHECK(p && tio_plan_trace_hash(p) == 0xff);
+    tio_plan_free(p);
+    (void)snprintf(text, sizeof text, BASE, "11", "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EPLAN);
+    CHECK_ERR_HAS("trigger 11");
+    (void)snprintf(text, sizeof text, BASE, "-1", "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("trigger");
+    (void)snprintf(text, sizeof text, BASE, "1", "\"fast\"");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("flag");
+    (void)snprintf(text, sizeof text, BASE, "1", "\"wraps\""); /* deadline 4 < 10: inconsistent */
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EPLAN);
+#undef BASE
+    CHECK_RC(tio_plan_load_mem("{}", 2, TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_RC(tio_plan_load_mem("nope", 4, TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+}
+
+TIO_TEST(trace_hash_mismatch_rejected) {
+    struct tio_trace *tr = NULL, *tr2 = NULL;
+    uint32_t t, k;
+    CHECK_OK(tio_trace_new(NULL, &tr));
+    CHECK_OK(tio_trace_add_tensor(tr, 1 << 20, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "w", &t));
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(tio_trace_add_kernel(tr, "k", 1000, 0, &k));
+        if (i == 0) {
+            CHECK_OK(tio_trace_add_use(tr, t, TIO_USE_READ));
+        }
+    }
+    CHECK_OK(tio_trace_finish(tr));
+    CHECK_OK(tio_trace_new(NULL, &tr2));
+    CHECK_OK(tio_trace_add_tensor(tr2, 1 << 20, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "w", &t));
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(tio_trace_add_kernel(tr2, "k", 2000, 0, &k)); /* other durations */
+        if (i == 0) {
+            CHECK_OK(tio_trace_add_use(tr2, t, TIO_USE_READ));
+        }
+    }
+    CHECK_OK(tio_trace_finish(tr2));
+    uint64_t h;
+    CHECK_OK(tio_trace_hash(tr, &h));
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_new(h, 4, "none", &p));
+    CHECK_OK(tio_plan_finish(p));
+    CHECK_OK(tio_plan_check_trace(p, tr));
+    CHECK_RC(tio_plan_check_trace(p, tr2), TIO_EPLAN);
+    CHECK_ERR_HAS("made for trace");
+    tio_plan_free(p);
+    tio_trace_free(tr);
+    tio_trace_free(tr2);
+}
+
+int main(void) {
+    (void)snprintf(tmpdir, sizeof tmpdir, "/tmp/tio_test_planfmt_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        TIO_SKIP("mkdtemp failed");
+    }
+    RUN(moves_sorted_and_flags_normalized);
+    RUN(bad_moves_rejected);
+    RUN(round_trips);
+    RUN(json_errors_name_the_field);
+    RUN(trace_hash_mismatch_rejected);
+    char cmd[300];
+    (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) {
+        printf("warning: could not remove %s\n", tmpdir);
+    }
+    return tio_test_done();
+}

@@ -1,0 +1,544 @@
+/* The planners on hand-built traces (expected plans worked out by hand in the comments) and
+ * invariants on random traces checked by the independent tio_plan_verify. */
+#include <stdio.h>
+
+#include <teraio/analysis.h>
+#include <teraio/hw.h>
+#include <teraio/plan.h>
+#include <teraio/trace.h>
+
+#include "plan/planner_impl.h"
+#include "tio_test.h"
+
+#define MB 1000000ull
+
+static struct tio_hw
+tiny_hw(uint64_t capacity, double ssd_Bps, double pcie_Bps, uint64_t host_cap) {
+    struct tio_hw hw;
+    if (tio_hw_preset("cpu-ci", &hw) < 0) {
+        abort();
+    }
+    hw.gpu_memory_bytes = capacity;
+    hw.gpu_reserve_bytes = 0;
+    hw.ssd_count = ssd_Bps > 0 ? 1 : 0;
+    hw.ssd_read_Bps = ssd_Bps;
+    hw.ssd_write_Bps = ssd_Bps;
+    hw.ssd_efficiency = 1.0;
+    hw.pcie_h2d_Bps = pcie_Bps;
+    hw.pcie_d2h_Bps = pcie_Bps;
+    hw.host_memory_bytes = 1000 * MB;
+    hw.host_offload_cap_bytes = host_cap;
+    return hw;
+}
+
+/*
+ * 10 kernels of 1 ms. W: global 100 MB used at k0 (read) and k9 (read-write, the optimizer);
+ * X: activation 100 MB used at k3 and k6; Y: activation 60 MB at k4 and k5.
+ * Resident (MB): 100 100 100 200 260 260 200 100 100 100. Capacity 170 MB -> excess 30 90 90 30
+ * at k3..k6. Candidates: W [1, 9) and X [4, 6) (Y has no gap; W's wrap period is empty).
+ */
+static struct tio_trace *trace_wxy(void) {
+    struct tio_trace *tr = NULL;
+    uint32_t w, x, y, k;
+    if (tio_trace_new(NULL, &tr) < 0 ||
+        tio_trace_add_tensor(tr, 100 * MB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "W", &w) < 0 ||
+        tio_trace_add_tensor(tr, 100 * MB, TIO_TENSOR_ACTIVATION, 0, "X", &x) < 0 ||
+        tio_trace_add_tensor(tr, 60 * MB, TIO_TENSOR_ACTIVATION, 0, "Y", &y) < 0) {
+        abort();
+    }
+    for (uint32_t i = 0; i < 10; i++) {
+        if (tio_trace_add_kernel(tr, "k", 1000000, 0, &k) < 0) {
+            abort();
+        }
+        int rc = 0;
+        if (i == 0) {
+            rc = tio_trace_add_use(tr, w, TIO_USE_READ);
+        } else if (i == 9) {
+            rc = tio_trace_add_use(tr, w, TIO_USE_READ_WRITE);
+        } else if (i == 3) {
+            rc = tio_trace_add_use(tr, x, TIO_USE_WRITE);
+        } else if (i == 6) {
+            rc = tio_trace_add_use(tr, x, TIO_USE_READ);
+        } else if (i == 4) {
+            rc = tio_trace_add_use(tr, y, TIO_USE_WRITE);
+        } else if (i == 5) {
+            rc = tio_trace_add_use(tr, y, TIO_USE_READ);
+        }
+        if (rc < 0) {
+            abort();
+        }
+    }
+    if (tio_trace_finish(tr) < 0) {
+        abort();
+    }
+    return tr;
+}
+
+static int check_move(const struct tio_move *m,
+                      uint32_t tensor,
+                      int32_t from,
+                      int32_t to,
+                      uint64_t trigger,
+                      uint64_t deadline,
+                      uint32_t flags) {
+    int ok = m->tensor == tensor && m->from == from && m->to == to && m->trigger == trigger &&
+             m->deadline == deadline && m->flags == flags;
+    if (!ok) {
+        printf("  got tensor %u %s->%s trigger %llu deadline %llu flags %u\n", m->tensor,
+               tio_tier_name(m->from), tio_tier_name(m->to), (unsigned long long)m->trigger,
+               (unsigned long long)m->deadline, m->flags);
+    }
+    return ok;
+}
+
+/*
+ * SSD at 50 GB/s: 50 MB per 1 ms slot. W: the forward walk fills k1 and k2, so W is gone from
+ * k3 (offload deadline 3); the backward walk fills k8 and k7 (prefetch trigger 7, deadline 9).
+ * The window [3, 7) covers all the excess; after the pick the curve is 100 160 160 100 <= 170.
+ * X: the offload fills k4, k5 -> gone from 6 = its next use: no window, not viable.
+ * URGENT: k3 holds 100 + 100 > 170 if the offload is late; the prefetch has 2 ms for a 2 ms
+ * transfer (< 1.5x). Early prefetch: every kernel in [3, 7) is above 170 - 100, no move.
+ */
+TIO_TEST(ssd_pick_by_hand) {
+    struct tio_trace *tr = trace_wxy();
+    struct tio_hw hw = tiny_hw(170 * MB, 50e9, 1000e9, 0);
+    const char *pols[] = { "teraio-ssd", "teraio-mixed", "teraio-paper", "g10" };
+    for (size_t i = 0; i < 4; i++) {
+        struct tio_plan_params pp = tio_plan_params_default();
+        pp.policy = pols[i];
+        struct tio_plan *p = NULL;
+        CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+        if (!p) {
+            continue;
+        }
+        size_t n;
+        const struct tio_move *m = tio_plan_moves(p, &n);
+        CHECK_EQ_U(n, 2);
+        if (n == 2) {
+            CHECK(check_move(&m[0], 0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 3, TIO_MOVE_URGENT));
+            CHECK(check_move(&m[1], 0, TIO_TIER_SSD, TIO_TIER_GPU, 7, 9, TIO_MOVE_URGENT));
+        }
+        struct tio_plan_summary s;
+        tio_plan_get_summary(p, &s);
+        CHECK_EQ_I(s.feasible, 1);
+        CHECK_EQ_U(s.planned_peak_bytes, 160 * MB);
+        CHECK_EQ_U(s.bytes_to_ssd, 100 * MB);
+        CHECK_EQ_U(s.ssd_peak_bytes, 100 * MB);
+        CHECK_STR(tio_plan_policy(p), pols[i]);
+        CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL));
+        tio_plan_free(p);
+    }
+    tio_trace_free(tr);
+}
+
+/*
+ * SSD at 20 GB/s (20 MB per slot): W's offload would end in k5 and its prefetch start at k4:
+ * not viable on SSD. Host over PCIe at 100 GB/s: offload done in k1 (deadline 2), latest
+ * prefetch at k8; with the cap at 100 MB the host holds it. Early prefetch: after the pick the
+ * curve over [2, 8) is 0 100 160 160 100 0; the last kernel above 170 - 100 = 70 is k6, so the
+ * prefetch moves to k7. Offload not urgent (k2: 0 + 100 <= 170); prefetch slack 2 ms vs 1 ms.
+ */
+TIO_TEST(host_fallback_by_hand) {
+    struct tio_trace *tr = trace_wxy();
+    struct tio_hw hw = tiny_hw(170 * MB, 20e9, 100e9, 100 * MB);
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = "teraio-mixed";
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    size_t n = 0;
+    const struct tio_move *m = tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 2);
+    if (n == 2) {
+        CHECK(check_move(&m[0], 0, TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, 0));
+        CHECK(check_move(&m[1], 0, TIO_TIER_HOST, TIO_TIER_GPU, 7, 9, 0));
+    }
+    struct tio_plan_summary s;
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 1);
+    CHECK_EQ_U(s.host_peak_bytes, 100 * MB);
+    CHECK_EQ_U(s.bytes_to_host, 100 * MB);
+    CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL));
+    tio_plan_free(p);
+    /* without early prefetch the prefetch stays at the latest start, k8 */
+    pp.early_prefetch = 0;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    m = tio_plan_moves(p, &n);
+    /* ... and has 1 ms of slack for a 1 ms transfer: URGENT */
+    CHECK(n == 2 && check_move(&m[1], 0, TIO_TIER_HOST, TIO_TIER_GPU, 8, 9, TIO_MOVE_URGENT));
+    tio_plan_free(p);
+    /* SSD only: nothing viable -> infeasible, shortfall 90 MB first at kernel 4 */
+    pp.policy = "teraio-ssd";
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 0);
+    CHECK_EQ_U(s.shortfall_bytes, 90 * MB);
+    CHECK_EQ_U(s.shortfall_kernel, 4);
+    CHECK_EQ_U(s.n_moves, 0);
+    tio_plan_free(p);
+    /* a host cap below W's size: same */
+    hw.host_offload_cap_bytes = 50 * MB;
+    pp.policy = "teraio-mixed";
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 0);
+    CHECK_EQ_U(s.shortfall_bytes, 90 * MB);
+    tio_plan_free(p);
+    tio_trace_free(tr);
+}
+
+/* Capacity 90 MB: kernel 0 alone uses W (100 MB): no plan can fit; the error names it. */
+TIO_TEST(working_set_above_capacity) {
+    struct tio_trace *tr = trace_wxy();
+    struct tio_hw hw = tiny_hw(90 * MB, 50e9, 100e9, 0);
+    struct tio_plan_params pp = tio_plan_params_default();
+    struct tio_plan *p = NULL;
+    CHECK_RC(tio_plan_make(tr, &hw, &pp, &p), TIO_EINFEASIBLE);
+    CHECK_ERR_HAS("kernel 0");
+    CHECK_ERR_HAS("100000000 bytes");
+    CHECK_ERR_HAS("90000000 bytes");
+    CHECK(p == NULL);
+    /* baselines carry no moves and never fail for capacity */
+    pp.policy = "zero-infinity";
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    size_t n = 9;
+    (void)tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 0);
+    CHECK_STR(tio_plan_policy(p), "zero-infinity");
+    tio_plan_free(p);
+    pp.policy = "lfu";
+    CHECK_RC(tio_plan_make(tr, &hw, &pp, &p), TIO_ENOTFOUND);
+    hw.pcie_h2d_Bps = -1;
+    pp.policy = "teraio";
+    CHECK_RC(tio_plan_make(tr, &hw, &pp, &p), TIO_EINVAL);
+    CHECK_ERR_HAS("pcie_h2d_Bps");
+    tio_trace_free(tr);
+}
+
+/*
+ * Clean copies: a frozen weight F (global, 100 MB, only read) used at k0, k5 and k9 of 10 x 1 ms
+ * kernels, and an activation Z (100 MB) used at k1 and k8. Resident 100 at k0 and k9, else 200;
+ * capacity 150: excess 50 at k1..k8. SSD at 100 GB/s moves 100 MB per slot.
+ *   Z [2, 8): offload fills k2 (gone from 3), prefetch fills k7: window [3, 7), benefit 4 x 50.
+ *   F [1, 5): offload k1 (gone from 2), prefetch k4: window [2, 4), 2 x 50.
+ *   F [6, 9): offload k6 (gone from 7), prefetch k8: window [7, 8), 1 x 50.
+ * Pick Z. Then F [1, 5) (excess left at k2) and F [6, 9) (k7) tie at 50: the earlier start
+ * wins; F [1, 5) is written to SSD. F was not written since, so F [6, 9) is now CLEAN: gone at
+ * its start (deadline 6 = trigger), prefetch from k8, window [6, 8) covers k7. k1 and k8 stay
+ * over (an offload issued at k1 still holds F during k1): infeasible, 50 MB short at kernel 1.
+ */
+TIO_TEST(clean_copies_for_unwritten_tensors) {
+    struct tio_trace *tr = NULL;
+    uint32_t f, z, k;
+    CHECK_OK(tio_trace_new(NULL, &tr));
+    CHECK_OK(tio_trace_add_tensor(tr, 100 * MB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "F", &f));
+    CHECK_OK(tio_trace_add_tensor(tr, 100 * MB, TIO_TENSOR_ACTIVATION, 0, "Z", &z));
+    for (uint32_t i = 0; i < 10; i++) {
+        CHECK_OK(tio_trace_add_kernel(tr, "k", 1000000, 0, &k));
+        if (i == 0 || i == 5 || i == 9) {
+            CHECK_OK(tio_trace_add_use(tr, f, TIO_USE_READ));
+        }
+        if (i == 1 || i == 8) {
+            CHECK_OK(tio_trace_add_use(tr, z, i == 1 ? TIO_USE_WRITE : TIO_USE_READ));
+        }
+    }
+    CHECK_OK(tio_trace_finish(tr));
+    struct tio_hw hw = tiny_hw(150 * MB, 100e9, 1000e9, 0);
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = "teraio-ssd";
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    struct tio_plan_summary s;
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 0);
+    CHECK_EQ_U(s.shortfall_bytes, 50 * MB);
+    CHECK_EQ_U(s.shortfall_kernel, 1);
+    size_t n = 0, clean = 0;
+    const struct tio_move *m = tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 6);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].flags & TIO_MOVE_CLEAN) {
+            clean++;
+            CHECK(check_move(&m[i], f, TIO_TIER_GPU, TIO_TIER_SSD, 6, 6, TIO_MOVE_CLEAN));
+        }
+    }
+    CHECK_EQ_U(clean, 1);
+    CHECK_EQ_U(s.bytes_to_ssd, 200 * MB); /* Z and the first F: the clean one writes nothing */
+    CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL));
+    tio_plan_free(p);
+    /* the paper's algorithm writes every offload */
+    pp.policy = "teraio-paper";
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    m = tio_plan_moves(p, &n);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(!(m[i].flags & TIO_MOVE_CLEAN));
+    }
+    CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL));
+    tio_plan_free(p);
+    tio_trace_free(tr);
+}
+
+/* ---- random traces --------------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* A layered "training step": L layers forward (weights read, activations written), backward
+ * (activations read, grads written), optimizer (weights and states read-write). */
+static struct tio_trace *random_trace(uint64_t seed, uint64_t *total_out) {
+    rng_state = seed * 2654435761u + 1;
+    struct tio_trace *tr = NULL;
+    if (tio_trace_new(NULL, &tr) < 0) {
+        abort();
+    }
+    uint32_t L = 3 + (uint32_t)(rnd() % 6);
+    uint32_t w[16], o[16], g[16], a[16], k;
+    for (uint32_t l = 0; l < L; l++) {
+        uint64_t wb = (1 + rnd() % 40) * MB, ab = (rnd() % 60 + 1) * MB / 2;
+        if (tio_trace_add_tensor(tr, wb, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, NULL, &w[l]) < 0 ||
+            tio_trace_add_tensor(tr, 2 * wb, TIO_TENSOR_OPTIM_STATE, TIO_TENSOR_GLOBAL, NULL,
+                                 &o[l]) < 0 ||
+            tio_trace_add_tensor(tr, wb, TIO_TENSOR_GRAD, 0, NULL, &g[l]) < 0 ||
+            tio_trace_add_tensor(tr, ab, TIO_TENSOR_ACTIVATION, 0, NULL, &a[l]) < 0) {
+            abort();
+        }
+    }
+    uint32_t small;
+    if (tio_trace_add_tensor(tr, 4096, TIO_TENSOR_TEMP, TIO_TENSOR_PINNED, "buf", &small) < 0) {
+        abort();
+    }
+    int rc = 0;
+#define KER(dur)     rc |= tio_trace_add_kernel(tr, NULL, (dur), 0, &k)
+#define USE(t, mode) rc |= tio_trace_add_use(tr, (t), (mode))
+    for (uint32_t l = 0; l < L; l++) { /* forward: a couple of kernels per layer */
+        KER(100000 + rnd() % 2000000);
+        USE(w[l], TIO_USE_READ);
+        USE(a[l], TIO_USE_WRITE);
+        if (l > 0) {
+            USE(a[l - 1], TIO_USE_READ);
+        }
+        KER(50000 + rnd() % 1000000);
+        USE(small, TIO_USE_READ_WRITE);
+    }
+    for (uint32_t l = L; l-- > 0;) { /* backward */
+        KER(200000 + rnd() % 3000000);
+        USE(w[l], TIO_USE_READ);
+        USE(a[l], TIO_USE_READ);
+        USE(g[l], TIO_USE_WRITE);
+        KER(rnd() % 3 == 0 ? 0 : 10000 + rnd() % 500000); /* zero-length kernels happen */
+        USE(small, TIO_USE_READ);
+    }
+    for (uint32_t l = 0; l < L; l++) { /* optimizer */
+        KER(100000 + rnd() % 1000000);
+        USE(w[l], TIO_USE_READ_WRITE);
+        USE(o[l], TIO_USE_READ_WRITE);
+        USE(g[l], TIO_USE_READ);
+    }
+#undef KER
+#undef USE
+    if (rc < 0 || tio_trace_finish(tr) < 0) {
+        abort();
+    }
+    *total_out = 0;
+    for (uint32_t t = 0; t < tio_trace_tensor_count(tr); t++) {
+        struct tio_trace_view v;
+        tio_trace_get_view(tr, &v);
+        *total_out += v.tensor_bytes[t];
+    }
+    return tr;
+}
+
+static int plans_equal(const struct tio_plan *a, const struct tio_plan *b) {
+    size_t na, nb;
+    const struct tio_move *x = tio_plan_moves(a, &na), *y = tio_plan_moves(b, &nb);
+    return na == nb && (na == 0 || memcmp(x, y, na * sizeof *x) == 0);
+}
+
+TIO_TEST(random_traces_invariants) {
+    const char *pols[] = { "teraio-mixed", "teraio-ssd", "teraio-paper", "g10" };
+    int feasible_seen = 0, infeasible_seen = 0, moves_seen = 0;
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        uint64_t total;
+        struct tio_trace *tr = random_trace(seed, &total);
+        rng_state = seed * 7919 + 3;
+        double ssd = (double)(1 + rnd() % 40) * 1e9, pcie = (double)(5 + rnd() % 60) * 1e9;
+        struct tio_hw hw = tiny_hw(total, ssd, pcie, (rnd() % 2) ? total / 3 : 0);
+        struct tio_plan_params np = tio_plan_params_default();
+        np.policy = "none";
+        struct tio_plan *none = NULL;
+        CHECK_OK(tio_plan_make(tr, &hw, &np, &none));
+        struct tio_plan_summary ns;
+        tio_plan_get_summary(none, &ns);
+        tio_plan_free(none);
+        /* capacity between 55% and 100% of the unplanned peak */
+        uint64_t cap = ns.planned_peak_bytes / 100 * (55 + rnd() % 46);
+        hw.gpu_memory_bytes = cap;
+        for (size_t i = 0; i < 4; i++) {
+            struct tio_plan_params pp = tio_plan_params_default();
+            pp.policy = pols[i];
+            pp.early_prefetch = (int32_t)(seed % 2);
+            struct tio_plan *p = NULL, *q = NULL;
+            int rc = tio_plan_make(tr, &hw, &pp, &p);
+            if (rc == TIO_EINFEASIBLE) {
+                continue; /* working set above capacity: an error, tested elsewhere */
+            }
+            CHECK_OK(rc);
+            if (!p) {
+                continue;
+            }
+            uint64_t peak = 0;
+            rc = tio_plan_verify(p, tr, &hw, &pp, &peak);
+            if (rc < 0) {
+                printf("  seed %llu policy %s: %s\n", (unsigned long long)seed, pols[i],
+                       tio_last_error());
+            }
+            CHECK_OK(rc);
+            struct tio_plan_summary s;
+            tio_plan_get_summary(p, &s);
+            CHECK_EQ_U(peak, s.planned_peak_bytes);
+            if (s.feasible) {
+                CHECK(peak <= cap);
+                feasible_seen++;
+            } else {
+                CHECK(s.shortfall_bytes > 0);
+                CHECK_EQ_U(s.shortfall_bytes, peak - cap);
+                infeasible_seen++;
+            }
+            moves_seen += s.n_moves > 0;
+            CHECK_OK(tio_plan_make(tr, &hw, &pp, &q)); /* deterministic */
+            CHECK(q && plans_equal(p, q));
+            tio_plan_free(q);
+            tio_plan_free(p);
+        }
+        tio_trace_free(tr);
+    }
+    printf("  feasible %d, infeasible %d, with moves %d\n", feasible_seen, infeasible_seen,
+           moves_seen);
+    CHECK(feasible_seen > 20);
+    CHECK(infeasible_seen > 5);
+    CHECK(moves_seen > 20);
+}
+
+/* The planner's private liveness (planner_model.c) agrees with the analysis module, an
+ * independent implementation of the same definitions: resident and active curves, periods. */
+static int per_cmp(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    for (int i = 0; i < 3; i++) {
+        if (x[i] != y[i]) {
+            return x[i] < y[i] ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+TIO_TEST(model_matches_analysis) {
+    for (uint64_t seed = 1; seed <= 30; seed++) {
+        uint64_t total;
+        struct tio_trace *tr = random_trace(seed, &total);
+        struct tio_hw hw = tiny_hw(total, 10e9, 10e9, 0);
+        struct tio_plan_params pp = tio_plan_params_default();
+        pp.min_tensor_bytes = 0;
+        struct tio_pmodel m;
+        struct tio_analysis *an = NULL;
+        CHECK_OK(tio_pmodel_build(tr, &hw, &pp, &m));
+        CHECK_OK(tio_analysis_new(tr, NULL, &an));
+        if (!an) {
+            tio_trace_free(tr);
+            continue;
+        }
+        const uint64_t *res = tio_analysis_resident_bytes(an), *act = tio_analysis_active_bytes(an);
+        for (size_t k = 0; k < m.n; k++) {
+            CHECK_EQ_U(m.resident[k], res[k]);
+            CHECK_EQ_U(m.active[k], act[k]);
+        }
+        size_t na;
+        const struct tio_period *ap = tio_analysis_periods(an, &na);
+        struct tio_trace_view v;
+        tio_trace_get_view(tr, &v);
+        uint64_t *x = calloc(3 * (na + 1), sizeof *x),
+                 *y = calloc(3 * (m.n_periods + 1), sizeof *y);
+        size_t nx = 0;
+        for (size_t i = 0; i < na; i++) {
+            if (v.tensor_flags[ap[i].tensor] & TIO_TENSOR_PINNED) {
+                continue; /* never candidates */
+            }
+            uint64_t st = ap[i].start, en = ap[i].end;
+            if (st >= m.n) { /* the planner folds [N, u0 + N) back to [0, u0) */
+                st -= m.n;
+                en -= m.n;
+            }
+            x[3 * nx] = ap[i].tensor;
+            x[3 * nx + 1] = st;
+            x[3 * nx + 2] = en;
+            nx++;
+        }
+        for (size_t i = 0; i < m.n_periods; i++) {
+            y[3 * i] = m.periods[i].tensor;
+            y[3 * i + 1] = m.periods[i].start;
+            y[3 * i + 2] = m.periods[i].end;
+        }
+        CHECK_EQ_U(nx, m.n_periods);
+        if (nx == m.n_periods) {
+            qsort(x, nx, 3 * sizeof *x, per_cmp);
+            qsort(y, nx, 3 * sizeof *y, per_cmp);
+            CHECK(memcmp(x, y, 3 * nx * sizeof *x) == 0);
+        }
+        free(x);
+        free(y);
+        tio_analysis_free(an);
+        tio_pmodel_free(&m);
+        tio_trace_free(tr);
+    }
+}
+
+/* verify catches broken plans: an offload without its prefetch, and a slot over capacity */
+TIO_TEST(verify_rejects_bad_plans) {
+    struct tio_trace *tr = trace_wxy();
+    struct tio_hw hw = tiny_hw(170 * MB, 50e9, 1000e9, 0);
+    uint64_t h;
+    CHECK_OK(tio_trace_hash(tr, &h));
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_new(h, 10, "hand", &p));
+    struct tio_move off = { .tensor = 0,
+                            .from = TIO_TIER_GPU,
+                            .to = TIO_TIER_SSD,
+                            .trigger = 1,
+                            .deadline = 3,
+                            .bytes = 100 * MB };
+    CHECK_OK(tio_plan_add_move(p, &off));
+    CHECK_OK(tio_plan_finish(p));
+    CHECK_RC(tio_plan_verify(p, tr, &hw, NULL, NULL), TIO_EPLAN);
+    CHECK_ERR_HAS("no prefetch");
+    tio_plan_free(p);
+    /* 100 MB in one 1 ms slot at 50 GB/s: over capacity */
+    CHECK_OK(tio_plan_new(h, 10, "hand", &p));
+    off.deadline = 2;
+    struct tio_move pre = { .tensor = 0,
+                            .from = TIO_TIER_SSD,
+                            .to = TIO_TIER_GPU,
+                            .trigger = 7,
+                            .deadline = 9,
+                            .bytes = 100 * MB };
+    CHECK_OK(tio_plan_add_move(p, &off));
+    CHECK_OK(tio_plan_add_move(p, &pre));
+    CHECK_OK(tio_plan_finish(p));
+    CHECK_RC(tio_plan_verify(p, tr, &hw, NULL, NULL), TIO_EPLAN);
+    CHECK_ERR_HAS("ssd-write");
+    tio_plan_free(p);
+    tio_trace_free(tr);
+}
+
+int main(void) {
+    RUN(ssd_pick_by_hand);
+    RUN(host_fallback_by_hand);
+    RUN(working_set_above_capacity);
+    RUN(clean_copies_for_unwritten_tensors);
+    RUN(verify_rejects_bad_plans);
+    RUN(random_traces_invariants);
+    RUN(model_matches_analysis);
+    return tio_test_done();
+}

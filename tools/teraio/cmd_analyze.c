@@ -1,0 +1,427 @@
+/* teraio analyze: tensor lifetimes, inactive periods and memory curves of a
+ * trace (the paper's characterization, PAPER.md s.2: Observations 1 and 2). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/teraio.h>
+
+#include "cli.h"
+
+static const char *const cmd_name = "analyze";
+
+static void usage(FILE *f) {
+    (void)fprintf(f, "usage: teraio analyze TRACE [--capacity SIZE] [--long-idle TIME] "
+                     "[--json] [--csv DIR]\n"
+                     "                      [--top N]\n\n"
+                     "Tensor lifetimes of one training iteration: per kernel the resident "
+                     "bytes (if nothing\n"
+                     "is offloaded) and the active bytes (tensors the kernel uses); per "
+                     "tensor its inactive\n"
+                     "periods, where a global tensor's last period wraps into the next "
+                     "iteration. Prints\n"
+                     "the paper's Observation 1 (active tensors need little memory) and "
+                     "Observation 2\n"
+                     "(tensors of 10 MB-1 GB stay idle long) beside the paper's values.\n\n"
+                     "options:\n"
+                     "  --capacity SIZE   GPU memory for capacity-relative fractions (e.g. "
+                     "94GiB, 80GB)\n"
+                     "  --long-idle TIME  threshold of a long inactive period (default 10ms)\n"
+                     "  --json            print the summary as JSON (same names as struct\n"
+                     "                    tio_analysis_summary, plus buckets and top "
+                     "tensors)\n"
+                     "  --csv DIR         write memory.csv, periods.csv and cdf.csv into DIR "
+                     "(created)\n"
+                     "  --top N           list the N large tensors (>= 10 MB) idle the "
+                     "longest (default 10)\n"
+                     "  -h, --help        this help\n\n"
+                     "examples:\n"
+                     "  teraio analyze llama3-8b.tio --capacity 94GiB\n"
+                     "  teraio analyze llama3-8b.tio --json --csv out/llama3-8b\n"
+                     "  teraio analyze run.json --long-idle 5ms --top 20\n\n"
+                     "exit codes: 0 success, 1 usage error, 2 bad trace, 3 runtime failure\n");
+}
+
+/* Largest tensors' longest inactive period. */
+struct top_entry {
+    uint32_t tensor;
+    uint32_t n_periods;
+    uint32_t flags; /* of the longest period (TIO_PERIOD_*) */
+    uint64_t longest_ns, total_ns, start, end;
+};
+
+static int cmp_top(const void *pa, const void *pb) {
+    const struct top_entry *a = pa, *b = pb;
+    if (a->longest_ns != b->longest_ns) {
+        return a->longest_ns < b->longest_ns ? 1 : -1;
+    }
+    return (a->tensor > b->tensor) - (a->tensor < b->tensor);
+}
+
+/* Tensors >= 10 MB with at least one period, ranked by their longest period
+ * (ties: tensor id). Returns the number kept (<= top) in *out (malloc'd), or -1
+ * on allocation failure. */
+static long collect_top(const struct tio_analysis *a,
+                        const struct tio_trace *tr,
+                        size_t top,
+                        struct top_entry **out) {
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    size_t np;
+    const struct tio_period *p = tio_analysis_periods(a, &np);
+    struct top_entry *e = malloc((v.n_tensors ? v.n_tensors : 1) * sizeof *e);
+    if (!e) {
+        return -1;
+    }
+    size_t n = 0;
+    for (uint32_t t = 0; t < v.n_tensors; t++) {
+        if (v.tensor_bytes[t] < UINT64_C(10000000)) {
+            continue;
+        }
+        size_t m;
+        const uint32_t *idx = tio_analysis_tensor_periods(a, t, &m);
+        if (m == 0) {
+            continue;
+        }
+        struct top_entry x = { .tensor = t, .n_periods = (uint32_t)m };
+        for (size_t j = 0; j < m; j++) {
+            const struct tio_period *q = &p[idx[j]];
+            x.total_ns += q->duration_ns;
+            if (j == 0 || q->duration_ns > x.longest_ns) {
+                x.longest_ns = q->duration_ns;
+                x.start = q->start;
+                x.end = q->end;
+                x.flags = q->flags;
+            }
+        }
+        e[n++] = x;
+    }
+    qsort(e, n, sizeof *e, cmp_top);
+    *out = e;
+    return (long)(n < top ? n : top);
+}
+
+/* The lower median of a sorted array (an actual value), 0 if empty. */
+static uint64_t lower_median(const uint64_t *d, size_t n) {
+    return n ? d[(n - 1) / 2] : 0;
+}
+
+/* Periods of a bucket idle strictly longer than the threshold (d is sorted
+ * ascending). */
+static size_t count_above(const uint64_t *d, size_t n, uint64_t threshold) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d[mid] <= threshold) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return n - lo;
+}
+
+static void json_u64_array(FILE *f, const size_t *v, size_t n) {
+    (void)fputc('[', f);
+    for (size_t i = 0; i < n; i++) {
+        (void)fprintf(f, "%s%zu", i ? ", " : "", v[i]);
+    }
+    (void)fputc(']', f);
+}
+
+static void print_json(const char *path,
+                       const struct tio_trace *tr,
+                       const struct tio_analysis *a,
+                       const struct tio_analysis_params *prm,
+                       const struct top_entry *top,
+                       size_t n_top) {
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    FILE *f = stdout;
+    (void)fputs("{\n  \"trace\": ", f);
+    cli_json_string(f, path);
+    (void)fprintf(f,
+                  ",\n  \"capacity_bytes\": %" PRIu64 ",\n  \"long_idle_ns\": %" PRIu64
+                  ",\n  \"n_kernels\": %zu,\n  \"n_tensors\": %zu,\n  \"n_uses\": %zu,\n"
+                  "  \"n_periods\": %zu,\n  \"inactive_periods\": %zu,\n"
+                  "  \"iteration_ns\": %" PRIu64 ",\n  \"global_bytes\": %" PRIu64 ",\n"
+                  "  \"peak_resident_bytes\": %" PRIu64 ",\n  \"peak_kernel\": %zu,\n"
+                  "  \"peak_kernel_name\": ",
+                  prm->capacity_bytes, prm->long_idle_ns, s.n_kernels, s.n_tensors, s.n_uses,
+                  s.n_periods, s.n_periods, s.iteration_ns, s.global_bytes, s.peak_resident_bytes,
+                  s.peak_kernel);
+    const char *kname = s.n_kernels ? tio_trace_kernel_name(tr, (uint32_t)s.peak_kernel) : NULL;
+    if (kname) {
+        cli_json_string(f, kname);
+    } else {
+        (void)fputs("null", f);
+    }
+    (void)fprintf(f,
+                  ",\n  \"peak_active_bytes\": %" PRIu64 ",\n"
+                  "  \"active_fraction_mean\": %.17g,\n  \"active_fraction_max\": %.17g,\n"
+                  "  \"active_capacity_fraction_mean\": %.17g,\n"
+                  "  \"active_capacity_fraction_max\": %.17g,\n"
+                  "  \"long_idle_fraction_10mb_1gb\": %.17g,\n  \"periods_per_bucket\": ",
+                  s.peak_active_bytes, s.active_fraction_mean, s.active_fraction_max,
+                  s.active_capacity_fraction_mean, s.active_capacity_fraction_max,
+                  s.long_idle_fraction_10mb_1gb);
+    json_u64_array(f, s.periods_per_bucket, TIO_BUCKET_COUNT);
+    (void)fputs(",\n  \"tensors_per_bucket\": ", f);
+    json_u64_array(f, s.tensors_per_bucket, TIO_BUCKET_COUNT);
+    (void)fputs(",\n  \"buckets\": [", f);
+    for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
+        size_t n;
+        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        (void)fprintf(f,
+                      "%s\n    {\"name\": \"%s\", \"tensors\": %zu, \"periods\": %zu, "
+                      "\"median_idle_ns\": %" PRIu64 ", \"long_idle_periods\": %zu}",
+                      b ? "," : "", tio_size_bucket_name(b), s.tensors_per_bucket[b], n,
+                      lower_median(d, n), count_above(d, n, prm->long_idle_ns));
+    }
+    (void)fputs("\n  ],\n  \"top\": [", f);
+    for (size_t i = 0; i < n_top; i++) {
+        const struct top_entry *e = &top[i];
+        (void)fprintf(f, "%s\n    {\"tensor\": %u, \"name\": ", i ? "," : "", e->tensor);
+        const char *name = tio_trace_tensor_name(tr, e->tensor);
+        if (name) {
+            cli_json_string(f, name);
+        } else {
+            (void)fputs("null", f);
+        }
+        (void)fprintf(f,
+                      ", \"kind\": \"%s\", \"bytes\": %" PRIu64 ", \"longest_idle_ns\": %" PRIu64
+                      ", \"start\": %" PRIu64 ", \"end\": %" PRIu64 ", \"total_idle_ns\": %" PRIu64
+                      ", \"periods\": %u, \"wraps\": %s}",
+                      tio_tensor_kind_name(v.tensor_kind[e->tensor]), v.tensor_bytes[e->tensor],
+                      e->longest_ns, e->start, e->end, e->total_ns, e->n_periods,
+                      (e->flags & TIO_PERIOD_WRAPS) ? "true" : "false");
+    }
+    (void)fputs(n_top ? "\n  ]\n}\n" : "]\n}\n", f);
+}
+
+/* "15.8%", "0.0312%", "0%": one decimal from 10% up, three significant digits below. */
+static const char *pct(double x, char *buf, size_t len) {
+    if (x == 0) {
+        (void)snprintf(buf, len, "0%%");
+    } else {
+        (void)snprintf(buf, len, x >= 0.1 ? "%.1f%%" : "%.3g%%", 100 * x);
+    }
+    return buf;
+}
+
+static const char *dur(uint64_t ns, char *buf, size_t len) {
+    return tio_format_duration((double)ns * 1e-9, buf, len);
+}
+
+static void print_text(const char *path,
+                       const struct tio_trace *tr,
+                       const struct tio_analysis *a,
+                       const struct tio_analysis_params *prm,
+                       const struct top_entry *top,
+                       size_t n_top,
+                       int want_top) {
+    struct tio_analysis_summary s;
+    tio_analysis_get_summary(a, &s);
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    char b1[64], b2[64], b3[64];
+    printf("trace %s\n", path);
+    printf("  %zu kernels, %zu tensors, %zu uses, %zu inactive periods\n", s.n_kernels, s.n_tensors,
+           s.n_uses, s.n_periods);
+    printf("  iteration time      %s (sum of kernel durations)\n", dur(s.iteration_ns, b1, 64));
+    const char *kname = s.n_kernels ? tio_trace_kernel_name(tr, (uint32_t)s.peak_kernel) : NULL;
+    printf("  peak resident       %s at kernel %zu (%s)",
+           tio_format_bytes(s.peak_resident_bytes, b1, 64), s.peak_kernel,
+           kname ? kname : "unnamed");
+    if (prm->capacity_bytes) {
+        double r = (double)s.peak_resident_bytes / (double)prm->capacity_bytes;
+        if (r >= 1) {
+            printf(", %.2fx the capacity of %s", r, tio_format_bytes(prm->capacity_bytes, b2, 64));
+        } else {
+            printf(", %s of the capacity of %s", pct(r, b3, 64),
+                   tio_format_bytes(prm->capacity_bytes, b2, 64));
+        }
+    }
+    printf("\n  global tensors      %s\n", tio_format_bytes(s.global_bytes, b1, 64));
+    printf("  peak active         %s\n\n", tio_format_bytes(s.peak_active_bytes, b1, 64));
+
+    printf("Observation 1: active tensors need little memory\n");
+    printf("  active / resident   mean %s, max %s%s\n", pct(s.active_fraction_mean, b1, 64),
+           pct(s.active_fraction_max, b2, 64),
+           prm->capacity_bytes ? "" : "   (paper, of GPU capacity: 1.7% mean, <14% max)");
+    if (prm->capacity_bytes) {
+        printf("  active / capacity   mean %s, max %s   paper: 1.7%% mean, <14%% "
+               "max\n",
+               pct(s.active_capacity_fraction_mean, b1, 64),
+               pct(s.active_capacity_fraction_max, b2, 64));
+    } else {
+        printf("  (pass --capacity to compare with the GPU capacity as the paper "
+               "does)\n");
+    }
+    printf("Observation 2: inactive tensors are large and idle long\n");
+    size_t mid =
+        s.periods_per_bucket[TIO_BUCKET_10_100MB] + s.periods_per_bucket[TIO_BUCKET_100MB_1GB];
+    if (mid) {
+        printf("  periods of 10 MB-1 GB tensors idle > %s: %s of %zu   paper: >40%%\n\n",
+               dur(prm->long_idle_ns, b1, 64), pct(s.long_idle_fraction_10mb_1gb, b2, 64), mid);
+    } else {
+        printf("  periods of 10 MB-1 GB tensors idle > %s: none (no such periods)   "
+               "paper: >40%%\n\n",
+               dur(prm->long_idle_ns, b1, 64));
+    }
+
+    printf("%-10s %10s %10s %12s %12s\n", "size", "tensors", "periods", "median idle",
+           "> long-idle");
+    for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
+        size_t n;
+        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        char m[64] = "-";
+        if (n) {
+            dur(lower_median(d, n), m, sizeof m);
+        }
+        printf("%-10s %10zu %10zu %12s %12s\n", tio_size_bucket_name(b), s.tensors_per_bucket[b], n,
+               m, n ? pct((double)count_above(d, n, prm->long_idle_ns) / (double)n, b3, 64) : "-");
+    }
+    if (n_top == 0) {
+        if (want_top) {
+            printf("\nno tensor of 10 MB or more has an inactive period\n");
+        }
+        return;
+    }
+    printf("\ntop %zu tensors >= 10 MB by longest inactive period\n", n_top);
+    printf("%8s  %-24s %-12s %10s %12s %20s %12s %7s\n", "tensor", "name", "kind", "size",
+           "longest idle", "kernels [start,end)", "total idle", "periods");
+    for (size_t i = 0; i < n_top; i++) {
+        const struct top_entry *e = &top[i];
+        const char *name = tio_trace_tensor_name(tr, e->tensor);
+        char range[64];
+        /* "w": the period wraps into the next iteration. */
+        (void)snprintf(range, sizeof range, "[%" PRIu64 ",%" PRIu64 ")%s", e->start, e->end,
+                       (e->flags & TIO_PERIOD_WRAPS) ? "w" : "");
+        printf("%8u  %-24.24s %-12s %10s %12s %20s %12s %7u\n", e->tensor, name ? name : "-",
+               tio_tensor_kind_name(v.tensor_kind[e->tensor]),
+               tio_format_bytes(v.tensor_bytes[e->tensor], b1, 64), dur(e->longest_ns, b2, 64),
+               range, dur(e->total_ns, b3, 64), e->n_periods);
+    }
+}
+
+/* "--opt VALUE" or "--opt=VALUE": the value, advancing *i; NULL (usage error)
+ * if missing. */
+static const char *opt_value(int argc, char **argv, int *i, const char *opt) {
+    size_t len = strlen(opt);
+    if (strncmp(argv[*i], opt, len) == 0 && argv[*i][len] == '=') {
+        return argv[*i] + len + 1;
+    }
+    if (*i + 1 >= argc) {
+        cli_error(cmd_name, "%s needs a value", opt);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int is_opt(const char *arg, const char *opt) {
+    size_t len = strlen(opt);
+    return strncmp(arg, opt, len) == 0 && (arg[len] == '\0' || arg[len] == '=');
+}
+
+int cli_cmd_analyze(int argc, char **argv) {
+    const char *path = NULL, *csv_dir = NULL;
+    int json = 0;
+    uint64_t top_n = 10;
+    struct tio_analysis_params prm = tio_analysis_params_default();
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            return TIO_EXIT_OK;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            json = 1;
+        } else if (is_opt(arg, "--capacity")) {
+            if (!(val = opt_value(argc, argv, &i, "--capacity")) ||
+                cli_parse_bytes(cmd_name, "--capacity", val, &prm.capacity_bytes)) {
+                return TIO_EXIT_USAGE;
+            }
+        } else if (is_opt(arg, "--long-idle")) {
+            double sec;
+            if (!(val = opt_value(argc, argv, &i, "--long-idle"))) {
+                return TIO_EXIT_USAGE;
+            }
+            if (tio_parse_duration(val, &sec) < 0 || !(sec * 1e9 < 1.8e19)) {
+                cli_error(cmd_name, "--long-idle: %s (e.g. 10ms, 500us, 1s)", tio_last_error());
+                return TIO_EXIT_USAGE;
+            }
+            prm.long_idle_ns = (uint64_t)llround(sec * 1e9);
+        } else if (is_opt(arg, "--csv")) {
+            if (!(csv_dir = opt_value(argc, argv, &i, "--csv"))) {
+                return TIO_EXIT_USAGE;
+            }
+        } else if (is_opt(arg, "--top")) {
+            if (!(val = opt_value(argc, argv, &i, "--top")) ||
+                cli_parse_u64(cmd_name, "--top", val, &top_n)) {
+                return TIO_EXIT_USAGE;
+            }
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            cli_error(cmd_name, "unknown option '%s' (see teraio analyze --help)", arg);
+            return TIO_EXIT_USAGE;
+        } else if (!path) {
+            path = arg;
+        } else {
+            cli_error(cmd_name, "one trace at a time (got '%s' and '%s')", path, arg);
+            return TIO_EXIT_USAGE;
+        }
+    }
+    if (!path) {
+        cli_error(cmd_name, "missing TRACE (see teraio analyze --help)");
+        return TIO_EXIT_USAGE;
+    }
+
+    struct tio_trace *tr = NULL;
+    int rc = tio_trace_load(path, TIO_TRACE_FORMAT_AUTO, &tr);
+    if (rc < 0) {
+        int code = cli_fail(cmd_name, path, rc);
+        return rc == TIO_ENOMEM ? code : TIO_EXIT_INPUT;
+    }
+    struct tio_analysis *a = NULL;
+    rc = tio_analysis_new(tr, &prm, &a);
+    if (rc < 0) {
+        tio_trace_free(tr);
+        return cli_fail(cmd_name, "analysis", rc);
+    }
+    int code = TIO_EXIT_OK;
+    struct top_entry *top = NULL;
+    long n_top = collect_top(a, tr, (size_t)top_n, &top);
+    if (n_top < 0) {
+        cli_error(cmd_name, "out of memory");
+        code = TIO_EXIT_RUNTIME;
+        goto done;
+    }
+    if (csv_dir) {
+        rc = tio_analysis_write_csv(a, csv_dir);
+        if (rc < 0) {
+            code = cli_fail(cmd_name, "--csv", rc);
+            goto done;
+        }
+    }
+    if (json) {
+        print_json(path, tr, a, &prm, top, (size_t)n_top);
+    } else {
+        print_text(path, tr, a, &prm, top, (size_t)n_top, top_n > 0);
+        if (csv_dir) {
+            printf("\nwrote %s/memory.csv, periods.csv, cdf.csv\n", csv_dir);
+        }
+    }
+    if (fflush(stdout) != 0) {
+        cli_error(cmd_name, "cannot write the output");
+        code = TIO_EXIT_RUNTIME;
+    }
+done:
+    free(top);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+    return code;
+}

@@ -1,0 +1,267 @@
+/* teraio bench-io: bandwidth and CPU cost of the migration engine on real directories. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <teraio/alloc.h>
+#include <teraio/io.h>
+#include <teraio/units.h>
+
+#include "cli.h"
+
+#define MAX_DIRS 64
+
+static void usage(FILE *f) {
+    (void)fprintf(
+        f,
+        "usage: teraio bench-io --dir DIR [--dir DIR...] [options]\n\n"
+        "Write (or write, then read back) --size bytes as tensors of --block bytes through the\n"
+        "migration engine, keeping --depth requests in flight, and report the bandwidth and the\n"
+        "CPU time per GiB of the whole process (user + system, all threads). The swap files are\n"
+        "nameless and vanish at exit. Compare with fio on the same directory: "
+        "bench/io_vs_fio.sh.\n\n"
+        "options:\n"
+        "  --dir DIR         SSD directory (repeat to stripe over several)\n"
+        "  --size BYTES      bytes moved in the timed phase (default 1GiB)\n"
+        "  --block BYTES     tensor (request) size (default 4MiB)\n"
+        "  --depth N         requests in flight (default 16)\n"
+        "  --rw read|write   timed phase (read: the data is written first, untimed)\n"
+        "  --backend NAME    auto (default), uring, posix, cufile, cuda, null\n"
+        "  --chunk BYTES     stripe chunk (default: the block size, at most 1GiB)\n"
+        "  --verify          CRC32C per chunk (computed on write, checked on read)\n"
+        "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
+        "examples:\n"
+        "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
+        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read --json\n");
+}
+
+static double cpu_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Move n tensors of `block` bytes with `depth` in flight; 0 or a status. */
+static int run_phase(struct tio_engine *e,
+                     int write,
+                     uint64_t n,
+                     uint64_t block,
+                     uint32_t depth,
+                     unsigned char **bufs) {
+    uint64_t next = 0, done = 0;
+    uint32_t *free_slots = tio_malloc(depth * sizeof(*free_slots));
+    if (!free_slots)
+        return TIO_ENOMEM;
+    uint32_t nfree = depth;
+    for (uint32_t i = 0; i < depth; i++)
+        free_slots[i] = i;
+    int rc = 0;
+    while (done < n && rc == 0) {
+        while (next < n && nfree) {
+            uint32_t slot = free_slots[--nfree];
+            /* tag: slot in the low 32 bits, tensor in the high */
+            uint64_t tag = (next << 32) | slot;
+            rc = write ? tio_engine_write(e, next, bufs[slot], block, TIO_MEM_HOST, TIO_TIER_SSD,
+                                          TIO_PRIO_NORMAL, tag)
+                       : tio_engine_read(e, next, bufs[slot], block, TIO_MEM_HOST, TIO_PRIO_NORMAL,
+                                         tag);
+            if (rc == -EAGAIN) {
+                free_slots[nfree++] = slot;
+                rc = 0;
+                break;
+            }
+            if (rc < 0)
+                break;
+            next++;
+        }
+        if (rc < 0)
+            break;
+        struct tio_completion c[64];
+        int k = tio_engine_wait(e, c, 1, 64, -1);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        for (int i = 0; i < k; i++) {
+            if (c[i].res < 0) {
+                rc = tio_set_error((int)c[i].res, "%s", tio_engine_last_error(e));
+                break;
+            }
+            free_slots[nfree++] = (uint32_t)(c[i].tag & 0xffffffffu);
+            done++;
+        }
+    }
+    /* drain what is still in flight after an error */
+    while (rc < 0 && next > done) {
+        struct tio_completion c;
+        if (tio_engine_wait(e, &c, 1, 1, -1) <= 0)
+            break;
+        done++;
+    }
+    tio_free(free_slots);
+    return rc;
+}
+
+int cli_cmd_bench_io(int argc, char **argv) {
+    const char *cmd = "bench-io";
+    const char *dirs[MAX_DIRS];
+    size_t ndirs = 0;
+    uint64_t size = UINT64_C(1) << 30, block = 4u << 20, depth = 16, chunk = 0;
+    const char *backend = "auto", *rw = "write";
+    int json = 0, verify = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return TIO_EXIT_OK;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        } else if (!strcmp(a, "--verify")) {
+            verify = 1;
+            continue;
+        }
+        if (!v) {
+            cli_error(cmd, "option %s needs a value (see teraio bench-io --help)", a);
+            return TIO_EXIT_USAGE;
+        }
+        i++;
+        if (!strcmp(a, "--dir")) {
+            if (ndirs == MAX_DIRS) {
+                cli_error(cmd, "--dir: at most %d directories", MAX_DIRS);
+                return TIO_EXIT_USAGE;
+            }
+            dirs[ndirs++] = v;
+        } else if (!strcmp(a, "--size")) {
+            rc = cli_parse_bytes(cmd, a, v, &size);
+        } else if (!strcmp(a, "--block")) {
+            rc = cli_parse_bytes(cmd, a, v, &block);
+        } else if (!strcmp(a, "--chunk")) {
+            rc = cli_parse_bytes(cmd, a, v, &chunk);
+        } else if (!strcmp(a, "--depth")) {
+            rc = cli_parse_u64(cmd, a, v, &depth);
+        } else if (!strcmp(a, "--rw")) {
+            rw = v;
+        } else if (!strcmp(a, "--backend")) {
+            backend = v;
+        } else {
+            cli_error(cmd, "unknown option '%s' (see teraio bench-io --help)", a);
+            return TIO_EXIT_USAGE;
+        }
+        if (rc)
+            return rc;
+    }
+    if (!ndirs) {
+        cli_error(cmd, "--dir is required (the directory to benchmark, e.g. on an NVMe SSD)");
+        return TIO_EXIT_USAGE;
+    }
+    if (strcmp(rw, "read") != 0 && strcmp(rw, "write") != 0) {
+        cli_error(cmd, "--rw must be read or write, not '%s'", rw);
+        return TIO_EXIT_USAGE;
+    }
+    if (!block || block % 4096 || block > (UINT64_C(1) << 32)) {
+        cli_error(cmd, "--block must be a multiple of 4KiB up to 4GiB");
+        return TIO_EXIT_USAGE;
+    }
+    if (size < block) {
+        cli_error(cmd, "--size must be at least --block");
+        return TIO_EXIT_USAGE;
+    }
+    if (!depth || depth > 4096) {
+        cli_error(cmd, "--depth must be 1..4096");
+        return TIO_EXIT_USAGE;
+    }
+    if (!chunk)
+        chunk = block < (UINT64_C(1) << 30) ? block : (UINT64_C(1) << 30);
+    uint64_t n = size / block;
+    if (depth * block > (UINT64_C(16) << 30)) {
+        cli_error(cmd, "--depth x --block needs more than 16GiB of buffers");
+        return TIO_EXIT_USAGE;
+    }
+
+    struct tio_engine_params p = tio_engine_params_default();
+    p.dirs = dirs;
+    p.ndirs = ndirs;
+    p.backend = backend;
+    p.chunk_bytes = chunk;
+    uint64_t qd = depth * ((block + chunk - 1) / chunk);
+    p.queue_depth = (uint32_t)(qd > 4096 ? 4096 : qd);
+    p.verify = verify;
+    p.max_requests = (uint32_t)depth;
+    /* every tensor once, plus room for rewrites in flight */
+    p.ssd_reserve_bytes = n * block + depth * block;
+    struct tio_engine *e = NULL;
+    int rc = tio_engine_new(&p, &e);
+    if (rc < 0)
+        return cli_fail(cmd, "creating the engine", rc);
+    unsigned char **bufs = tio_calloc(depth, sizeof(*bufs));
+    for (uint64_t i = 0; bufs && i < depth; i++) {
+        bufs[i] = tio_aligned_alloc(4096, block);
+        if (!bufs[i]) {
+            rc = TIO_ENOMEM;
+            break;
+        }
+        for (uint64_t j = 0; j < block; j += 4096) /* touch and fill */
+            memset(bufs[i] + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
+    }
+    if (!bufs)
+        rc = TIO_ENOMEM;
+    int reading = !strcmp(rw, "read");
+    if (rc == 0 && reading)
+        rc = run_phase(e, 1, n, block, (uint32_t)depth, bufs); /* prefill, untimed */
+    double w0 = wall_now(), c0 = cpu_now();
+    if (rc == 0)
+        rc = run_phase(e, !reading, n, block, (uint32_t)depth, bufs);
+    double wall = wall_now() - w0, cpu = cpu_now() - c0;
+    struct tio_engine_stats st;
+    (void)tio_engine_stats(e, &st);
+    for (uint64_t i = 0; bufs && i < depth; i++)
+        tio_free(bufs[i]);
+    tio_free(bufs);
+    if (rc < 0) {
+        int code = cli_fail(cmd, reading ? "reading" : "writing", rc);
+        tio_engine_free(e);
+        return code;
+    }
+    tio_engine_free(e);
+    uint64_t bytes = n * block;
+    double bps = wall > 0 ? (double)bytes / wall : 0.0;
+    double gib = (double)bytes / (double)(UINT64_C(1) << 30);
+    double cpu_gib = gib > 0 ? cpu / gib : 0.0;
+    if (json) {
+        printf("{\"backend\": ");
+        cli_json_string(stdout, st.backend);
+        printf(", \"rw\": \"%s\", \"dirs\": [", rw);
+        for (size_t i = 0; i < ndirs; i++) {
+            printf("%s", i ? ", " : "");
+            cli_json_string(stdout, dirs[i]);
+        }
+        printf(
+            "], \"block\": %llu, \"chunk\": %llu, \"depth\": %llu, \"bytes\": %llu, "
+            "\"seconds\": %.6f, \"bytes_per_s\": %.1f, \"cpu_s\": %.6f, \"cpu_s_per_gib\": %.6f, "
+            "\"ops\": %llu, \"staged_bytes\": %llu, \"short_transfers\": %llu}\n",
+            (unsigned long long)block, (unsigned long long)chunk, (unsigned long long)depth,
+            (unsigned long long)bytes, wall, bps, cpu, cpu_gib, (unsigned long long)st.ops_issued,
+            (unsigned long long)st.staged_bytes, (unsigned long long)st.short_transfers);
+    } else {
+        char b1[32], b2[32], b3[32];
+        printf("%s %s in %.3f s: %s, CPU %.3f s/GiB (backend %s, %zu dir(s), block %s, depth "
+               "%llu)\n",
+               rw, tio_format_bytes(bytes, b1, sizeof b1), wall,
+               tio_format_rate(bps, b2, sizeof b2), cpu_gib, st.backend, ndirs,
+               tio_format_bytes(block, b3, sizeof b3), (unsigned long long)depth);
+    }
+    return TIO_EXIT_OK;
+}

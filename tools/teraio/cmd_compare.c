@@ -1,0 +1,485 @@
+/* teraio compare --paper: the paper's evaluation matrix (PAPER.md s.9.1) in simulation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/model.h>
+#include <teraio/sim.h>
+#include <teraio/teraio.h>
+
+#include "cli.h"
+#include "cmd_sim_common.h"
+
+static const char *const CMD = "compare";
+
+/* The matrix of Figure 7 (PAPER.md s.9.1); the point shared by both sweeps appears once. */
+struct cfg {
+    const char *model;
+    uint32_t batch, seq;
+};
+static const struct cfg paper_matrix[] = {
+    { "llama3-8b", 32, 2048 },       { "llama3-8b", 64, 2048 },
+    { "llama3-8b", 128, 2048 },      { "llama3-8b", 64, 1024 },
+    { "llama3-8b", 64, 4096 },       { "granite-code-8b", 32, 4096 },
+    { "granite-code-8b", 64, 4096 }, { "granite-code-8b", 128, 4096 },
+    { "granite-code-8b", 64, 2048 }, { "granite-code-8b", 64, 8192 },
+    { "llama3-70b", 8, 2048 },       { "llama3-70b", 16, 2048 },
+    { "llama3-70b", 32, 2048 },      { "llama3-70b", 16, 3072 },
+    { "llama3-70b", 16, 4096 },
+};
+#define N_CFG                TIO_CLI_ARRAY_LEN(paper_matrix)
+#define TIO_CLI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *const all_systems[] = { "ideal",      "zero-offload", "zero-infinity",
+                                           "teraio-ssd", "teraio-mixed", "teraio-paper",
+                                           "g10" };
+#define MAX_SYS 16
+
+/* The paper's measured fractions of ideal (PAPER.md s.9.3, s.13); NAN where not given. */
+struct paper_num {
+    const char *system, *model;
+    double fraction;
+    const char *what;
+};
+static const struct paper_num paper_nums[] = {
+    { "zero-offload", "llama3-8b", 0.659, "ZeRO-Offload, Llama3-8B" },
+    { "zero-offload", "granite-code-8b", 0.655, "ZeRO-Offload, Granite-8B" },
+    { "zero-infinity", "llama3-70b", 0.430, "ZeRO-Infinity, Llama3-70B" },
+    { "teraio-mixed", "llama3-70b", 0.597, "TeraIO-Mixed, Llama3-70B" },
+    { "teraio-paper", "llama3-70b", 0.597, "TeraIO-Mixed (Algorithm 1), Llama3-70B" },
+    { "teraio-mixed", NULL, 0.807, "TeraIO, all models" },
+    { "teraio-paper", NULL, 0.807, "TeraIO (Algorithm 1), all models" },
+};
+
+/* Table 3: which server each system needs, and whether it uses the SSDs. */
+static void
+system_price(const char *sys, const struct tio_hw *hw1t, const struct tio_hw *hw128, double *usd) {
+    if (strcmp(sys, "teraio-ssd") == 0) {
+        *usd = hw128->server_price_usd + hw128->ssd_price_usd;
+    } else if (strcmp(sys, "zero-offload") == 0) {
+        *usd = hw1t->server_price_usd;
+    } else if (strcmp(sys, "ideal") == 0) {
+        *usd = 0; /* needs more GPUs than the server has: not priced here */
+    } else {
+        *usd = hw1t->server_price_usd + hw1t->ssd_price_usd;
+    }
+}
+
+struct row {
+    const struct cfg *c;
+    const char *sys;
+    double tokens_per_s, fraction, iteration_s;
+    int oom;
+    const char *oom_kind;
+    uint32_t micro_batch;
+};
+
+static void usage(FILE *f) {
+    (void)fprintf(
+        f,
+        "usage: teraio compare --paper [--json] [--systems LIST] [--models LIST] [--hw HW]\n\n"
+        "Run the paper's evaluation matrix in simulation (PAPER.md s.9.1): Llama3-8B bs32/64/128\n"
+        "@2048 and bs64 @1024/2048/4096; Granite-8B bs32/64/128 @4096 and bs64 @2048/4096/8192;\n"
+        "Llama3-70B bs8/16/32 @2048 and bs16 @2048/3072/4096, each trace from `teraio model`\n"
+        "(rank 0, the first pipeline stage). Every system on the same trace and simulator.\n"
+        "The ZeRO baselines get the largest micro-batch (halving from the preset's) that fits\n"
+        "GPU memory, as the paper tuned them per run.\n\n"
+        "  --paper              the paper's matrix (required)\n"
+        "  --systems LIST       comma-separated (default: ideal,zero-offload,zero-infinity,\n"
+        "                       teraio-ssd,teraio-mixed,teraio-paper,g10)\n"
+        "  --models LIST        restrict to these models (llama3-8b,granite-code-8b,llama3-70b)\n"
+        "  --hw HW              the server (default paper-2xh100nvl; teraio-ssd uses\n"
+        "                       paper-2xh100nvl-128g, the cheaper server of Table 3)\n"
+        "  --json               {\"rows\": [{model, batch, seq, system, tokens_per_s,\n"
+        "                       fraction_of_ideal, oom, ...}], \"summary\": {system:\n"
+        "                       {mean_fraction_of_ideal, mean_speedup_vs_best_zero, ...}},\n"
+        "                       \"per_model\": ..., \"paper\": ...}\n"
+        "ZeRO model knobs (calibrated defaults, docs/baselines.md):\n"
+        "  --zero-offload-fetch RATE  --zero-infinity-fetch RATE  --cpu-adam PARAMS_PER_CORE_S\n"
+        "  --zero-prefetch LAYERS\n"
+        "  -h, --help           this help\n\n"
+        "examples:\n"
+        "  teraio compare --paper\n"
+        "  teraio compare --paper --models llama3-8b --systems ideal,zero-offload,teraio-mixed\n\n"
+        "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+}
+
+static int split(const char *text, const char **out, char *buf, size_t buflen, size_t *n) {
+    if (strlen(text) >= buflen) {
+        return -1;
+    }
+    (void)snprintf(buf, buflen, "%s", text);
+    *n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n >= MAX_SYS) {
+            return -1;
+        }
+        out[(*n)++] = t;
+    }
+    return *n ? 0 : -1;
+}
+
+static int has(const char *const *list, size_t n, const char *s) {
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(list[i], s) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The trace of one configuration: the preset's layout (TeraIO: 2-stage 1F1B), or tensor
+ * parallelism over the server's GPUs for the ZeRO baselines (PAPER.md s.8: "ZeRO baselines
+ * used tensor parallelism"). */
+static int gen(const struct cfg *c,
+               uint32_t micro_batch,
+               uint32_t tp,
+               struct tio_trace **tr,
+               uint32_t *mb_out) {
+    struct tio_model_params mp;
+    int rc = tio_model_preset(c->model, &mp);
+    if (rc < 0) {
+        return rc;
+    }
+    if (tp > 1) {
+        mp.tp = tp;
+        mp.pp = 1;
+        mp.dp = 1;
+    }
+    mp.global_batch = c->batch;
+    mp.seq_len = c->seq;
+    mp.rank = 0;
+    mp.grad_accum = 0;
+    if (micro_batch) {
+        mp.micro_batch = micro_batch;
+    }
+    if (mp.micro_batch * mp.dp > mp.global_batch) {
+        mp.micro_batch = mp.global_batch / mp.dp;
+    }
+    *mb_out = mp.micro_batch;
+    return tio_model_generate(&mp, tr, NULL);
+}
+
+int cli_cmd_compare(int argc, char **argv) {
+    int json = 0, paper = 0;
+    const char *systems[MAX_SYS], *models[MAX_SYS];
+    size_t n_sys = TIO_CLI_ARRAY_LEN(all_systems), n_models = 0;
+    char sbuf[512], mbuf[512];
+    const char *hw_name = "paper-2xh100nvl";
+    struct tio_sim_params sp = tio_sim_params_default();
+    for (size_t i = 0; i < n_sys; i++) {
+        systems[i] = all_systems[i];
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return TIO_EXIT_OK;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--paper") == 0) {
+            paper = 1;
+        } else if (strcmp(a, "--zero-offload-fetch") == 0 ||
+                   strcmp(a, "--zero-infinity-fetch") == 0 || strcmp(a, "--cpu-adam") == 0 ||
+                   strcmp(a, "--zero-prefetch") == 0) {
+            int rc2;
+            if (strcmp(a, "--zero-offload-fetch") == 0) {
+                rc2 = cli_parse_rate(CMD, a, val, &sp.zero_offload_fetch_Bps);
+            } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
+                rc2 = cli_parse_rate(CMD, a, val, &sp.zero_infinity_fetch_Bps);
+            } else if (strcmp(a, "--cpu-adam") == 0) {
+                rc2 = cli_parse_double(CMD, a, val, &sp.cpu_adam_params_per_core_s);
+            } else {
+                uint64_t d = 0;
+                rc2 = cli_parse_u64(CMD, a, val, &d);
+                sp.zero_prefetch_layers = (uint32_t)(d > 64 ? 64 : d);
+            }
+            if (rc2) {
+                return rc2;
+            }
+            if (!(sp.zero_offload_fetch_Bps > 0) || !(sp.zero_infinity_fetch_Bps > 0) ||
+                !(sp.cpu_adam_params_per_core_s > 0)) {
+                cli_error(CMD, "%s must be > 0", a);
+                return TIO_EXIT_USAGE;
+            }
+            i++;
+        } else if (strcmp(a, "--systems") == 0 || strcmp(a, "--models") == 0 ||
+                   strcmp(a, "--hw") == 0) {
+            if (!val) {
+                cli_error(CMD, "%s needs a value (see --help)", a);
+                return TIO_EXIT_USAGE;
+            }
+            if (strcmp(a, "--hw") == 0) {
+                hw_name = val;
+            } else if (strcmp(a, "--systems") == 0
+                           ? split(val, systems, sbuf, sizeof sbuf, &n_sys)
+                           : split(val, models, mbuf, sizeof mbuf, &n_models)) {
+                cli_error(CMD, "%s: bad list '%s'", a, val);
+                return TIO_EXIT_USAGE;
+            }
+            i++;
+        } else {
+            cli_error(CMD, "unknown argument '%s' (see --help)", a);
+            return TIO_EXIT_USAGE;
+        }
+    }
+    if (!paper) {
+        cli_error(CMD, "only the paper's matrix is available: pass --paper (see --help)");
+        return TIO_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < n_models; i++) {
+        int known = 0;
+        for (size_t k = 0; k < N_CFG; k++) {
+            known |= strcmp(paper_matrix[k].model, models[i]) == 0;
+        }
+        if (!known) {
+            cli_error(CMD,
+                      "--models: '%s' is not in the paper's matrix (llama3-8b, "
+                      "granite-code-8b, llama3-70b)",
+                      models[i]);
+            return TIO_EXIT_USAGE;
+        }
+    }
+    for (size_t i = 0; i < n_sys; i++) {
+        if (!has(all_systems, TIO_CLI_ARRAY_LEN(all_systems), systems[i]) &&
+            strcmp(systems[i], "lru") != 0 && strcmp(systems[i], "none") != 0 &&
+            strcmp(systems[i], "teraio") != 0) {
+            cli_error(CMD, "--systems: unknown system '%s'", systems[i]);
+            return TIO_EXIT_USAGE;
+        }
+    }
+    struct tio_hw hw1t, hw128;
+    int rc = tio_hw_load(hw_name, &hw1t);
+    if (rc < 0) {
+        return cli_fail(CMD, hw_name, rc);
+    }
+    hw128 = hw1t;
+    if (strcmp(hw_name, "paper-2xh100nvl") == 0 &&
+        tio_hw_preset("paper-2xh100nvl-128g", &hw128) < 0) {
+        hw128 = hw1t;
+    }
+    struct row *rows = calloc(N_CFG * n_sys, sizeof *rows);
+    if (!rows) {
+        cli_error(CMD, "out of memory");
+        return TIO_EXIT_RUNTIME;
+    }
+    size_t n_rows = 0;
+    int code = TIO_EXIT_OK;
+    for (size_t ci = 0; ci < N_CFG; ci++) {
+        const struct cfg *c = &paper_matrix[ci];
+        if (n_models && !has(models, n_models, c->model)) {
+            continue;
+        }
+        struct tio_trace *tr = NULL;
+        uint32_t mb0 = 0;
+        rc = gen(c, 0, 1, &tr, &mb0);
+        if (rc < 0) {
+            code = cli_fail(CMD, c->model, rc);
+            goto out;
+        }
+        double ideal_s = (double)tio_trace_total_duration_ns(tr) * 1e-9;
+        for (size_t si = 0; si < n_sys; si++) {
+            const char *sys = systems[si];
+            struct row *r = &rows[n_rows++];
+            r->c = c;
+            r->sys = sys;
+            r->micro_batch = mb0;
+            const struct tio_hw *hw = strcmp(sys, "teraio-ssd") == 0 ? &hw128 : &hw1t;
+            if (cli_stderr_is_tty()) {
+                (void)fprintf(stderr, "\r%-16s bs%-4u seq%-5u %-14s", c->model, c->batch, c->seq,
+                              sys);
+            }
+            int zero = strncmp(sys, "zero-", 5) == 0;
+            struct tio_trace *ztr = NULL;
+            uint32_t mb = mb0;
+            if (zero) {
+                rc = gen(c, mb0, hw->gpus > 1 ? hw->gpus : 2, &ztr, &mb);
+                if (rc < 0) {
+                    tio_trace_free(tr);
+                    code = cli_fail(CMD, c->model, rc);
+                    goto out;
+                }
+            }
+            for (;;) {
+                struct tio_sim *sim = NULL;
+                rc = cli_sim_policy(ztr ? ztr : tr, hw, sys, &sp, &sim);
+                if (rc < 0) {
+                    tio_trace_free(ztr);
+                    tio_trace_free(tr);
+                    code = cli_fail(CMD, sys, rc);
+                    goto out;
+                }
+                struct tio_sim_result res;
+                tio_sim_get_result(sim, &res);
+                tio_sim_free(sim);
+                r->micro_batch = mb;
+                r->oom = res.oom != 0;
+                r->oom_kind = res.oom == TIO_SIM_OOM_HOST ? "host" : res.oom ? "gpu" : "none";
+                r->iteration_s = res.iteration_s;
+                r->tokens_per_s = res.tokens_per_s;
+                r->fraction = res.oom ? 0 : ideal_s / res.iteration_s;
+                /* ZeRO: retry with half the micro-batch while the GPU runs out of memory */
+                if (!(zero && res.oom == TIO_SIM_OOM_GPU && mb > 1)) {
+                    break;
+                }
+                tio_trace_free(ztr);
+                ztr = NULL;
+                rc = gen(c, mb / 2, hw->gpus > 1 ? hw->gpus : 2, &ztr, &mb);
+                if (rc < 0) {
+                    tio_trace_free(tr);
+                    code = cli_fail(CMD, c->model, rc);
+                    goto out;
+                }
+            }
+            tio_trace_free(ztr);
+        }
+        tio_trace_free(tr);
+    }
+    if (cli_stderr_is_tty()) {
+        (void)fprintf(stderr, "\r%60s\r", "");
+    }
+    /* summaries */
+    double mean_frac[MAX_SYS] = { 0 }, mean_speed[MAX_SYS] = { 0 }, mean_tok[MAX_SYS] = { 0 };
+    int n_ok[MAX_SYS] = { 0 }, n_sp[MAX_SYS] = { 0 }, n_oom[MAX_SYS] = { 0 };
+    for (size_t i = 0; i < n_rows; i += n_sys) {
+        double best_zero = 0;
+        for (size_t s = 0; s < n_sys; s++) {
+            const struct row *r = &rows[i + s];
+            if (strncmp(r->sys, "zero-", 5) == 0 && !r->oom && r->tokens_per_s > best_zero) {
+                best_zero = r->tokens_per_s;
+            }
+        }
+        for (size_t s = 0; s < n_sys; s++) {
+            const struct row *r = &rows[i + s];
+            if (r->oom) {
+                n_oom[s]++;
+                continue;
+            }
+            mean_frac[s] += r->fraction;
+            mean_tok[s] += r->tokens_per_s;
+            n_ok[s]++;
+            if (best_zero > 0) {
+                mean_speed[s] += r->tokens_per_s / best_zero;
+                n_sp[s]++;
+            }
+        }
+    }
+    for (size_t s = 0; s < n_sys; s++) {
+        mean_frac[s] = n_ok[s] ? mean_frac[s] / n_ok[s] : 0;
+        mean_tok[s] = n_ok[s] ? mean_tok[s] / n_ok[s] : 0;
+        mean_speed[s] = n_sp[s] ? mean_speed[s] / n_sp[s] : 0;
+    }
+    /* per model means (for the paper's per-model numbers) */
+    static const char *const model_names[] = { "llama3-8b", "granite-code-8b", "llama3-70b" };
+    double pm[3][MAX_SYS] = { { 0 } };
+    int pn[3][MAX_SYS] = { { 0 } };
+    for (size_t i = 0; i < n_rows; i++) {
+        const struct row *r = &rows[i];
+        for (int m = 0; m < 3; m++) {
+            if (strcmp(r->c->model, model_names[m]) == 0 && !r->oom) {
+                pm[m][i % n_sys] += r->fraction;
+                pn[m][i % n_sys]++;
+            }
+        }
+    }
+    if (json) {
+        printf("{\n\"hw\": ");
+        cli_json_string(stdout, hw1t.name);
+        printf(",\n\"rows\": [\n");
+        for (size_t i = 0; i < n_rows; i++) {
+            const struct row *r = &rows[i];
+            printf("  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
+                   "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
+                   "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u}%s\n",
+                   r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
+                   r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
+                   i + 1 < n_rows ? "," : "");
+        }
+        printf("],\n\"summary\": {\n");
+        for (size_t s = 0; s < n_sys; s++) {
+            double usd = 0;
+            system_price(systems[s], &hw1t, &hw128, &usd);
+            printf("  \"%s\": {\"mean_fraction_of_ideal\": %.6f, \"mean_speedup_vs_best_zero\": "
+                   "%.6f, \"mean_tokens_per_s\": %.4f, \"runs\": %d, \"oom\": %d, \"price_usd\": "
+                   "%.1f, \"tokens_per_s_per_kusd\": %.6f}%s\n",
+                   systems[s], mean_frac[s], mean_speed[s], mean_tok[s], n_ok[s], n_oom[s], usd,
+                   usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0, s + 1 < n_sys ? "," : "");
+        }
+        printf("},\n\"per_model\": {\n");
+        for (int m = 0; m < 3; m++) {
+            printf("  \"%s\": {", model_names[m]);
+            for (size_t s = 0; s < n_sys; s++) {
+                printf("%s\"%s\": %.6f", s ? ", " : "", systems[s],
+                       pn[m][s] ? pm[m][s] / pn[m][s] : 0.0);
+            }
+            printf("}%s\n", m < 2 ? "," : "");
+        }
+        printf("},\n\"paper\": [\n");
+        for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
+            printf("  {\"system\": \"%s\", \"model\": %s%s%s, \"fraction_of_ideal\": %.3f}%s\n",
+                   paper_nums[i].system, paper_nums[i].model ? "\"" : "",
+                   paper_nums[i].model ? paper_nums[i].model : "null",
+                   paper_nums[i].model ? "\"" : "", paper_nums[i].fraction,
+                   i + 1 < TIO_CLI_ARRAY_LEN(paper_nums) ? "," : "");
+        }
+        printf("]\n}\n");
+    } else {
+        printf("%-16s %5s %5s", "model", "batch", "seq");
+        for (size_t s = 0; s < n_sys; s++) {
+            printf(" %15s", systems[s]);
+        }
+        printf("\n");
+        for (size_t i = 0; i < n_rows; i += n_sys) {
+            printf("%-16s %5u %5u", rows[i].c->model, rows[i].c->batch, rows[i].c->seq);
+            for (size_t s = 0; s < n_sys; s++) {
+                const struct row *r = &rows[i + s];
+                if (r->oom) {
+                    printf(" %15s", strcmp(r->oom_kind, "host") == 0 ? "OOM(host)" : "OOM(gpu)");
+                } else {
+                    char cell[32];
+                    (void)snprintf(cell, sizeof cell, "%.0f t/s %3.0f%%", r->tokens_per_s,
+                                   100 * r->fraction);
+                    printf(" %15s", cell);
+                }
+            }
+            printf("\n");
+        }
+        printf("\n%-16s %10s %10s %10s %12s\n", "system", "mean/ideal", "vs best", "OOM runs",
+               "tok/s/k$");
+        for (size_t s = 0; s < n_sys; s++) {
+            double usd = 0;
+            system_price(systems[s], &hw1t, &hw128, &usd);
+            printf("%-16s %9.1f%% %9.2fx %10d %12.3f\n", systems[s], 100 * mean_frac[s],
+                   mean_speed[s], n_oom[s], usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0);
+        }
+        printf("\npaper (measured on real hardware) beside this simulation:\n");
+        for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
+            const struct paper_num *p = &paper_nums[i];
+            double sim = NAN;
+            for (size_t s = 0; s < n_sys; s++) {
+                if (strcmp(systems[s], p->system) != 0) {
+                    continue;
+                }
+                if (!p->model) {
+                    sim = mean_frac[s];
+                }
+                for (int m = 0; m < 3 && p->model; m++) {
+                    if (strcmp(model_names[m], p->model) == 0 && pn[m][s]) {
+                        sim = pm[m][s] / pn[m][s];
+                    }
+                }
+            }
+            if (isnan(sim)) {
+                printf("  %-42s paper %5.1f%%   simulated    -\n", p->what, 100 * p->fraction);
+            } else {
+                printf("  %-42s paper %5.1f%%   simulated %5.1f%%  (%+.1f points)\n", p->what,
+                       100 * p->fraction, 100 * sim, 100 * (sim - p->fraction));
+            }
+        }
+    }
+out:
+    free(rows);
+    return code;
+}

@@ -1,0 +1,260 @@
+/* teraio plan: run a policy on a trace and a hardware description, write the plan. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/hw.h>
+#include <teraio/plan.h>
+#include <teraio/trace.h>
+#include <teraio/units.h>
+
+#include "cli.h"
+#include "plan/planner_impl.h"
+
+static const char *const CMD = "plan";
+
+static void plan_usage(FILE *f) {
+    (void)fprintf(
+        f,
+        "usage: teraio plan TRACE [--hw HW] [--policy P] [-o PLAN] [options]\n\n"
+        "Plan offloads and prefetches of inactive tensors for one GPU (DESIGN.md s.6).\n\n"
+        "  --hw HW               preset name or JSON file (default paper-2xh100nvl; see\n"
+        "                        `teraio hw list`)\n"
+        "  --policy P            teraio (= teraio-mixed), teraio-ssd, teraio-paper,\n"
+        "                        teraio-paper-ssd, g10, or a simulator-modelled baseline\n"
+        "                        (none, ideal, lru, zero-offload, zero-infinity: no moves)\n"
+        "  -o, --output PLAN     write the plan (binary unless it ends in .json)\n"
+        "  --format F            binary or json (overrides the extension)\n"
+        "  --json                print the summary as JSON on stdout\n"
+        "  --no-early-prefetch   keep prefetches at their latest start\n"
+        "  --no-clean-copies     rewrite every offload even if an identical copy is stored\n"
+        "  --capacity SIZE       override the GPU memory (e.g. 80GiB)\n"
+        "  --reserve SIZE        override the GPU reserve kept free\n"
+        "  --host-cap SIZE       override the host-memory cap for offloading (0 = SSD only)\n"
+        "  --ssds N              override the SSDs per GPU\n"
+        "  --bandwidth-scale X   multiply every bandwidth (sweeps)\n"
+        "  --min-tensor SIZE     never move tensors smaller than this (default 1MiB)\n"
+        "  --verify              re-check the plan independently (slots, pairing, memory)\n"
+        "  --strict              exit 2 when the plan cannot fit the capacity\n\n"
+        "examples:\n"
+        "  teraio plan llama3-8b.tio --hw paper-2xh100nvl --policy teraio -o l8b.plan\n"
+        "  teraio plan llama3-70b.tio --policy teraio-paper --json -o l70b.plan.json\n"
+        "  teraio plan run.tio --hw my-box.json --host-cap 0 --policy teraio-ssd --verify\n\n"
+        "An infeasible budget still gives a plan; the shortfall (bytes and kernel) is reported.\n"
+        "exit codes: 0 success, 1 usage error, 2 bad input (or infeasible with --strict), "
+        "3 runtime failure\n");
+}
+
+static void json_u64(FILE *f, const char *key, uint64_t v, int comma) {
+    (void)fprintf(f, "  \"%s\": %llu%s\n", key, (unsigned long long)v, comma ? "," : "");
+}
+
+int cli_cmd_plan(int argc, char **argv) {
+    const char *trace_path = NULL, *hw_name = "paper-2xh100nvl", *out = NULL;
+    int json = 0, verify = 0, strict = 0;
+    int32_t format = TIO_PLAN_FORMAT_AUTO;
+    struct tio_plan_params pp = tio_plan_params_default();
+    uint64_t capacity = 0, reserve = UINT64_MAX, host_cap = UINT64_MAX, ssds = UINT64_MAX;
+    int rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE()                                            \
+    do {                                                        \
+        if (!val) {                                             \
+            cli_error(CMD, "%s needs a value (see --help)", a); \
+            return TIO_EXIT_USAGE;                              \
+        }                                                       \
+        i++;                                                    \
+    } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            plan_usage(stdout);
+            return TIO_EXIT_OK;
+        } else if (strcmp(a, "--hw") == 0) {
+            NEED_VALUE();
+            hw_name = val;
+        } else if (strcmp(a, "--policy") == 0) {
+            NEED_VALUE();
+            pp.policy = val;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            NEED_VALUE();
+            out = val;
+        } else if (strcmp(a, "--format") == 0) {
+            NEED_VALUE();
+            if (strcmp(val, "binary") == 0) {
+                format = TIO_PLAN_FORMAT_BINARY;
+            } else if (strcmp(val, "json") == 0) {
+                format = TIO_PLAN_FORMAT_JSON;
+            } else {
+                cli_error(CMD, "--format: '%s' is not binary or json", val);
+                return TIO_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--verify") == 0) {
+            verify = 1;
+        } else if (strcmp(a, "--strict") == 0) {
+            strict = 1;
+        } else if (strcmp(a, "--no-early-prefetch") == 0) {
+            pp.early_prefetch = 0;
+        } else if (strcmp(a, "--no-clean-copies") == 0) {
+            pp.clean_copies = 0;
+        } else if (strcmp(a, "--capacity") == 0) {
+            NEED_VALUE();
+            if ((rc = cli_parse_bytes(CMD, a, val, &capacity)) != 0) {
+                return rc;
+            }
+        } else if (strcmp(a, "--reserve") == 0) {
+            NEED_VALUE();
+            if ((rc = cli_parse_bytes(CMD, a, val, &reserve)) != 0) {
+                return rc;
+            }
+        } else if (strcmp(a, "--host-cap") == 0) {
+            NEED_VALUE();
+            if ((rc = cli_parse_bytes(CMD, a, val, &host_cap)) != 0) {
+                return rc;
+            }
+        } else if (strcmp(a, "--ssds") == 0) {
+            NEED_VALUE();
+            if ((rc = cli_parse_u64(CMD, a, val, &ssds)) != 0) {
+                return rc;
+            }
+        } else if (strcmp(a, "--bandwidth-scale") == 0) {
+            NEED_VALUE();
+            if ((rc = cli_parse_double(CMD, a, val, &pp.bandwidth_scale)) != 0) {
+                return rc;
+            }
+        } else if (strcmp(a, "--min-tensor") == 0) {
+            NEED_VALUE();
+            if ((rc = cli_parse_bytes(CMD, a, val, &pp.min_tensor_bytes)) != 0) {
+                return rc;
+            }
+        } else if (a[0] == '-' && a[1] != '\0') {
+            cli_error(CMD, "unknown option '%s' (see --help)", a);
+            return TIO_EXIT_USAGE;
+        } else if (!trace_path) {
+            trace_path = a;
+        } else {
+            cli_error(CMD, "unexpected argument '%s' (one trace per run)", a);
+            return TIO_EXIT_USAGE;
+        }
+#undef NEED_VALUE
+    }
+    if (!trace_path) {
+        cli_error(CMD, "missing TRACE (see --help)");
+        return TIO_EXIT_USAGE;
+    }
+    struct tio_hw hw;
+    if ((rc = tio_hw_load(hw_name, &hw)) < 0) {
+        return cli_fail(CMD, "--hw", rc);
+    }
+    if (capacity) {
+        hw.gpu_memory_bytes = capacity;
+    }
+    if (reserve != UINT64_MAX) {
+        hw.gpu_reserve_bytes = reserve;
+    }
+    if (host_cap != UINT64_MAX) {
+        hw.host_offload_cap_bytes = host_cap;
+        if (host_cap > hw.host_memory_bytes) {
+            hw.host_memory_bytes = host_cap;
+        }
+    }
+    if (ssds != UINT64_MAX) {
+        if (ssds > 1024) {
+            cli_error(CMD, "--ssds: %llu is more than 1024", (unsigned long long)ssds);
+            return TIO_EXIT_USAGE;
+        }
+        hw.ssd_count = (uint32_t)ssds;
+    }
+    if ((rc = tio_hw_validate(&hw)) < 0) {
+        return cli_fail(CMD, "hardware", rc);
+    }
+    struct tio_trace *tr = NULL;
+    if ((rc = tio_trace_load(trace_path, TIO_TRACE_FORMAT_AUTO, &tr)) < 0) {
+        return cli_fail(CMD, trace_path, rc);
+    }
+    struct tio_plan *plan = NULL;
+    if ((rc = tio_plan_make(tr, &hw, &pp, &plan)) < 0) {
+        tio_trace_free(tr);
+        return cli_fail(CMD, "planning", rc);
+    }
+    int exit_code = TIO_EXIT_OK;
+    if (verify && (rc = tio_plan_verify(plan, tr, &hw, &pp, NULL)) < 0) {
+        exit_code = cli_fail(CMD, "verify", rc);
+        exit_code = TIO_EXIT_RUNTIME; /* a plan that fails its own check is a bug */
+        goto done;
+    }
+    if (out && (rc = tio_plan_save(plan, out, format)) < 0) {
+        exit_code = cli_fail(CMD, out, rc);
+        goto done;
+    }
+    struct tio_plan_summary s;
+    tio_plan_get_summary(plan, &s);
+    uint64_t hash = tio_plan_trace_hash(plan);
+    const char *kname = tio_trace_kernel_name(tr, (uint32_t)s.shortfall_kernel);
+    if (json) {
+        printf("{\n  \"policy\": ");
+        cli_json_string(stdout, tio_plan_policy(plan));
+        printf(",\n  \"hw\": ");
+        cli_json_string(stdout, hw.name);
+        printf(",\n  \"trace\": ");
+        cli_json_string(stdout, trace_path);
+        printf(",\n  \"output\": ");
+        if (out) {
+            cli_json_string(stdout, out);
+        } else {
+            printf("null");
+        }
+        printf(",\n  \"trace_hash\": \"%016llx\",\n", (unsigned long long)hash);
+        json_u64(stdout, "n_kernels", tio_plan_kernel_count(plan), 1);
+        printf("  \"planning_seconds\": %.6f,\n", s.planning_seconds);
+        json_u64(stdout, "moves", s.n_moves, 1);
+        json_u64(stdout, "offloads", s.n_offloads, 1);
+        printf("  \"feasible\": %s,\n", s.feasible ? "true" : "false");
+        json_u64(stdout, "capacity_bytes", s.capacity_bytes, 1);
+        json_u64(stdout, "planned_peak_bytes", s.planned_peak_bytes, 1);
+        json_u64(stdout, "shortfall_bytes", s.shortfall_bytes, 1);
+        if (s.feasible) {
+            printf("  \"shortfall_kernel\": null,\n");
+        } else {
+            json_u64(stdout, "shortfall_kernel", s.shortfall_kernel, 1);
+        }
+        json_u64(stdout, "host_peak_bytes", s.host_peak_bytes, 1);
+        json_u64(stdout, "ssd_peak_bytes", s.ssd_peak_bytes, 1);
+        json_u64(stdout, "bytes_to_ssd", s.bytes_to_ssd, 1);
+        json_u64(stdout, "bytes_to_host", s.bytes_to_host, 1);
+        printf("  \"verified\": %s\n}\n", verify ? "true" : "false");
+    } else {
+        char a[32], b[32], c[32], d[32], e[32], t[32];
+        printf("policy %s on %s: %zu moves (%zu offloads) in %s\n", tio_plan_policy(plan), hw.name,
+               s.n_moves, s.n_offloads, tio_format_duration(s.planning_seconds, t, sizeof t));
+        printf("planned peak %s of %s capacity; to SSD %s, to host %s per iteration\n",
+               tio_format_bytes(s.planned_peak_bytes, a, sizeof a),
+               tio_format_bytes(s.capacity_bytes, b, sizeof b),
+               tio_format_bytes(s.bytes_to_ssd, c, sizeof c),
+               tio_format_bytes(s.bytes_to_host, d, sizeof d));
+        printf("host memory held at most %s, SSD space %s\n",
+               tio_format_bytes(s.host_peak_bytes, a, sizeof a),
+               tio_format_bytes(s.ssd_peak_bytes, e, sizeof e));
+        if (out) {
+            printf("wrote %s\n", out);
+        }
+    }
+    if (!s.feasible && strcmp(tio_plan_policy(plan), "ideal") != 0) {
+        char a[32];
+        cli_error(CMD,
+                  "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); the "
+                  "remaining overflow becomes stalls",
+                  strict ? "error" : "warning", (unsigned long long)s.shortfall_bytes,
+                  tio_format_bytes(s.shortfall_bytes, a, sizeof a),
+                  (unsigned long long)s.shortfall_kernel, kname ? kname : "unnamed");
+        if (strict) {
+            exit_code = TIO_EXIT_INPUT;
+        }
+    }
+done:
+    tio_plan_free(plan);
+    tio_trace_free(tr);
+    return exit_code;
+}

@@ -1,0 +1,23 @@
+/* Helpers shared by simulate, sweep and compare: plan-or-baseline dispatch. */
+#ifndef TIO_CMD_SIM_COMMON_H
+#define TIO_CMD_SIM_COMMON_H
+
+#include <teraio/plan.h>
+#include <teraio/sim.h>
+
+/* Simulate `policy`: a simulator baseline directly, any other policy planned first with
+ * tio_plan_make on the same hw. Returns 0 or a library status. */
+int cli_sim_policy(const struct tio_trace *tr,
+                   const struct tio_hw *hw,
+                   const char *policy,
+                   const struct tio_sim_params *sp,
+                   struct tio_sim **out);
+
+/* Simulate a plan: its moves, or the baseline its policy names when it holds none. */
+int cli_sim_plan(const struct tio_trace *tr,
+                 const struct tio_hw *hw,
+                 const struct tio_plan *plan,
+                 const struct tio_sim_params *sp,
+                 struct tio_sim **out);
+
+#endif

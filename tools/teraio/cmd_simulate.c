@@ -1,0 +1,211 @@
+/* teraio simulate: replay a trace with a plan or a policy on a hardware model. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <teraio/sim.h>
+#include <teraio/teraio.h>
+
+#include "cli.h"
+#include "cmd_sim_common.h"
+
+static const char *const CMD = "simulate";
+
+static void usage(FILE *f) {
+    (void)fprintf(
+        f,
+        "usage: teraio simulate TRACE --hw HW (--plan PLAN | --policy P) [options]\n\n"
+        "Replay one training iteration (after a warm-up one) on a hardware model: a compute\n"
+        "stream that waits for tensors and memory, and SSD read/write and PCIe channels.\n\n"
+        "  TRACE                a trace file (.tio or .json)\n"
+        "  --hw HW              hardware preset name or JSON file (teraio hw list)\n"
+        "  --plan PLAN          a plan file from `teraio plan`\n"
+        "  --policy P           plan now with P, or simulate a built-in baseline: ideal, none,\n"
+        "                       lru, zero-offload, zero-infinity (teraio, teraio-ssd,\n"
+        "                       teraio-mixed, teraio-paper, g10 are planned first)\n"
+        "  --json               print the results as JSON on stdout\n"
+        "  --csv DIR            write kernels.csv and bandwidth.csv into DIR\n"
+        "  --timeline FILE      write a Chrome/Perfetto trace-event JSON (ui.perfetto.dev)\n"
+        "  --capacity BYTES     GPU capacity to simulate (default: memory - reserve of HW)\n"
+        "  --ssd-scale X        multiply the SSD array bandwidth by X (default 1)\n"
+        "  --warmup N           warm-up iterations before the measured one (default 1)\n"
+        "  --iterations-per-day N   drive life at N iterations a day (default: continuous)\n"
+        "  -h, --help           this help\n\n"
+        "JSON keys: iteration_s, ideal_s, fraction_of_ideal, stall_s, tokens_per_s, oom,\n"
+        "gpu_peak_bytes, host_peak_bytes, ssd_bytes_written, ... (docs/simulator.md).\n"
+        "Running out of memory is a result (\"oom\": true), not an error.\n\n"
+        "examples:\n"
+        "  teraio simulate run.tio --hw paper-2xh100nvl --policy teraio-mixed\n"
+        "  teraio simulate run.tio --hw my.json --plan run.plan --json --timeline run.trace.json\n"
+        "  teraio simulate run.tio --hw paper-2xh100nvl --policy zero-infinity\n\n"
+        "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+}
+
+static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
+    struct tio_sim_result r;
+    tio_sim_get_result(sim, &r);
+    char a[32], b[32], c[32], d[32];
+    printf("policy            %s on %s\n", tio_sim_policy(sim), hw->name);
+    if (r.oom) {
+        printf("OUT OF MEMORY     %s at kernel %llu (iteration %u): %s over\n",
+               r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
+               (unsigned long long)r.oom_kernel, r.oom_iteration,
+               tio_format_bytes(r.oom_bytes, a, sizeof a));
+        printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+        return;
+    }
+    printf("iteration         %s (ideal %s, %.1f%% of ideal)\n",
+           tio_format_duration(r.iteration_s, a, sizeof a),
+           tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
+    if (r.tokens_per_s > 0) {
+        printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
+    }
+    printf("stalls            %s (data %s, memory %s, host CPU %s)\n",
+           tio_format_duration(r.stall_s, a, sizeof a),
+           tio_format_duration(r.stall_data_s, b, sizeof b),
+           tio_format_duration(r.stall_memory_s, c, sizeof c),
+           tio_format_duration(r.cpu_s, d, sizeof d));
+    printf("I/O under compute %s of %s busy\n", tio_format_duration(r.overlap_s, a, sizeof a),
+           tio_format_duration(r.io_busy_s, b, sizeof b));
+    for (int ch = 0; ch < TIO_SIM_CHANNEL_COUNT; ch++) {
+        double avg = r.iteration_s > 0 ? (double)r.bytes[ch] / r.iteration_s : 0;
+        printf("  %-10s      %s moved, avg %s, peak %s\n", tio_sim_channel_name(ch),
+               tio_format_bytes(r.bytes[ch], a, sizeof a), tio_format_rate(avg, b, sizeof b),
+               tio_format_rate(r.peak_Bps[ch], c, sizeof c));
+    }
+    printf("GPU memory peak   %s of %s\n", tio_format_bytes(r.gpu_peak_bytes, a, sizeof a),
+           tio_format_bytes(r.capacity_bytes, b, sizeof b));
+    printf("host memory peak  %s\n", tio_format_bytes(r.host_peak_bytes, a, sizeof a));
+    printf("SSD written       %s per iteration",
+           tio_format_bytes(r.ssd_bytes_written, a, sizeof a));
+    if (r.drive_life_years > 0) {
+        printf(", drive life %.2f years (%u x %s TBW)", r.drive_life_years, hw->ssd_count,
+               tio_format_bytes((uint64_t)hw->ssd_tbw_bytes, b, sizeof b));
+    }
+    printf("\nmoves             %llu issued, %llu no-ops, %llu late, %llu demand fetches\n",
+           (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_skipped,
+           (unsigned long long)r.n_moves_late, (unsigned long long)r.n_demand_fetches);
+}
+
+int cli_cmd_simulate(int argc, char **argv) {
+    const char *trace_path = NULL, *hw_name = NULL, *plan_path = NULL, *policy = NULL;
+    const char *csv_dir = NULL, *timeline = NULL;
+    int json = 0;
+    struct tio_sim_params sp = tio_sim_params_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return TIO_EXIT_OK;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        } else if (a[0] == '-' && a[1] != '\0' && !val) {
+            cli_error(CMD, "%s needs a value (see --help)", a);
+            return TIO_EXIT_USAGE;
+        } else if (strcmp(a, "--hw") == 0) {
+            hw_name = val;
+        } else if (strcmp(a, "--plan") == 0) {
+            plan_path = val;
+        } else if (strcmp(a, "--policy") == 0) {
+            policy = val;
+        } else if (strcmp(a, "--csv") == 0) {
+            csv_dir = val;
+        } else if (strcmp(a, "--timeline") == 0) {
+            timeline = val;
+            sp.record_timeline = 1;
+        } else if (strcmp(a, "--capacity") == 0) {
+            rc = cli_parse_bytes(CMD, a, val, &sp.capacity_bytes);
+        } else if (strcmp(a, "--ssd-scale") == 0) {
+            rc = cli_parse_double(CMD, a, val, &sp.ssd_bandwidth_scale);
+            if (rc == 0 && !(sp.ssd_bandwidth_scale > 0)) {
+                cli_error(CMD, "--ssd-scale must be > 0");
+                rc = TIO_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--warmup") == 0) {
+            uint64_t w = 0;
+            rc = cli_parse_u64(CMD, a, val, &w);
+            if (rc == 0 && w > 16) {
+                cli_error(CMD, "--warmup %llu: at most 16", (unsigned long long)w);
+                rc = TIO_EXIT_USAGE;
+            }
+            sp.warmup_iterations = (uint32_t)w;
+        } else if (strcmp(a, "--iterations-per-day") == 0) {
+            rc = cli_parse_double(CMD, a, val, &sp.iterations_per_day);
+            if (rc == 0 && sp.iterations_per_day < 0) {
+                cli_error(CMD, "--iterations-per-day must be >= 0");
+                rc = TIO_EXIT_USAGE;
+            }
+        } else if (a[0] == '-') {
+            cli_error(CMD, "unknown option '%s' (see --help)", a);
+            return TIO_EXIT_USAGE;
+        } else if (!trace_path) {
+            trace_path = a;
+            continue;
+        } else {
+            cli_error(CMD, "unexpected argument '%s' (see --help)", a);
+            return TIO_EXIT_USAGE;
+        }
+        if (rc) {
+            return rc;
+        }
+        i++;
+    }
+    if (!trace_path || !hw_name || (!plan_path && !policy) || (plan_path && policy)) {
+        cli_error(CMD, "need TRACE, --hw and exactly one of --plan or --policy (see --help)");
+        return TIO_EXIT_USAGE;
+    }
+    struct tio_hw hw;
+    int rc = tio_hw_load(hw_name, &hw);
+    if (rc < 0) {
+        return cli_fail(CMD, hw_name, rc);
+    }
+    struct tio_trace *tr = NULL;
+    rc = tio_trace_load(trace_path, TIO_TRACE_FORMAT_AUTO, &tr);
+    if (rc < 0) {
+        return cli_fail(CMD, trace_path, rc);
+    }
+    struct tio_sim *sim = NULL;
+    int code = TIO_EXIT_OK;
+    if (plan_path) {
+        struct tio_plan *plan = NULL;
+        rc = tio_plan_load(plan_path, TIO_PLAN_FORMAT_AUTO, &plan);
+        if (rc < 0) {
+            code = cli_fail(CMD, plan_path, rc);
+            goto out;
+        }
+        rc = tio_plan_check_trace(plan, tr);
+        if (rc < 0) {
+            tio_plan_free(plan);
+            code = cli_fail(CMD, plan_path, rc);
+            goto out;
+        }
+        rc = cli_sim_plan(tr, &hw, plan, &sp, &sim);
+        tio_plan_free(plan);
+    } else {
+        rc = cli_sim_policy(tr, &hw, policy, &sp, &sim);
+    }
+    if (rc < 0) {
+        code = cli_fail(CMD, plan_path ? plan_path : policy, rc);
+        goto out;
+    }
+    if (json) {
+        rc = tio_sim_write_json(sim, stdout);
+    } else {
+        print_human(sim, &hw);
+    }
+    if (rc >= 0 && csv_dir) {
+        rc = tio_sim_write_csv(sim, csv_dir);
+    }
+    if (rc >= 0 && timeline) {
+        rc = tio_sim_write_timeline(sim, timeline);
+    }
+    if (rc < 0) {
+        code = cli_fail(CMD, "writing results", rc);
+    }
+out:
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+    return code;
+}

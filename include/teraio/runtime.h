@@ -80,9 +80,11 @@ struct tio_rt_action {
 struct tio_runtime_params {
     const struct tio_trace *trace; /* finished trace (borrowed: must outlive the executor) */
     const struct tio_plan *plan;   /* plan for `trace` (borrowed: must outlive the executor) */
-    struct tio_engine *engine;     /* borrowed; the executor uses tensor ids = trace ids */
+    struct tio_engine *engine;     /* borrowed; see engine_id_base */
     uint64_t budget_bytes;         /* tracked resident bytes to stay under (0: not enforced) */
     int32_t mem;                   /* enum tio_mem_kind of the bound pointers (default HOST) */
+    uint64_t engine_id_base;       /* engine tensor id = this + trace tensor id (default 0): give
+                                      executors sharing an engine disjoint ranges */
 };
 
 /* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST. */

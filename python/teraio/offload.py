@@ -125,6 +125,7 @@ class Offloader:
         self._prog = None
         self._runtime = None
         self._movable = ()
+        self._generation = 0
         self._driver = None
         self._state = "warmup"
         self._steps = 0
@@ -254,8 +255,12 @@ class Offloader:
             raise ValueError(f"host_memory: the plan needs {s['host_peak_bytes']} bytes of host "
                              f"tier, only {self.host_memory} configured")
         self._movable = frozenset(m[0] for m in self._plan.moves())
+        # each executor gets its own range of engine ids: a replaced one that is freed late (the
+        # garbage collector decides) must not drop the copies of its successor
+        self._generation += 1
         self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
-                                      budget_bytes=self.budget, device=self._cuda)
+                                      budget_bytes=self.budget, device=self._cuda,
+                                      id_base=self._generation << 32)
 
     def _drop_runtime(self):
         if self._runtime is not None:

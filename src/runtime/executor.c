@@ -45,6 +45,7 @@ struct tio_runtime {
     uint32_t *tflags;               /* [n_tensors] TF_* */
     void **ptr;                     /* [n_tensors] bound memory or NULL */
     uint64_t budget;                /* bytes, 0 = none */
+    uint64_t id_base;               /* engine tensor id = id_base + trace id */
     int32_t mem;
     uint64_t next_k; /* the kernel expected next */
     int in_iter;     /* between begin_iteration and end_iteration */
@@ -82,7 +83,7 @@ static void fail(struct tio_runtime *rt, int rc, const char *what, uint32_t t, c
 
 /* Forget the engine's copy of t (best effort: a failure only leaks its extents until exit). */
 static void drop_copy(struct tio_runtime *rt, uint32_t t) {
-    if (tio_engine_drop(rt->engine, t) < 0) {
+    if (tio_engine_drop(rt->engine, rt->id_base + t) < 0) {
         TIO_LOG_DEBUG("runtime: drop of tensor %u: %s", t, tio_last_error());
     }
 }
@@ -213,8 +214,9 @@ static int releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
 
 static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
     for (;;) {
-        int rc = tio_engine_write(rt->engine, t, rt->ptr[t], rt->v.tensor_bytes[t], rt->mem, tier,
-                                  urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, (uint64_t)t);
+        int rc = tio_engine_write(rt->engine, rt->id_base + t, rt->ptr[t], rt->v.tensor_bytes[t],
+                                  rt->mem, tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                  (uint64_t)t);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -233,8 +235,8 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
 static int submit_read(struct tio_runtime *rt, uint32_t t) {
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
-        int rc = tio_engine_read(rt->engine, t, rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                                 urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t);
+        int rc = tio_engine_read(rt->engine, rt->id_base + t, rt->ptr[t], rt->v.tensor_bytes[t],
+                                 rt->mem, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -276,6 +278,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->plan = p->plan;
     rt->engine = p->engine;
     rt->budget = p->budget_bytes;
+    rt->id_base = p->engine_id_base;
     rt->mem = p->mem;
     tio_trace_get_view(p->trace, &rt->v);
     size_t nk = rt->v.n_kernels, nt = rt->v.n_tensors;

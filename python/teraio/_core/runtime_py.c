@@ -633,14 +633,17 @@ static void runtime_dealloc(RuntimeObject *self) {
 }
 
 static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "trace", "plan", "engine", "budget_bytes", "device", NULL };
+    static char *kwlist[] = {
+        "trace", "plan", "engine", "budget_bytes", "device", "id_base", NULL
+    };
     RtTraceObject *tr;
     RtPlanObject *pl;
     RtEngineObject *en;
     unsigned long long budget = 0;
     int device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|Kp", kwlist, &RtTraceType, &tr, &RtPlanType,
-                                     &pl, &RtEngineType, &en, &budget, &device)) {
+    unsigned long long id_base = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpK", kwlist, &RtTraceType, &tr, &RtPlanType,
+                                     &pl, &RtEngineType, &en, &budget, &device, &id_base)) {
         return -1;
     }
     struct tio_runtime_params p = tio_runtime_params_default();
@@ -649,6 +652,7 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     p.engine = en->e;
     p.budget_bytes = budget;
     p.mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
+    p.engine_id_base = id_base;
     int rc = tio_runtime_new(&p, &self->rt);
     if (rc < 0) {
         tio_py_raise(rc, "runtime");

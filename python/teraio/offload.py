@@ -75,6 +75,12 @@ class Offloader:
 
         self.model = model
         self.optimizer = optimizer
+        if model is not None and any(hasattr(p, "_local_tensor") or hasattr(p, "device_mesh")
+                                     for p in model.parameters()):
+            raise ValueError("model: DTensor parameters (FSDP2 fully_shard, tensor parallel) are "
+                             "not supported by teraio.Offloader yet: FSDP2 frees and re-allocates "
+                             "parameter storages itself; use DDP or a single process "
+                             "(docs/runtime.md)")
         self.budget_fraction = None
         if isinstance(memory_budget, float) and 0 < memory_budget < 1:
             self.budget_fraction = memory_budget  # of the profiled unconstrained peak
@@ -254,7 +260,12 @@ class Offloader:
         if s["host_peak_bytes"] > self.host_memory:
             raise ValueError(f"host_memory: the plan needs {s['host_peak_bytes']} bytes of host "
                              f"tier, only {self.host_memory} configured")
-        self._movable = frozenset(m[0] for m in self._plan.moves())
+        moves = self._plan.moves()
+        self._movable = frozenset(m[0] for m in moves)
+        self._offload_at = {}
+        for m in moves:
+            if m[2] != 0:  # to a tier: an offload, issued before kernel m[4]
+                self._offload_at.setdefault(m[4], []).append(m[0])
         # each executor gets its own range of engine ids: a replaced one that is freed late (the
         # garbage collector decides) must not drop the copies of its successor
         self._generation += 1
@@ -307,6 +318,7 @@ class Offloader:
             else:
                 driver = StepDriver(globals_, record=False, program=self._prog,
                                     runtime=self._runtime, movable=self._movable,
+                                    offload_at=self._offload_at,
                                     split_foreach=self.split_foreach, cuda=self._cuda,
                                     in_optim=lambda: self._in_optim)
         self._driver = driver

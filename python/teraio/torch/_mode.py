@@ -73,7 +73,14 @@ def collect_globals(model, optimizer):
     def add(name, t, kind):
         if not isinstance(t, torch.Tensor):
             return
+        local = getattr(t, "_local_tensor", None)  # DTensor (FSDP2): its shard is the storage
+        if isinstance(local, torch.Tensor):
+            t = local
         st = t.untyped_storage()
+        try:
+            st.data_ptr()
+        except RuntimeError:  # a wrapper subclass without real storage: not managed
+            return
         if st._cdata in seen:
             return
         seen.add(st._cdata)
@@ -161,7 +168,8 @@ class StepDriver:
     """State of one step under the dispatch mode: identity, recording or execution."""
 
     def __init__(self, globals_, *, record: bool, program: StepProgram | None = None,
-                 runtime=None, movable=(), split_foreach=True, cuda=False, in_optim=None):
+                 runtime=None, movable=(), split_foreach=True, cuda=False, in_optim=None,
+                 offload_at=None):
         self.record = record
         self.prog = program if program is not None else StepProgram()
         self.rt = runtime
@@ -178,6 +186,8 @@ class StepDriver:
         self.events = []  # CUDA timing: (k, start, end)
         # execution
         self.movable = set(movable)
+        self.offload_at = offload_at or {}
+        self.ptr_by_id: dict[int, int] = {}  # what the executor was told
         self.st_by_id: dict[int, torch.UntypedStorage] = {}
         self.weak_by_id: dict[int, weakref.ref] = {}
         self.release_at: dict[int, list] = {}
@@ -236,7 +246,11 @@ class StepDriver:
                               "expects it freed")
                 return
             k = self.k
-            self._before(k)
+            try:
+                self._before(k)
+            except Divergence as e:
+                self._diverge(str(e))
+                return
             self.rt.after(k)
             self.k = k + 1
 
@@ -262,7 +276,8 @@ class StepDriver:
                 self.release_at.setdefault(k, []).append(t)
         for tid, st in self.st_by_id.items():
             if st.nbytes() > 0:
-                self.rt.bind(tid, st.data_ptr())
+                self.ptr_by_id[tid] = st.data_ptr()
+                self.rt.bind(tid, self.ptr_by_id[tid])
         if self.cuda:
             self._sync_device()
         self._apply(self.rt.begin())
@@ -334,7 +349,11 @@ class StepDriver:
                     self._diverge(f"operator {k} ({func}) uses different tensors than planned")
                     return func(*args, **kwargs)
                 i += 2
-            self._before(k)
+            try:
+                self._before(k)
+            except Divergence as e:
+                self._diverge(str(e))
+                return func(*args, **kwargs)
             out = func(*args, **kwargs)
         # outputs
         for j, o in enumerate(_flat_out(out, [])):
@@ -354,7 +373,8 @@ class StepDriver:
                         return out
                     if tid in self.movable:
                         self.st_by_id[tid] = st
-                        self.rt.bind(tid, st.data_ptr())
+                        self.ptr_by_id[tid] = st.data_ptr()
+                        self.rt.bind(tid, self.ptr_by_id[tid])
                 uses[tid] = uses.get(tid, 0) | USE_W
             elif j < len(rets_w) and rets_w[j]:
                 uses[tid] = uses.get(tid, 0) | USE_W
@@ -445,9 +465,28 @@ class StepDriver:
                 st.resize_(0)
             else:  # RT_MATERIALIZE
                 st.resize_(nb)
-                rt.bind(t, st.data_ptr())
+                self.ptr_by_id[t] = st.data_ptr()
+                rt.bind(t, self.ptr_by_id[t])
+
+    def _check_offloads(self, k):
+        """The executor writes from the pointers it was given: make sure nothing resized or moved
+        those storages behind its back (e.g. a library calling resize_ itself)."""
+        for t in self.offload_at.get(k, ()):
+            st = self.st_by_id.get(t)
+            if st is None:
+                ref = self.weak_by_id.get(t)
+                st = ref() if ref is not None else None
+            if st is None or t not in self.ptr_by_id or self.rt.state(t) != 1:
+                continue
+            if st.nbytes() != self.prog.tensors[t][0] or st.data_ptr() != self.ptr_by_id[t]:
+                return f"tensor {t} was resized or moved outside teraio before its offload"
+        return None
 
     def _before(self, k):
+        if self.offload_at:
+            why = self._check_offloads(k)
+            if why:
+                raise Divergence(why)
         self.busy = True
         try:
             if self.cuda:

@@ -149,6 +149,7 @@ def main(argv=None):
     def on_step(i, off):
         times.append(time.perf_counter())
         if i + 1 == a.steady_after:
+            steady["before"] = peak_rss_bytes()  # clear_refs also resets ru_maxrss
             steady["reset"] = reset_peak_rss()
 
     t0 = time.perf_counter()
@@ -156,7 +157,7 @@ def main(argv=None):
                                foreach=a.foreach, on_step=on_step)
     dt = time.perf_counter() - t0
     out = dict(losses=losses, params=param_digest(model), seconds=dt,
-               peak_rss_bytes=peak_rss_bytes(),
+               peak_rss_bytes=max(peak_rss_bytes(), steady.get("before", 0)),
                steady_peak_rss_bytes=vm_hwm_bytes() if steady.get("reset") else None,
                steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
                                                             times[a.steady_after:])])

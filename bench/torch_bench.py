@@ -191,6 +191,7 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--ssd-dir", default="/tmp/tio-bench")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -200,14 +201,25 @@ def main():
     print(json.dumps(hook_overhead(a.preset, a.reps, a.batch, a.seq)))
     os.makedirs(a.ssd_dir, exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    for mode in ("plain", "teraio", "save_on_cpu", "checkpoint"):
-        cfg = dict(preset=a.preset, mode=mode, steps=a.steps, batch=a.batch, seq=a.seq,
-                   ssd_dir=a.ssd_dir)
-        r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
-                           capture_output=True, text=True, env=env)
-        print(r.stdout.strip().splitlines()[-1] if r.returncode == 0 else
-              json.dumps({"mode": mode, "error": r.stderr[-500:]}))
-
+    # configurations interleaved round by round, so that load drift on a shared machine hits all
+    results = {}
+    for _ in range(a.rounds):
+        for mode in ("plain", "teraio", "save_on_cpu", "checkpoint"):
+            cfg = dict(preset=a.preset, mode=mode, steps=a.steps, batch=a.batch, seq=a.seq,
+                       ssd_dir=a.ssd_dir)
+            r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
+                               capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                print(json.dumps({"mode": mode, "error": r.stderr[-500:]}))
+                continue
+            results.setdefault(mode, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+    base = statistics.median(x["step_s"] for x in results.get("plain", [{"step_s": 0}]))
+    for mode, runs in results.items():
+        step = statistics.median(x["step_s"] for x in runs)
+        out = dict(runs[-1], mode=mode, rounds=len(runs), step_s=step,
+                   tokens_per_s=a.batch * a.seq / step, vs_plain=base / step if step else 0,
+                   all_step_s=[x["step_s"] for x in runs])
+        print(json.dumps(out))
 
 if __name__ == "__main__":
     main()

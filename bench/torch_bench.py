@@ -139,6 +139,7 @@ def worker(cfg):
     model = LlamaTiny(c)
     opt = torch.optim.AdamW(model.parameters(), foreach=False)
     mode = cfg["mode"]
+    os.makedirs(cfg["ssd_dir"], exist_ok=True)
     off = None
     if mode == "teraio":
         import teraio

@@ -370,8 +370,11 @@ static int host_allowed(struct planner *p, const struct tio_pperiod *q) {
     if (!p->use_host) {
         return 0;
     }
-    int64_t held = ext_max(&p->host, p->n, q->start, q->end);
-    return held + (int64_t)q->bytes <= (int64_t)p->m->host_cap;
+    int64_t cap = (int64_t)p->m->host_cap, s = (int64_t)q->bytes;
+    if (p->host.mx[1] + s <= cap) {
+        return 1; /* the root holds the max over every kernel: fits anywhere */
+    }
+    return ext_max(&p->host, p->n, q->start, q->end) + s <= cap;
 }
 
 /* The windows of one tier: offload completion (forward walk) and latest prefetch start

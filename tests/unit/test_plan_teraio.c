@@ -496,9 +496,10 @@ TIO_TEST(model_matches_analysis) {
 }
 
 TIO_TEST(policy_registry) {
-    const char *want[] = { "teraio",           "teraio-mixed", "teraio-ssd", "teraio-paper",
-                           "teraio-paper-ssd", "g10",          "lru",        "none",
-                           "ideal",            "zero-offload", "zero-infinity" };
+    const char *want[] = {
+        "teraio", "teraio-mixed", "teraio-ssd", "teraio-paper", "teraio-paper-ssd", "g10",
+        "lru",    "none",         "ideal",      "zero-offload", "zero-infinity"
+    };
     CHECK_EQ_U(tio_plan_policy_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int found = 0;

@@ -340,8 +340,9 @@ static uint64_t ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_
 static double ext_time(const struct planner *p, uint64_t a, uint64_t b) {
     size_t n = p->n;
     double it = p->tprefix[n];
-    double ta = (double)(a / n) * it + p->tprefix[a % n];
-    double tb = (double)(b / n) * it + p->tprefix[b % n];
+    uint64_t ia = a / n, ib = b / n; /* whole iterations */
+    double ta = (double)ia * it + p->tprefix[a % n];
+    double tb = (double)ib * it + p->tprefix[b % n];
     return tb - ta;
 }
 

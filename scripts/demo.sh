@@ -8,4 +8,5 @@ bash scripts/setup.sh
 if python -c "import teraio.demo" 2>/dev/null; then
     exec python -m teraio.demo "$@"
 fi
-exec build/teraio --help
+build/teraio trace info tests/data/example.json
+exec build/teraio analyze tests/data/example.json

@@ -89,7 +89,8 @@ struct tio_analysis_summary {
     uint64_t peak_resident_bytes;         /* max over k of resident_bytes[k] */
     size_t peak_kernel;                   /* first kernel where the peak is reached */
     uint64_t peak_active_bytes;           /* max over k of active_bytes[k] */
-    double active_fraction_mean;          /* mean over kernels of active/resident (Observation 1) */
+    double active_fraction_mean;          /* mean over kernels of active/resident (Observation 1);
+                                              kernels with resident 0 are left out */
     double active_fraction_max;           /* max over kernels of active/resident */
     double active_capacity_fraction_mean; /* mean of active/capacity (0 if capacity unknown) */
     double active_capacity_fraction_max;  /* max of active/capacity (0 if capacity unknown) */

@@ -237,8 +237,8 @@ struct tio_engine_stats {
 TIO_API int tio_engine_stats(struct tio_engine *e, struct tio_engine_stats *out);
 
 /* tio_engine_last_error: detail of the most recent failed completion of this engine (which
- * tensor, chunk, directory, offset and why); "" if none. Owned by the engine; copy it before
- * the next poll/wait if you need to keep it. */
+ * tensor, chunk, directory, offset and why); "" if none. A thread-local copy, valid until
+ * the next call of it on this thread. Thread-safe. */
 TIO_API const char *tio_engine_last_error(struct tio_engine *e);
 
 /* tio_engine_backend: the selected backend's name (owned by the library). */

@@ -6,6 +6,7 @@
  *
  *   trace.h     one training iteration: kernels, tensors, uses (profiled or modelled)
  *   analysis.h  liveness, inactive periods, memory curves
+ *   model.h     transformer training workload generator (what-if traces)
  *   hw.h        the hardware description
  *   io.h        the migration engine: async tensor I/O to SSDs and host memory
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
@@ -24,6 +25,7 @@
 #include <teraio/hw.h>
 #include <teraio/io.h>
 #include <teraio/log.h>
+#include <teraio/model.h>
 #include <teraio/plan.h>
 #include <teraio/sim.h>
 #include <teraio/status.h>

@@ -80,12 +80,21 @@ def plot_memory(memory_csv: Path, capacity: int, out: Path, title: str) -> dict:
     res = [int(r["resident_bytes"]) for r in rows]
     act = [int(r["active_bytes"]) for r in rows]
     cap = capacity or max(res) or 1
+    # Active memory swings by orders of magnitude from one kernel to the next; draw its
+    # per-bin maximum and mean (bins of ~N/1500 kernels) so that the curve stays readable.
+    step = max(1, len(k) // 1500)
+    bx, bmax, bmean = [], [], []
+    for i in range(0, len(k), step):
+        chunk = act[i:i + step]
+        bx.append(k[i])
+        bmax.append(max(chunk) / cap)
+        bmean.append(sum(chunk) / len(chunk) / cap)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.plot(k, [r / cap for r in res], label="all tensors (resident if nothing is offloaded)",
             lw=1.2, color="#1f77b4")
-    ax.plot(k, [a / cap for a in act], label="active tensors (used by the kernel)", lw=0.6,
-            color="#d62728", alpha=0.8)
+    ax.plot(bx, bmax, label="active tensors, max per bin", lw=0.8, color="#d62728")
+    ax.plot(bx, bmean, label="active tensors, mean per bin", lw=0.8, color="#ff9896")
     ax.axhline(1.0, color="black", ls="--", lw=1, label="GPU capacity")
     ax.set_yscale("log")
     ax.set_xlabel("kernel index in one training iteration")
@@ -99,7 +108,7 @@ def plot_memory(memory_csv: Path, capacity: int, out: Path, title: str) -> dict:
     return {"kernels": len(k), "capacity_bytes": cap}
 
 
-def plot_cdf(cdf_csv: Path, out: Path, title: str) -> None:
+def plot_cdf(cdf_csv: Path, out: Path, title: str, counts: dict | None = None) -> None:
     """Paper Figure 2: CDF of inactive-period length (us, log scale) per tensor-size bucket."""
     rows = _read_csv(cdf_csv)
     series: dict[str, tuple[list[float], list[float]]] = {}
@@ -112,7 +121,8 @@ def plot_cdf(cdf_csv: Path, out: Path, title: str) -> None:
     for b in BUCKETS:
         if b in series:
             xs, ys = series[b]
-            ax.step(xs, ys, where="post", label=f"{b} ({len(xs)} periods)")
+            n = (counts or {}).get(b, len(xs))
+            ax.step(xs, ys, where="post", label=f"{b} ({n} periods)")
     ax.axvline(1e4, color="black", ls=":", lw=1, label="10 ms")
     ax.set_xscale("log")
     ax.set_xlabel("inactive period length (us)")
@@ -132,8 +142,8 @@ def plot_sweep(points: list[dict], out: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     by_label: dict[str, list[tuple[float, float]]] = {}
     for p in points:
-        by_label.setdefault(p.get("label", "teraio"), []).append(
-            (p["bandwidth_Bps"] / 1e9, p["normalized_throughput"]))
+        y = 0.0 if p.get("oom") else float(p["fraction_of_ideal"])
+        by_label.setdefault(p.get("label", "teraio"), []).append((p["bandwidth_Bps"] / 1e9, y))
     for label, pts in by_label.items():
         pts.sort()
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
@@ -172,25 +182,29 @@ def plot_throughput(rows: list[dict], out: Path, title: str) -> None:
     plt.close(fig)
 
 
-def plot_timeline(series_csv: Path, capacity: int, out: Path, title: str) -> None:
-    """One simulated iteration: GPU memory (top) and migration bandwidth per channel (bottom).
-    Reads the simulator's series CSV: time_s, gpu_bytes and one *_Bps column per channel."""
-    rows = _read_csv(series_csv)
-    if not rows:
-        raise ReportError(f"{series_csv} is empty")
-    t = [float(r["time_s"]) for r in rows]
+def plot_timeline(sim_dir: Path, capacity: int, out: Path, title: str) -> None:
+    """One simulated iteration: GPU memory per kernel (top) and migration bandwidth per channel
+    (bottom), from the simulator's kernels.csv (start_s, gpu_bytes) and bandwidth.csv
+    (t_s and one *_Bps column per channel)."""
+    kern = _read_csv(sim_dir / "kernels.csv")
+    bw = _read_csv(sim_dir / "bandwidth.csv")
+    if not kern:
+        raise ReportError(f"{sim_dir / 'kernels.csv'} is empty")
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    ax1.plot(t, [int(r["gpu_bytes"]) / 1e9 for r in rows], label="GPU memory in use", lw=1)
+    ax1.plot([float(r["start_s"]) for r in kern], [int(r["gpu_bytes"]) / 1e9 for r in kern],
+             label="GPU memory in use", lw=1)
     if capacity:
         ax1.axhline(capacity / 1e9, color="black", ls="--", lw=1, label="capacity")
     ax1.set_ylabel("GB")
     ax1.legend(fontsize=8, loc="upper right")
     ax1.grid(True, alpha=0.3)
-    for col in rows[0]:
-        if col.endswith("_Bps"):
-            ax2.plot(t, [float(r[col]) / 1e9 for r in rows], lw=0.8,
-                     label=col[:-4].replace("_", " "))
+    if bw:
+        t = [float(r["t_s"]) for r in bw]
+        for col in bw[0]:
+            if col.endswith("_Bps"):
+                ax2.plot(t, [float(r[col]) / 1e9 for r in bw], lw=0.8,
+                         label=col[:-4].replace("_", " "))
     ax2.set_ylabel("GB/s")
     ax2.set_xlabel("time in the iteration (s)")
     ax2.legend(fontsize=8, loc="upper right")
@@ -265,8 +279,12 @@ def characterization(trace: str, capacity: int, out_dir: Path, name: str, page: 
     summary = run_cli(*args)
     plot_memory(csv_dir / "memory.csv", capacity, out_dir / f"{name}-memory.png",
                 f"{name}: memory per kernel (paper Figure 1)")
+    counts = {}
+    for i, b in enumerate(summary.get("buckets", [])):
+        if isinstance(b, dict):
+            counts[b.get("name", BUCKETS[i] if i < len(BUCKETS) else str(i))] = b.get("periods")
     plot_cdf(csv_dir / "cdf.csv", out_dir / f"{name}-idle-cdf.png",
-             f"{name}: inactive periods by tensor size (paper Figure 2)")
+             f"{name}: inactive periods by tensor size (paper Figure 2)", counts)
     page.sections.append(Section(
         f"{name}: active vs resident memory (Observation 1)",
         f"Active tensors use on average {fmt_pct(summary['active_fraction_mean'])} of resident "
@@ -307,15 +325,16 @@ def simulation(trace: str, hw: str, policies: list[str], plan: str | None, out_d
                                  "Simulated on the same trace and hardware model "
                                  "(teraio simulate --json).",
                                  image=f"{name}-throughput.png", table=table))
-    timeline_policy = plan or next((p for p in policies if p.startswith("teraio")), None)
+    # The timeline of the plan, else of the best teraio policy that ran (not OOM).
+    ok = [r["system"] for r in rows if not r.get("oom") and r["system"].startswith("teraio")]
+    timeline_policy = plan or (ok[-1] if ok else None)
     if timeline_policy:
         series_dir = out_dir / f"{name}-sim"
         src = ["--plan", plan] if plan else ["--policy", timeline_policy]
         run_cli("simulate", trace, "--hw", hw, *src, "--csv", str(series_dir))
-        series = series_dir / "series.csv"
-        if series.is_file():
+        if (series_dir / "kernels.csv").is_file():
             cap = int(rows[0].get("capacity_bytes", 0) or 0)
-            plot_timeline(series, cap, out_dir / f"{name}-timeline.png",
+            plot_timeline(series_dir, cap, out_dir / f"{name}-timeline.png",
                           f"{name}: one iteration under {timeline_policy}")
             page.sections.append(Section(f"{name}: GPU memory and migration bandwidth",
                                          "One simulated steady-state iteration.",

@@ -168,6 +168,10 @@ static int cufile_cancel(void *state, uint64_t user) {
     return tio_pool_cancel(((struct cufile_state *)state)->pool, user);
 }
 
+static void cufile_notify(void *state) {
+    tio_pool_kick(((struct cufile_state *)state)->pool);
+}
+
 const struct tio_io_backend_ops tio_io_backend_cufile = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "cufile",
@@ -178,4 +182,5 @@ const struct tio_io_backend_ops tio_io_backend_cufile = {
     .submit = cufile_submit,
     .reap = cufile_reap,
     .cancel = cufile_cancel,
+    .notify = cufile_notify,
 };

@@ -68,6 +68,10 @@ static int posix_cancel(void *state, uint64_t user) {
     return tio_pool_cancel(((struct posix_state *)state)->pool, user);
 }
 
+static void posix_notify(void *state) {
+    tio_pool_kick(((struct posix_state *)state)->pool);
+}
+
 const struct tio_io_backend_ops tio_io_backend_posix = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "posix",
@@ -78,4 +82,5 @@ const struct tio_io_backend_ops tio_io_backend_posix = {
     .submit = posix_submit,
     .reap = posix_reap,
     .cancel = posix_cancel,
+    .notify = posix_notify,
 };

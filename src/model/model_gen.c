@@ -29,13 +29,14 @@ enum kcls { C_MM, C_ATTN, C_ATTN_BWD, C_VEC, C_COMM };
 
 #define NONE     UINT32_MAX
 #define MAX_UB   12
-#define MAX_KERN (UINT64_C(1) << 26) /* 67M kernels: far above any paper setting */
+#define MAX_KERN (UINT64_C(1) << 24) /* 16.7M kernels (~1.5 GB of trace): 76x Llama3-70B */
 
 /* One parameter: working weight (bf16 copy under mixed precision, else the fp32 weight),
  * fp32 master (== w under fp32), fp32 gradient, AdamW moments. */
 struct param {
     uint32_t w, master, grad, m, v;
-    uint64_t n; /* elements */
+    uint64_t n;    /* elements */
+    char name[32]; /* "L12.wq" */
 };
 
 /* Layer parameter slots. */
@@ -299,41 +300,71 @@ wgrad(struct gen *g, const char *kn, int cls, double flops, uint32_t a, uint32_t
 
 /* ---- RMSNorm (TorchTitan: x * rsqrt(mean(x^2) + eps) * weight, unfused) ------------------ */
 
-static void rmsnorm_fwd(
-    struct gen *g, uint32_t x, size_t pi, int32_t ks, uint32_t *rstd, uint32_t *nr, uint32_t *no) {
-    double th = (double)(g->T * g->h);
-    uint64_t full = g->T * g->h * g->e, row = g->T * 4;
-    uint32_t sq = ew(g, "aten::pow", th, x, NONE, full, TIO_TENSOR_TEMP, "norm.sq");
-    uint32_t ms = ew(g, "aten::mean", th, sq, NONE, row, TIO_TENSOR_TEMP, "norm.ms");
-    uint32_t mse = ew(g, "aten::add", (double)g->T, ms, NONE, row, TIO_TENSOR_TEMP, "norm.mse");
-    *rstd = ew(g, "aten::rsqrt", (double)g->T, mse, NONE, row, ks, "norm.rstd");
-    *nr = ew(g, "aten::mul", th, x, *rstd, full, ks, "norm.nr");
-    *no = ew(g, "aten::mul", th, *nr, g->par[pi].w, full, ks, "norm.out");
+/* "<tag>.<suffix>" into buf (names are only built for the real pass). */
+static const char *
+tagged(const struct gen *g, char *buf, size_t n, const char *tag, const char *suffix) {
+    if (g->tr) {
+        (void)snprintf(buf, n, "%s.%s", tag, suffix);
+    }
+    return buf;
 }
 
-/* Returns the gradient of x (plus `gres`, the residual branch's gradient, if not NONE). */
+static void rmsnorm_fwd(struct gen *g,
+                        const char *tag,
+                        uint32_t x,
+                        size_t pi,
+                        int32_t ks,
+                        uint32_t *rstd,
+                        uint32_t *nr,
+                        uint32_t *no) {
+    double th = (double)(g->T * g->h);
+    uint64_t full = g->T * g->h * g->e, row = g->T * 4;
+    char b[48] = "";
+    const int32_t k_tmp = TIO_TENSOR_TEMP;
+    uint32_t sq = ew(g, "aten::pow", th, x, NONE, full, k_tmp, tagged(g, b, sizeof b, tag, "sq"));
+    uint32_t ms =
+        ew(g, "aten::mean", th, sq, NONE, row, k_tmp, tagged(g, b, sizeof b, tag, "mean"));
+    uint32_t mse = ew(g, "aten::add", (double)g->T, ms, NONE, row, k_tmp,
+                      tagged(g, b, sizeof b, tag, "mean_eps"));
+    *rstd =
+        ew(g, "aten::rsqrt", (double)g->T, mse, NONE, row, ks, tagged(g, b, sizeof b, tag, "rstd"));
+    *nr = ew(g, "aten::mul", th, x, *rstd, full, ks, tagged(g, b, sizeof b, tag, "normed"));
+    *no = ew(g, "aten::mul", th, *nr, g->par[pi].w, full, ks, tagged(g, b, sizeof b, tag, "out"));
+}
+
+/* Returns the gradient of x, plus `gres` (the residual branch's gradient) if not NONE, named
+ * `gname`. */
 static uint32_t rmsnorm_bwd(struct gen *g,
+                            const char *tag,
                             uint32_t gout,
                             uint32_t x,
                             uint32_t rstd,
                             uint32_t nr,
                             size_t pi,
-                            uint32_t gres) {
+                            uint32_t gres,
+                            const char *gname) {
     double th = (double)(g->T * g->h);
     uint64_t full = g->T * g->h * g->e, row = g->T * 4;
     const int32_t k_tmp = TIO_TENSOR_TEMP;
-    uint32_t t1 = ew(g, "aten::mul", th, gout, nr, full, k_tmp, "gnorm.t1");
+    char b[48] = "";
+    char gt[40];
+    (void)snprintf(gt, sizeof gt, "g.%s", tag);
+    uint32_t t1 = ew(g, "aten::mul", th, gout, nr, full, k_tmp, tagged(g, b, sizeof b, gt, "t1"));
     wgrad(g, "aten::sum", C_VEC, th, t1, NONE, pi);
-    uint32_t gnr = ew(g, "aten::mul", th, gout, g->par[pi].w, full, k_tmp, "gnorm.gnr");
-    uint32_t gx1 = ew(g, "aten::mul", th, gnr, rstd, full, k_tmp, "gnorm.gx1");
-    uint32_t t2 = ew(g, "aten::mul", th, gnr, x, full, k_tmp, "gnorm.t2");
-    uint32_t grs = ew(g, "aten::sum", th, t2, NONE, row, k_tmp, "gnorm.grstd");
-    uint32_t gms = ew(g, "aten::mul", 4.0 * (double)g->T, grs, rstd, row, k_tmp, "gnorm.gms");
-    uint32_t gsq = ew(g, "aten::div", th, gms, NONE, full, k_tmp, "gnorm.gsq");
-    uint32_t gx2 = ew(g, "aten::mul", 2 * th, gsq, x, full, k_tmp, "gnorm.gx2");
-    uint32_t gx = ew(g, "aten::add", th, gx1, gx2, full, k_tmp, "gnorm.gx");
+    uint32_t gnr = ew(g, "aten::mul", th, gout, g->par[pi].w, full, k_tmp,
+                      tagged(g, b, sizeof b, gt, "normed"));
+    uint32_t gx1 = ew(g, "aten::mul", th, gnr, rstd, full, k_tmp, tagged(g, b, sizeof b, gt, "x1"));
+    uint32_t t2 = ew(g, "aten::mul", th, gnr, x, full, k_tmp, tagged(g, b, sizeof b, gt, "t2"));
+    uint32_t grs = ew(g, "aten::sum", th, t2, NONE, row, k_tmp, tagged(g, b, sizeof b, gt, "rstd"));
+    uint32_t gms = ew(g, "aten::mul", 4.0 * (double)g->T, grs, rstd, row, k_tmp,
+                      tagged(g, b, sizeof b, gt, "mean"));
+    uint32_t gsq = ew(g, "aten::div", th, gms, NONE, full, k_tmp, tagged(g, b, sizeof b, gt, "sq"));
+    uint32_t gx2 =
+        ew(g, "aten::mul", 2 * th, gsq, x, full, k_tmp, tagged(g, b, sizeof b, gt, "x2"));
+    uint32_t gx = ew(g, "aten::add", th, gx1, gx2, full, k_tmp,
+                     gres == NONE ? gname : tagged(g, b, sizeof b, gt, "x"));
     if (gres != NONE) {
-        gx = ew(g, "aten::add", th, gres, gx, full, k_tmp, "gres");
+        gx = ew(g, "aten::add", th, gres, gx, full, k_tmp, gname);
     }
     return gx;
 }
@@ -352,7 +383,7 @@ block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute, struct
     double th = (double)(tok * g->h);
     memset(s, 0xff, sizeof *s);
     s->x = x;
-    rmsnorm_fwd(g, x, base + P_N1, ks, &s->rstd1, &s->n1, &s->n1o);
+    rmsnorm_fwd(g, "attn_norm", x, base + P_N1, ks, &s->rstd1, &s->n1, &s->n1o);
     /* q and k are not saved: RoPE multiplies by freqs_cis, which needs no gradient, so
      * autograd keeps neither operand */
     s->q = mm(g, s->n1o, pa[P_WQ].w, tok, g->hq, g->h, k_tmp, "q");
@@ -387,7 +418,7 @@ block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute, struct
     uint32_t ao = mm(g, s->oc, pa[P_WO].w, tok, g->h, g->hq, k_tmp, "attn.proj");
     allreduce(g, ao, g->tp);
     s->hmid = ew(g, "aten::add", th, x, ao, tok * g->h * e, ks, "h");
-    rmsnorm_fwd(g, s->hmid, base + P_N2, ks, &s->rstd2, &s->n2, &s->n2o);
+    rmsnorm_fwd(g, "ffn_norm", s->hmid, base + P_N2, ks, &s->rstd2, &s->n2, &s->n2o);
     s->gt = mm(g, s->n2o, pa[P_W1].w, tok, g->ffn, g->h, ks, "mlp.gate");
     s->ut = mm(g, s->n2o, pa[P_W3].w, tok, g->ffn, g->h, ks, "mlp.up");
     double tf = (double)(tok * g->ffn);
@@ -412,14 +443,14 @@ static uint32_t block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, cons
     uint32_t gu = ew(g, "aten::mul", tf, gp, s->sg, tok * g->ffn * e, k_tmp, "g.mlp.up");
     uint32_t gg =
         ew(g, "aten::silu_backward", 6 * tf, gsg, s->gt, tok * g->ffn * e, k_tmp, "g.mlp.gate");
-    uint32_t gna = mm(g, gu, pa[P_W3].w, tok, g->h, g->ffn, k_tmp, "g.n2a");
+    uint32_t gna = mm(g, gu, pa[P_W3].w, tok, g->h, g->ffn, k_tmp, "g.ffn_norm.out_up");
     wgrad(g, "aten::mm", C_MM, mmf, gu, s->n2o, base + P_W3);
-    uint32_t gnb = mm(g, gg, pa[P_W1].w, tok, g->h, g->ffn, k_tmp, "g.n2b");
+    uint32_t gnb = mm(g, gg, pa[P_W1].w, tok, g->h, g->ffn, k_tmp, "g.ffn_norm.out_gate");
     wgrad(g, "aten::mm", C_MM, mmf, gg, s->n2o, base + P_W1);
     uint32_t gn2 =
-        ew(g, "aten::add", (double)(tok * g->h), gna, gnb, tok * g->h * e, k_tmp, "g.n2");
+        ew(g, "aten::add", (double)(tok * g->h), gna, gnb, tok * g->h * e, k_tmp, "g.ffn_norm.out");
     allreduce(g, gn2, g->tp);
-    uint32_t gh = rmsnorm_bwd(g, gn2, s->hmid, s->rstd2, s->n2, base + P_N2, gy);
+    uint32_t gh = rmsnorm_bwd(g, "ffn_norm", gn2, s->hmid, s->rstd2, s->n2, base + P_N2, gy, "g.h");
     /* attention */
     double mq = 2.0 * (double)tok * (double)g->h * (double)g->hq;
     double mkv = 2.0 * (double)tok * (double)g->h * (double)g->hkv;
@@ -450,17 +481,17 @@ static uint32_t block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, cons
                       k_tmp, "g.q");
     uint32_t gkk = ew(g, "aten::mul", 3.0 * (double)(tok * g->hkv), gk, g->freqs, tok * g->hkv * e,
                       k_tmp, "g.k");
-    uint32_t g1 = mm(g, gqq, pa[P_WQ].w, tok, g->h, g->hq, k_tmp, "g.n1q");
+    uint32_t g1 = mm(g, gqq, pa[P_WQ].w, tok, g->h, g->hq, k_tmp, "g.attn_norm.out_q");
     wgrad(g, "aten::mm", C_MM, mq, gqq, s->n1o, base + P_WQ);
-    uint32_t g2 = mm(g, gkk, pa[P_WK].w, tok, g->h, g->hkv, k_tmp, "g.n1k");
+    uint32_t g2 = mm(g, gkk, pa[P_WK].w, tok, g->h, g->hkv, k_tmp, "g.attn_norm.out_k");
     wgrad(g, "aten::mm", C_MM, mkv, gkk, s->n1o, base + P_WK);
-    uint32_t g3 = mm(g, gv, pa[P_WV].w, tok, g->h, g->hkv, k_tmp, "g.n1v");
+    uint32_t g3 = mm(g, gv, pa[P_WV].w, tok, g->h, g->hkv, k_tmp, "g.attn_norm.out_v");
     wgrad(g, "aten::mm", C_MM, mkv, gv, s->n1o, base + P_WV);
     double th = (double)(tok * g->h);
-    uint32_t gn = ew(g, "aten::add", th, g1, g2, tok * g->h * e, k_tmp, "g.n1qk");
-    gn = ew(g, "aten::add", th, gn, g3, tok * g->h * e, k_tmp, "g.n1");
+    uint32_t gn = ew(g, "aten::add", th, g1, g2, tok * g->h * e, k_tmp, "g.attn_norm.out_qk");
+    gn = ew(g, "aten::add", th, gn, g3, tok * g->h * e, k_tmp, "g.attn_norm.out");
     allreduce(g, gn, g->tp);
-    return rmsnorm_bwd(g, gn, s->x, s->rstd1, s->n1, base + P_N1, gh);
+    return rmsnorm_bwd(g, "attn_norm", gn, s->x, s->rstd1, s->n1, base + P_N1, gh, "g.x");
 }
 
 /* ---- stage pieces ------------------------------------------------------------------------- */
@@ -469,6 +500,7 @@ static void add_param(struct gen *g, const char *nm, uint64_t n, size_t *idx) {
     struct param *pa = &g->par[g->npar];
     const uint32_t glob = TIO_TENSOR_GLOBAL;
     (void)snprintf(g->scope, sizeof g->scope, "%s", nm);
+    (void)snprintf(pa->name, sizeof pa->name, "%s", nm);
     if (g->bf16) {
         pa->master = ten(g, n * 4, TIO_TENSOR_WEIGHT, glob, "master");
         pa->w = ten(g, n * 2, TIO_TENSOR_WEIGHT, glob, "bf16");
@@ -579,7 +611,7 @@ static void fwd_mb(struct gen *g, uint32_t mb) {
         struct head_saved *hs = &g->hsaved[slot];
         set_scope(g, mb, "head", NONE);
         hs->x = x;
-        rmsnorm_fwd(g, x, g->normf_par, TIO_TENSOR_ACTIVATION, &hs->rstd, &hs->nr, &hs->no);
+        rmsnorm_fwd(g, "norm", x, g->normf_par, TIO_TENSOR_ACTIVATION, &hs->rstd, &hs->nr, &hs->no);
         uint64_t tv = g->T * g->vs;
         uint32_t logits =
             mm(g, hs->no, g->par[g->head_par].w, g->T, g->vs, g->h, TIO_TENSOR_TEMP, "logits");
@@ -624,10 +656,10 @@ static void bwd_mb(struct gen *g, uint32_t mb) {
         if (g->bf16) {
             glog = ew(g, "aten::_to_copy", 0, glog, NONE, tv * 2, k_tmp, "g.logits.bf16");
         }
-        uint32_t gno = mm(g, glog, g->par[g->head_par].w, g->T, g->h, g->vs, k_tmp, "g.norm");
+        uint32_t gno = mm(g, glog, g->par[g->head_par].w, g->T, g->h, g->vs, k_tmp, "g.norm.out");
         wgrad(g, "aten::mm", C_MM, 2.0 * (double)tv * (double)g->h, glog, hs->no, g->head_par);
         allreduce(g, gno, g->tp);
-        gy = rmsnorm_bwd(g, gno, hs->x, hs->rstd, hs->nr, g->normf_par, NONE);
+        gy = rmsnorm_bwd(g, "norm", gno, hs->x, hs->rstd, hs->nr, g->normf_par, NONE, "g.x");
     } else {
         set_scope(g, mb, "recv", NONE);
         gy = ten(g, act, k_tmp, 0, "g.y");
@@ -714,7 +746,7 @@ static void tail(struct gen *g) {
             /* torch.optim.AdamW, _single_tensor_adamw: decoupled weight decay, moments,
              * bias-corrected denominator, update */
             if (g->tr) {
-                (void)snprintf(g->scope, sizeof g->scope, "adamw%zu", i);
+                (void)snprintf(g->scope, sizeof g->scope, "%s.adamw", pa->name);
             }
             kb(g, "aten::mul_", C_VEC, n); /* param *= 1 - lr * wd */
             u(g, pa->master, RW);

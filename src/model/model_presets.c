@@ -2,6 +2,7 @@
  * Model and GPU presets, parameter defaults and validation (teraio/model.h).
  * Every value is listed with its source in docs/model.md.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -335,6 +336,21 @@ int tio_model_validate(const struct tio_model_params *p) {
                              "model: %llu micro-batches per iteration is too many; use at most "
                              "65536 (raise micro_batch)",
                              (unsigned long long)m);
+    }
+    /* The largest tensors (logits and their gradients, the SwiGLU activations, the embedding)
+     * must stay within the trace's per-tensor limit; computed in double so nothing overflows. */
+    double tok = (double)p->micro_batch * (double)p->seq_len;
+    double hd = p->head_dim ? (double)p->head_dim : (double)p->hidden / (double)p->heads;
+    double big = tok * (double)p->vocab * 4;
+    big = fmax(big, tok * (double)p->ffn_hidden * 4);
+    big = fmax(big, tok * (double)p->heads * hd * 4);
+    big = fmax(big, (double)p->vocab * (double)p->hidden * 4);
+    big = fmax(big, (double)p->ffn_hidden * (double)p->hidden * 4);
+    if (big > (double)TIO_TRACE_MAX_BYTES) {
+        return tio_set_error(TIO_EINVAL,
+                             "model: a tensor of %.3g bytes exceeds the trace limit of 1 PiB; "
+                             "reduce micro_batch, seq_len, vocab or the model width",
+                             big);
     }
     uint64_t world = (uint64_t)p->dp * p->tp * p->pp;
     if (p->rank >= world) {

@@ -149,6 +149,8 @@ int tio_trace_write_binary(const struct tio_trace *tr, void **data, size_t *len)
                              (unsigned long long)l.file_bytes);
     }
     memset(buf, 0, TIO_TRACE_HEADER_BYTES);
+    /* The magic is 8 bytes without a terminator. */
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
     memcpy(buf + H_MAGIC, TIO_TRACE_MAGIC, TIO_TRACE_MAGIC_LEN);
     put_u32(buf + H_VERSION, TIO_TRACE_BIN_VERSION);
     put_u32(buf + H_HEADER_BYTES, TIO_TRACE_HEADER_BYTES);
@@ -426,6 +428,9 @@ int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out) 
     rc = tio_trace_new(&params, &tr);
     if (rc < 0) {
         return rc;
+    }
+    for (int i = 1; i <= SEC_COUNT; i++) {
+        TIO_ASSERT(sec[i] != NULL); /* check_sections set every one */
     }
     const unsigned char *p = sec[SEC_KERNELS];
     memcpy(tr->kernel_duration_ns, p, nk * sizeof(uint64_t));

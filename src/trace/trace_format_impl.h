@@ -22,6 +22,9 @@
 #define TIO_TRACE_JSON_VERSION 1
 #define TIO_TRACE_JSON_MAX     (UINT64_C(1) << 32) /* 4 GiB */
 
+/* tio_trace_load reads whole files up to this size (bytes). */
+#define TIO_TRACE_FILE_MAX (UINT64_C(1) << 36) /* 64 GiB */
+
 /* Readers: parse and fully validate `len` bytes; *out is a finished trace. 0 or TIO_E*. */
 int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out);
 int tio_trace_read_json(const void *data, size_t len, struct tio_trace **out);

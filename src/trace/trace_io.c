@@ -117,8 +117,9 @@ static int read_file(const char *path, void **data, size_t *len) {
         rc = tio_set_error(TIO_EINVAL, "trace: '%s' is not a regular file", path);
         goto out;
     }
-    if ((uint64_t)st.st_size > TIO_TRACE_JSON_MAX * 4) {
-        rc = tio_set_error(TIO_ENOMEM, "trace: '%s' is %lld bytes, larger than 16 GiB", path,
+    /* The largest valid binary trace (2^28 kernels, 2^28 tensors, 2^32 uses) is ~33 GB. */
+    if ((uint64_t)st.st_size > TIO_TRACE_FILE_MAX) {
+        rc = tio_set_error(TIO_ENOMEM, "trace: '%s' is %lld bytes, larger than 64 GiB", path,
                            (long long)st.st_size);
         goto out;
     }
@@ -211,11 +212,11 @@ static void sync_parent(const char *path) {
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash) {
-        snprintf(dir, sizeof dir, ".");
+        (void)snprintf(dir, sizeof dir, ".");
     } else if (slash == path) {
-        snprintf(dir, sizeof dir, "/");
+        (void)snprintf(dir, sizeof dir, "/");
     } else {
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        (void)snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     }
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {

@@ -88,7 +88,10 @@ static void buf_str(struct buf *b, const char *s) {
             *o++ = '\\';
             *o++ = 't';
         } else if (c < 0x20) {
-            memcpy(o, "\\u00", 4);
+            o[0] = '\\';
+            o[1] = 'u';
+            o[2] = '0';
+            o[3] = '0';
             o[4] = hex[c >> 4];
             o[5] = hex[c & 15];
             o += 6;

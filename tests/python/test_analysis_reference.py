@@ -1,5 +1,6 @@
 """An independent, naive pure-Python reference of the lifetime analysis (include/teraio/analysis.h,
-docs/analysis.md), compared with `teraio analyze --json --csv` on seeded random traces.
+docs/analysis.md), compared with `teraio analyze --json --csv` on seeded random traces (and with
+teraio.Analysis when the package is importable).
 
 The reference follows the definitions literally with O(N*T) loops: for every tensor it scans all
 kernels to find its uses, and for every kernel it scans all tensors to decide residency. Nothing
@@ -219,6 +220,26 @@ def test_cli_matches_reference(tmp_path, seed):
             assert got[key] == value, key
     assert got["capacity_bytes"] == capacity
     assert got["long_idle_ns"] == long_idle_ns
+
+    # The Python binding gives the same summary, and the same arrays.
+    try:
+        import teraio
+        analysis_cls = getattr(teraio, "Analysis", None)
+    except ImportError:
+        analysis_cls = None
+    if analysis_cls is not None:
+        a = analysis_cls(path, capacity=capacity, long_idle_ns=long_idle_ns)
+        s = a.summary(top=top_n)
+        for key, value in want.items():
+            if isinstance(value, float):
+                assert s[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+            else:
+                assert s[key] == value, key
+        assert a.resident_bytes.tolist() == [m[3] for m in memory]
+        assert a.active_bytes.tolist() == [m[4] for m in memory]
+        p = a.periods()
+        assert [(int(r["tensor"]), int(r["start"]), int(r["end"]), int(r["duration_ns"]))
+                for r in p] == [(w[0], w[3], w[4], w[5]) for w in periods]
 
     head, rows = read_csv(out / "memory.csv")
     assert head == ["kernel", "start_ns", "duration_ns", "resident_bytes", "active_bytes"]

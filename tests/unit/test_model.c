@@ -305,6 +305,20 @@ TIO_TEST(pipeline_rank_traces) {
     CHECK(t1 <= in[0].ideal_iteration_s * (1 + 1e-6));
     CHECK(fmax(t0, t1) >= in[0].ideal_iteration_s * (1 - 1e-3));
     CHECK(in[0].rank_busy_s < t0); /* stage 0 waits for stage 1's gradients */
+    /* The pipeline fill: stage 1's first receive ends when stage 0's first send does, so its
+     * duration equals stage 0's time up to the end of that send (same clock origin). */
+    struct tio_trace_view v0, v1;
+    tio_trace_get_view(tr[0], &v0);
+    tio_trace_get_view(tr[1], &v1);
+    uint64_t until_send = 0;
+    for (size_t k = 0; k < v0.n_kernels; k++) {
+        until_send += v0.kernel_duration_ns[k];
+        if (strcmp(tio_trace_kernel_name(tr[0], (uint32_t)k), "nccl:send") == 0) {
+            break;
+        }
+    }
+    CHECK_STR(tio_trace_kernel_name(tr[1], 0), "nccl:recv");
+    CHECK_NEAR((double)v1.kernel_duration_ns[0], (double)until_send, 2.0); /* ns rounding */
     tio_trace_free(tr[0]);
     tio_trace_free(tr[1]);
 }
@@ -483,6 +497,17 @@ TIO_TEST(bad_inputs_name_the_fix) {
     p = preset("small");
     p.layers = 100000;
     bad(p, TIO_EINVAL, "too large");
+    p = preset("small");
+    p.micro_batch = 65536;
+    p.global_batch = 65536;
+    p.seq_len = 1u << 22;
+    p.vocab = 1u << 24;
+    bad(p, TIO_EINVAL, "exceeds the trace limit");
+    p = preset("llama3-70b"); /* 2^20 micro-batches x 40 blocks: too many kernels */
+    p.micro_batch = 1;
+    p.global_batch = 65536;
+    p.layers = 1024;
+    bad(p, TIO_EINVAL, "reduce global_batch");
     CHECK_RC(tio_model_generate(&p, NULL, NULL), TIO_EINVAL);
 }
 

@@ -361,11 +361,12 @@ TIO_TEST(binary_every_byte_corruption_caught) {
     CHECK(d != NULL);
     int64_t live = tio_alloc_live_count();
     for (size_t i = 0; d && i < n; i++) {
-        for (int bit = 0; bit < 8; bit += 3) {
-            d[i] ^= (unsigned char)(1u << bit);
+        for (int bit = 0; bit <= 8; bit++) {
+            unsigned char mask = (unsigned char)(bit == 8 ? 0xFFu : 1u << bit);
+            d[i] ^= mask;
             struct tio_trace *t = NULL;
             int rc = tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_AUTO, &t);
-            d[i] ^= (unsigned char)(1u << bit);
+            d[i] ^= mask;
             if ((rc != TIO_EFORMAT && rc != TIO_EVERSION) || t) {
                 TIO_T_FAIL("byte %zu bit %d flipped: rc %d", i, bit, rc);
                 tio_trace_free(t);
@@ -789,6 +790,25 @@ TIO_TEST(json_rejects_bad_kernels) {
     EXPECT_JSON(HEAD T2 "\"kernels\":[7]}", TIO_EFORMAT, "kernels[0]: must be an object");
 }
 
+TIO_TEST(json_size_overflow) {
+    /* 2^14 + 1 tensors of 2^50 bytes: each within the limit, the 2^14th (index 16383) makes the
+     * sum 2^64, one past UINT64_MAX. */
+    size_t n = 16385, cap = 128 + n * 64;
+    char *text = malloc(cap);
+    CHECK(text != NULL);
+    if (!text) {
+        return;
+    }
+    size_t len = (size_t)snprintf(text, cap, "%s\"tensors\":[", HEAD);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(text + len, cap - len,
+                                "%s{\"bytes\":1125899906842624,\"kind\":\"temp\"}", i ? "," : "");
+    }
+    snprintf(text + len, cap - len, "],\"kernels\":[]}");
+    expect_json(text, TIO_EFORMAT, "tensor 16383: total bytes overflow", __LINE__);
+    free(text);
+}
+
 TIO_TEST(json_fixture_loads) {
     const char *dir = getenv("TIO_TEST_DATA");
     if (!dir) {
@@ -836,6 +856,7 @@ int main(void) {
     RUN(json_rejects_bad_documents);
     RUN(json_rejects_bad_tensors);
     RUN(json_rejects_bad_kernels);
+    RUN(json_size_overflow);
     RUN(json_fixture_loads);
     return tio_test_done();
 }

@@ -295,7 +295,8 @@ int cli_cmd_trace(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(a, "--json") == 0 && strcmp(sub, "info") == 0) {
+        }
+        if (strcmp(a, "--json") == 0 && strcmp(sub, "info") == 0) {
             json = 1;
         } else if (strcmp(a, "--top") == 0 && strcmp(sub, "info") == 0) {
             if (i + 1 >= argc) {

@@ -92,10 +92,6 @@ typedef struct {
     struct tio_analysis_params params;
 } AnalysisObject;
 
-/* The C trace behind a teraio.Trace object: provided by the trace binding (trace_py.c). Weak, so
- * that this file builds without it; paths work either way. */
-const struct tio_trace *tio_py_trace_borrow(PyObject *obj) __attribute__((weak));
-
 static const char *const summary_doc =
     "summary(top=10) -> dict: the same keys as `teraio analyze --json`: every field of struct "
     "tio_analysis_summary, inactive_periods, capacity_bytes, long_idle_ns, peak_kernel_name, "
@@ -158,18 +154,39 @@ static int analysis_init(PyObject *self_obj, PyObject *args, PyObject *kwds) {
             return -1;
         }
         tr = loaded;
-    } else {
-        if (!tio_py_trace_borrow) {
-            PyErr_SetString(PyExc_TypeError,
-                            "Analysis(trace): expected a path (teraio.Trace is not built in)");
-            return -1;
-        }
+    } else if (tio_py_trace_borrow) {
+        /* Zero copy: the trace binding lends its C trace; we keep the object alive. */
         tr = tio_py_trace_borrow(trace);
         if (!tr) {
             return -1; /* the accessor set TypeError */
         }
         Py_INCREF(trace);
         self->trace_obj = trace;
+    } else if (PyObject_HasAttrString(trace, "to_bytes")) {
+        /* Without the accessor: a private copy through the binary format. */
+        PyObject *data = PyObject_CallMethod(trace, "to_bytes", "s", "binary");
+        if (!data) {
+            return -1;
+        }
+        if (!PyBytes_Check(data)) {
+            Py_DECREF(data);
+            PyErr_SetString(PyExc_TypeError, "Analysis(trace): to_bytes() did not return bytes");
+            return -1;
+        }
+        struct tio_trace *copy = NULL;
+        int rc = tio_trace_load_mem(PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data),
+                                    TIO_TRACE_FORMAT_BINARY, &copy);
+        Py_DECREF(data);
+        if (rc < 0) {
+            tio_py_raise(rc, "Analysis: reading the trace");
+            return -1;
+        }
+        self->owned_trace = copy;
+        tr = copy;
+    } else {
+        PyErr_Format(PyExc_TypeError, "Analysis(trace): expected a teraio.Trace or a path, not %s",
+                     Py_TYPE(trace)->tp_name);
+        return -1;
     }
     if (!tio_trace_is_finished(tr)) {
         PyErr_SetString(PyExc_ValueError,

@@ -12,6 +12,12 @@ extern PyObject *tio_py_error;
 /* Raise teraio.Error from a status code and tio_last_error(); returns NULL. */
 PyObject *tio_py_raise(int status, const char *what);
 
+/* The C trace behind a teraio.Trace (borrowed: valid while obj lives), or NULL with TypeError if
+ * obj is not one. To be defined by trace_py.c; weak so that bindings test for it (analysis_py.c
+ * falls back to a copy through Trace.to_bytes() without it). */
+struct tio_trace;
+const struct tio_trace *tio_py_trace_borrow(PyObject *obj) __attribute__((weak));
+
 /* Hooks: add types/functions to the module; return 0 or -1 with an exception set. */
 int tio_py_add_trace(PyObject *m) __attribute__((weak));
 int tio_py_add_analysis(PyObject *m) __attribute__((weak));

@@ -652,6 +652,21 @@ static PyTypeObject TraceType = {
     .tp_new = trace_new,
 };
 
+/*
+ * tio_py_trace_borrow: the C trace behind a teraio.Trace, for other bindings (analysis_py.c
+ * declares it weak). Borrowed: valid while the caller holds a reference to obj. NULL with
+ * TypeError set when obj is not a teraio.Trace.
+ */
+const struct tio_trace *tio_py_trace_borrow(PyObject *obj);
+const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &TraceType)) {
+        PyErr_Format(PyExc_TypeError, "expected a teraio.Trace or a path, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return ((TraceObject *)obj)->tr;
+}
+
 int tio_py_add_trace(PyObject *m) {
     if (PyType_Ready(&ColumnType) < 0 || PyType_Ready(&TraceType) < 0) {
         return -1;

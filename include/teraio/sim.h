@@ -80,6 +80,11 @@ struct tio_sim_params {
                                           trace (metadata "n_layers", else tensor names) */
     const char *label;                 /* policy name reported for a move list (the plan's
                                           policy; default NULL = "plan") */
+    int32_t demand_evict;              /* plans only: 1 = when memory is short and nothing in
+                                          flight frees it, evict idle tensors on demand (the
+                                          paper's runtime stalls "waiting for more inactive
+                                          tensors to leave the GPU"); 0 = report OOM there
+                                          (default 1) */
 };
 
 /* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */
@@ -111,10 +116,11 @@ struct tio_sim_result {
     uint64_t n_moves_skipped;               /* no-ops: prefetch of a resident tensor ... */
     uint64_t n_moves_late;                  /* finished after their deadline kernel began */
     uint64_t n_demand_fetches;              /* fetches the plan did not ask for */
+    uint64_t n_demand_evictions;            /* evictions the plan did not ask for */
     int32_t oom;                            /* enum tio_sim_oom_kind (0: none) */
+    uint32_t oom_iteration;                 /* 0-based iteration (warm-up ones included) */
     uint64_t oom_kernel;                    /* kernel index where it happened */
     uint64_t oom_bytes;                     /* bytes needed beyond the capacity */
-    uint32_t oom_iteration;                 /* 0-based iteration (warm-up ones included) */
     double sim_wall_s;                      /* wall time of the simulation itself */
 };
 

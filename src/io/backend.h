@@ -20,7 +20,8 @@
  *     aligned, except the final length of a device-memory request (bounced by the backend);
  *   - res may be smaller than len (short transfer): the core resumes the rest. Backends never
  *     loop on short transfers themselves; 0 is reported as 0 (the core makes it -EIO).
- * Backends are driven by one thread at a time (the engine's progress thread), except probe().
+ * Backends are driven by one thread at a time (the engine's progress thread), except probe()
+ * and notify().
  */
 #ifndef TIO_IO_BACKEND_H
 #define TIO_IO_BACKEND_H
@@ -90,6 +91,11 @@ struct tio_io_backend_ops {
     /* (optional: default -ENOTSUP, the core waits for the transfer) try to cancel a queued
      * transfer; 0 if it will complete with -ECANCELED. */
     int (*cancel)(void *state, uint64_t user);
+    /* (optional: default none; the core then polls reap every 0.5 ms for new work) make a
+     * reap that is blocked now, or the next one, return early (possibly with 0 results).
+     * The only member that may be called from another thread, concurrently with reap; it
+     * must not block. */
+    void (*notify)(void *state);
 };
 
 /* The registry (registry.c): every backend compiled in, in a static array. */

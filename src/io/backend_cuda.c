@@ -70,6 +70,10 @@ static int cuda_cancel(void *state, uint64_t user) {
     return tio_pool_cancel(((struct cuda_state *)state)->pool, user);
 }
 
+static void cuda_notify(void *state) {
+    tio_pool_kick(((struct cuda_state *)state)->pool);
+}
+
 const struct tio_io_backend_ops tio_io_backend_cuda = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "cuda",
@@ -80,4 +84,5 @@ const struct tio_io_backend_ops tio_io_backend_cuda = {
     .submit = cuda_submit,
     .reap = cuda_reap,
     .cancel = cuda_cancel,
+    .notify = cuda_notify,
 };

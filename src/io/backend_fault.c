@@ -71,7 +71,8 @@ static int64_t fault_do(void *ctx, const struct tio_io_req *r, uint32_t worker) 
 }
 
 static int fault_probe(char *reason, size_t len) {
-    snprintf(reason, len, "posix with injected errors, short transfers and corruption (tests)");
+    (void)snprintf(reason, len,
+                   "posix with injected errors, short transfers and corruption (tests)");
     return 1;
 }
 
@@ -131,6 +132,10 @@ static int fault_cancel(void *state, uint64_t user) {
     return tio_pool_cancel(((struct fault_state *)state)->pool, user);
 }
 
+static void fault_notify(void *state) {
+    tio_pool_kick(((struct fault_state *)state)->pool);
+}
+
 const struct tio_io_backend_ops tio_io_backend_fault = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "fault",
@@ -141,4 +146,5 @@ const struct tio_io_backend_ops tio_io_backend_fault = {
     .submit = fault_submit,
     .reap = fault_reap,
     .cancel = fault_cancel,
+    .notify = fault_notify,
 };

@@ -30,7 +30,7 @@ static int64_t posix_do(void *ctx, const struct tio_io_req *r, uint32_t worker) 
 }
 
 static int posix_probe(char *reason, size_t len) {
-    snprintf(reason, len, "pread/pwrite in a thread pool (always available)");
+    (void)snprintf(reason, len, "pread/pwrite in a thread pool (always available)");
     return 50;
 }
 
@@ -68,6 +68,10 @@ static int posix_cancel(void *state, uint64_t user) {
     return tio_pool_cancel(((struct posix_state *)state)->pool, user);
 }
 
+static void posix_notify(void *state) {
+    tio_pool_kick(((struct posix_state *)state)->pool);
+}
+
 const struct tio_io_backend_ops tio_io_backend_posix = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "posix",
@@ -78,4 +82,5 @@ const struct tio_io_backend_ops tio_io_backend_posix = {
     .submit = posix_submit,
     .reap = posix_reap,
     .cancel = posix_cancel,
+    .notify = posix_notify,
 };

@@ -8,13 +8,20 @@
 #include <liburing.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "common/common_impl.h"
 #include "io/backend.h"
 
+/* user_data of the eventfd read that notify() completes */
+#define URING_WAKE_USER UINT64_MAX
+
 struct uring_state {
     struct io_uring ring;
+    int wake_fd;       /* eventfd written by notify(); a read of it is always armed */
+    uint64_t wake_val; /* target of that read */
     int files_registered;
     int bufs_registered;
     const int *fds;
@@ -26,7 +33,7 @@ static int uring_probe(char *reason, size_t len) {
     int rc = io_uring_queue_init(4, &ring, 0);
     if (rc < 0) {
         char buf[128];
-        snprintf(reason, len, "io_uring_setup: %s", strerror_r(-rc, buf, sizeof buf));
+        (void)snprintf(reason, len, "io_uring_setup: %s", strerror_r(-rc, buf, sizeof buf));
         return 0;
     }
     struct io_uring_probe *p = io_uring_get_probe_ring(&ring);
@@ -36,22 +43,42 @@ static int uring_probe(char *reason, size_t len) {
         io_uring_free_probe(p);
     io_uring_queue_exit(&ring);
     if (!ok) {
-        snprintf(reason, len, "io_uring lacks IORING_OP_READ/WRITE (kernel < 5.6)");
+        (void)snprintf(reason, len, "io_uring lacks IORING_OP_READ/WRITE (kernel < 5.6)");
         return 0;
     }
-    snprintf(reason, len, "io_uring with O_DIRECT, registered files and buffers (liburing)");
+    (void)snprintf(reason, len, "io_uring with O_DIRECT, registered files and buffers (liburing)");
     return 100;
+}
+
+/* Queue the read of the wake eventfd (submitted with the next io_uring_submit). */
+static int arm_wake(struct uring_state *st) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
+    if (!sqe)
+        return -EAGAIN;
+    io_uring_prep_read(sqe, st->wake_fd, &st->wake_val, sizeof st->wake_val, 0);
+    io_uring_sqe_set_data64(sqe, URING_WAKE_USER);
+    return 0;
 }
 
 static int uring_init(const struct tio_io_config *cfg, void **state) {
     struct uring_state *st = tio_calloc(1, sizeof(*st));
     if (!st)
         return TIO_ENOMEM;
-    int rc = io_uring_queue_init(cfg->depth, &st->ring, 0);
+    /* one entry more than the core keeps in flight: the armed wake read */
+    int rc = io_uring_queue_init(cfg->depth + 1, &st->ring, 0);
     if (rc < 0) {
         tio_free(st);
         return tio_set_error(TIO_EUNAVAIL, "io_uring_queue_init(%u): %s", cfg->depth,
                              tio_strerror(rc));
+    }
+    st->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (st->wake_fd < 0 || arm_wake(st) < 0 || io_uring_submit(&st->ring) < 0) {
+        int err = st->wake_fd < 0 ? -errno : TIO_EUNAVAIL;
+        if (st->wake_fd >= 0)
+            close(st->wake_fd);
+        io_uring_queue_exit(&st->ring);
+        tio_free(st);
+        return tio_set_error(err, "io_uring: cannot arm the wake-up eventfd");
     }
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
@@ -70,7 +97,8 @@ static void uring_fini(void *state) {
             break;
         io_uring_cqe_seen(&st->ring, cqe);
     }
-    io_uring_queue_exit(&st->ring); /* also drops registrations */
+    io_uring_queue_exit(&st->ring); /* also drops registrations and the armed wake read */
+    close(st->wake_fd);
     tio_free(st);
 }
 
@@ -156,10 +184,26 @@ uring_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct t
             if (rc < 0)
                 return got ? (int)got : rc;
         }
-        out[got++] = (struct tio_io_cqe){ io_uring_cqe_get_data64(cqe), cqe->res };
+        uint64_t user = io_uring_cqe_get_data64(cqe);
+        int32_t res = cqe->res;
         io_uring_cqe_seen(&st->ring, cqe);
+        if (user == URING_WAKE_USER) {
+            /* notify(): re-arm and return what we have, so the core looks at new work */
+            if (arm_wake(st) == 0)
+                (void)io_uring_submit(&st->ring);
+            (void)res;
+            break;
+        }
+        out[got++] = (struct tio_io_cqe){ user, res };
     }
     return (int)got;
+}
+
+static void uring_notify(void *state) {
+    struct uring_state *st = state;
+    uint64_t one = 1;
+    ssize_t n = write(st->wake_fd, &one, sizeof one); /* thread-safe; never blocks */
+    (void)n; /* EAGAIN: the counter is saturated, a wake-up is pending anyway */
 }
 
 const struct tio_io_backend_ops tio_io_backend_uring = {
@@ -173,4 +217,5 @@ const struct tio_io_backend_ops tio_io_backend_uring = {
     .unregister_bufs = uring_unregister_bufs,
     .submit = uring_submit,
     .reap = uring_reap,
+    .notify = uring_notify,
 };

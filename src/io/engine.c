@@ -83,12 +83,19 @@ struct op {
     int32_t file;
 };
 
+struct batch_item {
+    struct tio_io_req req;
+    unsigned char *copy_from; /* staged write: copy len bytes from here into req.buf */
+    uint64_t copy_len;
+};
+
 struct tio_engine {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* progress thread waits for work */
     pthread_cond_t done_cv; /* callers wait for completions */
     pthread_t thread;
     int thread_started, stopping;
+    int in_reap; /* the progress thread is (about to be) blocked in ops->reap */
 
     struct tio_engine_params p; /* copy; strings below owned */
     char *backend_options;
@@ -109,6 +116,10 @@ struct tio_engine {
     uint64_t stage_bytes;
     int32_t *stage_free;
     uint32_t nstage_free;
+
+    struct batch_item *batch; /* progress thread scratch, depth entries each */
+    struct tio_io_req *reqs;
+    struct tio_io_cqe *cqes;
 
     struct op *opv; /* depth slots */
     uint32_t *op_free;
@@ -163,7 +174,7 @@ static struct tensor *tensor_get(struct tio_engine *e, uint64_t id) {
         return t;
     if (e->ntensors + 1 > e->nbuckets) { /* rehash at load factor 1 */
         size_t nb = e->nbuckets * 2;
-        struct tensor **b = tio_calloc(nb, sizeof(*b));
+        struct tensor **b = tio_calloc(nb, sizeof(struct tensor *));
         if (b) {
             for (size_t i = 0; i < e->nbuckets; i++) {
                 while (e->buckets[i]) {
@@ -239,8 +250,8 @@ static void placement_free(struct tio_engine *e, struct placement *pl) {
 /* Room needed on each directory for n chunks of the engine's chunk size (upper bound). */
 static int grow_for(struct tio_engine *e, uint32_t fi, uint64_t need) {
     struct tio_swapfile *sf = &e->files[fi];
-    /* grow in steps of at least 64 chunks to keep fallocate calls rare */
-    uint64_t step = TIO_MAX(need, 64 * e->p.chunk_bytes);
+    /* grow in steps of 64 chunks (at most 1 GiB unless needed) to keep fallocate rare */
+    uint64_t step = TIO_MAX(need, TIO_MIN(64 * e->p.chunk_bytes, (uint64_t)1 << 30));
     int rc = tio_swapfile_grow(sf, sf->size + step, e->p.preallocate);
     if (rc < 0 && step > need)
         rc = tio_swapfile_grow(sf, sf->size + need, e->p.preallocate);
@@ -302,7 +313,7 @@ static int placement_new(
                     rc = tio_extents_alloc(&e->files[fi].ext, len, &pl->off[c]);
                 if (rc < 0) {
                     char detail[400];
-                    snprintf(detail, sizeof detail, "%s", tio_last_error());
+                    (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
                     rc = tio_set_error(-ENOSPC, "engine: no room for tensor %llu (%llu bytes): %s",
                                        (unsigned long long)id, (unsigned long long)bytes, detail);
                 }
@@ -432,17 +443,18 @@ static void request_fail(struct tio_engine *e,
     char loc[300] = "";
     if (rq->pl->tier == TIO_TIER_SSD) {
         uint32_t fi = chunk_file(e, rq->pl, chunk);
-        snprintf(loc, sizeof loc, "directory %s, offset %llu", e->files[fi].dir,
-                 (unsigned long long)rq->pl->off[chunk]);
+        (void)snprintf(loc, sizeof loc, "directory %s, offset %llu", e->files[fi].dir,
+                       (unsigned long long)rq->pl->off[chunk]);
         where = loc;
     }
-    snprintf(e->last_error, sizeof e->last_error,
-             "%s of tensor %llu (%llu bytes, tag %llu) failed at chunk %u (%s): %s: %s after %u "
-             "attempt(s)%s",
-             rq->op == TIO_IO_OP_WRITE ? "write" : "read", (unsigned long long)rq->t->id,
-             (unsigned long long)rq->bytes, (unsigned long long)rq->tag, chunk, where,
-             tio_strerror((int)err), why, attempts,
-             rq->op == TIO_IO_OP_WRITE ? "; the tensor's previous copy (if any) is kept" : "");
+    (void)snprintf(
+        e->last_error, sizeof e->last_error,
+        "%s of tensor %llu (%llu bytes, tag %llu) failed at chunk %u (%s): %s: %s after %u "
+        "attempt(s)%s",
+        rq->op == TIO_IO_OP_WRITE ? "write" : "read", (unsigned long long)rq->t->id,
+        (unsigned long long)rq->bytes, (unsigned long long)rq->tag, chunk, where,
+        tio_strerror((int)err), why, attempts,
+        rq->op == TIO_IO_OP_WRITE ? "; the tensor's previous copy (if any) is kept" : "");
     TIO_LOG_ERROR("engine: %s", e->last_error);
 }
 
@@ -637,12 +649,6 @@ static void asan_check(const struct tio_io_req *r) {
 }
 #endif
 
-struct batch_item {
-    struct tio_io_req req;
-    unsigned char *copy_from; /* staged write: copy len bytes from here into req.buf */
-    uint64_t copy_len;
-};
-
 /*
  * Build up to `max` transfers from the queues into batch[] (under mu). Host-tier pieces are
  * copied right here with mu released. Returns the number of transfers built.
@@ -740,13 +746,11 @@ static uint32_t build_batch(struct tio_engine *e, struct batch_item *batch, uint
 static void *progress_main(void *arg) {
     struct tio_engine *e = arg;
     uint32_t depth = e->p.queue_depth;
-    struct batch_item *batch = tio_calloc(depth, sizeof(*batch));
-    struct tio_io_req *reqs = tio_calloc(depth, sizeof(*reqs));
-    struct tio_io_cqe *cqes = tio_calloc(depth, sizeof(*cqes));
-    TIO_ASSERT(batch && reqs && cqes); /* small, allocated once */
+    struct batch_item *batch = e->batch;
+    struct tio_io_req *reqs = e->reqs;
+    struct tio_io_cqe *cqes = e->cqes;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        uint32_t inflight = depth - e->nop_free;
         /* cancel requests: ask the backend to drop their queued transfers */
         if (e->ops->cancel) {
             for (uint32_t s = 0; s < depth; s++) {
@@ -755,7 +759,7 @@ static void *progress_main(void *arg) {
             }
         }
         uint32_t n = build_batch(e, batch, depth);
-        inflight = depth - e->nop_free;
+        uint32_t inflight = depth - e->nop_free;
         if (n) {
             if (inflight == n) /* was idle */
                 e->busy_since = tio_now_s();
@@ -804,21 +808,35 @@ static void *progress_main(void *arg) {
             pthread_cond_wait(&e->work_cv, &e->mu);
             continue;
         }
-        /* wait for results; new work is picked up at the latest after a short timeout */
+        /* wait for results; new work wakes us through notify (or a short poll without it) */
         int full = e->nop_free == 0;
+        int64_t timeout = (full || e->ops->notify) ? 100000000 : 500000;
+        e->in_reap = 1;
         pthread_mutex_unlock(&e->mu);
-        int k = e->ops->reap(e->bst, 1, depth, full ? 100000000 : 500000, cqes);
+        int k = e->ops->reap(e->bst, 1, depth, timeout, cqes);
         pthread_mutex_lock(&e->mu);
+        e->in_reap = 0;
         for (int i = 0; i < k; i++)
             complete_op(e, (uint32_t)cqes[i].user, cqes[i].res);
         if (depth - e->nop_free == 0)
             e->st.busy_s += tio_now_s() - e->busy_since;
     }
     pthread_mutex_unlock(&e->mu);
-    tio_free(batch);
-    tio_free(reqs);
-    tio_free(cqes);
     return NULL;
+}
+
+/*
+ * New work or a cancellation (under mu): wake the progress thread wherever it waits. While
+ * at least half of the queue depth is in flight, a normal request need not interrupt a reap:
+ * the next completion (soon) picks it up, which saves a wake-up per request (measured: about
+ * a fifth of the CPU per GiB at 1 MiB requests). Urgent requests and cancellations always
+ * interrupt.
+ */
+static void wake_progress(struct tio_engine *e, int urgent) {
+    uint32_t inflight = e->p.queue_depth - e->nop_free;
+    if (e->in_reap && e->ops->notify && (urgent || inflight * 2 < e->p.queue_depth))
+        e->ops->notify(e->bst);
+    pthread_cond_signal(&e->work_cv);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -932,18 +950,22 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
             goto fail;
         }
     }
-    snprintf(e->st.backend, sizeof e->st.backend, "%s", e->ops->name);
+    (void)snprintf(e->st.backend, sizeof e->st.backend, "%s", e->ops->name);
 
     e->nbuckets = 64;
-    e->buckets = tio_calloc(e->nbuckets, sizeof(*e->buckets));
+    e->buckets = tio_calloc(e->nbuckets, sizeof(struct tensor *));
     e->opv = tio_calloc(depth, sizeof(*e->opv));
+    e->batch = tio_calloc(depth, sizeof(*e->batch));
+    e->reqs = tio_calloc(depth, sizeof(*e->reqs));
+    e->cqes = tio_calloc(depth, sizeof(*e->cqes));
     e->op_free = tio_calloc(depth, sizeof(*e->op_free));
     e->stage_free = tio_calloc(depth, sizeof(*e->stage_free));
     e->cq_cap = e->p.max_requests;
     e->cq = tio_calloc(e->cq_cap, sizeof(*e->cq));
     e->files = tio_calloc(params->ndirs ? params->ndirs : 1, sizeof(*e->files));
     e->fds = tio_calloc(params->ndirs ? params->ndirs : 1, sizeof(*e->fds));
-    if (!e->buckets || !e->opv || !e->op_free || !e->stage_free || !e->cq || !e->files || !e->fds) {
+    if (!e->buckets || !e->opv || !e->batch || !e->reqs || !e->cqes || !e->op_free ||
+        !e->stage_free || !e->cq || !e->files || !e->fds) {
         rc = TIO_ENOMEM;
         goto fail;
     }
@@ -1048,7 +1070,7 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
 fail : {
     /* keep the failure detail across the cleanup */
     char detail[512];
-    snprintf(detail, sizeof detail, "%s", tio_last_error());
+    (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
     tio_engine_free(e);
     return tio_set_error(rc, "%s", detail);
 }
@@ -1062,6 +1084,7 @@ void tio_engine_free(struct tio_engine *e) {
         e->stopping = 1;
         for (struct request *rq = e->active; rq; rq = rq->anext)
             rq->canceled = 1;
+        wake_progress(e, 1);
         pthread_cond_broadcast(&e->work_cv);
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
@@ -1101,6 +1124,9 @@ void tio_engine_free(struct tio_engine *e) {
     tio_free(e->stage_mem);
     tio_free(e->buckets);
     tio_free(e->opv);
+    tio_free(e->batch);
+    tio_free(e->reqs);
+    tio_free(e->cqes);
     tio_free(e->op_free);
     tio_free(e->stage_free);
     tio_free(e->cq);
@@ -1150,7 +1176,7 @@ int tio_engine_reserve(struct tio_engine *e, uint64_t bytes) {
         rc = tio_swapfile_grow(&e->files[i], per_dir, e->p.preallocate);
         if (rc < 0) {
             char detail[400];
-            snprintf(detail, sizeof detail, "%s", tio_last_error());
+            (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
             rc = tio_set_error(rc, "engine: reserving %llu bytes: %s", (unsigned long long)bytes,
                                detail);
         }
@@ -1234,7 +1260,7 @@ static int enqueue(struct tio_engine *e,
     queue_push(e, rq, 0);
     e->outstanding++;
     e->st.requests_submitted++;
-    pthread_cond_signal(&e->work_cv);
+    wake_progress(e, prio == TIO_PRIO_URGENT);
     return 0;
 }
 
@@ -1351,7 +1377,7 @@ int tio_engine_drop(struct tio_engine *e, uint64_t tensor_id) {
     else if (t->pending || t->readers)
         rc = tio_set_error(TIO_ESTATE, "engine drop: tensor %llu has a request in flight",
                            (unsigned long long)tensor_id);
-    if (rc == 0) {
+    else {
         placement_free(e, t->stored);
         t->stored = NULL;
         tensor_maybe_remove(e, t);
@@ -1451,7 +1477,7 @@ int tio_engine_cancel(struct tio_engine *e, uint64_t tag) {
         }
         rq = next;
     }
-    pthread_cond_signal(&e->work_cv);
+    wake_progress(e, 1);
     pthread_mutex_unlock(&e->mu);
     if (!n)
         return tio_set_error(TIO_ENOTFOUND, "engine cancel: no outstanding request with tag %llu",

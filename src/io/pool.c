@@ -22,6 +22,7 @@ struct tio_pool {
     struct tio_io_cqe *done;
     uint32_t d_head, d_count;
     uint32_t outstanding; /* queued + running + done */
+    uint32_t kicks;       /* tio_pool_kick calls not yet seen by reap */
     int stopping;
     uint32_t nthreads;
     pthread_t *threads;
@@ -146,12 +147,13 @@ int tio_pool_reap(
         deadline.tv_nsec = (long)(ns % 1000000000);
     }
     pthread_mutex_lock(&p->mu);
-    while (p->d_count < min) {
+    while (p->d_count < min && !p->kicks) {
         int rc = timeout_ns < 0 ? pthread_cond_wait(&p->done_cv, &p->mu)
                                 : pthread_cond_timedwait(&p->done_cv, &p->mu, &deadline);
         if (rc == ETIMEDOUT)
             break;
     }
+    p->kicks = 0;
     uint32_t k = p->d_count < max ? p->d_count : max;
     for (uint32_t i = 0; i < k; i++) {
         out[i] = p->done[p->d_head];
@@ -161,6 +163,13 @@ int tio_pool_reap(
     p->outstanding -= k;
     pthread_mutex_unlock(&p->mu);
     return (int)k;
+}
+
+void tio_pool_kick(struct tio_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->kicks++;
+    pthread_cond_broadcast(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
 }
 
 int tio_pool_cancel(struct tio_pool *p, uint64_t user) {

@@ -24,6 +24,8 @@ void tio_pool_free(struct tio_pool *p);
 int tio_pool_submit(struct tio_pool *p, const struct tio_io_req *reqs, uint32_t n);
 int tio_pool_reap(
     struct tio_pool *p, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out);
+/* Make the current (or next) tio_pool_reap return early. Thread-safe, non-blocking. */
+void tio_pool_kick(struct tio_pool *p);
 /* Remove a queued (not yet running) transfer; it completes with -ECANCELED. 0 or -ENOENT. */
 int tio_pool_cancel(struct tio_pool *p, uint64_t user);
 

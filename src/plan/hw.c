@@ -34,8 +34,10 @@ static struct tio_hw paper_1t(void) {
         .name = "paper-2xh100nvl",
         .gpu = "h100-nvl",
         .gpus = 2,
-        .gpu_memory_bytes = UINT64_C(94000000000), /* Table 2: 94 GB HBM3 per GPU */
-        .gpu_reserve_bytes = UINT64_C(2000000000), /* CUDA context, NCCL, allocator slack */
+        /* Table 2: "94 GB" HBM per GPU; HBM sizes are binary (an "80 GB" A100 reports 81920
+         * MiB), and the workload model (docs/model.md) uses 94 GiB too. */
+        .gpu_memory_bytes = UINT64_C(94) << 30,
+        .gpu_reserve_bytes = UINT64_C(2) << 30, /* CUDA context, NCCL, allocator slack */
         .pcie_h2d_Bps = PCIE5_SUSTAINED_Bps,
         .pcie_d2h_Bps = PCIE5_SUSTAINED_Bps,
         .ssd_count = 4, /* 8 x 990 PRO as two RAID-0 arrays of 4, one per GPU */
@@ -72,7 +74,7 @@ static struct tio_hw h100_sxm_8ssd(void) {
     (void)snprintf(hw.name, sizeof hw.name, "%s", "h100-sxm-8ssd");
     (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", "h100-sxm");
     hw.gpus = 8;
-    hw.gpu_memory_bytes = UINT64_C(80000000000);
+    hw.gpu_memory_bytes = UINT64_C(80) << 30;
     hw.ssd_count = 8; /* Section 3.3: 8 SSDs per GPU behind PCIe Gen5 switches, ~32 GB/s */
     hw.host_memory_bytes = UINT64_C(2000000000000);
     hw.host_offload_cap_bytes = UINT64_C(128000000000);
@@ -87,7 +89,7 @@ static struct tio_hw h200_4ssd(void) {
     (void)snprintf(hw.name, sizeof hw.name, "%s", "h200-4ssd");
     (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", "h200");
     hw.gpus = 8;
-    hw.gpu_memory_bytes = UINT64_C(141000000000);
+    hw.gpu_memory_bytes = UINT64_C(141) << 30;
     hw.host_memory_bytes = UINT64_C(2000000000000);
     hw.host_offload_cap_bytes = UINT64_C(128000000000);
     hw.cpu_cores = 112;
@@ -437,7 +439,7 @@ static int apply_json(const json_t *root, const char *path, struct tio_hw *out, 
         return tio_set_error(TIO_EFORMAT, "hw: %s: top level must be a JSON object", path);
     }
     const json_t *b = json_object_get(root, "base");
-    struct tio_hw hw;
+    struct tio_hw hw = tio_hw_default();
     int rc;
     if (b) {
         if (!json_is_string(b)) {
@@ -516,7 +518,7 @@ static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth)
 }
 
 int tio_hw_load(const char *path_or_preset, struct tio_hw *out) {
-    struct tio_hw hw;
+    struct tio_hw hw = tio_hw_default();
     int rc = load_depth(path_or_preset, &hw, 0);
     if (rc < 0) {
         return rc;

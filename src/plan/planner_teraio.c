@@ -23,6 +23,7 @@
 #define FULL_EPS     1.0  /* a slot with less than 1 byte free counts as full */
 #define SSD_PREFER   0.90 /* mixed: SSD unless host saves more than 1/0.9 of SSD's benefit */
 #define URGENT_SLACK 1.5  /* prefetch URGENT when its slack is under 1.5x its transfer time */
+#define PICK_EPS     0.1  /* ours: a pick may be 2% below the true best score (lazy greedy) */
 #define NONE         UINT64_MAX
 
 struct cand {
@@ -45,7 +46,6 @@ struct pick {
     int32_t tier;
     int clean;
     uint64_t off, pre;
-    uint32_t next_same_tensor; /* chain of picks per tensor, UINT32_MAX ends it */
 };
 
 struct planner {
@@ -62,6 +62,7 @@ struct planner {
     struct tio_stree host;         /* host bytes held per kernel */
     int use_host, use_ssd, clean_copies;
     double cost_per_byte; /* seconds per byte moved out and back on the reference tier */
+    double eps;           /* accept a pick within (1 - eps) of the best bound (0: exact) */
     /* heap */
     struct cand *heap;
     size_t n_heap, cap_heap;
@@ -69,8 +70,22 @@ struct planner {
     /* picks */
     struct pick *picks;
     size_t n_picks, cap_picks;
-    uint32_t *tensor_head; /* first pick of each tensor */
-    uint32_t *wprefix;     /* per use: number of write uses before it in the tensor's list */
+    /* memo: a candidate's last evaluation stays exact until a pick touches its kernels */
+    size_t mod_size;
+    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range */
+    uint32_t n_commits;
+    uint32_t *cstamp; /* per period: n_commits at its cached evaluation, UINT32_MAX = none */
+    double *csc, *cub;
+    struct eval *ce;
+    /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic
+     * for globals). A copy stored after use i is still identical after use j when i and j are
+     * in the same segment and i comes first. Indexed by global use index (use_off[t] + u). */
+    uint32_t *seg_key;       /* per use: global index of its segment's first use */
+    uint32_t *seg_pos;       /* per use: position within its segment */
+    uint32_t *seg_len;       /* per segment key: number of uses in it */
+    uint32_t *seg_min[2];    /* per segment key and tier (0 ssd, 1 host): lowest picked position */
+    uint32_t *period_of_use; /* per use: the period that starts after it, UINT32_MAX if none */
+    uint8_t *nowrite;        /* per tensor: global and never written (one cyclic segment) */
 };
 
 static int is_paper(int variant) {
@@ -281,6 +296,24 @@ static double ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) 
     return r;
 }
 
+/* An upper bound of every benefit a period can have: s x (time over capacity in the period).
+ * Cheaper than the capped integral (only crossings of the capacity line cost anything). */
+static double ext_bound(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
+    size_t n = p->n;
+    if (a >= b) {
+        return 0;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    double r = tio_stree_crit(&p->mem, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), p->cap);
+    if (b > n) {
+        r += tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);
+    }
+    return (double)s * r;
+}
+
 /* Last extended kernel k in [a, b) with M'[k] > thr, or NONE. */
 static uint64_t ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_t thr) {
     size_t n = p->n;
@@ -307,23 +340,16 @@ static uint64_t ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_
 static double ext_time(const struct planner *p, uint64_t a, uint64_t b) {
     size_t n = p->n;
     double it = p->tprefix[n];
-    double ta = (double)(a / n) * it + p->tprefix[a % n];
-    double tb = (double)(b / n) * it + p->tprefix[b % n];
+    uint64_t ia = a / n, ib = b / n; /* whole iterations */
+    double ta = (double)ia * it + p->tprefix[a % n];
+    double tb = (double)ib * it + p->tprefix[b % n];
     return tb - ta;
 }
 
 /* ---- clean copies -------------------------------------------------------------------------- */
 
-/* Writes among the uses of t with index in (i, j] (cyclic when j <= i). */
-static uint32_t writes_between(const struct planner *p, uint32_t t, uint32_t i, uint32_t j) {
-    const struct tio_pmodel *m = p->m;
-    const uint32_t *w = p->wprefix + m->use_off[t] + t; /* layout: planner_init */
-    uint32_t cnt = (uint32_t)(m->use_off[t + 1] - m->use_off[t]);
-    /* w[u] = writes among uses [0, u); w[cnt] = all writes */
-    if (i < j) {
-        return w[j + 1] - w[i + 1];
-    }
-    return (w[cnt] - w[i + 1]) + w[j + 1];
+static int tier_slot(int tier) {
+    return tier == TIO_TIER_SSD ? 0 : 1;
 }
 
 /* Is there a stored copy of period q's tensor on `tier`, still identical at q's offload? */
@@ -331,25 +357,12 @@ static int has_clean_copy(const struct planner *p, const struct tio_pperiod *q, 
     if (!p->clean_copies || (q->flags & TIO_PPERIOD_UNUSED)) {
         return 0;
     }
-    const struct tio_pmodel *m = p->m;
-    struct tio_trace_view v;
-    tio_trace_get_view(m->trace, &v);
-    int global = (v.tensor_flags[q->tensor] & TIO_TENSOR_GLOBAL) != 0;
-    for (uint32_t i = p->tensor_head[q->tensor]; i != UINT32_MAX;
-         i = p->picks[i].next_same_tensor) {
-        const struct pick *pk = &p->picks[i];
-        if (pk->tier != tier) {
-            continue;
-        }
-        const struct tio_pperiod *o = &m->periods[pk->period];
-        if (!global && o->use_index >= q->use_index) {
-            continue; /* an intermediate's copy must come from earlier in the iteration */
-        }
-        if (writes_between(p, q->tensor, o->use_index, q->use_index) == 0) {
-            return 1;
-        }
+    size_t gu = p->m->use_off[q->tensor] + q->use_index;
+    uint32_t best = p->seg_min[tier_slot(tier)][p->seg_key[gu]];
+    if (p->nowrite[q->tensor]) {
+        return best != UINT32_MAX; /* never written: any copy is current */
     }
-    return 0;
+    return best < p->seg_pos[gu];
 }
 
 /* ---- evaluation ---------------------------------------------------------------------------- */
@@ -358,11 +371,16 @@ static int host_allowed(struct planner *p, const struct tio_pperiod *q) {
     if (!p->use_host) {
         return 0;
     }
-    int64_t held = ext_max(&p->host, p->n, q->start, q->end);
-    return held + (int64_t)q->bytes <= (int64_t)p->m->host_cap;
+    int64_t cap = (int64_t)p->m->host_cap, s = (int64_t)q->bytes;
+    if (p->host.mx[1] + s <= cap) {
+        return 1; /* the root holds the max over every kernel: fits anywhere */
+    }
+    return ext_max(&p->host, p->n, q->start, q->end) + s <= cap;
 }
 
-static struct eval eval_tier(struct planner *p, const struct tio_pperiod *q, int tier) {
+/* The windows of one tier: offload completion (forward walk) and latest prefetch start
+ * (backward walk). e.viable = the window is non-empty; the benefit is filled separately. */
+static struct eval eval_window(struct planner *p, const struct tio_pperiod *q, int tier) {
     struct eval e = { 0 };
     e.tier = tier;
     double s = (double)q->bytes;
@@ -381,9 +399,15 @@ static struct eval eval_tier(struct planner *p, const struct tio_pperiod *q, int
         return e;
     }
     e.pre = i;
-    e.benefit = ext_benefit(p, e.off, e.pre, (int64_t)q->bytes);
-    e.viable = e.benefit > 0;
+    e.viable = 1;
     return e;
+}
+
+static void eval_benefit(struct planner *p, const struct tio_pperiod *q, struct eval *e) {
+    if (e->viable) {
+        e->benefit = ext_benefit(p, e->off, e->pre, (int64_t)q->bytes);
+        e->viable = e->benefit > 0;
+    }
 }
 
 static double score_of(const struct planner *p, const struct tio_pperiod *q, double benefit) {
@@ -396,20 +420,54 @@ static double score_of(const struct planner *p, const struct tio_pperiod *q, dou
     return benefit / ((double)q->bytes * p->cost_per_byte); /* benefit / cost */
 }
 
-/* Evaluate a candidate: the policy's choice (*chosen) and an upper bound of its future scores. */
+/*
+ * Evaluate a candidate: the policy's choice (*chosen), its score, and an upper bound (*ub) of
+ * every score it can have from now on (the heap key). The host benefit is only computed when
+ * it can change the decision: over window W2 it is at most the SSD benefit over W1 plus
+ * s x tau(W2 \ W1), since no kernel contributes more than s x tau.
+ */
 static double evaluate(struct planner *p, uint32_t pi, struct eval *chosen, double *ub) {
     const struct tio_pperiod *q = &p->m->periods[pi];
     struct eval es = { 0 }, eh = { 0 };
+    double s = (double)q->bytes;
     if (p->use_ssd) {
-        es = eval_tier(p, q, TIO_TIER_SSD);
+        es = eval_window(p, q, TIO_TIER_SSD);
+        eval_benefit(p, q, &es);
     }
     if (host_allowed(p, q)) {
-        eh = eval_tier(p, q, TIO_TIER_HOST);
+        eh = eval_window(p, q, TIO_TIER_HOST);
     }
-    double bs = es.viable ? es.benefit : 0, bh = eh.viable ? eh.benefit : 0;
-    *ub = score_of(p, q, TIO_MAX(bs, bh));
-    if (is_paper(p->variant) || p->variant == TIO_VAR_G10) {
-        /* SSD whenever its path is viable; host memory only when SSD bandwidth is saturated */
+    int paper = is_paper(p->variant) || p->variant == TIO_VAR_G10;
+    double bs = es.viable ? es.benefit : 0;
+    double bound_h = 0;
+    if (eh.viable) {
+        if (es.viable) {
+            uint64_t lo = TIO_MAX(es.off, eh.off), hi = TIO_MIN(es.pre, eh.pre);
+            double inter = hi > lo ? ext_time(p, lo, hi) : 0;
+            bound_h = bs + s * (ext_time(p, eh.off, eh.pre) - inter);
+        } else {
+            bound_h = INFINITY;
+        }
+    }
+    /* SSD first: the paper uses host memory only when the SSD path is not viable; ours also
+     * when host memory would save clearly more (SSD bandwidth saturated around this period) */
+    int ssd_sure = es.viable && (paper || bs >= SSD_PREFER * bound_h);
+    if (!ssd_sure && eh.viable) {
+        eval_benefit(p, q, &eh);
+        bound_h = eh.viable ? eh.benefit : 0;
+    }
+    double bh = ssd_sure ? 0 : (eh.viable ? eh.benefit : 0);
+    *ub = score_of(p, q, TIO_MAX(bs, isinf(bound_h) ? bh : bound_h));
+    if (paper && ssd_sure) {
+        /* The paper's rule scores the SSD path while it is viable; the key follows that
+         * score (the possible later switch to host is seen when this key comes up again,
+         * see docs/planner.md). Keeping the host score as the bound would make every round
+         * re-examine nearly every period. */
+        *ub = score_of(p, q, bs);
+    }
+    if (ssd_sure) {
+        *chosen = es;
+    } else if (paper) {
         *chosen = es.viable ? es : eh;
     } else {
         *chosen = (es.viable && bs >= SSD_PREFER * bh) ? es : eh;
@@ -474,6 +532,64 @@ static struct cand heap_pop(struct planner *p) {
     return top;
 }
 
+/* ---- the memo's modification tree ----------------------------------------------------------
+ * Commit numbers only grow, so "assign T to a range" is "raise to T" and a node's max is the
+ * max of its own tag and its children: no push-down needed. */
+
+static void
+mod_mark_rec(struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r, uint32_t t) {
+    if (r <= lo || hi <= l) {
+        return;
+    }
+    p->mod_max[x] = TIO_MAX(p->mod_max[x], t);
+    if (l <= lo && hi <= r) {
+        p->mod_tag[x] = t;
+        return;
+    }
+    size_t mid = (lo + hi) / 2;
+    mod_mark_rec(p, 2 * x, lo, mid, l, r, t);
+    mod_mark_rec(p, 2 * x + 1, mid, hi, l, r, t);
+}
+
+static uint32_t
+mod_max_rec(const struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r) {
+    if (r <= lo || hi <= l) {
+        return 0;
+    }
+    if (l <= lo && hi <= r) {
+        return p->mod_max[x];
+    }
+    size_t mid = (lo + hi) / 2;
+    uint32_t a = mod_max_rec(p, 2 * x, lo, mid, l, r), b = mod_max_rec(p, 2 * x + 1, mid, hi, l, r);
+    return TIO_MAX(p->mod_tag[x], TIO_MAX(a, b));
+}
+
+/* Extended range [a, b) (length <= n) as one or two pieces. */
+static void mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t) {
+    size_t n = p->n;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    mod_mark_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), t);
+    if (b > n) {
+        mod_mark_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n), t);
+    }
+}
+
+static uint32_t mod_max(const struct planner *p, uint64_t a, uint64_t b) {
+    size_t n = p->n;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    uint32_t r = mod_max_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n));
+    if (b > n) {
+        r = TIO_MAX(r, mod_max_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n)));
+    }
+    return r;
+}
+
 /* ---- picks --------------------------------------------------------------------------------- */
 
 static int commit(struct planner *p, uint32_t pi, const struct eval *e) {
@@ -486,6 +602,7 @@ static int commit(struct planner *p, uint32_t pi, const struct eval *e) {
     uint64_t i = walk_bwd(p, e->tier, e->off, q->end, s, 1);
     TIO_ASSERT(i == e->pre);
     ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
+    mod_mark(p, q->start, q->end, ++p->n_commits); /* slots, memory and host all lie in here */
     if (e->tier == TIO_TIER_HOST) {
         ext_add(&p->host, p->n, q->start, q->end, (int64_t)q->bytes);
     }
@@ -498,37 +615,60 @@ static int commit(struct planner *p, uint32_t pi, const struct eval *e) {
     pk->clean = e->clean;
     pk->off = e->off;
     pk->pre = e->pre;
-    pk->next_same_tensor = p->tensor_head[q->tensor];
-    p->tensor_head[q->tensor] = (uint32_t)p->n_picks;
     p->n_picks++;
     return 0;
 }
 
-/* After a pick, the other periods of the same tensor may have become clean (larger window):
- * re-key them with their full-window bound so the heap stays an upper bound. */
-static int rekey_siblings(struct planner *p,
-                          uint32_t tensor,
-                          const uint32_t *first_period,
-                          const uint8_t *alive) {
+static int rekey(struct planner *p, uint32_t pi, const uint8_t *alive) {
+    if (pi == UINT32_MAX || !alive[pi]) {
+        return 0;
+    }
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    double ub = score_of(p, q, ext_bound(p, q->start, q->end, (int64_t)q->bytes));
+    if (ub <= 0) {
+        return 0;
+    }
+    p->version[pi]++;
+    p->cstamp[pi] = UINT32_MAX; /* its clean status changed: re-evaluate */
+    return heap_push(p, ub, pi);
+}
+
+/* After a pick, later periods in the same write segment have a clean copy on that tier:
+ * their windows may grow, so re-key them with their full-window bound (each period at most
+ * once per tier over the whole run: the segment minimum only falls). */
+static int update_clean(struct planner *p, uint32_t picked, int tier, const uint8_t *alive) {
     if (!p->clean_copies) {
         return 0;
     }
-    for (uint32_t pi = first_period[tensor];
-         pi < p->m->n_periods && p->m->periods[pi].tensor == tensor; pi++) {
-        if (!alive[pi]) {
-            continue;
-        }
-        const struct tio_pperiod *q = &p->m->periods[pi];
-        double ub = score_of(p, q, ext_benefit(p, q->start, q->end, (int64_t)q->bytes));
-        if (ub > 0) {
-            p->version[pi]++;
-            int rc = heap_push(p, ub, pi);
-            if (rc < 0) {
-                return rc;
-            }
-        }
+    const struct tio_pmodel *m = p->m;
+    const struct tio_pperiod *q = &m->periods[picked];
+    if (q->flags & TIO_PPERIOD_UNUSED) {
+        return 0;
     }
-    return 0;
+    size_t base = m->use_off[q->tensor];
+    size_t cnt = m->use_off[q->tensor + 1] - base;
+    size_t gu = base + q->use_index;
+    uint32_t key = p->seg_key[gu], pos = p->seg_pos[gu];
+    uint32_t *mn = &p->seg_min[tier_slot(tier)][key];
+    uint32_t old = *mn;
+    int rc = 0;
+    if (p->nowrite[q->tensor]) {
+        *mn = TIO_MIN(old, pos);
+        for (size_t u = 0; old == UINT32_MAX && u < cnt && rc == 0; u++) {
+            rc = rekey(p, p->period_of_use[base + u], alive);
+        }
+        return rc;
+    }
+    if (pos >= old) {
+        return 0;
+    }
+    *mn = pos;
+    uint32_t hi = TIO_MIN(old, p->seg_len[key]);
+    size_t first = key - base; /* local index of the segment's first use */
+    for (uint32_t k = pos + 1; k < hi && rc == 0; k++) {
+        rc = rekey(p, p->period_of_use[base + (first + k) % cnt], alive);
+    }
+    return rc;
 }
 
 /* G10's relaxation: move each prefetch earlier while the curve stays under the line with the
@@ -611,8 +751,19 @@ static void planner_free(struct planner *p) {
     tio_free(p->heap);
     tio_free(p->version);
     tio_free(p->picks);
-    tio_free(p->tensor_head);
-    tio_free(p->wprefix);
+    tio_free(p->seg_key);
+    tio_free(p->seg_pos);
+    tio_free(p->seg_len);
+    tio_free(p->seg_min[0]);
+    tio_free(p->seg_min[1]);
+    tio_free(p->period_of_use);
+    tio_free(p->nowrite);
+    tio_free(p->mod_max);
+    tio_free(p->mod_tag);
+    tio_free(p->cstamp);
+    tio_free(p->csc);
+    tio_free(p->cub);
+    tio_free(p->ce);
 }
 
 static int planner_init(struct planner *p,
@@ -632,6 +783,7 @@ static int planner_init(struct planner *p,
     double bw_w = p->use_ssd ? m->bw[TIO_CH_SSD_W] : m->bw[TIO_CH_D2H];
     double bw_r = p->use_ssd ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
     p->cost_per_byte = 1.0 / bw_w + 1.0 / bw_r;
+    p->eps = (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) ? PICK_EPS : 0;
     for (int c = 0; c < TIO_CH_COUNT; c++) {
         p->used[c] = tio_calloc(n, sizeof(double));
         p->capk[c] = tio_malloc(n * sizeof(double));
@@ -663,13 +815,37 @@ static int planner_init(struct planner *p,
             mark_if_full(p, c, k); /* zero-length kernels have no room at all */
         }
     }
+    p->mod_size = 1;
+    while (p->mod_size < n) {
+        p->mod_size *= 2;
+    }
+    size_t np = m->n_periods ? m->n_periods : 1;
+    p->mod_max = tio_calloc(2 * p->mod_size, sizeof *p->mod_max);
+    p->mod_tag = tio_calloc(2 * p->mod_size, sizeof *p->mod_tag);
+    p->cstamp = tio_malloc(np * sizeof *p->cstamp);
+    p->csc = tio_malloc(np * sizeof *p->csc);
+    p->cub = tio_malloc(np * sizeof *p->cub);
+    p->ce = tio_malloc(np * sizeof *p->ce);
+    if (!p->mod_max || !p->mod_tag || !p->cstamp || !p->csc || !p->cub || !p->ce) {
+        return TIO_ENOMEM;
+    }
+    for (size_t i = 0; i < np; i++) {
+        p->cstamp[i] = UINT32_MAX;
+    }
     p->tprefix = tio_malloc((n + 1) * sizeof(double));
     int64_t *vals = tio_malloc(n * sizeof *vals);
     p->version = tio_calloc(m->n_periods ? m->n_periods : 1, sizeof *p->version);
-    p->tensor_head = tio_malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *p->tensor_head);
     size_t nu = m->use_off[m->n_tensors];
-    p->wprefix = tio_malloc((nu + m->n_tensors + 1) * sizeof *p->wprefix);
-    if (!p->tprefix || !vals || !p->version || !p->tensor_head || !p->wprefix) {
+    size_t nu1 = nu ? nu : 1;
+    p->seg_key = tio_malloc(nu1 * sizeof *p->seg_key);
+    p->seg_pos = tio_malloc(nu1 * sizeof *p->seg_pos);
+    p->seg_len = tio_calloc(nu1, sizeof *p->seg_len);
+    p->seg_min[0] = tio_malloc(nu1 * sizeof(uint32_t));
+    p->seg_min[1] = tio_malloc(nu1 * sizeof(uint32_t));
+    p->period_of_use = tio_malloc(nu1 * sizeof *p->period_of_use);
+    p->nowrite = tio_calloc(m->n_tensors ? m->n_tensors : 1, 1);
+    if (!p->tprefix || !vals || !p->version || !p->seg_key || !p->seg_pos || !p->seg_len ||
+        !p->seg_min[0] || !p->seg_min[1] || !p->period_of_use || !p->nowrite) {
         tio_free(vals);
         return TIO_ENOMEM;
     }
@@ -689,17 +865,39 @@ static int planner_init(struct planner *p,
     if (rc < 0) {
         return rc;
     }
-    for (size_t t = 0; t < m->n_tensors; t++) {
-        p->tensor_head[t] = UINT32_MAX;
+    struct tio_trace_view v;
+    tio_trace_get_view(m->trace, &v);
+    for (size_t u = 0; u < nu; u++) {
+        p->seg_min[0][u] = p->seg_min[1][u] = UINT32_MAX;
+        p->period_of_use[u] = UINT32_MAX;
     }
-    /* wprefix: per tensor, cnt + 1 entries laid out at use_off[t] + t. To keep indexing simple
-     * we store them at use_off[t] + t and shift the base in writes_between. */
+    for (size_t i = 0; i < m->n_periods; i++) {
+        const struct tio_pperiod *q = &m->periods[i];
+        if (!(q->flags & TIO_PPERIOD_UNUSED)) {
+            p->period_of_use[m->use_off[q->tensor] + q->use_index] = (uint32_t)i;
+        }
+    }
     for (size_t t = 0; t < m->n_tensors; t++) {
-        uint32_t *w = p->wprefix + m->use_off[t] + t;
-        size_t cnt = m->use_off[t + 1] - m->use_off[t];
-        w[0] = 0;
+        size_t base = m->use_off[t], cnt = m->use_off[t + 1] - base;
+        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
+        size_t last_w = SIZE_MAX;
         for (size_t u = 0; u < cnt; u++) {
-            w[u + 1] = w[u] + ((m->use_mode[m->use_off[t] + u] & TIO_USE_WRITE) ? 1u : 0u);
+            if (m->use_mode[base + u] & TIO_USE_WRITE) {
+                last_w = u;
+            }
+        }
+        p->nowrite[t] = global && last_w == SIZE_MAX && cnt > 0;
+        /* uses before the first write: a global continues the last write's segment (cyclic),
+         * an intermediate starts a segment of its own at use 0 */
+        size_t start = global && last_w != SIZE_MAX ? last_w : 0;
+        for (size_t u = 0; u < cnt; u++) {
+            if (m->use_mode[base + u] & TIO_USE_WRITE) {
+                start = u;
+            }
+            size_t pos = u >= start ? u - start : u + cnt - start;
+            p->seg_key[base + u] = (uint32_t)(base + start);
+            p->seg_pos[base + u] = (uint32_t)pos;
+            p->seg_len[base + start] = TIO_MAX(p->seg_len[base + start], (uint32_t)(pos + 1));
         }
     }
     return 0;
@@ -829,7 +1027,6 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     struct planner p;
     int rc = planner_init(&p, m, params, variant);
     uint8_t *alive = NULL, *dropped = NULL;
-    uint32_t *first_period = NULL;
     struct cand *stash = NULL;
     size_t n_stash = 0, cap_stash = 0;
     if (rc < 0) {
@@ -837,12 +1034,8 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     }
     rc = TIO_ENOMEM;
     alive = tio_calloc(m->n_periods ? m->n_periods : 1, 1);
-    first_period = tio_malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *first_period);
-    if (!alive || !first_period) {
+    if (!alive) {
         goto out;
-    }
-    for (size_t t = 0; t < m->n_tensors; t++) {
-        first_period[t] = UINT32_MAX;
     }
     /* Candidates: periods long enough for a round trip on the fastest allowed path, with some
      * critical pressure in them. Periods are grouped by tensor (planner_model.c order). */
@@ -852,9 +1045,6 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         TIO_MAX(p.use_ssd ? m->bw[TIO_CH_SSD_R] : 0, p.use_host ? m->bw[TIO_CH_H2D] : 0);
     for (size_t i = 0; i < m->n_periods; i++) {
         const struct tio_pperiod *q = &m->periods[i];
-        if (first_period[q->tensor] == UINT32_MAX) {
-            first_period[q->tensor] = (uint32_t)i;
-        }
         if (fast_w <= 0 || fast_r <= 0) {
             continue;
         }
@@ -863,7 +1053,7 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         if (ext_time(&p, q->start, q->end) < need) {
             continue; /* too short for a round trip: can never be viable */
         }
-        double ub = score_of(&p, q, ext_benefit(&p, q->start, q->end, (int64_t)q->bytes));
+        double ub = score_of(&p, q, ext_bound(&p, q->start, q->end, (int64_t)q->bytes));
         if (ub > 0) {
             alive[i] = 1;
             if ((rc = heap_push(&p, ub, (uint32_t)i)) < 0) {
@@ -883,13 +1073,28 @@ int tio_planner_teraio(const struct tio_pmodel *m,
             if (have && !cand_better(&p, top->key, top->period, best, best_pi)) {
                 break; /* no bound left above the best score found: it is the maximum */
             }
+            if (have && p.eps > 0 && best >= (1.0 - p.eps) * top->key) {
+                break; /* within eps of every remaining bound: good enough (docs/planner.md) */
+            }
             struct cand c = heap_pop(&p);
             if (!alive[c.period] || c.version != p.version[c.period]) {
                 continue; /* consumed, or superseded by a re-keyed copy */
             }
             struct eval e;
-            double ub;
-            double sc = evaluate(&p, c.period, &e, &ub);
+            double ub, sc;
+            const struct tio_pperiod *cq = &m->periods[c.period];
+            if (p.cstamp[c.period] != UINT32_MAX &&
+                mod_max(&p, cq->start, cq->end) <= p.cstamp[c.period]) {
+                e = p.ce[c.period]; /* nothing it depends on changed since */
+                sc = p.csc[c.period];
+                ub = p.cub[c.period];
+            } else {
+                sc = evaluate(&p, c.period, &e, &ub);
+                p.cstamp[c.period] = p.n_commits;
+                p.ce[c.period] = e;
+                p.csc[c.period] = sc;
+                p.cub[c.period] = ub;
+            }
             if (ub <= 0) {
                 alive[c.period] = 0; /* bounds only fall: never viable again */
                 continue;
@@ -924,7 +1129,7 @@ int tio_planner_teraio(const struct tio_pmodel *m,
             goto out;
         }
         alive[best_pi] = 0;
-        if ((rc = rekey_siblings(&p, m->periods[best_pi].tensor, first_period, alive)) < 0) {
+        if ((rc = update_clean(&p, best_pi, best_e.tier, alive)) < 0) {
             goto out;
         }
     }
@@ -943,7 +1148,6 @@ int tio_planner_teraio(const struct tio_pmodel *m,
 out:
     tio_free(alive);
     tio_free(dropped);
-    tio_free(first_period);
     tio_free(stash);
     planner_free(&p);
     return rc;

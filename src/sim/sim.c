@@ -32,6 +32,8 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
     p.zero_bytes_scale = 0.5;
     p.zero_layers = 0;
+    p.label = NULL;
+    p.demand_evict = 1;
     return p;
 }
 
@@ -203,7 +205,7 @@ int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t 
             v->tflags[m->tensor] &= (uint8_t)~SV_INIT_OFF;
         } else {
             v->tflags[m->tensor] |= SV_INIT_OFF;
-            v->init_tier[m->tensor] = (int8_t)m->to;
+            v->init_tier[m->tensor] = (uint8_t)m->to;
         }
     }
     return 0;
@@ -385,8 +387,8 @@ int tio_sim_run(const struct tio_trace *trace,
     if (!sim) {
         return TIO_ENOMEM;
     }
-    snprintf(sim->policy, sizeof sim->policy, "%s",
-             strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
+    (void)snprintf(sim->policy, sizeof sim->policy, "%s",
+                   strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
     struct sim_view v;
     rc = sim_view_init(&v, trace);
     if (rc < 0) {
@@ -408,6 +410,7 @@ int tio_sim_run(const struct tio_trace *trace,
         rc = sim_zero_build(&v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
     } else if (strcmp(policy, "plan") == 0) {
         rc = sim_view_set_moves(&v, moves, n_moves);
+        v.demand_evict = p.demand_evict != 0;
     }
     if (rc < 0) {
         goto fail;

@@ -169,7 +169,7 @@ static void lru_remove(struct eng *e, uint32_t t) {
 
 /* Move t to the most-recently-used end. */
 static void lru_touch(struct eng *e, uint32_t t) {
-    if (!e->v->lru) {
+    if (!e->v->lru && !e->v->demand_evict) {
         return;
     }
     lru_remove(e, t);
@@ -598,6 +598,9 @@ static int lru_evict(struct eng *e, uint64_t need) {
         if (s->state == ST_GPU && s->stamp != stamp && !(e->v->tflags[t] & SV_PINNED)) {
             uint64_t b = e->v->bytes[t];
             int to = (e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
+            if (e->measuring) {
+                e->sim->r.n_demand_evictions++;
+            }
             int rc = offload(e, t, to, 1, 1, UINT64_MAX);
             if (rc < 0) {
                 return rc;
@@ -690,7 +693,7 @@ static int try_start(struct eng *e) {
         }
     }
     uint64_t need = births + queued;
-    if (e->gpu_used + need > v->capacity && v->lru) {
+    if (e->gpu_used + need > v->capacity && (v->lru || v->demand_evict)) {
         int rc = lru_evict(e, need);
         if (rc < 0) {
             return rc;
@@ -714,16 +717,18 @@ static int try_start(struct eng *e) {
             set_oom(e, need);
             return 0;
         }
-        if (e->offload_inflight == 0 && !wait_data) {
+        /* without eviction only an offload can free memory; with it, a prefetch in flight
+         * will land and become evictable */
+        if (e->offload_inflight == 0 && !wait_data && !(v->lru || v->demand_evict)) {
             set_oom(e, need);
             return 0;
         }
         e->stall_kind = wait_data ? 1 : 2;
-        return 0;
+        return mq_grant(e);
     }
     if (wait_data) {
         e->stall_kind = 1;
-        return 0;
+        return mq_grant(e); /* a needed fetch moved to the front may fit now */
     }
     /* start: allocate the tensors it creates */
     if (!v->skip_uses[k]) {
@@ -947,6 +952,17 @@ int sim_engine_run(const struct sim_view *v,
         if (!isfinite(tn)) {
             /* nothing runs and nothing is in flight, yet the kernel cannot start */
             uint64_t need = 0;
+            TIO_LOG_DEBUG("sim: stuck at kernel %llu: %zu transfers, %zu latency, %zu queued for "
+                          "memory, gpu %llu / %llu",
+                          (unsigned long long)e.g, e.n_active, e.n_lat, e.mq_len,
+                          (unsigned long long)e.gpu_used, (unsigned long long)v->capacity);
+            for (int q = 0; q < NQ; q++) {
+                if (e.qhead[q] != NONE32) {
+                    TIO_LOG_DEBUG("sim: queue %d head tensor %u rate %g remaining %g", q,
+                                  e.xf[e.qhead[q]].tensor, e.xf[e.qhead[q]].rate,
+                                  e.xf[e.qhead[q]].remaining);
+                }
+            }
             set_oom(&e, need);
             break;
         }

@@ -19,50 +19,53 @@ static double jnum(double x) {
 
 int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
     const struct tio_sim_result *r = &sim->r;
-    fprintf(f, "{\n  \"policy\": \"%s\",\n", sim->policy);
-    fprintf(f, "  \"iteration_s\": %.9g,\n  \"ideal_s\": %.9g,\n", jnum(r->iteration_s),
-            jnum(r->ideal_s));
-    fprintf(f, "  \"fraction_of_ideal\": %.6f,\n", jnum(r->fraction_of_ideal));
-    fprintf(f, "  \"stall_s\": %.9g,\n  \"stall_data_s\": %.9g,\n", jnum(r->stall_s),
-            jnum(r->stall_data_s));
-    fprintf(f, "  \"stall_memory_s\": %.9g,\n  \"cpu_s\": %.9g,\n", jnum(r->stall_memory_s),
-            jnum(r->cpu_s));
-    fprintf(f, "  \"overlap_s\": %.9g,\n  \"io_busy_s\": %.9g,\n", jnum(r->overlap_s),
-            jnum(r->io_busy_s));
-    fprintf(f, "  \"tokens_per_s\": %.6f,\n  \"tokens_per_iteration\": %.0f,\n",
-            jnum(r->tokens_per_s), jnum(r->tokens_per_iteration));
-    fprintf(f, "  \"oom\": %s,\n  \"oom_kind\": \"%s\",\n", r->oom ? "true" : "false",
-            oom_name(r->oom));
+    (void)fprintf(f, "{\n  \"policy\": \"%s\",\n", sim->policy);
+    (void)fprintf(f, "  \"iteration_s\": %.9g,\n  \"ideal_s\": %.9g,\n", jnum(r->iteration_s),
+                  jnum(r->ideal_s));
+    (void)fprintf(f, "  \"fraction_of_ideal\": %.6f,\n", jnum(r->fraction_of_ideal));
+    (void)fprintf(f, "  \"stall_s\": %.9g,\n  \"stall_data_s\": %.9g,\n", jnum(r->stall_s),
+                  jnum(r->stall_data_s));
+    (void)fprintf(f, "  \"stall_memory_s\": %.9g,\n  \"cpu_s\": %.9g,\n", jnum(r->stall_memory_s),
+                  jnum(r->cpu_s));
+    (void)fprintf(f, "  \"overlap_s\": %.9g,\n  \"io_busy_s\": %.9g,\n", jnum(r->overlap_s),
+                  jnum(r->io_busy_s));
+    (void)fprintf(f, "  \"tokens_per_s\": %.6f,\n  \"tokens_per_iteration\": %.0f,\n",
+                  jnum(r->tokens_per_s), jnum(r->tokens_per_iteration));
+    (void)fprintf(f, "  \"oom\": %s,\n  \"oom_kind\": \"%s\",\n", r->oom ? "true" : "false",
+                  oom_name(r->oom));
     if (r->oom) {
-        fprintf(f, "  \"oom_kernel\": %llu,\n  \"oom_bytes\": %llu,\n  \"oom_iteration\": %u,\n",
-                (unsigned long long)r->oom_kernel, (unsigned long long)r->oom_bytes,
-                r->oom_iteration);
+        (void)fprintf(
+            f, "  \"oom_kernel\": %llu,\n  \"oom_bytes\": %llu,\n  \"oom_iteration\": %u,\n",
+            (unsigned long long)r->oom_kernel, (unsigned long long)r->oom_bytes, r->oom_iteration);
     } else {
-        fprintf(f, "  \"oom_kernel\": null,\n  \"oom_bytes\": 0,\n");
+        (void)fprintf(f, "  \"oom_kernel\": null,\n  \"oom_bytes\": 0,\n");
     }
-    fprintf(f, "  \"capacity_bytes\": %llu,\n", (unsigned long long)r->capacity_bytes);
-    fprintf(f, "  \"gpu_peak_bytes\": %llu,\n  \"host_peak_bytes\": %llu,\n",
-            (unsigned long long)r->gpu_peak_bytes, (unsigned long long)r->host_peak_bytes);
-    fprintf(f, "  \"ssd_bytes_written\": %llu,\n", (unsigned long long)r->ssd_bytes_written);
-    fprintf(f, "  \"drive_life_years\": %.6g,\n", jnum(r->drive_life_years));
-    fprintf(f, "  \"bytes\": {");
+    (void)fprintf(f, "  \"capacity_bytes\": %llu,\n", (unsigned long long)r->capacity_bytes);
+    (void)fprintf(f, "  \"gpu_peak_bytes\": %llu,\n  \"host_peak_bytes\": %llu,\n",
+                  (unsigned long long)r->gpu_peak_bytes, (unsigned long long)r->host_peak_bytes);
+    (void)fprintf(f, "  \"ssd_bytes_written\": %llu,\n", (unsigned long long)r->ssd_bytes_written);
+    (void)fprintf(f, "  \"drive_life_years\": %.6g,\n", jnum(r->drive_life_years));
+    (void)fprintf(f, "  \"bytes\": {");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-        fprintf(f, "%s\"%s\": %llu", c ? ", " : "", tio_sim_channel_name(c),
-                (unsigned long long)r->bytes[c]);
+        (void)fprintf(f, "%s\"%s\": %llu", c ? ", " : "", tio_sim_channel_name(c),
+                      (unsigned long long)r->bytes[c]);
     }
-    fprintf(f, "},\n  \"busy_s\": {");
+    (void)fprintf(f, "},\n  \"busy_s\": {");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-        fprintf(f, "%s\"%s\": %.9g", c ? ", " : "", tio_sim_channel_name(c), jnum(r->busy_s[c]));
+        (void)fprintf(f, "%s\"%s\": %.9g", c ? ", " : "", tio_sim_channel_name(c),
+                      jnum(r->busy_s[c]));
     }
-    fprintf(f, "},\n  \"peak_Bps\": {");
+    (void)fprintf(f, "},\n  \"peak_Bps\": {");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-        fprintf(f, "%s\"%s\": %.6g", c ? ", " : "", tio_sim_channel_name(c), jnum(r->peak_Bps[c]));
+        (void)fprintf(f, "%s\"%s\": %.6g", c ? ", " : "", tio_sim_channel_name(c),
+                      jnum(r->peak_Bps[c]));
     }
-    fprintf(f, "},\n  \"moves_issued\": %llu,\n  \"moves_skipped\": %llu,\n",
-            (unsigned long long)r->n_moves_issued, (unsigned long long)r->n_moves_skipped);
-    fprintf(f, "  \"moves_late\": %llu,\n  \"demand_fetches\": %llu,\n",
-            (unsigned long long)r->n_moves_late, (unsigned long long)r->n_demand_fetches);
-    fprintf(f, "  \"sim_wall_s\": %.6g\n}\n", jnum(r->sim_wall_s));
+    (void)fprintf(f, "},\n  \"moves_issued\": %llu,\n  \"moves_skipped\": %llu,\n",
+                  (unsigned long long)r->n_moves_issued, (unsigned long long)r->n_moves_skipped);
+    (void)fprintf(f, "  \"moves_late\": %llu,\n  \"demand_fetches\": %llu,\n",
+                  (unsigned long long)r->n_moves_late, (unsigned long long)r->n_demand_fetches);
+    (void)fprintf(f, "  \"demand_evictions\": %llu,\n", (unsigned long long)r->n_demand_evictions);
+    (void)fprintf(f, "  \"sim_wall_s\": %.6g\n}\n", jnum(r->sim_wall_s));
     return ferror(f) ? tio_set_error(-EIO, "sim: writing the JSON summary failed") : 0;
 }
 
@@ -74,7 +77,7 @@ static int make_dir(const char *dir) {
 }
 
 static FILE *open_in(const char *dir, const char *name, char *path, size_t len) {
-    snprintf(path, len, "%s/%s", dir, name);
+    (void)snprintf(path, len, "%s/%s", dir, name);
     return fopen(path, "w");
 }
 
@@ -96,10 +99,10 @@ int tio_sim_write_csv(const struct tio_sim *sim, const char *dir) {
     if (!f) {
         return tio_set_error(-errno, "sim: cannot open '%s'", path);
     }
-    fprintf(f, "kernel,start_s,stall_s,duration_s,gpu_bytes\n");
+    (void)fprintf(f, "kernel,start_s,stall_s,duration_s,gpu_bytes\n");
     for (size_t k = 0; k < sim->n_kernels && !sim->r.oom; k++) {
-        fprintf(f, "%zu,%.9g,%.9g,%.9g,%llu\n", k, sim->k_start_s[k], sim->k_stall_s[k],
-                sim->k_dur_s[k], (unsigned long long)sim->k_gpu[k]);
+        (void)fprintf(f, "%zu,%.9g,%.9g,%.9g,%llu\n", k, sim->k_start_s[k], sim->k_stall_s[k],
+                      sim->k_dur_s[k], (unsigned long long)sim->k_gpu[k]);
     }
     rc = close_checked(f, path);
     if (rc < 0) {
@@ -109,34 +112,34 @@ int tio_sim_write_csv(const struct tio_sim *sim, const char *dir) {
     if (!f) {
         return tio_set_error(-errno, "sim: cannot open '%s'", path);
     }
-    fprintf(f, "t_s");
+    (void)fprintf(f, "t_s");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-        fprintf(f, ",%s_Bps", tio_sim_channel_name(c));
+        (void)fprintf(f, ",%s_Bps", tio_sim_channel_name(c));
     }
-    fprintf(f, "\n");
+    (void)fprintf(f, "\n");
     for (size_t i = 0; i < sim->n_bins && !sim->r.oom; i++) {
-        fprintf(f, "%.9g", (double)i * sim->bin_s);
+        (void)fprintf(f, "%.9g", (double)i * sim->bin_s);
         for (size_t c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-            fprintf(f, ",%.6g", sim->bins[i * TIO_SIM_CHANNEL_COUNT + c]);
+            (void)fprintf(f, ",%.6g", sim->bins[i * TIO_SIM_CHANNEL_COUNT + c]);
         }
-        fprintf(f, "\n");
+        (void)fprintf(f, "\n");
     }
     return close_checked(f, path);
 }
 
 static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
+    (void)fputc('"', f);
     for (; s && *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
+            (void)fprintf(f, "\\%c", c);
         } else if (c < 0x20) {
-            fprintf(f, "\\u%04x", c);
+            (void)fprintf(f, "\\u%04x", c);
         } else {
-            fputc(c, f);
+            (void)fputc(c, f);
         }
     }
-    fputc('"', f);
+    (void)fputc('"', f);
 }
 
 int tio_sim_write_timeline(const struct tio_sim *sim, const char *path) {
@@ -145,54 +148,58 @@ int tio_sim_write_timeline(const struct tio_sim *sim, const char *path) {
         return tio_set_error(-errno, "sim: cannot open '%s'", path);
     }
     /* trace-event format: ts/dur in microseconds; pid 1 = GPU, tid 0 compute, 1.. channels */
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    fprintf(f,
-            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"teraio "
-            "sim (%s)\"}},\n",
-            sim->policy);
-    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":"
-               "\"compute\"}}");
+    (void)fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    (void)fprintf(f,
+                  "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"teraio "
+                  "sim (%s)\"}},\n",
+                  sim->policy);
+    (void)fprintf(f,
+                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":"
+                  "\"compute\"}}");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-        fprintf(f,
-                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{"
-                "\"name\":\"%s\"}}",
-                c + 1, tio_sim_channel_name(c));
+        (void)fprintf(f,
+                      ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{"
+                      "\"name\":\"%s\"}}",
+                      c + 1, tio_sim_channel_name(c));
     }
     if (!sim->r.oom) {
         for (size_t k = 0; k < sim->n_kernels; k++) {
             uint32_t id = sim->k_name[k];
             const char *name = id < sim->n_names && sim->names[id] ? sim->names[id] : "kernel";
-            fprintf(f, ",\n{\"name\":");
+            (void)fprintf(f, ",\n{\"name\":");
             json_str(f, name);
-            fprintf(f,
-                    ",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,\"args\":{"
-                    "\"kernel\":%zu,\"stall_us\":%.3f}}",
-                    sim->k_start_s[k] * 1e6, sim->k_dur_s[k] * 1e6, k, sim->k_stall_s[k] * 1e6);
-            fprintf(f,
-                    ",\n{\"name\":\"gpu_memory\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,\"args\":{"
-                    "\"bytes\":%llu}}",
-                    sim->k_start_s[k] * 1e6, (unsigned long long)sim->k_gpu[k]);
+            (void)fprintf(f,
+                          ",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,\"args\":{"
+                          "\"kernel\":%zu,\"stall_us\":%.3f}}",
+                          sim->k_start_s[k] * 1e6, sim->k_dur_s[k] * 1e6, k,
+                          sim->k_stall_s[k] * 1e6);
+            (void)fprintf(
+                f,
+                ",\n{\"name\":\"gpu_memory\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,\"args\":{"
+                "\"bytes\":%llu}}",
+                sim->k_start_s[k] * 1e6, (unsigned long long)sim->k_gpu[k]);
         }
         for (size_t i = 0; i < sim->n_spans; i++) {
             const struct sim_span *s = &sim->spans[i];
-            fprintf(f,
-                    ",\n{\"name\":\"%s t%u\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-                    "\"dur\":%.3f,\"args\":{\"tensor\":%u,\"bytes\":%llu,\"urgent\":%d}}",
-                    s->prefetch ? "prefetch" : "offload", s->tensor, s->channel + 1, s->t0 * 1e6,
-                    (s->t1 - s->t0) * 1e6, s->tensor, (unsigned long long)s->bytes, s->urgent);
+            (void)fprintf(f,
+                          ",\n{\"name\":\"%s t%u\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                          "\"dur\":%.3f,\"args\":{\"tensor\":%u,\"bytes\":%llu,\"urgent\":%d}}",
+                          s->prefetch ? "prefetch" : "offload", s->tensor, s->channel + 1,
+                          s->t0 * 1e6, (s->t1 - s->t0) * 1e6, s->tensor,
+                          (unsigned long long)s->bytes, s->urgent);
         }
         for (size_t i = 0; i < sim->n_bins; i++) {
-            fprintf(f,
-                    ",\n{\"name\":\"bandwidth_GBps\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
-                    "\"args\":{",
-                    (double)i * sim->bin_s * 1e6);
+            (void)fprintf(f,
+                          ",\n{\"name\":\"bandwidth_GBps\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,"
+                          "\"args\":{",
+                          (double)i * sim->bin_s * 1e6);
             for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-                fprintf(f, "%s\"%s\":%.4f", c ? "," : "", tio_sim_channel_name(c),
-                        sim->bins[i * TIO_SIM_CHANNEL_COUNT + (size_t)c] * 1e-9);
+                (void)fprintf(f, "%s\"%s\":%.4f", c ? "," : "", tio_sim_channel_name(c),
+                              sim->bins[i * TIO_SIM_CHANNEL_COUNT + (size_t)c] * 1e-9);
             }
-            fprintf(f, "}}");
+            (void)fprintf(f, "}}");
         }
     }
-    fprintf(f, "\n]}\n");
+    (void)fprintf(f, "\n]}\n");
     return close_checked(f, path);
 }

@@ -37,14 +37,16 @@ struct sim_view {
     uint8_t *skip_uses;         /* [N] 1: ignore the kernel's uses (work moved to the host) */
     uint64_t *bytes;            /* [T] bytes on the GPU */
     uint8_t *tflags;            /* [T] SV_* */
-    int8_t *init_tier;          /* [T] tier of SV_INIT_OFF tensors */
+    uint8_t *init_tier;         /* [T] tier of SV_INIT_OFF tensors */
     uint64_t *first_use;        /* [T] first non-skipped use, UINT64_MAX if none */
     uint64_t *last_use;         /* [T] last non-skipped use */
     struct tio_move *moves;     /* sorted by trigger, owned */
     size_t n_moves;
-    uint64_t capacity;          /* GPU bytes; UINT64_MAX = unlimited */
-    int lru;                    /* 1: evict least-recently-used tensors on demand */
-    double ideal_s;             /* sum of the trace's kernel durations */
+    uint64_t capacity; /* GPU bytes; UINT64_MAX = unlimited */
+    int lru;           /* 1: evict least-recently-used tensors on demand */
+    int demand_evict;  /* 1: when a plan leaves memory short and nothing in flight frees it, evict
+                          idle tensors on demand (least recently used first) */
+    double ideal_s;    /* sum of the trace's kernel durations */
     uint64_t host_static_bytes; /* host memory the policy holds besides offloads (per GPU) */
     uint64_t host_limit_bytes;  /* per-GPU host memory available to the policy */
     double chan_cap_Bps[TIO_SIM_CHANNEL_COUNT]; /* > 0: the policy reaches at most this rate on

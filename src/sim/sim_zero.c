@@ -388,7 +388,7 @@ int sim_zero_build(struct sim_view *v,
         for (size_t t = 0; t < T; t++) {
             if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT) {
                 v->tflags[t] |= SV_INIT_OFF | (infinity ? 0 : SV_HOSTCOPY);
-                v->init_tier[t] = (int8_t)tier;
+                v->init_tier[t] = (uint8_t)tier;
             }
         }
         rc = stream_moves(v, tier, trace, &tv, p, &mv, &n_mv, &cap_mv);

@@ -25,7 +25,7 @@ TIO_TEST(paper_preset_matches_the_paper) {
     CHECK_OK(tio_hw_preset("paper-2xh100nvl", &hw));
     CHECK_STR(hw.name, "paper-2xh100nvl");
     CHECK_EQ_U(hw.gpus, 2);
-    CHECK_EQ_U(hw.gpu_memory_bytes, 94000000000ull); /* Table 2: 94 GB */
+    CHECK_EQ_U(hw.gpu_memory_bytes, 94ull << 30); /* Table 2: 94 GB (HBM: binary) */
     CHECK_EQ_U(hw.ssd_count, 4);
     CHECK_NEAR(hw.ssd_read_Bps, 6.7e9, 1);
     CHECK_NEAR(hw.ssd_write_Bps, 6.5e9, 1);
@@ -35,7 +35,7 @@ TIO_TEST(paper_preset_matches_the_paper) {
     CHECK_NEAR(hw.server_price_usd, 91047.9, 1e-6);
     CHECK_NEAR(hw.ssd_price_usd, 1360.0, 1e-9);
     CHECK_EQ_U(hw.host_memory_bytes, 1000000000000ull);
-    CHECK_EQ_U(tio_hw_plan_capacity(&hw), 94000000000ull - hw.gpu_reserve_bytes);
+    CHECK_EQ_U(tio_hw_plan_capacity(&hw), (94ull << 30) - hw.gpu_reserve_bytes);
     CHECK_OK(tio_hw_validate(&hw));
     struct tio_hw d = tio_hw_default();
     CHECK_STR(d.name, "paper-2xh100nvl");

@@ -575,6 +575,41 @@ TIO_TEST(zero_layer_streaming) {
     tio_trace_free(tr);
 }
 
+/*
+ * A plan that leaves memory short (here: no moves at all, same trace as
+ * feasible_plan_stays_under_capacity). With demand eviction (default) the runtime evicts the
+ * idle w when k1 cannot allocate y (4 ms to the SSD), then fetches w on demand for k2 (4 ms):
+ * the same 20 ms as the explicit plan. Without it, OOM at kernel 1.
+ */
+TIO_TEST(demand_eviction_for_short_plans) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 10, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
+    struct tio_hw hw = test_hw(5000000);
+    struct tio_sim_params p = test_params();
+    struct tio_sim *sim = NULL;
+    struct tio_sim_result r;
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    if (sim) {
+        tio_sim_get_result(sim, &r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 20 * MS, 1e-9);
+        CHECK_EQ_U(r.n_demand_evictions, 1);
+        CHECK_EQ_U(r.n_demand_fetches, 1);
+        CHECK(r.gpu_peak_bytes <= 5000000);
+    }
+    tio_sim_free(sim);
+    p.demand_evict = 0;
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    if (sim) {
+        tio_sim_get_result(sim, &r);
+        CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
+        CHECK_EQ_U(r.oom_kernel, 1);
+    }
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(ideal_is_sum_of_durations);
     RUN(none_reports_oom_kernel);
@@ -589,5 +624,6 @@ int main(void) {
     RUN(bad_input_errors);
     RUN(zero_models);
     RUN(zero_layer_streaming);
+    RUN(demand_eviction_for_short_plans);
     return tio_test_done();
 }

@@ -32,6 +32,9 @@ static void usage(FILE *f) {
         "  --backend NAME    auto (default), uring, posix, cufile, cuda, null\n"
         "  --chunk BYTES     stripe chunk (default: the block size, at most 1GiB)\n"
         "  --verify          CRC32C per chunk (computed on write, checked on read)\n"
+        "  --warmup          write every tensor once, untimed, before a timed write phase\n"
+        "                    (steady state: the swap file's blocks were written before, as\n"
+        "                    when fio rewrites a file it laid out)\n"
         "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
         "examples:\n"
         "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
@@ -118,7 +121,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
     size_t ndirs = 0;
     uint64_t size = UINT64_C(1) << 30, block = 4u << 20, depth = 16, chunk = 0;
     const char *backend = "auto", *rw = "write";
-    int json = 0, verify = 0;
+    int json = 0, verify = 0, warmup = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -131,6 +134,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--verify")) {
             verify = 1;
+            continue;
+        } else if (!strcmp(a, "--warmup")) {
+            warmup = 1;
             continue;
         }
         if (!v) {
@@ -219,7 +225,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
     if (!bufs)
         rc = TIO_ENOMEM;
     int reading = !strcmp(rw, "read");
-    if (rc == 0 && reading)
+    if (rc == 0 && (reading || warmup))
         rc = run_phase(e, 1, n, block, (uint32_t)depth, bufs); /* prefill, untimed */
     double w0 = wall_now(), c0 = cpu_now();
     if (rc == 0)

@@ -47,8 +47,8 @@ static const struct paper_num paper_nums[] = {
     { "zero-infinity", "llama3-70b", 0.430, "ZeRO-Infinity, Llama3-70B" },
     { "teraio-mixed", "llama3-70b", 0.597, "TeraIO-Mixed, Llama3-70B" },
     { "teraio-paper", "llama3-70b", 0.597, "TeraIO-Mixed (Algorithm 1), Llama3-70B" },
-    { "teraio-mixed", NULL, 0.807, "TeraIO, all models" },
-    { "teraio-paper", NULL, 0.807, "TeraIO (Algorithm 1), all models" },
+    { "teraio-mixed", NULL, 0.807, "TeraIO, all models run" },
+    { "teraio-paper", NULL, 0.807, "TeraIO (Algorithm 1), all models run" },
 };
 
 /* Table 3: which server each system needs, and whether it uses the SSDs. */
@@ -385,76 +385,83 @@ int cli_cmd_compare(int argc, char **argv) {
         }
     }
     if (json) {
-        printf("{\n\"hw\": ");
+        (void)printf("{\n\"hw\": ");
         cli_json_string(stdout, hw1t.name);
-        printf(",\n\"rows\": [\n");
+        (void)printf(",\n\"rows\": [\n");
         for (size_t i = 0; i < n_rows; i++) {
             const struct row *r = &rows[i];
-            printf("  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
-                   "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
-                   "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u}%s\n",
-                   r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
-                   r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
-                   i + 1 < n_rows ? "," : "");
+            (void)printf(
+                "  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
+                "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
+                "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u}%s\n",
+                r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
+                r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
+                i + 1 < n_rows ? "," : "");
         }
-        printf("],\n\"summary\": {\n");
+        (void)printf("],\n\"summary\": {\n");
         for (size_t s = 0; s < n_sys; s++) {
             double usd = 0;
             system_price(systems[s], &hw1t, &hw128, &usd);
-            printf("  \"%s\": {\"mean_fraction_of_ideal\": %.6f, \"mean_speedup_vs_best_zero\": "
-                   "%.6f, \"mean_tokens_per_s\": %.4f, \"runs\": %d, \"oom\": %d, \"price_usd\": "
-                   "%.1f, \"tokens_per_s_per_kusd\": %.6f}%s\n",
-                   systems[s], mean_frac[s], mean_speed[s], mean_tok[s], n_ok[s], n_oom[s], usd,
-                   usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0, s + 1 < n_sys ? "," : "");
+            (void)printf(
+                "  \"%s\": {\"mean_fraction_of_ideal\": %.6f, \"mean_speedup_vs_best_zero\": "
+                "%.6f, \"mean_tokens_per_s\": %.4f, \"runs\": %d, \"oom\": %d, \"price_usd\": "
+                "%.1f, \"tokens_per_s_per_kusd\": %.6f}%s\n",
+                systems[s], mean_frac[s], mean_speed[s], mean_tok[s], n_ok[s], n_oom[s], usd,
+                usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0, s + 1 < n_sys ? "," : "");
         }
-        printf("},\n\"per_model\": {\n");
+        (void)printf("},\n\"per_model\": {\n");
         for (int m = 0; m < 3; m++) {
-            printf("  \"%s\": {", model_names[m]);
+            (void)printf("  \"%s\": {", model_names[m]);
             for (size_t s = 0; s < n_sys; s++) {
-                printf("%s\"%s\": %.6f", s ? ", " : "", systems[s],
-                       pn[m][s] ? pm[m][s] / pn[m][s] : 0.0);
+                (void)printf("%s\"%s\": %.6f", s ? ", " : "", systems[s],
+                             pn[m][s] ? pm[m][s] / pn[m][s] : 0.0);
             }
-            printf("}%s\n", m < 2 ? "," : "");
+            (void)printf("}%s\n", m < 2 ? "," : "");
         }
-        printf("},\n\"paper\": [\n");
+        (void)printf("},\n\"paper\": [\n");
         for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
-            printf("  {\"system\": \"%s\", \"model\": %s%s%s, \"fraction_of_ideal\": %.3f}%s\n",
-                   paper_nums[i].system, paper_nums[i].model ? "\"" : "",
-                   paper_nums[i].model ? paper_nums[i].model : "null",
-                   paper_nums[i].model ? "\"" : "", paper_nums[i].fraction,
-                   i + 1 < TIO_CLI_ARRAY_LEN(paper_nums) ? "," : "");
+            (void)printf(
+                "  {\"system\": \"%s\", \"model\": %s%s%s, \"fraction_of_ideal\": %.3f}%s\n",
+                paper_nums[i].system, paper_nums[i].model ? "\"" : "",
+                paper_nums[i].model ? paper_nums[i].model : "null", paper_nums[i].model ? "\"" : "",
+                paper_nums[i].fraction, i + 1 < TIO_CLI_ARRAY_LEN(paper_nums) ? "," : "");
         }
-        printf("]\n}\n");
+        (void)printf("]\n}\n");
     } else {
-        printf("%-16s %5s %5s", "model", "batch", "seq");
+        (void)printf("%-16s %5s %5s", "model", "batch", "seq");
         for (size_t s = 0; s < n_sys; s++) {
-            printf(" %15s", systems[s]);
+            (void)printf(" %15s", systems[s]);
         }
-        printf("\n");
+        (void)printf("\n");
         for (size_t i = 0; i < n_rows; i += n_sys) {
-            printf("%-16s %5u %5u", rows[i].c->model, rows[i].c->batch, rows[i].c->seq);
+            (void)printf("%-16s %5u %5u", rows[i].c->model, rows[i].c->batch, rows[i].c->seq);
             for (size_t s = 0; s < n_sys; s++) {
                 const struct row *r = &rows[i + s];
                 if (r->oom) {
-                    printf(" %15s", strcmp(r->oom_kind, "host") == 0 ? "OOM(host)" : "OOM(gpu)");
+                    (void)printf(" %15s",
+                                 strcmp(r->oom_kind, "host") == 0 ? "OOM(host)" : "OOM(gpu)");
                 } else {
                     char cell[32];
                     (void)snprintf(cell, sizeof cell, "%.0f t/s %3.0f%%", r->tokens_per_s,
                                    100 * r->fraction);
-                    printf(" %15s", cell);
+                    (void)printf(" %15s", cell);
                 }
             }
-            printf("\n");
+            (void)printf("\n");
         }
-        printf("\n%-16s %10s %10s %10s %12s\n", "system", "mean/ideal", "vs best", "OOM runs",
-               "tok/s/k$");
+        (void)printf("\n%-16s %10s %10s %10s %12s\n", "system", "mean/ideal", "vs best", "OOM runs",
+                     "tok/s/k$");
         for (size_t s = 0; s < n_sys; s++) {
             double usd = 0;
             system_price(systems[s], &hw1t, &hw128, &usd);
-            printf("%-16s %9.1f%% %9.2fx %10d %12.3f\n", systems[s], 100 * mean_frac[s],
-                   mean_speed[s], n_oom[s], usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0);
+            if (n_ok[s] == 0) {
+                (void)printf("%-16s %10s %10s %10d %12s\n", systems[s], "-", "-", n_oom[s], "-");
+                continue;
+            }
+            (void)printf("%-16s %9.1f%% %9.2fx %10d %12.3f\n", systems[s], 100 * mean_frac[s],
+                         mean_speed[s], n_oom[s], usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0);
         }
-        printf("\npaper (measured on real hardware) beside this simulation:\n");
+        (void)printf("\npaper (measured on real hardware) beside this simulation:\n");
         for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
             const struct paper_num *p = &paper_nums[i];
             double sim = NAN;
@@ -472,10 +479,11 @@ int cli_cmd_compare(int argc, char **argv) {
                 }
             }
             if (isnan(sim)) {
-                printf("  %-42s paper %5.1f%%   simulated    -\n", p->what, 100 * p->fraction);
+                (void)printf("  %-42s paper %5.1f%%   simulated    -\n", p->what,
+                             100 * p->fraction);
             } else {
-                printf("  %-42s paper %5.1f%%   simulated %5.1f%%  (%+.1f points)\n", p->what,
-                       100 * p->fraction, 100 * sim, 100 * (sim - p->fraction));
+                (void)printf("  %-42s paper %5.1f%%   simulated %5.1f%%  (%+.1f points)\n", p->what,
+                             100 * p->fraction, 100 * sim, 100 * (sim - p->fraction));
             }
         }
     }

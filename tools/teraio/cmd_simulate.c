@@ -29,6 +29,8 @@ static void usage(FILE *f) {
         "  --ssd-scale X        multiply the SSD array bandwidth by X (default 1)\n"
         "  --warmup N           warm-up iterations before the measured one (default 1)\n"
         "  --iterations-per-day N   drive life at N iterations a day (default: continuous)\n"
+        "  --no-demand-evict    a plan that leaves memory short is OOM where it happens\n"
+        "                       (default: the runtime evicts idle tensors on demand, a stall)\n"
         "  -h, --help           this help\n\n"
         "JSON keys: iteration_s, ideal_s, fraction_of_ideal, stall_s, tokens_per_s, oom,\n"
         "gpu_peak_bytes, host_peak_bytes, ssd_bytes_written, ... (docs/simulator.md).\n"
@@ -44,46 +46,49 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
     struct tio_sim_result r;
     tio_sim_get_result(sim, &r);
     char a[32], b[32], c[32], d[32];
-    printf("policy            %s on %s\n", tio_sim_policy(sim), hw->name);
+    (void)printf("policy            %s on %s\n", tio_sim_policy(sim), hw->name);
     if (r.oom) {
-        printf("OUT OF MEMORY     %s at kernel %llu (iteration %u): %s over\n",
-               r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
-               (unsigned long long)r.oom_kernel, r.oom_iteration,
-               tio_format_bytes(r.oom_bytes, a, sizeof a));
-        printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+        (void)printf("OUT OF MEMORY     %s at kernel %llu (iteration %u): %s over\n",
+                     r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
+                     (unsigned long long)r.oom_kernel, r.oom_iteration,
+                     tio_format_bytes(r.oom_bytes, a, sizeof a));
+        (void)printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
         return;
     }
-    printf("iteration         %s (ideal %s, %.1f%% of ideal)\n",
-           tio_format_duration(r.iteration_s, a, sizeof a),
-           tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
+    (void)printf("iteration         %s (ideal %s, %.1f%% of ideal)\n",
+                 tio_format_duration(r.iteration_s, a, sizeof a),
+                 tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
     if (r.tokens_per_s > 0) {
-        printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
+        (void)printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
     }
-    printf("stalls            %s (data %s, memory %s, host CPU %s)\n",
-           tio_format_duration(r.stall_s, a, sizeof a),
-           tio_format_duration(r.stall_data_s, b, sizeof b),
-           tio_format_duration(r.stall_memory_s, c, sizeof c),
-           tio_format_duration(r.cpu_s, d, sizeof d));
-    printf("I/O under compute %s of %s busy\n", tio_format_duration(r.overlap_s, a, sizeof a),
-           tio_format_duration(r.io_busy_s, b, sizeof b));
+    (void)printf("stalls            %s (data %s, memory %s, host CPU %s)\n",
+                 tio_format_duration(r.stall_s, a, sizeof a),
+                 tio_format_duration(r.stall_data_s, b, sizeof b),
+                 tio_format_duration(r.stall_memory_s, c, sizeof c),
+                 tio_format_duration(r.cpu_s, d, sizeof d));
+    (void)printf("I/O under compute %s of %s busy\n", tio_format_duration(r.overlap_s, a, sizeof a),
+                 tio_format_duration(r.io_busy_s, b, sizeof b));
     for (int ch = 0; ch < TIO_SIM_CHANNEL_COUNT; ch++) {
         double avg = r.iteration_s > 0 ? (double)r.bytes[ch] / r.iteration_s : 0;
-        printf("  %-10s      %s moved, avg %s, peak %s\n", tio_sim_channel_name(ch),
-               tio_format_bytes(r.bytes[ch], a, sizeof a), tio_format_rate(avg, b, sizeof b),
-               tio_format_rate(r.peak_Bps[ch], c, sizeof c));
+        (void)printf("  %-10s      %s moved, avg %s, peak %s\n", tio_sim_channel_name(ch),
+                     tio_format_bytes(r.bytes[ch], a, sizeof a), tio_format_rate(avg, b, sizeof b),
+                     tio_format_rate(r.peak_Bps[ch], c, sizeof c));
     }
-    printf("GPU memory peak   %s of %s\n", tio_format_bytes(r.gpu_peak_bytes, a, sizeof a),
-           tio_format_bytes(r.capacity_bytes, b, sizeof b));
-    printf("host memory peak  %s\n", tio_format_bytes(r.host_peak_bytes, a, sizeof a));
-    printf("SSD written       %s per iteration",
-           tio_format_bytes(r.ssd_bytes_written, a, sizeof a));
+    (void)printf("GPU memory peak   %s of %s\n", tio_format_bytes(r.gpu_peak_bytes, a, sizeof a),
+                 tio_format_bytes(r.capacity_bytes, b, sizeof b));
+    (void)printf("host memory peak  %s\n", tio_format_bytes(r.host_peak_bytes, a, sizeof a));
+    (void)printf("SSD written       %s per iteration",
+                 tio_format_bytes(r.ssd_bytes_written, a, sizeof a));
     if (r.drive_life_years > 0) {
-        printf(", drive life %.2f years (%u x %s TBW)", r.drive_life_years, hw->ssd_count,
-               tio_format_bytes((uint64_t)hw->ssd_tbw_bytes, b, sizeof b));
+        (void)printf(", drive life %.2f years (%u x %s TBW)", r.drive_life_years, hw->ssd_count,
+                     tio_format_bytes((uint64_t)hw->ssd_tbw_bytes, b, sizeof b));
     }
-    printf("\nmoves             %llu issued, %llu no-ops, %llu late, %llu demand fetches\n",
-           (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_skipped,
-           (unsigned long long)r.n_moves_late, (unsigned long long)r.n_demand_fetches);
+    (void)printf(
+        "\nmoves             %llu issued, %llu no-ops, %llu late, %llu demand fetches, %llu "
+        "demand evictions\n",
+        (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_skipped,
+        (unsigned long long)r.n_moves_late, (unsigned long long)r.n_demand_fetches,
+        (unsigned long long)r.n_demand_evictions);
 }
 
 int cli_cmd_simulate(int argc, char **argv) {
@@ -100,6 +105,9 @@ int cli_cmd_simulate(int argc, char **argv) {
             return TIO_EXIT_OK;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        } else if (strcmp(a, "--no-demand-evict") == 0) {
+            sp.demand_evict = 0;
             continue;
         } else if (a[0] == '-' && a[1] != '\0' && !val) {
             cli_error(CMD, "%s needs a value (see --help)", a);

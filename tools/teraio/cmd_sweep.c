@@ -177,32 +177,33 @@ int cli_cmd_sweep(int argc, char **argv) {
         (void)fprintf(stderr, "\r");
     }
     if (json) {
-        printf("{\"trace\": ");
+        (void)printf("{\"trace\": ");
         cli_json_string(stdout, trace_path);
-        printf(", \"hw\": ");
+        (void)printf(", \"hw\": ");
         cli_json_string(stdout, hw.name);
-        printf(", \"policy\": ");
+        (void)printf(", \"policy\": ");
         cli_json_string(stdout, policy);
-        printf(", \"varied\": \"ssd_array_bandwidth\", \"points\": [\n");
+        (void)printf(", \"varied\": \"ssd_array_bandwidth\", \"points\": [\n");
         for (size_t i = 0; i < n; i++) {
-            printf(
+            (void)printf(
                 "  {\"bandwidth_Bps\": %.6g, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.9g, "
                 "\"ideal_s\": %.9g, \"stall_s\": %.9g, \"oom\": %s}%s\n",
                 bws[i], res[i].fraction_of_ideal, res[i].iteration_s, res[i].ideal_s,
                 res[i].stall_s, res[i].oom ? "true" : "false", i + 1 < n ? "," : "");
         }
-        printf("]}\n");
+        (void)printf("]}\n");
     } else {
         char a[32];
-        printf("policy %s on %s (SSD array bandwidth varied; ideal %.3f s)\n", policy, hw.name,
-               n ? res[0].ideal_s : 0.0);
-        printf("%14s  %10s  %12s\n", "bandwidth", "normalized", "iteration");
+        (void)printf("policy %s on %s (SSD array bandwidth varied; ideal %.3f s)\n", policy,
+                     hw.name, n ? res[0].ideal_s : 0.0);
+        (void)printf("%14s  %10s  %12s\n", "bandwidth", "normalized", "iteration");
         for (size_t i = 0; i < n; i++) {
             if (res[i].oom) {
-                printf("%14s  %10s  %12s\n", tio_format_rate(bws[i], a, sizeof a), "OOM", "-");
+                (void)printf("%14s  %10s  %12s\n", tio_format_rate(bws[i], a, sizeof a), "OOM",
+                             "-");
             } else {
-                printf("%14s  %10.3f  %11.3fs\n", tio_format_rate(bws[i], a, sizeof a),
-                       res[i].fraction_of_ideal, res[i].iteration_s);
+                (void)printf("%14s  %10.3f  %11.3fs\n", tio_format_rate(bws[i], a, sizeof a),
+                             res[i].fraction_of_ideal, res[i].iteration_s);
             }
         }
     }

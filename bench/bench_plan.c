@@ -1,0 +1,373 @@
+/*
+ * bench_plan: planning time of teraio-mixed and teraio-paper (one core), on synthetic layered
+ * traces the size of the paper's (about 50k kernels for Llama3-8B, 250k for Llama3-70B per GPU,
+ * PAPER.md s.2) and, when the workload model is built in, on the model's Llama3 traces.
+ * The paper reports 31.2 s (Llama3-8B) and 396.6 s (Llama3-70B) for its planner (Table 1).
+ *
+ *   bench_plan [--quick] [--runs N] [--hw PRESET]
+ *
+ * Prints a Markdown table (median of N runs) for docs/bench/plan.md.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <teraio/hw.h>
+#include <teraio/plan.h>
+#include <teraio/trace.h>
+#include <teraio/units.h>
+
+#if defined(__has_include)
+#if __has_include(<teraio/model.h>)
+#include <teraio/model.h>
+#define HAVE_MODEL 1
+#endif
+#endif
+
+#include "common/common_impl.h"
+
+#define MB 1000000ull
+
+/*
+ * A Llama-like stage: `layers` blocks of width h / ffn, `micro` micro-batches of `tokens`
+ * tokens run forward then backward (gradient accumulation), then AdamW per parameter. FP32.
+ * Durations: matmuls at 50 TFLOP/s, the rest at 2.5 TB/s, plus 5 us launch overhead.
+ */
+struct synth {
+    const char *name;
+    uint32_t layers, h, kv, ffn, micro, tokens;
+};
+
+static uint64_t mm_ns(double flops) {
+    return (uint64_t)(flops / 50e12 * 1e9) + 5000;
+}
+
+static uint64_t mem_ns(double bytes) {
+    return (uint64_t)(bytes / 2.5e12 * 1e9) + 5000;
+}
+
+static int synth_trace(const struct synth *s, struct tio_trace **out) {
+    struct tio_trace *tr = NULL;
+    int rc = tio_trace_new(NULL, &tr);
+    if (rc < 0) {
+        return rc;
+    }
+    uint32_t L = s->layers;
+    double h = s->h, kv = s->kv, f = s->ffn, T = s->tokens;
+    /* per layer: 7 matrices + 2 norms; each has weight, grad, 2 Adam moments */
+    const double wsz[9] = { h * h, h * kv, h * kv, h * h, h * f, h * f, f * h, h, h };
+    uint32_t *w = calloc((size_t)L * 9 * 4, sizeof *w);
+    if (!w) {
+        tio_trace_free(tr);
+        return TIO_ENOMEM;
+    }
+    for (uint32_t l = 0; l < L && rc == 0; l++) {
+        for (int j = 0; j < 9 && rc == 0; j++) {
+            uint64_t b = (uint64_t)(wsz[j] * 4);
+            uint32_t *x = &w[((size_t)l * 9 + (size_t)j) * 4];
+            rc |= tio_trace_add_tensor(tr, b, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, NULL, &x[0]);
+            rc |= tio_trace_add_tensor(tr, b, TIO_TENSOR_GRAD, TIO_TENSOR_GLOBAL, NULL, &x[1]);
+            rc |=
+                tio_trace_add_tensor(tr, b, TIO_TENSOR_OPTIM_STATE, TIO_TENSOR_GLOBAL, NULL, &x[2]);
+            rc |=
+                tio_trace_add_tensor(tr, b, TIO_TENSOR_OPTIM_STATE, TIO_TENSOR_GLOBAL, NULL, &x[3]);
+        }
+    }
+    uint64_t act = (uint64_t)(T * h * 4), actf = (uint64_t)(T * f * 4);
+    uint32_t k, prev = UINT32_MAX;
+    /* saved activations per layer: x_norm, q, k, v, attn_out, h_norm, gate, up, act */
+    uint32_t *sv = calloc((size_t)L * 9, sizeof *sv);
+    if (!sv) {
+        free(w);
+        tio_trace_free(tr);
+        return TIO_ENOMEM;
+    }
+    for (uint32_t mb = 0; mb < s->micro && rc == 0; mb++) {
+        uint32_t x;
+        rc |= tio_trace_add_tensor(tr, act, TIO_TENSOR_INPUT, 0, NULL, &x);
+        rc |= tio_trace_add_kernel(tr, "recv", mem_ns((double)act), TIO_KERNEL_COMM, &k);
+        rc |= tio_trace_add_use(tr, x, TIO_USE_WRITE);
+        prev = x;
+        for (uint32_t l = 0; l < L && rc == 0; l++) {
+            const uint32_t *W = &w[(size_t)l * 36];
+            uint32_t *a = &sv[(size_t)l * 9];
+            uint64_t asz[9] = {
+                act, act, (uint64_t)(T * kv * 4), (uint64_t)(T * kv * 4), act, act, actf, actf, actf
+            };
+            for (int j = 0; j < 9; j++) {
+                rc |= tio_trace_add_tensor(tr, asz[j], TIO_TENSOR_ACTIVATION, 0, NULL, &a[j]);
+            }
+            /* rmsnorm, q, k, v, rope x2, attention, o, residual, rmsnorm, gate, up, silu*mul,
+             * down, residual: 15 kernels */
+            rc |= tio_trace_add_kernel(tr, "rmsnorm", mem_ns(2.0 * (double)act), 0, &k);
+            rc |= tio_trace_add_use(tr, prev, TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, W[28], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, a[0], TIO_USE_WRITE);
+            for (int j = 0; j < 3; j++) {
+                rc |= tio_trace_add_kernel(tr, "mm", mm_ns(2 * T * wsz[j]), 0, &k);
+                rc |= tio_trace_add_use(tr, a[0], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, W[j * 4], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, a[1 + j], TIO_USE_WRITE);
+            }
+            for (int j = 0; j < 2; j++) {
+                rc |= tio_trace_add_kernel(tr, "rope", mem_ns(2.0 * (double)act), 0, &k);
+                rc |= tio_trace_add_use(tr, a[1 + j], TIO_USE_READ_WRITE);
+            }
+            rc |= tio_trace_add_kernel(tr, "attn", mm_ns(4 * T * T * h / 2), 0, &k);
+            for (int j = 1; j <= 4; j++) {
+                rc |= tio_trace_add_use(tr, a[j], j == 4 ? TIO_USE_WRITE : TIO_USE_READ);
+            }
+            uint32_t r1;
+            rc |= tio_trace_add_tensor(tr, act, TIO_TENSOR_ACTIVATION, 0, NULL, &r1);
+            rc |= tio_trace_add_kernel(tr, "mm_o", mm_ns(2 * T * wsz[3]), 0, &k);
+            rc |= tio_trace_add_use(tr, a[4], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, W[12], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, prev, TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, r1, TIO_USE_WRITE);
+            rc |= tio_trace_add_kernel(tr, "rmsnorm", mem_ns(2.0 * (double)act), 0, &k);
+            rc |= tio_trace_add_use(tr, r1, TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, W[32], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, a[5], TIO_USE_WRITE);
+            for (int j = 0; j < 2; j++) {
+                rc |= tio_trace_add_kernel(tr, "mm", mm_ns(2 * T * wsz[4 + j]), 0, &k);
+                rc |= tio_trace_add_use(tr, a[5], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, W[(4 + j) * 4], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, a[6 + j], TIO_USE_WRITE);
+            }
+            rc |= tio_trace_add_kernel(tr, "silu_mul", mem_ns(3.0 * (double)actf), 0, &k);
+            rc |= tio_trace_add_use(tr, a[6], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, a[7], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, a[8], TIO_USE_WRITE);
+            uint32_t r2;
+            rc |= tio_trace_add_tensor(tr, act, TIO_TENSOR_ACTIVATION, 0, NULL, &r2);
+            rc |= tio_trace_add_kernel(tr, "mm_down", mm_ns(2 * T * wsz[6]), 0, &k);
+            rc |= tio_trace_add_use(tr, a[8], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, W[24], TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, r1, TIO_USE_READ);
+            rc |= tio_trace_add_use(tr, r2, TIO_USE_WRITE);
+            prev = r2;
+        }
+        /* loss / send, then backward in reverse: per layer 2 kernels per matrix (dX, dW) plus
+         * the elementwise backward ops, reading the saved activations */
+        uint32_t g;
+        rc |= tio_trace_add_tensor(tr, act, TIO_TENSOR_ACTIVATION, 0, NULL, &g);
+        rc |= tio_trace_add_kernel(tr, "send_recv", mem_ns((double)act), TIO_KERNEL_COMM, &k);
+        rc |= tio_trace_add_use(tr, prev, TIO_USE_READ);
+        rc |= tio_trace_add_use(tr, g, TIO_USE_WRITE);
+        for (uint32_t l = L; l-- > 0 && rc == 0;) {
+            const uint32_t *W = &w[(size_t)l * 36];
+            const uint32_t *a = &sv[(size_t)l * 9];
+            static const int saved_in[9] = { 0, 0, 0, 4, 5, 5, 8, 0, 0 }; /* input per matrix */
+            for (int j = 6; j >= 0 && rc == 0; j--) {
+                rc |= tio_trace_add_kernel(tr, "mm_dx", mm_ns(2 * T * wsz[j]), TIO_KERNEL_BACKWARD,
+                                           &k);
+                rc |= tio_trace_add_use(tr, g, TIO_USE_READ_WRITE);
+                rc |= tio_trace_add_use(tr, W[j * 4], TIO_USE_READ);
+                rc |= tio_trace_add_kernel(tr, "mm_dw", mm_ns(2 * T * wsz[j]), TIO_KERNEL_BACKWARD,
+                                           &k);
+                rc |= tio_trace_add_use(tr, g, TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, a[saved_in[j]], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, W[j * 4 + 1],
+                                        mb == 0 ? TIO_USE_WRITE : TIO_USE_READ_WRITE);
+                if (j == 6) {
+                    rc |= tio_trace_add_kernel(tr, "silu_mul_bwd", mem_ns(4.0 * (double)actf),
+                                               TIO_KERNEL_BACKWARD, &k);
+                    rc |= tio_trace_add_use(tr, a[6], TIO_USE_READ);
+                    rc |= tio_trace_add_use(tr, a[7], TIO_USE_READ);
+                    rc |= tio_trace_add_use(tr, g, TIO_USE_READ_WRITE);
+                }
+                if (j == 3) {
+                    rc |= tio_trace_add_kernel(tr, "attn_bwd", mm_ns(2.5 * 4 * T * T * h / 2),
+                                               TIO_KERNEL_BACKWARD, &k);
+                    for (int q = 1; q <= 4; q++) {
+                        rc |= tio_trace_add_use(tr, a[q], TIO_USE_READ);
+                    }
+                    rc |= tio_trace_add_use(tr, g, TIO_USE_READ_WRITE);
+                }
+            }
+            for (int j = 7; j < 9; j++) { /* norms */
+                rc |= tio_trace_add_kernel(tr, "rmsnorm_bwd", mem_ns(3.0 * (double)act),
+                                           TIO_KERNEL_BACKWARD, &k);
+                rc |= tio_trace_add_use(tr, g, TIO_USE_READ_WRITE);
+                rc |= tio_trace_add_use(tr, W[j * 4], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, W[j * 4 + 1],
+                                        mb == 0 ? TIO_USE_WRITE : TIO_USE_READ_WRITE);
+            }
+        }
+        rc |= tio_trace_add_kernel(tr, "send", mem_ns((double)act), TIO_KERNEL_COMM, &k);
+        rc |= tio_trace_add_use(tr, g, TIO_USE_READ);
+    }
+    /* AdamW, PyTorch's per-parameter loop: a few kernels per parameter */
+    for (uint32_t i = 0; i < L * 9 && rc == 0; i++) {
+        const uint32_t *x = &w[(size_t)i * 4];
+        double b = wsz[i % 9] * 4;
+        static const int uses[4][3] = { { 2, 1, -1 }, { 3, 1, -1 }, { 0, 2, 3 }, { 1, -1, -1 } };
+        for (int j = 0; j < 4; j++) {
+            rc |= tio_trace_add_kernel(tr, "adamw", mem_ns(3 * b), TIO_KERNEL_OPTIM, &k);
+            for (int u = 0; u < 3 && uses[j][u] >= 0; u++) {
+                rc |= tio_trace_add_use(tr, x[uses[j][u]], TIO_USE_READ_WRITE);
+            }
+        }
+    }
+    free(w);
+    free(sv);
+    if (rc == 0) {
+        rc = tio_trace_finish(tr);
+    }
+    if (rc < 0) {
+        tio_trace_free(tr);
+        return rc;
+    }
+    *out = tr;
+    return 0;
+}
+
+/* CPU seconds of this thread: the machine the numbers come from is shared, so wall time
+ * measures the neighbours as much as the planner; both are reported. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int dcmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_one(const char *name,
+                      const struct tio_trace *tr,
+                      const struct tio_hw *hw,
+                      int runs,
+                      double paper_s) {
+    const char *pols[] = { "teraio-mixed", "teraio-paper" };
+    int npol = getenv("BENCH_MIXED_ONLY") ? 1 : 2;
+    struct tio_plan_params np = tio_plan_params_default();
+    np.policy = "none";
+    struct tio_plan *none = NULL;
+    struct tio_plan_summary ns = { 0 };
+    if (tio_plan_make(tr, hw, &np, &none) == 0) {
+        tio_plan_get_summary(none, &ns);
+    }
+    tio_plan_free(none);
+    for (size_t p = 0; p < (size_t)npol; p++) {
+        double t[16], w[16];
+        struct tio_plan_summary s = { 0 };
+        int ok = 1;
+        for (int r = 0; r < runs; r++) {
+            struct tio_plan_params pp = tio_plan_params_default();
+            pp.policy = pols[p];
+            struct tio_plan *plan = NULL;
+            double t0 = cpu_now(), w0 = tio_now_s();
+            int rc = tio_plan_make(tr, hw, &pp, &plan);
+            t[r] = cpu_now() - t0;
+            w[r] = tio_now_s() - w0;
+            if (rc < 0) {
+                fprintf(stderr, "%s %s: %s: %s\n", name, pols[p], tio_strerror(rc),
+                        tio_last_error());
+                ok = 0;
+                break;
+            }
+            tio_plan_get_summary(plan, &s);
+            tio_plan_free(plan);
+        }
+        if (!ok) {
+            continue;
+        }
+        qsort(t, (size_t)runs, sizeof t[0], dcmp);
+        qsort(w, (size_t)runs, sizeof w[0], dcmp);
+        double med = t[runs / 2], wmed = w[runs / 2];
+        char a[32], b[32], c[32];
+        printf("| %s | %zu | %.0f%% | %s | %.3f | %.3f | %s | %zu | %s | %s | %s |\n", name,
+               tio_trace_kernel_count(tr),
+               100.0 * (double)ns.planned_peak_bytes / (double)hw->gpu_memory_bytes, pols[p], med,
+               wmed,
+               paper_s > 0 ? (snprintf(c, sizeof c, "%.1f (%.0fx)", paper_s, paper_s / med), c)
+                           : "-",
+               s.n_moves, s.feasible ? "yes" : "no", tio_format_bytes(s.bytes_to_ssd, a, sizeof a),
+               tio_format_bytes(s.bytes_to_host, b, sizeof b));
+        fflush(stdout);
+    }
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, runs = 3;
+    const char *only = NULL;
+    uint32_t micro = 0;
+    const char *hwname = "paper-2xh100nvl";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+            runs = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--micro") == 0 && i + 1 < argc) {
+            micro = (uint32_t)atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+        } else if (strcmp(argv[i], "--hw") == 0 && i + 1 < argc) {
+            hwname = argv[++i];
+        } else {
+            fprintf(stderr, "usage: bench_plan [--quick] [--runs N] [--hw PRESET] [--only 8b|70b] "
+                            "[--micro N]\n");
+            return 1;
+        }
+    }
+    if (runs < 1 || runs > 15) {
+        runs = 3;
+    }
+    struct tio_hw hw;
+    if (tio_hw_preset(hwname, &hw) < 0) {
+        fprintf(stderr, "%s\n", tio_last_error());
+        return 1;
+    }
+    printf("hw %s, median of %d runs, one thread\n\n", hw.name, runs);
+    printf("| trace | kernels | M (peak/GPU) | policy | planning CPU s | wall s | paper s (ratio) "
+           "| moves | feasible | to SSD/iter | to host/iter |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    /* Llama3-8B-like stage: 16 of 32 blocks, 4096/1024/14336; Llama3-70B-like: 40 of 80,
+     * 8192/1024/28672; micro-batch counts set so the kernel counts match the paper's Figure 1. */
+    struct synth syn[] = {
+        { "synthetic-8b (16 layers, 96 mb x 16k tokens)", 16, 4096, 1024, 14336, 96, 16384 },
+        { "synthetic-70b (40 layers, 190 mb x 2k tokens)", 40, 8192, 1024, 28672, 190, 2048 },
+    };
+    double paper[] = { 31.2, 396.6 };
+    for (size_t i = 0; i < (quick ? 1u : 2u); i++) {
+        struct synth s = syn[i];
+        if (only && !strstr(s.name, only)) {
+            continue;
+        }
+        if (quick) {
+            s.micro = 4;
+        }
+        if (micro) {
+            s.micro = micro;
+        }
+        struct tio_trace *tr = NULL;
+        if (synth_trace(&s, &tr) < 0) {
+            fprintf(stderr, "synth: %s\n", tio_last_error());
+            return 1;
+        }
+        bench_one(s.name, tr, &hw, runs, quick ? 0 : paper[i]);
+        tio_trace_free(tr);
+    }
+#ifdef HAVE_MODEL
+    const char *models[] = { "llama3-8b", "llama3-70b" };
+    for (size_t i = 0; i < (quick ? 0u : 2u); i++) {
+        struct tio_model_params mp;
+        struct tio_trace *tr = NULL;
+        if (only && !strstr(models[i], only)) {
+            continue;
+        }
+        if (tio_model_preset(models[i], &mp) < 0 || tio_model_generate(&mp, &tr, NULL) < 0) {
+            fprintf(stderr, "model %s: %s\n", models[i], tio_last_error());
+            continue;
+        }
+        char label[64];
+        (void)snprintf(label, sizeof label, "model %s (rank 0)", models[i]);
+        bench_one(label, tr, &hw, runs, paper[i]);
+        tio_trace_free(tr);
+    }
+#endif
+    return 0;
+}

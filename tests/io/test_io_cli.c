@@ -1,0 +1,72 @@
+/* teraio probe and teraio bench-io: output fields, exit codes, clear errors. */
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "../tio_test.h"
+#include "io_util.h"
+
+static int run(const char *args, char *out, size_t outlen) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", getenv("TIO_CLI"), args);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char g_dir[512];
+
+TIO_TEST(probe_text_and_json) {
+    static char out[16384];
+    CHECK_EQ_I(run("probe", out, sizeof out), 0);
+    CHECK(strstr(out, "posix") && strstr(out, "auto selects"));
+    CHECK_EQ_I(run("probe --json", out, sizeof out), 0);
+    CHECK(strstr(out, "\"backends\"") && strstr(out, "\"available\": true") &&
+          strstr(out, "\"reason\"") && strstr(out, "\"name\": \"uring\""));
+    CHECK_EQ_I(run("probe --bogus", out, sizeof out), 1);
+    CHECK_EQ_I(run("probe --help", out, sizeof out), 0);
+    CHECK(strstr(out, "examples") != NULL);
+}
+
+TIO_TEST(bench_io_json) {
+    static char out[16384], args[1024];
+    snprintf(args, sizeof args,
+             "bench-io --dir %s --size 8MiB --block 1MiB --depth 4 --backend posix --json", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 0);
+    CHECK(strstr(out, "\"bytes_per_s\"") && strstr(out, "\"cpu_s_per_gib\""));
+    CHECK(strstr(out, "\"bytes\": 8388608") != NULL);
+    snprintf(args, sizeof args, "bench-io --dir %s --size 4MiB --block 64KiB --rw read", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 0);
+    CHECK(strstr(out, "read 4.00 MiB") != NULL);
+    CHECK_EQ_I(io_dir_entries(g_dir), 0);
+}
+
+TIO_TEST(bench_io_errors) {
+    static char out[16384], args[1024];
+    CHECK_EQ_I(run("bench-io", out, sizeof out), 1);
+    CHECK(strstr(out, "--dir is required") != NULL);
+    snprintf(args, sizeof args, "bench-io --dir %s --rw sideways", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 1);
+    snprintf(args, sizeof args, "bench-io --dir %s --block 1000", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 1);
+    CHECK_EQ_I(run("bench-io --dir /nonexistent/tio --size 1MiB --block 1MiB", out, sizeof out), 2);
+    CHECK(strstr(out, "/nonexistent/tio") != NULL);
+    snprintf(args, sizeof args, "bench-io --dir %s --backend nosuch", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 2);
+    CHECK(strstr(out, "nosuch") != NULL);
+    CHECK_EQ_I(run("bench-io --help", out, sizeof out), 0);
+}
+
+int main(void) {
+    if (!getenv("TIO_CLI") || !*getenv("TIO_CLI"))
+        TIO_SKIP("TIO_CLI not set (CLI not built)");
+    io_mkdtemp(g_dir, sizeof g_dir, "cli");
+    RUN(probe_text_and_json);
+    RUN(bench_io_json);
+    RUN(bench_io_errors);
+    CHECK(rmdir(g_dir) == 0);
+    return tio_test_done();
+}

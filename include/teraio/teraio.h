@@ -10,6 +10,7 @@
  *   hw.h        the hardware description
  *   io.h        the migration engine: async tensor I/O to SSDs and host memory
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
+ *   sim.h       the simulator: replay a trace and a plan or baseline on a hardware model
  *   units.h     "94GiB", "6.5GB/s"
  *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
  *
@@ -26,6 +27,7 @@
 #include <teraio/log.h>
 #include <teraio/model.h>
 #include <teraio/plan.h>
+#include <teraio/sim.h>
 #include <teraio/status.h>
 #include <teraio/trace.h>
 #include <teraio/units.h>

@@ -15,3 +15,12 @@ for _name in ("Trace", "Analysis"):
     if hasattr(_core, _name):
         globals()[_name] = getattr(_core, _name)
         __all__.append(_name)
+
+
+def __getattr__(name):
+    # Lazy, so that `import teraio` works without torch: teraio.Offloader imports the torch layer.
+    if name == "Offloader":
+        from teraio.offload import Offloader
+
+        return Offloader
+    raise AttributeError(f"module 'teraio' has no attribute {name!r}")

@@ -38,12 +38,13 @@ def part_training(out: Path, steps: int) -> dict | None:
     banner("Part 1/3: real training on CPU under a memory budget, offloading to "
            f"{out / 'swap'}")
     try:
-        from teraio.torch import demo as torch_demo
+        import torch  # noqa: F401
     except ImportError as e:
-        print(f"skipped: the PyTorch layer is not available ({e}); install with "
+        print(f"skipped: PyTorch is not installed ({e}); install it with "
               "TIO_SETUP_TORCH=1 bash scripts/setup.sh")
         return None
-    return torch_demo.run(out_dir=out, steps=steps)
+    from teraio import demo_training
+    return demo_training.run(out, steps=steps)
 
 
 def part_simulation(out: Path) -> list[dict]:
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m teraio.demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="teraio-demo", help="output folder (default teraio-demo)")
-    ap.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
+    ap.add_argument("--steps", type=int, default=12, help="training steps (default 12)")
     ap.add_argument("--skip-training", action="store_true", help="skip part 1")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()

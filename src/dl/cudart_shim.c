@@ -41,9 +41,9 @@ static void load(void) {
         }
     }
     if (!lib) {
-        const char *err = dlerror();
-        snprintf(load_reason, sizeof load_reason, "cudart not loadable (%s): %s",
-                 env ? env : "libcudart.so.13/.12/.11.0", err ? err : "?");
+        const char *err = dlerror(); /* NOLINT(concurrency-mt-unsafe): under pthread_once */
+        (void)snprintf(load_reason, sizeof load_reason, "cudart not loadable (%s): %s",
+                       env ? env : "libcudart.so.13/.12/.11.0", err ? err : "?");
         return;
     }
     struct {
@@ -60,12 +60,13 @@ static void load(void) {
     };
     for (size_t i = 0; i < TIO_ARRAY_LEN(syms); i++) {
         if (resolve(lib, syms[i].sym, syms[i].slot) < 0) {
-            snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name, syms[i].sym);
+            (void)snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name,
+                           syms[i].sym);
             return; /* never dlclose: see STYLE.md */
         }
     }
     loaded_ok = 1;
-    snprintf(load_reason, sizeof load_reason, "loaded %s", name);
+    (void)snprintf(load_reason, sizeof load_reason, "loaded %s", name);
     TIO_LOG_DEBUG("cudart: %s", load_reason);
 }
 
@@ -86,21 +87,21 @@ const char *tio_cudart_reason(void) {
 int tio_cudart_usable(char *reason, size_t len) {
     const struct tio_cudart_api *cu = tio_cudart();
     if (!cu) {
-        snprintf(reason, len, "%s", tio_cudart_reason());
+        (void)snprintf(reason, len, "%s", tio_cudart_reason());
         return 0;
     }
     int count = 0;
     int err = cu->get_device_count(&count);
     if (err != 0) {
         const char *s = cu->get_error_string ? cu->get_error_string(err) : NULL;
-        snprintf(reason, len, "cudaGetDeviceCount: error %d (%s)", err, s ? s : "?");
+        (void)snprintf(reason, len, "cudaGetDeviceCount: error %d (%s)", err, s ? s : "?");
         return 0;
     }
     if (count <= 0) {
-        snprintf(reason, len, "cudaGetDeviceCount: no CUDA device");
+        (void)snprintf(reason, len, "cudaGetDeviceCount: no CUDA device");
         return 0;
     }
-    snprintf(reason, len, "%d CUDA device(s), %s", count, tio_cudart_reason());
+    (void)snprintf(reason, len, "%d CUDA device(s), %s", count, tio_cudart_reason());
     return 1;
 }
 

@@ -38,9 +38,9 @@ static void load(void) {
         }
     }
     if (!lib) {
-        const char *err = dlerror();
-        snprintf(load_reason, sizeof load_reason, "libcufile not loadable (%s): %s",
-                 env ? env : "libcufile.so.0/.1", err ? err : "?");
+        const char *err = dlerror(); /* NOLINT(concurrency-mt-unsafe): under pthread_once */
+        (void)snprintf(load_reason, sizeof load_reason, "libcufile not loadable (%s): %s",
+                       env ? env : "libcufile.so.0/.1", err ? err : "?");
         return;
     }
     struct {
@@ -55,17 +55,19 @@ static void load(void) {
     };
     for (size_t i = 0; i < TIO_ARRAY_LEN(syms); i++) {
         if (resolve(lib, syms[i].sym, syms[i].slot) < 0) {
-            snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name, syms[i].sym);
+            (void)snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name,
+                           syms[i].sym);
             return;
         }
     }
     if (resolve(lib, "cuFileDriverClose_v2", &loaded.driver_close) < 0 &&
         resolve(lib, "cuFileDriverClose", &loaded.driver_close) < 0) {
-        snprintf(load_reason, sizeof load_reason, "%s: symbol cuFileDriverClose missing", name);
+        (void)snprintf(load_reason, sizeof load_reason, "%s: symbol cuFileDriverClose missing",
+                       name);
         return;
     }
     loaded_ok = 1;
-    snprintf(load_reason, sizeof load_reason, "loaded %s", name);
+    (void)snprintf(load_reason, sizeof load_reason, "loaded %s", name);
 }
 
 const struct tio_cufile_api *tio_cufile(void) {

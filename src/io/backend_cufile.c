@@ -65,26 +65,27 @@ static int64_t cufile_do(void *ctx, const struct tio_io_req *r, uint32_t worker)
 
 static int cufile_probe(char *reason, size_t len) {
     if (!gds_policy()) {
-        snprintf(reason, len, "disabled by TIO_GDS=off");
+        (void)snprintf(reason, len, "disabled by TIO_GDS=off");
         return 0;
     }
     char why[200];
     if (!tio_cudart_usable(why, sizeof why)) {
-        snprintf(reason, len, "%s", why);
+        (void)snprintf(reason, len, "%s", why);
         return 0;
     }
     const struct tio_cufile_api *cf = tio_cufile();
     if (!cf) {
-        snprintf(reason, len, "%s", tio_cufile_reason());
+        (void)snprintf(reason, len, "%s", tio_cufile_reason());
         return 0;
     }
     struct tio_cufile_error e = cf->driver_open();
     if (e.err != TIO_CU_FILE_SUCCESS) {
-        snprintf(reason, len, "cuFileDriverOpen: cufile error %d, CUDA error %d", e.err, e.cu_err);
+        (void)snprintf(reason, len, "cuFileDriverOpen: cufile error %d, CUDA error %d", e.err,
+                       e.cu_err);
         return 0;
     }
     (void)cf->driver_close();
-    snprintf(reason, len, "GPUDirect Storage driver opened (%s)", tio_cufile_reason());
+    (void)snprintf(reason, len, "GPUDirect Storage driver opened (%s)", tio_cufile_reason());
     return 110;
 }
 

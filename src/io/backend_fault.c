@@ -71,7 +71,8 @@ static int64_t fault_do(void *ctx, const struct tio_io_req *r, uint32_t worker) 
 }
 
 static int fault_probe(char *reason, size_t len) {
-    snprintf(reason, len, "posix with injected errors, short transfers and corruption (tests)");
+    (void)snprintf(reason, len,
+                   "posix with injected errors, short transfers and corruption (tests)");
     return 1;
 }
 

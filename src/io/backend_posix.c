@@ -30,7 +30,7 @@ static int64_t posix_do(void *ctx, const struct tio_io_req *r, uint32_t worker) 
 }
 
 static int posix_probe(char *reason, size_t len) {
-    snprintf(reason, len, "pread/pwrite in a thread pool (always available)");
+    (void)snprintf(reason, len, "pread/pwrite in a thread pool (always available)");
     return 50;
 }
 

@@ -33,7 +33,7 @@ static int uring_probe(char *reason, size_t len) {
     int rc = io_uring_queue_init(4, &ring, 0);
     if (rc < 0) {
         char buf[128];
-        snprintf(reason, len, "io_uring_setup: %s", strerror_r(-rc, buf, sizeof buf));
+        (void)snprintf(reason, len, "io_uring_setup: %s", strerror_r(-rc, buf, sizeof buf));
         return 0;
     }
     struct io_uring_probe *p = io_uring_get_probe_ring(&ring);
@@ -43,10 +43,10 @@ static int uring_probe(char *reason, size_t len) {
         io_uring_free_probe(p);
     io_uring_queue_exit(&ring);
     if (!ok) {
-        snprintf(reason, len, "io_uring lacks IORING_OP_READ/WRITE (kernel < 5.6)");
+        (void)snprintf(reason, len, "io_uring lacks IORING_OP_READ/WRITE (kernel < 5.6)");
         return 0;
     }
-    snprintf(reason, len, "io_uring with O_DIRECT, registered files and buffers (liburing)");
+    (void)snprintf(reason, len, "io_uring with O_DIRECT, registered files and buffers (liburing)");
     return 100;
 }
 

@@ -174,7 +174,7 @@ static struct tensor *tensor_get(struct tio_engine *e, uint64_t id) {
         return t;
     if (e->ntensors + 1 > e->nbuckets) { /* rehash at load factor 1 */
         size_t nb = e->nbuckets * 2;
-        struct tensor **b = tio_calloc(nb, sizeof(*b));
+        struct tensor **b = tio_calloc(nb, sizeof(struct tensor *));
         if (b) {
             for (size_t i = 0; i < e->nbuckets; i++) {
                 while (e->buckets[i]) {
@@ -313,7 +313,7 @@ static int placement_new(
                     rc = tio_extents_alloc(&e->files[fi].ext, len, &pl->off[c]);
                 if (rc < 0) {
                     char detail[400];
-                    snprintf(detail, sizeof detail, "%s", tio_last_error());
+                    (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
                     rc = tio_set_error(-ENOSPC, "engine: no room for tensor %llu (%llu bytes): %s",
                                        (unsigned long long)id, (unsigned long long)bytes, detail);
                 }
@@ -443,17 +443,18 @@ static void request_fail(struct tio_engine *e,
     char loc[300] = "";
     if (rq->pl->tier == TIO_TIER_SSD) {
         uint32_t fi = chunk_file(e, rq->pl, chunk);
-        snprintf(loc, sizeof loc, "directory %s, offset %llu", e->files[fi].dir,
-                 (unsigned long long)rq->pl->off[chunk]);
+        (void)snprintf(loc, sizeof loc, "directory %s, offset %llu", e->files[fi].dir,
+                       (unsigned long long)rq->pl->off[chunk]);
         where = loc;
     }
-    snprintf(e->last_error, sizeof e->last_error,
-             "%s of tensor %llu (%llu bytes, tag %llu) failed at chunk %u (%s): %s: %s after %u "
-             "attempt(s)%s",
-             rq->op == TIO_IO_OP_WRITE ? "write" : "read", (unsigned long long)rq->t->id,
-             (unsigned long long)rq->bytes, (unsigned long long)rq->tag, chunk, where,
-             tio_strerror((int)err), why, attempts,
-             rq->op == TIO_IO_OP_WRITE ? "; the tensor's previous copy (if any) is kept" : "");
+    (void)snprintf(
+        e->last_error, sizeof e->last_error,
+        "%s of tensor %llu (%llu bytes, tag %llu) failed at chunk %u (%s): %s: %s after %u "
+        "attempt(s)%s",
+        rq->op == TIO_IO_OP_WRITE ? "write" : "read", (unsigned long long)rq->t->id,
+        (unsigned long long)rq->bytes, (unsigned long long)rq->tag, chunk, where,
+        tio_strerror((int)err), why, attempts,
+        rq->op == TIO_IO_OP_WRITE ? "; the tensor's previous copy (if any) is kept" : "");
     TIO_LOG_ERROR("engine: %s", e->last_error);
 }
 
@@ -750,7 +751,6 @@ static void *progress_main(void *arg) {
     struct tio_io_cqe *cqes = e->cqes;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        uint32_t inflight = depth - e->nop_free;
         /* cancel requests: ask the backend to drop their queued transfers */
         if (e->ops->cancel) {
             for (uint32_t s = 0; s < depth; s++) {
@@ -759,7 +759,7 @@ static void *progress_main(void *arg) {
             }
         }
         uint32_t n = build_batch(e, batch, depth);
-        inflight = depth - e->nop_free;
+        uint32_t inflight = depth - e->nop_free;
         if (n) {
             if (inflight == n) /* was idle */
                 e->busy_since = tio_now_s();
@@ -950,10 +950,10 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
             goto fail;
         }
     }
-    snprintf(e->st.backend, sizeof e->st.backend, "%s", e->ops->name);
+    (void)snprintf(e->st.backend, sizeof e->st.backend, "%s", e->ops->name);
 
     e->nbuckets = 64;
-    e->buckets = tio_calloc(e->nbuckets, sizeof(*e->buckets));
+    e->buckets = tio_calloc(e->nbuckets, sizeof(struct tensor *));
     e->opv = tio_calloc(depth, sizeof(*e->opv));
     e->batch = tio_calloc(depth, sizeof(*e->batch));
     e->reqs = tio_calloc(depth, sizeof(*e->reqs));
@@ -1070,7 +1070,7 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
 fail : {
     /* keep the failure detail across the cleanup */
     char detail[512];
-    snprintf(detail, sizeof detail, "%s", tio_last_error());
+    (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
     tio_engine_free(e);
     return tio_set_error(rc, "%s", detail);
 }
@@ -1176,7 +1176,7 @@ int tio_engine_reserve(struct tio_engine *e, uint64_t bytes) {
         rc = tio_swapfile_grow(&e->files[i], per_dir, e->p.preallocate);
         if (rc < 0) {
             char detail[400];
-            snprintf(detail, sizeof detail, "%s", tio_last_error());
+            (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
             rc = tio_set_error(rc, "engine: reserving %llu bytes: %s", (unsigned long long)bytes,
                                detail);
         }
@@ -1377,7 +1377,7 @@ int tio_engine_drop(struct tio_engine *e, uint64_t tensor_id) {
     else if (t->pending || t->readers)
         rc = tio_set_error(TIO_ESTATE, "engine drop: tensor %llu has a request in flight",
                            (unsigned long long)tensor_id);
-    if (rc == 0) {
+    else {
         placement_free(e, t->stored);
         t->stored = NULL;
         tensor_maybe_remove(e, t);

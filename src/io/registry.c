@@ -54,10 +54,10 @@ int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
         const struct tio_io_backend_ops *ops = registry[i];
         struct tio_io_backend_info *b = &out[n];
         memset(b, 0, sizeof(*b));
-        snprintf(b->name, sizeof b->name, "%s", ops->name);
+        (void)snprintf(b->name, sizeof b->name, "%s", ops->name);
         b->caps = ops->caps;
         if (tio_io_backend_validate(ops) < 0) {
-            snprintf(b->reason, sizeof b->reason, "%s", tio_last_error());
+            (void)snprintf(b->reason, sizeof b->reason, "%s", tio_last_error());
             continue;
         }
         b->score = ops->probe(b->reason, sizeof b->reason);
@@ -69,8 +69,9 @@ int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
     if (n < max) {
         struct tio_io_backend_info *b = &out[n];
         memset(b, 0, sizeof(*b));
-        snprintf(b->name, sizeof b->name, "uring");
-        snprintf(b->reason, sizeof b->reason, "not compiled: liburing was not found at build");
+        (void)snprintf(b->name, sizeof b->name, "uring");
+        (void)snprintf(b->reason, sizeof b->reason,
+                       "not compiled: liburing was not found at build");
     }
     n++;
 #endif

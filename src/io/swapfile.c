@@ -44,8 +44,9 @@ int tio_swapfile_open(struct tio_swapfile *sf, const char *dir, int want_direct)
             /* no O_TMPFILE here: create a random name exclusively and unlink it at once */
             char name[64];
             for (int tries = 0; tries < 16 && fd < 0; tries++) {
-                snprintf(name, sizeof name, ".teraio-swap-%d-%llx", (int)getpid(),
-                         (unsigned long long)((uint64_t)(tio_now_s() * 1e9) + (uint64_t)tries));
+                (void)snprintf(name, sizeof name, ".teraio-swap-%d-%llx", (int)getpid(),
+                               (unsigned long long)((uint64_t)(tio_now_s() * 1e9)) +
+                                   (unsigned long long)tries);
                 fd = openat(dfd, name, f | O_CREAT | O_EXCL, 0600);
             }
             if (fd >= 0 && unlinkat(dfd, name, 0) < 0) {

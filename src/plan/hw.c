@@ -439,7 +439,7 @@ static int apply_json(const json_t *root, const char *path, struct tio_hw *out, 
         return tio_set_error(TIO_EFORMAT, "hw: %s: top level must be a JSON object", path);
     }
     const json_t *b = json_object_get(root, "base");
-    struct tio_hw hw;
+    struct tio_hw hw = tio_hw_default();
     int rc;
     if (b) {
         if (!json_is_string(b)) {
@@ -518,7 +518,7 @@ static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth)
 }
 
 int tio_hw_load(const char *path_or_preset, struct tio_hw *out) {
-    struct tio_hw hw;
+    struct tio_hw hw = tio_hw_default();
     int rc = load_depth(path_or_preset, &hw, 0);
     if (rc < 0) {
         return rc;

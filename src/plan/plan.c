@@ -140,7 +140,8 @@ int tio_plan_check_move(const struct tio_move *m, uint64_t n, size_t i) {
                              "plan: move %zu (tensor %u): deadline %llu outside [trigger %llu, "
                              "trigger + n_kernels %llu]",
                              i, m->tensor, (unsigned long long)m->deadline,
-                             (unsigned long long)m->trigger, (unsigned long long)(m->trigger + n));
+                             (unsigned long long)m->trigger,
+                             (unsigned long long)m->trigger + (unsigned long long)n);
     }
     if (m->from < 0 || m->from >= TIO_TIER_COUNT || m->to < 0 || m->to >= TIO_TIER_COUNT) {
         return tio_set_error(TIO_EPLAN,
@@ -422,7 +423,8 @@ int tio_plan_make(const struct tio_trace *trace,
         }
         tio_plan_set_summary(plan, &s);
     }
-    if ((rc = tio_plan_finish(plan)) < 0) {
+    if (!plan || (rc = tio_plan_finish(plan)) < 0) {
+        rc = rc < 0 ? rc : TIO_ENOMEM;
         goto fail;
     }
     plan->summary.planning_seconds = tio_now_s() - t0;

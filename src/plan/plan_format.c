@@ -98,7 +98,7 @@ static int save_binary_mem(const struct tio_plan *p, unsigned char **data, size_
                         s->bytes_to_ssd,
                         s->bytes_to_host };
     for (int i = 0; i < 12; i++) {
-        put64(b + 104 + 8 * i, sv[i]);
+        put64(b + 104 + 8 * (size_t)i, sv[i]);
     }
     for (size_t i = 0; i < n; i++) {
         const struct tio_move *m = &p->moves[i];
@@ -207,7 +207,7 @@ static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out
     p->n_moves = (size_t)n;
     uint64_t sv[12];
     for (int i = 0; i < 12; i++) {
-        sv[i] = get64(b + 104 + 8 * i);
+        sv[i] = get64(b + 104 + 8 * (size_t)i);
     }
     struct tio_plan_summary s = {
         .n_moves = (size_t)sv[0],
@@ -346,7 +346,7 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "teraio-plan") != 0) {
         return tio_set_error(TIO_EFORMAT, "plan: \"format\" must be \"teraio-plan\"");
     }
-    uint64_t version, nk, hash;
+    uint64_t version = 0, nk = 0, hash = 0;
     int rc;
     if ((rc = json_u64(o, "version", "header", UINT32_MAX, &version)) < 0) {
         return rc;
@@ -376,8 +376,8 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if (!json_is_object(sum)) {
         return tio_set_error(TIO_EFORMAT, "plan: \"summary\" must be an object");
     }
-    struct tio_plan *p;
-    if ((rc = tio_plan_new(hash, nk, json_string_value(pol), &p)) < 0) {
+    struct tio_plan *p = NULL;
+    if (tio_plan_new(hash, nk, json_string_value(pol), &p) < 0) {
         return tio_plan_rewrap(TIO_EFORMAT, "", "");
     }
     size_t n = json_array_size(moves);
@@ -395,7 +395,7 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
         struct tio_move *m = &p->moves[i];
         memset(m, 0, sizeof *m);
         (void)snprintf(where, sizeof where, "move %zu", i);
-        uint64_t t;
+        uint64_t t = 0;
         if (!json_is_object(j)) {
             rc = tio_set_error(TIO_EFORMAT, "plan: %s: must be an object", where);
             goto fail;
@@ -432,7 +432,7 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     }
     struct tio_plan_summary s;
     memset(&s, 0, sizeof s);
-    uint64_t v;
+    uint64_t v = 0;
 #define SUM_U64(field)                                                          \
     do {                                                                        \
         if ((rc = json_u64(sum, #field, "summary", UINT64_MAX >> 1, &v)) < 0) { \
@@ -477,7 +477,7 @@ fail:
 
 static int save_mem(const struct tio_plan *plan, int32_t format, void **data, size_t *len) {
     if (format == TIO_PLAN_FORMAT_BINARY) {
-        unsigned char *b;
+        unsigned char *b = NULL;
         int rc = save_binary_mem(plan, &b, len);
         *data = b;
         return rc;

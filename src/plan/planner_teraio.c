@@ -340,8 +340,9 @@ static uint64_t ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_
 static double ext_time(const struct planner *p, uint64_t a, uint64_t b) {
     size_t n = p->n;
     double it = p->tprefix[n];
-    double ta = (double)(a / n) * it + p->tprefix[a % n];
-    double tb = (double)(b / n) * it + p->tprefix[b % n];
+    uint64_t ia = a / n, ib = b / n; /* whole iterations */
+    double ta = (double)ia * it + p->tprefix[a % n];
+    double tb = (double)ib * it + p->tprefix[b % n];
     return tb - ta;
 }
 
@@ -370,8 +371,11 @@ static int host_allowed(struct planner *p, const struct tio_pperiod *q) {
     if (!p->use_host) {
         return 0;
     }
-    int64_t held = ext_max(&p->host, p->n, q->start, q->end);
-    return held + (int64_t)q->bytes <= (int64_t)p->m->host_cap;
+    int64_t cap = (int64_t)p->m->host_cap, s = (int64_t)q->bytes;
+    if (p->host.mx[1] + s <= cap) {
+        return 1; /* the root holds the max over every kernel: fits anywhere */
+    }
+    return ext_max(&p->host, p->n, q->start, q->end) + s <= cap;
 }
 
 /* The windows of one tier: offload completion (forward walk) and latest prefetch start

@@ -157,6 +157,7 @@ int tio_plan_verify(const struct tio_plan *plan,
     int64_t *diff = tio_calloc(n + 1, sizeof *diff);
     struct job *jobs[TIO_CH_COUNT] = { 0 };
     size_t nj[TIO_CH_COUNT] = { 0 };
+    size_t *pre_off = NULL, *pre_idx = NULL;
     rc = TIO_ENOMEM;
     if (!matched || !diff) {
         goto out;
@@ -165,6 +166,25 @@ int tio_plan_verify(const struct tio_plan *plan,
         jobs[c] = tio_malloc((3 * nm + 1) * sizeof(struct job));
         if (!jobs[c]) {
             goto out;
+        }
+    }
+    /* prefetches grouped by tensor (CSR), so pairing costs the tensor's moves, not all */
+    pre_off = tio_calloc(v.n_tensors + 2, sizeof *pre_off);
+    pre_idx = tio_malloc((nm ? nm : 1) * sizeof *pre_idx);
+    if (!pre_off || !pre_idx) {
+        goto out;
+    }
+    for (size_t j = 0; j < nm; j++) {
+        if (mv[j].to == TIO_TIER_GPU) {
+            pre_off[mv[j].tensor + 2]++;
+        }
+    }
+    for (size_t t = 0; t < v.n_tensors; t++) {
+        pre_off[t + 2] += pre_off[t + 1];
+    }
+    for (size_t j = 0; j < nm; j++) {
+        if (mv[j].to == TIO_TIER_GPU) {
+            pre_idx[pre_off[mv[j].tensor + 1]++] = j;
         }
     }
     rc = 0;
@@ -206,7 +226,8 @@ int tio_plan_verify(const struct tio_plan *plan,
         /* the matching prefetch */
         size_t found = SIZE_MAX;
         uint64_t pt = 0;
-        for (size_t j = 0; j < nm; j++) {
+        for (size_t jj = pre_off[t]; jj < pre_off[t + 1]; jj++) {
+            size_t j = pre_idx[jj];
             const struct tio_move *q = &mv[j];
             if (matched[j] || q->tensor != t || q->to != TIO_TIER_GPU || q->from != o->to) {
                 continue;
@@ -316,6 +337,8 @@ out:
     }
     tio_free(matched);
     tio_free(diff);
+    tio_free(pre_off);
+    tio_free(pre_idx);
     tio_pmodel_free(&m);
     return rc;
 }

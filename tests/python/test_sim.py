@@ -36,3 +36,19 @@ def test_bad_arguments():
         sim(DATA, hw="cpu-ci", policy="no-such-policy")
     with pytest.raises(teraio.Error):
         sim(DATA, hw="no-such-hw", policy="ideal")
+
+
+def test_trace_object_and_plan_policy():
+    if not hasattr(teraio, "Trace"):
+        pytest.skip("teraio.Trace not built")
+    t = teraio.Trace.load(DATA)
+    # peak 3.45 MB; kernel 10 alone uses 3.21 MB, so 3.3 MB is tight but feasible for LRU
+    by_obj = sim(t, hw="cpu-ci", policy="lru", capacity="3.3MB")
+    by_path = sim(DATA, hw="cpu-ci", policy="lru", capacity="3.3MB")
+    assert by_obj["oom"] is False
+    assert by_obj["iteration_s"] == pytest.approx(by_path["iteration_s"])
+    assert by_obj["gpu_peak_bytes"] <= 3_300_000
+    assert by_obj["demand_fetches"] > 0  # LRU fetches on demand
+    # below kernel 10's working set nothing can run: OOM names that kernel
+    r = sim(t, hw="cpu-ci", policy="lru", capacity="3MB")
+    assert r["oom"] is True and r["oom_kernel"] == 10

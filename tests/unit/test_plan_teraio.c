@@ -495,6 +495,28 @@ TIO_TEST(model_matches_analysis) {
     }
 }
 
+TIO_TEST(policy_registry) {
+    const char *want[] = {
+        "teraio", "teraio-mixed", "teraio-ssd", "teraio-paper", "teraio-paper-ssd", "g10",
+        "lru",    "none",         "ideal",      "zero-offload", "zero-infinity"
+    };
+    CHECK_EQ_U(tio_plan_policy_count(), sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int found = 0;
+        for (size_t j = 0; j < tio_plan_policy_count(); j++) {
+            found |= strcmp(tio_plan_policy_name(j), want[i]) == 0;
+        }
+        CHECK(found);
+    }
+    CHECK(tio_plan_policy_name(99) == NULL);
+    CHECK(tio_plan_policy_help(0) != NULL);
+    struct tio_plan_params pp = tio_plan_params_default();
+    CHECK_STR(pp.policy, "teraio");
+    CHECK_EQ_I(pp.early_prefetch, 1);
+    CHECK_EQ_I(pp.clean_copies, 1);
+    CHECK_EQ_U(pp.min_tensor_bytes, 1u << 20);
+}
+
 /* verify catches broken plans: an offload without its prefetch, and a slot over capacity */
 TIO_TEST(verify_rejects_bad_plans) {
     struct tio_trace *tr = trace_wxy();
@@ -538,6 +560,7 @@ int main(void) {
     RUN(working_set_above_capacity);
     RUN(clean_copies_for_unwritten_tensors);
     RUN(verify_rejects_bad_plans);
+    RUN(policy_registry);
     RUN(random_traces_invariants);
     RUN(model_matches_analysis);
     return tio_test_done();

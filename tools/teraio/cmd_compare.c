@@ -47,8 +47,8 @@ static const struct paper_num paper_nums[] = {
     { "zero-infinity", "llama3-70b", 0.430, "ZeRO-Infinity, Llama3-70B" },
     { "teraio-mixed", "llama3-70b", 0.597, "TeraIO-Mixed, Llama3-70B" },
     { "teraio-paper", "llama3-70b", 0.597, "TeraIO-Mixed (Algorithm 1), Llama3-70B" },
-    { "teraio-mixed", NULL, 0.807, "TeraIO, all models" },
-    { "teraio-paper", NULL, 0.807, "TeraIO (Algorithm 1), all models" },
+    { "teraio-mixed", NULL, 0.807, "TeraIO, all models run" },
+    { "teraio-paper", NULL, 0.807, "TeraIO (Algorithm 1), all models run" },
 };
 
 /* Table 3: which server each system needs, and whether it uses the SSDs. */
@@ -454,6 +454,10 @@ int cli_cmd_compare(int argc, char **argv) {
         for (size_t s = 0; s < n_sys; s++) {
             double usd = 0;
             system_price(systems[s], &hw1t, &hw128, &usd);
+            if (n_ok[s] == 0) {
+                (void)printf("%-16s %10s %10s %10d %12s\n", systems[s], "-", "-", n_oom[s], "-");
+                continue;
+            }
             (void)printf("%-16s %9.1f%% %9.2fx %10d %12.3f\n", systems[s], 100 * mean_frac[s],
                          mean_speed[s], n_oom[s], usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0);
         }

@@ -181,7 +181,7 @@ int cli_cmd_plan(int argc, char **argv) {
     }
     int exit_code = TIO_EXIT_OK;
     if (verify && (rc = tio_plan_verify(plan, tr, &hw, &pp, NULL)) < 0) {
-        exit_code = cli_fail(CMD, "verify", rc);
+        (void)cli_fail(CMD, "verify", rc);
         exit_code = TIO_EXIT_RUNTIME; /* a plan that fails its own check is a bug */
         goto done;
     }

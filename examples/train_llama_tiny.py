@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Train the small Llama-style decoder (examples/llama_tiny.py) with or without teraio.
+
+    python examples/train_llama_tiny.py --steps 6                       # no offloading
+    python examples/train_llama_tiny.py --steps 6 --budget 0.5 --ssd-dir /tmp/tio
+    python examples/train_llama_tiny.py --steps 6 --budget 0.5 --host-memory 1GiB --json
+
+--budget below 1 is a fraction of the unconstrained tracked peak (measured in the profiled step);
+otherwise a size ("200MiB"). --json prints losses, a hash of the final parameters, the teraio
+report and the process's peak RSS, for tests and benchmarks.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+from llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402
+
+PRESETS = {
+    "tiny": dict(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344),
+    "small": dict(vocab=4096, dim=256, layers=4, heads=8, kv_heads=4, ffn=688),
+    "medium": dict(vocab=8192, dim=512, layers=4, heads=8, kv_heads=4, ffn=1536),
+    # large embeddings, little compute: memory-heavy on a 2-core machine (the RSS test)
+    "wide": dict(vocab=32768, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
+}
+
+
+def param_digest(model) -> str:
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, foreach=False,
+          tied=False, lr=1e-3, seed=0, on_step=None, fraction=None):
+    """Train `steps` steps; returns (losses, model, offloader or None).
+
+    offload: None (plain PyTorch) or a dict of teraio.Offloader keyword arguments.
+    seqs: optional per-step sequence lengths (a list), to exercise re-planning.
+    foreach: AdamW's foreach (PyTorch's CPU default is False: one parameter at a time, which lets
+    teraio offload optimizer states between parameters; True runs each _foreach_ pass over all
+    parameters, which teraio splits per tensor, but every state is then used in every pass).
+    """
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**PRESETS[preset], tied=tied)
+    model = LlamaTiny(cfg, seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=foreach)
+    off = None
+    if offload is not None:
+        import teraio
+
+        off = teraio.Offloader(model, opt, **offload)
+    losses = []
+    for i in range(steps):
+        s = seqs[i] if seqs else seq
+        tokens = make_batch(cfg, batch, s, i)
+        ctx = off.step() if off is not None else _null()
+        with ctx:
+            loss = model.loss(tokens)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        if on_step:
+            on_step(i, off)
+    if off is not None:
+        off.restore()
+    return losses, model, off
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Linux: reset the process's peak RSS (VmHWM) so that later steps are measured alone."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def vm_hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--budget", default=None, help="fraction of the peak (<1) or a size")
+    ap.add_argument("--ssd-dir", action="append", default=[])
+    ap.add_argument("--host-memory", default="0")
+    ap.add_argument("--min-tensor-bytes", default="64KiB")
+    ap.add_argument("--backend", default=None)
+    ap.add_argument("--foreach", action="store_true",
+                    help="AdamW(foreach=True): teraio splits each _foreach_ op per tensor")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--steady-after", type=int, default=2,
+                    help="reset the peak RSS after this many steps (warm-up + profiling) and "
+                    "report the peak of the remaining steps as steady_peak_rss_bytes")
+    a = ap.parse_args(argv)
+    offload = None
+    if a.budget is not None:
+        import teraio
+
+        b = a.budget
+        try:
+            frac = float(b)
+        except ValueError:
+            frac = None
+        if frac is not None and frac < 1:
+            budget = frac  # Offloader: fraction of the profiled unconstrained peak
+        else:
+            budget = int(frac) if frac is not None else teraio.parse_bytes(b)
+        offload = dict(memory_budget=budget, ssd_dirs=a.ssd_dir, host_memory=a.host_memory,
+                       min_tensor_bytes=a.min_tensor_bytes, backend=a.backend)
+    times = []
+    steady = {}
+
+    def on_step(i, off):
+        times.append(time.perf_counter())
+        if i + 1 == a.steady_after:
+            steady["before"] = peak_rss_bytes()  # clear_refs also resets ru_maxrss
+            steady["reset"] = reset_peak_rss()
+
+    t0 = time.perf_counter()
+    losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
+                               foreach=a.foreach, on_step=on_step)
+    dt = time.perf_counter() - t0
+    out = dict(losses=losses, params=param_digest(model), seconds=dt,
+               peak_rss_bytes=max(peak_rss_bytes(), steady.get("before", 0)),
+               steady_peak_rss_bytes=vm_hwm_bytes() if steady.get("reset") else None,
+               steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
+                                                            times[a.steady_after:])])
+    if off is not None:
+        out["report"] = {k: v for k, v in off.report().items() if k not in ("plan", "engine")}
+    if a.json:
+        print(json.dumps(out))
+    else:
+        for i, l in enumerate(losses):
+            print(f"step {i}: loss {l:.6f}")
+        print(f"{dt:.2f} s, peak RSS {out['peak_rss_bytes'] / 2**20:.0f} MiB")
+        if off is not None:
+            print(off.report())
+
+
+if __name__ == "__main__":
+    main()

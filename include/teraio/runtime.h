@@ -1,0 +1,209 @@
+/*
+ * teraio/runtime.h - the plan executor: replays a plan on a live training (DESIGN.md s.9).
+ *
+ * The executor holds a finished trace (what one iteration does), a plan (which tensor to move
+ * when), a migration engine (teraio/io.h) and a tensor location table. The caller (the Python
+ * layer, or any framework binding) drives it around every kernel of every iteration:
+ *
+ *     struct tio_runtime_params rp = tio_runtime_params_default();
+ *     rp.trace = tr; rp.plan = plan; rp.engine = eng; rp.budget_bytes = 8ull << 30;
+ *     struct tio_runtime *rt;
+ *     if (tio_runtime_new(&rp, &rt) < 0) ...
+ *     struct tio_rt_action act[...];                 // tio_runtime_max_actions(rt) entries
+ *     n = tio_runtime_begin_iteration(rt, act, cap);  // RELEASE actions, as below
+ *     for (k = 0; k < N; k++) {
+ *         int n = tio_runtime_before_kernel(rt, k, act, cap);
+ *         for (i = 0; i < n; i++)
+ *             if (act[i].kind == TIO_RT_RELEASE) free_storage(act[i].tensor);
+ *             else tio_runtime_bind(rt, act[i].tensor, allocate(act[i].bytes));
+ *         tio_runtime_ready(rt, k);                  // reads issued; k's tensors resident
+ *         run_kernel(k);
+ *         tio_runtime_bind(rt, new_output, ptr);     // for the tensors k created
+ *         tio_runtime_after_kernel(rt, k);
+ *     }
+ *     n = tio_runtime_end_iteration(rt, act, cap);   // drains I/O; more RELEASE actions
+ *
+ * Protocol. A tensor is RESIDENT (its memory is allocated and bound), WRITING (an offload is in
+ * flight; still resident and must not be modified), STORED (its copy is in the engine and the
+ * caller has released its memory), or being brought back (MATERIALIZE returned, then READING).
+ * - before_kernel(k) issues the offloads triggered at k (writes from the bound pointer), turns
+ *   the prefetches triggered at k into MATERIALIZE actions, returns RELEASE for every offload
+ *   that has completed, and makes sure kernel k's tensors will be resident: a STORED tensor k
+ *   uses gets an urgent MATERIALIZE (the plan missed it), a tensor k uses whose offload is still
+ *   being written is waited for and kept. When the tracked resident bytes exceed budget_bytes
+ *   it waits for in-flight offloads (a "pressure stall") and releases them.
+ * - The caller performs the actions in order: RELEASE: free the tensor's memory; MATERIALIZE:
+ *   allocate `bytes` and tio_runtime_bind() the new pointer. Memory is only released after
+ *   its copy is complete in the engine, so a failed write never loses data.
+ * - ready(k) issues the reads for materialised tensors and waits for the reads kernel k needs
+ *   (a "stall"). after_kernel(k) marks written tensors dirty and retires the intermediates
+ *   whose last use is k.
+ * - Resident bytes are tracked from the trace: a global tensor is alive all the time, an
+ *   intermediate from its first to its last use; an offloaded one does not count.
+ *
+ * Offload of an unmodified tensor whose previous copy is still in the engine skips the write
+ * ("clean" offload). Tensors flagged TIO_TENSOR_PINNED are never moved, and neither are the
+ * tensors of TIO_KERNEL_COMM kernels (a collective may still be using them).
+ *
+ * Errors: a failed engine request makes every later call return TIO_EIO (or TIO_ECORRUPT)
+ * with the detail naming the tensor; memory of a tensor whose write failed is never released.
+ * Thread safety: one thread at a time per executor.
+ */
+#ifndef TERAIO_RUNTIME_H
+#define TERAIO_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/io.h>
+#include <teraio/plan.h>
+#include <teraio/status.h>
+#include <teraio/trace.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the caller must do with a tensor's storage. Stored as int32_t. */
+enum tio_rt_action_kind {
+    TIO_RT_RELEASE = 1,    /* free the memory: the copy in the engine is complete */
+    TIO_RT_MATERIALIZE = 2 /* allocate `bytes` and tio_runtime_bind the pointer */
+};
+
+/* One storage action (a record). */
+struct tio_rt_action {
+    uint32_t tensor; /* trace tensor id */
+    int32_t kind;    /* enum tio_rt_action_kind */
+    uint64_t bytes;  /* tensor bytes */
+};
+
+struct tio_runtime_params {
+    const struct tio_trace *trace; /* finished trace (borrowed: must outlive the executor) */
+    const struct tio_plan *plan;   /* plan for `trace` (borrowed: must outlive the executor) */
+    struct tio_engine *engine;     /* borrowed; see engine_id_base */
+    uint64_t budget_bytes;         /* tracked resident bytes to stay under (0: not enforced) */
+    int32_t mem;                   /* enum tio_mem_kind of the bound pointers (default HOST) */
+    uint64_t engine_id_base;       /* engine tensor id = this + trace tensor id (default 0): give
+                                      executors sharing an engine disjoint ranges */
+};
+
+/* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST. */
+TIO_API struct tio_runtime_params tio_runtime_params_default(void);
+
+struct tio_runtime;
+
+/*
+ * tio_runtime_new: check that the plan was made for the trace (TIO_EPLAN naming both hashes),
+ * that every move names a tensor of the trace, and build the tables. Every global tensor starts
+ * RESIDENT and unbound. Errors: TIO_EINVAL (NULL field, named), TIO_EPLAN, TIO_ENOMEM.
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_new(const struct tio_runtime_params *params,
+                                           struct tio_runtime **out);
+
+/* tio_runtime_free: drop every copy this executor stored in the engine. Accepts NULL. In-flight
+ * requests are waited for first. */
+TIO_API void tio_runtime_free(struct tio_runtime *rt);
+
+/* tio_runtime_max_actions: capacity of the action array that can never overflow (n_tensors). */
+TIO_API size_t tio_runtime_max_actions(const struct tio_runtime *rt);
+
+/*
+ * tio_runtime_bind: tensor `tensor` now lives at `ptr` (after its creation, or after a
+ * MATERIALIZE). Tensors that are never bound are never offloaded. Errors: TIO_EINVAL (id out of
+ * range, NULL ptr), TIO_ESTATE (tensor being written or read: its memory must not move).
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr);
+
+/*
+ * tio_runtime_begin_iteration: start an iteration at kernel 0. The first time (and after a
+ * restore), it first puts the globals in the plan's steady state: a global whose last move of
+ * the iteration is an offload is stored when an iteration begins, so it is written now (bind the
+ * globals before) and waited for; the RELEASE actions are returned like before_kernel's.
+ * Returns the number of actions, or TIO_ESTATE if the previous iteration was not ended.
+ */
+TIO_API TIO_MUST_CHECK int
+tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
+
+/*
+ * tio_runtime_before_kernel: see the protocol above. `k` must be the next kernel. Writes up to
+ * `max` actions to out[] and returns how many (max >= tio_runtime_max_actions never
+ * overflows; otherwise TIO_EINVAL when they do not fit). Errors: TIO_ESTATE (wrong k), TIO_EIO /
+ * TIO_ECORRUPT / -ENOSPC (engine failures, detail names the tensor).
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_before_kernel(struct tio_runtime *rt,
+                                                     uint64_t k,
+                                                     struct tio_rt_action *out,
+                                                     size_t max);
+
+/* tio_runtime_ready: issue the reads of materialised tensors (TIO_ESTATE naming the tensor if
+ * one was not bound), then wait until every tensor kernel k uses is resident. */
+TIO_API TIO_MUST_CHECK int tio_runtime_ready(struct tio_runtime *rt, uint64_t k);
+
+/* tio_runtime_after_kernel: kernel k has run. */
+TIO_API TIO_MUST_CHECK int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k);
+
+/*
+ * tio_runtime_end_iteration: all kernels ran. Waits for every in-flight request and returns the
+ * RELEASE actions of the offloads that completed (as before_kernel). Global tensors offloaded by
+ * a wrap-around move stay STORED into the next iteration.
+ */
+TIO_API TIO_MUST_CHECK int
+tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
+
+/*
+ * tio_runtime_restore_begin / tio_runtime_restore_finish: bring every stored tensor back (on
+ * divergence, before the caller touches parameters, at shutdown). begin waits for in-flight
+ * requests and returns MATERIALIZE actions (and RELEASE for nothing: completed offloads of
+ * tensors are kept resident); the caller allocates and binds; finish reads them all and waits.
+ * Afterwards every tensor is RESIDENT and the iteration (if any) is abandoned: the next call must
+ * be begin_iteration.
+ */
+TIO_API TIO_MUST_CHECK int
+tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
+TIO_API TIO_MUST_CHECK int tio_runtime_restore_finish(struct tio_runtime *rt);
+
+/* Counters since creation. */
+struct tio_runtime_stats {
+    uint64_t iterations;          /* completed iterations */
+    uint64_t kernels;             /* kernels executed */
+    uint64_t offloads;            /* offloads completed (writes + clean skips) */
+    uint64_t clean_offloads;      /* offloads that reused an identical stored copy */
+    uint64_t prefetches;          /* reads completed (planned + urgent) */
+    uint64_t urgent_reads;        /* reads the plan did not schedule in time */
+    uint64_t moves_skipped;       /* moves not applicable (unbound, pinned, already there) */
+    uint64_t bytes_offloaded;     /* bytes written to the engine */
+    uint64_t bytes_prefetched;    /* bytes read back */
+    uint64_t resident_bytes;      /* tracked resident bytes now */
+    uint64_t peak_resident_bytes; /* max over kernels of tracked resident bytes while running */
+    uint64_t stored_bytes;        /* bytes whose only copy is in the engine now */
+    double stall_s;               /* waiting for reads/writes a kernel needs */
+    double pressure_stall_s;      /* waiting for offloads to get under the budget */
+    double io_issue_s;            /* time spent inside before_kernel/ready/after_kernel */
+};
+
+/*
+ * Free markers. A trace kernel named TIO_RUNTIME_FREE_KERNEL is not an operator: it marks where
+ * an intermediate's memory is actually freed when that is later than its last real use (e.g. a
+ * gradient freed by zero_grad after the optimizer used it), so that planners and the executor
+ * account for its memory until then. The executor never makes a free marker's tensors resident
+ * and never prefetches a tensor whose only remaining use is its free marker.
+ */
+#define TIO_RUNTIME_FREE_KERNEL "teraio::free"
+
+/*
+ * tio_runtime_forget: intermediate `tensor` is dead (its storage was freed by its owner): wait
+ * for its in-flight request, drop its stored copy, stop counting it. TIO_EINVAL for a global.
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor);
+
+/* tio_runtime_get_stats: fill *out. */
+TIO_API void tio_runtime_get_stats(const struct tio_runtime *rt, struct tio_runtime_stats *out);
+
+/* tio_runtime_tensor_state: 0 absent, 1 resident, 2 writing, 3 stored, 4 materialize, 5
+ * reading; -1 if out of range. For tests and debugging. */
+TIO_API int tio_runtime_tensor_state(const struct tio_runtime *rt, uint32_t tensor);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

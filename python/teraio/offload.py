@@ -1,0 +1,450 @@
+"""teraio.Offloader: profile a few training steps, plan, then offload tensors on live training.
+
+    off = teraio.Offloader(model, optimizer, memory_budget="8GiB",
+                           ssd_dirs=["/mnt/nvme0/tio-{rank}"], host_memory="16GiB")
+    for batch in loader:
+        with off.step():
+            loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
+    off.restore()            # before touching parameters outside a step (eval, checkpoint)
+    print(off.report())
+
+Steps: `warmup_steps` run untouched (optimizer state is created lazily), the next
+`profile_steps` are recorded (operators, tensors, times), then a plan is made by the C planner
+and every following step executes it through the C executor and migration engine. A step whose
+operator sequence differs from the plan (new shapes, data-dependent control flow) brings every
+tensor back, runs without offloading, warns, and the next step re-profiles.
+See docs/runtime.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+from teraio import _core
+
+_Error = _core.Error
+
+
+def _bytes(v, what):
+    if v is None:
+        return 0
+    if isinstance(v, str):
+        try:
+            return _core.parse_bytes(v)
+        except _Error as e:
+            raise ValueError(f"{what}: cannot parse {v!r} as a size (e.g. '8GiB'): {e}") from None
+    if isinstance(v, (int, float)) and v >= 0:
+        return int(v)
+    raise ValueError(f"{what}: expected bytes or a size string like '8GiB', got {v!r}")
+
+
+def _rank():
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:  # pragma: no cover - torch without distributed
+        pass
+    return int(os.environ.get("RANK", "0"))
+
+
+class Offloader:
+    """Lifetime-aware offloading of one model's training to host memory and SSDs.
+
+    model, optimizer: what the step trains (parameters, gradients and optimizer states are the
+        global tensors, identified by registration order).
+    memory_budget: tracked tensor bytes to stay under ("8GiB" or an int), or a float in (0, 1):
+        that fraction of the unconstrained peak measured in the profiled step. On CPU the
+        tracked bytes are the process's tensor memory; on CUDA the device's.
+    ssd_dirs: directories for the SSD tier (one per NVMe); "{rank}" is replaced by the
+        torch.distributed rank. They must exist and be writable.
+    host_memory: bytes of the pinned host tier (0: SSD only).
+    policy: planner policy ("teraio", "teraio-ssd", "teraio-mixed", ...; see teraio/plan.h).
+    plan: path of a plan saved by save_plan(); skips profiling if it matches the model.
+    """
+
+    def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
+                 policy="teraio", warmup_steps=None, profile_steps=1, plan=None, backend=None,
+                 backend_options=None, verify=False, min_tensor_bytes="1MiB",
+                 ssd_bandwidth="2GB/s", host_bandwidth="10GB/s", split_foreach=True,
+                 io_queue_depth=8, io_chunk="1MiB",
+                 device=None, rank=None):
+        import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
+
+        self.model = model
+        self.optimizer = optimizer
+        if model is not None and any(hasattr(p, "_local_tensor") or hasattr(p, "device_mesh")
+                                     for p in model.parameters()):
+            raise ValueError("model: DTensor parameters (FSDP2 fully_shard, tensor parallel) are "
+                             "not supported by teraio.Offloader yet: FSDP2 frees and re-allocates "
+                             "parameter storages itself; use DDP or a single process "
+                             "(docs/runtime.md)")
+        self.budget_fraction = None
+        if isinstance(memory_budget, float) and 0 < memory_budget < 1:
+            self.budget_fraction = memory_budget  # of the profiled unconstrained peak
+            self.budget = 0
+        else:
+            self.budget = _bytes(memory_budget, "memory_budget")
+            if self.budget <= 0:
+                raise ValueError("memory_budget: must be > 0 bytes or a fraction in (0, 1) of "
+                                 "the profiled peak (e.g. memory_budget='8GiB' or 0.5)")
+        self.host_memory = _bytes(host_memory, "host_memory")
+        self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
+        self.rank = _rank() if rank is None else int(rank)
+        self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
+        if isinstance(ssd_dirs, (str, bytes)):
+            raise ValueError("ssd_dirs: expected a list of directories, got a string")
+        for d in self.ssd_dirs:
+            if not os.path.isdir(d):
+                raise ValueError(f"ssd_dirs: {d!r} does not exist or is not a directory: "
+                                 "create it (mkdir -p) or pass another directory")
+            if not os.access(d, os.W_OK | os.X_OK):
+                raise ValueError(f"ssd_dirs: {d!r} is not writable by this process: fix its "
+                                 "permissions or pass another directory")
+        if not self.ssd_dirs and self.host_memory == 0:
+            raise ValueError("nowhere to offload to: pass ssd_dirs=[...] and/or host_memory=...")
+        if warmup_steps is None:
+            # DDP rebuilds its gradient buckets in the second iteration: profile after it.
+            warmup_steps = 2 if type(model).__name__ == "DistributedDataParallel" else 1
+        if int(warmup_steps) < 1 and optimizer is not None:
+            raise ValueError("warmup_steps: must be >= 1 with an optimizer (its state is created "
+                             "in the first step)")
+        self.policy = policy
+        self.warmup_steps = int(warmup_steps)
+        self.profile_steps = max(1, int(profile_steps))
+        self.split_foreach = split_foreach
+        self.ssd_Bps = _core.parse_rate(ssd_bandwidth) if isinstance(ssd_bandwidth, str) \
+            else float(ssd_bandwidth)
+        self.host_Bps = _core.parse_rate(host_bandwidth) if isinstance(host_bandwidth, str) \
+            else float(host_bandwidth)
+        self.device = device
+        self._cuda = False
+        # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
+        # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
+        self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, bool(verify),
+                                      backend_options, True, int(io_queue_depth),
+                                      _bytes(io_chunk, "io_chunk"))
+        self._trace = None
+        self._plan = None
+        self._prog = None
+        self._runtime = None
+        self._movable = ()
+        self._generation = 0
+        self._driver = None
+        self._state = "warmup"
+        self._steps = 0
+        self._since = 0
+        self._in_optim = False
+        self._stats_done = {}
+        self._counts = dict(steps_profiled=0, steps_offloaded=0, steps_diverged=0,
+                            steps_passthrough=0, replans=0)
+        self.last_divergence = None
+        if optimizer is not None:
+            optimizer.register_step_pre_hook(lambda *a: self._set_optim(True))
+            optimizer.register_step_post_hook(lambda *a: self._set_optim(False))
+        self._plan_path = plan
+        if plan is not None:
+            self._load_plan(plan)
+
+    def _set_optim(self, v):
+        self._in_optim = v
+
+    # ---- plan files -----------------------------------------------------------------------
+    def save_plan(self, path):
+        """Write the plan (path) and its trace (path + '.trace'), to skip profiling later."""
+        if self._plan is None:
+            raise RuntimeError("save_plan: no plan yet (it is made after the profiled steps)")
+        self._trace.save(str(path) + ".trace")
+        self._plan.save(str(path))
+
+    def _load_plan(self, path):
+        from teraio.torch._mode import StepProgram
+
+        path = str(path)
+        if not os.path.exists(path) or not os.path.exists(path + ".trace"):
+            raise ValueError(f"plan: {path!r} (and {path + '.trace'!r}) must exist: write them "
+                             "with Offloader.save_plan() in an earlier run")
+        trace = _core.RtTrace.load(path + ".trace")
+        plan = _core.RtPlan.load(path)
+        try:
+            plan.check(trace)
+        except _Error as e:
+            raise ValueError(f"plan: {path!r} does not belong to {path + '.trace'!r}: {e}") \
+                from None
+        prog = StepProgram(tensors=trace.tensors(), kernels=[
+            (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()])
+        prog.n_globals = int(trace.meta("n_globals") or 0)
+        self._trace, self._plan, self._prog = trace, plan, prog
+        self._loaded_plan = True
+
+    def _check_globals(self, globals_, where):
+        prog = self._prog
+        if len(globals_) != prog.n_globals or any(
+                st.nbytes() != prog.tensors[i][0] and st.nbytes() != 0
+                for i, (_, st, _) in enumerate(globals_)):
+            first = next((i for i, (n, st, _) in enumerate(globals_)
+                          if i >= prog.n_globals or prog.tensors[i][0] != st.nbytes()), None)
+            detail = ""
+            if first is not None:
+                detail = f"; first difference: global {first} ({globals_[first][0]}, " \
+                         f"{globals_[first][1].nbytes()} bytes)"
+            raise ValueError(
+                f"{where}: the plan was made for a model with {prog.n_globals} global tensors "
+                f"(parameters, gradients, optimizer states), this one has {len(globals_)}"
+                f"{detail}: pass a plan made for this model, or none to profile it")
+
+    # ---- planning -------------------------------------------------------------------------
+    def _hw(self):
+        return {
+            "gpu_memory_bytes": self.budget,
+            "gpu_reserve_bytes": 0,
+            "pcie_h2d_Bps": self.host_Bps,
+            "pcie_d2h_Bps": self.host_Bps,
+            "ssd_count": max(1, len(self.ssd_dirs)),
+            "ssd_read_Bps": self.ssd_Bps if self.ssd_dirs else 1.0,
+            "ssd_write_Bps": self.ssd_Bps if self.ssd_dirs else 1.0,
+            "ssd_efficiency": 1.0,
+            "ssd_latency_s": 1e-4,
+            "host_memory_bytes": max(self.host_memory, 1 << 30),
+            "host_offload_cap_bytes": self.host_memory,
+            "host_memory_Bps": self.host_Bps,
+            "gds": 0,
+        }
+
+    def _policy(self):
+        if self.policy != "teraio":
+            return self.policy
+        return "teraio-mixed" if self.host_memory else "teraio-ssd"
+
+    def _make_plan(self, prog):
+        if self.budget_fraction is not None:
+            self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
+        ws = prog.working_sets()
+        if ws:
+            kmax = max(range(len(ws)), key=ws.__getitem__)
+            if ws[kmax] > self.budget:
+                raise ValueError(
+                    f"memory_budget: {_core.format_bytes(self.budget)} is below the working set "
+                    f"of operator {kmax} ({prog.kernels[kmax][0]}: "
+                    f"{_core.format_bytes(ws[kmax])}, the tensors it uses at once): raise "
+                    f"memory_budget to at least {_core.format_bytes(ws[kmax])}")
+        meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
+        trace = _core.RtTrace.build(prog.tensors, prog.kernels, meta)
+        plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
+        s = plan.summary()
+        if not s["feasible"]:
+            warnings.warn(f"teraio: the plan cannot keep every operator under memory_budget "
+                          f"{_core.format_bytes(self.budget)} (short by "
+                          f"{_core.format_bytes(s['shortfall_bytes'])} at operator "
+                          f"{s['shortfall_kernel']}); offloading what it can",
+                          RuntimeWarning, stacklevel=3)
+        self._trace, self._plan, self._prog = trace, plan, prog
+        self._counts["replans"] += 1
+
+    def _start_runtime(self):
+        if self.budget_fraction is not None and self.budget == 0:
+            self.budget = max(1, int(self.budget_fraction * self._prog.peak_resident()))
+        s = self._plan.summary()
+        if s["ssd_peak_bytes"]:
+            if not self.ssd_dirs:
+                raise ValueError("the plan offloads to SSD but ssd_dirs is empty")
+            try:
+                self._engine.reserve(s["ssd_peak_bytes"])
+            except _Error as e:
+                raise _Error(e.args[0], f"ssd_dirs: cannot reserve the plan's "
+                             f"{_core.format_bytes(s['ssd_peak_bytes'])} of SSD space: "
+                             f"{e.args[1]}: free space there, add directories, or raise "
+                             "host_memory / memory_budget") from None
+        if s["host_peak_bytes"] > self.host_memory:
+            raise ValueError(f"host_memory: the plan needs {s['host_peak_bytes']} bytes of host "
+                             f"tier, only {self.host_memory} configured")
+        moves = self._plan.moves()
+        self._movable = frozenset(m[0] for m in moves)
+        self._offload_at = {}
+        for m in moves:
+            if m[2] != 0:  # to a tier: an offload, issued before kernel m[4]
+                self._offload_at.setdefault(m[4], []).append(m[0])
+        # each executor gets its own range of engine ids: a replaced one that is freed late (the
+        # garbage collector decides) must not drop the copies of its successor
+        self._generation += 1
+        self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
+                                      budget_bytes=self.budget, device=self._cuda,
+                                      id_base=self._generation << 32)
+
+    def _drop_runtime(self):
+        if self._runtime is not None:
+            self._accumulate()
+            self._runtime = None
+
+    def _accumulate(self):
+        st = self._runtime.stats()
+        for k, v in st.items():
+            if k in ("resident_bytes",):
+                continue
+            if k == "peak_resident_bytes":
+                self._stats_done[k] = max(self._stats_done.get(k, 0), v)
+            else:
+                self._stats_done[k] = self._stats_done.get(k, 0) + v
+
+    # ---- the step -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def step(self):
+        """Context manager around one training step (forward, backward, optimizer step)."""
+        from teraio.torch._mode import StepDriver, StepMode, collect_globals
+
+        globals_ = collect_globals(self.model, self.optimizer)
+        self._detect_device(globals_)
+        state = self._state
+        if state == "warmup" and self._steps >= self.warmup_steps:
+            state = "execute" if self._prog is not None else "profile"
+            if self._prog is not None:
+                self._check_globals(globals_, "plan")
+        if state == "execute" and self._runtime is None:
+            self._start_runtime()
+        driver = None
+        if state == "profile":
+            driver = StepDriver(globals_, record=True, split_foreach=self.split_foreach,
+                                cuda=self._cuda, in_optim=lambda: self._in_optim)
+        elif state == "execute":
+            if len(globals_) != self._prog.n_globals or any(
+                    st.nbytes() not in (0, self._prog.tensors[i][0])
+                    for i, (_, st, _) in enumerate(globals_)):
+                self._diverged_before("the model's parameters or optimizer states changed")
+                state = "profile"
+                driver = StepDriver(globals_, record=True, split_foreach=self.split_foreach,
+                                    cuda=self._cuda, in_optim=lambda: self._in_optim)
+            else:
+                driver = StepDriver(globals_, record=False, program=self._prog,
+                                    runtime=self._runtime, movable=self._movable,
+                                    offload_at=self._offload_at,
+                                    split_foreach=self.split_foreach, cuda=self._cuda,
+                                    in_optim=lambda: self._in_optim)
+        self._driver = driver
+        ok = False
+        try:
+            if driver is None:
+                yield self
+            else:
+                with StepMode(driver):
+                    yield self
+            ok = True
+        finally:
+            self._driver = None
+            if driver is not None and driver.record:
+                if ok:
+                    driver.end()  # trailing free markers; CUDA event times
+            elif driver is not None:
+                if ok:
+                    driver.end()
+                elif not driver.passthrough:
+                    try:
+                        driver.restore()  # an exception in the step: bring everything back
+                    except _Error:
+                        pass
+            if ok:
+                self._finish_step(state, driver)
+
+    def _diverged_before(self, reason):
+        self._restore_runtime()
+        self._note_divergence(reason)
+
+    def _note_divergence(self, reason):
+        self.last_divergence = reason
+        self._counts["steps_diverged"] += 1
+        warnings.warn(f"teraio: step {self._steps}: {reason}; this step ran without offloading "
+                      "(every tensor was brought back) and the next step re-profiles",
+                      RuntimeWarning, stacklevel=4)
+        self._drop_runtime()
+        self._prog = self._plan = self._trace = None
+
+    def _finish_step(self, state, driver):
+        self._steps += 1
+        if state == "warmup":
+            self._counts["steps_passthrough"] += 1
+            return
+        if state == "profile":
+            self._counts["steps_profiled"] += 1
+            self._since += 1
+            if self._since >= self.profile_steps:
+                self._since = 0
+                self._make_plan(driver.prog)
+                self._state = "execute"
+            else:
+                self._state = "profile"
+            return
+        if driver.diverged:
+            self._note_divergence(driver.diverged)
+            self._state = "profile"
+            return
+        self._counts["steps_offloaded"] += 1
+        self._state = "execute"
+
+    def _detect_device(self, globals_):
+        self._cuda = bool(globals_) and globals_[0][1].device.type == "cuda"
+
+    # ---- outside steps ------------------------------------------------------------------------
+    def _restore_runtime(self):
+        if self._runtime is None:
+            return
+        from teraio.torch._mode import collect_globals
+
+        by_id = {i: st for i, (_, st, _) in enumerate(collect_globals(self.model,
+                                                                        self.optimizer))}
+        acts = self._runtime.restore_begin()
+        for kind, t, nb in acts:
+            st = by_id[t]
+            st.resize_(nb)
+            self._runtime.bind(t, st.data_ptr())
+        self._runtime.restore_finish()
+
+    def restore(self):
+        """Bring every offloaded tensor back (before evaluating, checkpointing or inspecting the
+        parameters outside a step). Offloading resumes with the next step."""
+        if self._driver is not None:
+            raise RuntimeError("restore() inside a step: call it between steps")
+        self._restore_runtime()
+
+    def close(self):
+        """restore() and release the engine's files."""
+        self.restore()
+        self._drop_runtime()
+        self._engine = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def report(self) -> dict:
+        """Counters so far: bytes_offloaded, bytes_prefetched, stall_s, peak_managed_bytes,
+        steps_profiled, steps_offloaded, and more."""
+        st = dict(self._stats_done)
+        if self._runtime is not None:
+            cur = self._runtime.stats()
+            for k, v in cur.items():
+                if k == "peak_resident_bytes":
+                    st[k] = max(st.get(k, 0), v)
+                elif k != "resident_bytes":
+                    st[k] = st.get(k, 0) + v
+        out = {
+            "bytes_offloaded": st.get("bytes_offloaded", 0),
+            "bytes_prefetched": st.get("bytes_prefetched", 0),
+            "stall_s": st.get("stall_s", 0.0) + st.get("pressure_stall_s", 0.0),
+            "peak_managed_bytes": st.get("peak_resident_bytes", 0),
+            "unconstrained_peak_bytes": self._prog.peak_resident() if self._prog else 0,
+            "memory_budget": self.budget,
+            "offloads": st.get("offloads", 0),
+            "prefetches": st.get("prefetches", 0),
+            "urgent_reads": st.get("urgent_reads", 0),
+            "io_issue_s": st.get("io_issue_s", 0.0),
+        }
+        out.update(self._counts)
+        if self._plan is not None:
+            out["plan"] = self._plan.summary()
+        if self._engine is not None:
+            out["engine"] = self._engine.stats()
+        return out

@@ -1,0 +1,547 @@
+"""The TorchDispatchMode that profiles a training step or drives the C executor through one.
+
+Identity across iterations (DESIGN.md s.9): global tensors (parameters, gradients that exist at
+step start, optimizer states) get ids 0..G-1 in registration order; every other storage gets the
+next id when it is first seen, so that an intermediate is identified by the operator that created
+it and its position among that operator's outputs, and a tensor made outside the step (the batch)
+by the operator and argument that first read it. A trace tensor is a storage (views share it);
+storages are recognised by their StorageImpl address, forgotten through a weak reference when they
+die.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# enum values of include/teraio/trace.h
+KIND_WEIGHT, KIND_GRAD, KIND_OPTIM, KIND_ACT, KIND_TEMP, KIND_INPUT, KIND_OTHER = range(7)
+F_GLOBAL, F_PINNED = 1, 2
+K_COMM, K_OPTIM, K_BACKWARD = 1, 2, 4
+USE_R, USE_W, USE_RW = 1, 2, 3
+FREE_KERNEL = "teraio::free"  # TIO_RUNTIME_FREE_KERNEL: an intermediate freed after its last use
+
+_COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
+
+
+@dataclass
+class StepProgram:
+    """One recorded step: what the C trace is built from, and what execution checks against."""
+
+    tensors: list = field(default_factory=list)  # [(bytes, kind, flags, name)]
+    kernels: list = field(default_factory=list)  # [(name, duration_ns, flags, uses)]
+    n_globals: int = 0
+
+    def working_sets(self):
+        """Bytes each kernel touches (largest = the smallest budget that can ever work)."""
+        tb = [t[0] for t in self.tensors]
+        return [sum(tb[u[i]] for i in range(0, len(u), 2)) for (_, _, _, u) in self.kernels]
+
+    def peak_resident(self) -> int:
+        """Tracked peak with nothing offloaded: globals plus intermediates between first and
+        last use (the same model as the executor's accounting)."""
+        n = len(self.kernels)
+        first, last = {}, {}
+        for k, (_, _, _, u) in enumerate(self.kernels):
+            for i in range(0, len(u), 2):
+                t = u[i]
+                first.setdefault(t, k)
+                last[t] = k
+        delta = [0] * (n + 1)
+        base = 0
+        for t, (b, _, flags, _) in enumerate(self.tensors):
+            if flags & F_GLOBAL:
+                base += b
+            elif t in first:
+                delta[first[t]] += b
+                delta[last[t] + 1] -= b
+        peak, cur = base, base
+        for k in range(n):
+            cur += delta[k]
+            peak = max(peak, cur)
+        return peak
+
+
+def collect_globals(model, optimizer):
+    """[(name, storage, kind)] of the storages that live across steps, in registration order."""
+    seen = set()
+    out = []
+
+    def add(name, t, kind):
+        if not isinstance(t, torch.Tensor):
+            return
+        local = getattr(t, "_local_tensor", None)  # DTensor (FSDP2): its shard is the storage
+        if isinstance(local, torch.Tensor):
+            t = local
+        st = t.untyped_storage()
+        try:
+            st.data_ptr()
+        except RuntimeError:  # a wrapper subclass without real storage: not managed
+            return
+        if st._cdata in seen:
+            return
+        seen.add(st._cdata)
+        out.append((name, st, kind))
+
+    params = []
+    if model is not None:
+        for name, p in model.named_parameters():
+            params.append((name, p))
+            add(name, p, KIND_WEIGHT)
+        for name, b in model.named_buffers():
+            add(name, b, KIND_OTHER)
+    if optimizer is not None:
+        known = {id(p) for _, p in params}
+        for gi, g in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(g["params"]):
+                if id(p) not in known:
+                    add(f"group{gi}.param{pi}", p, KIND_WEIGHT)
+    for name, p in params:
+        if p.grad is not None:
+            add(name + ".grad", p.grad, KIND_GRAD)
+    if optimizer is not None:
+        names = {id(p): n for n, p in params}
+        for gi, g in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(g["params"]):
+                st = optimizer.state.get(p)
+                if not st:
+                    continue
+                base = names.get(id(p), f"group{gi}.param{pi}")
+                for key in sorted(st):
+                    add(f"{base}.{key}", st[key], KIND_OPTIM)
+    return out
+
+
+def _arg_plan(func):
+    """Per operator: [(position, name, is_write, is_list)] of its arguments (cached)."""
+    plan = _ARG_CACHE.get(func)
+    if plan is None:
+        plan = []
+        for i, a in enumerate(func._schema.arguments):
+            w = a.alias_info is not None and a.alias_info.is_write
+            plan.append((i, a.name, w, a.kwarg_only))
+        rets = [r.alias_info is not None and r.alias_info.is_write for r in func._schema.returns]
+        ns = func.namespace
+        plan = (plan, rets, ns in _COMM_NAMESPACES)
+        _ARG_CACHE[func] = plan
+    return plan
+
+
+_ARG_CACHE: dict = {}
+
+
+def _iter_args(func, args, kwargs):
+    plan, _, _ = _arg_plan(func)
+    na = len(args)
+    for i, name, w, kwonly in plan:
+        if not kwonly and i < na:
+            v = args[i]
+        elif name in kwargs:
+            v = kwargs[name]
+        else:
+            continue
+        if isinstance(v, torch.Tensor):
+            yield v, w
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    yield x, w
+
+
+def _flat_out(out, acc):
+    if isinstance(out, torch.Tensor):
+        acc.append(out)
+    elif isinstance(out, (list, tuple)):
+        for x in out:
+            _flat_out(x, acc)
+    return acc
+
+
+class Divergence(Exception):
+    """The operator sequence no longer matches the plan."""
+
+
+class StepDriver:
+    """State of one step under the dispatch mode: identity, recording or execution."""
+
+    def __init__(self, globals_, *, record: bool, program: StepProgram | None = None,
+                 runtime=None, movable=(), split_foreach=True, cuda=False, in_optim=None,
+                 offload_at=None):
+        self.record = record
+        self.prog = program if program is not None else StepProgram()
+        self.rt = runtime
+        self.split_foreach = split_foreach
+        self.cuda = cuda
+        self.in_optim = in_optim or (lambda: False)
+        self.ids: dict[int, int] = {}
+        self.refs: dict[int, weakref.ref] = {}
+        self.k = 0
+        self.n_ids = 0
+        self.passthrough = False
+        self.diverged: str | None = None
+        self.busy = False
+        self.events = []  # CUDA timing: (k, start, end)
+        # execution
+        self.movable = set(movable)
+        self.offload_at = offload_at or {}
+        self.ptr_by_id: dict[int, int] = {}  # what the executor was told
+        self.st_by_id: dict[int, torch.UntypedStorage] = {}
+        self.weak_by_id: dict[int, weakref.ref] = {}
+        self.release_at: dict[int, list] = {}
+        # deaths: storages freed by their owners, turned into free markers at the next operator
+        self.n_globals = len(globals_)
+        self.dead_pending: list[int] = []
+        self.dead: set[int] = set()
+        self.last_k: dict[int, int] = {}
+        for name, st, kind in globals_:
+            tid = self._new_id(st)
+            if record:
+                self.prog.tensors.append((st.nbytes(), kind, F_GLOBAL, name))
+            if tid in self.movable:
+                self.st_by_id[tid] = st
+        if record:
+            self.prog.n_globals = len(globals_)
+        else:
+            self._prepare_exec()
+
+    # ---- identity -------------------------------------------------------------------------
+    def _forget(self, cdata, _ref):
+        if self.refs.get(cdata) is _ref:
+            del self.refs[cdata]
+            tid = self.ids.pop(cdata, None)
+            if tid is not None and tid >= self.n_globals:
+                self.dead_pending.append(tid)
+
+    def _flush_deaths(self):
+        """Storages that died since the previous operator. An intermediate freed later than
+        right after its last use (a gradient freed by zero_grad after the optimizer used it)
+        gets a free marker kernel, so that the plan counts its memory until then."""
+        if not self.dead_pending or self.passthrough:
+            self.dead_pending.clear()
+            return
+        pend = sorted(self.dead_pending)
+        self.dead_pending.clear()
+        if self.record:
+            for tid in pend:
+                if self.last_k.get(tid, self.k) < self.k - 1:
+                    self.prog.kernels.append((FREE_KERNEL, 1, 0, (tid, USE_W)))
+                    self.k += 1
+            return
+        for tid in pend:
+            self.dead.add(tid)
+            self.rt.forget(tid)
+            self.st_by_id.pop(tid, None)
+            self.weak_by_id.pop(tid, None)
+        self._run_free_markers()
+
+    def _run_free_markers(self):
+        ks = self.prog.kernels
+        while self.k < len(ks) and ks[self.k][0] == FREE_KERNEL:
+            tid = ks[self.k][3][0]
+            if tid not in self.dead:
+                self._diverge(f"tensor {tid} is still alive at operator {self.k}, the plan "
+                              "expects it freed")
+                return
+            k = self.k
+            try:
+                self._before(k)
+            except Divergence as e:
+                self._diverge(str(e))
+                return
+            self.rt.after(k)
+            self.k = k + 1
+
+    def _new_id(self, st):
+        cd = st._cdata
+        tid = self.n_ids
+        self.n_ids += 1
+        self.ids[cd] = tid
+        self.refs[cd] = weakref.ref(st, lambda r, cd=cd: self._forget(cd, r))
+        return tid
+
+    # ---- execution set-up -----------------------------------------------------------------
+    def _prepare_exec(self):
+        prog = self.prog
+        last = {}
+        for k, (name, _, _, u) in enumerate(prog.kernels):
+            if name == FREE_KERNEL:
+                continue
+            for i in range(0, len(u), 2):
+                last[u[i]] = k
+        for t, k in last.items():
+            if t in self.movable and not (prog.tensors[t][2] & F_GLOBAL):
+                self.release_at.setdefault(k, []).append(t)
+        for tid, st in self.st_by_id.items():
+            if st.nbytes() > 0:
+                self.ptr_by_id[tid] = st.data_ptr()
+                self.rt.bind(tid, self.ptr_by_id[tid])
+        if self.cuda:
+            self._sync_device()
+        self._apply(self.rt.begin())
+
+    # ---- the operator hook ----------------------------------------------------------------
+    def dispatch(self, func, args, kwargs):
+        if self.passthrough or self.busy:
+            return func(*args, **kwargs)
+        if self.split_foreach and func.overloadpacket.__name__.startswith("_foreach_"):
+            return self._foreach(func, args, kwargs)
+        return self._one(func, args, kwargs)
+
+    def _foreach(self, func, args, kwargs):
+        """Run a _foreach_* operator one list element at a time, each piece its own kernel, so
+        that weights and optimizer states can be offloaded between the pieces."""
+        n = None
+        for v in list(args) + list(kwargs.values()):
+            if isinstance(v, (list, tuple)) and v and isinstance(v[0], torch.Tensor):
+                n = len(v) if n is None else n
+        if not n or n == 1:
+            return self._one(func, args, kwargs)
+
+        def piece(v, i):
+            if isinstance(v, (list, tuple)) and len(v) == n:
+                return [v[i]]
+            return v
+
+        outs = []
+        for i in range(n):
+            a = tuple(piece(v, i) for v in args)
+            kw = {k: piece(v, i) for k, v in kwargs.items()}
+            r = self._one(func, a, kw) if not self.passthrough else func(*a, **kw)
+            if isinstance(r, (list, tuple)):
+                outs.extend(r)
+        return outs if outs else None
+
+    def _one(self, func, args, kwargs):
+        if self.dead_pending:
+            self._flush_deaths()
+            if self.passthrough:
+                return func(*args, **kwargs)
+        _, rets_w, comm = _arg_plan(func)
+        uses: dict[int, int] = {}
+        ids = self.ids
+        for t, w in _iter_args(func, args, kwargs):
+            st = t.untyped_storage()
+            tid = ids.get(st._cdata)
+            if tid is None:
+                nb = st.nbytes()
+                if nb == 0:
+                    continue
+                tid = self._external(st, nb)
+                if tid is None:
+                    return self._run_diverged(func, args, kwargs)
+            uses[tid] = uses.get(tid, 0) | (USE_RW if w else USE_R)
+        k = self.k
+        if self.record:
+            out, dur = self._timed(func, args, kwargs, k)
+        else:
+            exp = self.prog.kernels[k] if k < len(self.prog.kernels) else None
+            if exp is None or exp[0] != str(func):
+                self._diverge(f"operator {k} is {func}, the plan expects "
+                              f"{exp[0] if exp else 'the end of the step'}")
+                return func(*args, **kwargs)
+            eu = exp[3]
+            i = 0
+            for tid, mode in uses.items():
+                if i + 1 >= len(eu) or eu[i] != tid or eu[i + 1] != mode:
+                    self._diverge(f"operator {k} ({func}) uses different tensors than planned")
+                    return func(*args, **kwargs)
+                i += 2
+            try:
+                self._before(k)
+            except Divergence as e:
+                self._diverge(str(e))
+                return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+        # outputs
+        for j, o in enumerate(_flat_out(out, [])):
+            st = o.untyped_storage()
+            tid = ids.get(st._cdata)
+            if tid is None:
+                nb = st.nbytes()
+                if nb == 0:
+                    continue
+                tid = self._new_id(st)
+                if self.record:
+                    self.prog.tensors.append((nb, KIND_ACT, 0, None))
+                else:
+                    if tid >= len(self.prog.tensors) or self.prog.tensors[tid][0] != nb:
+                        self._diverge(f"operator {k} ({func}) output {j} has {nb} bytes, the "
+                                      f"plan expects another size")
+                        return out
+                    if tid in self.movable:
+                        self.st_by_id[tid] = st
+                        self.ptr_by_id[tid] = st.data_ptr()
+                        self.rt.bind(tid, self.ptr_by_id[tid])
+                uses[tid] = uses.get(tid, 0) | USE_W
+            elif j < len(rets_w) and rets_w[j]:
+                uses[tid] = uses.get(tid, 0) | USE_W
+        flat = []
+        for tid, mode in uses.items():
+            flat += (tid, mode)
+        flat = tuple(flat)
+        if self.record:
+            flags = (K_COMM if comm else 0) | (K_OPTIM if self.in_optim() else 0)
+            if comm:
+                for i in range(0, len(flat), 2):
+                    b, kind, f, name = self.prog.tensors[flat[i]]
+                    self.prog.tensors[flat[i]] = (b, kind, f | F_PINNED, name)
+            self.prog.kernels.append((str(func), dur, flags, flat))
+        else:
+            if flat != self.prog.kernels[k][3]:
+                self._diverge(f"operator {k} ({func}) produced different tensors than planned")
+                return out
+            self.rt.after(k)
+            for t in self.release_at.get(k, ()):
+                st = self.st_by_id.pop(t, None)
+                if st is not None:  # past its last use: only reachable while its owner keeps it
+                    self.weak_by_id[t] = weakref.ref(st)
+        if self.record:
+            for i in range(0, len(flat), 2):
+                self.last_k[flat[i]] = k
+        self.k = k + 1
+        return out
+
+    def _external(self, st, nb):
+        """A storage the step did not create (the batch, buffers made outside): pinned."""
+        tid = self._new_id(st)
+        if self.record:
+            self.prog.tensors.append((nb, KIND_INPUT, F_PINNED, None))
+            return tid
+        if tid >= len(self.prog.tensors) or self.prog.tensors[tid][0] != nb:
+            self._diverge(f"an input of operator {self.k} has {nb} bytes, the plan expects "
+                          "another size")
+            return None
+        return tid
+
+    def _run_diverged(self, func, args, kwargs):
+        return func(*args, **kwargs)
+
+    def _timed(self, func, args, kwargs, k):
+        if self.cuda:
+            s = torch.cuda.Event(enable_timing=True)
+            e = torch.cuda.Event(enable_timing=True)
+            s.record()
+            out = func(*args, **kwargs)
+            e.record()
+            self.events.append((k, s, e))
+            return out, 1000
+        t0 = time.perf_counter_ns()
+        out = func(*args, **kwargs)
+        return out, max(1, time.perf_counter_ns() - t0)
+
+    def finish_timing(self):
+        """CUDA: replace placeholder durations with event times (after a synchronize)."""
+        if not self.events:
+            return
+        torch.cuda.synchronize()
+        ks = self.prog.kernels
+        for k, s, e in self.events:
+            name, _, flags, uses = ks[k]
+            ks[k] = (name, max(1, int(s.elapsed_time(e) * 1e6)), flags, uses)
+        self.events.clear()
+
+    # ---- executor calls -------------------------------------------------------------------
+    def _sync_device(self):
+        # Producer/consumer ordering on CUDA: the engine reads and writes device memory outside
+        # the compute stream, so every kernel launched so far must be done before it starts.
+        ev = torch.cuda.Event()
+        ev.record()
+        ev.synchronize()
+
+    def _apply(self, acts):
+        rt = self.rt
+        for kind, t, nb in acts:
+            st = self.st_by_id.get(t)
+            if st is None:
+                ref = self.weak_by_id.get(t)
+                st = ref() if ref is not None else None
+            if st is None:  # died since the last operator: nothing to release or bring back
+                rt.forget(t)
+                continue
+            if kind == 1:  # RT_RELEASE
+                st.resize_(0)
+            else:  # RT_MATERIALIZE
+                st.resize_(nb)
+                self.ptr_by_id[t] = st.data_ptr()
+                rt.bind(t, self.ptr_by_id[t])
+
+    def _check_offloads(self, k):
+        """The executor writes from the pointers it was given: make sure nothing resized or moved
+        those storages behind its back (e.g. a library calling resize_ itself)."""
+        for t in self.offload_at.get(k, ()):
+            st = self.st_by_id.get(t)
+            if st is None:
+                ref = self.weak_by_id.get(t)
+                st = ref() if ref is not None else None
+            if st is None or t not in self.ptr_by_id or self.rt.state(t) != 1:
+                continue
+            if st.nbytes() != self.prog.tensors[t][0] or st.data_ptr() != self.ptr_by_id[t]:
+                return f"tensor {t} was resized or moved outside teraio before its offload"
+        return None
+
+    def _before(self, k):
+        if self.offload_at:
+            why = self._check_offloads(k)
+            if why:
+                raise Divergence(why)
+        self.busy = True
+        try:
+            if self.cuda:
+                self._sync_device()
+            acts = self.rt.before(k)
+            if acts:
+                self._apply(acts)
+            self.rt.ready(k)
+        finally:
+            self.busy = False
+
+    def end(self):
+        """End of the step: drain I/O, release completed offloads; Divergence if short."""
+        self._flush_deaths()
+        if self.record:
+            self.finish_timing()
+            return
+        if self.passthrough:
+            return
+        if self.k != len(self.prog.kernels):
+            self._diverge(f"the step ended after {self.k} operators, the plan has "
+                          f"{len(self.prog.kernels)}")
+            return
+        if self.cuda:
+            self._sync_device()
+        self._apply(self.rt.end())
+        self.st_by_id = {t: st for t, st in self.st_by_id.items() if t < self.prog.n_globals}
+
+    def _diverge(self, reason):
+        """Bring everything back, stop offloading for the rest of this step."""
+        if self.passthrough:
+            return
+        self.passthrough = True
+        self.diverged = reason
+        self.restore()
+
+    def restore(self):
+        self.busy = True
+        try:
+            for tid in self.dead_pending:
+                self.rt.forget(tid)
+            self.dead_pending.clear()
+            acts = self.rt.restore_begin()
+            self._apply(acts)
+            self.rt.restore_finish()
+        finally:
+            self.busy = False
+
+
+class StepMode(TorchDispatchMode):
+    """Routes every aten operator through a StepDriver."""
+
+    def __init__(self, driver: StepDriver):
+        super().__init__()
+        self.driver = driver
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.driver.dispatch(func, args, kwargs or {})

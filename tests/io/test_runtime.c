@@ -1,0 +1,386 @@
+/* The plan executor against the real engine (posix backend, host tier, fault backend). Expected
+ * actions and counters are worked out by hand from the tiny trace below. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <teraio/alloc.h>
+#include <teraio/io.h>
+#include <teraio/plan.h>
+#include <teraio/runtime.h>
+#include <teraio/trace.h>
+
+#include "../tio_test.h"
+
+#define MB (UINT64_C(1) << 20)
+
+/*
+ * Trace (N = 8 kernels), tensors:
+ *   0 W  (global, 2 MiB)  read by k0, read-written by k7 (the "optimizer")
+ *   1 A  (activation, 1 MiB) written by k1, read by k6
+ *   2 T  (temp, 1 MiB)    written by k2, read by k3
+ * Plan: offload W at 1, offload A at 2, prefetch A at 5 (deadline 6), prefetch W at 6
+ * (deadline 7). The executor's budget of 1.5 MiB makes it wait for each offload as soon as it
+ * is issued (resident bytes exceed the budget), so the outcome does not depend on I/O timing:
+ *   k1: W + A = 3 MiB > 1.5: wait for W, release it -> 1 MiB
+ *   k2: A + T = 2 MiB > 1.5: wait for A, release it -> 1 MiB
+ *   k5: A materialised (T died after k3) -> 1 MiB;  k6: W materialised while A is in use
+ *   -> 3 MiB, the peak;  k7: A died -> 2 MiB.
+ */
+#define NK 8
+static struct tio_trace *make_trace(void) {
+    struct tio_trace *tr;
+    if (tio_trace_new(NULL, &tr) < 0) {
+        return NULL;
+    }
+    int rc = 0;
+    rc |= tio_trace_add_tensor(tr, 2 * MB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "W", NULL);
+    rc |= tio_trace_add_tensor(tr, MB, TIO_TENSOR_ACTIVATION, 0, "A", NULL);
+    rc |= tio_trace_add_tensor(tr, MB, TIO_TENSOR_TEMP, 0, "T", NULL);
+    static const int use_t[NK] = { 0, 1, 2, 2, -1, -1, 1, 0 };
+    static const int use_m[NK] = {
+        TIO_USE_READ, TIO_USE_WRITE,     TIO_USE_WRITE, TIO_USE_READ, 0, 0,
+        TIO_USE_READ, TIO_USE_READ_WRITE
+    };
+    for (int k = 0; k < NK; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "k%d", k);
+        rc |= tio_trace_add_kernel(tr, name, 1000, k == 7 ? TIO_KERNEL_OPTIM : 0, NULL);
+        if (use_t[k] >= 0) {
+            rc |= tio_trace_add_use(tr, (uint32_t)use_t[k], use_m[k]);
+        }
+    }
+    if (rc != 0 || tio_trace_finish(tr) < 0) {
+        tio_trace_free(tr);
+        return NULL;
+    }
+    return tr;
+}
+
+static struct tio_plan *make_plan(const struct tio_trace *tr, int32_t tier, int with_prefetch) {
+    uint64_t h;
+    struct tio_plan *p;
+    if (tio_trace_hash(tr, &h) < 0 || tio_plan_new(h, NK, "test", &p) < 0) {
+        return NULL;
+    }
+    struct tio_move m[4] = {
+        { .tensor = 0,
+          .from = TIO_TIER_GPU,
+          .to = tier,
+          .trigger = 1,
+          .deadline = 2,
+          .bytes = 2 * MB },
+        { .tensor = 1, .from = TIO_TIER_GPU, .to = tier, .trigger = 2, .deadline = 3, .bytes = MB },
+        { .tensor = 1, .from = tier, .to = TIO_TIER_GPU, .trigger = 5, .deadline = 6, .bytes = MB },
+        { .tensor = 0,
+          .from = tier,
+          .to = TIO_TIER_GPU,
+          .trigger = 6,
+          .deadline = 7,
+          .bytes = 2 * MB },
+    };
+    for (int i = 0; i < 4; i++) {
+        if (!with_prefetch && m[i].to == TIO_TIER_GPU) {
+            continue;
+        }
+        if (tio_plan_add_move(p, &m[i]) < 0) {
+            tio_plan_free(p);
+            return NULL;
+        }
+    }
+    if (tio_plan_finish(p) < 0) {
+        tio_plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static char g_dir[] = "/tmp/tio_rt_XXXXXX";
+
+static struct tio_engine *make_engine(const char *backend, const char *opts) {
+    const char *dirs[] = { g_dir };
+    struct tio_engine_params ep = tio_engine_params_default();
+    ep.dirs = dirs;
+    ep.ndirs = 1;
+    ep.host_tier_bytes = 8 * MB;
+    ep.backend = backend;
+    ep.backend_options = opts;
+    ep.preallocate = 0;
+    struct tio_engine *e = NULL;
+    if (tio_engine_new(&ep, &e) < 0) {
+        printf("  engine %s: %s\n", backend, tio_last_error());
+        return NULL;
+    }
+    return e;
+}
+
+static void fill(uint8_t *p, size_t n, uint8_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (uint8_t)(seed + i * 7u);
+    }
+}
+
+static int same(const uint8_t *p, size_t n, uint8_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != (uint8_t)(seed + i * 7u)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A caller that owns real buffers and performs the actions. */
+struct host {
+    uint8_t *buf[3];
+    uint64_t bytes[3];
+    int released[3], materialized[3];
+};
+
+static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a, int n) {
+    for (int i = 0; i < n; i++) {
+        uint32_t t = a[i].tensor;
+        if (a[i].kind == TIO_RT_RELEASE) {
+            memset(h->buf[t], 0xEE, h->bytes[t]); /* poison, as a real free would */
+            free(h->buf[t]);
+            h->buf[t] = NULL;
+            h->released[t]++;
+        } else {
+            h->buf[t] = malloc(a[i].bytes);
+            memset(h->buf[t], 0xCD, a[i].bytes);
+            h->materialized[t]++;
+            if (tio_runtime_bind(rt, t, h->buf[t]) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Run one iteration; kernels produce/check the pattern data. Returns 0 or the failing rc. */
+static int iterate(struct tio_runtime *rt, struct host *h, int *data_ok) {
+    struct tio_rt_action a[8];
+    int rc = tio_runtime_begin_iteration(rt, a, 8);
+    if (rc < 0 || apply(rt, h, a, rc) < 0) {
+        return rc < 0 ? rc : -1;
+    }
+    for (uint64_t k = 0; k < NK; k++) {
+        int n = tio_runtime_before_kernel(rt, k, a, 8);
+        if (n < 0) {
+            return n;
+        }
+        if (apply(rt, h, a, n) < 0) {
+            return -1;
+        }
+        if ((rc = tio_runtime_ready(rt, k)) < 0) {
+            return rc;
+        }
+        switch (k) {
+        case 0:
+            *data_ok &= h->buf[0] && same(h->buf[0], h->bytes[0], 1);
+            break;
+        case 1:
+            h->buf[1] = malloc(MB);
+            fill(h->buf[1], MB, 2);
+            if (tio_runtime_bind(rt, 1, h->buf[1]) < 0) {
+                return -1;
+            }
+            break;
+        case 2:
+            h->buf[2] = malloc(MB);
+            fill(h->buf[2], MB, 3);
+            break;
+        case 3:
+            *data_ok &= same(h->buf[2], MB, 3);
+            free(h->buf[2]);
+            h->buf[2] = NULL;
+            break;
+        case 6:
+            *data_ok &= h->buf[1] && same(h->buf[1], MB, 2);
+            free(h->buf[1]);
+            h->buf[1] = NULL;
+            break;
+        case 7:
+            *data_ok &= h->buf[0] && same(h->buf[0], h->bytes[0], 1);
+            break;
+        default:
+            break;
+        }
+        if ((rc = tio_runtime_after_kernel(rt, k)) < 0) {
+            return rc;
+        }
+    }
+    int n = tio_runtime_end_iteration(rt, a, 8);
+    if (n < 0) {
+        return n;
+    }
+    return apply(rt, h, a, n);
+}
+
+static void run_tier(int32_t tier) {
+    struct tio_trace *tr = make_trace();
+    CHECK(tr != NULL);
+    struct tio_plan *plan = make_plan(tr, tier, 1);
+    CHECK(plan != NULL);
+    struct tio_engine *e = make_engine("posix", NULL);
+    CHECK(e != NULL);
+    if (!tr || !plan || !e) {
+        return;
+    }
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = plan;
+    rp.engine = e;
+    rp.budget_bytes = 3 * MB / 2;
+    struct tio_runtime *rt;
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    struct host h = { .bytes = { 2 * MB, MB, MB } };
+    h.buf[0] = malloc(2 * MB);
+    fill(h.buf[0], 2 * MB, 1);
+    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    int ok = 1;
+    for (int it = 0; it < 3; it++) {
+        CHECK_OK(iterate(rt, &h, &ok));
+    }
+    CHECK(ok);
+    struct tio_runtime_stats s;
+    tio_runtime_get_stats(rt, &s);
+    /* Per iteration W (dirty again after k7 writes it) and A are written and read back once:
+     * 2 offloads and 3 MiB each way. */
+    CHECK_EQ_U(s.iterations, 3);
+    CHECK_EQ_U(s.kernels, 3 * NK);
+    CHECK_EQ_U(s.offloads, 6);
+    CHECK_EQ_U(s.bytes_offloaded, 9 * MB);
+    CHECK_EQ_U(s.bytes_prefetched, 9 * MB);
+    CHECK_EQ_U(s.urgent_reads, 0);
+    CHECK_EQ_U(h.released[0], 3);
+    CHECK_EQ_U(h.materialized[0], 3);
+    CHECK_EQ_U(h.released[1], 3);
+    CHECK_EQ_U(h.materialized[1], 3);
+    CHECK_EQ_U(s.peak_resident_bytes, 3 * MB);
+    CHECK(s.pressure_stall_s >= 0.0);
+    CHECK_EQ_U(s.resident_bytes, 2 * MB);
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(ssd_tier_round_trip) {
+    run_tier(TIO_TIER_SSD);
+}
+
+TIO_TEST(host_tier_round_trip) {
+    run_tier(TIO_TIER_HOST);
+}
+
+TIO_TEST(missing_prefetch_becomes_urgent_read) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD, 0) : NULL;
+    struct tio_engine *e = make_engine("posix", NULL);
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        return;
+    }
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = plan;
+    rp.engine = e;
+    rp.budget_bytes = 3 * MB / 2;
+    struct tio_runtime *rt;
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    struct host h = { .bytes = { 2 * MB, MB, MB } };
+    h.buf[0] = malloc(2 * MB);
+    fill(h.buf[0], 2 * MB, 1);
+    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    int ok = 1;
+    CHECK_OK(iterate(rt, &h, &ok));
+    CHECK(ok);
+    struct tio_runtime_stats s;
+    tio_runtime_get_stats(rt, &s);
+    /* W's last move is an offload, so the plan's steady state has W stored at iteration start:
+     * begin_iteration writes it, k0 reads it back (urgent), then A at k6 and W at k7. */
+    CHECK_EQ_U(s.urgent_reads, 3);
+    CHECK_EQ_U(s.prefetches, 3);
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(plan_of_another_trace_is_refused) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *p = NULL;
+    struct tio_engine *e = make_engine("posix", NULL);
+    CHECK(tr && e);
+    if (!tr || !e) {
+        return;
+    }
+    CHECK_OK(tio_plan_new(12345, NK, "test", &p));
+    CHECK_OK(tio_plan_finish(p));
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = p;
+    rp.engine = e;
+    struct tio_runtime *rt = NULL;
+    CHECK_RC(tio_runtime_new(&rp, &rt), TIO_EPLAN);
+    rp.engine = NULL;
+    CHECK_RC(tio_runtime_new(&rp, &rt), TIO_EINVAL);
+    CHECK_ERR_HAS("engine");
+    tio_plan_free(p);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
+TIO_TEST(io_fault_is_reported_and_data_kept) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD, 1) : NULL;
+    /* The third write and every retry of it fail: W is written in iteration 1 (write 1), A
+     * (write 2), then W again in iteration 2 (writes 3..): the error surfaces there. */
+    struct tio_engine *e = make_engine("fault", "write_fail=3,write_fail_count=100");
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        return;
+    }
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = plan;
+    rp.engine = e;
+    rp.budget_bytes = 3 * MB / 2;
+    struct tio_runtime *rt;
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    struct host h = { .bytes = { 2 * MB, MB, MB } };
+    h.buf[0] = malloc(2 * MB);
+    fill(h.buf[0], 2 * MB, 1);
+    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    int ok = 1, rc = 0;
+    for (int it = 0; it < 3 && rc == 0; it++) {
+        rc = iterate(rt, &h, &ok);
+    }
+    CHECK(rc < 0);
+    CHECK_ERR_HAS("tensor");
+    printf("  reported: %s\n", tio_last_error());
+    /* The weight whose write failed was never released: its bytes are intact. */
+    CHECK(h.buf[0] != NULL && same(h.buf[0], 2 * MB, 1));
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    free(h.buf[1]);
+    free(h.buf[2]);
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) {
+        return 1;
+    }
+    RUN(ssd_tier_round_trip);
+    RUN(host_tier_round_trip);
+    RUN(missing_prefetch_becomes_urgent_read);
+    RUN(plan_of_another_trace_is_refused);
+    RUN(io_fault_is_reported_and_data_kept);
+    rmdir(g_dir);
+    return tio_test_done();
+}

@@ -1,0 +1,112 @@
+"""Bad inputs to teraio.Offloader give a clear error, before the first offloaded step."""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import teraio  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from llama_tiny import LlamaConfig, LlamaTiny  # noqa: E402
+from train_llama_tiny import train  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
+                                reason="teraio built without the runtime")
+
+
+def _model():
+    m = LlamaTiny(LlamaConfig(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344))
+    return m, torch.optim.AdamW(m.parameters())
+
+
+def test_missing_ssd_dir(tmp_path):
+    m, o = _model()
+    with pytest.raises(ValueError, match="does not exist"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "nope")])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_ssd_dir(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    m, o = _model()
+    with pytest.raises(ValueError, match="not writable"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(d)])
+
+
+def test_ssd_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    m, o = _model()
+    with pytest.raises(ValueError, match="not a directory"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(f)])
+
+
+@pytest.mark.parametrize("budget", ["lots", -5, 0])
+def test_bad_budget_value(tmp_path, budget):
+    m, o = _model()
+    with pytest.raises(ValueError, match="memory_budget"):
+        teraio.Offloader(m, o, memory_budget=budget, ssd_dirs=[str(tmp_path)])
+
+
+def test_nowhere_to_offload():
+    m, o = _model()
+    with pytest.raises(ValueError, match="ssd_dirs"):
+        teraio.Offloader(m, o, memory_budget="1GiB")
+
+
+def test_budget_below_largest_operator(tmp_path):
+    # 4 KiB cannot hold even one operator's tensors: the error names the operator and the size
+    # to raise the budget to, and comes at the end of the profiled step (before any offload).
+    steps_done = []
+    with pytest.raises(ValueError, match=r"memory_budget: .* below the working set of operator"):
+        train("tiny", 4, offload=dict(memory_budget=4096, ssd_dirs=[str(tmp_path)]),
+              on_step=lambda i, off: steps_done.append(i))
+    assert steps_done == [0]  # the warm-up step ran; the profiled step raised on exit
+
+
+def test_plan_from_another_model(tmp_path):
+    kw = dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)], min_tensor_bytes="16KiB")
+    _, _, off = train("tiny", 2, offload=kw)
+    off.save_plan(tmp_path / "tiny.plan")
+    with pytest.raises(ValueError, match="plan was made for a model with"):
+        train("small", 3, offload=dict(kw, plan=str(tmp_path / "tiny.plan")))
+
+
+def test_missing_plan_file(tmp_path):
+    m, o = _model()
+    with pytest.raises(ValueError, match="must exist"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                         plan=str(tmp_path / "none.plan"))
+
+
+def test_rank_in_ssd_dirs(tmp_path):
+    (tmp_path / "r3").mkdir()
+    m, o = _model()
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "r{rank}")],
+                           rank=3)
+    assert off.ssd_dirs == [str(tmp_path / "r3")]
+
+
+def test_fsdp2_is_refused_clearly(tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("no gloo")
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "rdv"), rank=0,
+                            world_size=1)
+    try:
+        m, _ = _model()
+        fully_shard(m)
+        o = torch.optim.AdamW(m.parameters())
+        with pytest.raises(ValueError, match="FSDP2"):
+            teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    finally:
+        dist.destroy_process_group()

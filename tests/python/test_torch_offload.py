@@ -1,0 +1,145 @@
+"""End-to-end tests of teraio.Offloader on CPU with torch (the example Llama model, real engine).
+
+Each comparison runs the same seeded training twice, once plain and once under the Offloader, and
+requires bitwise identical losses and final parameters: the reference is plain PyTorch, computed
+independently of teraio.
+"""
+import os
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import teraio  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from train_llama_tiny import param_digest, train  # noqa: E402
+
+STEPS = 5  # 1 warm-up, 1 profiled, 3 offloaded
+
+
+def _has_runtime():
+    return hasattr(teraio._core, "Runtime")
+
+
+pytestmark = pytest.mark.skipif(not _has_runtime(), reason="teraio built without the runtime")
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    losses, model, _ = train("tiny", STEPS)
+    return losses, param_digest(model)
+
+
+@pytest.fixture
+def fast_dir(tmp_path):
+    """The SSD tier's directory: in /dev/shm when there is one (the engine path is the same; the
+    tiny model's 32 KiB tensors would otherwise measure the disk's per-request latency)."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        import tempfile
+
+        d = tempfile.mkdtemp(prefix="tio-test-", dir="/dev/shm")
+        yield d
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        yield str(tmp_path)
+
+
+def _offload(dir_, tier, **kw):
+    d = dict(memory_budget=0.5, min_tensor_bytes="16KiB")
+    if tier in ("ssd", "both"):
+        d["ssd_dirs"] = [str(dir_)]
+    if tier in ("host", "both"):
+        d["host_memory"] = "64MiB"
+    d.update(kw)
+    return d
+
+
+@pytest.mark.parametrize("tier", ["ssd", "host", "both"])
+def test_bitwise_identical_training(fast_dir, baseline, tier):
+    losses, model, off = train("tiny", STEPS, offload=_offload(fast_dir, tier))
+    rep = off.report()
+    print(f"\n[{tier}] losses {losses}\n[{tier}] report: "
+          + ", ".join(f"{k}={v}" for k, v in rep.items() if k not in ("plan", "engine")))
+    assert losses == baseline[0]
+    assert param_digest(model) == baseline[1]
+    assert rep["steps_profiled"] == 1
+    assert rep["steps_offloaded"] == STEPS - 2
+    assert rep["bytes_offloaded"] > 0
+    assert rep["bytes_prefetched"] > 0
+    assert rep["peak_managed_bytes"] <= rep["memory_budget"], rep
+    assert rep["memory_budget"] * 2 <= rep["unconstrained_peak_bytes"] + 2
+    if tier == "ssd":
+        assert rep["plan"]["bytes_to_host"] == 0
+    if tier == "host":
+        assert rep["plan"]["bytes_to_ssd"] == 0
+
+
+def test_foreach_split_and_tied_embeddings(fast_dir):
+    # AdamW(foreach=True): each _foreach_ operator runs one tensor at a time under teraio; the
+    # result must still be bitwise identical to the unsplit operator. Every optimizer state is
+    # used in every foreach pass, so half the peak is not reachable here: no budget check.
+    ref, model_ref, _ = train("tiny", STEPS, foreach=True, tied=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got, model, off = train("tiny", STEPS, foreach=True, tied=True,
+                                offload=_offload(fast_dir, "both", memory_budget=0.8))
+    assert got == ref
+    assert param_digest(model) == param_digest(model_ref)
+    rep = off.report()
+    assert rep["bytes_offloaded"] > 0
+    assert rep["steps_offloaded"] == STEPS - 2
+    assert any("_foreach_" in k[0] for k in off._prog.kernels)
+
+
+def test_sequence_length_change_replans(fast_dir):
+    seqs = [32, 32, 32, 32, 48, 48, 48, 48]
+    ref, model_ref, _ = train("tiny", len(seqs), seqs=seqs)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got, model, off = train("tiny", len(seqs), seqs=seqs, offload=_offload(fast_dir, "ssd"))
+    msgs = [str(x.message) for x in w if "teraio" in str(x.message)]
+    print("\nwarnings:", msgs)
+    rep = off.report()
+    print("report:", {k: v for k, v in rep.items() if k not in ("plan", "engine")})
+    assert got == ref
+    assert param_digest(model) == param_digest(model_ref)
+    assert rep["steps_diverged"] == 1
+    assert any("re-profiles" in m for m in msgs)
+    # steps: 0 warm-up, 1 profiled, 2-3 offloaded, 4 diverged, 5 re-profiled, 6-7 offloaded
+    assert rep["steps_profiled"] == 2
+    assert rep["steps_offloaded"] == 4
+
+
+def test_save_and_load_plan_skips_profiling(tmp_path, fast_dir, baseline):
+    kw = _offload(fast_dir, "ssd")
+    _, _, off = train("tiny", 2, offload=kw)
+    off.save_plan(tmp_path / "run.plan")
+    losses, model, off2 = train("tiny", STEPS, offload=dict(kw, plan=str(tmp_path / "run.plan")))
+    rep = off2.report()
+    assert rep["steps_profiled"] == 0
+    assert rep["steps_offloaded"] == STEPS - 1
+    assert losses == baseline[0]
+    assert param_digest(model) == baseline[1]
+
+
+@pytest.mark.parametrize("fault", ["write_fail=5,write_fail_count=100000",
+                                   "read_fail=5,read_fail_count=100000",
+                                   "corrupt=5,corrupt_count=100000"])
+def test_io_fault_is_a_clear_error(fast_dir, fault):
+    # The fault backend is the posix backend with injected failures (every retry fails too).
+    # A corrupted read is caught by the CRC32C check (verify=True); the training stops with a
+    # teraio.Error naming the tensor instead of continuing on wrong data.
+    kw = _offload(fast_dir, "ssd", backend="fault", backend_options=fault, verify=True)
+    with pytest.raises(teraio.Error) as e:
+        train("tiny", STEPS, offload=kw)
+    msg = str(e.value)
+    print("\nerror:", msg)
+    assert "tensor" in msg
+    assert ("corrupt" in msg.lower() or "crc" in msg.lower()) if "corrupt" in fault else True

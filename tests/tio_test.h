@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <teraio/status.h>
 
@@ -102,6 +103,25 @@ static const char *tio_t_name;
         if (!strstr(tio_last_error(), (needle)))                                      \
             TIO_T_FAIL("last error \"%s\" lacks \"%s\"", tio_last_error(), (needle)); \
     } while (0)
+
+/*
+ * tio_test_run_cli: run "$TIO_CLI <args> 2>&1" (args are shell words), capture up to outlen-1
+ * bytes of its output into out (NUL-terminated) and return its exit status, or -1 if it could
+ * not run or was killed. For the CLI tests.
+ */
+static inline int tio_test_run_cli(const char *args, char *out, size_t outlen) {
+    const char *cli = getenv("TIO_CLI");
+    char cmd[8192];
+    (void)snprintf(cmd, sizeof cmd, "%s %s 2>&1", cli ? cli : "teraio", args);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        return -1;
+    }
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 static inline int tio_test_done(void) {
     printf("%d passed, %d failed\n", tio_t_passed, tio_t_failed);

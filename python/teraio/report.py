@@ -327,19 +327,26 @@ def simulation(trace: str, hw: str, policies: list[str], plan: str | None, out_d
                                  image=f"{name}-throughput.png", table=table))
     # The timeline of the plan, else of the best teraio policy that ran (not OOM).
     ok = [r["system"] for r in rows if not r.get("oom") and r["system"].startswith("teraio")]
-    timeline_policy = plan or (ok[-1] if ok else None)
-    if timeline_policy:
-        series_dir = out_dir / f"{name}-sim"
-        src = ["--plan", plan] if plan else ["--policy", timeline_policy]
-        run_cli("simulate", trace, "--hw", hw, *src, "--csv", str(series_dir))
-        if (series_dir / "kernels.csv").is_file():
-            cap = int(rows[0].get("capacity_bytes", 0) or 0)
-            plot_timeline(series_dir, cap, out_dir / f"{name}-timeline.png",
-                          f"{name}: one iteration under {timeline_policy}")
-            page.sections.append(Section(f"{name}: GPU memory and migration bandwidth",
-                                         "One simulated steady-state iteration.",
-                                         image=f"{name}-timeline.png"))
+    if plan or ok:
+        timeline(trace, hw, None if plan else ok[-1], out_dir, name, page, plan=plan)
     return rows
+
+
+def timeline(trace: str, hw: str, policy: str | None, out_dir: Path, name: str, page: Page,
+             plan: str | None = None) -> bool:
+    """GPU memory and migration bandwidth over one simulated iteration of a policy or plan."""
+    series_dir = out_dir / f"{name}-sim"
+    src = ["--plan", plan] if plan else ["--policy", policy]
+    res = run_cli("simulate", trace, "--hw", hw, *src, "--csv", str(series_dir))
+    if res.get("oom") or not (series_dir / "kernels.csv").is_file():
+        return False
+    label = f"plan {Path(plan).name}" if plan else policy
+    plot_timeline(series_dir, int(res.get("capacity_bytes", 0) or 0),
+                  out_dir / f"{name}-timeline.png", f"{name}: one iteration under {label}")
+    page.sections.append(Section(f"{name}: GPU memory and migration bandwidth",
+                                 f"One simulated steady-state iteration under {label}.",
+                                 image=f"{name}-timeline.png"))
+    return True
 
 
 def sweep(trace: str, hw: str, out_dir: Path, name: str, page: Page) -> list[dict]:

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "dl/dl_impl.h"
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct tio_cudart_api loaded;
@@ -15,41 +16,16 @@ static int loaded_ok;
 static char load_reason[300];
 static const struct tio_cudart_api *override;
 
-/* dlsym into a function pointer: POSIX allows the conversion, ISO C does not, so go through
- * memcpy. */
-static int resolve(void *lib, const char *sym, void *fnptr_out) {
-    void *p = dlsym(lib, sym);
-    if (!p)
-        return -1;
-    memcpy(fnptr_out, &p, sizeof(p));
-    return 0;
-}
-
 static void load(void) {
     static const char *const names[] = { "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
                                          "libcudart.so" };
-    const char *env = getenv("TIO_CUDART_LIB"); /* NOLINT(concurrency-mt-unsafe): once */
-    void *lib = NULL;
     const char *name = NULL;
-    if (env && *env) {
-        name = env;
-        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-    } else {
-        for (size_t i = 0; i < TIO_ARRAY_LEN(names) && !lib; i++) {
-            name = names[i];
-            lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        }
-    }
+    void *lib = tio_dl_open("TIO_CUDART_LIB", names, TIO_ARRAY_LEN(names), "cudart", &name,
+                            load_reason, sizeof load_reason);
     if (!lib) {
-        const char *err = dlerror(); /* NOLINT(concurrency-mt-unsafe): under pthread_once */
-        (void)snprintf(load_reason, sizeof load_reason, "cudart not loadable (%s): %s",
-                       env ? env : "libcudart.so.13/.12/.11.0", err ? err : "?");
         return;
     }
-    struct {
-        const char *sym;
-        void *slot;
-    } syms[] = {
+    const struct tio_dl_sym syms[] = {
         { "cudaGetDeviceCount", &loaded.get_device_count },
         { "cudaMalloc", &loaded.malloc_device },
         { "cudaFree", &loaded.free_device },
@@ -58,12 +34,9 @@ static void load(void) {
         { "cudaMemcpy", &loaded.memcpy },
         { "cudaGetErrorString", &loaded.get_error_string },
     };
-    for (size_t i = 0; i < TIO_ARRAY_LEN(syms); i++) {
-        if (resolve(lib, syms[i].sym, syms[i].slot) < 0) {
-            (void)snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name,
-                           syms[i].sym);
-            return; /* never dlclose: see STYLE.md */
-        }
+    if (tio_dl_resolve_all(lib, syms, TIO_ARRAY_LEN(syms), name, load_reason, sizeof load_reason) <
+        0) {
+        return;
     }
     loaded_ok = 1;
     (void)snprintf(load_reason, sizeof load_reason, "loaded %s", name);

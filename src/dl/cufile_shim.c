@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "dl/dl_impl.h"
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct tio_cufile_api loaded;
@@ -15,53 +16,27 @@ static int loaded_ok;
 static char load_reason[300];
 static const struct tio_cufile_api *override;
 
-static int resolve(void *lib, const char *sym, void *fnptr_out) {
-    void *p = dlsym(lib, sym);
-    if (!p)
-        return -1;
-    memcpy(fnptr_out, &p, sizeof(p));
-    return 0;
-}
-
 static void load(void) {
     static const char *const names[] = { "libcufile.so.0", "libcufile.so.1", "libcufile.so" };
-    const char *env = getenv("TIO_CUFILE_LIB"); /* NOLINT(concurrency-mt-unsafe): once */
-    void *lib = NULL;
     const char *name = NULL;
-    if (env && *env) {
-        name = env;
-        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-    } else {
-        for (size_t i = 0; i < TIO_ARRAY_LEN(names) && !lib; i++) {
-            name = names[i];
-            lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        }
-    }
+    void *lib = tio_dl_open("TIO_CUFILE_LIB", names, TIO_ARRAY_LEN(names), "libcufile", &name,
+                            load_reason, sizeof load_reason);
     if (!lib) {
-        const char *err = dlerror(); /* NOLINT(concurrency-mt-unsafe): under pthread_once */
-        (void)snprintf(load_reason, sizeof load_reason, "libcufile not loadable (%s): %s",
-                       env ? env : "libcufile.so.0/.1", err ? err : "?");
         return;
     }
-    struct {
-        const char *sym;
-        void *slot;
-    } syms[] = {
+    const struct tio_dl_sym syms[] = {
         { "cuFileDriverOpen", &loaded.driver_open },
         { "cuFileHandleRegister", &loaded.handle_register },
         { "cuFileHandleDeregister", &loaded.handle_deregister },
         { "cuFileRead", &loaded.read },
         { "cuFileWrite", &loaded.write },
     };
-    for (size_t i = 0; i < TIO_ARRAY_LEN(syms); i++) {
-        if (resolve(lib, syms[i].sym, syms[i].slot) < 0) {
-            (void)snprintf(load_reason, sizeof load_reason, "%s: symbol %s missing", name,
-                           syms[i].sym);
-            return;
-        }
+    if (tio_dl_resolve_all(lib, syms, TIO_ARRAY_LEN(syms), name, load_reason, sizeof load_reason) <
+        0) {
+        return;
     }
-    if (resolve(lib, "cuFileDriverClose_v2", &loaded.driver_close) < 0 &&
-        resolve(lib, "cuFileDriverClose", &loaded.driver_close) < 0) {
+    if (tio_dl_resolve(lib, "cuFileDriverClose_v2", &loaded.driver_close) < 0 &&
+        tio_dl_resolve(lib, "cuFileDriverClose", &loaded.driver_close) < 0) {
         (void)snprintf(load_reason, sizeof load_reason, "%s: symbol cuFileDriverClose missing",
                        name);
         return;

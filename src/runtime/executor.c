@@ -76,9 +76,10 @@ static void fail(struct tio_runtime *rt, int rc, const char *what, uint32_t t, c
     rt->failed = 1;
     rt->fail_rc = rc;
     const char *name = tio_trace_tensor_name(rt->trace, t);
-    snprintf(rt->fail_msg, sizeof rt->fail_msg, "runtime: %s of tensor %u (%s, %llu bytes): %s: %s",
-             what, t, name ? name : "unnamed", (unsigned long long)rt->v.tensor_bytes[t],
-             tio_strerror(rc), detail && *detail ? detail : "no detail");
+    (void)snprintf(rt->fail_msg, sizeof rt->fail_msg,
+                   "runtime: %s of tensor %u (%s, %llu bytes): %s: %s", what, t,
+                   name ? name : "unnamed", (unsigned long long)rt->v.tensor_bytes[t],
+                   tio_strerror(rc), detail && *detail ? detail : "no detail");
 }
 
 /* Forget the engine's copy of t (best effort: a failure only leaks its extents until exit). */
@@ -535,15 +536,15 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 return rc;
             }
         } else { /* prefetch */
-            if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_real[t] < k) {
-                rt->st.moves_skipped++; /* only its free marker is left: never read it back */
-            } else if (rt->state[t] == ST_STORED) {
+            /* A dead intermediate (only its free marker is left) is never read back. */
+            int dead = !(rt->tflags[t] & TF_GLOBAL) && rt->last_real[t] < k;
+            if (!dead && rt->state[t] == ST_STORED) {
                 rt->state[t] = ST_MATERIALIZE;
                 add_resident(rt, t);
                 if ((rc = push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) < 0) {
                     return rc;
                 }
-            } else if (rt->state[t] == ST_WRITING) {
+            } else if (!dead && rt->state[t] == ST_WRITING) {
                 if (rt->tflags[t] & TF_DONE) { /* completed but not released: keep it */
                     rt->tflags[t] &= ~(uint32_t)TF_DONE;
                     rt->state[t] = ST_RESIDENT;

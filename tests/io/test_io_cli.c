@@ -6,15 +6,7 @@
 #include "io_util.h"
 
 static int run(const char *args, char *out, size_t outlen) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", getenv("TIO_CLI"), args);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tio_test_run_cli(args, out, outlen);
 }
 
 static char g_dir[512];

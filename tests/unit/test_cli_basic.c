@@ -5,17 +5,7 @@
 #include "tio_test.h"
 
 static int run(const char *args, char *out, size_t outlen) {
-    const char *cli = getenv("TIO_CLI");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", cli, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        return -1;
-    }
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tio_test_run_cli(args, out, outlen);
 }
 
 TIO_TEST(help_lists_commands) {

@@ -10,17 +10,9 @@
 static char out[65536];
 
 static int run(const char *args) {
-    const char *cli = getenv("TIO_CLI");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s model %s 2>&1", cli, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        return -1;
-    }
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char cmd[4096];
+    (void)snprintf(cmd, sizeof cmd, "model %s", args);
+    return tio_test_run_cli(cmd, out, sizeof out);
 }
 
 #define HAS(s)                                                     \

@@ -14,17 +14,7 @@ static char tmpdir[128];
 static char trace_path[256], hw_path[256], bad_hw_path[256];
 
 static int run(const char *args, char *out, size_t outlen) {
-    const char *cli = getenv("TIO_CLI");
-    char cmd[4096];
-    (void)snprintf(cmd, sizeof cmd, "%s %s 2>&1", cli, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        return -1;
-    }
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tio_test_run_cli(args, out, outlen);
 }
 
 /* Same fixture as test_plan_teraio.c: W (global 100 MB, k0 and k9), X (100 MB, k3 and k6),

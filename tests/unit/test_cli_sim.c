@@ -9,17 +9,7 @@
 static char out[1 << 17];
 
 static int run(const char *args) {
-    const char *cli = getenv("TIO_CLI");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", cli, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        return -1;
-    }
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tio_test_run_cli(args, out, sizeof out);
 }
 
 static char trace[1024], tmp[256], big[512];

@@ -9,16 +9,7 @@ static char tmpdir[64];
 
 /* Run `teraio <args>` (stdout and stderr together); returns the exit status. */
 static int run(const char *args, char *out, size_t outlen) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", getenv("TIO_CLI"), args);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        return -1;
-    }
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tio_test_run_cli(args, out, outlen);
 }
 
 static char *slurp(const char *path, size_t *len) {

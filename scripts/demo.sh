@@ -3,7 +3,7 @@
 # it exists; until then the built-in example trace through the CLI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+TIO_SETUP_TORCH=${TIO_SETUP_TORCH:-1} bash scripts/setup.sh
 . .venv/bin/activate
 if python -c "import teraio.demo" 2>/dev/null; then
     exec python -m teraio.demo "$@"

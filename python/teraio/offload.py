@@ -50,6 +50,21 @@ def _rank():
     return int(os.environ.get("RANK", "0"))
 
 
+def _device_backend(model):
+    """The engine backend for a model whose parameters live on a CUDA device: "auto" would pick
+    the fastest host-memory backend (uring), which cannot move device memory. GPUDirect Storage
+    (cufile) when its probe says it can run here, else cuda (pinned bounce buffers). None (auto)
+    for CPU models."""
+    try:
+        on_cuda = any(p.is_cuda for p in model.parameters())
+    except Exception:  # noqa: BLE001 - a model without parameters()
+        on_cuda = False
+    if not on_cuda:
+        return None
+    available = {b["name"] for b in _core.probe() if b["available"]}
+    return "cufile" if "cufile" in available else "cuda"
+
+
 class Offloader:
     """Lifetime-aware offloading of one model's training to host memory and SSDs.
 
@@ -121,6 +136,8 @@ class Offloader:
             else float(host_bandwidth)
         self.device = device
         self._cuda = False
+        if backend is None:
+            backend = _device_backend(model)
         # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
         # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
         self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, bool(verify),

@@ -30,6 +30,9 @@ int cli_exit_code(int rc) {
     case -ENOENT:
     case -EISDIR:
     case -ENOTDIR:
+    case -ELOOP:  /* a symlinked directory entry, refused on purpose */
+    case -EACCES: /* an unwritable directory or file the user named */
+    case -EPERM:
         return TIO_EXIT_INPUT;
     default:
         return TIO_EXIT_RUNTIME;

@@ -98,31 +98,17 @@ static double slot_free(const struct planner *p, int ch, size_t k) {
     return p->capk[ch][k] - p->used[ch][k];
 }
 
-static uint32_t dsu_fwd(struct planner *p, int ch, uint32_t k) {
-    uint32_t *f = p->fnext[ch];
+/* Root of k in a path-compressed "next non-full slot" forest. fnext links a full slot k to
+ * k + 1; bprev is indexed by k + 1 (0 is the sentinel "nothing before") and links to k. */
+static uint32_t dsu_find(uint32_t *parent, uint32_t k) {
     uint32_t r = k;
-    while (f[r] != r) {
-        r = f[r];
+    while (parent[r] != r) {
+        r = parent[r];
     }
-    while (f[k] != r) {
-        uint32_t nx = f[k];
-        f[k] = r;
+    while (parent[k] != r) {
+        uint32_t nx = parent[k];
+        parent[k] = r;
         k = nx;
-    }
-    return r;
-}
-
-/* bprev is indexed by k + 1 so that 0 is the sentinel "nothing before". */
-static uint32_t dsu_bwd(struct planner *p, int ch, uint32_t k1) {
-    uint32_t *b = p->bprev[ch];
-    uint32_t r = k1;
-    while (b[r] != r) {
-        r = b[r];
-    }
-    while (b[k1] != r) {
-        uint32_t nx = b[k1];
-        b[k1] = r;
-        k1 = nx;
     }
     return r;
 }
@@ -163,7 +149,7 @@ walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int 
     uint64_t x = a;
     while (x < b) {
         size_t k = (size_t)(x % n);
-        uint32_t j = dsu_fwd(p, prim, (uint32_t)k);
+        uint32_t j = dsu_find(p->fnext[prim], (uint32_t)k);
         if (j >= n) {
             x += n - k; /* nothing free until the end of the iteration */
             continue;
@@ -208,7 +194,7 @@ walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int 
     uint64_t x = b; /* exclusive */
     while (x > a) {
         size_t k1 = (size_t)((x - 1) % n) + 1; /* DSU index of kernel x - 1 */
-        uint32_t j1 = dsu_bwd(p, prim, (uint32_t)k1);
+        uint32_t j1 = dsu_find(p->bprev[prim], (uint32_t)k1);
         if (j1 == 0) {
             x -= k1; /* nothing free back to the start of the iteration */
             continue;

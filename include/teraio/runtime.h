@@ -31,7 +31,16 @@
  *   that has completed, and makes sure kernel k's tensors will be resident: a STORED tensor k
  *   uses gets an urgent MATERIALIZE (the plan missed it), a tensor k uses whose offload is still
  *   being written is waited for and kept. When the tracked resident bytes exceed budget_bytes
- *   it waits for in-flight offloads (a "pressure stall") and releases them.
+ *   it waits for in-flight offloads (a "pressure stall") and releases them; if that is not
+ *   enough (the plan is infeasible there, or an earlier demand read brought a tensor back), it
+ *   enforces the budget itself with demand offloads: it writes resident tensors kernel k does not
+ *   use, the one whose next use is furthest first (Belady; a global not used again this iteration
+ *   counts from its first use in the next one, an intermediate whose only remaining use is its
+ *   free marker is furthest of all), waits for those writes and releases them, until the tracked
+ *   resident bytes fit. Only bound, unpinned tensors can be chosen; a kernel that still does not
+ *   fit (its own tensors plus the unmovable ones exceed the budget) runs anyway and is counted in
+ *   over_budget_kernels. RELEASE actions come before MATERIALIZE actions in the returned array,
+ *   so a caller performing them in order frees memory before allocating.
  * - The caller performs the actions in order: RELEASE: free the tensor's memory; MATERIALIZE:
  *   allocate `bytes` and tio_runtime_bind() the new pointer. Memory is only released after
  *   its copy is complete in the engine, so a failed write never loses data.
@@ -85,6 +94,8 @@ struct tio_runtime_params {
     int32_t mem;                   /* enum tio_mem_kind of the bound pointers (default HOST) */
     uint64_t engine_id_base;       /* engine tensor id = this + trace tensor id (default 0): give
                                       executors sharing an engine disjoint ranges */
+    int32_t demand_tier; /* tier of demand offloads (TIO_TIER_HOST or TIO_TIER_SSD); 0 (default):
+                            the host tier while it has room for the tensor, else the SSD tier */
 };
 
 /* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST. */
@@ -179,6 +190,10 @@ struct tio_runtime_stats {
     double stall_s;               /* waiting for reads/writes a kernel needs */
     double pressure_stall_s;      /* waiting for offloads to get under the budget */
     double io_issue_s;            /* time spent inside before_kernel/ready/after_kernel */
+    uint64_t demand_offloads;     /* offloads the executor issued itself to stay in the budget */
+    uint64_t bytes_demand_offloaded; /* their bytes (also counted in offloads/bytes_offloaded) */
+    uint64_t over_budget_kernels;    /* kernels that ran above the budget: nothing movable left */
+    double demand_stall_s;           /* waiting for demand offloads to complete */
 };
 
 /*

@@ -41,6 +41,11 @@ struct tio_runtime {
     uint64_t *first_use, *last_use; /* [n_tensors] kernel indices (UINT64_MAX: never used) */
     uint64_t *last_real;            /* [n_tensors] last use by a kernel that is not a free marker */
     uint8_t *is_free;               /* [n_kernels] 1: a TIO_RUNTIME_FREE_KERNEL marker */
+    uint64_t *next_of_use; /* [n_uses] next kernel after this use's that really uses the tensor */
+    uint64_t *first_real;  /* [n_tensors] first use by a kernel that is not a free marker */
+    uint64_t *cursor;      /* [n_tensors] next real use at or after next_k (UINT64_MAX: none) */
+    uint32_t *victims;     /* [n_tensors] scratch: the demand offloads of one kernel */
+    int32_t demand_tier;   /* params.demand_tier */
     uint8_t *state;                 /* [n_tensors] enum tensor_state */
     uint32_t *tflags;               /* [n_tensors] TF_* */
     void **ptr;                     /* [n_tensors] bound memory or NULL */
@@ -233,6 +238,124 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
     }
 }
 
+/* Bytes of completed offloads whose RELEASE has not been handed out yet. */
+static uint64_t pending_release(const struct tio_runtime *rt) {
+    uint64_t pending = 0;
+    for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+        if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
+            pending += rt->v.tensor_bytes[t];
+        }
+    }
+    return pending;
+}
+
+/* Reorder out[0..n) so that the RELEASE actions out[m..n) come before the MATERIALIZE actions
+ * out[0..m) (a caller performing them in order frees memory before allocating). */
+static void releases_first(struct tio_rt_action *out, size_t m, size_t n) {
+    if (m == 0 || m == n) {
+        return;
+    }
+    /* Rotate left by m: three reversals. */
+    struct tio_rt_action tmp;
+    size_t spans[3][2] = { { 0, m }, { m, n }, { 0, n } };
+    for (int s = 0; s < 3; s++) {
+        for (size_t i = spans[s][0], j = spans[s][1]; i + 1 < j; i++, j--) {
+            tmp = out[i];
+            out[i] = out[j - 1];
+            out[j - 1] = tmp;
+        }
+    }
+}
+
+/* How far away tensor t's next use is, seen from the current kernel (larger: better victim). */
+static uint64_t next_use_distance(const struct tio_runtime *rt, uint32_t t) {
+    if (rt->cursor[t] != UINT64_MAX) {
+        return rt->cursor[t];
+    }
+    if (rt->tflags[t] & TF_GLOBAL) { /* next iteration */
+        return rt->first_real[t] == UINT64_MAX ? UINT64_MAX - 1
+                                               : rt->v.n_kernels + rt->first_real[t];
+    }
+    return UINT64_MAX; /* only its free marker is left: never read again in this iteration */
+}
+
+static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
+    if (rt->demand_tier != 0) {
+        return rt->demand_tier;
+    }
+    struct tio_engine_stats es;
+    (void)tio_engine_stats(rt->engine, &es);
+    if (es.host_capacity_bytes >= es.host_used_bytes &&
+        es.host_capacity_bytes - es.host_used_bytes >= rt->v.tensor_bytes[t]) {
+        return TIO_TIER_HOST;
+    }
+    return TIO_TIER_SSD;
+}
+
+/*
+ * The tracked resident bytes exceed the budget before kernel k although no planned offload is
+ * in flight: write resident tensors k does not use, furthest next use first, until they fit;
+ * wait for those writes (a tensor is released only once its copy is complete). The RELEASE
+ * actions are handed out by the caller's releases().
+ */
+static int demand_offload(struct tio_runtime *rt, uint64_t k) {
+    uint64_t pending = pending_release(rt);
+    if (rt->st.resident_bytes - pending <= rt->budget) {
+        return 0;
+    }
+    uint64_t over = rt->st.resident_bytes - pending - rt->budget;
+    size_t nv = 0;
+    int rc = 0;
+    while (over > 0) {
+        uint32_t best = UINT32_MAX;
+        uint64_t best_d = 0;
+        for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+            if (rt->state[t] != ST_RESIDENT || !rt->ptr[t] || (rt->tflags[t] & TF_PINNED) ||
+                rt->v.tensor_bytes[t] == 0 || rt->cursor[t] == k) {
+                continue;
+            }
+            uint64_t d = next_use_distance(rt, t);
+            if (best == UINT32_MAX || d > best_d ||
+                (d == best_d && rt->v.tensor_bytes[t] > rt->v.tensor_bytes[best])) {
+                best = t;
+                best_d = d;
+            }
+        }
+        if (best == UINT32_MAX) {
+            break;
+        }
+        uint32_t t = best;
+        uint64_t b = rt->v.tensor_bytes[t];
+        rt->st.demand_offloads++;
+        rt->st.bytes_demand_offloaded += b;
+        over = over > b ? over - b : 0;
+        rt->state[t] = ST_WRITING;
+        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+        if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
+            rt->tflags[t] |= TF_DONE; /* clean: the stored copy is identical */
+            rt->st.offloads++;
+            rt->st.clean_offloads++;
+            continue;
+        }
+        if ((rc = submit_write(rt, t, demand_tier(rt, t), 1)) < 0) {
+            return rc;
+        }
+        rt->victims[nv++] = t;
+    }
+    for (size_t i = 0; i < nv && rc == 0; i++) {
+        rc = wait_tensor(rt, rt->victims[i], &rt->st.demand_stall_s);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (over > 0) {
+        rt->st.over_budget_kernels++;
+        TIO_LOG_DEBUG("runtime: kernel %llu runs %llu bytes above the budget: nothing movable left",
+                      (unsigned long long)k, (unsigned long long)over);
+    }
+    return rt->failed ? sticky(rt) : 0;
+}
+
 static int submit_read(struct tio_runtime *rt, uint32_t t) {
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
@@ -267,6 +390,12 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     if (p->mem != TIO_MEM_HOST && p->mem != TIO_MEM_DEVICE) {
         return tio_set_error(TIO_EINVAL, "runtime: params.mem: unknown memory kind %d", p->mem);
     }
+    if (p->demand_tier != 0 && p->demand_tier != TIO_TIER_HOST && p->demand_tier != TIO_TIER_SSD) {
+        return tio_set_error(TIO_EINVAL,
+                             "runtime: params.demand_tier: %d is not 0, TIO_TIER_HOST or "
+                             "TIO_TIER_SSD",
+                             p->demand_tier);
+    }
     int rc = tio_plan_check_trace(p->plan, p->trace);
     if (rc < 0) {
         return rc;
@@ -292,8 +421,14 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->ptr = tio_calloc(nt ? nt : 1, sizeof *rt->ptr);
     rt->last_real = tio_calloc(nt ? nt : 1, sizeof *rt->last_real);
     rt->is_free = tio_calloc(nk ? nk : 1, 1);
+    rt->next_of_use = tio_malloc((rt->v.n_uses ? rt->v.n_uses : 1) * sizeof *rt->next_of_use);
+    rt->first_real = tio_malloc((nt ? nt : 1) * sizeof *rt->first_real);
+    rt->cursor = tio_malloc((nt ? nt : 1) * sizeof *rt->cursor);
+    rt->victims = tio_malloc((nt ? nt : 1) * sizeof *rt->victims);
+    rt->demand_tier = p->demand_tier;
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
-        !rt->last_real || !rt->is_free) {
+        !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
+        !rt->victims) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -347,6 +482,22 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
             }
         }
     }
+    /* Next real use after each use (free markers are not uses that need the tensor). */
+    for (size_t t = 0; t < nt; t++) {
+        rt->first_real[t] = UINT64_MAX;
+    }
+    for (size_t k = nk; k-- > 0;) {
+        const uint64_t u0 = rt->v.kernel_use_offset[k], u1 = rt->v.kernel_use_offset[k + 1];
+        for (uint64_t u = u0; u < u1; u++) {
+            rt->next_of_use[u] = rt->first_real[rt->v.use_tensor[u]];
+        }
+        if (!rt->is_free[k]) {
+            for (uint64_t u = u0; u < u1; u++) {
+                rt->first_real[rt->v.use_tensor[u]] = k;
+            }
+        }
+    }
+    memcpy(rt->cursor, rt->first_real, (nt ? nt : 1) * sizeof *rt->cursor);
     for (uint32_t t = 0; t < nt; t++) {
         if (rt->tflags[t] & TF_GLOBAL) {
             rt->state[t] = ST_RESIDENT;
@@ -385,6 +536,10 @@ void tio_runtime_free(struct tio_runtime *rt) {
     tio_free(rt->ptr);
     tio_free(rt->last_real);
     tio_free(rt->is_free);
+    tio_free(rt->next_of_use);
+    tio_free(rt->first_real);
+    tio_free(rt->cursor);
+    tio_free(rt->victims);
     tio_free(rt);
 }
 
@@ -471,6 +626,7 @@ int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *ou
     }
     rt->in_iter = 1;
     rt->next_k = 0;
+    memcpy(rt->cursor, rt->first_real, (rt->v.n_tensors ? rt->v.n_tensors : 1) * sizeof *rt->cursor);
     return (int)n;
 }
 
@@ -591,13 +747,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
     if (rt->budget) {
         double p0 = tio_now_s();
         for (;;) {
-            uint64_t pending = 0;
-            for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
-                if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
-                    pending += rt->v.tensor_bytes[t];
-                }
-            }
-            if (rt->st.resident_bytes - pending <= rt->budget || rt->inflight == 0) {
+            if (rt->st.resident_bytes - pending_release(rt) <= rt->budget || rt->inflight == 0) {
                 break;
             }
             int writing = 0;
@@ -612,10 +762,16 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             }
         }
         rt->st.pressure_stall_s += tio_now_s() - p0;
+        /* Still above: the plan did not schedule enough; offload on demand. */
+        if ((rc = demand_offload(rt, k)) < 0) {
+            return rc;
+        }
     }
+    size_t n_mat = n;
     if ((rc = releases(rt, out, max, &n)) < 0) {
         return rc;
     }
+    releases_first(out, n_mat, n);
     rt->st.io_issue_s += tio_now_s() - t0;
     if (rt->failed) {
         return sticky(rt);
@@ -717,6 +873,9 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         uint32_t t = rt->v.use_tensor[u];
         if (rt->v.use_mode[u] & TIO_USE_WRITE) {
             rt->tflags[t] |= TF_DIRTY;
+        }
+        if (!rt->is_free[k]) {
+            rt->cursor[t] = rt->next_of_use[u];
         }
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_STORED) {
             retire_stored(rt, t);

@@ -1,0 +1,445 @@
+/* The executor enforces the budget itself when the plan cannot (demand offloads, Belady order).
+ * Traces are tiny and hand-built; the plans are empty (infeasible: they move nothing), and every
+ * expected action, counter and peak below is worked out by hand in the comments. Besides the
+ * executor's own counters, the caller measures the memory it really holds (sum of its live
+ * buffers) after performing the actions and creating kernel k's outputs. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <teraio/io.h>
+#include <teraio/plan.h>
+#include <teraio/runtime.h>
+#include <teraio/trace.h>
+
+#include "../tio_test.h"
+
+#define MB (UINT64_C(1) << 20)
+#define MAXT 8
+#define MAXK 8
+#define MAXU 4
+
+struct use {
+    int t, mode;
+};
+
+struct spec {
+    int nt, nk;
+    uint64_t bytes[MAXT];
+    int global[MAXT];
+    const char *kname[MAXK];
+    struct use uses[MAXK][MAXU]; /* terminated by mode 0 */
+};
+
+static struct tio_trace *build(const struct spec *s) {
+    struct tio_trace *tr;
+    if (tio_trace_new(NULL, &tr) < 0) {
+        return NULL;
+    }
+    int rc = 0;
+    for (int t = 0; t < s->nt; t++) {
+        rc |= tio_trace_add_tensor(tr, s->bytes[t],
+                                   s->global[t] ? TIO_TENSOR_WEIGHT : TIO_TENSOR_ACTIVATION,
+                                   s->global[t] ? TIO_TENSOR_GLOBAL : 0, NULL, NULL);
+    }
+    for (int k = 0; k < s->nk; k++) {
+        rc |= tio_trace_add_kernel(tr, s->kname[k], 1000, 0, NULL);
+        for (int i = 0; i < MAXU && s->uses[k][i].mode; i++) {
+            rc |= tio_trace_add_use(tr, (uint32_t)s->uses[k][i].t, s->uses[k][i].mode);
+        }
+    }
+    if (rc != 0 || tio_trace_finish(tr) < 0) {
+        tio_trace_free(tr);
+        return NULL;
+    }
+    return tr;
+}
+
+static struct tio_plan *empty_plan(const struct tio_trace *tr, int nk) {
+    uint64_t h;
+    struct tio_plan *p;
+    if (tio_trace_hash(tr, &h) < 0 || tio_plan_new(h, (uint64_t)nk, "none", &p) < 0) {
+        return NULL;
+    }
+    if (tio_plan_finish(p) < 0) {
+        tio_plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static char g_dir[] = "/tmp/tio_rtd_XXXXXX";
+
+static struct tio_engine *make_engine(uint64_t host_tier) {
+    const char *dirs[] = { g_dir };
+    struct tio_engine_params ep = tio_engine_params_default();
+    ep.dirs = dirs;
+    ep.ndirs = 1;
+    ep.host_tier_bytes = host_tier;
+    ep.backend = "posix";
+    ep.preallocate = 0;
+    struct tio_engine *e = NULL;
+    if (tio_engine_new(&ep, &e) < 0) {
+        printf("  engine: %s\n", tio_last_error());
+        return NULL;
+    }
+    return e;
+}
+
+/* The caller: real buffers with a per-tensor pattern that changes with every write. */
+struct host {
+    const struct spec *s;
+    uint8_t *buf[MAXT];
+    uint8_t version[MAXT];
+    int released[MAXT], materialized[MAXT];
+    int stored[MAXT]; /* released and not materialised again */
+    uint64_t held, peak_held;
+    int data_ok;
+};
+
+static uint8_t pat(int t, uint8_t version, size_t i) {
+    return (uint8_t)(t * 31 + version * 7 + (int)(i % 251));
+}
+
+static void fill(struct host *h, int t) {
+    for (size_t i = 0; i < h->s->bytes[t]; i++) {
+        h->buf[t][i] = pat(t, h->version[t], i);
+    }
+}
+
+static int check(struct host *h, int t) {
+    if (!h->buf[t]) {
+        return 0;
+    }
+    for (size_t i = 0; i < h->s->bytes[t]; i += 4093) {
+        if (h->buf[t][i] != pat(t, h->version[t], i)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void drop(struct host *h, int t) {
+    memset(h->buf[t], 0xEE, h->s->bytes[t]); /* poison, as a real free would */
+    free(h->buf[t]);
+    h->buf[t] = NULL;
+    h->held -= h->s->bytes[t];
+}
+
+static int alloc(struct tio_runtime *rt, struct host *h, int t) {
+    h->buf[t] = malloc(h->s->bytes[t]);
+    if (!h->buf[t]) {
+        return -1;
+    }
+    memset(h->buf[t], 0xCD, h->s->bytes[t]);
+    h->held += h->s->bytes[t];
+    return tio_runtime_bind(rt, (uint32_t)t, h->buf[t]);
+}
+
+static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a, int n) {
+    int seen_materialize = 0;
+    for (int i = 0; i < n; i++) {
+        int t = (int)a[i].tensor;
+        if (a[i].kind == TIO_RT_RELEASE) {
+            if (seen_materialize || !h->buf[t]) {
+                return -1; /* releases come first; a released tensor was resident */
+            }
+            drop(h, t);
+            h->released[t]++;
+            h->stored[t] = 1;
+        } else {
+            seen_materialize = 1;
+            if (h->buf[t] || alloc(rt, h, t) < 0) {
+                return -1;
+            }
+            h->materialized[t]++;
+            h->stored[t] = 0;
+        }
+    }
+    return 0;
+}
+
+static int last_use(const struct spec *s, int t) {
+    int last = -1;
+    for (int k = 0; k < s->nk; k++) {
+        for (int i = 0; i < MAXU && s->uses[k][i].mode; i++) {
+            last = s->uses[k][i].t == t ? k : last;
+        }
+    }
+    return last;
+}
+
+/* One iteration. Intermediates are created at their first use (a write) and freed after their
+ * last use (free marker included), as their owner would. */
+static int iterate(struct tio_runtime *rt, struct host *h) {
+    const struct spec *s = h->s;
+    struct tio_rt_action a[MAXT];
+    int rc = tio_runtime_begin_iteration(rt, a, MAXT);
+    if (rc < 0 || apply(rt, h, a, rc) < 0) {
+        return rc < 0 ? rc : -1;
+    }
+    for (int k = 0; k < s->nk; k++) {
+        int n = tio_runtime_before_kernel(rt, (uint64_t)k, a, MAXT);
+        if (n < 0) {
+            return n;
+        }
+        if (apply(rt, h, a, n) < 0) {
+            return -1;
+        }
+        if ((rc = tio_runtime_ready(rt, (uint64_t)k)) < 0) {
+            return rc;
+        }
+        int marker = strcmp(s->kname[k], TIO_RUNTIME_FREE_KERNEL) == 0;
+        for (int i = 0; !marker && i < MAXU && s->uses[k][i].mode; i++) {
+            int t = s->uses[k][i].t;
+            if (!s->global[t] && !h->buf[t] && !h->stored[t]) {
+                if (alloc(rt, h, t) < 0) { /* created by this kernel */
+                    return -1;
+                }
+            } else {
+                h->data_ok &= check(h, t);
+            }
+        }
+        if (h->held > h->peak_held) {
+            h->peak_held = h->held;
+        }
+        for (int i = 0; !marker && i < MAXU && s->uses[k][i].mode; i++) {
+            int t = s->uses[k][i].t;
+            if (s->uses[k][i].mode & TIO_USE_WRITE) {
+                h->version[t]++;
+                fill(h, t);
+            }
+        }
+        if ((rc = tio_runtime_after_kernel(rt, (uint64_t)k)) < 0) {
+            return rc;
+        }
+        for (int t = 0; t < s->nt; t++) {
+            if (!s->global[t] && last_use(s, t) == k) {
+                if (h->buf[t]) {
+                    drop(h, t);
+                }
+                h->stored[t] = 0;
+                h->version[t] = 0;
+            }
+        }
+    }
+    int n = tio_runtime_end_iteration(rt, a, MAXT);
+    if (n < 0) {
+        return n;
+    }
+    return apply(rt, h, a, n);
+}
+
+struct run {
+    struct tio_runtime_stats st;
+    struct host h;
+    int ok;
+};
+
+static void run_spec(const struct spec *s, uint64_t budget, uint64_t host_tier, int iterations,
+                     struct run *out) {
+    memset(out, 0, sizeof *out);
+    struct tio_trace *tr = build(s);
+    struct tio_plan *plan = tr ? empty_plan(tr, s->nk) : NULL;
+    struct tio_engine *e = make_engine(host_tier);
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        tio_plan_free(plan);
+        tio_trace_free(tr);
+        tio_engine_free(e);
+        return;
+    }
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = plan;
+    rp.engine = e;
+    rp.budget_bytes = budget;
+    struct tio_runtime *rt = NULL;
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    struct host *h = &out->h;
+    h->s = s;
+    h->data_ok = 1;
+    for (int t = 0; t < s->nt; t++) {
+        if (s->global[t] && rt) {
+            CHECK_OK(alloc(rt, h, t));
+            fill(h, t);
+        }
+    }
+    out->ok = rt != NULL;
+    for (int it = 0; it < iterations && out->ok; it++) {
+        int rc = iterate(rt, h);
+        CHECK_EQ_I(rc, 0);
+        if (rc != 0) {
+            printf("  %s\n", tio_last_error());
+            out->ok = 0;
+        }
+    }
+    CHECK(h->data_ok);
+    if (rt) {
+        tio_runtime_get_stats(rt, &out->st);
+    }
+    tio_runtime_free(rt);
+    for (int t = 0; t < s->nt; t++) {
+        free(h->buf[t]);
+        h->buf[t] = NULL;
+    }
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
+/*
+ * Two globals W0 (2 MiB), W1 (1 MiB); intermediates A (1 MiB), G (2 MiB).
+ *   k0: R W0            resident W0+W1 = 3 MiB
+ *   k1: R W1, W A       W0+W1+A = 4 > 3: the only candidate is W0 (next use k5): demand offload
+ *                       -> 2 MiB
+ *   k2: R A, W G        W1+A+G = 4 > 3: candidate W1 (next use k4) -> 3 MiB
+ *   k3: R A, R G        A, G = 3 MiB; A dies
+ *   k4: RW W1, R G      W1 STORED: urgent read -> G+W1 = 3 MiB; G dies
+ *   k5: RW W0           W0 STORED: urgent read -> W1+W0 = 3 MiB
+ * Budget 3 MiB: every kernel fits exactly; without demand offloads k2 would hold 6 MiB. Per
+ * iteration: 2 demand offloads (3 MiB, both tensors are dirty again every iteration), 2 urgent
+ * reads, each global released and materialised once.
+ */
+static const struct spec S1 = {
+    .nt = 4,
+    .nk = 6,
+    .bytes = { 2 * MB, MB, MB, 2 * MB },
+    .global = { 1, 1, 0, 0 },
+    .kname = { "k0", "k1", "k2", "k3", "k4", "k5" },
+    .uses = { { { 0, TIO_USE_READ } },
+              { { 1, TIO_USE_READ }, { 2, TIO_USE_WRITE } },
+              { { 2, TIO_USE_READ }, { 3, TIO_USE_WRITE } },
+              { { 2, TIO_USE_READ }, { 3, TIO_USE_READ } },
+              { { 1, TIO_USE_READ_WRITE }, { 3, TIO_USE_READ } },
+              { { 0, TIO_USE_READ_WRITE } } },
+};
+
+TIO_TEST(infeasible_plan_is_kept_in_budget_by_demand_offloads) {
+    struct run r;
+    run_spec(&S1, 3 * MB, 0, 3, &r);
+    CHECK(r.ok);
+    CHECK_EQ_U(r.st.iterations, 3);
+    CHECK_EQ_U(r.st.demand_offloads, 6);
+    CHECK_EQ_U(r.st.bytes_demand_offloaded, 9 * MB);
+    CHECK_EQ_U(r.st.offloads, 6);
+    CHECK_EQ_U(r.st.clean_offloads, 0);
+    CHECK_EQ_U(r.st.urgent_reads, 6);
+    CHECK_EQ_U(r.st.bytes_prefetched, 9 * MB);
+    CHECK_EQ_U(r.st.over_budget_kernels, 0);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 3 * MB);
+    CHECK_EQ_U(r.h.peak_held, 3 * MB); /* what the caller really held */
+    CHECK_EQ_U(r.h.released[0], 3);
+    CHECK_EQ_U(r.h.materialized[0], 3);
+    CHECK_EQ_U(r.h.released[1], 3);
+    CHECK_EQ_U(r.h.materialized[1], 3);
+    CHECK(r.st.demand_stall_s >= 0.0);
+}
+
+TIO_TEST(infeasible_plan_on_the_host_tier) {
+    struct run r;
+    run_spec(&S1, 3 * MB, 8 * MB, 2, &r); /* default demand tier: host while it has room */
+    CHECK(r.ok);
+    CHECK_EQ_U(r.st.demand_offloads, 4);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 3 * MB);
+    CHECK_EQ_U(r.h.peak_held, 3 * MB);
+}
+
+TIO_TEST(no_budget_means_no_demand_offloads) {
+    struct run r;
+    run_spec(&S1, 0, 0, 1, &r);
+    CHECK(r.ok);
+    CHECK_EQ_U(r.st.demand_offloads, 0);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 6 * MB); /* k2: W0+W1+A+G */
+    CHECK_EQ_U(r.h.peak_held, 6 * MB);
+}
+
+/*
+ * Belady, with a free marker: global W (2 MiB) read at k0 and k3; gradient-like intermediate
+ * Gr (1 MiB) written at k0, read at k1, freed at k4 (free marker); T (1 MiB) at k2 only.
+ *   k0: W+Gr = 3;  k1: 3;  k2: W+Gr+T = 4 > 3: candidates W (next use k3) and Gr (only its
+ *   free marker is left: never read again) -> Gr goes, W stays -> 3;  k3: W = 2;  k4 (marker):
+ *   Gr is STORED and not made resident; it dies.
+ * Per iteration: one demand offload of 1 MiB, nothing read back, W never released.
+ */
+static const struct spec S2 = {
+    .nt = 3,
+    .nk = 5,
+    .bytes = { 2 * MB, MB, MB },
+    .global = { 1, 0, 0 },
+    .kname = { "k0", "k1", "k2", "k3", TIO_RUNTIME_FREE_KERNEL },
+    .uses = { { { 0, TIO_USE_READ }, { 1, TIO_USE_WRITE } },
+              { { 1, TIO_USE_READ } },
+              { { 2, TIO_USE_WRITE } },
+              { { 0, TIO_USE_READ } },
+              { { 1, TIO_USE_WRITE } } },
+};
+
+TIO_TEST(furthest_next_use_goes_first) {
+    struct run r;
+    run_spec(&S2, 3 * MB, 0, 2, &r);
+    CHECK(r.ok);
+    CHECK_EQ_U(r.st.demand_offloads, 2);
+    CHECK_EQ_U(r.st.bytes_demand_offloaded, 2 * MB);
+    CHECK_EQ_U(r.st.prefetches, 0);
+    CHECK_EQ_U(r.st.urgent_reads, 0);
+    CHECK_EQ_U(r.h.released[0], 0);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 3 * MB);
+    CHECK_EQ_U(r.h.peak_held, 3 * MB);
+    CHECK_EQ_U(r.st.stored_bytes, 0); /* Gr's copy went with it */
+}
+
+/*
+ * A budget below what one kernel needs: S1 with 2 MiB.
+ *   k0: W0+W1 = 3 > 2: W1 goes (W0 is used) -> 2
+ *   k1: W1 urgent read, A created: W0+W1+A = 4 > 2: W0 goes -> 2
+ *   k2: W1+A+G = 4 > 2: W1 goes -> 3; nothing else is movable (A, G are used): over budget
+ *   k3: A+G = 3 > 2: nothing movable -> over budget; A dies -> 2
+ *   k4: W1 urgent read: G+W1 = 3 > 2, both used -> over budget; G dies
+ *   k5: W0 urgent read: W1+W0 = 3 > 2: W1 goes -> 2
+ * Demand offloads W1, W0, W1, W1 (4); over_budget_kernels 3; peak 3 MiB. The step still runs.
+ */
+TIO_TEST(kernel_larger_than_budget_runs_and_is_counted) {
+    struct run r;
+    run_spec(&S1, 2 * MB, 0, 1, &r);
+    CHECK(r.ok);
+    CHECK_EQ_U(r.st.demand_offloads, 4);
+    CHECK_EQ_U(r.st.over_budget_kernels, 3);
+    CHECK_EQ_U(r.st.urgent_reads, 3);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 3 * MB);
+    CHECK_EQ_U(r.h.peak_held, 3 * MB);
+}
+
+TIO_TEST(bad_demand_tier_is_refused) {
+    struct tio_trace *tr = build(&S1);
+    struct tio_plan *plan = tr ? empty_plan(tr, S1.nk) : NULL;
+    struct tio_engine *e = make_engine(0);
+    CHECK(tr && plan && e);
+    if (tr && plan && e) {
+        struct tio_runtime_params rp = tio_runtime_params_default();
+        rp.trace = tr;
+        rp.plan = plan;
+        rp.engine = e;
+        rp.demand_tier = TIO_TIER_GPU + 7;
+        struct tio_runtime *rt = NULL;
+        CHECK_RC(tio_runtime_new(&rp, &rt), TIO_EINVAL);
+        CHECK_ERR_HAS("demand_tier");
+    }
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
+int main(void) {
+    if (!mkdtemp(g_dir)) {
+        return 1;
+    }
+    RUN(infeasible_plan_is_kept_in_budget_by_demand_offloads);
+    RUN(infeasible_plan_on_the_host_tier);
+    RUN(no_budget_means_no_demand_offloads);
+    RUN(furthest_next_use_goes_first);
+    RUN(kernel_larger_than_budget_runs_and_is_counted);
+    RUN(bad_demand_tier_is_refused);
+    rmdir(g_dir);
+    return tio_test_done();
+}

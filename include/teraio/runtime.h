@@ -37,7 +37,9 @@
  *   use, the one whose next use is furthest first (Belady; a global not used again this iteration
  *   counts from its first use in the next one, an intermediate whose only remaining use is its
  *   free marker is furthest of all), waits for those writes and releases them, until the tracked
- *   resident bytes fit. Only bound, unpinned tensors can be chosen; a kernel that still does not
+ *   resident bytes fit. A planned prefetch handed out by the same call for a later kernel is a
+ *   candidate too (taken back, it costs no I/O: counted in deferred_prefetches; the tensor is
+ *   read when needed). Only bound, unpinned tensors can be chosen; a kernel that still does not
  *   fit (its own tensors plus the unmovable ones exceed the budget) runs anyway and is counted in
  *   over_budget_kernels. RELEASE actions come before MATERIALIZE actions in the returned array,
  *   so a caller performing them in order frees memory before allocating.
@@ -175,25 +177,26 @@ TIO_API TIO_MUST_CHECK int tio_runtime_restore_finish(struct tio_runtime *rt);
 
 /* Counters since creation. */
 struct tio_runtime_stats {
-    uint64_t iterations;          /* completed iterations */
-    uint64_t kernels;             /* kernels executed */
-    uint64_t offloads;            /* offloads completed (writes + clean skips) */
-    uint64_t clean_offloads;      /* offloads that reused an identical stored copy */
-    uint64_t prefetches;          /* reads completed (planned + urgent) */
-    uint64_t urgent_reads;        /* reads the plan did not schedule in time */
-    uint64_t moves_skipped;       /* moves not applicable (unbound, pinned, already there) */
-    uint64_t bytes_offloaded;     /* bytes written to the engine */
-    uint64_t bytes_prefetched;    /* bytes read back */
-    uint64_t resident_bytes;      /* tracked resident bytes now */
-    uint64_t peak_resident_bytes; /* max over kernels of tracked resident bytes while running */
-    uint64_t stored_bytes;        /* bytes whose only copy is in the engine now */
-    double stall_s;               /* waiting for reads/writes a kernel needs */
-    double pressure_stall_s;      /* waiting for offloads to get under the budget */
-    double io_issue_s;            /* time spent inside before_kernel/ready/after_kernel */
-    uint64_t demand_offloads;     /* offloads the executor issued itself to stay in the budget */
+    uint64_t iterations;             /* completed iterations */
+    uint64_t kernels;                /* kernels executed */
+    uint64_t offloads;               /* offloads completed (writes + clean skips) */
+    uint64_t clean_offloads;         /* offloads that reused an identical stored copy */
+    uint64_t prefetches;             /* reads completed (planned + urgent) */
+    uint64_t urgent_reads;           /* reads the plan did not schedule in time */
+    uint64_t moves_skipped;          /* moves not applicable (unbound, pinned, already there) */
+    uint64_t bytes_offloaded;        /* bytes written to the engine */
+    uint64_t bytes_prefetched;       /* bytes read back */
+    uint64_t resident_bytes;         /* tracked resident bytes now */
+    uint64_t peak_resident_bytes;    /* max over kernels of tracked resident bytes while running */
+    uint64_t stored_bytes;           /* bytes whose only copy is in the engine now */
+    double stall_s;                  /* waiting for reads/writes a kernel needs */
+    double pressure_stall_s;         /* waiting for offloads to get under the budget */
+    double io_issue_s;               /* time spent inside before_kernel/ready/after_kernel */
+    uint64_t demand_offloads;        /* offloads the executor issued itself to stay in the budget */
     uint64_t bytes_demand_offloaded; /* their bytes (also counted in offloads/bytes_offloaded) */
     uint64_t over_budget_kernels;    /* kernels that ran above the budget: nothing movable left */
     double demand_stall_s;           /* waiting for demand offloads to complete */
+    uint64_t deferred_prefetches;    /* planned prefetches taken back to stay in the budget */
 };
 
 /*

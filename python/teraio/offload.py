@@ -247,6 +247,16 @@ class Offloader:
                     f"of operator {kmax} ({prog.kernels[kmax][0]}: "
                     f"{_core.format_bytes(ws[kmax])}, the tensors it uses at once): raise "
                     f"memory_budget to at least {_core.format_bytes(ws[kmax])}")
+            need, kmax, fixed = self._min_budget(prog)
+            if need > self.budget:
+                raise ValueError(
+                    f"memory_budget: {_core.format_bytes(self.budget)} is below what operator "
+                    f"{kmax} ({prog.kernels[kmax][0]}) needs resident: "
+                    f"{_core.format_bytes(need)}, its working set plus "
+                    f"{_core.format_bytes(fixed)} of live tensors teraio never moves (smaller "
+                    f"than min_tensor_bytes={_core.format_bytes(self.min_tensor_bytes)}, or "
+                    f"inputs and communication buffers): raise memory_budget to at least "
+                    f"{_core.format_bytes(need)} or lower min_tensor_bytes")
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
         trace = _core.RtTrace.build(prog.tensors, prog.kernels, meta)
         plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
@@ -259,6 +269,50 @@ class Offloader:
                           RuntimeWarning, stacklevel=3)
         self._trace, self._plan, self._prog = trace, plan, prog
         self._counts["replans"] += 1
+
+    def _movable_ids(self, prog):
+        """Tensors the executor may move: big enough and not pinned (inputs, buffers of
+        collectives). The plan's moves are among them; the rest can still be offloaded on demand
+        when the plan cannot keep an operator under the budget."""
+        from teraio.torch._mode import F_PINNED
+
+        return frozenset(t for t, (b, _, f, _) in enumerate(prog.tensors)
+                         if b >= max(1, self.min_tensor_bytes) and not f & F_PINNED)
+
+    def _min_budget(self, prog):
+        """(bytes, operator, fixed): the most any operator needs resident when everything
+        movable and unused by it is offloaded: its working set plus the live tensors that are
+        never moved (the executor's accounting: globals always, an intermediate from its first
+        to its last use, free marker included)."""
+        from teraio.torch._mode import F_GLOBAL
+
+        movable = self._movable_ids(prog)
+        n = len(prog.kernels)
+        first, last = {}, {}
+        for k, (_, _, _, u) in enumerate(prog.kernels):
+            for i in range(0, len(u), 2):
+                first.setdefault(u[i], k)
+                last[u[i]] = k
+        delta = [0] * (n + 1)
+        base = 0
+        tb = [t[0] for t in prog.tensors]
+        for t, (b, _, flags, _) in enumerate(prog.tensors):
+            if t in movable:
+                continue
+            if flags & F_GLOBAL:
+                base += b
+            elif t in first:
+                delta[first[t]] += b
+                delta[last[t] + 1] -= b
+        best = (0, 0, 0)
+        cur = base
+        for k, (_, _, _, u) in enumerate(prog.kernels):
+            cur += delta[k]
+            used = set(u[i] for i in range(0, len(u), 2))
+            need = cur + sum(tb[t] for t in used if t in movable)
+            if need > best[0]:
+                best = (need, k, cur)
+        return best
 
     def _start_runtime(self):
         if self.budget_fraction is not None and self.budget == 0:
@@ -278,7 +332,7 @@ class Offloader:
             raise ValueError(f"host_memory: the plan needs {s['host_peak_bytes']} bytes of host "
                              f"tier, only {self.host_memory} configured")
         moves = self._plan.moves()
-        self._movable = frozenset(m[0] for m in moves)
+        self._movable = frozenset(m[0] for m in moves) | self._movable_ids(self._prog)
         self._offload_at = {}
         for m in moves:
             if m[2] != 0:  # to a tier: an offload, issued before kernel m[4]
@@ -286,9 +340,12 @@ class Offloader:
         # each executor gets its own range of engine ids: a replaced one that is freed late (the
         # garbage collector decides) must not drop the copies of its successor
         self._generation += 1
+        # demand offloads (the executor keeping the budget where the plan cannot): to the host tier
+        # while it has room, else to the SSDs
+        tier = 0 if self.ssd_dirs and self.host_memory else (2 if self.ssd_dirs else 1)
         self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
                                       budget_bytes=self.budget, device=self._cuda,
-                                      id_base=self._generation << 32)
+                                      id_base=self._generation << 32, demand_tier=tier)
 
     def _drop_runtime(self):
         if self._runtime is not None:
@@ -450,13 +507,19 @@ class Offloader:
         out = {
             "bytes_offloaded": st.get("bytes_offloaded", 0),
             "bytes_prefetched": st.get("bytes_prefetched", 0),
-            "stall_s": st.get("stall_s", 0.0) + st.get("pressure_stall_s", 0.0),
+            "stall_s": st.get("stall_s", 0.0) + st.get("pressure_stall_s", 0.0)
+            + st.get("demand_stall_s", 0.0),
             "peak_managed_bytes": st.get("peak_resident_bytes", 0),
             "unconstrained_peak_bytes": self._prog.peak_resident() if self._prog else 0,
             "memory_budget": self.budget,
             "offloads": st.get("offloads", 0),
             "prefetches": st.get("prefetches", 0),
             "urgent_reads": st.get("urgent_reads", 0),
+            "demand_offloads": st.get("demand_offloads", 0),
+            "bytes_demand_offloaded": st.get("bytes_demand_offloaded", 0),
+            "demand_stall_s": st.get("demand_stall_s", 0.0),
+            "over_budget_kernels": st.get("over_budget_kernels", 0),
+            "deferred_prefetches": st.get("deferred_prefetches", 0),
             "io_issue_s": st.get("io_issue_s", 0.0),
         }
         out.update(self._counts)

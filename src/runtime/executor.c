@@ -46,11 +46,11 @@ struct tio_runtime {
     uint64_t *cursor;      /* [n_tensors] next real use at or after next_k (UINT64_MAX: none) */
     uint32_t *victims;     /* [n_tensors] scratch: the demand offloads of one kernel */
     int32_t demand_tier;   /* params.demand_tier */
-    uint8_t *state;                 /* [n_tensors] enum tensor_state */
-    uint32_t *tflags;               /* [n_tensors] TF_* */
-    void **ptr;                     /* [n_tensors] bound memory or NULL */
-    uint64_t budget;                /* bytes, 0 = none */
-    uint64_t id_base;               /* engine tensor id = id_base + trace id */
+    uint8_t *state;        /* [n_tensors] enum tensor_state */
+    uint32_t *tflags;      /* [n_tensors] TF_* */
+    void **ptr;            /* [n_tensors] bound memory or NULL */
+    uint64_t budget;       /* bytes, 0 = none */
+    uint64_t id_base;      /* engine tensor id = id_base + trace id */
     int32_t mem;
     uint64_t next_k; /* the kernel expected next */
     int in_iter;     /* between begin_iteration and end_iteration */
@@ -298,7 +298,8 @@ static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
  * wait for those writes (a tensor is released only once its copy is complete). The RELEASE
  * actions are handed out by the caller's releases().
  */
-static int demand_offload(struct tio_runtime *rt, uint64_t k) {
+static int
+demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, size_t *n) {
     uint64_t pending = pending_release(rt);
     if (rt->st.resident_bytes - pending <= rt->budget) {
         return 0;
@@ -310,8 +311,13 @@ static int demand_offload(struct tio_runtime *rt, uint64_t k) {
         uint32_t best = UINT32_MAX;
         uint64_t best_d = 0;
         for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
-            if (rt->state[t] != ST_RESIDENT || !rt->ptr[t] || (rt->tflags[t] & TF_PINNED) ||
-                rt->v.tensor_bytes[t] == 0 || rt->cursor[t] == k) {
+            /* a prefetch handed out by this call and not performed yet can be taken back */
+            int fresh =
+                rt->state[t] == ST_MATERIALIZE && !rt->ptr[t] && !(rt->tflags[t] & TF_URGENT);
+            if ((rt->state[t] != ST_RESIDENT || !rt->ptr[t]) && !fresh) {
+                continue;
+            }
+            if ((rt->tflags[t] & TF_PINNED) || rt->v.tensor_bytes[t] == 0 || rt->cursor[t] == k) {
                 continue;
             }
             uint64_t d = next_use_distance(rt, t);
@@ -326,9 +332,23 @@ static int demand_offload(struct tio_runtime *rt, uint64_t k) {
         }
         uint32_t t = best;
         uint64_t b = rt->v.tensor_bytes[t];
+        over = over > b ? over - b : 0;
+        if (rt->state[t] == ST_MATERIALIZE) { /* defer the prefetch: it stays stored */
+            size_t j = 0;
+            while (j < *n && !(out[j].tensor == t && out[j].kind == TIO_RT_MATERIALIZE)) {
+                j++;
+            }
+            if (j < *n) {
+                memmove(&out[j], &out[j + 1], (*n - j - 1) * sizeof *out);
+                (*n)--;
+            }
+            rt->state[t] = ST_STORED;
+            sub_resident(rt, t);
+            rt->st.deferred_prefetches++;
+            continue;
+        }
         rt->st.demand_offloads++;
         rt->st.bytes_demand_offloaded += b;
-        over = over > b ? over - b : 0;
         rt->state[t] = ST_WRITING;
         rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
         if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
@@ -350,8 +370,28 @@ static int demand_offload(struct tio_runtime *rt, uint64_t k) {
     }
     if (over > 0) {
         rt->st.over_budget_kernels++;
-        TIO_LOG_DEBUG("runtime: kernel %llu runs %llu bytes above the budget: nothing movable left",
-                      (unsigned long long)k, (unsigned long long)over);
+        uint64_t unbound = 0, pinned = 0, incoming = 0, used = 0;
+        for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+            uint64_t b = rt->v.tensor_bytes[t];
+            if (rt->state[t] == ST_MATERIALIZE || rt->state[t] == ST_READING) {
+                incoming += rt->cursor[t] == k ? 0 : b;
+            } else if (rt->state[t] != ST_RESIDENT && rt->state[t] != ST_WRITING) {
+                continue;
+            }
+            if (rt->cursor[t] == k) {
+                used += b;
+            } else if (rt->tflags[t] & TF_PINNED) {
+                pinned += b;
+            } else if (!rt->ptr[t] && rt->state[t] == ST_RESIDENT) {
+                unbound += b;
+            }
+        }
+        TIO_LOG_DEBUG("runtime: kernel %llu runs %llu bytes above the budget: nothing movable "
+                      "left (used by it %llu, pinned %llu, unbound %llu, prefetched for later "
+                      "kernels %llu)",
+                      (unsigned long long)k, (unsigned long long)over, (unsigned long long)used,
+                      (unsigned long long)pinned, (unsigned long long)unbound,
+                      (unsigned long long)incoming);
     }
     return rt->failed ? sticky(rt) : 0;
 }
@@ -626,7 +666,8 @@ int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *ou
     }
     rt->in_iter = 1;
     rt->next_k = 0;
-    memcpy(rt->cursor, rt->first_real, (rt->v.n_tensors ? rt->v.n_tensors : 1) * sizeof *rt->cursor);
+    memcpy(rt->cursor, rt->first_real,
+           (rt->v.n_tensors ? rt->v.n_tensors : 1) * sizeof *rt->cursor);
     return (int)n;
 }
 
@@ -763,7 +804,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
         }
         rt->st.pressure_stall_s += tio_now_s() - p0;
         /* Still above: the plan did not schedule enough; offload on demand. */
-        if ((rc = demand_offload(rt, k)) < 0) {
+        if ((rc = demand_offload(rt, k, out, &n)) < 0) {
             return rc;
         }
     }

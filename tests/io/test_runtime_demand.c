@@ -14,7 +14,7 @@
 
 #include "../tio_test.h"
 
-#define MB (UINT64_C(1) << 20)
+#define MB   (UINT64_C(1) << 20)
 #define MAXT 8
 #define MAXK 8
 #define MAXU 4
@@ -55,11 +55,18 @@ static struct tio_trace *build(const struct spec *s) {
     return tr;
 }
 
-static struct tio_plan *empty_plan(const struct tio_trace *tr, int nk) {
+static struct tio_plan *
+plan_with(const struct tio_trace *tr, int nk, const struct tio_move *m, size_t nm) {
     uint64_t h;
     struct tio_plan *p;
-    if (tio_trace_hash(tr, &h) < 0 || tio_plan_new(h, (uint64_t)nk, "none", &p) < 0) {
+    if (tio_trace_hash(tr, &h) < 0 || tio_plan_new(h, (uint64_t)nk, "test", &p) < 0) {
         return NULL;
+    }
+    for (size_t i = 0; i < nm; i++) {
+        if (tio_plan_add_move(p, &m[i]) < 0) {
+            tio_plan_free(p);
+            return NULL;
+        }
     }
     if (tio_plan_finish(p) < 0) {
         tio_plan_free(p);
@@ -236,11 +243,16 @@ struct run {
     int ok;
 };
 
-static void run_spec(const struct spec *s, uint64_t budget, uint64_t host_tier, int iterations,
+static void run_plan(const struct spec *s,
+                     const struct tio_move *moves,
+                     size_t nm,
+                     uint64_t budget,
+                     uint64_t host_tier,
+                     int iterations,
                      struct run *out) {
     memset(out, 0, sizeof *out);
     struct tio_trace *tr = build(s);
-    struct tio_plan *plan = tr ? empty_plan(tr, s->nk) : NULL;
+    struct tio_plan *plan = tr ? plan_with(tr, s->nk, moves, nm) : NULL;
     struct tio_engine *e = make_engine(host_tier);
     CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
@@ -286,6 +298,12 @@ static void run_spec(const struct spec *s, uint64_t budget, uint64_t host_tier, 
     tio_plan_free(plan);
     tio_engine_free(e);
     tio_trace_free(tr);
+}
+
+/* With an empty plan: every move is the executor's own. */
+static void run_spec(
+    const struct spec *s, uint64_t budget, uint64_t host_tier, int iterations, struct run *out) {
+    run_plan(s, NULL, 0, budget, host_tier, iterations, out);
 }
 
 /*
@@ -410,9 +428,47 @@ TIO_TEST(kernel_larger_than_budget_runs_and_is_counted) {
     CHECK_EQ_U(r.h.peak_held, 3 * MB);
 }
 
+/*
+ * A plan that prefetches too early: S1 with "offload W0 at k1, prefetch W0 at k2" (deadline k5).
+ *   k1: the planned write of W0 is in flight; W0+W1+A = 4 > 3: wait for it (a pressure stall),
+ *       release W0 -> 2
+ *   k2: G created and W0 materialised for k5: W1+A+G+W0 = 6 > 3. Candidates: W0 (next use k5,
+ *       the prefetch is taken back: no I/O) then W1 (k4, demand offload) -> 3
+ *   k4: W1 urgent read -> 3;  k5: W0 urgent read -> 3
+ * Per iteration: 1 planned offload, 1 deferred prefetch, 1 demand offload, 2 urgent reads.
+ */
+TIO_TEST(too_early_prefetch_is_deferred) {
+    const struct tio_move m[2] = {
+        { .tensor = 0,
+          .from = TIO_TIER_GPU,
+          .to = TIO_TIER_SSD,
+          .trigger = 1,
+          .deadline = 2,
+          .bytes = 2 * MB },
+        { .tensor = 0,
+          .from = TIO_TIER_SSD,
+          .to = TIO_TIER_GPU,
+          .trigger = 2,
+          .deadline = 5,
+          .bytes = 2 * MB },
+    };
+    struct run r;
+    run_plan(&S1, m, 2, 3 * MB, 0, 2, &r);
+    CHECK(r.ok);
+    CHECK_EQ_U(r.st.deferred_prefetches, 2);
+    CHECK_EQ_U(r.st.demand_offloads, 2);
+    CHECK_EQ_U(r.st.bytes_demand_offloaded, 2 * MB);
+    CHECK_EQ_U(r.st.offloads, 4);
+    CHECK_EQ_U(r.st.urgent_reads, 4);
+    CHECK_EQ_U(r.st.over_budget_kernels, 0);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 3 * MB);
+    CHECK_EQ_U(r.h.peak_held, 3 * MB);
+    CHECK_EQ_U(r.h.materialized[0], 2); /* the taken-back MATERIALIZE never reached the caller */
+}
+
 TIO_TEST(bad_demand_tier_is_refused) {
     struct tio_trace *tr = build(&S1);
-    struct tio_plan *plan = tr ? empty_plan(tr, S1.nk) : NULL;
+    struct tio_plan *plan = tr ? plan_with(tr, S1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (tr && plan && e) {
@@ -439,6 +495,7 @@ int main(void) {
     RUN(no_budget_means_no_demand_offloads);
     RUN(furthest_next_use_goes_first);
     RUN(kernel_larger_than_budget_runs_and_is_counted);
+    RUN(too_early_prefetch_is_deferred);
     RUN(bad_demand_tier_is_refused);
     rmdir(g_dir);
     return tio_test_done();

@@ -633,17 +633,18 @@ static void runtime_dealloc(RuntimeObject *self) {
 }
 
 static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {
-        "trace", "plan", "engine", "budget_bytes", "device", "id_base", NULL
-    };
+    static char *kwlist[] = { "trace",  "plan",    "engine",      "budget_bytes",
+                              "device", "id_base", "demand_tier", NULL };
     RtTraceObject *tr;
     RtPlanObject *pl;
     RtEngineObject *en;
     unsigned long long budget = 0;
     int device = 0;
     unsigned long long id_base = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpK", kwlist, &RtTraceType, &tr, &RtPlanType,
-                                     &pl, &RtEngineType, &en, &budget, &device, &id_base)) {
+    int demand_tier = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpKi", kwlist, &RtTraceType, &tr,
+                                     &RtPlanType, &pl, &RtEngineType, &en, &budget, &device,
+                                     &id_base, &demand_tier)) {
         return -1;
     }
     struct tio_runtime_params p = tio_runtime_params_default();
@@ -653,6 +654,7 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     p.budget_bytes = budget;
     p.mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     p.engine_id_base = id_base;
+    p.demand_tier = (int32_t)demand_tier;
     int rc = tio_runtime_new(&p, &self->rt);
     if (rc < 0) {
         tio_py_raise(rc, "runtime");
@@ -797,17 +799,22 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
     struct tio_runtime_stats s;
     tio_runtime_get_stats(self->rt, &s);
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d}", "iterations",
-        (unsigned long long)s.iterations, "kernels", (unsigned long long)s.kernels, "offloads",
-        (unsigned long long)s.offloads, "clean_offloads", (unsigned long long)s.clean_offloads,
-        "prefetches", (unsigned long long)s.prefetches, "urgent_reads",
-        (unsigned long long)s.urgent_reads, "moves_skipped", (unsigned long long)s.moves_skipped,
-        "bytes_offloaded", (unsigned long long)s.bytes_offloaded, "bytes_prefetched",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K,s:K,s:d,s:K}",
+        "iterations", (unsigned long long)s.iterations, "kernels", (unsigned long long)s.kernels,
+        "offloads", (unsigned long long)s.offloads, "clean_offloads",
+        (unsigned long long)s.clean_offloads, "prefetches", (unsigned long long)s.prefetches,
+        "urgent_reads", (unsigned long long)s.urgent_reads, "moves_skipped",
+        (unsigned long long)s.moves_skipped, "bytes_offloaded",
+        (unsigned long long)s.bytes_offloaded, "bytes_prefetched",
         (unsigned long long)s.bytes_prefetched, "resident_bytes",
         (unsigned long long)s.resident_bytes, "peak_resident_bytes",
         (unsigned long long)s.peak_resident_bytes, "stored_bytes",
         (unsigned long long)s.stored_bytes, "stall_s", s.stall_s, "pressure_stall_s",
-        s.pressure_stall_s, "io_issue_s", s.io_issue_s);
+        s.pressure_stall_s, "io_issue_s", s.io_issue_s, "demand_offloads",
+        (unsigned long long)s.demand_offloads, "bytes_demand_offloaded",
+        (unsigned long long)s.bytes_demand_offloaded, "over_budget_kernels",
+        (unsigned long long)s.over_budget_kernels, "demand_stall_s", s.demand_stall_s,
+        "deferred_prefetches", (unsigned long long)s.deferred_prefetches);
 }
 
 static PyObject *runtime_state(RuntimeObject *self, PyObject *arg) {

@@ -193,7 +193,8 @@ struct tio_runtime_stats {
     double pressure_stall_s;         /* waiting for offloads to get under the budget */
     double io_issue_s;               /* time spent inside before_kernel/ready/after_kernel */
     uint64_t demand_offloads;        /* offloads the executor issued itself to stay in the budget */
-    uint64_t bytes_demand_offloaded; /* their bytes (also counted in offloads/bytes_offloaded) */
+    uint64_t bytes_demand_offloaded; /* bytes they wrote (a clean one writes none); also in
+                                        offloads and bytes_offloaded */
     uint64_t over_budget_kernels;    /* kernels that ran above the budget: nothing movable left */
     double demand_stall_s;           /* waiting for demand offloads to complete */
     uint64_t deferred_prefetches;    /* planned prefetches taken back to stay in the budget */

@@ -348,7 +348,6 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
             continue;
         }
         rt->st.demand_offloads++;
-        rt->st.bytes_demand_offloaded += b;
         rt->state[t] = ST_WRITING;
         rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
         if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
@@ -360,6 +359,7 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
         if ((rc = submit_write(rt, t, demand_tier(rt, t), 1)) < 0) {
             return rc;
         }
+        rt->st.bytes_demand_offloaded += b;
         rt->victims[nv++] = t;
     }
     for (size_t i = 0; i < nv && rc == 0; i++) {

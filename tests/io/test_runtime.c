@@ -24,8 +24,10 @@
  * is issued (resident bytes exceed the budget), so the outcome does not depend on I/O timing:
  *   k1: W + A = 3 MiB > 1.5: wait for W, release it -> 1 MiB
  *   k2: A + T = 2 MiB > 1.5: wait for A, release it -> 1 MiB
- *   k5: A materialised (T died after k3) -> 1 MiB;  k6: W materialised while A is in use
- *   -> 3 MiB, the peak;  k7: A died -> 2 MiB.
+ *   k5: A materialised (T died after k3) -> 1 MiB;  k6: W's prefetch (for k7) would make
+ *   A + W = 3 MiB: the executor takes it back to stay in the budget (a deferred prefetch) -> 1 MiB;
+ *   k7: A died, W is read at once (an urgent read) -> 2 MiB, the peak. k0 and k7 run above the
+ *   budget: W alone is their working set (2 per iteration in over_budget_kernels).
  */
 #define NK 8
 static struct tio_trace *make_trace(void) {
@@ -245,18 +247,21 @@ static void run_tier(int32_t tier) {
     struct tio_runtime_stats s;
     tio_runtime_get_stats(rt, &s);
     /* Per iteration W (dirty again after k7 writes it) and A are written and read back once:
-     * 2 offloads and 3 MiB each way. */
+     * 2 offloads and 3 MiB each way; W's read is the urgent one at k7. */
     CHECK_EQ_U(s.iterations, 3);
     CHECK_EQ_U(s.kernels, 3 * NK);
     CHECK_EQ_U(s.offloads, 6);
     CHECK_EQ_U(s.bytes_offloaded, 9 * MB);
     CHECK_EQ_U(s.bytes_prefetched, 9 * MB);
-    CHECK_EQ_U(s.urgent_reads, 0);
+    CHECK_EQ_U(s.urgent_reads, 3);
+    CHECK_EQ_U(s.deferred_prefetches, 3);
+    CHECK_EQ_U(s.over_budget_kernels, 6);
+    CHECK_EQ_U(s.demand_offloads, 0);
     CHECK_EQ_U(h.released[0], 3);
     CHECK_EQ_U(h.materialized[0], 3);
     CHECK_EQ_U(h.released[1], 3);
     CHECK_EQ_U(h.materialized[1], 3);
-    CHECK_EQ_U(s.peak_resident_bytes, 3 * MB);
+    CHECK_EQ_U(s.peak_resident_bytes, 2 * MB);
     CHECK(s.pressure_stall_s >= 0.0);
     CHECK_EQ_U(s.resident_bytes, 2 * MB);
     tio_runtime_free(rt);

@@ -128,6 +128,17 @@ TIO_API size_t tio_runtime_max_actions(const struct tio_runtime *rt);
 TIO_API TIO_MUST_CHECK int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr);
 
 /*
+ * tio_runtime_adopt_stored: global `tensor`'s current contents are already in the engine as
+ * engine tensor `engine_id` (written by the caller, e.g. while it kept a profiling step within
+ * the budget) and its memory is released: it starts STORED, read back when first needed, and
+ * the executor owns that copy from now on (it drops it in tio_runtime_free). Only before the first
+ * begin_iteration, for an unbound, unpinned global. Errors: TIO_EINVAL (not a global, pinned,
+ * out of range), TIO_ESTATE (bound, or iterations already begun).
+ */
+TIO_API TIO_MUST_CHECK int
+tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t engine_id);
+
+/*
  * tio_runtime_begin_iteration: start an iteration at kernel 0. The first time (and after a
  * restore), it first puts the globals in the plan's steady state: a global whose last move of
  * the iteration is an offload is stored when an iteration begins, so it is written now (bind the

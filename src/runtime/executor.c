@@ -50,7 +50,8 @@ struct tio_runtime {
     uint32_t *tflags;      /* [n_tensors] TF_* */
     void **ptr;            /* [n_tensors] bound memory or NULL */
     uint64_t budget;       /* bytes, 0 = none */
-    uint64_t id_base;      /* engine tensor id = id_base + trace id */
+    uint64_t id_base;      /* engine tensor id = id_base + trace id (unless adopted) */
+    uint64_t *eid;         /* [n_tensors] engine tensor id */
     int32_t mem;
     uint64_t next_k; /* the kernel expected next */
     int in_iter;     /* between begin_iteration and end_iteration */
@@ -89,7 +90,7 @@ static void fail(struct tio_runtime *rt, int rc, const char *what, uint32_t t, c
 
 /* Forget the engine's copy of t (best effort: a failure only leaks its extents until exit). */
 static void drop_copy(struct tio_runtime *rt, uint32_t t) {
-    if (tio_engine_drop(rt->engine, rt->id_base + t) < 0) {
+    if (tio_engine_drop(rt->engine, rt->eid[t]) < 0) {
         TIO_LOG_DEBUG("runtime: drop of tensor %u: %s", t, tio_last_error());
     }
 }
@@ -220,9 +221,9 @@ static int releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
 
 static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
     for (;;) {
-        int rc = tio_engine_write(rt->engine, rt->id_base + t, rt->ptr[t], rt->v.tensor_bytes[t],
-                                  rt->mem, tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
-                                  (uint64_t)t);
+        int rc =
+            tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
+                             tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, (uint64_t)t);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -399,8 +400,8 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
 static int submit_read(struct tio_runtime *rt, uint32_t t) {
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
-        int rc = tio_engine_read(rt->engine, rt->id_base + t, rt->ptr[t], rt->v.tensor_bytes[t],
-                                 rt->mem, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t);
+        int rc = tio_engine_read(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
+                                 urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -465,10 +466,11 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->first_real = tio_malloc((nt ? nt : 1) * sizeof *rt->first_real);
     rt->cursor = tio_malloc((nt ? nt : 1) * sizeof *rt->cursor);
     rt->victims = tio_malloc((nt ? nt : 1) * sizeof *rt->victims);
+    rt->eid = tio_malloc((nt ? nt : 1) * sizeof *rt->eid);
     rt->demand_tier = p->demand_tier;
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
         !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
-        !rt->victims) {
+        !rt->victims || !rt->eid) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -539,6 +541,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     }
     memcpy(rt->cursor, rt->first_real, (nt ? nt : 1) * sizeof *rt->cursor);
     for (uint32_t t = 0; t < nt; t++) {
+        rt->eid[t] = rt->id_base + t;
         if (rt->tflags[t] & TF_GLOBAL) {
             rt->state[t] = ST_RESIDENT;
             add_resident(rt, t);
@@ -580,6 +583,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
     tio_free(rt->first_real);
     tio_free(rt->cursor);
     tio_free(rt->victims);
+    tio_free(rt->eid);
     tio_free(rt);
 }
 
@@ -646,6 +650,31 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
         rc = releases(rt, out, max, n);
     }
     return rc;
+}
+
+int tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t engine_id) {
+    if (tensor >= rt->v.n_tensors) {
+        return tio_set_error(TIO_EINVAL, "runtime: adopt_stored: tensor %u out of range (%zu)",
+                             tensor, rt->v.n_tensors);
+    }
+    uint32_t t = tensor;
+    if (!(rt->tflags[t] & TF_GLOBAL) || (rt->tflags[t] & TF_PINNED)) {
+        return tio_set_error(TIO_EINVAL, "runtime: adopt_stored: tensor %u is %s", t,
+                             (rt->tflags[t] & TF_GLOBAL) ? "pinned" : "not a global");
+    }
+    if (rt->in_iter || rt->steady || rt->state[t] != ST_RESIDENT || rt->ptr[t]) {
+        return tio_set_error(TIO_ESTATE,
+                             "runtime: adopt_stored: tensor %u must be an unbound resident global "
+                             "before the first iteration",
+                             t);
+    }
+    rt->eid[t] = engine_id;
+    rt->state[t] = ST_STORED;
+    rt->tflags[t] |= TF_HAS_COPY;
+    rt->tflags[t] &= ~(uint32_t)TF_DIRTY;
+    sub_resident(rt, t);
+    rt->st.stored_bytes += rt->v.tensor_bytes[t];
+    return 0;
 }
 
 int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {

@@ -466,6 +466,67 @@ TIO_TEST(too_early_prefetch_is_deferred) {
     CHECK_EQ_U(r.h.materialized[0], 2); /* the taken-back MATERIALIZE never reached the caller */
 }
 
+/* A global the caller already wrote to the engine (e.g. while profiling) starts STORED: S1
+ * without a budget, W0 adopted as engine tensor 999: k0 reads it back (urgent), with its data;
+ * the executor drops the adopted copy when freed. */
+TIO_TEST(adopted_global_is_read_back_when_needed) {
+    struct tio_trace *tr = build(&S1);
+    struct tio_plan *plan = tr ? plan_with(tr, S1.nk, NULL, 0) : NULL;
+    struct tio_engine *e = make_engine(0);
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        tio_plan_free(plan);
+        tio_engine_free(e);
+        tio_trace_free(tr);
+        return;
+    }
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = plan;
+    rp.engine = e;
+    struct tio_runtime *rt = NULL;
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    struct host h;
+    memset(&h, 0, sizeof h);
+    h.s = &S1;
+    h.data_ok = 1;
+    /* W0's contents go to the engine, its memory is freed; W1 stays in memory. */
+    uint8_t *tmp = malloc(2 * MB);
+    h.buf[0] = tmp;
+    fill(&h, 0);
+    h.buf[0] = NULL;
+    struct tio_completion c = { 0, 0 };
+    CHECK_OK(tio_engine_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5));
+    CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
+    CHECK_EQ_I(c.res, (int64_t)(2 * MB));
+    memset(tmp, 0, 2 * MB);
+    free(tmp);
+    CHECK_OK(alloc(rt, &h, 1));
+    fill(&h, 1);
+    CHECK_RC(tio_runtime_adopt_stored(rt, 1, 998), TIO_ESTATE); /* bound: it is in memory */
+    CHECK_RC(tio_runtime_adopt_stored(rt, 2, 997), TIO_EINVAL); /* not a global */
+    CHECK_OK(tio_runtime_adopt_stored(rt, 0, 999));
+    CHECK_EQ_I(tio_runtime_tensor_state(rt, 0), 3);
+    CHECK_EQ_I(iterate(rt, &h), 0);
+    CHECK(h.data_ok);
+    CHECK_EQ_U(h.materialized[0], 1);
+    struct tio_runtime_stats st;
+    tio_runtime_get_stats(rt, &st);
+    CHECK_EQ_U(st.urgent_reads, 1);
+    CHECK_EQ_U(st.bytes_prefetched, 2 * MB);
+    CHECK_RC(tio_runtime_adopt_stored(rt, 0, 999), TIO_ESTATE); /* iterations began */
+    tio_runtime_free(rt);
+    uint64_t b;
+    int32_t tier;
+    CHECK_RC(tio_engine_tensor_info(e, 999, &b, &tier), TIO_ENOTFOUND); /* dropped */
+    for (int t = 0; t < S1.nt; t++) {
+        free(h.buf[t]);
+    }
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
+}
+
 TIO_TEST(bad_demand_tier_is_refused) {
     struct tio_trace *tr = build(&S1);
     struct tio_plan *plan = tr ? plan_with(tr, S1.nk, NULL, 0) : NULL;
@@ -496,6 +557,7 @@ int main(void) {
     RUN(furthest_next_use_goes_first);
     RUN(kernel_larger_than_budget_runs_and_is_counted);
     RUN(too_early_prefetch_is_deferred);
+    RUN(adopted_global_is_read_back_when_needed);
     RUN(bad_demand_tier_is_refused);
     rmdir(g_dir);
     return tio_test_done();

@@ -594,8 +594,84 @@ static PyObject *rtengine_stats(RtEngineObject *self, PyObject *unused) {
                          (unsigned long long)s.host_used_bytes, "busy_s", s.busy_s);
 }
 
+/* One request, waited for: the caller is the only user of the engine at this time. */
+#define SYNC_TAG (UINT64_MAX - 1)
+
+static int sync_wait(struct tio_engine *e, uint64_t bytes) {
+    struct tio_completion c;
+    for (;;) {
+        int n = tio_engine_wait(e, &c, 1, 1, -1);
+        if (n < 0) {
+            return n;
+        }
+        if (n == 1 && c.tag == SYNC_TAG) {
+            if (c.res < 0) {
+                return tio_set_error((int)c.res, "%s", tio_engine_last_error(e));
+            }
+            return (uint64_t)c.res == bytes
+                       ? 0
+                       : tio_set_error(TIO_EIO, "short transfer: %lld of %llu bytes",
+                                       (long long)c.res, (unsigned long long)bytes);
+        }
+    }
+}
+
+/* write(id, ptr, bytes, tier): write host memory and wait for it. */
+static PyObject *rtengine_write(RtEngineObject *self, PyObject *args) {
+    unsigned long long id, ptr, bytes;
+    int tier;
+    if (!PyArg_ParseTuple(args, "KKKi", &id, &ptr, &bytes, &tier)) {
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = tio_engine_write(self->e, id, (const void *)(uintptr_t)ptr, bytes,
+                                                 TIO_MEM_HOST, tier, TIO_PRIO_URGENT, SYNC_TAG);
+    if (rc == 0) {
+        rc = sync_wait(self->e, bytes);
+    }
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        return tio_py_raise(rc, "engine write");
+    }
+    Py_RETURN_NONE;
+}
+
+/* read(id, ptr, bytes): read into host memory and wait for it. */
+static PyObject *rtengine_read(RtEngineObject *self, PyObject *args) {
+    unsigned long long id, ptr, bytes;
+    if (!PyArg_ParseTuple(args, "KKK", &id, &ptr, &bytes)) {
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = tio_engine_read(self->e, id, (void *)(uintptr_t)ptr, bytes,
+                                                TIO_MEM_HOST, TIO_PRIO_URGENT, SYNC_TAG);
+    if (rc == 0) {
+        rc = sync_wait(self->e, bytes);
+    }
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        return tio_py_raise(rc, "engine read");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *rtengine_drop(RtEngineObject *self, PyObject *arg) {
+    unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    int rc = tio_engine_drop(self->e, id);
+    if (rc < 0 && rc != TIO_ENOTFOUND) {
+        return tio_py_raise(rc, "engine drop");
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef rtengine_methods[] = {
     { "reserve", (PyCFunction)rtengine_reserve, METH_O, "reserve(bytes)" },
+    { "write", (PyCFunction)rtengine_write, METH_VARARGS,
+      "write(id, ptr, bytes, tier): host memory into the engine, waited for" },
+    { "read", (PyCFunction)rtengine_read, METH_VARARGS,
+      "read(id, ptr, bytes): back into host memory, waited for" },
+    { "drop", (PyCFunction)rtengine_drop, METH_O, "drop(id): forget a stored tensor" },
     { "stats", (PyCFunction)rtengine_stats, METH_NOARGS, "stats() -> dict" },
     { NULL, NULL, 0, NULL },
 };
@@ -817,6 +893,19 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
         "deferred_prefetches", (unsigned long long)s.deferred_prefetches);
 }
 
+static PyObject *runtime_adopt(RuntimeObject *self, PyObject *args) {
+    unsigned int t;
+    unsigned long long id;
+    if (!PyArg_ParseTuple(args, "IK", &t, &id)) {
+        return NULL;
+    }
+    int rc = tio_runtime_adopt_stored(self->rt, t, id);
+    if (rc < 0) {
+        return tio_py_raise(rc, "runtime adopt_stored");
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *runtime_state(RuntimeObject *self, PyObject *arg) {
     unsigned long t = PyLong_AsUnsignedLong(arg);
     if (PyErr_Occurred()) {
@@ -838,6 +927,8 @@ static PyMethodDef runtime_methods[] = {
     { "restore_finish", (PyCFunction)runtime_restore_finish, METH_NOARGS, "restore_finish()" },
     { "stats", (PyCFunction)runtime_stats, METH_NOARGS, "stats() -> dict" },
     { "state", (PyCFunction)runtime_state, METH_O, "state(tensor) -> int" },
+    { "adopt", (PyCFunction)runtime_adopt, METH_VARARGS,
+      "adopt(tensor, engine_id): a global already stored in the engine" },
     { NULL, NULL, 0, NULL },
 };
 

@@ -84,7 +84,7 @@ class Offloader:
                  policy="teraio", warmup_steps=None, profile_steps=1, plan=None, backend=None,
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="2GB/s", host_bandwidth="10GB/s", split_foreach=True,
-                 io_queue_depth=8, io_chunk="1MiB",
+                 io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
                  device=None, rank=None):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
@@ -161,12 +161,75 @@ class Offloader:
         if optimizer is not None:
             optimizer.register_step_pre_hook(lambda *a: self._set_optim(True))
             optimizer.register_step_post_hook(lambda *a: self._set_optim(False))
+        # warm-up and profiled steps (no plan yet) kept within the budget reactively (CPU, one
+        # process: a collective may still be using a buffer, and CUDA needs stream ordering)
+        self.bounded_unplanned = bool(bounded_unplanned)
+        self._bounded = None
+        self._bounded_done = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
+        self._bounded_peak = 0
+        self._next_eid = None
         self._plan_path = plan
         if plan is not None:
             self._load_plan(plan)
 
     def _set_optim(self, v):
         self._in_optim = v
+
+    # ---- steps without a plan, kept within the budget ------------------------------------------
+    def _bounded_ok(self):
+        if not self.bounded_unplanned or self._cuda:
+            return False
+        if type(self.model).__name__ == "DistributedDataParallel":
+            return False
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                return False
+        except Exception:  # pragma: no cover - torch without distributed
+            pass
+        return True
+
+    def _bounded_budget(self):
+        if self.budget:
+            return self.budget
+        # a fraction of the unconstrained peak, not measured yet: of the largest tracked total so
+        # far, and of the parameters plus one gradient per trainable parameter (all alive when the
+        # optimizer starts), neither of which exceeds it
+        return max(1, int(self.budget_fraction * max(self._bounded.peak_live, self._param_floor)))
+
+    def _bounded_tier(self, nbytes):
+        if self.host_memory:
+            es = self._engine.stats()
+            if es["host_capacity_bytes"] - es["host_used_bytes"] >= nbytes or not self.ssd_dirs:
+                return 1  # TIO_TIER_HOST
+        return 2  # TIO_TIER_SSD
+
+    def _bounded_start(self):
+        from teraio._bounded import BoundedMemory
+
+        if self._bounded is None:
+            floor = 0
+            if self.model is not None:
+                for p in self.model.parameters():
+                    nb = p.numel() * p.element_size()
+                    floor += 2 * nb if p.requires_grad and self.optimizer is not None else nb
+            self._param_floor = floor
+            self._bounded = BoundedMemory(self._engine, self.min_tensor_bytes,
+                                          self._bounded_budget, self._bounded_tier)
+            if self._next_eid is not None:
+                self._bounded.next_eid = self._next_eid
+        return self._bounded
+
+    def _bounded_stop(self):
+        b = self._bounded
+        if b is None:
+            return
+        for k, v in b.stats.items():
+            self._bounded_done[k] += v
+        self._bounded_peak = max(self._bounded_peak, b.peak_resident)
+        self._next_eid = b.next_eid
+        self._bounded = None
 
     # ---- plan files -----------------------------------------------------------------------
     def save_plan(self, path):
@@ -377,8 +440,19 @@ class Offloader:
                 self._check_globals(globals_, "plan")
         if state == "execute" and self._runtime is None:
             self._start_runtime()
+            if self._bounded is not None:  # offloaded globals stay offloaded: the executor's now
+                self._bounded.hand_over(globals_, self._runtime)
+                self._bounded_stop()
         driver = None
-        if state == "profile":
+        bounded = None
+        if state in ("warmup", "profile") and self._bounded_ok():
+            bounded = self._bounded_start()
+        if bounded is not None:
+            from teraio._bounded import BoundedRecorder
+
+            driver = BoundedRecorder(globals_, bounded, split_foreach=self.split_foreach,
+                                     cuda=self._cuda, in_optim=lambda: self._in_optim)
+        elif state == "profile":
             driver = StepDriver(globals_, record=True, split_foreach=self.split_foreach,
                                 cuda=self._cuda, in_optim=lambda: self._in_optim)
         elif state == "execute":
@@ -406,7 +480,13 @@ class Offloader:
             ok = True
         finally:
             self._driver = None
-            if driver is not None and driver.record:
+            if bounded is not None:
+                if ok:
+                    driver.end()
+                    bounded.end_step(collect_globals(self.model, self.optimizer))
+                else:
+                    bounded.restore()
+            elif driver is not None and driver.record:
                 if ok:
                     driver.end()  # trailing free markers; CUDA event times
             elif driver is not None:
@@ -479,6 +559,8 @@ class Offloader:
         if self._driver is not None:
             raise RuntimeError("restore() inside a step: call it between steps")
         self._restore_runtime()
+        if self._bounded is not None:
+            self._bounded.restore()
 
     def close(self):
         """restore() and release the engine's files."""
@@ -522,6 +604,16 @@ class Offloader:
             "deferred_prefetches": st.get("deferred_prefetches", 0),
             "io_issue_s": st.get("io_issue_s", 0.0),
         }
+        bs = dict(self._bounded_done)
+        bpeak = self._bounded_peak
+        if self._bounded is not None:
+            for k, v in self._bounded.stats.items():
+                bs[k] += v
+            bpeak = max(bpeak, self._bounded.peak_resident)
+        out["unplanned_peak_bytes"] = bpeak  # warm-up and profiled steps, tracked (>= min size)
+        out["unplanned_bytes_offloaded"] = bs["bytes_offloaded"]
+        out["unplanned_bytes_read"] = bs["bytes_read"]
+        out["unplanned_io_s"] = bs["io_s"]
         out.update(self._counts)
         if self._plan is not None:
             out["plan"] = self._plan.summary()

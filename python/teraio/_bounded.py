@@ -1,0 +1,282 @@
+"""Keeping the steps that have no plan yet (warm-up, profiling) within the memory budget.
+
+Before a plan exists nothing says which tensor is needed when, so the Offloader keeps these steps
+under the budget reactively: every operator's tensors are made resident before it runs (read back
+from the engine if they were offloaded), and after it ran, while the tracked bytes exceed the
+budget, a tensor the operator did not use is written to the engine (and waited for) and its
+storage released (`untyped_storage().resize_(0)`, the executor's technique). Which one: outside the
+optimizer, optimizer states first (only the optimizer uses them), then the least recently used;
+inside the optimizer, the tensors the optimizer already updated in this step, most recent first
+(a per-parameter optimizer is done with them) unless they were used by its last GRACE
+operators, then the least recently used. Synchronous and
+conservative: these steps get slower, not larger. Globals still offloaded when the first planned
+step starts are handed to the executor (tio_runtime_adopt_stored), so that step does not bring
+them back either. See docs/runtime.md.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+
+from teraio.torch._mode import F_GLOBAL, KIND_OPTIM, StepDriver, _flat_out, _iter_args
+
+ID_BASE = 1 << 62
+GRACE = 32  # operators  # engine ids of this module's copies (executors use generation << 32 + id)
+
+
+class _Entry:
+    __slots__ = ("ref", "nb", "resident", "last", "eid", "clean", "optim_state", "optim_used",
+                 "fixed")
+
+    def __init__(self, ref, nb, last):
+        self.ref = ref
+        self.nb = nb
+        self.resident = True
+        self.last = last
+        self.eid = None
+        self.clean = False  # the engine holds an identical copy
+        self.optim_state = False
+        self.optim_used = False
+        self.fixed = False  # its storage cannot be released (not resizable)
+
+
+class BoundedMemory:
+    """Tracked storages (>= min_bytes) of the steps without a plan, kept under budget()."""
+
+    def __init__(self, engine, min_bytes, budget, tier):
+        self.engine = engine
+        self.min_bytes = max(1, int(min_bytes))
+        self.budget = budget  # callable: the current budget in bytes
+        self.tier = tier      # callable: engine tier for a tensor of n bytes
+        self.ent: dict[int, _Entry] = {}
+        self.dead: list[int] = []
+        self.resident = 0
+        self.live = 0
+        self.peak_live = 0        # tracked bytes if nothing were offloaded
+        self.peak_resident = 0    # tracked bytes actually resident, max after each operator
+        self.clock = 0
+        self.max_out = 0  # largest tracked output bytes of one operator: room made before each
+        self.next_eid = ID_BASE
+        self.stats = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
+
+    # ---- bookkeeping ------------------------------------------------------------------------
+    def _died(self, cd, ref):
+        e = self.ent.get(cd)
+        if e is not None and e.ref is ref:
+            self.dead.append(cd)
+
+    def _flush_dead(self):
+        while self.dead:
+            cd = self.dead.pop()
+            e = self.ent.get(cd)
+            if e is None or e.ref() is not None:
+                continue
+            self._remove(cd, e)
+
+    def _remove(self, cd, e):
+        del self.ent[cd]
+        self.live -= e.nb
+        if e.resident:
+            self.resident -= e.nb
+        if e.eid is not None:
+            self.engine.drop(e.eid)
+
+    def _entry(self, st):
+        cd = st._cdata
+        e = self.ent.get(cd)
+        if e is not None:
+            if e.ref() is st:
+                return e
+            self._remove(cd, e)  # the address was reused by a new storage
+        nb = st.nbytes()
+        if nb < self.min_bytes:
+            return None
+        e = _Entry(weakref.ref(st, lambda r, cd=cd: self._died(cd, r)), nb, self.clock)
+        self.ent[cd] = e
+        self.live += nb
+        self.resident += nb
+        self.peak_live = max(self.peak_live, self.live)
+        return e
+
+    # ---- moves --------------------------------------------------------------------------------
+    def _evict(self, e):
+        st = e.ref()
+        if st is None:
+            return
+        if st.nbytes() != e.nb:  # resized by its owner: track the new size, do not move it now
+            self.live += st.nbytes() - e.nb
+            self.resident += st.nbytes() - e.nb
+            e.nb = st.nbytes()
+            e.fixed = e.nb == 0
+            return
+        t0 = time.perf_counter()
+        fresh = e.eid is None
+        if fresh:
+            e.eid = self.next_eid
+            self.next_eid += 1
+        if not e.clean:
+            self.engine.write(e.eid, st.data_ptr(), e.nb, self.tier(e.nb))
+            self.stats["offloads"] += 1
+            self.stats["bytes_offloaded"] += e.nb
+        try:
+            st.resize_(0)
+        except RuntimeError:  # not resizable (e.g. from numpy): keep it, forget the copy
+            e.fixed = True
+            self.engine.drop(e.eid)
+            e.eid = None
+            e.clean = False
+            return
+        e.clean = True
+        e.resident = False
+        self.resident -= e.nb
+        self.stats["io_s"] += time.perf_counter() - t0
+
+    def _load(self, e, st):
+        t0 = time.perf_counter()
+        st.resize_(e.nb)
+        self.engine.read(e.eid, st.data_ptr(), e.nb)
+        e.resident = True
+        self.resident += e.nb
+        self.stats["reads"] += 1
+        self.stats["bytes_read"] += e.nb
+        self.stats["io_s"] += time.perf_counter() - t0
+
+    def _make_room(self, keep, in_optim, reserve=0):
+        budget = max(0, self.budget() - reserve)
+        if self.resident <= budget:
+            return
+        cands = [e for e in self.ent.values()
+                 if e.resident and not e.fixed and id(e) not in keep]
+        if in_optim:
+            # done with: used by the optimizer, but not by its last few operators (a parameter's
+            # update is a burst of operators on its weight, gradient and states)
+            done = self.clock - GRACE
+            cands.sort(key=lambda e: (0, -e.last) if e.optim_used and e.last < done
+                       else (2, -e.last) if e.optim_used else (1, e.last))
+        else:
+            cands.sort(key=lambda e: (0 if e.optim_state else 1, e.last))
+        for e in cands:
+            if self.resident <= budget:
+                break
+            self._evict(e)
+
+    # ---- around one operator ----------------------------------------------------------------
+    def before(self, func, args, kwargs, in_optim):
+        self._flush_dead()
+        self.clock += 1
+        keep = set()
+        load = []
+        for t, w in _iter_args(func, args, kwargs):
+            st = t.untyped_storage()
+            e = self._entry(st)
+            if e is None:
+                continue
+            if id(e) not in keep and not e.resident and not e.fixed:
+                load.append((e, st))
+            keep.add(id(e))
+            e.last = self.clock
+            if w:
+                e.clean = False
+            if in_optim:
+                e.optim_used = True
+        # room for what comes back and for the outputs, before anything is allocated
+        self._make_room(keep, in_optim, self.max_out + sum(e.nb for e, _ in load))
+        for e, st in load:
+            self._load(e, st)
+        self.peak_resident = max(self.peak_resident, self.resident)
+        return keep
+
+    def after(self, out, keep, in_optim):
+        made = 0
+        for o in _flat_out(out, []):
+            st = o.untyped_storage()
+            known = self.ent.get(st._cdata)
+            e = self._entry(st)
+            if e is None:
+                continue
+            if known is not e:
+                made += e.nb
+            keep.add(id(e))
+            e.last = self.clock
+            e.clean = False
+            if in_optim:
+                e.optim_used = True
+        self.max_out = max(self.max_out, made)
+        self.peak_resident = max(self.peak_resident, self.resident)
+        self._make_room(keep, in_optim)
+
+    # ---- between steps ------------------------------------------------------------------------
+    def begin_step(self, globals_):
+        self._flush_dead()
+        for e in self.ent.values():
+            e.optim_used = False
+        for _, st, kind in globals_:
+            e = self._entry(st) if st.nbytes() else self.ent.get(st._cdata)
+            if e is not None and kind == KIND_OPTIM:
+                e.optim_state = True
+
+    def true_nbytes(self, st):
+        e = self.ent.get(st._cdata)
+        return e.nb if e is not None and e.ref() is st and not e.resident else st.nbytes()
+
+    def end_step(self, globals_):
+        """Bring back what is offloaded but not a global (it would be read outside the step)."""
+        self._flush_dead()
+        gl = {st._cdata for _, st, _ in globals_}
+        for cd, e in list(self.ent.items()):
+            st = e.ref()
+            if st is None:
+                self._remove(cd, e)
+            elif not e.resident and cd not in gl:
+                self._load(e, st)
+
+    def hand_over(self, globals_, runtime):
+        """The first planned step begins: offloaded globals become the executor's copies."""
+        self._flush_dead()
+        for i, (_, st, _) in enumerate(globals_):
+            e = self.ent.get(st._cdata)
+            if e is not None and e.ref() is st and not e.resident:
+                runtime.adopt(i, e.eid)
+                e.eid = None  # the executor owns (and drops) the copy now
+                del self.ent[st._cdata]
+        self.restore()
+
+    def restore(self):
+        """Bring every offloaded storage back and forget the copies."""
+        self._flush_dead()
+        for cd, e in list(self.ent.items()):
+            st = e.ref()
+            if st is not None and not e.resident:
+                self._load(e, st)
+            if e.eid is not None:
+                self.engine.drop(e.eid)
+                e.eid = None
+        self.ent.clear()
+        self.resident = self.live = 0
+
+
+class BoundedRecorder(StepDriver):
+    """The recording driver, with BoundedMemory around every operator it runs."""
+
+    def __init__(self, globals_, bounded, **kw):
+        self.bounded = bounded
+        bounded.begin_step(globals_)
+        super().__init__(globals_, record=True, **kw)
+        for i, (name, st, kind) in enumerate(globals_):
+            nb = bounded.true_nbytes(st)  # an offloaded global's storage has 0 bytes now
+            if nb != self.prog.tensors[i][0]:
+                self.prog.tensors[i] = (nb, kind, F_GLOBAL, name)
+
+    def _timed(self, func, args, kwargs, k):
+        self.busy = True
+        try:
+            keep = self.bounded.before(func, args, kwargs, self.in_optim())
+        finally:
+            self.busy = False
+        out = super()._timed(func, args, kwargs, k)
+        self.busy = True
+        try:
+            self.bounded.after(out, keep, self.in_optim())
+        finally:
+            self.busy = False
+        return out

@@ -7,7 +7,10 @@
 
 --budget below 1 is a fraction of the unconstrained tracked peak (measured in the profiled step);
 otherwise a size ("200MiB"). --json prints losses, a hash of the final parameters, the teraio
-report and the process's peak RSS, for tests and benchmarks.
+report and the process's peak RSS, for tests and benchmarks: peak_rss_bytes (whole process,
+including the final Offloader.restore() that brings every tensor back and the parameter digest),
+train_peak_rss_bytes (whole process until the end of the last training step), and their
+counterparts for the steps after --steady-after.
 """
 from __future__ import annotations
 
@@ -151,6 +154,9 @@ def main(argv=None):
         if i + 1 == a.steady_after:
             steady["before"] = peak_rss_bytes()  # clear_refs also resets ru_maxrss
             steady["reset"] = reset_peak_rss()
+        if i + 1 == a.steps:  # the training's peaks, before the final restore() and the digest
+            steady["train"] = max(peak_rss_bytes(), steady.get("before", 0))
+            steady["train_steady"] = vm_hwm_bytes() if steady.get("reset") else None
 
     t0 = time.perf_counter()
     losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
@@ -159,6 +165,8 @@ def main(argv=None):
     out = dict(losses=losses, params=param_digest(model), seconds=dt,
                peak_rss_bytes=max(peak_rss_bytes(), steady.get("before", 0)),
                steady_peak_rss_bytes=vm_hwm_bytes() if steady.get("reset") else None,
+               train_peak_rss_bytes=steady.get("train"),
+               train_steady_peak_rss_bytes=steady.get("train_steady"),
                steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
                                                             times[a.steady_after:])])
     if off is not None:

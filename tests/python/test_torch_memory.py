@@ -1,7 +1,8 @@
-"""Memory evidence on CPU: the example model's training in a subprocess with and without teraio at
-half the unconstrained peak, SSD tier on disk; peak RSS measured by the kernel (VmHWM, reset after
-the warm-up and profiled steps so that the offloaded steps are measured alone, and ru_maxrss for the
-whole process). The numbers are printed (pytest -s) and recorded in docs/bench/torch.md."""
+"""Memory evidence on CPU: the `wide` example model's training in a subprocess with and without
+teraio at half the unconstrained peak, SSD tier on disk. Peak RSS is measured by the kernel: VmHWM
+of the whole process (ru_maxrss), and VmHWM of the offloaded steps alone (reset after the warm-up
+and profiled steps through /proc/self/clear_refs). The numbers are printed (pytest -s) and
+recorded in docs/bench/torch.md. Both runs take ~30-60 s together on the 2-core machine."""
 import json
 import os
 import subprocess
@@ -27,8 +28,8 @@ def _run(args):
     # stay in the heap and RSS measures the allocator, not teraio); both runs use the same setting
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     env.setdefault("OMP_NUM_THREADS", "2")
-    out = subprocess.run([sys.executable, SCRIPT, "--preset", "wide", "--steps", "5",
-                          "--steady-after", "3", "--batch", "2", "--seq", "32", "--json"] + args,
+    out = subprocess.run([sys.executable, SCRIPT, "--preset", "wide", "--steps", "4",
+                          "--steady-after", "2", "--batch", "2", "--seq", "32", "--json"] + args,
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -40,23 +41,35 @@ def test_half_budget_lowers_tracked_peak_and_rss(tmp_path):
     off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"])
     rep = off["report"]
     mib = 1 << 20
-    drop_steady = 1 - off["steady_peak_rss_bytes"] / plain["steady_peak_rss_bytes"]
-    drop_whole = 1 - off["peak_rss_bytes"] / plain["peak_rss_bytes"]
-    print(f"\nplain : peak RSS {plain['peak_rss_bytes'] / mib:.0f} MiB, steady-state peak RSS "
-          f"{plain['steady_peak_rss_bytes'] / mib:.0f} MiB, step s {plain['steady_step_seconds']}")
-    print(f"teraio: peak RSS {off['peak_rss_bytes'] / mib:.0f} MiB, steady-state peak RSS "
-          f"{off['steady_peak_rss_bytes'] / mib:.0f} MiB, step s {off['steady_step_seconds']}")
-    print(f"teraio: tracked peak {rep['peak_managed_bytes'] / mib:.0f} MiB, budget "
-          f"{rep['memory_budget'] / mib:.0f} MiB, unconstrained {rep['unconstrained_peak_bytes'] / mib:.0f}"
-          f" MiB, stall {rep['stall_s']:.2f} s, offloaded {rep['bytes_offloaded'] / mib:.0f} MiB")
-    print(f"RSS drop: steady-state {drop_steady:.1%}, whole process {drop_whole:.1%} "
-          "(goal 30%: see docs/bench/torch.md)")
+    drop_steady = 1 - off["train_steady_peak_rss_bytes"] / plain["train_steady_peak_rss_bytes"]
+    drop_whole = 1 - off["train_peak_rss_bytes"] / plain["train_peak_rss_bytes"]
+    drop_restore = 1 - off["peak_rss_bytes"] / plain["peak_rss_bytes"]
+    for name, r in (("plain ", plain), ("teraio", off)):
+        print(f"\n{name}: peak RSS {r['train_peak_rss_bytes'] / mib:.0f} MiB (whole process, "
+              f"training), {r['train_steady_peak_rss_bytes'] / mib:.0f} MiB (offloaded steps 3-4),"
+              f" {r['peak_rss_bytes'] / mib:.0f} MiB (with the final restore + digest); s/step "
+              f"{r['steady_step_seconds']}", end="")
+    print()
+    print(f"teraio: tracked peak {rep['peak_managed_bytes'] / mib:.1f} MiB (offloaded steps), "
+          f"{rep['unplanned_peak_bytes'] / mib:.1f} MiB (warm-up + profiled, tensors >= 1 MiB), "
+          f"budget {rep['memory_budget'] / mib:.1f} MiB, unconstrained "
+          f"{rep['unconstrained_peak_bytes'] / mib:.1f} MiB; demand offloads "
+          f"{rep['demand_offloads']}, stall {rep['stall_s']:.2f} s, offloaded "
+          f"{rep['bytes_offloaded'] / mib:.0f} MiB (+{rep['unplanned_bytes_offloaded'] / mib:.0f} "
+          f"MiB before the plan)")
+    print(f"RSS drop: whole process {drop_whole:.1%}, offloaded steps {drop_steady:.1%}, with the "
+          f"final restore {drop_restore:.1%} (goal 30%: see docs/bench/torch.md)")
     assert off["losses"] == plain["losses"]
     assert off["params"] == plain["params"]
-    assert rep["steps_offloaded"] == 3
-    # the tracked peak is well below the unconstrained one, and the process really uses less
-    assert rep["peak_managed_bytes"] < 0.6 * rep["unconstrained_peak_bytes"]
-    assert off["steady_peak_rss_bytes"] < plain["steady_peak_rss_bytes"]
+    assert rep["steps_offloaded"] == 2
+    # the budget holds in every step: the executor's, and the reactive one before the plan
+    assert rep["peak_managed_bytes"] <= rep["memory_budget"]
+    assert rep["unplanned_peak_bytes"] <= rep["memory_budget"]
+    assert rep["over_budget_kernels"] == 0
+    assert rep["memory_budget"] * 2 <= rep["unconstrained_peak_bytes"] + 2
+    # and the process really uses less: the issue's goal, for the whole process
+    assert drop_whole >= 0.30, (plain["train_peak_rss_bytes"], off["train_peak_rss_bytes"])
+    assert drop_steady >= 0.30
 
 
 # ---- the executor keeps the budget itself (fast: the tiny model, in this process) ---------------

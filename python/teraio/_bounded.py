@@ -47,7 +47,7 @@ class BoundedMemory:
         self.engine = engine
         self.min_bytes = max(1, int(min_bytes))
         self.budget = budget  # callable: the current budget in bytes
-        self.tier = tier      # callable: engine tier for a tensor of n bytes
+        self.tier = tier      # callable: engine tiers to try, in order, for a tensor of n bytes
         self.ent: dict[int, _Entry] = {}
         self.dead: list[int] = []
         self.resident = 0
@@ -99,23 +99,40 @@ class BoundedMemory:
         return e
 
     # ---- moves --------------------------------------------------------------------------------
+    def _write(self, e, st):
+        """Write e to the first tier with room; False when every tier is full."""
+        from teraio import _core
+
+        for tier in self.tier(e.nb):
+            try:
+                self.engine.write(e.eid, st.data_ptr(), e.nb, tier)
+                return True
+            except _core.Error as ex:
+                if ex.args[0] != -28:  # -ENOSPC: try the next tier
+                    raise
+        return False
+
     def _evict(self, e):
+        """Offload e; False when no tier has room for it."""
         st = e.ref()
         if st is None:
-            return
+            return True
         if st.nbytes() != e.nb:  # resized by its owner: track the new size, do not move it now
             self.live += st.nbytes() - e.nb
             self.resident += st.nbytes() - e.nb
             e.nb = st.nbytes()
             e.fixed = e.nb == 0
-            return
+            return True
         t0 = time.perf_counter()
         fresh = e.eid is None
         if fresh:
             e.eid = self.next_eid
             self.next_eid += 1
         if not e.clean:
-            self.engine.write(e.eid, st.data_ptr(), e.nb, self.tier(e.nb))
+            if not self._write(e, st):
+                if fresh:
+                    e.eid = None
+                return False
             self.stats["offloads"] += 1
             self.stats["bytes_offloaded"] += e.nb
         try:
@@ -125,11 +142,12 @@ class BoundedMemory:
             self.engine.drop(e.eid)
             e.eid = None
             e.clean = False
-            return
+            return True
         e.clean = True
         e.resident = False
         self.resident -= e.nb
         self.stats["io_s"] += time.perf_counter() - t0
+        return True
 
     def _load(self, e, st):
         t0 = time.perf_counter()
@@ -158,7 +176,8 @@ class BoundedMemory:
         for e in cands:
             if self.resident <= budget:
                 break
-            self._evict(e)
+            if not self._evict(e):
+                break  # the tiers are full: run above the budget rather than fail
 
     # ---- around one operator ----------------------------------------------------------------
     def before(self, func, args, kwargs, in_optim):

@@ -199,11 +199,13 @@ class Offloader:
         return max(1, int(self.budget_fraction * max(self._bounded.peak_live, self._param_floor)))
 
     def _bounded_tier(self, nbytes):
-        if self.host_memory:
-            es = self._engine.stats()
-            if es["host_capacity_bytes"] - es["host_used_bytes"] >= nbytes or not self.ssd_dirs:
-                return 1  # TIO_TIER_HOST
-        return 2  # TIO_TIER_SSD
+        """Tiers to try (TIO_TIER_HOST = 1, TIO_TIER_SSD = 2): the host tier while it has room."""
+        if not self.host_memory:
+            return (2,)
+        if not self.ssd_dirs:
+            return (1,)
+        es = self._engine.stats()
+        return (1, 2) if es["host_capacity_bytes"] - es["host_used_bytes"] >= nbytes else (2,)
 
     def _bounded_start(self):
         from teraio._bounded import BoundedMemory

@@ -219,7 +219,9 @@ static int releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
     return 0;
 }
 
-static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
+/* Queue the write of t. soft: a full tier (-ENOSPC) is returned to the caller, not recorded as
+ * the executor's failure (demand offloads then try elsewhere or give up). */
+static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int soft) {
     for (;;) {
         int rc =
             tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
@@ -229,6 +231,9 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
                 return rc;
             }
             continue;
+        }
+        if (rc == -ENOSPC && soft) {
+            return rc;
         }
         if (rc < 0) {
             fail(rt, rc, "write request", t, tio_last_error());
@@ -357,7 +362,20 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
             rt->st.clean_offloads++;
             continue;
         }
-        if ((rc = submit_write(rt, t, demand_tier(rt, t), 1)) < 0) {
+        int32_t tier = demand_tier(rt, t);
+        rc = submit_write(rt, t, tier, 1, 1);
+        if (rc == -ENOSPC && tier == TIO_TIER_HOST && rt->demand_tier == 0) {
+            rc = submit_write(rt, t, TIO_TIER_SSD, 1, 1); /* host tier fragmented: the SSDs */
+        }
+        if (rc == -ENOSPC) { /* no room anywhere: keep it, run above the budget */
+            TIO_LOG_DEBUG("runtime: demand offload of tensor %u: %s", t, tio_last_error());
+            rt->state[t] = ST_RESIDENT;
+            rt->st.demand_offloads--;
+            over += b;
+            rc = 0;
+            break;
+        }
+        if (rc < 0) {
             return rc;
         }
         rt->st.bytes_demand_offloaded += b;
@@ -634,7 +652,7 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
             !(rt->tflags[t] & TF_PINNED) && rt->state[t] == ST_RESIDENT && rt->ptr[t]) {
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
-            rc = submit_write(rt, t, last_to[t], 0);
+            rc = submit_write(rt, t, last_to[t], 0, 0);
         }
     }
     tio_free(last_to);
@@ -758,7 +776,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             }
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
-            if ((rc = submit_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0)) < 0) {
+            if ((rc = submit_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0, 0)) < 0) {
                 return rc;
             }
         } else { /* prefetch */

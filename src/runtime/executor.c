@@ -581,7 +581,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
     if (!rt) {
         return;
     }
-    if (rt->engine && rt->tflags) {
+    if (rt->engine && rt->tflags && rt->eid) {
         drain_quiet(rt);
         for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
             if (rt->tflags[t] & TF_HAS_COPY) {

@@ -319,7 +319,7 @@ static void run_spec(
  * iteration: 2 demand offloads (3 MiB, both tensors are dirty again every iteration), 2 urgent
  * reads, each global released and materialised once.
  */
-static const struct spec S1 = {
+static const struct spec g_s1 = {
     .nt = 4,
     .nk = 6,
     .bytes = { 2 * MB, MB, MB, 2 * MB },
@@ -335,7 +335,7 @@ static const struct spec S1 = {
 
 TIO_TEST(infeasible_plan_is_kept_in_budget_by_demand_offloads) {
     struct run r;
-    run_spec(&S1, 3 * MB, 0, 3, &r);
+    run_spec(&g_s1, 3 * MB, 0, 3, &r);
     CHECK(r.ok);
     CHECK_EQ_U(r.st.iterations, 3);
     CHECK_EQ_U(r.st.demand_offloads, 6);
@@ -356,7 +356,7 @@ TIO_TEST(infeasible_plan_is_kept_in_budget_by_demand_offloads) {
 
 TIO_TEST(infeasible_plan_on_the_host_tier) {
     struct run r;
-    run_spec(&S1, 3 * MB, 8 * MB, 2, &r); /* default demand tier: host while it has room */
+    run_spec(&g_s1, 3 * MB, 8 * MB, 2, &r); /* default demand tier: host while it has room */
     CHECK(r.ok);
     CHECK_EQ_U(r.st.demand_offloads, 4);
     CHECK_EQ_U(r.st.peak_resident_bytes, 3 * MB);
@@ -365,7 +365,7 @@ TIO_TEST(infeasible_plan_on_the_host_tier) {
 
 TIO_TEST(no_budget_means_no_demand_offloads) {
     struct run r;
-    run_spec(&S1, 0, 0, 1, &r);
+    run_spec(&g_s1, 0, 0, 1, &r);
     CHECK(r.ok);
     CHECK_EQ_U(r.st.demand_offloads, 0);
     CHECK_EQ_U(r.st.peak_resident_bytes, 6 * MB); /* k2: W0+W1+A+G */
@@ -380,7 +380,7 @@ TIO_TEST(no_budget_means_no_demand_offloads) {
  *   Gr is STORED and not made resident; it dies.
  * Per iteration: one demand offload of 1 MiB, nothing read back, W never released.
  */
-static const struct spec S2 = {
+static const struct spec g_s2 = {
     .nt = 3,
     .nk = 5,
     .bytes = { 2 * MB, MB, MB },
@@ -395,7 +395,7 @@ static const struct spec S2 = {
 
 TIO_TEST(furthest_next_use_goes_first) {
     struct run r;
-    run_spec(&S2, 3 * MB, 0, 2, &r);
+    run_spec(&g_s2, 3 * MB, 0, 2, &r);
     CHECK(r.ok);
     CHECK_EQ_U(r.st.demand_offloads, 2);
     CHECK_EQ_U(r.st.bytes_demand_offloaded, 2 * MB);
@@ -408,7 +408,7 @@ TIO_TEST(furthest_next_use_goes_first) {
 }
 
 /*
- * A budget below what one kernel needs: S1 with 2 MiB.
+ * A budget below what one kernel needs: g_s1 with 2 MiB.
  *   k0: W0+W1 = 3 > 2: W1 goes (W0 is used) -> 2
  *   k1: W1 urgent read, A created: W0+W1+A = 4 > 2: W0 goes -> 2
  *   k2: W1+A+G = 4 > 2: W1 goes -> 3; nothing else is movable (A, G are used): over budget
@@ -419,7 +419,7 @@ TIO_TEST(furthest_next_use_goes_first) {
  */
 TIO_TEST(kernel_larger_than_budget_runs_and_is_counted) {
     struct run r;
-    run_spec(&S1, 2 * MB, 0, 1, &r);
+    run_spec(&g_s1, 2 * MB, 0, 1, &r);
     CHECK(r.ok);
     CHECK_EQ_U(r.st.demand_offloads, 4);
     CHECK_EQ_U(r.st.over_budget_kernels, 3);
@@ -429,7 +429,7 @@ TIO_TEST(kernel_larger_than_budget_runs_and_is_counted) {
 }
 
 /*
- * A plan that prefetches too early: S1 with "offload W0 at k1, prefetch W0 at k2" (deadline k5).
+ * A plan that prefetches too early: g_s1 with "offload W0 at k1, prefetch W0 at k2" (deadline k5).
  *   k1: the planned write of W0 is in flight; W0+W1+A = 4 > 3: wait for it (a pressure stall),
  *       release W0 -> 2
  *   k2: G created and W0 materialised for k5: W1+A+G+W0 = 6 > 3. Candidates: W0 (next use k5,
@@ -453,7 +453,7 @@ TIO_TEST(too_early_prefetch_is_deferred) {
           .bytes = 2 * MB },
     };
     struct run r;
-    run_plan(&S1, m, 2, 3 * MB, 0, 2, &r);
+    run_plan(&g_s1, m, 2, 3 * MB, 0, 2, &r);
     CHECK(r.ok);
     CHECK_EQ_U(r.st.deferred_prefetches, 2);
     CHECK_EQ_U(r.st.demand_offloads, 2);
@@ -466,12 +466,12 @@ TIO_TEST(too_early_prefetch_is_deferred) {
     CHECK_EQ_U(r.h.materialized[0], 2); /* the taken-back MATERIALIZE never reached the caller */
 }
 
-/* A global the caller already wrote to the engine (e.g. while profiling) starts STORED: S1
+/* A global the caller already wrote to the engine (e.g. while profiling) starts STORED: g_s1
  * without a budget, W0 adopted as engine tensor 999: k0 reads it back (urgent), with its data;
  * the executor drops the adopted copy when freed. */
 TIO_TEST(adopted_global_is_read_back_when_needed) {
-    struct tio_trace *tr = build(&S1);
-    struct tio_plan *plan = tr ? plan_with(tr, S1.nk, NULL, 0) : NULL;
+    struct tio_trace *tr = build(&g_s1);
+    struct tio_plan *plan = tr ? plan_with(tr, g_s1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
@@ -488,7 +488,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     CHECK_OK(tio_runtime_new(&rp, &rt));
     struct host h;
     memset(&h, 0, sizeof h);
-    h.s = &S1;
+    h.s = &g_s1;
     h.data_ok = 1;
     /* W0's contents go to the engine, its memory is freed; W1 stays in memory. */
     uint8_t *tmp = malloc(2 * MB);
@@ -519,7 +519,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     uint64_t b;
     int32_t tier;
     CHECK_RC(tio_engine_tensor_info(e, 999, &b, &tier), TIO_ENOTFOUND); /* dropped */
-    for (int t = 0; t < S1.nt; t++) {
+    for (int t = 0; t < g_s1.nt; t++) {
         free(h.buf[t]);
     }
     tio_plan_free(plan);
@@ -528,8 +528,8 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
 }
 
 TIO_TEST(bad_demand_tier_is_refused) {
-    struct tio_trace *tr = build(&S1);
-    struct tio_plan *plan = tr ? plan_with(tr, S1.nk, NULL, 0) : NULL;
+    struct tio_trace *tr = build(&g_s1);
+    struct tio_plan *plan = tr ? plan_with(tr, g_s1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (tr && plan && e) {

@@ -193,6 +193,8 @@ class Offloader:
     def _bounded_budget(self):
         if self.budget:
             return self.budget
+        if self._prog is not None:  # a loaded plan: its trace knows the unconstrained peak
+            return max(1, int(self.budget_fraction * self._prog.peak_resident()))
         # a fraction of the unconstrained peak, not measured yet: of the largest tracked total so
         # far, and of the parameters plus one gradient per trainable parameter (all alive when the
         # optimizer starts), neither of which exceeds it

@@ -28,7 +28,7 @@ def _run(args):
     # stay in the heap and RSS measures the allocator, not teraio); both runs use the same setting
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     env.setdefault("OMP_NUM_THREADS", "2")
-    out = subprocess.run([sys.executable, SCRIPT, "--preset", "wide", "--steps", "4",
+    out = subprocess.run([sys.executable, SCRIPT, "--preset", "wide", "--steps", "3",
                           "--steady-after", "2", "--batch", "2", "--seq", "32", "--json"] + args,
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -46,7 +46,7 @@ def test_half_budget_lowers_tracked_peak_and_rss(tmp_path):
     drop_restore = 1 - off["peak_rss_bytes"] / plain["peak_rss_bytes"]
     for name, r in (("plain ", plain), ("teraio", off)):
         print(f"\n{name}: peak RSS {r['train_peak_rss_bytes'] / mib:.0f} MiB (whole process, "
-              f"training), {r['train_steady_peak_rss_bytes'] / mib:.0f} MiB (offloaded steps 3-4),"
+              f"training), {r['train_steady_peak_rss_bytes'] / mib:.0f} MiB (offloaded step 3),"
               f" {r['peak_rss_bytes'] / mib:.0f} MiB (with the final restore + digest); s/step "
               f"{r['steady_step_seconds']}", end="")
     print()
@@ -61,7 +61,7 @@ def test_half_budget_lowers_tracked_peak_and_rss(tmp_path):
           f"final restore {drop_restore:.1%} (goal 30%: see docs/bench/torch.md)")
     assert off["losses"] == plain["losses"]
     assert off["params"] == plain["params"]
-    assert rep["steps_offloaded"] == 2
+    assert rep["steps_offloaded"] == 1
     # the budget holds in every step: the executor's, and the reactive one before the plan
     assert rep["peak_managed_bytes"] <= rep["memory_budget"]
     assert rep["unplanned_peak_bytes"] <= rep["memory_budget"]

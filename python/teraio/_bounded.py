@@ -255,7 +255,10 @@ class BoundedMemory:
         for i, (_, st, _) in enumerate(globals_):
             e = self.ent.get(st._cdata)
             if e is not None and e.ref() is st and not e.resident:
-                runtime.adopt(i, e.eid)
+                try:
+                    runtime.adopt(i, e.eid)
+                except Exception:  # noqa: BLE001 - e.g. pinned in the trace: bring it back below
+                    continue
                 e.eid = None  # the executor owns (and drops) the copy now
                 del self.ent[st._cdata]
         self.restore()

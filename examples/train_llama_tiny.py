@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402
+from llama_tiny import LlamaConfig, LlamaTiny, make_batch, train_steps  # noqa: E402
 
 PRESETS = {
     "tiny": dict(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344),
@@ -64,30 +64,13 @@ def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, fore
         import teraio
 
         off = teraio.Offloader(model, opt, **offload)
-    losses = []
-    for i in range(steps):
-        s = seqs[i] if seqs else seq
-        tokens = make_batch(cfg, batch, s, i)
-        ctx = off.step() if off is not None else _null()
-        with ctx:
-            loss = model.loss(tokens)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-        if on_step:
-            on_step(i, off)
-    if off is not None:
-        off.restore()
+
+    def batch_for(i):
+        return make_batch(cfg, batch, seqs[i] if seqs else seq, i)
+
+    step_cb = (lambda i, o, _loss: on_step(i, o)) if on_step else None
+    losses = train_steps(model, opt, off, batch_for, steps, step_cb)
     return losses, model, off
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def peak_rss_bytes() -> int:

@@ -122,6 +122,9 @@ struct tio_sim_result {
     uint64_t oom_kernel;                    /* kernel index where it happened */
     uint64_t oom_bytes;                     /* bytes needed beyond the capacity */
     double sim_wall_s;                      /* wall time of the simulation itself */
+    /* Added after the first API freeze (fields only grow at the end): */
+    uint64_t n_moves_clean; /* offloads that wrote nothing: an identical copy was stored
+                               (TIO_MOVE_CLEAN); counted in neither issued nor skipped */
 };
 
 struct tio_sim;

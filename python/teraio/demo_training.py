@@ -55,7 +55,7 @@ def train(steps: int, offload: dict | None, label: str):
     """Returns (losses, seconds per step, model, offloader or None)."""
     import torch
 
-    from teraio.examples.llama_tiny import LlamaConfig, LlamaTiny
+    from teraio.examples.llama_tiny import LlamaConfig, LlamaTiny, train_steps
     torch.manual_seed(0)
     cfg = LlamaConfig(**MODEL)
     model = LlamaTiny(cfg, seed=0)
@@ -65,34 +65,21 @@ def train(steps: int, offload: dict | None, label: str):
         import teraio
         off = teraio.Offloader(model, opt, **offload)
     tokens = corpus_tokens()
-    losses, times = [], []
+    times = []
     bar = Progress(label, steps)
-    for i in range(steps):
-        t0 = time.perf_counter()
-        ctx = off.step() if off is not None else _Null()
-        with ctx:
-            loss = model.loss(batch_at(tokens, i))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
+    t0 = [time.perf_counter()]
+
+    def on_step(i, off, loss):
+        times.append(time.perf_counter() - t0[0])
         phase = ""
         if off is not None:
             r = off.report()
             phase = "(offloading)" if r.get("steps_offloaded") else "(profiling)"
-        bar.update(i, losses[-1], phase)
-    if off is not None:
-        off.restore()
+        bar.update(i, loss, phase)
+        t0[0] = time.perf_counter()
+
+    losses = train_steps(model, opt, off, lambda i: batch_at(tokens, i), steps, on_step)
     return losses, times, model, off
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def params_equal(a, b) -> bool:

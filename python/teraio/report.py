@@ -207,7 +207,11 @@ def plot_timeline(sim_dir: Path, capacity: int, out: Path, title: str) -> None:
                          label=col[:-4].replace("_", " "))
     ax2.set_ylabel("GB/s")
     ax2.set_xlabel("time in the iteration (s)")
-    ax2.legend(fontsize=8, loc="upper right")
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=8, loc="upper right")
+    else:  # everything fits: the plan moves nothing
+        ax2.text(0.5, 0.5, "no migration traffic (nothing is moved)", ha="center",
+                 va="center", transform=ax2.transAxes)
     ax2.grid(True, alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()

@@ -339,6 +339,9 @@ static int offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uin
         s->state = ST_OFF;
         s->tier = to;
         e->gpu_used -= b;
+        if (e->measuring) {
+            e->sim->r.n_moves_clean++;
+        }
         return 0;
     }
     if (to == TIO_TIER_HOST) {

@@ -65,6 +65,7 @@ int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
     (void)fprintf(f, "  \"moves_late\": %llu,\n  \"demand_fetches\": %llu,\n",
                   (unsigned long long)r->n_moves_late, (unsigned long long)r->n_demand_fetches);
     (void)fprintf(f, "  \"demand_evictions\": %llu,\n", (unsigned long long)r->n_demand_evictions);
+    (void)fprintf(f, "  \"moves_clean\": %llu,\n", (unsigned long long)r->n_moves_clean);
     (void)fprintf(f, "  \"sim_wall_s\": %.6g\n}\n", jnum(r->sim_wall_s));
     return ferror(f) ? tio_set_error(-EIO, "sim: writing the JSON summary failed") : 0;
 }

@@ -69,3 +69,21 @@ def test_missing_trace_is_a_clear_error(tmp_path):
     with pytest.raises(report.ReportError, match="analyze"):
         report.make_report(str(tmp_path / "nope.tio"), "cpu-ci", tmp_path / "out")
     assert report.main([str(tmp_path / "nope.tio"), "-o", str(tmp_path / "o2")]) == 2
+
+
+def test_report_command_runs_its_own_cli(tmp_path):
+    """`teraio report` hands Python the path of the CLI that was run (TERAIO_CLI), so a rebuilt
+    build/teraio is used rather than an older copy installed in a venv or on PATH."""
+    cli = Path(report.cli_path()).resolve()
+    fake_py = tmp_path / "py"
+    fake_py.write_text('#!/bin/sh\necho "cli=$TERAIO_CLI args=$*"\n')
+    fake_py.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "TERAIO_PYTHON": str(fake_py)}
+    out = subprocess.run([str(cli), "report", "x.tio", "--hw", "cpu-ci"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"cli={cli} args=-m teraio.report x.tio --hw cpu-ci"
+    # a caller's explicit choice wins
+    env["TERAIO_CLI"] = "/some/other/teraio"
+    out = subprocess.run([str(cli), "report"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "cli=/some/other/teraio args=-m teraio.report"

@@ -392,6 +392,9 @@ TIO_TEST(clean_offload_skips_write) {
     struct tio_sim_result r;
     CHECK_OK(run(tr, &hw, m, 2, NULL, &r, NULL));
     CHECK_EQ_U(r.ssd_bytes_written, 0);
+    CHECK_EQ_U(r.n_moves_clean, 1);  /* the offload: the warm-up's write left a valid copy */
+    CHECK_EQ_U(r.n_moves_issued, 1); /* the prefetch */
+    CHECK_EQ_U(r.n_moves_skipped, 0);
     CHECK_EQ_U(r.bytes[TIO_SIM_SSD_READ], 4000000);
     CHECK_NEAR(r.iteration_s, 16 * MS, 1e-9); /* 12 ms + 4 ms unhidden prefetch */
     tio_trace_free(tr);

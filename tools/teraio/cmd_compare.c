@@ -304,7 +304,7 @@ int cli_cmd_compare(int argc, char **argv) {
             }
             for (;;) {
                 struct tio_sim *sim = NULL;
-                rc = cli_sim_policy(ztr ? ztr : tr, hw, sys, &sp, &sim);
+                rc = cli_sim_policy(ztr ? ztr : tr, hw, sys, 0, &sp, &sim);
                 if (rc < 0) {
                     tio_trace_free(ztr);
                     tio_trace_free(tr);

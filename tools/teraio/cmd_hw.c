@@ -106,8 +106,9 @@ int cli_cmd_hw(int argc, char **argv) {
                        (unsigned long long)hw.gpu_memory_bytes, hw.ssd_count,
                        (unsigned long long)hw.host_offload_cap_bytes);
             } else {
-                printf("%-22s %u x %-9s %9s, %u SSDs/GPU (%s), host cap %s\n", hw.name, hw.gpus,
+                printf("%-22s %u x %-9s %9s, %u SSD%s/GPU (%s), host cap %s\n", hw.name, hw.gpus,
                        hw.gpu, tio_format_bytes(hw.gpu_memory_bytes, a, sizeof a), hw.ssd_count,
+                       hw.ssd_count == 1 ? "" : "s",
                        tio_format_rate(tio_hw_ssd_write_Bps(&hw), b, sizeof b),
                        tio_format_bytes(hw.host_offload_cap_bytes, c, sizeof c));
             }

@@ -18,7 +18,9 @@ static void usage(FILE *f) {
                   "            caps, reason}], \"auto\": name}\n\n"
                   "examples:\n"
                   "  teraio probe\n"
-                  "  teraio probe --json | jq '.backends[] | select(.available)'\n");
+                  "  teraio probe --json | jq '.backends[] | select(.available)'\n\n"
+                  "exit codes: 0 success (also when a backend is unavailable: that is a\n"
+                  "result), 1 usage error\n");
 }
 
 static void print_caps(FILE *f, uint32_t caps, int json) {

@@ -10,20 +10,21 @@
 #include "cli.h"
 
 /* The interpreter: $TERAIO_PYTHON, else the python beside this executable (a venv's bin/),
- * else python3 from PATH. */
-static char *find_python(char *buf, size_t len) {
+ * else the repository's .venv when this is build/teraio, else python3 from PATH. `exe` is this
+ * executable's path (empty if unknown). */
+static char *find_python(const char *exe, char *buf, size_t len) {
     const char *env = getenv("TERAIO_PYTHON"); /* NOLINT(concurrency-mt-unsafe) */
     if (env && *env && strlen(env) < len) {
         strcpy(buf, env); /* NOLINT: length checked */
         return buf;
     }
-    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
-    if (n > 0) {
-        buf[n] = '\0';
-        char *slash = strrchr(buf, '/');
-        if (slash && (size_t)(slash - buf) + sizeof "/python" < len) {
-            strcpy(slash, "/python"); /* NOLINT: bounds checked above */
-            if (access(buf, X_OK) == 0) {
+    const char *slash = strrchr(exe, '/');
+    if (slash) {
+        int dir = (int)(slash - exe);
+        const char *rel[] = { "/python", "/../.venv/bin/python" };
+        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+            int n = snprintf(buf, len, "%.*s%s", dir, exe, rel[i]);
+            if (n > 0 && (size_t)n < len && access(buf, X_OK) == 0) {
                 return buf;
             }
         }
@@ -33,8 +34,15 @@ static char *find_python(char *buf, size_t len) {
 }
 
 int cli_cmd_report(int argc, char **argv) {
-    char pybuf[PATH_MAX];
-    char *py = find_python(pybuf, sizeof pybuf);
+    char exe[PATH_MAX], pybuf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    /* the report runs this same CLI (not another one found on PATH or in a venv, which may
+     * be stale after a rebuild) unless the caller chose one */
+    if (exe[0]) {
+        (void)setenv("TERAIO_CLI", exe, 0); /* NOLINT(concurrency-mt-unsafe) */
+    }
+    char *py = find_python(exe, pybuf, sizeof pybuf);
     char **args = calloc((size_t)argc + 4, sizeof *args);
     if (!args) {
         cli_error("report", "out of memory");

@@ -27,6 +27,7 @@ int cli_sim_plan(const struct tio_trace *tr,
 int cli_sim_policy(const struct tio_trace *tr,
                    const struct tio_hw *hw,
                    const char *policy,
+                   uint64_t min_tensor_bytes,
                    const struct tio_sim_params *sp,
                    struct tio_sim **out) {
     struct tio_sim_params p = *sp;
@@ -36,6 +37,9 @@ int cli_sim_policy(const struct tio_trace *tr,
     }
     struct tio_plan_params pp = tio_plan_params_default();
     pp.policy = policy;
+    if (min_tensor_bytes) {
+        pp.min_tensor_bytes = min_tensor_bytes;
+    }
     struct tio_hw h = *hw;
     if (sp->capacity_bytes) { /* plan against the capacity that is simulated */
         h.gpu_reserve_bytes = 0;

@@ -6,10 +6,12 @@
 #include <teraio/sim.h>
 
 /* Simulate `policy`: a simulator baseline directly, any other policy planned first with
- * tio_plan_make on the same hw. Returns 0 or a library status. */
+ * tio_plan_make on the same hw (tensors under min_tensor_bytes never move; 0 = the planner's
+ * default). Returns 0 or a library status. */
 int cli_sim_policy(const struct tio_trace *tr,
                    const struct tio_hw *hw,
                    const char *policy,
+                   uint64_t min_tensor_bytes,
                    const struct tio_sim_params *sp,
                    struct tio_sim **out);
 

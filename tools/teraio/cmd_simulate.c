@@ -25,7 +25,10 @@ static void usage(FILE *f) {
         "  --json               print the results as JSON on stdout\n"
         "  --csv DIR            write kernels.csv and bandwidth.csv into DIR\n"
         "  --timeline FILE      write a Chrome/Perfetto trace-event JSON (ui.perfetto.dev)\n"
-        "  --capacity BYTES     GPU capacity to simulate (default: memory - reserve of HW)\n"
+        "  --capacity BYTES     GPU capacity to simulate (default: the capacity the plan was\n"
+        "                       made for with --plan, else memory - reserve of HW)\n"
+        "  --min-tensor SIZE    with --policy: never move tensors smaller than SIZE (planner\n"
+        "                       default 1MiB)\n"
         "  --ssd-scale X        multiply the SSD array bandwidth by X (default 1)\n"
         "  --warmup N           warm-up iterations before the measured one (default 1)\n"
         "  --iterations-per-day N   drive life at N iterations a day (default: continuous)\n"
@@ -84,11 +87,11 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
                      tio_format_bytes((uint64_t)hw->ssd_tbw_bytes, b, sizeof b));
     }
     (void)printf(
-        "\nmoves             %llu issued, %llu no-ops, %llu late, %llu demand fetches, %llu "
-        "demand evictions\n",
-        (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_skipped,
-        (unsigned long long)r.n_moves_late, (unsigned long long)r.n_demand_fetches,
-        (unsigned long long)r.n_demand_evictions);
+        "\nmoves             %llu issued, %llu clean (no write: copy already stored), %llu "
+        "no-ops, %llu late, %llu demand fetches, %llu demand evictions\n",
+        (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_clean,
+        (unsigned long long)r.n_moves_skipped, (unsigned long long)r.n_moves_late,
+        (unsigned long long)r.n_demand_fetches, (unsigned long long)r.n_demand_evictions);
 }
 
 int cli_cmd_simulate(int argc, char **argv) {
@@ -96,6 +99,7 @@ int cli_cmd_simulate(int argc, char **argv) {
     const char *csv_dir = NULL, *timeline = NULL;
     int json = 0;
     struct tio_sim_params sp = tio_sim_params_default();
+    uint64_t min_tensor = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -125,6 +129,12 @@ int cli_cmd_simulate(int argc, char **argv) {
             sp.record_timeline = 1;
         } else if (strcmp(a, "--capacity") == 0) {
             rc = cli_parse_bytes(CMD, a, val, &sp.capacity_bytes);
+        } else if (strcmp(a, "--min-tensor") == 0) {
+            rc = cli_parse_bytes(CMD, a, val, &min_tensor);
+            if (rc == 0 && min_tensor == 0) {
+                cli_error(CMD, "--min-tensor must be > 0");
+                rc = TIO_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--ssd-scale") == 0) {
             rc = cli_parse_double(CMD, a, val, &sp.ssd_bandwidth_scale);
             if (rc == 0 && !(sp.ssd_bandwidth_scale > 0)) {
@@ -160,6 +170,11 @@ int cli_cmd_simulate(int argc, char **argv) {
         }
         i++;
     }
+    if (min_tensor && plan_path) {
+        cli_error(CMD, "--min-tensor applies to --policy; a plan's sizes were fixed by `teraio "
+                       "plan --min-tensor`");
+        return TIO_EXIT_USAGE;
+    }
     if (!trace_path || !hw_name || (!plan_path && !policy) || (plan_path && policy)) {
         cli_error(CMD, "need TRACE, --hw and exactly one of --plan or --policy (see --help)");
         return TIO_EXIT_USAGE;
@@ -189,10 +204,15 @@ int cli_cmd_simulate(int argc, char **argv) {
             code = cli_fail(CMD, plan_path, rc);
             goto out;
         }
+        if (sp.capacity_bytes == 0) { /* simulate the capacity the plan was made for */
+            struct tio_plan_summary ps;
+            tio_plan_get_summary(plan, &ps);
+            sp.capacity_bytes = ps.capacity_bytes;
+        }
         rc = cli_sim_plan(tr, &hw, plan, &sp, &sim);
         tio_plan_free(plan);
     } else {
-        rc = cli_sim_policy(tr, &hw, policy, &sp, &sim);
+        rc = cli_sim_policy(tr, &hw, policy, min_tensor, &sp, &sim);
     }
     if (rc < 0) {
         code = cli_fail(CMD, plan_path ? plan_path : policy, rc);

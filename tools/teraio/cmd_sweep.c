@@ -26,6 +26,7 @@ static void usage(FILE *f) {
         "  --bandwidths LIST    comma-separated rates (default\n"
         "                       4,8,12,16,24,32,48,64GB/s; a unit on the last applies to all)\n"
         "  --capacity BYTES     GPU capacity (default: memory - reserve of HW)\n"
+        "  --min-tensor SIZE    never move tensors smaller than SIZE (planner default 1MiB)\n"
         "  --json               JSON on stdout: {\"policy\", \"points\": [{\"bandwidth_Bps\",\n"
         "                       \"fraction_of_ideal\", \"iteration_s\", \"oom\"}]}\n"
         "  -h, --help           this help\n\n"
@@ -89,6 +90,7 @@ int cli_cmd_sweep(int argc, char **argv) {
     const char *list = "4,8,12,16,24,32,48,64GB/s";
     int json = 0;
     struct tio_sim_params sp = tio_sim_params_default();
+    uint64_t min_tensor = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,6 +112,12 @@ int cli_cmd_sweep(int argc, char **argv) {
             list = val;
         } else if (strcmp(a, "--capacity") == 0) {
             rc = cli_parse_bytes(CMD, a, val, &sp.capacity_bytes);
+        } else if (strcmp(a, "--min-tensor") == 0) {
+            rc = cli_parse_bytes(CMD, a, val, &min_tensor);
+            if (rc == 0 && min_tensor == 0) {
+                cli_error(CMD, "--min-tensor must be > 0");
+                rc = TIO_EXIT_USAGE;
+            }
         } else if (a[0] == '-') {
             cli_error(CMD, "unknown option '%s' (see --help)", a);
             return TIO_EXIT_USAGE;
@@ -162,7 +170,7 @@ int cli_cmd_sweep(int argc, char **argv) {
             h.pcie_d2h_Bps = bws[i];
         }
         struct tio_sim *sim = NULL;
-        rc = cli_sim_policy(tr, &h, policy, &sp, &sim);
+        rc = cli_sim_policy(tr, &h, policy, min_tensor, &sp, &sim);
         if (rc < 0) {
             code = cli_fail(CMD, policy, rc);
             goto out;

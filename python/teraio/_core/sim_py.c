@@ -57,6 +57,8 @@ static PyObject *result_dict(const struct tio_sim *sim) {
               set_num(d, "ssd_bytes_written", PyLong_FromUnsignedLongLong(r.ssd_bytes_written)) ||
               set_num(d, "drive_life_years", PyFloat_FromDouble(r.drive_life_years)) ||
               set_num(d, "moves_issued", PyLong_FromUnsignedLongLong(r.n_moves_issued)) ||
+              set_num(d, "moves_skipped", PyLong_FromUnsignedLongLong(r.n_moves_skipped)) ||
+              set_num(d, "moves_clean", PyLong_FromUnsignedLongLong(r.n_moves_clean)) ||
               set_num(d, "moves_late", PyLong_FromUnsignedLongLong(r.n_moves_late)) ||
               set_num(d, "demand_fetches", PyLong_FromUnsignedLongLong(r.n_demand_fetches)) ||
               set_num(d, "demand_evictions", PyLong_FromUnsignedLongLong(r.n_demand_evictions));

@@ -397,7 +397,23 @@ static PyObject *trace_hash(PyObject *self, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(h);
 }
 
-static PyObject *name_or_none(const char *s) {
+/* name(i) of kernel or tensor i: the index checked against count(tr), None for no name. */
+static PyObject *indexed_name(PyObject *self,
+                              PyObject *arg,
+                              const char *what,
+                              size_t (*count)(const struct tio_trace *),
+                              const char *(*name)(const struct tio_trace *, uint32_t)) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    size_t n = count(tr);
+    if (i < 0 || (size_t)i >= n) {
+        PyErr_Format(PyExc_IndexError, "%s %zd out of range (%zu %ss)", what, i, n, what);
+        return NULL;
+    }
+    const char *s = name(tr, (uint32_t)i);
     if (!s) {
         Py_RETURN_NONE;
     }
@@ -405,31 +421,11 @@ static PyObject *name_or_none(const char *s) {
 }
 
 static PyObject *trace_kernel_name(PyObject *self, PyObject *arg) {
-    struct tio_trace *tr = ((TraceObject *)self)->tr;
-    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
-    if (i == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (i < 0 || (size_t)i >= tio_trace_kernel_count(tr)) {
-        PyErr_Format(PyExc_IndexError, "kernel %zd out of range (%zu kernels)", i,
-                     tio_trace_kernel_count(tr));
-        return NULL;
-    }
-    return name_or_none(tio_trace_kernel_name(tr, (uint32_t)i));
+    return indexed_name(self, arg, "kernel", tio_trace_kernel_count, tio_trace_kernel_name);
 }
 
 static PyObject *trace_tensor_name(PyObject *self, PyObject *arg) {
-    struct tio_trace *tr = ((TraceObject *)self)->tr;
-    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
-    if (i == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (i < 0 || (size_t)i >= tio_trace_tensor_count(tr)) {
-        PyErr_Format(PyExc_IndexError, "tensor %zd out of range (%zu tensors)", i,
-                     tio_trace_tensor_count(tr));
-        return NULL;
-    }
-    return name_or_none(tio_trace_tensor_name(tr, (uint32_t)i));
+    return indexed_name(self, arg, "tensor", tio_trace_tensor_count, tio_trace_tensor_name);
 }
 
 static PyMethodDef trace_methods[] = {

@@ -11,6 +11,7 @@ that two runs build bitwise identical models.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -148,3 +149,23 @@ def make_batch(cfg: LlamaConfig, batch: int, seq: int, step: int, seed: int = 12
     """A deterministic batch of token ids [batch, seq + 1] for training step `step`."""
     gen = torch.Generator().manual_seed(seed * 100003 + step)
     return torch.randint(0, cfg.vocab, (batch, seq + 1), generator=gen)
+
+
+def train_steps(model: LlamaTiny, opt, off, batch_for_step, steps: int, on_step=None) -> list:
+    """The examples' training loop: `steps` steps of forward, backward, optimizer step and
+    zero_grad on `batch_for_step(i)`, each inside `off.step()` when an Offloader is given
+    (None: plain PyTorch). `on_step(i, off, loss)` runs after each step. Restores every
+    offloaded tensor at the end. Returns the losses."""
+    losses = []
+    for i in range(steps):
+        with off.step() if off is not None else contextlib.nullcontext():
+            loss = model.loss(batch_for_step(i))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        if on_step:
+            on_step(i, off, losses[-1])
+    if off is not None:
+        off.restore()
+    return losses

@@ -8,9 +8,11 @@
     off.restore()            # before touching parameters outside a step (eval, checkpoint)
     print(off.report())
 
-Steps: `warmup_steps` run untouched (optimizer state is created lazily), the next
-`profile_steps` are recorded (operators, tensors, times), then a plan is made by the C planner
-and every following step executes it through the C executor and migration engine. A step whose
+Steps: `warmup_steps` run first (optimizer state is created lazily), the next `profile_steps` are
+recorded (operators, tensors, times), then a plan is made by the C planner and every following
+step executes it through the C executor and migration engine. The steps before the plan are kept
+within the budget reactively (teraio/_bounded.py); the executor keeps the budget where the plan
+cannot (demand offloads). A step whose
 operator sequence differs from the plan (new shapes, data-dependent control flow) brings every
 tensor back, runs without offloading, warns, and the next step re-profiles.
 See docs/runtime.md.
@@ -78,6 +80,9 @@ class Offloader:
     host_memory: bytes of the pinned host tier (0: SSD only).
     policy: planner policy ("teraio", "teraio-ssd", "teraio-mixed", ...; see teraio/plan.h).
     plan: path of a plan saved by save_plan(); skips profiling if it matches the model.
+    bounded_unplanned: keep the warm-up and profiled steps within the budget too (default; CPU
+        and one process only), offloading reactively through the engine; False runs them
+        unconstrained (faster, but the process then peaks at the unconstrained size).
     """
 
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,

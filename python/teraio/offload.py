@@ -574,6 +574,7 @@ class Offloader:
     def close(self):
         """restore() and release the engine's files."""
         self.restore()
+        self._bounded_stop()
         self._drop_runtime()
         self._engine = None
 

@@ -337,6 +337,22 @@ static int flat_out(OpFastObject *self, PyObject *o, PyObject *acc) {
     return 0;
 }
 
+/* Output j: its id, and its use (new outputs are written; an existing storage when the return
+ * aliases a written argument: in-place and out= operators). 0 ok, -1 error, -2 diverged. */
+static int
+output_use(OpFastObject *self, PyObject *t, PyObject *func, Py_ssize_t j, PyObject *rets_w) {
+    long long tid;
+    int rc = tensor_id(self, t, 1, func, j, &tid);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 2 ||
+        (rc == 1 && j < PyTuple_GET_SIZE(rets_w) && PyTuple_GET_ITEM(rets_w, j) == Py_True)) {
+        return add_use(self, (long)tid, USE_W);
+    }
+    return 0;
+}
+
 static long long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -670,26 +686,24 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
         }
         out = call_plain(spec, func, args, kw);
     }
-    if (!out || !(flat = PyList_New(0)) || flat_out(self, out, flat) < 0) {
+    if (!out) {
         goto fail;
     }
-    Py_ssize_t nrw = PyTuple_GET_SIZE(rets_w);
-    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(flat); j++) {
-        long long tid;
-        rc = tensor_id(self, PyList_GET_ITEM(flat, j), 1, func, j, &tid);
-        if (rc == -2) {
-            goto done; /* diverged: the output is returned as it is */
+    if (is_tensor(self, out)) { /* the common case: no list to build */
+        rc = output_use(self, out, func, 0, rets_w);
+    } else if (!(flat = PyList_New(0)) || flat_out(self, out, flat) < 0) {
+        goto fail;
+    } else {
+        rc = 0;
+        for (Py_ssize_t j = 0; rc >= 0 && rc != -2 && j < PyList_GET_SIZE(flat); j++) {
+            rc = output_use(self, PyList_GET_ITEM(flat, j), func, j, rets_w);
         }
-        if (rc < 0) {
-            goto fail;
-        }
-        /* new outputs are written; an existing storage when the return aliases a written
-         * argument (in-place and out= operators) */
-        if (rc == 2 || (rc == 1 && j < nrw && PyTuple_GET_ITEM(rets_w, j) == Py_True)) {
-            if (add_use(self, (long)tid, USE_W) < 0) {
-                goto fail;
-            }
-        }
+    }
+    if (rc == -2) {
+        goto done; /* diverged: the output is returned as it is */
+    }
+    if (rc < 0) {
+        goto fail;
     }
     if (self->record) {
         if (record_kernel(self, name, comm, dur, self->k) < 0) {

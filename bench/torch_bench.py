@@ -9,7 +9,8 @@
    Then the same on one training step of the example model.
 2. End-to-end CPU training throughput (tokens/s over the steady-state steps) and peak RSS, each
    configuration in its own process: no offloading; teraio at 50% of the unconstrained peak (SSD
-   tier in --ssd-dir); torch.autograd.graph.save_on_cpu; activation checkpointing of every block.
+   tier in --ssd-dir; "teraio-py": the same with the Python per-operator path);
+   torch.autograd.graph.save_on_cpu; activation checkpointing of every block.
    Configurations are interleaved round by round; the load average is recorded with each run.
 
     python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 7
@@ -186,7 +187,9 @@ def worker(cfg):
     mode = cfg["mode"]
     os.makedirs(cfg["ssd_dir"], exist_ok=True)
     off = None
-    if mode == "teraio":
+    if mode in ("teraio", "teraio-py"):
+        if mode == "teraio-py":  # the Python per-operator path (the reference), for comparison
+            os.environ["TERAIO_TORCH_DISPATCH"] = "python"
         import teraio
 
         off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]],

@@ -170,3 +170,22 @@ def test_in_place_and_out_variants_record_writes():
     assert progs[0] == progs[1]
     assert progs[0][0] == ("aten.add_.Tensor", 0, (0, 3))
     assert progs[0][1] == ("aten.mul.out", 0, (0, 1, 1, 3))
+
+
+def test_driver_is_collected_after_the_step():
+    """The C object, its driver and the storages' weak references form a cycle: the garbage
+    collector must be able to free it (tp_traverse / tp_clear), and a storage that dies after
+    that must not crash the weakref callback."""
+    import gc
+    import weakref
+
+    keep = torch.zeros(64)
+    d, _ = _run_chain([ADD] * 4, fast=True)
+    with StepMode(d):
+        torch.add(keep, 1)
+    ref = weakref.ref(d)
+    del d
+    gc.collect()
+    assert ref() is None
+    del keep  # its storage's weak reference belonged to the freed object
+    gc.collect()

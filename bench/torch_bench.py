@@ -201,7 +201,7 @@ def worker(cfg):
             fwd = blk.forward
             blk.forward = (lambda f: lambda x, cos, sin: checkpoint(f, x, cos, sin,
                                                                     use_reentrant=False))(fwd)
-    times = []
+    times, cpu = [], []
     warm = 3  # teraio: warm-up, profiling, first offloaded step; the same count for all
     for i in range(cfg["steps"]):
         if i == warm and os.path.exists("/proc/self/clear_refs"):
@@ -214,7 +214,7 @@ def worker(cfg):
             ctx = torch.autograd.graph.save_on_cpu(pin_memory=False)
         else:
             ctx = contextlib.nullcontext()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with ctx:
             loss = model.loss(tokens)
             loss.backward()
@@ -222,8 +222,11 @@ def worker(cfg):
             opt.zero_grad(set_to_none=True)
             loss.item()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)  # all threads of the process (engine included)
     steady = times[warm:] if len(times) > warm else times
+    steady_cpu = cpu[warm:] if len(cpu) > warm else cpu
     out = {"mode": mode, "step_s": statistics.median(steady), "steps_s": times,
+           "cpu_s": statistics.median(steady_cpu), "steps_cpu_s": cpu,
            "tokens_per_s": cfg["batch"] * cfg["seq"] / statistics.median(steady),
            "steady_peak_rss_mib": _vm_hwm_mib(), "load_avg_end": os.getloadavg()}
     if off is not None:
@@ -288,8 +291,12 @@ def main():
     for mode, runs in results.items():
         steps = [x["step_s"] for x in runs]
         med, lo = statistics.median(steps), min(steps)
+        cpus = [x["cpu_s"] for x in runs]
         print(json.dumps({
             "summary": mode, "rounds": len(runs), "step_s_rounds": steps, "step_s_median": med,
+            "cpu_s_rounds": cpus, "cpu_s_median": statistics.median(cpus),
+            "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results["plain"]) /
+                                    statistics.median(cpus)) if "plain" in results else 0,
             "step_s_min": lo, "vs_plain_median": base_med / med if med else 0,
             "vs_plain_min": base_min / lo if lo else 0,
             "tokens_per_s_median": a.batch * a.seq / med if med else 0,

@@ -127,7 +127,6 @@ def hook_overhead(preset, reps, batch, seq, overrides=None):
         opt.zero_grad(set_to_none=True)
 
     step(0)
-    times = {"plain": [], "record": [], "execute": []}
     # a plan with no moves, from a recorded step: the executor runs but moves nothing
     d = StepDriver(collect_globals(model, opt), record=True)
     with StepMode(d):
@@ -138,29 +137,49 @@ def hook_overhead(preset, reps, batch, seq, overrides=None):
     plan = teraio._core.RtPlan.build(trace, "none", [])
     eng = teraio._core.RtEngine([], 1 << 20)
     rt = teraio._core.Runtime(trace, plan, eng)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Bare(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def under(mode_fn):
+        def run(i):
+            d = mode_fn()
+            if d is None:
+                with Bare():
+                    step(i)
+                return
+            with StepMode(d):
+                step(i)
+            d.end()
+            assert d.diverged is None, d.diverged
+        return run
+
+    g = lambda: collect_globals(model, opt)  # noqa: E731
+    runs = {"plain": step, "bare_mode": under(lambda: None),
+            "record_c": under(lambda: StepDriver(g(), record=True)),
+            "execute_c": under(lambda: StepDriver(g(), record=False, program=prog, runtime=rt)),
+            "record_py": under(lambda: StepDriver(g(), record=True, fast=False)),
+            "execute_py": under(lambda: StepDriver(g(), record=False, program=prog, runtime=rt,
+                                                   fast=False))}
+    wall = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
     for i in range(reps):
-        t0 = time.perf_counter()
-        step(2 + i)
-        times["plain"].append(time.perf_counter() - t0)
-        d = StepDriver(collect_globals(model, opt), record=True)
-        t0 = time.perf_counter()
-        with StepMode(d):
-            step(2 + i)
-        d.end()
-        times["record"].append(time.perf_counter() - t0)
-        d = StepDriver(collect_globals(model, opt), record=False, program=prog, runtime=rt)
-        t0 = time.perf_counter()
-        with StepMode(d):
-            step(2 + i)
-        d.end()
-        assert d.diverged is None, d.diverged
-        times["execute"].append(time.perf_counter() - t0)
+        for k, f in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            f(2 + i)
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
     n = len(prog.kernels)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    mw = {k: statistics.median(v) for k, v in wall.items()}
+    mc = {k: statistics.median(v) for k, v in cpu.items()}
     return {
-        "preset": preset, "operators": n, "step_s": med,
-        "record_us_per_op": (med["record"] - med["plain"]) / n * 1e6,
-        "execute_us_per_op": (med["execute"] - med["plain"]) / n * 1e6,
+        "preset": preset, "config": overrides, "operators": n, "step_s_median": mw,
+        "step_cpu_s_median": mc,
+        "cpu_us_per_op_over_plain": {k: (mc[k] - mc["plain"]) / n * 1e6 for k in mc},
+        "wall_us_per_op_over_plain": {k: (mw[k] - mw["plain"]) / n * 1e6 for k in mw},
+        "load_avg": os.getloadavg(),
     }
 
 

@@ -58,9 +58,13 @@ def _record(model, opt, step, i, fast):
     return d
 
 
-def test_cpu_uses_the_c_path():
+def test_cpu_uses_the_c_path(monkeypatch):
+    monkeypatch.delenv("TERAIO_TORCH_DISPATCH", raising=False)
     assert type(StepDriver([], record=True)) is FastStepDriver
     assert type(StepDriver([], record=True, fast=False)) is StepDriver
+    monkeypatch.setenv("TERAIO_TORCH_DISPATCH", "python")
+    assert type(StepDriver([], record=True)) is StepDriver
+    assert type(StepDriver([], record=True, fast=True)) is FastStepDriver
     assert type(StepDriver([], record=True, cuda=True)) is StepDriver
 
 
@@ -86,7 +90,7 @@ def test_identity_stable_across_steps_and_training_unchanged():
     rt = _runtime(prog)
     for i in range(2, 5):
         g = collect_globals(model, opt)
-        d = StepDriver(g, record=False, program=prog, runtime=rt)
+        d = StepDriver(g, record=False, program=prog, runtime=rt, fast=True)
         assert type(d) is FastStepDriver
         # globals: ids by registration order
         for tid, (_, st, _) in enumerate(g):

@@ -577,7 +577,6 @@ class StepDriver:
             self.busy = False
 
 
-
 class FastStepDriver(StepDriver):
     """StepDriver whose per-operator path is one C call (teraio._core.OpFast): identity,
     recording, the comparison with the plan and the executor calls. The C object calls back
@@ -638,6 +637,18 @@ class FastStepDriver(StepDriver):
         for i in range(0, len(flat), 2):
             b, kind, f, name = self.prog.tensors[flat[i]]
             self.prog.tensors[flat[i]] = (b, kind, f | F_PINNED, name)
+
+    def end(self):
+        # The base class drops the intermediates from st_by_id by rebinding it; the C object
+        # holds the dict it was configured with, so filter that one in place instead.
+        held = self.st_by_id
+        super().end()
+        if self.st_by_id is not held:
+            kept = self.st_by_id
+            held.clear()
+            held.update(kept)
+            self.st_by_id = held
+
 
 class StepMode(TorchDispatchMode):
     """Routes every aten operator through a StepDriver."""

@@ -695,7 +695,7 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
         goto fail;
     } else {
         rc = 0;
-        for (Py_ssize_t j = 0; rc >= 0 && rc != -2 && j < PyList_GET_SIZE(flat); j++) {
+        for (Py_ssize_t j = 0; rc == 0 && j < PyList_GET_SIZE(flat); j++) {
             rc = output_use(self, PyList_GET_ITEM(flat, j), func, j, rets_w);
         }
     }

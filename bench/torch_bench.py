@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Benchmarks of the PyTorch layer (numbers go to docs/bench/torch.md, never to assertions).
 
-1. Hook overhead per operator (us): one training step of the example model plain, under the
-   recording dispatch mode (profiling), and under the executing mode with a plan that moves
-   nothing (policy "none": every operator still goes through identity, the plan check and the C
-   executor). overhead = (t_mode - t_plain) / operators; medians over --reps steps.
+1. Hook overhead per operator (us), on a chain of 2,000 cheap operators: plain, under a bare
+   TorchDispatchMode that only calls the operator (the floor of any Python dispatch mode), and
+   under the recording and executing modes (plan with no moves: identity, plan check and the C
+   executor calls still run), each with the C per-operator path (teraio._core.OpFast) and with
+   the Python reference (StepDriver(fast=False)); interleaved, median and min of --reps (>= 7).
+   Then the same on one training step of the example model.
 2. End-to-end CPU training throughput (tokens/s over the steady-state steps) and peak RSS, each
    configuration in its own process: no offloading; teraio at 50% of the unconstrained peak (SSD
-   tier in --ssd-dir); torch.autograd.graph.save_on_cpu; activation checkpointing of every block.
+   tier in --ssd-dir; "teraio-py": the same with the Python per-operator path);
+   torch.autograd.graph.save_on_cpu; activation checkpointing of every block.
+   Configurations are interleaved round by round; the load average is recorded with each run.
 
-    python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 5
+    python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 7
+    python bench/torch_bench.py --preset medium --config '{"dim": 768}' --seq 512 --threads 1
 """
 from __future__ import annotations
 
@@ -28,9 +33,14 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 def micro_overhead(reps, n_ops=2000):
     """Per-operator cost of the hook on a chain of cheap operators (x = x + 1 on 16 floats)."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     import teraio
     from teraio.torch._mode import StepDriver, StepMode
+
+    class Bare(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
 
     x0 = torch.zeros(16)
 
@@ -40,46 +50,73 @@ def micro_overhead(reps, n_ops=2000):
             x = torch.add(x, 1)
         return x
 
-    d = StepDriver([], record=True)
+    d = StepDriver([], record=True, fast=False)
     with StepMode(d):
         chain()
     d.end()
-    trace = teraio._core.RtTrace.build(d.prog.tensors, d.prog.kernels, {"source": "bench"})
+    prog = d.prog
+    trace = teraio._core.RtTrace.build(prog.tensors, prog.kernels, {"source": "bench"})
     plan = teraio._core.RtPlan.build(trace, "none", [])
     eng = teraio._core.RtEngine([], 1 << 20)
     rt = teraio._core.Runtime(trace, plan, eng)
-    t = {"plain": [], "record": [], "execute": []}
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        chain()
-        t["plain"].append(time.perf_counter() - t0)
-        d = StepDriver([], record=True)
-        t0 = time.perf_counter()
+
+    def bare():
+        with Bare():
+            chain()
+
+    def record(fast):
+        d = StepDriver([], record=True, fast=fast)
         with StepMode(d):
             chain()
         d.end()
-        t["record"].append(time.perf_counter() - t0)
-        d = StepDriver([], record=False, program=d.prog, runtime=rt)
-        t0 = time.perf_counter()
+
+    def execute(fast):
+        d = StepDriver([], record=False, program=prog, runtime=rt, fast=fast)
         with StepMode(d):
             chain()
         d.end()
         assert d.diverged is None, d.diverged
-        t["execute"].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) / n_ops * 1e6 for k, v in t.items()}
-    return {"micro_us_per_op": med, "record_overhead_us": med["record"] - med["plain"],
-            "execute_overhead_us": med["execute"] - med["plain"]}
+
+    def executor_only():
+        rt.begin()
+        for k in range(n_ops):
+            rt.before(k)
+            rt.ready(k)
+            rt.after(k)
+        rt.end()
+
+    runs = {"plain": chain, "bare_mode": bare,
+            "record_c": lambda: record(True), "execute_c": lambda: execute(True),
+            "record_py": lambda: record(False), "execute_py": lambda: execute(False),
+            "executor_calls_only": executor_only}
+    has_c = hasattr(teraio._core, "OpFast")
+    t = {k: [] for k in runs if has_c or not k.endswith("_c")}
+    for _ in range(reps):
+        for k in t:
+            t0 = time.perf_counter()
+            runs[k]()
+            t[k].append((time.perf_counter() - t0) / n_ops * 1e6)
+    med = {k: statistics.median(v) for k, v in t.items()}
+    return {"micro_us_per_op_median": med, "micro_us_per_op_min": {k: min(v) for k, v in t.items()},
+            "overhead_vs_plain_median": {k: med[k] - med["plain"] for k in med if k != "plain"},
+            "load_avg": os.getloadavg()}
 
 
-def hook_overhead(preset, reps, batch, seq):
+def model_config(preset, overrides):
+    from llama_tiny import LlamaConfig
+    from train_llama_tiny import PRESETS
+
+    return LlamaConfig(**dict(PRESETS[preset], **(overrides or {})))
+
+
+def hook_overhead(preset, reps, batch, seq, overrides=None):
     import torch
 
     import teraio
-    from llama_tiny import LlamaConfig, LlamaTiny, make_batch
+    from llama_tiny import LlamaTiny, make_batch
     from teraio.torch._mode import StepDriver, StepMode, collect_globals
-    from train_llama_tiny import PRESETS
 
-    cfg = LlamaConfig(**PRESETS[preset])
+    cfg = model_config(preset, overrides)
     model = LlamaTiny(cfg)
     opt = torch.optim.AdamW(model.parameters(), foreach=False)
 
@@ -90,7 +127,6 @@ def hook_overhead(preset, reps, batch, seq):
         opt.zero_grad(set_to_none=True)
 
     step(0)
-    times = {"plain": [], "record": [], "execute": []}
     # a plan with no moves, from a recorded step: the executor runs but moves nothing
     d = StepDriver(collect_globals(model, opt), record=True)
     with StepMode(d):
@@ -101,47 +137,80 @@ def hook_overhead(preset, reps, batch, seq):
     plan = teraio._core.RtPlan.build(trace, "none", [])
     eng = teraio._core.RtEngine([], 1 << 20)
     rt = teraio._core.Runtime(trace, plan, eng)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Bare(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def under(mode_fn):
+        def run(i):
+            d = mode_fn()
+            if d is None:
+                with Bare():
+                    step(i)
+                return
+            with StepMode(d):
+                step(i)
+            d.end()
+            assert d.diverged is None, d.diverged
+        return run
+
+    g = lambda: collect_globals(model, opt)  # noqa: E731
+    runs = {"plain": step, "bare_mode": under(lambda: None),
+            "record_c": under(lambda: StepDriver(g(), record=True)),
+            "execute_c": under(lambda: StepDriver(g(), record=False, program=prog, runtime=rt)),
+            "record_py": under(lambda: StepDriver(g(), record=True, fast=False)),
+            "execute_py": under(lambda: StepDriver(g(), record=False, program=prog, runtime=rt,
+                                                   fast=False))}
+    wall = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
     for i in range(reps):
-        t0 = time.perf_counter()
-        step(2 + i)
-        times["plain"].append(time.perf_counter() - t0)
-        d = StepDriver(collect_globals(model, opt), record=True)
-        t0 = time.perf_counter()
-        with StepMode(d):
-            step(2 + i)
-        d.end()
-        times["record"].append(time.perf_counter() - t0)
-        d = StepDriver(collect_globals(model, opt), record=False, program=prog, runtime=rt)
-        t0 = time.perf_counter()
-        with StepMode(d):
-            step(2 + i)
-        d.end()
-        assert d.diverged is None, d.diverged
-        times["execute"].append(time.perf_counter() - t0)
+        for k, f in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            f(2 + i)
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
     n = len(prog.kernels)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    mw = {k: statistics.median(v) for k, v in wall.items()}
+    mc = {k: statistics.median(v) for k, v in cpu.items()}
     return {
-        "preset": preset, "operators": n, "step_s": med,
-        "record_us_per_op": (med["record"] - med["plain"]) / n * 1e6,
-        "execute_us_per_op": (med["execute"] - med["plain"]) / n * 1e6,
+        "preset": preset, "config": overrides, "operators": n, "step_s_median": mw,
+        "step_cpu_s_median": mc,
+        "cpu_us_per_op_over_plain": {k: (mc[k] - mc["plain"]) / n * 1e6 for k in mc},
+        "cpu_us_per_op_over_plain_min": {k: (min(cpu[k]) - min(cpu["plain"])) / n * 1e6
+                                         for k in cpu},
+        "wall_us_per_op_over_plain": {k: (mw[k] - mw["plain"]) / n * 1e6 for k in mw},
+        "load_avg": os.getloadavg(),
     }
 
 
+def _vm_hwm_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def worker(cfg):
-    import resource
+    import contextlib
 
     import torch
 
-    from llama_tiny import LlamaConfig, LlamaTiny, make_batch
-    from train_llama_tiny import PRESETS
+    from llama_tiny import LlamaTiny, make_batch
 
-    c = LlamaConfig(**PRESETS[cfg["preset"]])
+    if cfg.get("threads"):
+        torch.set_num_threads(cfg["threads"])
+    c = model_config(cfg["preset"], cfg.get("config"))
     model = LlamaTiny(c)
     opt = torch.optim.AdamW(model.parameters(), foreach=False)
     mode = cfg["mode"]
     os.makedirs(cfg["ssd_dir"], exist_ok=True)
     off = None
-    if mode == "teraio":
+    if mode in ("teraio", "teraio-py"):
+        if mode == "teraio-py":  # the Python per-operator path (the reference), for comparison
+            os.environ["TERAIO_TORCH_DISPATCH"] = "python"
         import teraio
 
         off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]],
@@ -153,10 +222,12 @@ def worker(cfg):
             fwd = blk.forward
             blk.forward = (lambda f: lambda x, cos, sin: checkpoint(f, x, cos, sin,
                                                                     use_reentrant=False))(fwd)
-    import contextlib
-
-    times = []
+    times, cpu = [], []
+    warm = 3  # teraio: warm-up, profiling, first offloaded step; the same count for all
     for i in range(cfg["steps"]):
+        if i == warm and os.path.exists("/proc/self/clear_refs"):
+            with open("/proc/self/clear_refs", "w") as f:  # reset VmHWM: steady-state peak
+                f.write("5")
         tokens = make_batch(c, cfg["batch"], cfg["seq"], i)
         if off is not None:
             ctx = off.step()
@@ -164,7 +235,7 @@ def worker(cfg):
             ctx = torch.autograd.graph.save_on_cpu(pin_memory=False)
         else:
             ctx = contextlib.nullcontext()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with ctx:
             loss = model.loss(tokens)
             loss.backward()
@@ -172,14 +243,18 @@ def worker(cfg):
             opt.zero_grad(set_to_none=True)
             loss.item()
         times.append(time.perf_counter() - t0)
-    steady = times[3:] if len(times) > 3 else times
-    out = {"mode": mode, "step_s": statistics.median(steady),
+        cpu.append(time.process_time() - c0)  # all threads of the process (engine included)
+    steady = times[warm:] if len(times) > warm else times
+    steady_cpu = cpu[warm:] if len(cpu) > warm else cpu
+    out = {"mode": mode, "step_s": statistics.median(steady), "steps_s": times,
+           "cpu_s": statistics.median(steady_cpu), "steps_cpu_s": cpu,
            "tokens_per_s": cfg["batch"] * cfg["seq"] / statistics.median(steady),
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+           "steady_peak_rss_mib": _vm_hwm_mib(), "load_avg_end": os.getloadavg()}
     if off is not None:
         r = off.report()
         out.update({k: r[k] for k in ("peak_managed_bytes", "unconstrained_peak_bytes",
-                                      "memory_budget", "stall_s", "bytes_offloaded")})
+                                      "memory_budget", "stall_s", "bytes_offloaded",
+                                      "steps_offloaded", "steps_diverged")})
     print(json.dumps(out))
 
 
@@ -187,40 +262,70 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="small")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--config", default=None,
+                    help="JSON overrides of the preset's LlamaConfig fields, e.g. '{\"dim\": 768}'")
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
     ap.add_argument("--ssd-dir", default="/tmp/tio-bench")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--modes", default="plain,teraio,save_on_cpu,checkpoint")
+    ap.add_argument("--skip-micro", action="store_true")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         worker(json.loads(a.worker))
         return
-    print(json.dumps(micro_overhead(max(a.reps, 7))))
-    print(json.dumps(hook_overhead(a.preset, a.reps, a.batch, a.seq)))
+    overrides = json.loads(a.config) if a.config else None
+    if not a.skip_micro:
+        if a.threads:
+            import torch
+
+            torch.set_num_threads(a.threads)
+        print(json.dumps(micro_overhead(max(a.reps, 7))), flush=True)
+        print(json.dumps(hook_overhead(a.preset, a.reps, a.batch, a.seq, overrides)), flush=True)
     os.makedirs(a.ssd_dir, exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    modes = a.modes.split(",")
     # configurations interleaved round by round, so that load drift on a shared machine hits all
     results = {}
-    for _ in range(a.rounds):
-        for mode in ("plain", "teraio", "save_on_cpu", "checkpoint"):
-            cfg = dict(preset=a.preset, mode=mode, steps=a.steps, batch=a.batch, seq=a.seq,
-                       ssd_dir=a.ssd_dir)
+    for rnd in range(a.rounds):
+        for mode in modes:
+            cfg = dict(preset=a.preset, config=overrides, mode=mode, steps=a.steps,
+                       batch=a.batch, seq=a.seq, ssd_dir=a.ssd_dir, threads=a.threads)
+            load0 = os.getloadavg()
             r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
                                capture_output=True, text=True, env=env)
             if r.returncode != 0:
-                print(json.dumps({"mode": mode, "error": r.stderr[-500:]}))
+                print(json.dumps({"mode": mode, "round": rnd, "error": r.stderr[-800:]}),
+                      flush=True)
                 continue
-            results.setdefault(mode, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
-    base = statistics.median(x["step_s"] for x in results.get("plain", [{"step_s": 0}]))
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            res.update(round=rnd, load_avg_start=load0)
+            print(json.dumps(res), flush=True)
+            results.setdefault(mode, []).append(res)
+    plain = [x["step_s"] for x in results.get("plain", [])]
+    base_med = statistics.median(plain) if plain else 0
+    base_min = min(plain) if plain else 0
     for mode, runs in results.items():
-        step = statistics.median(x["step_s"] for x in runs)
-        out = dict(runs[-1], mode=mode, rounds=len(runs), step_s=step,
-                   tokens_per_s=a.batch * a.seq / step, vs_plain=base / step if step else 0,
-                   all_step_s=[x["step_s"] for x in runs])
-        print(json.dumps(out))
+        steps = [x["step_s"] for x in runs]
+        med, lo = statistics.median(steps), min(steps)
+        cpus = [x["cpu_s"] for x in runs]
+        print(json.dumps({
+            "summary": mode, "rounds": len(runs), "step_s_rounds": steps, "step_s_median": med,
+            "cpu_s_rounds": cpus, "cpu_s_median": statistics.median(cpus),
+            "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results["plain"]) /
+                                    statistics.median(cpus)) if "plain" in results else 0,
+            "step_s_min": lo, "vs_plain_median": base_med / med if med else 0,
+            "vs_plain_min": base_min / lo if lo else 0,
+            "tokens_per_s_median": a.batch * a.seq / med if med else 0,
+            "steady_peak_rss_mib": [x["steady_peak_rss_mib"] for x in runs],
+            **{k: runs[-1][k] for k in ("peak_managed_bytes", "memory_budget",
+                                        "unconstrained_peak_bytes") if k in runs[-1]}}),
+            flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,7 @@ die.
 """
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -160,16 +161,56 @@ def _flat_out(out, acc):
     return acc
 
 
+def _make_spec(func):
+    """Per operator, for the C path (teraio._core.OpFast): (arguments as (position, name,
+    is_write, kwarg_only), per-return is_write, is a collective, str(func), is _foreach_*, the
+    callable behind func)."""
+    plan, rets, comm = _arg_plan(func)
+    return (tuple((i, n, bool(w), bool(kw)) for i, n, w, kw in plan),
+            tuple(bool(r) for r in rets), bool(comm), str(func),
+            func.overloadpacket.__name__.startswith("_foreach_"), getattr(func, "_op", func))
+
+
+_SPEC_CACHE: dict = {}
+
+
+def _use_fast(cuda, fast):
+    if cuda or fast is False:
+        return False
+    if not hasattr(_core(), "OpFast"):
+        return False
+    if fast is None and os.environ.get("TERAIO_TORCH_DISPATCH", "").lower() == "python":
+        return False
+    return True
+
+
+def _core():
+    from teraio import _core as c
+
+    return c
+
+
 class Divergence(Exception):
     """The operator sequence no longer matches the plan."""
 
 
 class StepDriver:
-    """State of one step under the dispatch mode: identity, recording or execution."""
+    """State of one step under the dispatch mode: identity, recording or execution.
+
+    This class is the reference implementation, in Python. On CPU, StepDriver(...) returns a
+    FastStepDriver, which does the same per-operator work in one C call (teraio._core.OpFast);
+    fast=False (or TERAIO_TORCH_DISPATCH=python in the environment) keeps the Python one, and
+    the CUDA path always uses it (event timing and stream synchronisation are Python).
+    """
+
+    def __new__(cls, globals_=None, *, cuda=False, fast=None, **kw):
+        if cls is StepDriver and _use_fast(cuda, fast):
+            cls = FastStepDriver
+        return object.__new__(cls)
 
     def __init__(self, globals_, *, record: bool, program: StepProgram | None = None,
                  runtime=None, movable=(), split_foreach=True, cuda=False, in_optim=None,
-                 offload_at=None):
+                 offload_at=None, fast=None):
         self.record = record
         self.prog = program if program is not None else StepProgram()
         self.rt = runtime
@@ -536,12 +577,89 @@ class StepDriver:
             self.busy = False
 
 
+class FastStepDriver(StepDriver):
+    """StepDriver whose per-operator path is one C call (teraio._core.OpFast): identity,
+    recording, the comparison with the plan and the executor calls. The C object calls back
+    into the methods below (and the inherited ones: _flush_deaths, _diverge, _check_offloads,
+    _apply, _foreach) for rare events; the rules are the same as the Python path's."""
+
+    def __init__(self, globals_, *, record, program=None, runtime=None, movable=(),
+                 split_foreach=True, cuda=False, in_optim=None, offload_at=None, fast=None):
+        self.fast = _core().OpFast(self, [], len(globals_), _SPEC_CACHE, _make_spec,
+                                   torch._C._storage_address, torch._C.TensorBase)
+        super().__init__(globals_, record=record, program=program, runtime=runtime,
+                         movable=movable, split_foreach=split_foreach, cuda=cuda,
+                         in_optim=in_optim, offload_at=offload_at)
+        kflags = b""
+        if not record:
+            flags = bytearray(len(self.prog.kernels))
+            for k in self.offload_at:
+                if 0 <= k < len(flags):
+                    flags[k] |= 1
+            for k in self.release_at:
+                if 0 <= k < len(flags):
+                    flags[k] |= 2
+            kflags = bytes(flags)
+        self.fast.configure(record, self.prog.tensors, self.prog.kernels, runtime,
+                            self.in_optim, self.last_k, kflags, frozenset(self.movable),
+                            split_foreach, self.dead, self.st_by_id, self.weak_by_id,
+                            FREE_KERNEL)
+        self.dispatch = self.fast.dispatch
+
+    # state that lives in the C object
+    k = property(lambda self: self.fast.k, lambda self, v: setattr(self.fast, "k", v))
+    passthrough = property(lambda self: bool(self.fast.passthrough),
+                           lambda self, v: setattr(self.fast, "passthrough", int(v)))
+    busy = property(lambda self: bool(self.fast.busy),
+                    lambda self, v: setattr(self.fast, "busy", int(v)))
+    dead_pending = property(lambda self: self.fast.dead,
+                            lambda self, v: setattr(self.fast, "dead", v))
+
+    def _new_id(self, st):
+        return self.fast.add(st)
+
+    def _one(self, func, args, kwargs):
+        return self.fast.one(func, tuple(args), kwargs)
+
+    # callbacks from C
+    def _bind_new(self, tid, st):
+        self.st_by_id[tid] = st
+        self.ptr_by_id[tid] = st.data_ptr()
+        self.rt.bind(tid, self.ptr_by_id[tid])
+
+    def _release(self, k):
+        for t in self.release_at.get(k, ()):
+            st = self.st_by_id.pop(t, None)
+            if st is not None:  # past its last use: only reachable while its owner keeps it
+                self.weak_by_id[t] = weakref.ref(st)
+
+    def _pin(self, flat):
+        for i in range(0, len(flat), 2):
+            b, kind, f, name = self.prog.tensors[flat[i]]
+            self.prog.tensors[flat[i]] = (b, kind, f | F_PINNED, name)
+
+    def end(self):
+        # The base class drops the intermediates from st_by_id by rebinding it; the C object
+        # holds the dict it was configured with, so filter that one in place instead.
+        held = self.st_by_id
+        super().end()
+        if self.st_by_id is not held:
+            kept = self.st_by_id
+            held.clear()
+            held.update(kept)
+            self.st_by_id = held
+
+
 class StepMode(TorchDispatchMode):
     """Routes every aten operator through a StepDriver."""
 
     def __init__(self, driver: StepDriver):
         super().__init__()
         self.driver = driver
+        fast = getattr(driver, "fast", None)
+        self._dispatch = fast.dispatch if fast is not None else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._dispatch is not None:
+            return self._dispatch(func, args, kwargs)
         return self.driver.dispatch(func, args, kwargs or {})

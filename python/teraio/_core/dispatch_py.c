@@ -1,0 +1,1064 @@
+/* teraio._core.OpFast: the per-operator hot path of the PyTorch layer in C.
+ *
+ * python/teraio/torch/_mode.py routes every aten operator of a training step through a
+ * StepDriver. On CPU its per-operator work (storage identity, the comparison with the plan, the
+ * executor calls, the bookkeeping of new tensors) was Python and cost more than the operator
+ * itself for small operators; this object does the same work in one C call per operator and
+ * calls back into the driver only for rare events (a death, a divergence, storage actions, a
+ * movable tensor's creation, a release point, a COMM kernel). The rules are the driver's (see
+ * the _mode.py docstring), and the Python implementation stays beside it as the reference
+ * (StepDriver with fast=False; the CUDA path uses it).
+ *
+ * State: ids (dict: StorageImpl address -> tensor id), refs (address -> weak reference of the
+ * storage, whose callback forgets the entry and queues an intermediate's death), the program
+ * being recorded or executed (prog.tensors / prog.kernels lists, read in place), the executor.
+ * Identity is torch._C._storage_address(tensor), which equals untyped_storage()._cdata.
+ */
+#include <stdarg.h>
+#include <time.h>
+
+#include "core.h"
+
+enum { USE_R = 1, USE_W = 2, USE_RW = 3 };
+enum { KIND_ACT = 3, KIND_INPUT = 5 };
+enum { F_PINNED = 2 };
+enum { K_COMM = 1, K_OPTIM = 2 };
+enum { KF_CHECK_OFFLOAD = 1, KF_RELEASE = 2 }; /* per-kernel flags from the driver */
+
+/* Spec tuple per operator (made by _mode._make_spec, cached in a dict shared by all steps). */
+enum { SP_ARGS, SP_RETS_W, SP_COMM, SP_NAME, SP_FOREACH, SP_OP, SP_LEN };
+
+typedef struct {
+    PyObject_HEAD PyObject *driver; /* StepDriver: callbacks for rare events */
+    PyObject *ids;                  /* dict: address -> tensor id */
+    PyObject *refs;                 /* dict: address -> weakref of the storage */
+    PyObject *wr_addr;              /* dict: id(weakref) -> address (for the death callback) */
+    PyObject *dead;                 /* list: ids of intermediates that died (driver.dead_pending) */
+    PyObject *died;                 /* bound method self._died: the weakref callback */
+    PyObject *specs;                /* dict: OpOverload -> spec tuple */
+    PyObject *make_spec;            /* callable(func) -> spec tuple */
+    PyObject *storage_address;      /* torch._C._storage_address */
+    PyObject *tensor_type;          /* torch._C.TensorBase */
+    PyObject *tensors, *kernels;    /* prog.tensors, prog.kernels */
+    PyObject *runtime;              /* the executor (execution) */
+    PyObject *in_optim;             /* callable() -> bool (recording) */
+    PyObject *last_k;               /* dict: tensor id -> last kernel (recording) */
+    PyObject *kflags;               /* bytes: KF_* per kernel (execution) */
+    PyObject *movable;              /* set of tensor ids the plan moves (execution) */
+    PyObject *dead_set;             /* set: driver.dead (execution) */
+    PyObject *st_by_id, *weak_by_id; /* dicts: driver.st_by_id, driver.weak_by_id */
+    PyObject *free_kernel;           /* str: the free marker kernel's name */
+    long long k, n_ids, n_globals;
+    int record, passthrough, busy, split_foreach, configured;
+    long *use_t; /* uses of the current operator, first-seen order */
+    int *use_m;
+    size_t n_use, cap_use;
+} OpFastObject;
+
+static PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_diverge, *s_check_offloads, *s_apply,
+    *s_bind_new, *s_release, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget,
+    *s_run_free_markers;
+
+/* ---- identity ----------------------------------------------------------------------------- */
+
+/* Register storage `st` at address `addr` under the next id; returns the id or -1. */
+static long long register_storage(OpFastObject *self, PyObject *st, PyObject *addr) {
+    long long tid = self->n_ids;
+    PyObject *id = PyLong_FromLongLong(tid);
+    PyObject *wr = id ? PyWeakref_NewRef(st, self->died) : NULL;
+    PyObject *key = wr ? PyLong_FromVoidPtr(wr) : NULL;
+    int ok = key && PyDict_SetItem(self->ids, addr, id) == 0 &&
+             PyDict_SetItem(self->refs, addr, wr) == 0 &&
+             PyDict_SetItem(self->wr_addr, key, addr) == 0;
+    Py_XDECREF(id);
+    Py_XDECREF(wr);
+    Py_XDECREF(key);
+    if (!ok) {
+        return -1;
+    }
+    self->n_ids++;
+    return tid;
+}
+
+/* The weakref callback: the storage died. Forget it; an intermediate's death is queued for the
+ * driver (free markers, tio_runtime_forget). Never raises. */
+static PyObject *opfast_died(OpFastObject *self, PyObject *wr) {
+    if (!self->wr_addr || !self->refs || !self->ids) { /* cleared by the garbage collector */
+        Py_RETURN_NONE;
+    }
+    PyObject *key = PyLong_FromVoidPtr(wr);
+    if (!key) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *addr = PyDict_GetItemWithError(self->wr_addr, key); /* borrowed */
+    if (addr) {
+        Py_INCREF(addr);
+        if (PyDict_DelItem(self->wr_addr, key) == 0 && PyDict_GetItem(self->refs, addr) == wr) {
+            PyObject *tid = PyDict_GetItem(self->ids, addr);
+            Py_XINCREF(tid);
+            (void)PyDict_DelItem(self->refs, addr);
+            (void)PyDict_DelItem(self->ids, addr);
+            if (tid && PyLong_AsLongLong(tid) >= self->n_globals && self->dead) {
+                (void)PyList_Append(self->dead, tid);
+            }
+            Py_XDECREF(tid);
+        }
+        Py_DECREF(addr);
+    }
+    Py_DECREF(key);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* add(storage) -> id: register a storage (globals, in registration order). */
+static PyObject *opfast_add(OpFastObject *self, PyObject *st) {
+    PyObject *addr = PyObject_GetAttr(st, s_cdata);
+    if (!addr) {
+        return NULL;
+    }
+    long long tid = register_storage(self, st, addr);
+    Py_DECREF(addr);
+    return tid < 0 ? NULL : PyLong_FromLongLong(tid);
+}
+
+/* id_of(tensor) -> id or None. */
+static PyObject *opfast_id_of(OpFastObject *self, PyObject *t) {
+    PyObject *addr = PyObject_CallOneArg(self->storage_address, t);
+    if (!addr) {
+        return NULL;
+    }
+    PyObject *tid = PyDict_GetItemWithError(self->ids, addr);
+    Py_DECREF(addr);
+    if (!tid) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    return Py_NewRef(tid);
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int add_use(OpFastObject *self, long t, int mode) {
+    for (size_t i = 0; i < self->n_use; i++) {
+        if (self->use_t[i] == t) {
+            self->use_m[i] |= mode;
+            return 0;
+        }
+    }
+    if (self->n_use == self->cap_use) {
+        size_t cap = self->cap_use ? 2 * self->cap_use : 16;
+        long *nt = PyMem_Realloc(self->use_t, cap * sizeof *nt);
+        if (!nt) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->use_t = nt;
+        int *nm = PyMem_Realloc(self->use_m, cap * sizeof *nm);
+        if (!nm) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->use_m = nm;
+        self->cap_use = cap;
+    }
+    self->use_t[self->n_use] = t;
+    self->use_m[self->n_use] = mode;
+    self->n_use++;
+    return 0;
+}
+
+static PyObject *call_plain(PyObject *spec_or_null, PyObject *func, PyObject *args, PyObject *kw) {
+    PyObject *op = spec_or_null ? PyTuple_GET_ITEM(spec_or_null, SP_OP) : func;
+    return PyObject_Call(op, args, kw && PyDict_GET_SIZE(kw) ? kw : NULL);
+}
+
+/* driver._diverge(message) with a formatted message; returns 0 or -1. */
+static int diverge(OpFastObject *self, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (!msg) {
+        return -1;
+    }
+    PyObject *r = PyObject_CallMethodOneArg(self->driver, s_diverge, msg);
+    Py_DECREF(msg);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+static long long item_ll(PyObject *tuple, Py_ssize_t i) {
+    return PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+}
+
+/* Expected bytes of tensor `tid` in the program, or -1 if it has no such tensor. */
+static long long planned_bytes(OpFastObject *self, long long tid) {
+    if (tid >= PyList_GET_SIZE(self->tensors)) {
+        return -1;
+    }
+    PyObject *e = PyList_GET_ITEM(self->tensors, (Py_ssize_t)tid);
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 1) {
+        return -1;
+    }
+    return item_ll(e, 0);
+}
+
+static PyObject *get_spec(OpFastObject *self, PyObject *func) {
+    PyObject *spec = PyDict_GetItemWithError(self->specs, func);
+    if (spec) {
+        return spec; /* borrowed: the cache keeps it */
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    spec = PyObject_CallOneArg(self->make_spec, func);
+    if (!spec) {
+        return NULL;
+    }
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != SP_LEN ||
+        PyDict_SetItem(self->specs, func, spec) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "OpFast: bad operator spec");
+        }
+        Py_DECREF(spec);
+        return NULL;
+    }
+    Py_DECREF(spec);
+    return PyDict_GetItem(self->specs, func);
+}
+
+/* The id of tensor t's storage (*tid). Returns 1 known, 2 new (registered now), 0 an empty
+ * storage nobody knows (skipped), -1 error, -2 a new tensor whose size differs from the plan
+ * (the divergence is reported). Output j of operator `func` when is_output. */
+static int tensor_id(
+    OpFastObject *self, PyObject *t, int is_output, PyObject *func, Py_ssize_t j, long long *tid) {
+    PyObject *addr = PyObject_CallOneArg(self->storage_address, t);
+    if (!addr) {
+        return -1;
+    }
+    PyObject *v = PyDict_GetItemWithError(self->ids, addr);
+    if (v) {
+        *tid = PyLong_AsLongLong(v);
+        Py_DECREF(addr);
+        return 1;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(addr);
+        return -1;
+    }
+    PyObject *st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+    PyObject *nbo = st ? PyObject_CallMethodNoArgs(st, s_nbytes) : NULL;
+    long long nb = nbo ? PyLong_AsLongLong(nbo) : -1;
+    Py_XDECREF(nbo);
+    if (nb < 0 || PyErr_Occurred()) {
+        Py_XDECREF(st);
+        Py_DECREF(addr);
+        return -1;
+    }
+    if (nb == 0) {
+        Py_DECREF(st);
+        Py_DECREF(addr);
+        return 0;
+    }
+    long long id = register_storage(self, st, addr);
+    Py_DECREF(addr);
+    if (id < 0) {
+        Py_DECREF(st);
+        return -1;
+    }
+    *tid = id;
+    if (self->record) {
+        PyObject *e = Py_BuildValue("(LiiO)", nb, is_output ? KIND_ACT : KIND_INPUT,
+                                    is_output ? 0 : F_PINNED, Py_None);
+        int rc = e ? PyList_Append(self->tensors, e) : -1;
+        Py_XDECREF(e);
+        Py_DECREF(st);
+        return rc < 0 ? -1 : 2;
+    }
+    long long want = planned_bytes(self, id);
+    if (PyErr_Occurred()) {
+        Py_DECREF(st);
+        return -1;
+    }
+    if (want != nb) {
+        Py_DECREF(st);
+        int rc = is_output ? diverge(self,
+                                     "operator %lld (%S) output %zd has %lld bytes, the plan "
+                                     "expects another size",
+                                     self->k, func, j, nb)
+                           : diverge(self,
+                                     "an input of operator %lld has %lld bytes, the plan expects "
+                                     "another size",
+                                     self->k, nb);
+        return rc < 0 ? -1 : -2;
+    }
+    if (is_output) {
+        PyObject *idl = PyLong_FromLongLong(id);
+        int mv = idl ? PySet_Contains(self->movable, idl) : -1;
+        PyObject *r =
+            mv == 1 ? PyObject_CallMethodObjArgs(self->driver, s_bind_new, idl, st, NULL) : NULL;
+        Py_XDECREF(idl);
+        if (mv < 0 || (mv == 1 && !r)) {
+            Py_DECREF(st);
+            return -1;
+        }
+        Py_XDECREF(r);
+    }
+    Py_DECREF(st);
+    return 2;
+}
+
+static int is_tensor(OpFastObject *self, PyObject *v) {
+    return PyObject_TypeCheck(v, (PyTypeObject *)self->tensor_type);
+}
+
+/* Outputs in the order _mode._flat_out gives them (nested lists and tuples flattened). */
+// NOLINTNEXTLINE(misc-no-recursion): operator outputs nest one or two levels deep
+static int flat_out(OpFastObject *self, PyObject *o, PyObject *acc) {
+    if (is_tensor(self, o)) {
+        return PyList_Append(acc, o);
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        PyObject *seq = PySequence_Fast(o, "outputs");
+        if (!seq) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+            if (flat_out(self, PySequence_Fast_GET_ITEM(seq, i), acc) < 0) {
+                Py_DECREF(seq);
+                return -1;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    return 0;
+}
+
+/* Output j: its id, and its use (new outputs are written; an existing storage when the return
+ * aliases a written argument: in-place and out= operators). 0 ok, -1 error, -2 diverged. */
+static int
+output_use(OpFastObject *self, PyObject *t, PyObject *func, Py_ssize_t j, PyObject *rets_w) {
+    long long tid;
+    int rc = tensor_id(self, t, 1, func, j, &tid);
+    if (rc < 0) {
+        return rc;
+    }
+    if (rc == 2 ||
+        (rc == 1 && j < PyTuple_GET_SIZE(rets_w) && PyTuple_GET_ITEM(rets_w, j) == Py_True)) {
+        return add_use(self, (long)tid, USE_W);
+    }
+    return 0;
+}
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* runtime.before(k), driver._apply(actions) when there are any, runtime.ready(k), with busy
+ * set (the storage actions call resize_, which the mode must pass through). 0 or -1. */
+static int before_kernel(OpFastObject *self, PyObject *kl) {
+    self->busy = 1;
+    int rc = -1;
+    PyObject *acts = PyObject_CallMethodOneArg(self->runtime, s_before, kl);
+    if (acts) {
+        Py_ssize_t n = PyObject_Length(acts);
+        PyObject *r = NULL;
+        if (n > 0) {
+            r = PyObject_CallMethodOneArg(self->driver, s_apply, acts);
+        }
+        if (n == 0 || (n > 0 && r)) {
+            PyObject *r2 = PyObject_CallMethodOneArg(self->runtime, s_ready, kl);
+            rc = r2 ? 0 : -1;
+            Py_XDECREF(r2);
+        }
+        Py_XDECREF(r);
+        Py_DECREF(acts);
+    }
+    self->busy = 0;
+    return rc;
+}
+
+/* Record mode, after the operator: the kernel entry and the last uses. 0 or -1. */
+static int record_kernel(OpFastObject *self, PyObject *name, int comm, long long dur, long long k) {
+    PyObject *flat = PyTuple_New((Py_ssize_t)(2 * self->n_use));
+    if (!flat) {
+        return -1;
+    }
+    for (size_t i = 0; i < self->n_use; i++) {
+        PyObject *t = PyLong_FromLong(self->use_t[i]), *m = PyLong_FromLong(self->use_m[i]);
+        if (!t || !m) {
+            Py_XDECREF(t);
+            Py_XDECREF(m);
+            Py_DECREF(flat);
+            return -1;
+        }
+        PyTuple_SET_ITEM(flat, (Py_ssize_t)(2 * i), t);
+        PyTuple_SET_ITEM(flat, (Py_ssize_t)(2 * i + 1), m);
+    }
+    int flags = comm ? K_COMM : 0;
+    PyObject *opt = PyObject_CallNoArgs(self->in_optim);
+    int in_opt = opt ? PyObject_IsTrue(opt) : -1;
+    Py_XDECREF(opt);
+    if (in_opt < 0) {
+        Py_DECREF(flat);
+        return -1;
+    }
+    flags |= in_opt ? K_OPTIM : 0;
+    if (comm) {
+        PyObject *r = PyObject_CallMethodOneArg(self->driver, s_pin, flat);
+        if (!r) {
+            Py_DECREF(flat);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *e = Py_BuildValue("(OLiO)", name, dur, flags, flat);
+    Py_DECREF(flat);
+    if (!e || PyList_Append(self->kernels, e) < 0) {
+        Py_XDECREF(e);
+        return -1;
+    }
+    Py_DECREF(e);
+    PyObject *kl = PyLong_FromLongLong(k);
+    if (!kl) {
+        return -1;
+    }
+    for (size_t i = 0; i < self->n_use; i++) {
+        PyObject *t = PyLong_FromLong(self->use_t[i]);
+        if (!t || PyDict_SetItem(self->last_k, t, kl) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(kl);
+            return -1;
+        }
+        Py_DECREF(t);
+    }
+    Py_DECREF(kl);
+    return 0;
+}
+
+/* Execution, after the operator: the uses must be the planned ones; then after(k) and the
+ * release point. 1 ok, 0 diverged (reported), -1 error. */
+static int finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses, PyObject *kl) {
+    Py_ssize_t ne = PyTuple_GET_SIZE(exp_uses);
+    int same = ne == (Py_ssize_t)(2 * self->n_use);
+    for (size_t i = 0; same && i < self->n_use; i++) {
+        same = PyLong_AsLong(PyTuple_GET_ITEM(exp_uses, (Py_ssize_t)(2 * i))) == self->use_t[i] &&
+               PyLong_AsLong(PyTuple_GET_ITEM(exp_uses, (Py_ssize_t)(2 * i + 1))) == self->use_m[i];
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (!same) {
+        return diverge(self, "operator %lld (%S) produced different tensors than planned", self->k,
+                       func) < 0
+                   ? -1
+                   : 0;
+    }
+    PyObject *r = PyObject_CallMethodOneArg(self->runtime, s_after, kl);
+    if (!r) {
+        return -1;
+    }
+    Py_DECREF(r);
+    long long k = self->k;
+    if (k < PyBytes_GET_SIZE(self->kflags) &&
+        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & KF_RELEASE)) {
+        r = PyObject_CallMethodOneArg(self->driver, s_release, kl);
+        if (!r) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    return 1;
+}
+
+/* ---- the operator ------------------------------------------------------------------------- */
+
+/* Inputs in schema order into the use list. 0 ok, -1 error, -2 diverged. */
+static int collect_inputs(OpFastObject *self, PyObject *argplan, PyObject *args, PyObject *kw) {
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(argplan); a++) {
+        PyObject *ap = PyTuple_GET_ITEM(argplan, a);
+        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(ap, 0));
+        int w = PyTuple_GET_ITEM(ap, 2) == Py_True, kwonly = PyTuple_GET_ITEM(ap, 3) == Py_True;
+        PyObject *v = NULL;
+        if (!kwonly && pos < na) {
+            v = PyTuple_GET_ITEM(args, pos);
+        } else if (kw) {
+            v = PyDict_GetItemWithError(kw, PyTuple_GET_ITEM(ap, 1));
+            if (!v && PyErr_Occurred()) {
+                return -1;
+            }
+        }
+        if (!v) {
+            continue;
+        }
+        PyObject *single[1] = { v }, **items = single;
+        Py_ssize_t n = 0;
+        if (is_tensor(self, v)) {
+            n = 1;
+        } else if (PyList_Check(v) || PyTuple_Check(v)) {
+            items = PySequence_Fast_ITEMS(v);
+            n = PySequence_Fast_GET_SIZE(v);
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!is_tensor(self, items[i])) {
+                continue;
+            }
+            long long tid;
+            int rc = tensor_id(self, items[i], 0, NULL, 0, &tid);
+            if (rc < 0) {
+                return rc;
+            }
+            if (rc > 0 && add_use(self, (long)tid, w ? USE_RW : USE_R) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Execution, before the operator: name and input uses against the plan, the offload check,
+ * the executor. 1 ok (*exp_uses borrowed), 0 diverged (reported), -1 error. */
+static int check_and_prepare(
+    OpFastObject *self, PyObject *func, PyObject *name, PyObject *kl, PyObject **exp_uses) {
+    long long k = self->k;
+    PyObject *exp =
+        k < PyList_GET_SIZE(self->kernels) ? PyList_GET_ITEM(self->kernels, (Py_ssize_t)k) : NULL;
+    PyObject *ename = exp ? PyTuple_GET_ITEM(exp, 0) : NULL;
+    int same = ename != NULL && ename == name;
+    if (!same && ename) {
+        if ((same = PyObject_RichCompareBool(ename, name, Py_EQ)) < 0) {
+            return -1;
+        }
+    }
+    if (!same) {
+        int rc = exp ? diverge(self, "operator %lld is %S, the plan expects %S", k, func, ename)
+                     : diverge(self, "operator %lld is %S, the plan expects the end of the step", k,
+                               func);
+        return rc < 0 ? -1 : 0;
+    }
+    PyObject *eu = PyTuple_GET_ITEM(exp, 3);
+    Py_ssize_t ne = PyTuple_GET_SIZE(eu);
+    for (size_t i = 0; i < self->n_use; i++) {
+        Py_ssize_t e = (Py_ssize_t)(2 * i);
+        if (e + 1 >= ne || PyLong_AsLong(PyTuple_GET_ITEM(eu, e)) != self->use_t[i] ||
+            PyLong_AsLong(PyTuple_GET_ITEM(eu, e + 1)) != self->use_m[i]) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            return diverge(self, "operator %lld (%S) uses different tensors than planned", k,
+                           func) < 0
+                       ? -1
+                       : 0;
+        }
+    }
+    if (k < PyBytes_GET_SIZE(self->kflags) &&
+        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & KF_CHECK_OFFLOAD)) {
+        PyObject *why = PyObject_CallMethodOneArg(self->driver, s_check_offloads, kl);
+        if (!why) {
+            return -1;
+        }
+        if (why != Py_None) {
+            PyObject *r = PyObject_CallMethodOneArg(self->driver, s_diverge, why);
+            Py_DECREF(why);
+            Py_XDECREF(r);
+            return r ? 0 : -1;
+        }
+        Py_DECREF(why);
+    }
+    if (before_kernel(self, kl) < 0) {
+        return -1;
+    }
+    *exp_uses = eu;
+    return 1;
+}
+
+/* The storages that died since the previous operator (the driver's _flush_deaths, in C). An
+ * intermediate freed later than right after its last use gets a free marker kernel when
+ * recording; when executing the executor forgets it and the planned free markers run. 0 / -1. */
+static int flush_deaths(OpFastObject *self) {
+    Py_ssize_t n = PyList_GET_SIZE(self->dead);
+    if (self->passthrough) {
+        return PyList_SetSlice(self->dead, 0, n, NULL);
+    }
+    PyObject *pend = PyList_GetSlice(self->dead, 0, n);
+    if (!pend || PyList_SetSlice(self->dead, 0, n, NULL) < 0 || PyList_Sort(pend) < 0) {
+        Py_XDECREF(pend);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *tid = PyList_GET_ITEM(pend, i);
+        if (self->record) {
+            PyObject *lk = PyDict_GetItemWithError(self->last_k, tid);
+            if (!lk && PyErr_Occurred()) {
+                goto fail;
+            }
+            long long last = lk ? PyLong_AsLongLong(lk) : self->k;
+            if (last < self->k - 1) {
+                PyObject *e = Py_BuildValue("(Oii(Oi))", self->free_kernel, 1, 0, tid, USE_W);
+                if (!e || PyList_Append(self->kernels, e) < 0) {
+                    Py_XDECREF(e);
+                    goto fail;
+                }
+                Py_DECREF(e);
+                self->k++;
+            }
+            continue;
+        }
+        if (PySet_Add(self->dead_set, tid) < 0) {
+            goto fail;
+        }
+        PyObject *r = PyObject_CallMethodOneArg(self->runtime, s_forget, tid);
+        if (!r) {
+            goto fail;
+        }
+        Py_DECREF(r);
+        if ((PyDict_Contains(self->st_by_id, tid) == 1 &&
+             PyDict_DelItem(self->st_by_id, tid) < 0) ||
+            (PyDict_Contains(self->weak_by_id, tid) == 1 &&
+             PyDict_DelItem(self->weak_by_id, tid) < 0) ||
+            PyErr_Occurred()) {
+            goto fail;
+        }
+    }
+    Py_DECREF(pend);
+    if (!self->record && self->k < PyList_GET_SIZE(self->kernels)) {
+        PyObject *name = PyTuple_GET_ITEM(PyList_GET_ITEM(self->kernels, (Py_ssize_t)self->k), 0);
+        int fm = PyObject_RichCompareBool(name, self->free_kernel, Py_EQ);
+        if (fm < 0) {
+            return -1;
+        }
+        if (fm) {
+            PyObject *r = PyObject_CallMethodNoArgs(self->driver, s_run_free_markers);
+            Py_XDECREF(r);
+            return r ? 0 : -1;
+        }
+    }
+    return 0;
+fail:
+    Py_DECREF(pend);
+    return -1;
+}
+
+static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObject *kw) {
+    if (PyList_GET_SIZE(self->dead) > 0) {
+        if (flush_deaths(self) < 0) {
+            return NULL;
+        }
+        if (self->passthrough) {
+            return call_plain(NULL, func, args, kw);
+        }
+    }
+    PyObject *spec = get_spec(self, func);
+    if (!spec) {
+        return NULL;
+    }
+    Py_INCREF(spec);
+    PyObject *rets_w = PyTuple_GET_ITEM(spec, SP_RETS_W), *name = PyTuple_GET_ITEM(spec, SP_NAME);
+    int comm = PyTuple_GET_ITEM(spec, SP_COMM) == Py_True;
+    PyObject *kl = NULL, *out = NULL, *flat = NULL, *exp_uses = NULL;
+    self->n_use = 0;
+    int rc = collect_inputs(self, PyTuple_GET_ITEM(spec, SP_ARGS), args, kw);
+    if (rc == -2) {
+        goto plain;
+    }
+    if (rc < 0 || !(kl = PyLong_FromLongLong(self->k))) {
+        goto fail;
+    }
+    long long dur = 0;
+    if (self->record) {
+        long long t0 = now_ns();
+        out = call_plain(spec, func, args, kw);
+        dur = now_ns() - t0;
+        dur = dur < 1 ? 1 : dur;
+    } else {
+        rc = check_and_prepare(self, func, name, kl, &exp_uses);
+        if (rc == 0) {
+            goto plain;
+        }
+        if (rc < 0) {
+            goto fail;
+        }
+        out = call_plain(spec, func, args, kw);
+    }
+    if (!out) {
+        goto fail;
+    }
+    if (is_tensor(self, out)) { /* the common case: no list to build */
+        rc = output_use(self, out, func, 0, rets_w);
+    } else if (!(flat = PyList_New(0)) || flat_out(self, out, flat) < 0) {
+        goto fail;
+    } else {
+        rc = 0;
+        for (Py_ssize_t j = 0; rc == 0 && j < PyList_GET_SIZE(flat); j++) {
+            rc = output_use(self, PyList_GET_ITEM(flat, j), func, j, rets_w);
+        }
+    }
+    if (rc == -2) {
+        goto done; /* diverged: the output is returned as it is */
+    }
+    if (rc < 0) {
+        goto fail;
+    }
+    if (self->record) {
+        if (record_kernel(self, name, comm, dur, self->k) < 0) {
+            goto fail;
+        }
+    } else {
+        rc = finish_kernel(self, func, exp_uses, kl);
+        if (rc < 0) {
+            goto fail;
+        }
+        if (rc == 0) {
+            goto done;
+        }
+    }
+    self->k++;
+done:
+    Py_XDECREF(flat);
+    Py_XDECREF(kl);
+    Py_DECREF(spec);
+    return out;
+plain:
+    Py_XDECREF(kl);
+    out = call_plain(spec, func, args, kw);
+    Py_DECREF(spec);
+    return out;
+fail:
+    Py_XDECREF(flat);
+    Py_XDECREF(kl);
+    Py_XDECREF(out);
+    Py_DECREF(spec);
+    return NULL;
+}
+
+static int parse_call(PyObject *const *a, Py_ssize_t n, PyObject **args, PyObject **kw) {
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "expected (func, args, kwargs)");
+        return -1;
+    }
+    *args = a[1];
+    *kw = a[2] == Py_None ? NULL : a[2];
+    if (!PyTuple_Check(*args) || (*kw && !PyDict_Check(*kw))) {
+        PyErr_SetString(PyExc_TypeError, "args must be a tuple and kwargs a dict or None");
+        return -1;
+    }
+    return 0;
+}
+
+/* dispatch(func, args, kwargs): the whole __torch_dispatch__ of the step. */
+static PyObject *opfast_dispatch(OpFastObject *self, PyObject *const *a, Py_ssize_t n) {
+    PyObject *args, *kw;
+    if (parse_call(a, n, &args, &kw) < 0) {
+        return NULL;
+    }
+    if (!self->configured) {
+        PyErr_SetString(PyExc_RuntimeError, "OpFast: dispatch before configure()");
+        return NULL;
+    }
+    if (self->passthrough || self->busy) {
+        return call_plain(NULL, a[0], args, kw);
+    }
+    if (self->split_foreach) {
+        PyObject *spec = get_spec(self, a[0]);
+        if (!spec) {
+            return NULL;
+        }
+        if (PyTuple_GET_ITEM(spec, SP_FOREACH) == Py_True) {
+            return PyObject_CallMethodObjArgs(self->driver, s_foreach, a[0], args, kw ? kw : a[2],
+                                              NULL);
+        }
+    }
+    return one(self, a[0], args, kw);
+}
+
+/* one(func, args, kwargs): one operator (no foreach splitting; the driver's pieces). */
+static PyObject *opfast_one(OpFastObject *self, PyObject *const *a, Py_ssize_t n) {
+    PyObject *args, *kw;
+    if (parse_call(a, n, &args, &kw) < 0) {
+        return NULL;
+    }
+    if (!self->configured) {
+        PyErr_SetString(PyExc_RuntimeError, "OpFast: one before configure()");
+        return NULL;
+    }
+    return one(self, a[0], args, kw);
+}
+
+/* configure(record, tensors, kernels, runtime, in_optim, last_k, kflags, movable,
+ * split_foreach, dead_set, st_by_id, weak_by_id, free_kernel) */
+static PyObject *opfast_configure(OpFastObject *self, PyObject *args) {
+    int record, split;
+    PyObject *tensors, *kernels, *runtime, *in_optim, *last_k, *kflags, *movable, *dead_set,
+        *st_by_id, *weak_by_id, *free_kernel;
+    if (!PyArg_ParseTuple(args, "pO!O!OOO!O!OpOO!O!U", &record, &PyList_Type, &tensors,
+                          &PyList_Type, &kernels, &runtime, &in_optim, &PyDict_Type, &last_k,
+                          &PyBytes_Type, &kflags, &movable, &split, &dead_set, &PyDict_Type,
+                          &st_by_id, &PyDict_Type, &weak_by_id, &free_kernel)) {
+        return NULL;
+    }
+    if (!PyAnySet_Check(movable) || !PySet_Check(dead_set)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure: movable must be a set or frozenset, dead_set a set");
+        return NULL;
+    }
+    if (!record) {
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(kernels); k++) {
+            PyObject *e = PyList_GET_ITEM(kernels, k);
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 4 ||
+                !PyTuple_Check(PyTuple_GET_ITEM(e, 3))) {
+                PyErr_Format(PyExc_TypeError,
+                             "configure: kernel %zd must be (name, ns, flags, uses tuple)", k);
+                return NULL;
+            }
+        }
+    }
+    self->record = record;
+    self->split_foreach = split;
+    Py_XSETREF(self->tensors, Py_NewRef(tensors));
+    Py_XSETREF(self->kernels, Py_NewRef(kernels));
+    Py_XSETREF(self->runtime, Py_NewRef(runtime));
+    Py_XSETREF(self->in_optim, Py_NewRef(in_optim));
+    Py_XSETREF(self->last_k, Py_NewRef(last_k));
+    Py_XSETREF(self->kflags, Py_NewRef(kflags));
+    Py_XSETREF(self->movable, Py_NewRef(movable));
+    Py_XSETREF(self->dead_set, Py_NewRef(dead_set));
+    Py_XSETREF(self->st_by_id, Py_NewRef(st_by_id));
+    Py_XSETREF(self->weak_by_id, Py_NewRef(weak_by_id));
+    Py_XSETREF(self->free_kernel, Py_NewRef(free_kernel));
+    self->configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* ---- type --------------------------------------------------------------------------------- */
+
+static int opfast_traverse(OpFastObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->driver);
+    Py_VISIT(self->ids);
+    Py_VISIT(self->refs);
+    Py_VISIT(self->wr_addr);
+    Py_VISIT(self->dead);
+    Py_VISIT(self->died);
+    Py_VISIT(self->specs);
+    Py_VISIT(self->make_spec);
+    Py_VISIT(self->storage_address);
+    Py_VISIT(self->tensor_type);
+    Py_VISIT(self->tensors);
+    Py_VISIT(self->kernels);
+    Py_VISIT(self->runtime);
+    Py_VISIT(self->in_optim);
+    Py_VISIT(self->last_k);
+    Py_VISIT(self->kflags);
+    Py_VISIT(self->movable);
+    Py_VISIT(self->dead_set);
+    Py_VISIT(self->st_by_id);
+    Py_VISIT(self->weak_by_id);
+    Py_VISIT(self->free_kernel);
+    return 0;
+}
+
+static int opfast_clear(OpFastObject *self) {
+    Py_CLEAR(self->driver);
+    Py_CLEAR(self->ids);
+    Py_CLEAR(self->refs);
+    Py_CLEAR(self->wr_addr);
+    Py_CLEAR(self->dead);
+    Py_CLEAR(self->died);
+    Py_CLEAR(self->specs);
+    Py_CLEAR(self->make_spec);
+    Py_CLEAR(self->storage_address);
+    Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->tensors);
+    Py_CLEAR(self->kernels);
+    Py_CLEAR(self->runtime);
+    Py_CLEAR(self->in_optim);
+    Py_CLEAR(self->last_k);
+    Py_CLEAR(self->kflags);
+    Py_CLEAR(self->movable);
+    Py_CLEAR(self->dead_set);
+    Py_CLEAR(self->st_by_id);
+    Py_CLEAR(self->weak_by_id);
+    Py_CLEAR(self->free_kernel);
+    self->configured = 0;
+    return 0;
+}
+
+static void opfast_dealloc(OpFastObject *self) {
+    PyObject_GC_UnTrack(self);
+    (void)opfast_clear(self);
+    PyMem_Free(self->use_t);
+    PyMem_Free(self->use_m);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef died_def = { "_died", (PyCFunction)opfast_died, METH_O, "weakref callback" };
+
+/* OpFast(driver, dead_list, n_globals, specs, make_spec, storage_address, tensor_type) */
+static int opfast_init(OpFastObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *driver, *dead, *specs, *make_spec, *addr_fn, *ttype;
+    long long n_globals;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "OpFast takes positional arguments only");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OO!LO!OOO!", &driver, &PyList_Type, &dead, &n_globals,
+                          &PyDict_Type, &specs, &make_spec, &addr_fn, &PyType_Type, &ttype)) {
+        return -1;
+    }
+    (void)opfast_clear(self);
+    self->driver = Py_NewRef(driver);
+    self->dead = Py_NewRef(dead);
+    self->specs = Py_NewRef(specs);
+    self->make_spec = Py_NewRef(make_spec);
+    self->storage_address = Py_NewRef(addr_fn);
+    self->tensor_type = Py_NewRef(ttype);
+    self->n_globals = n_globals;
+    self->ids = PyDict_New();
+    self->refs = PyDict_New();
+    self->wr_addr = PyDict_New();
+    self->died = PyCFunction_New(&died_def, (PyObject *)self);
+    self->k = self->n_ids = 0;
+    self->record = self->passthrough = self->busy = 0;
+    self->split_foreach = 1;
+    if (!self->ids || !self->refs || !self->wr_addr || !self->died) {
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *opfast_get_dead(OpFastObject *self, void *closure) {
+    (void)closure;
+    return Py_NewRef(self->dead ? self->dead : Py_None);
+}
+
+static int opfast_set_dead(OpFastObject *self, PyObject *v, void *closure) {
+    (void)closure;
+    if (!v || !PyList_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "dead: a list");
+        return -1;
+    }
+    Py_XSETREF(self->dead, Py_NewRef(v));
+    return 0;
+}
+
+/* Integer fields as attributes (k, n_ids and n_globals as long long; the flags as int). */
+#define LL_FIELD(name)                                                             \
+    static PyObject *opfast_get_##name(OpFastObject *self, void *closure) {        \
+        (void)closure;                                                             \
+        return PyLong_FromLongLong(self->name);                                    \
+    }                                                                              \
+    static int opfast_set_##name(OpFastObject *self, PyObject *v, void *closure) { \
+        (void)closure;                                                             \
+        long long x = v ? PyLong_AsLongLong(v) : -1;                               \
+        if (!v || (x == -1 && PyErr_Occurred())) {                                 \
+            if (!PyErr_Occurred()) {                                               \
+                PyErr_SetString(PyExc_TypeError, #name ": cannot delete");         \
+            }                                                                      \
+            return -1;                                                             \
+        }                                                                          \
+        self->name = x;                                                            \
+        return 0;                                                                  \
+    }
+#define INT_FIELD(name)                                                            \
+    static PyObject *opfast_get_##name(OpFastObject *self, void *closure) {        \
+        (void)closure;                                                             \
+        return PyBool_FromLong(self->name);                                        \
+    }                                                                              \
+    static int opfast_set_##name(OpFastObject *self, PyObject *v, void *closure) { \
+        (void)closure;                                                             \
+        int x = v ? PyObject_IsTrue(v) : -1;                                       \
+        if (x < 0) {                                                               \
+            if (!PyErr_Occurred()) {                                               \
+                PyErr_SetString(PyExc_TypeError, #name ": cannot delete");         \
+            }                                                                      \
+            return -1;                                                             \
+        }                                                                          \
+        self->name = x;                                                            \
+        return 0;                                                                  \
+    }
+LL_FIELD(k)
+LL_FIELD(n_ids)
+LL_FIELD(n_globals)
+INT_FIELD(passthrough)
+INT_FIELD(busy)
+#undef LL_FIELD
+#undef INT_FIELD
+
+#define FIELD(name, doc) \
+    { #name, (getter)opfast_get_##name, (setter)opfast_set_##name, doc, NULL }
+static PyGetSetDef opfast_getset[] = {
+    FIELD(dead, "list: ids of intermediates that died since the last operator"),
+    FIELD(k, "the next operator's index"),
+    FIELD(n_ids, "ids handed out"),
+    FIELD(n_globals, "ids below this are globals (their deaths are not queued)"),
+    FIELD(passthrough, "run operators plainly (after a divergence)"),
+    FIELD(busy, "inside an executor call: operators pass through"),
+    { NULL, NULL, NULL, NULL, NULL },
+};
+#undef FIELD
+
+static PyMethodDef opfast_methods[] = {
+    { "add", (PyCFunction)opfast_add, METH_O, "add(storage) -> id: register a global" },
+    { "id_of", (PyCFunction)opfast_id_of, METH_O, "id_of(tensor) -> id or None" },
+    { "configure", (PyCFunction)opfast_configure, METH_VARARGS,
+      "configure(record, tensors, kernels, runtime, in_optim, last_k, kflags, movable, "
+      "split_foreach)" },
+    { "dispatch", (PyCFunction)(void (*)(void))opfast_dispatch, METH_FASTCALL,
+      "dispatch(func, args, kwargs) -> result" },
+    { "one", (PyCFunction)(void (*)(void))opfast_one, METH_FASTCALL,
+      "one(func, args, kwargs) -> result" },
+    { NULL, NULL, 0, NULL },
+};
+
+// NOLINTNEXTLINE(readability-identifier-naming): CPython's naming of type objects
+static PyTypeObject OpFastType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.OpFast",
+    .tp_basicsize = sizeof(OpFastObject),
+    .tp_dealloc = (destructor)opfast_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The per-operator path of teraio.torch's StepDriver in C (private).",
+    .tp_traverse = (traverseproc)opfast_traverse,
+    .tp_clear = (inquiry)opfast_clear,
+    .tp_methods = opfast_methods,
+    .tp_getset = opfast_getset,
+    .tp_init = (initproc)opfast_init,
+    .tp_new = PyType_GenericNew,
+};
+
+int tio_py_add_dispatch(PyObject *m) {
+    struct {
+        PyObject **slot;
+        const char *s;
+    } names[] = {
+        { &s_untyped_storage, "untyped_storage" },
+        { &s_nbytes, "nbytes" },
+        { &s_cdata, "_cdata" },
+        { &s_diverge, "_diverge" },
+        { &s_check_offloads, "_check_offloads" },
+        { &s_apply, "_apply" },
+        { &s_bind_new, "_bind_new" },
+        { &s_release, "_release" },
+        { &s_pin, "_pin" },
+        { &s_foreach, "_foreach" },
+        { &s_before, "before" },
+        { &s_ready, "ready" },
+        { &s_after, "after" },
+        { &s_forget, "forget" },
+        { &s_run_free_markers, "_run_free_markers" },
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!*names[i].slot && !(*names[i].slot = PyUnicode_InternFromString(names[i].s))) {
+            return -1;
+        }
+    }
+    if (PyType_Ready(&OpFastType) < 0 ||
+        PyModule_AddObjectRef(m, "OpFast", (PyObject *)&OpFastType) < 0) {
+        return -1;
+    }
+    return 0;
+}

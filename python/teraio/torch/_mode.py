@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from teraio.torch._fsdp import has_subclass
+
 # enum values of include/teraio/trace.h
 KIND_WEIGHT, KIND_GRAD, KIND_OPTIM, KIND_ACT, KIND_TEMP, KIND_INPUT, KIND_OTHER = range(7)
 F_GLOBAL, F_PINNED = 1, 2
@@ -222,11 +224,17 @@ class StepDriver:
         if not self.dead_pending or self.passthrough:
             self.dead_pending.clear()
             return
-        pend = sorted(self.dead_pending)
-        self.dead_pending.clear()
+        # only what was read is removed: a collective's buffer can die on another thread
+        pend = self.dead_pending[:]
+        del self.dead_pending[:len(pend)]
+        pend.sort()
         if self.record:
+            ts = self.prog.tensors
             for tid in pend:
-                if self.last_k.get(tid, self.k) < self.k - 1:
+                # pinned (inputs, buffers of collectives): never moved, and their death time is
+                # not the step's to decide (gloo drops a buffer when its work object goes), so it
+                # is no part of the plan
+                if self.last_k.get(tid, self.k) < self.k - 1 and not ts[tid][2] & F_PINNED:
                     self.prog.kernels.append((FREE_KERNEL, 1, 0, (tid, USE_W)))
                     self.k += 1
             return
@@ -544,4 +552,6 @@ class StepMode(TorchDispatchMode):
         self.driver = driver
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if types and has_subclass(types):  # DTensor (FSDP2): its local operators come back here
+            return NotImplemented
         return self.driver.dispatch(func, args, kwargs or {})

@@ -86,6 +86,9 @@ def _run(rank, out_dir, use_teraio, foreach):
         rep["last_divergence"] = off.last_divergence
         from teraio.torch._mode import F_GLOBAL, F_PINNED
 
+        # sharded parameters and optimizer states (globals) among what the plan offloads
+        rep["globals_offloaded"] = len({m[0] for m in off._plan.moves()
+                                        if m[2] != 0 and off._prog.tensors[m[0]][2] & F_GLOBAL})
         rep["fsdp_buffers"] = len(seen)
         rep["fsdp_buffers_pinned"] = sum(1 for t, (_, _, f, _) in seen.items()
                                          if f & F_PINNED and not f & F_GLOBAL
@@ -125,6 +128,8 @@ def test_fsdp2_two_gloo_ranks(tmp_path, foreach):
         assert rep["steps_offloaded"] == STEPS - 2, rep
         assert rep["steps_diverged"] == 0, rep
         assert rep["bytes_offloaded"] > 0
+        assert rep["globals_offloaded"] > 0, rep
+        assert rep["peak_managed_bytes"] <= rep["memory_budget"], rep
         # the 2 blocks + root each all-gather their parameters into FSDP-owned buffers (one per
         # parameter: 9 per block, 3 in the root); all in the trace, pinned, not movable
         assert rep["fsdp_buffers"] == 2 * 9 + 3, rep
@@ -210,3 +215,72 @@ def test_globals_are_the_shards_even_while_unsharded(world1):
     # what the model itself shows now: FSDP's buffers (what teraio must not take)
     raw = [st._cdata for _, st, _ in collect_globals(m, o)]
     assert set(raw) & set(owned)
+
+
+def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
+    sys.path.insert(0, EXAMPLES)
+    from llama_tiny import LlamaConfig, LlamaTiny, make_batch
+    from torch.distributed.fsdp import fully_shard
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    cfg = LlamaConfig(vocab=256, dim=64, layers=2, heads=4, kv_heads=2, ffn=128)
+    model = LlamaTiny(cfg, seed=0)
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    off = None
+    if use_teraio:
+        off = teraio.Offloader(model, opt, memory_budget=0.5, min_tensor_bytes="4KiB",
+                               ssd_dirs=[str(tmp_path)])
+    moved = []
+
+    def relocate(module, args):
+        """What FSDP does to its own buffers, done to a tensor teraio manages: a new allocation
+        (same bytes) outside the dispatcher, before the tensor's planned offload."""
+        d = off._driver if off else None
+        if d is None or d.record or off._steps != relocate_at or moved:
+            return
+        later = {t for ts in off._offload_at.values() for t in ts}
+        for t, st in sorted(d.st_by_id.items()):
+            if t < d.n_globals and t in later and st.nbytes() > 0:
+                with _disable_current_modes():
+                    keep = torch.empty(st.nbytes(), dtype=torch.uint8)
+                    keep.untyped_storage().copy_(st)
+                    old = st.data_ptr()
+                    st.resize_(0)
+                    hold = torch.empty(keep.numel(), dtype=torch.uint8)  # takes the old block
+                    st.resize_(keep.numel())
+                    st.copy_(keep.untyped_storage())
+                    del hold
+                moved.append((t, old != st.data_ptr()))
+                return
+
+    model.register_forward_pre_hook(relocate, prepend=True)
+    losses = []
+    for i in range(steps):
+        tokens = make_batch(cfg, 2, 16, i)
+        with off.step() if off else contextlib.nullcontext():
+            loss = model.loss(tokens)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+    return losses, _full_digest(model), off, moved
+
+
+def test_storage_moved_behind_teraio_is_a_divergence(world1):
+    """The safety net FSDP2 support relies on: a managed storage re-allocated outside the
+    dispatcher before its offload is caught (a divergence: that step runs without offloading),
+    never written from a stale pointer; training stays bitwise equal to the plain run."""
+    ref_losses, ref_params, _, _ = _train_world1(world1, 5, False)
+    with pytest.warns(RuntimeWarning, match="resized or moved outside teraio"):
+        losses, params, off, moved = _train_world1(world1, 5, True, relocate_at=3)
+    assert moved and moved[0][1], moved  # it did get a new address
+    assert losses == ref_losses
+    assert params == ref_params
+    rep = off.report()
+    assert rep["steps_diverged"] == 1, rep
+    assert "resized or moved outside teraio" in off.last_divergence
+    assert rep["bytes_offloaded"] > 0  # step 2 offloaded; 3 diverged, 4 re-profiled
+    off.close()

@@ -59,9 +59,10 @@ def _run(rank, out_dir, use_teraio, foreach):
 
         def spy(gmodel, driver):
             n = orig(gmodel, driver)
-            for cd in _fsdp.owned_storages(_fsdp.fsdp_params(model)):
-                if cd in driver.ids:
-                    seen[driver.ids[cd]] = driver.prog.tensors[driver.ids[cd]]
+            for t in _fsdp.owned_storages(_fsdp.fsdp_params(model)).values():
+                tid = _fsdp.trace_id(driver, t)
+                if tid is not None:
+                    seen[tid] = driver.prog.tensors[tid]
             return n
 
         _fsdp.pin_owned = spy

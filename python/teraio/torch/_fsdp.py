@@ -61,29 +61,31 @@ def fsdp_params(model):
     return out
 
 
-def _storages(ts):
-    out = []
-    for t in ts:
-        if isinstance(t, torch.Tensor):
-            local = getattr(t, "_local_tensor", None)
-            out.append((local if isinstance(local, torch.Tensor) else t).untyped_storage())
-    return out
-
-
 def owned_storages(fps) -> dict:
-    """{StorageImpl address: storage} of what FSDP allocates, frees and re-allocates itself: the
-    all-gather outputs (the unsharded parameters' storage), extension inner tensors and the
-    post-forward shards."""
+    """{StorageImpl address: a tensor on it} of what FSDP allocates, frees and re-allocates
+    itself: the all-gather outputs (the unsharded parameters' storage), extension inner tensors
+    and the post-forward shards."""
     out = {}
     for fp in fps:
         ts = list(getattr(fp, "all_gather_outputs", ()) or ())
         ts += list(getattr(fp, "_unsharded_inner_tensors", ()) or ())
         ts.append(getattr(fp, "_sharded_post_forward_param_data", None))
-        up = fp.__dict__.get("_unsharded_param")
-        ts.append(up)
-        for st in _storages(ts):
-            out[st._cdata] = st
+        ts.append(fp.__dict__.get("_unsharded_param"))
+        for t in ts:
+            if isinstance(t, torch.Tensor):
+                local = getattr(t, "_local_tensor", None)
+                t = local if isinstance(local, torch.Tensor) else t
+                out.setdefault(t.untyped_storage()._cdata, t.detach())
     return out
+
+
+def trace_id(driver, t):
+    """The trace id a step driver gave t's storage, or None: from the C dispatch object when the
+    driver has one (its identity table lives there), else from the driver's own table."""
+    fast = getattr(driver, "fast", None)
+    if fast is not None and hasattr(fast, "id_of"):
+        return fast.id_of(t)
+    return driver.ids.get(t.untyped_storage()._cdata)
 
 
 class GlobalsView:
@@ -178,13 +180,10 @@ def pin_owned(gmodel, driver) -> int:
         return 0
     from teraio.torch._mode import F_GLOBAL, F_PINNED
 
-    ids = getattr(driver, "ids", None)
-    if ids is None:
-        return 0
     tensors = driver.prog.tensors
     changed = 0
-    for cd in owned_storages(gmodel.fps):
-        tid = ids.get(cd)
+    for t in owned_storages(gmodel.fps).values():
+        tid = trace_id(driver, t)
         if tid is None or tid >= len(tensors):
             continue
         b, kind, flags, name = tensors[tid]

@@ -95,12 +95,9 @@ class Offloader:
 
         self.model = model
         self.optimizer = optimizer
-        if model is not None and any(hasattr(p, "_local_tensor") or hasattr(p, "device_mesh")
-                                     for p in model.parameters()):
-            raise ValueError("model: DTensor parameters (FSDP2 fully_shard, tensor parallel) are "
-                             "not supported by teraio.Offloader yet: FSDP2 frees and re-allocates "
-                             "parameter storages itself; use DDP or a single process "
-                             "(docs/runtime.md)")
+        from teraio.torch import _fsdp  # FSDP2: what collect_globals reads; refuses TP DTensors
+
+        self._gmodel = _fsdp.globals_model(model, warmup_steps)
         self.budget_fraction = None
         if isinstance(memory_budget, float) and 0 < memory_budget < 1:
             self.budget_fraction = memory_budget  # of the profiled unconstrained peak
@@ -440,7 +437,7 @@ class Offloader:
         """Context manager around one training step (forward, backward, optimizer step)."""
         from teraio.torch._mode import StepDriver, StepMode, collect_globals
 
-        globals_ = collect_globals(self.model, self.optimizer)
+        globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
         state = self._state
         if state == "warmup" and self._steps >= self.warmup_steps:
@@ -492,7 +489,7 @@ class Offloader:
             if bounded is not None:
                 if ok:
                     driver.end()
-                    bounded.end_step(collect_globals(self.model, self.optimizer))
+                    bounded.end_step(collect_globals(self._gmodel, self.optimizer))
                 else:
                     bounded.restore()
             elif driver is not None and driver.record:
@@ -532,6 +529,9 @@ class Offloader:
             self._since += 1
             if self._since >= self.profile_steps:
                 self._since = 0
+                from teraio.torch._fsdp import pin_owned
+
+                pin_owned(self._gmodel, driver)  # FSDP2's own buffers: never moved
                 self._make_plan(driver.prog)
                 self._state = "execute"
             else:
@@ -553,8 +553,8 @@ class Offloader:
             return
         from teraio.torch._mode import collect_globals
 
-        by_id = {i: st for i, (_, st, _) in enumerate(collect_globals(self.model,
-                                                                        self.optimizer))}
+        by_id = {i: st for i, (_, st, _) in enumerate(collect_globals(self._gmodel,
+                                                                         self.optimizer))}
         acts = self._runtime.restore_begin()
         for kind, t, nb in acts:
             st = by_id[t]

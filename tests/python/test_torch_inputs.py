@@ -91,22 +91,3 @@ def test_rank_in_ssd_dirs(tmp_path):
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "r{rank}")],
                            rank=3)
     assert off.ssd_dirs == [str(tmp_path / "r3")]
-
-
-def test_fsdp2_is_refused_clearly(tmp_path):
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("no gloo")
-    from torch.distributed.fsdp import fully_shard
-
-    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "rdv"), rank=0,
-                            world_size=1)
-    try:
-        m, _ = _model()
-        fully_shard(m)
-        o = torch.optim.AdamW(m.parameters())
-        with pytest.raises(ValueError, match="FSDP2"):
-            teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
-    finally:
-        dist.destroy_process_group()

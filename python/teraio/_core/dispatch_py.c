@@ -599,6 +599,16 @@ static int flush_deaths(OpFastObject *self) {
                 goto fail;
             }
             long long last = lk ? PyLong_AsLongLong(lk) : self->k;
+            /* pinned (inputs, buffers of collectives): their death time is not the step's (gloo
+             * drops a buffer on its own thread), so it gets no free marker */
+            Py_ssize_t ti = (Py_ssize_t)PyLong_AsSsize_t(tid);
+            if (ti >= 0 && ti < PyList_GET_SIZE(self->tensors)) {
+                PyObject *te = PyList_GET_ITEM(self->tensors, ti);
+                if (PyTuple_Check(te) && PyTuple_GET_SIZE(te) > 2 &&
+                    (PyLong_AsLong(PyTuple_GET_ITEM(te, 2)) & F_PINNED)) {
+                    continue;
+                }
+            }
             if (last < self->k - 1) {
                 PyObject *e = Py_BuildValue("(Oii(Oi))", self->free_kernel, 1, 0, tid, USE_W);
                 if (!e || PyList_Append(self->kernels, e) < 0) {

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from teraio.torch._fsdp import has_subclass
+
 # enum values of include/teraio/trace.h
 KIND_WEIGHT, KIND_GRAD, KIND_OPTIM, KIND_ACT, KIND_TEMP, KIND_INPUT, KIND_OTHER = range(7)
 F_GLOBAL, F_PINNED = 1, 2
@@ -203,7 +205,7 @@ class StepDriver:
     the CUDA path always uses it (event timing and stream synchronisation are Python).
     """
 
-    def __new__(cls, globals_=None, *, cuda=False, fast=None, **kw):
+    def __new__(cls, *args, cuda=False, fast=None, **kw):
         if cls is StepDriver and _use_fast(cuda, fast):
             cls = FastStepDriver
         return object.__new__(cls)
@@ -263,11 +265,17 @@ class StepDriver:
         if not self.dead_pending or self.passthrough:
             self.dead_pending.clear()
             return
-        pend = sorted(self.dead_pending)
-        self.dead_pending.clear()
+        # only what was read is removed: a collective's buffer can die on another thread
+        pend = self.dead_pending[:]
+        del self.dead_pending[:len(pend)]
+        pend.sort()
         if self.record:
+            ts = self.prog.tensors
             for tid in pend:
-                if self.last_k.get(tid, self.k) < self.k - 1:
+                # pinned (inputs, buffers of collectives): never moved, and their death time is
+                # not the step's to decide (gloo drops a buffer when its work object goes), so it
+                # is no part of the plan
+                if self.last_k.get(tid, self.k) < self.k - 1 and not ts[tid][2] & F_PINNED:
                     self.prog.kernels.append((FREE_KERNEL, 1, 0, (tid, USE_W)))
                     self.k += 1
             return
@@ -660,6 +668,8 @@ class StepMode(TorchDispatchMode):
         self._dispatch = fast.dispatch if fast is not None else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if types and has_subclass(types):  # DTensor (FSDP2): its local operators come back here
+            return NotImplemented
         if self._dispatch is not None:
             return self._dispatch(func, args, kwargs)
         return self.driver.dispatch(func, args, kwargs or {})

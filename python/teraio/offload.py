@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 
 from teraio import _core
@@ -50,6 +51,18 @@ def _rank():
     except Exception:  # pragma: no cover - torch without distributed
         pass
     return int(os.environ.get("RANK", "0"))
+
+
+def _warn(message: str) -> None:
+    """A RuntimeWarning attributed to the user's code: the first frame outside teraio and
+    contextlib (the `with off.step():` line), however deep inside the step it is raised."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    level, f = 2, sys._getframe(1)  # stacklevel 2: _warn's caller
+    while f is not None and (f.f_code.co_filename.startswith(here)
+                             or f.f_code.co_filename == contextlib.__file__):
+        level += 1
+        f = f.f_back
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
 def _device_backend(model):
@@ -90,7 +103,7 @@ class Offloader:
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="2GB/s", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
-                 device=None, rank=None):
+                 rank=None):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
@@ -136,7 +149,6 @@ class Offloader:
             else float(ssd_bandwidth)
         self.host_Bps = _core.parse_rate(host_bandwidth) if isinstance(host_bandwidth, str) \
             else float(host_bandwidth)
-        self.device = device
         self._cuda = False
         if backend is None:
             backend = _device_backend(model)
@@ -331,11 +343,10 @@ class Offloader:
         plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
         s = plan.summary()
         if not s["feasible"]:
-            warnings.warn(f"teraio: the plan cannot keep every operator under memory_budget "
-                          f"{_core.format_bytes(self.budget)} (short by "
-                          f"{_core.format_bytes(s['shortfall_bytes'])} at operator "
-                          f"{s['shortfall_kernel']}); offloading what it can",
-                          RuntimeWarning, stacklevel=3)
+            _warn(f"teraio: the plan cannot keep every operator under memory_budget "
+                  f"{_core.format_bytes(self.budget)} (short by "
+                  f"{_core.format_bytes(s['shortfall_bytes'])} at operator "
+                  f"{s['shortfall_kernel']}); the executor offloads on demand where it must")
         self._trace, self._plan, self._prog = trace, plan, prog
         self._counts["replans"] += 1
 
@@ -513,9 +524,8 @@ class Offloader:
     def _note_divergence(self, reason):
         self.last_divergence = reason
         self._counts["steps_diverged"] += 1
-        warnings.warn(f"teraio: step {self._steps}: {reason}; this step ran without offloading "
-                      "(every tensor was brought back) and the next step re-profiles",
-                      RuntimeWarning, stacklevel=4)
+        _warn(f"teraio: step {self._steps}: {reason}; this step ran without offloading "
+              "(every tensor was brought back) and the next step re-profiles")
         self._drop_runtime()
         self._prog = self._plan = self._trace = None
 

@@ -112,6 +112,9 @@ def test_sequence_length_change_replans(fast_dir):
     assert param_digest(model) == param_digest(model_ref)
     assert rep["steps_diverged"] == 1
     assert any("re-profiles" in m for m in msgs)
+    # the warning points at the caller's code, not at teraio or contextlib
+    files = {os.path.basename(x.filename) for x in w if "re-profiles" in str(x.message)}
+    assert files == {"train_llama_tiny.py"}, files
     # steps: 0 warm-up, 1 profiled, 2-3 offloaded, 4 diverged, 5 re-profiled, 6-7 offloaded
     assert rep["steps_profiled"] == 2
     assert rep["steps_offloaded"] == 4

@@ -907,16 +907,29 @@ static void drive_begin(struct tio_engine *e) {
 }
 
 /*
- * Give the backend back (under mu). Work that arrived meanwhile is submitted first; results
- * still to come are armed to wake the parked progress thread, which is unparked at once only
- * when it has something to do now (a result is ready, host-tier work, it parked idle, or the
- * engine stops). Other waiters are woken so that one of them can drive.
+ * Give the backend back (under mu). Work that arrived meanwhile is submitted and results that
+ * are ready are reaped first; results still to come are armed to wake the parked progress
+ * thread, which is unparked at once only when it has something to do now (host-tier work, it
+ * parked idle, or the engine stops). Other waiters are woken so that one of them can drive.
  */
 static void drive_end(struct tio_engine *e, const struct waiter *self, int host) {
-    while (queued_work(e) && drive_submit(e, host))
-        ;
-    uint32_t inflight = e->p.queue_depth - e->nop_free;
-    int ready = inflight ? e->ops->arm(e->bst, 1) > 0 : 0;
+    uint32_t inflight;
+    int ready = 0;
+    for (;;) {
+        while (queued_work(e) && drive_submit(e, host))
+            ;
+        inflight = e->p.queue_depth - e->nop_free;
+        if (!inflight || e->ops->arm(e->bst, 1) <= 0)
+            break;
+        /* results are ready already: take them here (no system call) rather than wake the
+         * progress thread for them; their follow-up pieces are submitted by the loop */
+        (void)e->ops->arm(e->bst, 0);
+        if (drive_reap(e, 0) <= 0) {
+            ready = 1; /* cannot happen; leave them to the progress thread */
+            (void)e->ops->arm(e->bst, 1);
+            break;
+        }
+    }
     e->driving = 0;
     if (e->parked && (ready || (inflight && e->park_idle) || queued_work(e) || e->stopping)) {
         e->park_idle = 0;

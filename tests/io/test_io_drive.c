@@ -269,18 +269,27 @@ static void cancel_while_reaping(const struct mode *m) {
     pthread_create(&th, NULL, reaper_main, &r);
     struct timespec ts = { 0, 5000000 }; /* let the reaper block in the backend */
     nanosleep(&ts, NULL);
-    CHECK_EQ_I(tio_engine_cancel(e, 4), 1); /* queued behind 384 pieces: never started */
+    /* tensor 4 is queued behind 384 pieces; a cancel that still finds it must complete it
+     * with TIO_ECANCELED and store nothing, whether it has started or not */
+    int rc = tio_engine_cancel(e, 4);
     pthread_join(th, NULL);
     CHECK_EQ_I(r.res[1], (int64_t)n);
     CHECK_EQ_I(r.res[2], (int64_t)n);
     CHECK_EQ_I(r.res[3], (int64_t)n);
-    CHECK_EQ_I(r.res[4], TIO_ECANCELED);
     uint64_t bytes;
-    CHECK_RC(tio_engine_tensor_info(e, 4, &bytes, NULL), TIO_ENOTFOUND);
     struct tio_engine_stats st;
     CHECK_OK(tio_engine_stats(e, &st));
-    CHECK_EQ_U(st.requests_canceled, 1);
-    CHECK_EQ_U(st.ssd_used_bytes, 3 * n);
+    if (rc == TIO_ENOTFOUND) { /* this thread slept through all four writes (loaded machine) */
+        printf("  %s: cancel came after tensor 4 was written: not exercised\n", m->name);
+        CHECK_EQ_I(r.res[4], (int64_t)n);
+        CHECK_EQ_U(st.ssd_used_bytes, 4 * n);
+    } else {
+        CHECK_EQ_I(rc, 1);
+        CHECK_EQ_I(r.res[4], TIO_ECANCELED);
+        CHECK_RC(tio_engine_tensor_info(e, 4, &bytes, NULL), TIO_ENOTFOUND);
+        CHECK_EQ_U(st.requests_canceled, 1);
+        CHECK_EQ_U(st.ssd_used_bytes, 3 * n);
+    }
     tio_engine_free(e);
     tio_free(a);
 }

@@ -72,7 +72,7 @@ struct worker {
 static void record(struct shared *s, const struct tio_completion *c, int k) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < k; i++) {
-        if (c[i].tag >= NT * PER) {
+        if (c[i].tag >= (uint64_t)NT * PER) {
             s->errors++;
             continue;
         }
@@ -133,14 +133,14 @@ static void threads_submit_and_wait(const struct mode *m) {
     pthread_mutex_init(&s.mu, NULL);
     /* depth 4, 64 KiB chunks: requests of up to ~300 KiB need follow-up pieces; odd sizes
      * and malloc alignment go through staging */
-    s.e = engine_for(m, 4, 64 * 1024);
+    s.e = engine_for(m, 4, UINT64_C(64) << 10);
     CHECK(s.e != NULL);
     if (!s.e)
         return;
     for (int i = 0; i < NT * PER; i++) {
         s.sizes[i] = 1 + (uint64_t)((i * 104729 + 7) % (300 * 1024));
         if (i % 5 == 0)
-            s.sizes[i] = 256 * 1024; /* aligned, multi-chunk */
+            s.sizes[i] = UINT64_C(256) << 10; /* aligned, multi-chunk */
         s.bufs[i] = i % 5 == 0 ? tio_aligned_alloc(4096, s.sizes[i]) : tio_malloc(s.sizes[i]);
         io_fill(s.bufs[i], s.sizes[i], (uint64_t)i + 1000);
     }
@@ -195,7 +195,7 @@ TIO_TEST(several_threads_submit_and_wait) {
 /* ---- nobody waits: the progress thread must carry multi-piece requests to the end --------- */
 
 static void progress_without_waiter(const struct mode *m) {
-    struct tio_engine *e = engine_for(m, 2, 64 * 1024);
+    struct tio_engine *e = engine_for(m, 2, UINT64_C(64) << 10);
     CHECK(e != NULL);
     if (!e)
         return;
@@ -255,7 +255,7 @@ static void *reaper_main(void *arg) {
 }
 
 static void cancel_while_reaping(const struct mode *m) {
-    struct tio_engine *e = engine_for(m, 1, 64 * 1024);
+    struct tio_engine *e = engine_for(m, 1, UINT64_C(64) << 10);
     CHECK(e != NULL);
     if (!e)
         return;
@@ -333,7 +333,7 @@ static void *timed_waiter_main(void *arg) {
 }
 
 static void two_waiters_one_completion(const struct mode *m) {
-    struct tio_engine *e = engine_for(m, 1, 64 * 1024);
+    struct tio_engine *e = engine_for(m, 1, UINT64_C(64) << 10);
     CHECK(e != NULL);
     if (!e)
         return;

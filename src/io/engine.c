@@ -81,6 +81,7 @@ struct op {
     uint64_t io_len; /* bytes handed to the backend (padded when staged) */
     int32_t stage;   /* staging buffer index or -1 */
     int32_t file;
+    int32_t heavy; /* completing it copies out of staging or computes a CRC */
 };
 
 struct batch_item {
@@ -141,6 +142,7 @@ struct tio_engine {
     struct op *opv; /* depth slots */
     uint32_t *op_free;
     uint32_t nop_free;
+    uint32_t nheavy; /* ops in flight with heavy set */
 
     struct tensor **buckets;
     size_t nbuckets, ntensors;
@@ -628,6 +630,7 @@ static void complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
     unsigned char *stage =
         o->stage >= 0 ? e->stage_mem + (uint64_t)o->stage * e->stage_bytes : NULL;
     rq->inflight--;
+    e->nheavy -= (uint32_t)o->heavy;
     if (res > 0) {
         uint64_t moved = TIO_MIN((uint64_t)res, pc.len);
         if (moved < pc.len && e->files[o->file].direct) {
@@ -699,15 +702,16 @@ static void asan_check(const struct tio_io_req *r) {
 
 /*
  * Build up to `max` transfers from the queues into batch[] (under mu). Host-tier pieces are
- * copied right here with mu released (if `host`; else a host-tier request ends the batch).
- * Returns the number of transfers built.
+ * copied right here with mu released. Without `copies` (a caller submitting), a host-tier
+ * piece or a write that needs a staging copy ends the batch instead (left queued for the
+ * progress thread). Returns the number of transfers built.
  */
 static uint32_t
-build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int host) {
+build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int copies) {
     uint32_t n = 0;
     while (n < max && e->nop_free) {
         struct request *rq = pick(e);
-        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !host))
+        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !copies))
             break;
         int from_cursor = rq->nredo == 0;
         struct piece pc = next_piece(e, rq);
@@ -744,6 +748,11 @@ build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int ho
         } else if (e->files[fi].direct && len > TIO_IO_ALIGN && len % TIO_IO_ALIGN) {
             /* device memory: the backend bounces unaligned pieces; keep those small */
             len &= ~(uint64_t)(TIO_IO_ALIGN - 1);
+        }
+        if (staged && !copies && rq->op == TIO_IO_OP_WRITE) {
+            if (!from_cursor) /* a submitting caller copies nothing: leave it queued */
+                piece_unissue(e, rq, pc);
+            break;
         }
         if (staged) {
             if (!e->nstage_free) { /* cannot happen: one stage per op slot */
@@ -788,6 +797,8 @@ build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int ho
             }
         }
         b->req.len = (uint32_t)o->io_len;
+        o->heavy = (staged && rq->op == TIO_IO_OP_READ) || rq->pl->crc != NULL;
+        e->nheavy += (uint32_t)o->heavy;
         rq->inflight++;
     }
     return n;
@@ -795,11 +806,10 @@ build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int ho
 
 /*
  * Submit what the queues hold, as far as op slots allow (under mu, by the thread that drives
- * the backend; mu is released around staging copies and the backend call). Host-tier pieces
- * are copied here too unless `host` is 0 (then a host-tier request stops the batch and is left
- * to the progress thread). Returns the number of transfers issued.
+ * the backend; mu is released around staging copies and the backend call). `copies`: see
+ * build_batch. Returns the number of transfers issued.
  */
-static uint32_t drive_submit(struct tio_engine *e, int host) {
+static uint32_t drive_submit(struct tio_engine *e, int copies) {
     uint32_t depth = e->p.queue_depth;
     struct batch_item *batch = e->batch;
     struct tio_io_req *reqs = e->reqs;
@@ -811,7 +821,7 @@ static uint32_t drive_submit(struct tio_engine *e, int host) {
                 (void)e->ops->cancel(e->bst, s);
         }
     }
-    uint32_t n = build_batch(e, batch, depth, host);
+    uint32_t n = build_batch(e, batch, depth, copies);
     if (!n)
         return 0;
     if (depth - e->nop_free == n) /* was idle */
@@ -907,20 +917,25 @@ static void drive_begin(struct tio_engine *e) {
 }
 
 /*
- * Give the backend back (under mu). Work that arrived meanwhile is submitted and results that
- * are ready are reaped first; results still to come are armed to wake the parked progress
- * thread, which is unparked at once only when it has something to do now (host-tier work, it
- * parked idle, or the engine stops). Other waiters are woken so that one of them can drive.
+ * Give the backend back (under mu). Work that arrived meanwhile is submitted and (with
+ * `copies`) results that are ready are reaped first; results still to come are armed to wake
+ * the parked progress thread, which is unparked at once only when it has something to do now
+ * (results ready that we may not complete, work we may not copy, it parked idle, or the engine
+ * stops). Other waiters are woken so that one of them can drive.
  */
-static void drive_end(struct tio_engine *e, const struct waiter *self, int host) {
+static void drive_end(struct tio_engine *e, const struct waiter *self, int copies) {
     uint32_t inflight;
     int ready = 0;
     for (;;) {
-        while (queued_work(e) && drive_submit(e, host))
+        while (queued_work(e) && drive_submit(e, copies))
             ;
         inflight = e->p.queue_depth - e->nop_free;
         if (!inflight || e->ops->arm(e->bst, 1) <= 0)
             break;
+        if (!copies && e->nheavy) { /* completions that copy or CRC: the progress thread's */
+            ready = 1;
+            break;
+        }
         /* results are ready already: take them here (no system call) rather than wake the
          * progress thread for them; their follow-up pieces are submitted by the loop */
         (void)e->ops->arm(e->bst, 0);
@@ -1009,7 +1024,9 @@ static void wake_progress(struct tio_engine *e, int urgent) {
 
 /*
  * A request was queued by a caller (under mu). With caller-driven completions and the backend
- * free, the caller submits it itself (no wake-up); otherwise whoever drives is told.
+ * free, the caller submits it itself (no wake-up) as far as that needs no copy (host tier,
+ * staged writes and staged-read completions stay with the progress thread, so a submit stays
+ * cheap for callers that overlap I/O with compute); otherwise whoever drives is told.
  */
 static void kick(struct tio_engine *e, int urgent) {
     if (e->caller_drive && !e->driving && !e->stopping) {

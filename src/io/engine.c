@@ -102,7 +102,6 @@ struct tio_engine {
     pthread_cond_t work_cv; /* progress thread waits for work */
     pthread_cond_t done_cv; /* callers wait for completions */
     struct waiter *waiters; /* callers blocked in tio_engine_wait (their stack frames) */
-    int cq_new;             /* completions pushed since the last done_cv check */
     pthread_t thread;
     int thread_started, stopping;
     int in_reap; /* the driving thread is (about to be) blocked in ops->reap */
@@ -400,34 +399,24 @@ static int push_completion(struct tio_engine *e, uint64_t tag, int64_t res) {
     }
     e->cq[(e->cq_head + e->cq_count) % e->cq_cap] = (struct tio_completion){ tag, res };
     e->cq_count++;
-    e->cq_new = 1; /* waiters are woken once mu is released (done_wake_due) */
+    if (e->waiters) /* (no system call when nobody sleeps on done_cv: a driving waiter) */
+        pthread_cond_broadcast(&e->done_cv);
     return 0;
 }
 
 /*
- * Under mu: must done_cv be signalled for completions pushed since the last call? Only when a
- * waiter's `min` is now met: a futex wake that nobody needs costs as much as the work per
- * request. The signal is sent after mu is released (unlock_signal), so the woken caller does
- * not block on mu at once and bounce back (measured: about one extra context switch per
- * request when the broadcast was made under mu).
+ * Under mu: must done_cv be broadcast because the backend was handed back and a waiter that
+ * found it busy may drive now? (Completions broadcast at once, in push_completion: a wake-up
+ * deferred to the unlock let a waiter among several sleep through to its deadline.)
  */
 static int done_wake_due(struct tio_engine *e) {
-    if (e->wake_waiters) {
-        e->wake_waiters = 0;
-        e->cq_new = 0;
-        return e->waiters != NULL;
-    }
-    if (!e->cq_new)
+    if (!e->wake_waiters)
         return 0;
-    e->cq_new = 0;
-    for (const struct waiter *w = e->waiters; w; w = w->next) {
-        if (w->min <= e->cq_count)
-            return 1;
-    }
-    return 0;
+    e->wake_waiters = 0;
+    return e->waiters != NULL;
 }
 
-/* Release mu, then wake the waiters whose completions are ready. */
+/* Release mu, then wake the waiters that may drive the backend now. */
 static void unlock_signal(struct tio_engine *e) {
     int wake = done_wake_due(e);
     pthread_mutex_unlock(&e->mu);
@@ -1517,7 +1506,7 @@ int tio_engine_write(struct tio_engine *e,
     }
     if (rc < 0)
         tensor_maybe_remove(e, t);
-    pthread_mutex_unlock(&e->mu);
+    unlock_signal(e); /* kick may have completed requests */
     return rc;
 }
 
@@ -1562,7 +1551,7 @@ int tio_engine_read(struct tio_engine *e,
         if (rc < 0)
             t->readers--;
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock_signal(e); /* kick may have completed requests */
     return rc;
 }
 
@@ -1698,6 +1687,8 @@ int tio_engine_wait(
             /* nothing in flight: our completions went to another thread; wait below */
         }
         self.want_drive = e->caller_drive && e->driving;
+        if (done_wake_due(e)) /* completions we reaped may meet another waiter's min */
+            pthread_cond_broadcast(&e->done_cv);
         int rc = timeout_ns < 0 ? pthread_cond_wait(&e->done_cv, &e->mu)
                                 : pthread_cond_timedwait(&e->done_cv, &e->mu, &deadline);
         if (rc == ETIMEDOUT)

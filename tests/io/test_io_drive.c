@@ -192,6 +192,75 @@ TIO_TEST(several_threads_submit_and_wait) {
     }
 }
 
+/* ---- three threads submit, one waits: every completion must wake it ---------------------- */
+
+struct submit_only {
+    struct tio_engine *e;
+    int index;
+    int *stop;
+};
+
+static void *submit_only_main(void *arg) {
+    struct submit_only *a = arg;
+    static unsigned char buf[3][8192];
+    for (uint64_t i = 0; i < 40; i++) {
+        uint64_t tag = (uint64_t)a->index * 100 + i;
+        int rc;
+        do {
+            rc = tio_engine_write(a->e, tag, buf[a->index], 8192, TIO_MEM_HOST, TIO_TIER_SSD,
+                                  TIO_PRIO_NORMAL, tag);
+            if (rc == -EAGAIN) {
+                struct timespec ts = { 0, 100000 };
+                nanosleep(&ts, NULL);
+            }
+        } while (rc == -EAGAIN);
+        if (rc < 0)
+            printf("  submitter %d: %s\n", a->index, tio_last_error());
+    }
+    return NULL;
+}
+
+static void one_waiter(const struct mode *m) {
+    struct tio_engine *e = engine_for(m, 4, UINT64_C(64) << 10);
+    CHECK(e != NULL);
+    if (!e)
+        return;
+    pthread_t th[3];
+    struct submit_only a[3];
+    for (int t = 0; t < 3; t++) {
+        a[t] = (struct submit_only){ e, t, NULL };
+        pthread_create(&th[t], NULL, submit_only_main, &a[t]);
+    }
+    int got = 0, late = 0;
+    double t0 = tio_now_s();
+    while (got < 120 && tio_now_s() - t0 < 30) {
+        struct tio_completion c[8];
+        double w0 = tio_now_s();
+        int k = tio_engine_wait(e, c, 1, 8, 500000000); /* 500 ms */
+        /* the only waiter: completions returned at its deadline were never signalled */
+        if (k > 0 && tio_now_s() - w0 >= 0.499)
+            late++;
+        if (k > 0)
+            got += k;
+        else if (k == TIO_EINVAL) /* the submitters have not caught up */
+            sched_yield();
+    }
+    for (int t = 0; t < 3; t++)
+        pthread_join(th[t], NULL);
+    CHECK_EQ_I(got, 120);
+    if (late)
+        printf("  %s: %d wait(s) returned completions only at their deadline\n", m->name, late);
+    CHECK_EQ_I(late, 0);
+    tio_engine_free(e);
+}
+
+TIO_TEST(one_waiter_is_woken_for_every_completion) {
+    for (size_t i = 0; i < TIO_ARRAY_LEN(modes); i++) {
+        if (mode_usable(&modes[i]))
+            one_waiter(&modes[i]);
+    }
+}
+
 /* ---- nobody waits: the progress thread must carry multi-piece requests to the end --------- */
 
 static void progress_without_waiter(const struct mode *m) {
@@ -395,6 +464,7 @@ int main(void) {
     if (!g_have_uring)
         printf("  uring unavailable here: posix only\n");
     RUN(several_threads_submit_and_wait);
+    RUN(one_waiter_is_woken_for_every_completion);
     RUN(progress_continues_without_a_waiter);
     RUN(cancel_while_a_caller_reaps);
     RUN(wait_timeouts_are_honoured);

@@ -20,8 +20,8 @@
  *     aligned, except the final length of a device-memory request (bounced by the backend);
  *   - res may be smaller than len (short transfer): the core resumes the rest. Backends never
  *     loop on short transfers themselves; 0 is reported as 0 (the core makes it -EIO).
- * Backends are driven by one thread at a time (the engine's progress thread), except probe()
- * and notify().
+ * Backends are driven by one thread at a time (the engine's progress thread, or a caller that
+ * waits, see arm/park), except probe(), notify(), park() and unpark().
  */
 #ifndef TIO_IO_BACKEND_H
 #define TIO_IO_BACKEND_H
@@ -96,6 +96,26 @@ struct tio_io_backend_ops {
      * The only member that may be called from another thread, concurrently with reap; it
      * must not block. */
     void (*notify)(void *state);
+    /*
+     * (optional, all three or none: caller-driven completions) With them, a caller blocked in
+     * tio_engine_wait drives the backend itself (submit and reap, one thread at a time, handed
+     * over under the engine lock) while the progress thread parks, so a request costs one
+     * wake-up (the kernel wakes the caller) instead of two (kernel -> progress thread ->
+     * caller). The progress thread takes over when no caller drives.
+     *
+     * arm(on), by the thread that drives: on = 1: results that arrive from now on make a
+     * park() return; returns 1 if a result is already waiting to be reaped, else 0. on = 0:
+     * they need not (the driver reaps them itself). < 0: unsupported (the core then uses the
+     * progress thread for everything).
+     * park(timeout_ns), by the progress thread only, possibly while another thread drives:
+     * block until armed results arrive, unpark() is called or the timeout passes (< 0:
+     * none). Consumes no results; may return early for no reason.
+     * unpark(), any thread, never blocks: make a park() that is blocked now, or the next one,
+     * return.
+     */
+    int (*arm)(void *state, int on);
+    void (*park)(void *state, int64_t timeout_ns);
+    void (*unpark)(void *state);
 };
 
 /* The registry (registry.c): every backend compiled in, in a static array. */

@@ -3,9 +3,17 @@
  * Swap files are registered (IOSQE_FIXED_FILE) and so are the engine's staging buffers
  * (read_fixed/write_fixed); caller buffers go through plain read/write SQEs. Containers and
  * seccomp profiles often refuse io_uring_setup: the probe turns that into score 0.
+ *
+ * Caller-driven completions (arm/park/unpark, see backend.h): an eventfd is registered with
+ * the ring (io_uring_register_eventfd) and the kernel signals it for each completion unless
+ * IORING_CQ_EVENTFD_DISABLED is set in the ring's CQ flags, which userspace toggles without a
+ * system call. The thread that drives disables it while it reaps itself; the progress thread
+ * parks in poll() on it. Option "park=0" turns this off (for comparisons and tests).
  */
 #include <errno.h>
 #include <liburing.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -22,6 +30,7 @@ struct uring_state {
     struct io_uring ring;
     int wake_fd;       /* eventfd written by notify(); a read of it is always armed */
     uint64_t wake_val; /* target of that read */
+    int cq_fd;         /* eventfd registered with the ring for park(), or -1 */
     int files_registered;
     int bufs_registered;
     const int *fds;
@@ -60,6 +69,8 @@ static int arm_wake(struct uring_state *st) {
     return 0;
 }
 
+static void uring_fini(void *state);
+
 static int uring_init(const struct tio_io_config *cfg, void **state) {
     struct uring_state *st = tio_calloc(1, sizeof(*st));
     if (!st)
@@ -80,6 +91,26 @@ static int uring_init(const struct tio_io_config *cfg, void **state) {
         tio_free(st);
         return tio_set_error(err, "io_uring: cannot arm the wake-up eventfd");
     }
+    st->cq_fd = -1;
+    uint64_t park = 1;
+    if (tio_io_option_u64(cfg->options, "park", &park) < 0) {
+        char detail[256];
+        (void)snprintf(detail, sizeof detail, "%s", tio_last_error());
+        uring_fini(st);
+        return tio_set_error(TIO_EINVAL, "uring: %s", detail);
+    }
+    if (park) {
+        /* park() needs the registered eventfd and the CQ flags word (kernel >= 5.8); without
+         * them arm() answers -ENOTSUP and the engine uses its progress thread alone */
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd >= 0 && io_uring_register_eventfd(&st->ring, fd) == 0 &&
+            io_uring_cq_eventfd_toggle(&st->ring, false) == 0) {
+            st->cq_fd = fd;
+        } else if (fd >= 0) {
+            (void)io_uring_unregister_eventfd(&st->ring);
+            close(fd);
+        }
+    }
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
     if (cfg->nfds && io_uring_register_files(&st->ring, cfg->fds, cfg->nfds) == 0)
@@ -99,6 +130,8 @@ static void uring_fini(void *state) {
     }
     io_uring_queue_exit(&st->ring); /* also drops registrations and the armed wake read */
     close(st->wake_fd);
+    if (st->cq_fd >= 0)
+        close(st->cq_fd);
     tio_free(st);
 }
 
@@ -206,6 +239,41 @@ static void uring_notify(void *state) {
     (void)n; /* EAGAIN: the counter is saturated, a wake-up is pending anyway */
 }
 
+static int uring_arm(void *state, int on) {
+    struct uring_state *st = state;
+    if (st->cq_fd < 0)
+        return -ENOTSUP;
+    (void)io_uring_cq_eventfd_toggle(&st->ring, on != 0);
+    if (!on)
+        return 0;
+    /* the kernel posts a CQE, then reads the flag; we write the flag, then read the CQ tail:
+     * a full fence here so that at least one side sees the other (park() also has a timeout) */
+    atomic_thread_fence(memory_order_seq_cst);
+    return io_uring_cq_ready(&st->ring) > 0;
+}
+
+static void uring_park(void *state, int64_t timeout_ns) {
+    struct uring_state *st = state;
+    struct pollfd pfd = { .fd = st->cq_fd, .events = POLLIN };
+    struct timespec ts = { 0, 0 };
+    if (timeout_ns >= 0) {
+        ts.tv_sec = (time_t)(timeout_ns / 1000000000);
+        ts.tv_nsec = (long)(timeout_ns % 1000000000);
+    }
+    if (ppoll(&pfd, 1, timeout_ns >= 0 ? &ts : NULL, NULL) > 0) {
+        uint64_t v;
+        ssize_t n = read(st->cq_fd, &v, sizeof v); /* reset the counter (non-blocking) */
+        (void)n;
+    }
+}
+
+static void uring_unpark(void *state) {
+    struct uring_state *st = state;
+    uint64_t one = 1;
+    ssize_t n = write(st->cq_fd, &one, sizeof one); /* thread-safe; never blocks */
+    (void)n;
+}
+
 const struct tio_io_backend_ops tio_io_backend_uring = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "uring",
@@ -218,4 +286,7 @@ const struct tio_io_backend_ops tio_io_backend_uring = {
     .submit = uring_submit,
     .reap = uring_reap,
     .notify = uring_notify,
+    .arm = uring_arm,
+    .park = uring_park,
+    .unpark = uring_unpark,
 };

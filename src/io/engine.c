@@ -81,6 +81,7 @@ struct op {
     uint64_t io_len; /* bytes handed to the backend (padded when staged) */
     int32_t stage;   /* staging buffer index or -1 */
     int32_t file;
+    int32_t heavy; /* completing it copies out of staging or computes a CRC */
 };
 
 struct batch_item {
@@ -89,13 +90,29 @@ struct batch_item {
     uint64_t copy_len;
 };
 
+/* A caller blocked in tio_engine_wait until `min` completions are ready. */
+struct waiter {
+    size_t min;
+    int want_drive; /* blocked because another thread drives the backend */
+    struct waiter *next;
+};
+
 struct tio_engine {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* progress thread waits for work */
     pthread_cond_t done_cv; /* callers wait for completions */
+    struct waiter *waiters; /* callers blocked in tio_engine_wait (their stack frames) */
     pthread_t thread;
     int thread_started, stopping;
-    int in_reap; /* the progress thread is (about to be) blocked in ops->reap */
+    int in_reap; /* the driving thread is (about to be) blocked in ops->reap */
+    /* Caller-driven completions (backend has arm/park/unpark): the backend is driven by one
+     * thread at a time, the one that set `driving` under mu: a caller in tio_engine_wait or
+     * tio_engine_write/read, or the progress thread, which otherwise parks. */
+    int caller_drive;
+    int driving;      /* a thread drives the backend */
+    int parked;       /* the progress thread is (about to be) in ops->park */
+    int park_idle;    /* ... with no timeout: nothing was in flight */
+    int wake_waiters; /* done_cv must be broadcast: the backend was handed back */
 
     struct tio_engine_params p; /* copy; strings below owned */
     char *backend_options;
@@ -124,6 +141,7 @@ struct tio_engine {
     struct op *opv; /* depth slots */
     uint32_t *op_free;
     uint32_t nop_free;
+    uint32_t nheavy; /* ops in flight with heavy set */
 
     struct tensor **buckets;
     size_t nbuckets, ntensors;
@@ -381,8 +399,29 @@ static int push_completion(struct tio_engine *e, uint64_t tag, int64_t res) {
     }
     e->cq[(e->cq_head + e->cq_count) % e->cq_cap] = (struct tio_completion){ tag, res };
     e->cq_count++;
-    pthread_cond_broadcast(&e->done_cv);
+    if (e->waiters) /* (no system call when nobody sleeps on done_cv: a driving waiter) */
+        pthread_cond_broadcast(&e->done_cv);
     return 0;
+}
+
+/*
+ * Under mu: must done_cv be broadcast because the backend was handed back and a waiter that
+ * found it busy may drive now? (Completions broadcast at once, in push_completion: a wake-up
+ * deferred to the unlock let a waiter among several sleep through to its deadline.)
+ */
+static int done_wake_due(struct tio_engine *e) {
+    if (!e->wake_waiters)
+        return 0;
+    e->wake_waiters = 0;
+    return e->waiters != NULL;
+}
+
+/* Release mu, then wake the waiters that may drive the backend now. */
+static void unlock_signal(struct tio_engine *e) {
+    int wake = done_wake_due(e);
+    pthread_mutex_unlock(&e->mu);
+    if (wake)
+        pthread_cond_broadcast(&e->done_cv);
 }
 
 static void request_free(struct request *rq) {
@@ -580,6 +619,7 @@ static void complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
     unsigned char *stage =
         o->stage >= 0 ? e->stage_mem + (uint64_t)o->stage * e->stage_bytes : NULL;
     rq->inflight--;
+    e->nheavy -= (uint32_t)o->heavy;
     if (res > 0) {
         uint64_t moved = TIO_MIN((uint64_t)res, pc.len);
         if (moved < pc.len && e->files[o->file].direct) {
@@ -651,13 +691,16 @@ static void asan_check(const struct tio_io_req *r) {
 
 /*
  * Build up to `max` transfers from the queues into batch[] (under mu). Host-tier pieces are
- * copied right here with mu released. Returns the number of transfers built.
+ * copied right here with mu released. Without `copies` (a caller submitting), a host-tier
+ * piece or a write that needs a staging copy ends the batch instead (left queued for the
+ * progress thread). Returns the number of transfers built.
  */
-static uint32_t build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max) {
+static uint32_t
+build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int copies) {
     uint32_t n = 0;
     while (n < max && e->nop_free) {
         struct request *rq = pick(e);
-        if (!rq)
+        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !copies))
             break;
         int from_cursor = rq->nredo == 0;
         struct piece pc = next_piece(e, rq);
@@ -666,7 +709,7 @@ static uint32_t build_batch(struct tio_engine *e, struct batch_item *batch, uint
             if (from_cursor)
                 advance_cursor(e, rq, &pc, pc.len);
             rq->inflight++;
-            pthread_mutex_unlock(&e->mu);
+            unlock_signal(e);
             int64_t res = host_copy(e, rq, &pc);
             pthread_mutex_lock(&e->mu);
             rq->inflight--;
@@ -694,6 +737,11 @@ static uint32_t build_batch(struct tio_engine *e, struct batch_item *batch, uint
         } else if (e->files[fi].direct && len > TIO_IO_ALIGN && len % TIO_IO_ALIGN) {
             /* device memory: the backend bounces unaligned pieces; keep those small */
             len &= ~(uint64_t)(TIO_IO_ALIGN - 1);
+        }
+        if (staged && !copies && rq->op == TIO_IO_OP_WRITE) {
+            if (!from_cursor) /* a submitting caller copies nothing: leave it queued */
+                piece_unissue(e, rq, pc);
+            break;
         }
         if (staged) {
             if (!e->nstage_free) { /* cannot happen: one stage per op slot */
@@ -738,105 +786,245 @@ static uint32_t build_batch(struct tio_engine *e, struct batch_item *batch, uint
             }
         }
         b->req.len = (uint32_t)o->io_len;
+        o->heavy = (staged && rq->op == TIO_IO_OP_READ) || rq->pl->crc != NULL;
+        e->nheavy += (uint32_t)o->heavy;
         rq->inflight++;
     }
     return n;
 }
 
-static void *progress_main(void *arg) {
-    struct tio_engine *e = arg;
+/*
+ * Submit what the queues hold, as far as op slots allow (under mu, by the thread that drives
+ * the backend; mu is released around staging copies and the backend call). `copies`: see
+ * build_batch. Returns the number of transfers issued.
+ */
+static uint32_t drive_submit(struct tio_engine *e, int copies) {
     uint32_t depth = e->p.queue_depth;
     struct batch_item *batch = e->batch;
     struct tio_io_req *reqs = e->reqs;
     struct tio_io_cqe *cqes = e->cqes;
-    pthread_mutex_lock(&e->mu);
-    for (;;) {
-        /* cancel requests: ask the backend to drop their queued transfers */
-        if (e->ops->cancel) {
-            for (uint32_t s = 0; s < depth; s++) {
-                if (e->opv[s].rq && e->opv[s].rq->canceled)
-                    (void)e->ops->cancel(e->bst, s);
-            }
+    /* cancel requests: ask the backend to drop their queued transfers */
+    if (e->ops->cancel) {
+        for (uint32_t s = 0; s < depth; s++) {
+            if (e->opv[s].rq && e->opv[s].rq->canceled)
+                (void)e->ops->cancel(e->bst, s);
         }
-        uint32_t n = build_batch(e, batch, depth);
-        uint32_t inflight = depth - e->nop_free;
-        if (n) {
-            if (inflight == n) /* was idle */
-                e->busy_since = tio_now_s();
-            pthread_mutex_unlock(&e->mu);
-            for (uint32_t i = 0; i < n; i++) {
-                if (batch[i].copy_from) {
-                    size_t pad = (size_t)(batch[i].req.len - batch[i].copy_len);
-                    memcpy(batch[i].req.buf, batch[i].copy_from, (size_t)batch[i].copy_len);
-                    memset((unsigned char *)batch[i].req.buf + batch[i].copy_len, 0, pad);
-                }
-                reqs[i] = batch[i].req;
+    }
+    uint32_t n = build_batch(e, batch, depth, copies);
+    if (!n)
+        return 0;
+    if (depth - e->nop_free == n) /* was idle */
+        e->busy_since = tio_now_s();
+    unlock_signal(e);
+    for (uint32_t i = 0; i < n; i++) {
+        if (batch[i].copy_from) {
+            size_t pad = (size_t)(batch[i].req.len - batch[i].copy_len);
+            memcpy(batch[i].req.buf, batch[i].copy_from, (size_t)batch[i].copy_len);
+            memset((unsigned char *)batch[i].req.buf + batch[i].copy_len, 0, pad);
+        }
+        reqs[i] = batch[i].req;
 #if defined(TIO_ASAN)
-                asan_check(&reqs[i]);
+        asan_check(&reqs[i]);
 #endif
-            }
-            uint32_t done = 0;
-            while (done < n) {
-                int rc = e->ops->submit(e->bst, reqs + done, n - done);
-                if (rc > 0) {
-                    done += (uint32_t)rc;
-                    continue;
-                }
-                if (rc == -EAGAIN || rc == 0) {
-                    /* the backend is full: make room by reaping one result */
-                    int k = e->ops->reap(e->bst, 1, depth, -1, cqes);
-                    pthread_mutex_lock(&e->mu);
-                    for (int i = 0; i < k; i++)
-                        complete_op(e, (uint32_t)cqes[i].user, cqes[i].res);
-                    pthread_mutex_unlock(&e->mu);
-                    continue;
-                }
-                /* submit failed as a whole: fail these transfers */
-                pthread_mutex_lock(&e->mu);
-                for (uint32_t i = done; i < n; i++)
-                    complete_op(e, (uint32_t)reqs[i].user, rc);
-                pthread_mutex_unlock(&e->mu);
-                break;
-            }
-            pthread_mutex_lock(&e->mu);
-            e->st.ops_issued += done;
+    }
+    uint32_t done = 0;
+    while (done < n) {
+        int rc = e->ops->submit(e->bst, reqs + done, n - done);
+        if (rc > 0) {
+            done += (uint32_t)rc;
             continue;
         }
+        if (rc == -EAGAIN || rc == 0) {
+            /* the backend is full: make room by reaping one result */
+            int k = e->ops->reap(e->bst, 1, depth, -1, cqes);
+            pthread_mutex_lock(&e->mu);
+            for (int i = 0; i < k; i++)
+                complete_op(e, (uint32_t)cqes[i].user, cqes[i].res);
+            unlock_signal(e);
+            continue;
+        }
+        /* submit failed as a whole: fail these transfers */
+        pthread_mutex_lock(&e->mu);
+        for (uint32_t i = done; i < n; i++)
+            complete_op(e, (uint32_t)reqs[i].user, rc);
+        unlock_signal(e);
+        break;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.ops_issued += done;
+    return n;
+}
+
+/*
+ * Reap results, waiting up to timeout_ns (0: only what is there, < 0: forever) for the first,
+ * and complete them (under mu, by the thread that drives; mu is released while in the
+ * backend). Returns the number reaped.
+ */
+static int drive_reap(struct tio_engine *e, int64_t timeout_ns) {
+    uint32_t depth = e->p.queue_depth;
+    e->in_reap = 1;
+    unlock_signal(e);
+    int k = e->ops->reap(e->bst, timeout_ns == 0 ? 0 : 1, depth, timeout_ns, e->cqes);
+    pthread_mutex_lock(&e->mu);
+    e->in_reap = 0;
+    for (int i = 0; i < k; i++)
+        complete_op(e, (uint32_t)e->cqes[i].user, e->cqes[i].res);
+    if (k > 0 && depth - e->nop_free == 0)
+        e->st.busy_s += tio_now_s() - e->busy_since;
+    return k;
+}
+
+static int queued_work(const struct tio_engine *e) {
+    return (e->qhead[TIO_PRIO_URGENT] || e->qhead[TIO_PRIO_NORMAL]) && e->nop_free;
+}
+
+/* Progress thread without caller-driven completions: it alone drives the backend. */
+static void progress_loop(struct tio_engine *e) {
+    uint32_t depth = e->p.queue_depth;
+    for (;;) {
+        if (drive_submit(e, 1))
+            continue;
+        uint32_t inflight = depth - e->nop_free;
         if (inflight == 0) {
             if (e->stopping && !e->active)
                 break;
+            if (done_wake_due(e))
+                pthread_cond_broadcast(&e->done_cv);
             pthread_cond_wait(&e->work_cv, &e->mu);
             continue;
         }
         /* wait for results; new work wakes us through notify (or a short poll without it) */
         int full = e->nop_free == 0;
-        int64_t timeout = (full || e->ops->notify) ? 100000000 : 500000;
-        e->in_reap = 1;
-        pthread_mutex_unlock(&e->mu);
-        int k = e->ops->reap(e->bst, 1, depth, timeout, cqes);
-        pthread_mutex_lock(&e->mu);
-        e->in_reap = 0;
-        for (int i = 0; i < k; i++)
-            complete_op(e, (uint32_t)cqes[i].user, cqes[i].res);
-        if (depth - e->nop_free == 0)
-            e->st.busy_s += tio_now_s() - e->busy_since;
+        (void)drive_reap(e, (full || e->ops->notify) ? 100000000 : 500000);
     }
-    pthread_mutex_unlock(&e->mu);
+}
+
+/* Take the backend (under mu, !e->driving): this thread may now submit and reap. */
+static void drive_begin(struct tio_engine *e) {
+    e->driving = 1;
+    (void)e->ops->arm(e->bst, 0); /* we reap ourselves: completions need not wake the parker */
+}
+
+/*
+ * Give the backend back (under mu). Work that arrived meanwhile is submitted and (with
+ * `copies`) results that are ready are reaped first; results still to come are armed to wake
+ * the parked progress thread, which is unparked at once only when it has something to do now
+ * (results ready that we may not complete, work we may not copy, it parked idle, or the engine
+ * stops). Other waiters are woken so that one of them can drive.
+ */
+static void drive_end(struct tio_engine *e, const struct waiter *self, int copies) {
+    uint32_t inflight;
+    int ready = 0;
+    for (;;) {
+        while (queued_work(e) && drive_submit(e, copies))
+            ;
+        inflight = e->p.queue_depth - e->nop_free;
+        if (!inflight || e->ops->arm(e->bst, 1) <= 0)
+            break;
+        if (!copies && e->nheavy) { /* completions that copy or CRC: the progress thread's */
+            ready = 1;
+            break;
+        }
+        /* results are ready already: take them here (no system call) rather than wake the
+         * progress thread for them; their follow-up pieces are submitted by the loop */
+        (void)e->ops->arm(e->bst, 0);
+        if (drive_reap(e, 0) <= 0) {
+            ready = 1; /* cannot happen; leave them to the progress thread */
+            (void)e->ops->arm(e->bst, 1);
+            break;
+        }
+    }
+    e->driving = 0;
+    if (e->parked && (ready || (inflight && e->park_idle) || queued_work(e) || e->stopping)) {
+        e->park_idle = 0;
+        e->ops->unpark(e->bst);
+    }
+    for (const struct waiter *w = e->waiters; w; w = w->next)
+        e->wake_waiters |= w != self && w->want_drive;
+}
+
+/* A result the progress thread missed (see uring_arm) is picked up after at most this long. */
+#define TIO_PARK_SAFETY_NS 50000000
+
+/*
+ * Progress thread with caller-driven completions: when no caller drives, it submits what is
+ * queued and reaps what is ready without blocking in the backend, then parks until a result
+ * arrives (armed), new work is queued, or a driving caller hands the backend back with work
+ * left. While a caller drives, it stays parked.
+ */
+static void progress_park_loop(struct tio_engine *e) {
+    uint32_t depth = e->p.queue_depth;
+    for (;;) {
+        int64_t park_ns = TIO_PARK_SAFETY_NS;
+        if (!e->driving) {
+            drive_begin(e);
+            for (;;) {
+                uint32_t n = drive_submit(e, 1);
+                int k = depth - e->nop_free ? drive_reap(e, 0) : 0;
+                if (!n && k <= 0)
+                    break;
+            }
+            uint32_t inflight = depth - e->nop_free;
+            if (e->stopping && !e->active && !inflight) {
+                e->driving = 0;
+                break;
+            }
+            drive_end(e, NULL, 1);
+            if (depth - e->nop_free == 0 && !queued_work(e))
+                park_ns = -1; /* idle: whoever queues work unparks us */
+        }
+        e->park_idle = park_ns < 0;
+        e->parked = 1;
+        unlock_signal(e);
+        e->ops->park(e->bst, park_ns);
+        pthread_mutex_lock(&e->mu);
+        e->parked = 0;
+    }
+}
+
+static void *progress_main(void *arg) {
+    struct tio_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    if (e->caller_drive)
+        progress_park_loop(e);
+    else
+        progress_loop(e);
+    unlock_signal(e);
     return NULL;
 }
 
 /*
- * New work or a cancellation (under mu): wake the progress thread wherever it waits. While
- * at least half of the queue depth is in flight, a normal request need not interrupt a reap:
- * the next completion (soon) picks it up, which saves a wake-up per request (measured: about
- * a fifth of the CPU per GiB at 1 MiB requests). Urgent requests and cancellations always
- * interrupt.
+ * New work or a cancellation (under mu): wake whoever drives the backend. While at least half
+ * of the queue depth is in flight, a normal request need not interrupt a reap: the next
+ * completion (soon) picks it up, which saves a wake-up per request (measured: about a fifth
+ * of the CPU per GiB at 1 MiB requests). Urgent requests and cancellations always interrupt.
  */
 static void wake_progress(struct tio_engine *e, int urgent) {
     uint32_t inflight = e->p.queue_depth - e->nop_free;
     if (e->in_reap && e->ops->notify && (urgent || inflight * 2 < e->p.queue_depth))
         e->ops->notify(e->bst);
-    pthread_cond_signal(&e->work_cv);
+    if (!e->caller_drive) {
+        pthread_cond_signal(&e->work_cv);
+    } else if (e->parked && !e->driving) {
+        e->park_idle = 0;
+        e->ops->unpark(e->bst);
+    }
+}
+
+/*
+ * A request was queued by a caller (under mu). With caller-driven completions and the backend
+ * free, the caller submits it itself (no wake-up) as far as that needs no copy (host tier,
+ * staged writes and staged-read completions stay with the progress thread, so a submit stays
+ * cheap for callers that overlap I/O with compute); otherwise whoever drives is told.
+ */
+static void kick(struct tio_engine *e, int urgent) {
+    if (e->caller_drive && !e->driving && !e->stopping) {
+        drive_begin(e);
+        (void)drive_submit(e, 0);
+        drive_end(e, NULL, 0);
+        return;
+    }
+    wake_progress(e, urgent);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1053,6 +1241,8 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
         tio_free(bufs);
         tio_free(lens);
     }
+    /* caller-driven completions where the backend can park the progress thread */
+    e->caller_drive = e->ops->arm && e->ops->arm(e->bst, 0) == 0;
     if (pthread_create(&e->thread, NULL, progress_main, e) != 0) {
         rc = tio_set_error(TIO_ENOMEM, "engine: cannot start the progress thread");
         goto fail;
@@ -1260,7 +1450,7 @@ static int enqueue(struct tio_engine *e,
     queue_push(e, rq, 0);
     e->outstanding++;
     e->st.requests_submitted++;
-    wake_progress(e, prio == TIO_PRIO_URGENT);
+    kick(e, prio == TIO_PRIO_URGENT);
     return 0;
 }
 
@@ -1316,7 +1506,7 @@ int tio_engine_write(struct tio_engine *e,
     }
     if (rc < 0)
         tensor_maybe_remove(e, t);
-    pthread_mutex_unlock(&e->mu);
+    unlock_signal(e); /* kick may have completed requests */
     return rc;
 }
 
@@ -1361,7 +1551,7 @@ int tio_engine_read(struct tio_engine *e,
         if (rc < 0)
             t->readers--;
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock_signal(e); /* kick may have completed requests */
     return rc;
 }
 
@@ -1428,6 +1618,38 @@ int tio_engine_poll(struct tio_engine *e, struct tio_completion *out, size_t max
     return (int)k;
 }
 
+/* Nanoseconds from now to an absolute CLOCK_REALTIME deadline (<= 0: passed). */
+static int64_t ns_until(const struct timespec *deadline) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (int64_t)(deadline->tv_sec - now.tv_sec) * 1000000000 +
+           (deadline->tv_nsec - now.tv_nsec);
+}
+
+/*
+ * A waiter that took the backend (under mu, e->driving set by drive_begin here): submit and
+ * reap until `min` completions are ready, nothing is in flight, or the deadline passes (then
+ * returns 1).
+ */
+static int
+drive_wait(struct tio_engine *e, size_t min, int64_t timeout_ns, const struct timespec *deadline) {
+    drive_begin(e);
+    for (;;) {
+        (void)drive_submit(e, 1);
+        if (e->cq_count >= min || e->p.queue_depth == e->nop_free)
+            return 0;
+        int64_t left = -1;
+        if (timeout_ns >= 0) {
+            left = ns_until(deadline);
+            if (left <= 0) {
+                (void)drive_reap(e, 0); /* what is there already still counts */
+                return e->cq_count < min;
+            }
+        }
+        (void)drive_reap(e, left);
+    }
+}
+
 int tio_engine_wait(
     struct tio_engine *e, struct tio_completion *out, size_t min, size_t max, int64_t timeout_ns) {
     if (!e || (max && !out))
@@ -1450,14 +1672,34 @@ int tio_engine_wait(
         return tio_set_error(TIO_EINVAL,
                              "engine wait: min %zu exceeds the %u outstanding request(s)", min, o);
     }
+    struct waiter self = { min, 0, e->waiters };
+    e->waiters = &self;
     while (e->cq_count < min) {
+        if (e->caller_drive && !e->driving && !e->stopping) {
+            /* drive the backend ourselves: the kernel wakes this thread, not the progress
+             * thread that would then wake us */
+            int timed_out = drive_wait(e, min, timeout_ns, &deadline);
+            drive_end(e, &self, 1);
+            if (timed_out)
+                break;
+            if (e->cq_count >= min || e->p.queue_depth - e->nop_free)
+                continue;
+            /* nothing in flight: our completions went to another thread; wait below */
+        }
+        self.want_drive = e->caller_drive && e->driving;
+        if (done_wake_due(e)) /* completions we reaped may meet another waiter's min */
+            pthread_cond_broadcast(&e->done_cv);
         int rc = timeout_ns < 0 ? pthread_cond_wait(&e->done_cv, &e->mu)
                                 : pthread_cond_timedwait(&e->done_cv, &e->mu, &deadline);
         if (rc == ETIMEDOUT)
             break;
     }
+    struct waiter **pp = &e->waiters;
+    while (*pp != &self)
+        pp = &(*pp)->next;
+    *pp = self.next;
     size_t k = take_completions(e, out, max);
-    pthread_mutex_unlock(&e->mu);
+    unlock_signal(e);
     return (int)k;
 }
 
@@ -1478,7 +1720,7 @@ int tio_engine_cancel(struct tio_engine *e, uint64_t tag) {
         rq = next;
     }
     wake_progress(e, 1);
-    pthread_mutex_unlock(&e->mu);
+    unlock_signal(e);
     if (!n)
         return tio_set_error(TIO_ENOTFOUND, "engine cancel: no outstanding request with tag %llu",
                              (unsigned long long)tag);

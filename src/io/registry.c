@@ -43,6 +43,9 @@ int tio_io_backend_validate(const struct tio_io_backend_ops *ops) {
     if (!ops->register_bufs != !ops->unregister_bufs)
         return tio_set_error(TIO_EINVAL, "io backend %s: register_bufs without unregister_bufs",
                              ops->name);
+    if (!ops->arm != !ops->park || !ops->arm != !ops->unpark)
+        return tio_set_error(TIO_EINVAL, "io backend %s: arm, park and unpark go together",
+                             ops->name);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /* libFuzzer target: the plan readers (binary and JSON) on arbitrary bytes. A plan that loads
  * must save and load again to the same moves. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -74,7 +74,8 @@ def train(steps: int, offload: dict | None, label: str):
         phase = ""
         if off is not None:
             r = off.report()
-            phase = "(offloading)" if r.get("steps_offloaded") else "(profiling)"
+            phase = ("(offloading)" if r.get("steps_offloaded") else
+                     "(profiling)" if r.get("steps_profiled") else "(warm-up)")
         bar.update(i, loss, phase)
         t0[0] = time.perf_counter()
 

@@ -747,7 +747,17 @@ fail:
     return NULL;
 }
 
-static int parse_call(PyObject *const *a, Py_ssize_t n, PyObject **args, PyObject **kw) {
+/* The (func, args, kwargs) of a call to `what` on a configured OpFast. */
+static int parse_call(OpFastObject *self,
+                      const char *what,
+                      PyObject *const *a,
+                      Py_ssize_t n,
+                      PyObject **args,
+                      PyObject **kw) {
+    if (!self->configured) {
+        PyErr_Format(PyExc_RuntimeError, "OpFast: %s before configure()", what);
+        return -1;
+    }
     if (n != 3) {
         PyErr_SetString(PyExc_TypeError, "expected (func, args, kwargs)");
         return -1;
@@ -764,11 +774,7 @@ static int parse_call(PyObject *const *a, Py_ssize_t n, PyObject **args, PyObjec
 /* dispatch(func, args, kwargs): the whole __torch_dispatch__ of the step. */
 static PyObject *opfast_dispatch(OpFastObject *self, PyObject *const *a, Py_ssize_t n) {
     PyObject *args, *kw;
-    if (parse_call(a, n, &args, &kw) < 0) {
-        return NULL;
-    }
-    if (!self->configured) {
-        PyErr_SetString(PyExc_RuntimeError, "OpFast: dispatch before configure()");
+    if (parse_call(self, "dispatch", a, n, &args, &kw) < 0) {
         return NULL;
     }
     if (self->passthrough || self->busy) {
@@ -790,11 +796,7 @@ static PyObject *opfast_dispatch(OpFastObject *self, PyObject *const *a, Py_ssiz
 /* one(func, args, kwargs): one operator (no foreach splitting; the driver's pieces). */
 static PyObject *opfast_one(OpFastObject *self, PyObject *const *a, Py_ssize_t n) {
     PyObject *args, *kw;
-    if (parse_call(a, n, &args, &kw) < 0) {
-        return NULL;
-    }
-    if (!self->configured) {
-        PyErr_SetString(PyExc_RuntimeError, "OpFast: one before configure()");
+    if (parse_call(self, "one", a, n, &args, &kw) < 0) {
         return NULL;
     }
     return one(self, a[0], args, kw);

@@ -39,7 +39,9 @@ static void usage(FILE *f) {
         "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
         "examples:\n"
         "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
-        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read --json\n");
+        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read --json\n\n"
+        "exit codes: 0 success, 1 usage error, 2 bad input (missing or unwritable\n"
+        "directory), 3 runtime failure (I/O error, out of space, backend unavailable)\n");
 }
 
 static double cpu_now(void) {

@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 
 import pytest
 
@@ -251,7 +252,9 @@ def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
         """What FSDP does to its own buffers, done to a tensor teraio manages: a new allocation
         (same bytes) outside the dispatcher, before the tensor's planned offload."""
         d = off._driver if off else None
-        if d is None or d.record or off._steps != relocate_at or moved:
+        # the first executing step from relocate_at on whose plan offloads a global later in the
+        # step (the plan follows measured operator times, so it can differ between runs)
+        if d is None or d.record or off._steps < relocate_at or moved:
             return
         later = {t for ts in off._offload_at.values() for t in ts}
         for t, st in sorted(d.st_by_id.items()):
@@ -285,14 +288,17 @@ def test_storage_moved_behind_teraio_is_a_divergence(world1):
     """The safety net FSDP2 support relies on: a managed storage re-allocated outside the
     dispatcher before its offload is caught (a divergence: that step runs without offloading),
     never written from a stale pointer; training stays bitwise equal to the plain run."""
-    ref_losses, ref_params, _, _ = _train_world1(world1, 5, False)
-    with pytest.warns(RuntimeWarning, match="resized or moved outside teraio"):
-        losses, params, off, moved = _train_world1(world1, 5, True, relocate_at=3)
-    assert moved and moved[0][1], moved  # it did get a new address
+    ref_losses, ref_params, _, _ = _train_world1(world1, 8, False)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        losses, params, off, moved = _train_world1(world1, 8, True, relocate_at=3)
+    msgs = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+    assert moved and moved[0][1], (moved, msgs)  # it did get a new address
+    assert any("resized or moved outside teraio" in m for m in msgs), (moved, msgs)
     assert losses == ref_losses
     assert params == ref_params
     rep = off.report()
     assert rep["steps_diverged"] == 1, rep
     assert "resized or moved outside teraio" in off.last_divergence
-    assert rep["bytes_offloaded"] > 0  # step 2 offloaded; 3 diverged, 4 re-profiled
+    assert rep["bytes_offloaded"] > 0  # step 2 offloaded, then the relocated step diverged
     off.close()

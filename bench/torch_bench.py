@@ -30,6 +30,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 
+def no_move_runtime(prog):
+    """An executor over a recorded step with a plan that moves nothing: it runs, moves nothing."""
+    import teraio
+
+    trace = teraio._core.RtTrace.build(prog.tensors, prog.kernels, {"source": "bench"})
+    plan = teraio._core.RtPlan.build(trace, "none", [])
+    eng = teraio._core.RtEngine([], 1 << 20)
+    return teraio._core.Runtime(trace, plan, eng)
+
+
 def micro_overhead(reps, n_ops=2000):
     """Per-operator cost of the hook on a chain of cheap operators (x = x + 1 on 16 floats)."""
     import torch
@@ -55,10 +65,7 @@ def micro_overhead(reps, n_ops=2000):
         chain()
     d.end()
     prog = d.prog
-    trace = teraio._core.RtTrace.build(prog.tensors, prog.kernels, {"source": "bench"})
-    plan = teraio._core.RtPlan.build(trace, "none", [])
-    eng = teraio._core.RtEngine([], 1 << 20)
-    rt = teraio._core.Runtime(trace, plan, eng)
+    rt = no_move_runtime(prog)
 
     def bare():
         with Bare():
@@ -133,10 +140,7 @@ def hook_overhead(preset, reps, batch, seq, overrides=None):
         step(1)
     d.end()
     prog = d.prog
-    trace = teraio._core.RtTrace.build(prog.tensors, prog.kernels, {"source": "bench"})
-    plan = teraio._core.RtPlan.build(trace, "none", [])
-    eng = teraio._core.RtEngine([], 1 << 20)
-    rt = teraio._core.Runtime(trace, plan, eng)
+    rt = no_move_runtime(prog)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Bare(TorchDispatchMode):
@@ -213,8 +217,9 @@ def worker(cfg):
             os.environ["TERAIO_TORCH_DISPATCH"] = "python"
         import teraio
 
-        off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]],
-                               min_tensor_bytes="256KiB")
+        kw = dict(memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]], min_tensor_bytes="256KiB")
+        kw.update(cfg.get("offloader_kw") or {})
+        off = teraio.Offloader(model, opt, **kw)
     if mode == "checkpoint":
         from torch.utils.checkpoint import checkpoint
 
@@ -222,9 +227,12 @@ def worker(cfg):
             fwd = blk.forward
             blk.forward = (lambda f: lambda x, cos, sin: checkpoint(f, x, cos, sin,
                                                                     use_reentrant=False))(fwd)
-    times, cpu = [], []
+    times, cpu, tcpu = [], [], []
     warm = 3  # teraio: warm-up, profiling, first offloaded step; the same count for all
     for i in range(cfg["steps"]):
+        if i == warm and os.environ.get("TIO_BENCH_PERF_CTL"):  # perf record --control fifo:
+            with open(os.environ["TIO_BENCH_PERF_CTL"], "w") as f:  # profile the steady steps
+                f.write("enable\n")
         if i == warm and os.path.exists("/proc/self/clear_refs"):
             with open("/proc/self/clear_refs", "w") as f:  # reset VmHWM: steady-state peak
                 f.write("5")
@@ -235,7 +243,7 @@ def worker(cfg):
             ctx = torch.autograd.graph.save_on_cpu(pin_memory=False)
         else:
             ctx = contextlib.nullcontext()
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         with ctx:
             loss = model.loss(tokens)
             loss.backward()
@@ -244,10 +252,12 @@ def worker(cfg):
             loss.item()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)  # all threads of the process (engine included)
+        tcpu.append(time.thread_time() - m0)  # the training thread alone
     steady = times[warm:] if len(times) > warm else times
     steady_cpu = cpu[warm:] if len(cpu) > warm else cpu
     out = {"mode": mode, "step_s": statistics.median(steady), "steps_s": times,
            "cpu_s": statistics.median(steady_cpu), "steps_cpu_s": cpu,
+           "main_cpu_s": statistics.median(tcpu[warm:] or tcpu), "steps_main_cpu_s": tcpu,
            "tokens_per_s": cfg["batch"] * cfg["seq"] / statistics.median(steady),
            "steady_peak_rss_mib": _vm_hwm_mib(), "load_avg_end": os.getloadavg()}
     if off is not None:
@@ -255,6 +265,7 @@ def worker(cfg):
         out.update({k: r[k] for k in ("peak_managed_bytes", "unconstrained_peak_bytes",
                                       "memory_budget", "stall_s", "bytes_offloaded",
                                       "steps_offloaded", "steps_diverged")})
+        out.update({k: r[k] for k in ("ssd_read_Bps", "ssd_write_Bps") if k in r})
     print(json.dumps(out))
 
 
@@ -273,6 +284,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="plain,teraio,save_on_cpu,checkpoint")
     ap.add_argument("--skip-micro", action="store_true")
+    ap.add_argument("--thp-alloc", action="store_true",
+                    help="run every configuration with THP_MEM_ALLOC_ENABLE=1 (PyTorch then aligns "
+                         "CPU tensors to pages, so O_DIRECT needs no staging copy)")
+    ap.add_argument("--offloader-kw", default=None,
+                    help="JSON of extra teraio.Offloader arguments, e.g. '{\"io_chunk\": \"4MiB\"}'")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -288,13 +304,16 @@ def main():
         print(json.dumps(hook_overhead(a.preset, a.reps, a.batch, a.seq, overrides)), flush=True)
     os.makedirs(a.ssd_dir, exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    if a.thp_alloc:  # PyTorch's CPU allocator: page-aligned, huge-page-advised tensors (all modes)
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
     modes = a.modes.split(",")
     # configurations interleaved round by round, so that load drift on a shared machine hits all
     results = {}
     for rnd in range(a.rounds):
         for mode in modes:
             cfg = dict(preset=a.preset, config=overrides, mode=mode, steps=a.steps,
-                       batch=a.batch, seq=a.seq, ssd_dir=a.ssd_dir, threads=a.threads)
+                       batch=a.batch, seq=a.seq, ssd_dir=a.ssd_dir, threads=a.threads,
+                       offloader_kw=json.loads(a.offloader_kw) if a.offloader_kw else None)
             load0 = os.getloadavg()
             r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
                                capture_output=True, text=True, env=env)
@@ -316,6 +335,8 @@ def main():
         print(json.dumps({
             "summary": mode, "rounds": len(runs), "step_s_rounds": steps, "step_s_median": med,
             "cpu_s_rounds": cpus, "cpu_s_median": statistics.median(cpus),
+            "main_cpu_s_median": statistics.median(x["main_cpu_s"] for x in runs),
+            "thp_alloc": a.thp_alloc,
             "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results["plain"]) /
                                     statistics.median(cpus)) if "plain" in results else 0,
             "step_s_min": lo, "vs_plain_median": base_med / med if med else 0,

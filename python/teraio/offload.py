@@ -29,6 +29,11 @@ from teraio import _core
 _Error = _core.Error
 
 
+PROBE_BYTES = 64 << 20  # ssd_bandwidth="auto": bytes written and read back once
+PROBE_ID = (1 << 63) - 1  # its engine tensor id: runtime ids count up from 0 (id_base = generation
+# << 32), the bounded warm-up's from 1 << 62 (_bounded.ID_BASE)
+
+
 def _bytes(v, what):
     if v is None:
         return 0
@@ -93,6 +98,9 @@ class Offloader:
     host_memory: bytes of the pinned host tier (0: SSD only).
     policy: planner policy ("teraio", "teraio-ssd", "teraio-mixed", ...; see teraio/plan.h).
     plan: path of a plan saved by save_plan(); skips profiling if it matches the model.
+    ssd_bandwidth: SSD rate per directory the planner assumes ("3GB/s"), or "auto": measured
+        once before the first plan through this Offloader's engine (report: ssd_read_Bps,
+        ssd_write_Bps).
     bounded_unplanned: keep the warm-up and profiled steps within the budget too (default; CPU
         and one process only), offloading reactively through the engine; False runs them
         unconstrained (faster, but the process then peaks at the unconstrained size).
@@ -101,7 +109,7 @@ class Offloader:
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
                  policy="teraio", warmup_steps=None, profile_steps=1, plan=None, backend=None,
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
-                 ssd_bandwidth="2GB/s", host_bandwidth="10GB/s", split_foreach=True,
+                 ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
                  rank=None):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
@@ -145,8 +153,21 @@ class Offloader:
         self.warmup_steps = int(warmup_steps)
         self.profile_steps = max(1, int(profile_steps))
         self.split_foreach = split_foreach
-        self.ssd_Bps = _core.parse_rate(ssd_bandwidth) if isinstance(ssd_bandwidth, str) \
-            else float(ssd_bandwidth)
+        # "auto": measured through the engine on the SSD directories when the first plan is made
+        self.ssd_auto = ssd_bandwidth == "auto"
+        self.ssd_measured = None
+        if self.ssd_auto:
+            self.ssd_Bps = self.ssd_read_Bps = self.ssd_write_Bps = 0.0
+        else:
+            try:
+                self.ssd_Bps = _core.parse_rate(ssd_bandwidth) if isinstance(ssd_bandwidth, str) \
+                    else float(ssd_bandwidth)
+            except (_Error, TypeError, ValueError):
+                self.ssd_Bps = 0.0
+            if not self.ssd_Bps > 0:
+                raise ValueError(f"ssd_bandwidth: expected 'auto' or a rate like '2GB/s', got "
+                                 f"{ssd_bandwidth!r}")
+            self.ssd_read_Bps = self.ssd_write_Bps = self.ssd_Bps
         self.host_Bps = _core.parse_rate(host_bandwidth) if isinstance(host_bandwidth, str) \
             else float(host_bandwidth)
         self._cuda = False
@@ -301,8 +322,8 @@ class Offloader:
             "pcie_h2d_Bps": self.host_Bps,
             "pcie_d2h_Bps": self.host_Bps,
             "ssd_count": max(1, len(self.ssd_dirs)),
-            "ssd_read_Bps": self.ssd_Bps if self.ssd_dirs else 1.0,
-            "ssd_write_Bps": self.ssd_Bps if self.ssd_dirs else 1.0,
+            "ssd_read_Bps": self.ssd_read_Bps if self.ssd_dirs else 1.0,
+            "ssd_write_Bps": self.ssd_write_Bps if self.ssd_dirs else 1.0,
             "ssd_efficiency": 1.0,
             "ssd_latency_s": 1e-4,
             "host_memory_bytes": max(self.host_memory, 1 << 30),
@@ -316,7 +337,47 @@ class Offloader:
             return self.policy
         return "teraio-mixed" if self.host_memory else "teraio-ssd"
 
+    def _measure_ssd(self):
+        """ssd_bandwidth="auto": write and read back PROBE_BYTES through this Offloader's own
+        engine (its backend, chunk size and queue depth, striped over every directory) and plan
+        with the rates seen, per directory. Once per Offloader; a failure falls back to 2 GB/s
+        with a warning."""
+        import ctypes
+        import mmap
+        import time
+
+        n = PROBE_BYTES
+        buf = mmap.mmap(-1, n)  # page-aligned: what O_DIRECT needs, no staging copy
+        view = ctypes.c_char.from_buffer(buf)
+        try:
+            ptr = ctypes.addressof(view)
+            ctypes.memset(ptr, 0x5A, n)
+            eid = PROBE_ID
+            tier = 2  # TIO_TIER_SSD: the SSDs, not the host tier
+            t0 = time.perf_counter()
+            self._engine.write(eid, ptr, n, tier)
+            t1 = time.perf_counter()
+            self._engine.read(eid, ptr, n)
+            t2 = time.perf_counter()
+            self._engine.drop(eid)
+            ndirs = max(1, len(self.ssd_dirs))
+            self.ssd_write_Bps = n / max(t1 - t0, 1e-9) / ndirs
+            self.ssd_read_Bps = n / max(t2 - t1, 1e-9) / ndirs
+            self.ssd_measured = {"write_Bps": self.ssd_write_Bps, "read_Bps": self.ssd_read_Bps,
+                                 "probe_bytes": n}
+        except (_Error, OSError) as e:
+            self.ssd_write_Bps = self.ssd_read_Bps = 2e9
+            self.ssd_measured = {"error": str(e)}
+            _warn(f"ssd_bandwidth='auto': measuring the SSD directories failed ({e}); planning "
+                  f"with 2GB/s per directory: pass ssd_bandwidth='...' to set it")
+        finally:
+            del view
+            buf.close()
+        self.ssd_Bps = min(self.ssd_read_Bps, self.ssd_write_Bps)
+
     def _make_plan(self, prog):
+        if self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:
+            self._measure_ssd()
         if self.budget_fraction is not None:
             self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
         ws = prog.working_sets()
@@ -639,4 +700,8 @@ class Offloader:
             out["plan"] = self._plan.summary()
         if self._engine is not None:
             out["engine"] = self._engine.stats()
+        if self.ssd_dirs:
+            out["ssd_read_Bps"] = self.ssd_read_Bps  # what the planner assumed, per directory
+            out["ssd_write_Bps"] = self.ssd_write_Bps
+            out["ssd_bandwidth_measured"] = self.ssd_auto
         return out

@@ -91,3 +91,10 @@ def test_rank_in_ssd_dirs(tmp_path):
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "r{rank}")],
                            rank=3)
     assert off.ssd_dirs == [str(tmp_path / "r3")]
+
+
+@pytest.mark.parametrize("bw", ["fast", 0, -1, "0GB/s"])
+def test_bad_ssd_bandwidth(tmp_path, bw):
+    m, o = _model()
+    with pytest.raises(ValueError, match="ssd_bandwidth"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)], ssd_bandwidth=bw)

@@ -81,6 +81,27 @@ def test_bitwise_identical_training(fast_dir, baseline, tier):
         assert rep["plan"]["bytes_to_ssd"] == 0
 
 
+def test_ssd_bandwidth_measured_or_given(fast_dir):
+    """ssd_bandwidth="auto" (the default) plans with rates measured by writing and reading back
+    PROBE_BYTES through the engine once; a given rate is used as is and costs no probe."""
+    from teraio.offload import PROBE_BYTES
+
+    _, _, off = train("tiny", STEPS, offload=_offload(fast_dir, "ssd"))
+    rep = off.report()
+    assert rep["ssd_bandwidth_measured"] is True
+    assert rep["ssd_read_Bps"] > 0 and rep["ssd_write_Bps"] > 0
+    eng = rep["engine"]
+    # the probe's bytes are in the engine's counters beside what training moved
+    assert eng["bytes_written"] >= PROBE_BYTES + rep["bytes_offloaded"], rep
+    assert eng["bytes_read"] >= PROBE_BYTES + rep["bytes_prefetched"], rep
+
+    _, _, off = train("tiny", STEPS, offload=_offload(fast_dir, "ssd", ssd_bandwidth="123MB/s"))
+    rep = off.report()
+    assert rep["ssd_bandwidth_measured"] is False
+    assert rep["ssd_read_Bps"] == rep["ssd_write_Bps"] == 123e6
+    assert rep["engine"]["bytes_written"] < PROBE_BYTES  # no probe: the tiny model moves less
+
+
 def test_foreach_split_and_tied_embeddings(fast_dir):
     # AdamW(foreach=True): each _foreach_ operator runs one tensor at a time under teraio; the
     # result must still be bitwise identical to the unsplit operator. Every optimizer state is

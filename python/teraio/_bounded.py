@@ -26,7 +26,7 @@ GRACE = 32  # operators  # engine ids of this module's copies (executors use gen
 
 class _Entry:
     __slots__ = ("ref", "nb", "resident", "last", "eid", "clean", "optim_state", "optim_used",
-                 "fixed")
+                 "fixed", "name")
 
     def __init__(self, ref, nb, last):
         self.ref = ref
@@ -38,6 +38,20 @@ class _Entry:
         self.optim_state = False
         self.optim_used = False
         self.fixed = False  # its storage cannot be released (not resizable)
+        self.name = None  # a global's name (parameter, gradient, optimizer state)
+
+    def what(self):
+        return (f"{self.name} ({self.nb} bytes)" if self.name else
+                f"an intermediate tensor of {self.nb} bytes")
+
+
+def _io_error(ex, what, e):
+    """An engine error of a warm-up or profiled step, naming the tensor it was moving."""
+    from teraio import _core
+
+    code, msg = ex.args[:2] if len(ex.args) >= 2 else (-5, str(ex))
+    return _core.Error(code, f"{what} {e.what()} in a step without a plan (warm-up or "
+                             f"profiling): {msg}")
 
 
 class BoundedMemory:
@@ -109,7 +123,7 @@ class BoundedMemory:
                 return True
             except _core.Error as ex:
                 if ex.args[0] != -28:  # -ENOSPC: try the next tier
-                    raise
+                    raise _io_error(ex, "offloading", e) from None
         return False
 
     def _evict(self, e):
@@ -152,7 +166,12 @@ class BoundedMemory:
     def _load(self, e, st):
         t0 = time.perf_counter()
         st.resize_(e.nb)
-        self.engine.read(e.eid, st.data_ptr(), e.nb)
+        from teraio import _core
+
+        try:
+            self.engine.read(e.eid, st.data_ptr(), e.nb)
+        except _core.Error as ex:
+            raise _io_error(ex, "reading back", e) from None
         e.resident = True
         self.resident += e.nb
         self.stats["reads"] += 1
@@ -229,10 +248,11 @@ class BoundedMemory:
         self._flush_dead()
         for e in self.ent.values():
             e.optim_used = False
-        for _, st, kind in globals_:
+        for name, st, kind in globals_:
             e = self._entry(st) if st.nbytes() else self.ent.get(st._cdata)
-            if e is not None and kind == KIND_OPTIM:
-                e.optim_state = True
+            if e is not None:
+                e.name = name
+                e.optim_state = kind == KIND_OPTIM or e.optim_state
 
     def true_nbytes(self, st):
         e = self.ent.get(st._cdata)

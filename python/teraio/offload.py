@@ -340,8 +340,8 @@ class Offloader:
     def _measure_ssd(self):
         """ssd_bandwidth="auto": write and read back PROBE_BYTES through this Offloader's own
         engine (its backend, chunk size and queue depth, striped over every directory) and plan
-        with the rates seen, per directory. Once per Offloader; a failure falls back to 2 GB/s
-        with a warning."""
+        with the rates seen, per directory. Once per Offloader. An I/O error here is the one
+        training would meet: it is raised (teraio.Error), naming the directories."""
         import ctypes
         import mmap
         import time
@@ -365,11 +365,11 @@ class Offloader:
             self.ssd_read_Bps = n / max(t2 - t1, 1e-9) / ndirs
             self.ssd_measured = {"write_Bps": self.ssd_write_Bps, "read_Bps": self.ssd_read_Bps,
                                  "probe_bytes": n}
-        except (_Error, OSError) as e:
-            self.ssd_write_Bps = self.ssd_read_Bps = 2e9
-            self.ssd_measured = {"error": str(e)}
-            _warn(f"ssd_bandwidth='auto': measuring the SSD directories failed ({e}); planning "
-                  f"with 2GB/s per directory: pass ssd_bandwidth='...' to set it")
+        except _Error as e:  # the SSD path training would use fails: say so now
+            code, msg = (e.args + ("",))[:2] if len(e.args) >= 2 else (-5, str(e))
+            raise _Error(code, f"measuring the SSD directories {self.ssd_dirs} for "
+                               f"ssd_bandwidth='auto' ({n >> 20} MiB written and read back): "
+                               f"{msg}") from None
         finally:
             del view
             buf.close()

@@ -17,7 +17,8 @@ import teraio  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-from train_llama_tiny import param_digest, train  # noqa: E402
+from llama_tiny import LlamaConfig, LlamaTiny  # noqa: E402
+from train_llama_tiny import PRESETS, param_digest, train  # noqa: E402
 
 STEPS = 5  # 1 warm-up, 1 profiled, 3 offloaded
 
@@ -166,4 +167,19 @@ def test_io_fault_is_a_clear_error(fast_dir, fault):
     msg = str(e.value)
     print("\nerror:", msg)
     assert "tensor" in msg
+    # it names which tensor: a parameter / gradient / optimizer state, or an intermediate
+    named = [n for n, _ in LlamaTiny(LlamaConfig(**PRESETS["tiny"])).named_parameters()]
+    assert any(n in msg for n in named) or "intermediate tensor" in msg, msg
     assert ("corrupt" in msg.lower() or "crc" in msg.lower()) if "corrupt" in fault else True
+
+
+def test_io_fault_while_measuring_the_ssd_is_a_clear_error(fast_dir):
+    # nothing is written before the first plan (bounded_unplanned=False), so the first write is
+    # the ssd_bandwidth="auto" probe's: its failure stops training before any offloaded step
+    kw = _offload(fast_dir, "ssd", backend="fault", bounded_unplanned=False,
+                  backend_options="write_fail=1,write_fail_count=100000")
+    with pytest.raises(teraio.Error) as e:
+        train("tiny", STEPS, offload=kw)
+    msg = str(e.value)
+    print("\nerror:", msg)
+    assert "ssd_bandwidth='auto'" in msg and fast_dir in msg, msg

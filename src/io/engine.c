@@ -966,7 +966,9 @@ static void progress_park_loop(struct tio_engine *e) {
             for (;;) {
                 uint32_t n = drive_submit(e, 1);
                 int k = depth - e->nop_free ? drive_reap(e, 0) : 0;
-                if (!n && k <= 0)
+                /* one pass only while a caller waits: it is woken by the hand-back below and
+                 * drives the rest (waiter rule 2 in docs/engine.md) */
+                if ((!n && k <= 0) || e->waiters)
                     break;
             }
             uint32_t inflight = depth - e->nop_free;

@@ -93,7 +93,7 @@ struct batch_item {
 /* A caller blocked in tio_engine_wait until `min` completions are ready. */
 struct waiter {
     size_t min;
-    int want_drive; /* blocked because another thread drives the backend */
+    int want_drive; /* caller-driven: would drive the backend when it is handed back */
     struct waiter *next;
 };
 
@@ -939,8 +939,13 @@ static void drive_end(struct tio_engine *e, const struct waiter *self, int copie
         e->park_idle = 0;
         e->ops->unpark(e->bst);
     }
-    for (const struct waiter *w = e->waiters; w; w = w->next)
-        e->wake_waiters |= w != self && w->want_drive;
+    /* nobody drives now: if there is anything to drive, every other waiter is woken so that
+     * one of them takes the backend (a waiter never sleeps on done_cv while transfers are in
+     * flight and nobody reaps them; the parked progress thread only wakes on the eventfd) */
+    if (inflight || queued_work(e)) {
+        for (const struct waiter *w = e->waiters; w; w = w->next)
+            e->wake_waiters |= w != self && w->want_drive;
+    }
 }
 
 /* A result the progress thread missed (see uring_arm) is picked up after at most this long. */
@@ -961,7 +966,9 @@ static void progress_park_loop(struct tio_engine *e) {
             for (;;) {
                 uint32_t n = drive_submit(e, 1);
                 int k = depth - e->nop_free ? drive_reap(e, 0) : 0;
-                if (!n && k <= 0)
+                /* one pass only while a caller waits: it is woken by the hand-back below and
+                 * drives the rest (waiter rule 2 in docs/engine.md) */
+                if ((!n && k <= 0) || e->waiters)
                     break;
             }
             uint32_t inflight = depth - e->nop_free;
@@ -1684,9 +1691,14 @@ int tio_engine_wait(
                 break;
             if (e->cq_count >= min || e->p.queue_depth - e->nop_free)
                 continue;
-            /* nothing in flight: our completions went to another thread; wait below */
+            /* nothing in flight: our completions went to another thread; wait below until
+             * a completion arrives or the backend is handed back with work to drive */
         }
-        self.want_drive = e->caller_drive && e->driving;
+        /* every sleeping waiter is a driver candidate: whoever hands the backend back with
+         * work in flight (a submitting caller, the progress thread, another waiter) wakes it.
+         * (Only waiters that found the backend busy were, and one that found nothing in
+         * flight slept through later requests while the progress thread carried them.) */
+        self.want_drive = e->caller_drive;
         if (done_wake_due(e)) /* completions we reaped may meet another waiter's min */
             pthread_cond_broadcast(&e->done_cv);
         int rc = timeout_ns < 0 ? pthread_cond_wait(&e->done_cv, &e->mu)

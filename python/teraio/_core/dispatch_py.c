@@ -958,15 +958,19 @@ static int opfast_set_dead(OpFastObject *self, PyObject *v, void *closure) {
     return 0;
 }
 
-/* Integer fields as attributes (k, n_ids and n_globals as long long; the flags as int). */
-#define LL_FIELD(name)                                                             \
+/* Integer fields as attributes (k, n_ids and n_globals as long long; the flags as int): one
+ * getter/setter pair per field, ctype/from_c/to_c giving the C type and the conversions. to_c
+ * returns -1 on error (with a Python error set) or, for the flags, on delete (v == NULL). */
+#define opfast_to_ll(v)   ((v) ? PyLong_AsLongLong(v) : -1)
+#define opfast_to_flag(v) ((v) ? PyObject_IsTrue(v) : -1)
+#define NUM_FIELD(name, ctype, from_c, to_c)                                       \
     static PyObject *opfast_get_##name(OpFastObject *self, void *closure) {        \
         (void)closure;                                                             \
-        return PyLong_FromLongLong(self->name);                                    \
+        return from_c(self->name);                                                 \
     }                                                                              \
     static int opfast_set_##name(OpFastObject *self, PyObject *v, void *closure) { \
         (void)closure;                                                             \
-        long long x = v ? PyLong_AsLongLong(v) : -1;                               \
+        ctype x = to_c(v);                                                         \
         if (!v || (x == -1 && PyErr_Occurred())) {                                 \
             if (!PyErr_Occurred()) {                                               \
                 PyErr_SetString(PyExc_TypeError, #name ": cannot delete");         \
@@ -976,23 +980,8 @@ static int opfast_set_dead(OpFastObject *self, PyObject *v, void *closure) {
         self->name = x;                                                            \
         return 0;                                                                  \
     }
-#define INT_FIELD(name)                                                            \
-    static PyObject *opfast_get_##name(OpFastObject *self, void *closure) {        \
-        (void)closure;                                                             \
-        return PyBool_FromLong(self->name);                                        \
-    }                                                                              \
-    static int opfast_set_##name(OpFastObject *self, PyObject *v, void *closure) { \
-        (void)closure;                                                             \
-        int x = v ? PyObject_IsTrue(v) : -1;                                       \
-        if (x < 0) {                                                               \
-            if (!PyErr_Occurred()) {                                               \
-                PyErr_SetString(PyExc_TypeError, #name ": cannot delete");         \
-            }                                                                      \
-            return -1;                                                             \
-        }                                                                          \
-        self->name = x;                                                            \
-        return 0;                                                                  \
-    }
+#define LL_FIELD(name)  NUM_FIELD(name, long long, PyLong_FromLongLong, opfast_to_ll)
+#define INT_FIELD(name) NUM_FIELD(name, int, PyBool_FromLong, opfast_to_flag)
 LL_FIELD(k)
 LL_FIELD(n_ids)
 LL_FIELD(n_globals)
@@ -1000,6 +989,9 @@ INT_FIELD(passthrough)
 INT_FIELD(busy)
 #undef LL_FIELD
 #undef INT_FIELD
+#undef NUM_FIELD
+#undef opfast_to_ll
+#undef opfast_to_flag
 
 #define FIELD(name, doc) \
     { #name, (getter)opfast_get_##name, (setter)opfast_set_##name, doc, NULL }

@@ -1,23 +1,15 @@
 """DDP with 2 gloo ranks on CPU: training under teraio gives the same losses and parameters as
 DDP without teraio (one executor per rank, per-rank SSD directories via "{rank}")."""
 import contextlib
-import json
 import os
 import sys
 
 import pytest
-
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
+from _dist import EXAMPLES, needs_gloo, spawn_ranks, torch
 
 import teraio  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLES = os.path.join(ROOT, "examples")
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(teraio._core, "Runtime") or not dist.is_available()
-    or not dist.is_gloo_available(), reason="needs the teraio runtime and torch gloo")
+pytestmark = needs_gloo
 
 STEPS = 5
 
@@ -56,26 +48,13 @@ def _run(rank, world, init, out_dir, use_teraio):
     return dict(losses=losses, params=param_digest(model), report=rep)
 
 
-def _worker(rank, world, init, out_dir):
-    torch.set_num_threads(1)  # two ranks on a 2-core machine
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        res = {"plain": _run(rank, world, init, out_dir, False),
-               "teraio": _run(rank, world, init, out_dir, True)}
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(res, f)
+def _body(rank, world, init, out_dir):
+    return {"plain": _run(rank, world, init, out_dir, False),
+            "teraio": _run(rank, world, init, out_dir, True)}
 
 
 def test_ddp_two_gloo_ranks(tmp_path):
-    import torch.multiprocessing as mp
-
-    for r in range(2):
-        (tmp_path / f"ssd{r}").mkdir()
-    init = "file://" + str(tmp_path / "rendezvous")
-    mp.spawn(_worker, args=(2, init, str(tmp_path)), nprocs=2, join=True)
-    res = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    res = spawn_ranks(_body, tmp_path)
     for r, x in enumerate(res):
         print(f"\nrank {r}: plain {x['plain']['losses']}\nrank {r}: teraio {x['teraio']['losses']}"
               f"\nrank {r}: report {x['teraio']['report']}")

@@ -2,24 +2,16 @@
 losses and full parameters as FSDP2 without teraio, with bytes actually offloaded to a per-rank
 SSD directory ("{rank}"); FSDP's own unsharded-parameter buffers stay pinned."""
 import contextlib
-import json
 import os
 import sys
 import warnings
 
 import pytest
-
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
+from _dist import EXAMPLES, dist, needs_gloo, spawn_ranks, torch
 
 import teraio  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLES = os.path.join(ROOT, "examples")
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(teraio._core, "Runtime") or not dist.is_available()
-    or not dist.is_gloo_available(), reason="needs the teraio runtime and torch gloo")
+pytestmark = needs_gloo
 
 STEPS = 4
 
@@ -104,28 +96,16 @@ def _run(rank, out_dir, use_teraio, foreach):
 VARIANTS = {"adamw": False, "foreach-adamw-clip": True}  # -> foreach (and clip_grad_norm_)
 
 
-def _worker(rank, world, init, out_dir):
-    torch.set_num_threads(1)  # two ranks on a 2-core machine
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:  # one spawn for every variant: starting the ranks costs more than training
-        res = {v: {"plain": _run(rank, out_dir, False, foreach),
-                   "teraio": _run(rank, out_dir, True, foreach)}
-               for v, foreach in VARIANTS.items()}
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(res, f)
+def _body(rank, world, init, out_dir):
+    # one spawn for every variant: starting the ranks costs more than training
+    return {v: {"plain": _run(rank, out_dir, False, foreach),
+                "teraio": _run(rank, out_dir, True, foreach)}
+            for v, foreach in VARIANTS.items()}
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    import torch.multiprocessing as mp
-
-    d = tmp_path_factory.mktemp("fsdp2")
-    for r in range(2):
-        (d / f"ssd{r}").mkdir()
-    mp.spawn(_worker, args=(2, "file://" + str(d / "rendezvous"), str(d)), nprocs=2, join=True)
-    return [json.load(open(d / f"rank{r}.json")) for r in range(2)]
+    return spawn_ranks(_body, tmp_path_factory.mktemp("fsdp2"))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

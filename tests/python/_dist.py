@@ -1,0 +1,42 @@
+"""Shared by the 2-rank gloo tests (test_torch_ddp.py, test_torch_fsdp.py): the skip condition,
+the examples folder, and one spawn that runs a test's body in every rank inside a gloo process
+group, with per-rank SSD directories ("ssd{rank}") and each rank's result handed back as JSON."""
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import teraio  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+needs_gloo = pytest.mark.skipif(
+    not hasattr(teraio._core, "Runtime") or not dist.is_available()
+    or not dist.is_gloo_available(), reason="needs the teraio runtime and torch gloo")
+
+
+def _worker(rank, world, init, out_dir, body):
+    torch.set_num_threads(1)  # two ranks on a 2-core machine
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        res = body(rank, world, init, out_dir)
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+
+
+def spawn_ranks(body, out_dir, world=2):
+    """Runs body(rank, world, init, out_dir) in `world` spawned ranks (body: a module-level
+    function returning something JSON can write); returns the ranks' results in rank order."""
+    import torch.multiprocessing as mp
+
+    for r in range(world):
+        (out_dir / f"ssd{r}").mkdir()
+    init = "file://" + str(out_dir / "rendezvous")
+    mp.spawn(_worker, args=(world, init, str(out_dir), body), nprocs=world, join=True)
+    return [json.load(open(out_dir / f"rank{r}.json")) for r in range(world)]

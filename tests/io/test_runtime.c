@@ -11,6 +11,7 @@
 #include <teraio/trace.h>
 
 #include "../tio_test.h"
+#include "runtime_util.h"
 
 #define MB (UINT64_C(1) << 20)
 
@@ -52,20 +53,11 @@ static struct tio_trace *make_trace(void) {
             rc |= tio_trace_add_use(tr, (uint32_t)use_t[k], use_m[k]);
         }
     }
-    if (rc != 0 || tio_trace_finish(tr) < 0) {
-        tio_trace_free(tr);
-        return NULL;
-    }
-    return tr;
+    return rt_trace_finish(tr, rc);
 }
 
 static struct tio_plan *make_plan(const struct tio_trace *tr, int32_t tier, int with_prefetch) {
-    uint64_t h;
-    struct tio_plan *p;
-    if (tio_trace_hash(tr, &h) < 0 || tio_plan_new(h, NK, "test", &p) < 0) {
-        return NULL;
-    }
-    struct tio_move m[4] = {
+    const struct tio_move all[4] = {
         { .tensor = 0,
           .from = TIO_TIER_GPU,
           .to = tier,
@@ -81,39 +73,20 @@ static struct tio_plan *make_plan(const struct tio_trace *tr, int32_t tier, int 
           .deadline = 7,
           .bytes = 2 * MB },
     };
+    struct tio_move m[4];
+    size_t nm = 0;
     for (int i = 0; i < 4; i++) {
-        if (!with_prefetch && m[i].to == TIO_TIER_GPU) {
-            continue;
-        }
-        if (tio_plan_add_move(p, &m[i]) < 0) {
-            tio_plan_free(p);
-            return NULL;
+        if (with_prefetch || all[i].to != TIO_TIER_GPU) {
+            m[nm++] = all[i];
         }
     }
-    if (tio_plan_finish(p) < 0) {
-        tio_plan_free(p);
-        return NULL;
-    }
-    return p;
+    return rt_plan(tr, NK, m, nm);
 }
 
 static char g_dir[] = "/tmp/tio_rt_XXXXXX";
 
 static struct tio_engine *make_engine(const char *backend, const char *opts) {
-    const char *dirs[] = { g_dir };
-    struct tio_engine_params ep = tio_engine_params_default();
-    ep.dirs = dirs;
-    ep.ndirs = 1;
-    ep.host_tier_bytes = 8 * MB;
-    ep.backend = backend;
-    ep.backend_options = opts;
-    ep.preallocate = 0;
-    struct tio_engine *e = NULL;
-    if (tio_engine_new(&ep, &e) < 0) {
-        printf("  engine %s: %s\n", backend, tio_last_error());
-        return NULL;
-    }
-    return e;
+    return rt_engine(g_dir, backend, opts, 8 * MB);
 }
 
 static void fill(uint8_t *p, size_t n, uint8_t seed) {

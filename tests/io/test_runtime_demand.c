@@ -13,6 +13,7 @@
 #include <teraio/trace.h>
 
 #include "../tio_test.h"
+#include "runtime_util.h"
 
 #define MB   (UINT64_C(1) << 20)
 #define MAXT 8
@@ -48,49 +49,13 @@ static struct tio_trace *build(const struct spec *s) {
             rc |= tio_trace_add_use(tr, (uint32_t)s->uses[k][i].t, s->uses[k][i].mode);
         }
     }
-    if (rc != 0 || tio_trace_finish(tr) < 0) {
-        tio_trace_free(tr);
-        return NULL;
-    }
-    return tr;
-}
-
-static struct tio_plan *
-plan_with(const struct tio_trace *tr, int nk, const struct tio_move *m, size_t nm) {
-    uint64_t h;
-    struct tio_plan *p;
-    if (tio_trace_hash(tr, &h) < 0 || tio_plan_new(h, (uint64_t)nk, "test", &p) < 0) {
-        return NULL;
-    }
-    for (size_t i = 0; i < nm; i++) {
-        if (tio_plan_add_move(p, &m[i]) < 0) {
-            tio_plan_free(p);
-            return NULL;
-        }
-    }
-    if (tio_plan_finish(p) < 0) {
-        tio_plan_free(p);
-        return NULL;
-    }
-    return p;
+    return rt_trace_finish(tr, rc);
 }
 
 static char g_dir[] = "/tmp/tio_rtd_XXXXXX";
 
 static struct tio_engine *make_engine(uint64_t host_tier) {
-    const char *dirs[] = { g_dir };
-    struct tio_engine_params ep = tio_engine_params_default();
-    ep.dirs = dirs;
-    ep.ndirs = 1;
-    ep.host_tier_bytes = host_tier;
-    ep.backend = "posix";
-    ep.preallocate = 0;
-    struct tio_engine *e = NULL;
-    if (tio_engine_new(&ep, &e) < 0) {
-        printf("  engine: %s\n", tio_last_error());
-        return NULL;
-    }
-    return e;
+    return rt_engine(g_dir, "posix", NULL, host_tier);
 }
 
 /* The caller: real buffers with a per-tensor pattern that changes with every write. */
@@ -252,7 +217,7 @@ static void run_plan(const struct spec *s,
                      struct run *out) {
     memset(out, 0, sizeof *out);
     struct tio_trace *tr = build(s);
-    struct tio_plan *plan = tr ? plan_with(tr, s->nk, moves, nm) : NULL;
+    struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)s->nk, moves, nm) : NULL;
     struct tio_engine *e = make_engine(host_tier);
     CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
@@ -471,7 +436,7 @@ TIO_TEST(too_early_prefetch_is_deferred) {
  * the executor drops the adopted copy when freed. */
 TIO_TEST(adopted_global_is_read_back_when_needed) {
     struct tio_trace *tr = build(&g_s1);
-    struct tio_plan *plan = tr ? plan_with(tr, g_s1.nk, NULL, 0) : NULL;
+    struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)g_s1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
@@ -529,7 +494,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
 
 TIO_TEST(bad_demand_tier_is_refused) {
     struct tio_trace *tr = build(&g_s1);
-    struct tio_plan *plan = tr ? plan_with(tr, g_s1.nk, NULL, 0) : NULL;
+    struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)g_s1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (tr && plan && e) {

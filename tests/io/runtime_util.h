@@ -10,6 +10,7 @@
 
 #include <teraio/io.h>
 #include <teraio/plan.h>
+#include <teraio/runtime.h>
 #include <teraio/trace.h>
 
 /* Finishes tr after its adds (rc: their OR-ed return codes); NULL (tr freed) on any failure. */
@@ -60,6 +61,24 @@ rt_engine(const char *dir, const char *backend, const char *opts, uint64_t host_
         return NULL;
     }
     return e;
+}
+
+/* The executor's defaults over tr, plan and e. */
+static inline struct tio_runtime_params
+rt_params(const struct tio_trace *tr, const struct tio_plan *plan, struct tio_engine *e) {
+    struct tio_runtime_params rp = tio_runtime_params_default();
+    rp.trace = tr;
+    rp.plan = plan;
+    rp.engine = e;
+    return rp;
+}
+
+/* Frees what a test built for the executor (each may be NULL). */
+static inline void
+rt_free_inputs(struct tio_plan *plan, struct tio_engine *e, struct tio_trace *tr) {
+    tio_plan_free(plan);
+    tio_engine_free(e);
+    tio_trace_free(tr);
 }
 
 #endif

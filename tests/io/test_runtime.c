@@ -191,6 +191,23 @@ static int iterate(struct tio_runtime *rt, struct host *h, int *data_ok) {
     return apply(rt, h, a, n);
 }
 
+/* The executor over tr, plan and e with the 1.5 MiB budget the trace above is worked out for,
+ * and the caller h with W (2 MiB, pattern 1) bound. */
+static struct tio_runtime *start(const struct tio_trace *tr,
+                                 const struct tio_plan *plan,
+                                 struct tio_engine *e,
+                                 struct host *h) {
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    rp.budget_bytes = 3 * MB / 2;
+    struct tio_runtime *rt = NULL;
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    *h = (struct host){ .bytes = { 2 * MB, MB, MB } };
+    h->buf[0] = malloc(2 * MB);
+    fill(h->buf[0], 2 * MB, 1);
+    CHECK_OK(tio_runtime_bind(rt, 0, h->buf[0]));
+    return rt;
+}
+
 static void run_tier(int32_t tier) {
     struct tio_trace *tr = make_trace();
     CHECK(tr != NULL);
@@ -201,17 +218,8 @@ static void run_tier(int32_t tier) {
     if (!tr || !plan || !e) {
         return;
     }
-    struct tio_runtime_params rp = tio_runtime_params_default();
-    rp.trace = tr;
-    rp.plan = plan;
-    rp.engine = e;
-    rp.budget_bytes = 3 * MB / 2;
-    struct tio_runtime *rt;
-    CHECK_OK(tio_runtime_new(&rp, &rt));
-    struct host h = { .bytes = { 2 * MB, MB, MB } };
-    h.buf[0] = malloc(2 * MB);
-    fill(h.buf[0], 2 * MB, 1);
-    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    struct host h;
+    struct tio_runtime *rt = start(tr, plan, e, &h);
     int ok = 1;
     for (int it = 0; it < 3; it++) {
         CHECK_OK(iterate(rt, &h, &ok));
@@ -239,9 +247,7 @@ static void run_tier(int32_t tier) {
     CHECK_EQ_U(s.resident_bytes, 2 * MB);
     tio_runtime_free(rt);
     free(h.buf[0]);
-    tio_plan_free(plan);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(plan, e, tr);
 }
 
 TIO_TEST(ssd_tier_round_trip) {
@@ -260,17 +266,8 @@ TIO_TEST(missing_prefetch_becomes_urgent_read) {
     if (!tr || !plan || !e) {
         return;
     }
-    struct tio_runtime_params rp = tio_runtime_params_default();
-    rp.trace = tr;
-    rp.plan = plan;
-    rp.engine = e;
-    rp.budget_bytes = 3 * MB / 2;
-    struct tio_runtime *rt;
-    CHECK_OK(tio_runtime_new(&rp, &rt));
-    struct host h = { .bytes = { 2 * MB, MB, MB } };
-    h.buf[0] = malloc(2 * MB);
-    fill(h.buf[0], 2 * MB, 1);
-    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    struct host h;
+    struct tio_runtime *rt = start(tr, plan, e, &h);
     int ok = 1;
     CHECK_OK(iterate(rt, &h, &ok));
     CHECK(ok);
@@ -282,9 +279,7 @@ TIO_TEST(missing_prefetch_becomes_urgent_read) {
     CHECK_EQ_U(s.prefetches, 3);
     tio_runtime_free(rt);
     free(h.buf[0]);
-    tio_plan_free(plan);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(plan, e, tr);
 }
 
 TIO_TEST(plan_of_another_trace_is_refused) {
@@ -297,18 +292,13 @@ TIO_TEST(plan_of_another_trace_is_refused) {
     }
     CHECK_OK(tio_plan_new(12345, NK, "test", &p));
     CHECK_OK(tio_plan_finish(p));
-    struct tio_runtime_params rp = tio_runtime_params_default();
-    rp.trace = tr;
-    rp.plan = p;
-    rp.engine = e;
+    struct tio_runtime_params rp = rt_params(tr, p, e);
     struct tio_runtime *rt = NULL;
     CHECK_RC(tio_runtime_new(&rp, &rt), TIO_EPLAN);
     rp.engine = NULL;
     CHECK_RC(tio_runtime_new(&rp, &rt), TIO_EINVAL);
     CHECK_ERR_HAS("engine");
-    tio_plan_free(p);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(p, e, tr);
 }
 
 TIO_TEST(io_fault_is_reported_and_data_kept) {
@@ -321,17 +311,8 @@ TIO_TEST(io_fault_is_reported_and_data_kept) {
     if (!tr || !plan || !e) {
         return;
     }
-    struct tio_runtime_params rp = tio_runtime_params_default();
-    rp.trace = tr;
-    rp.plan = plan;
-    rp.engine = e;
-    rp.budget_bytes = 3 * MB / 2;
-    struct tio_runtime *rt;
-    CHECK_OK(tio_runtime_new(&rp, &rt));
-    struct host h = { .bytes = { 2 * MB, MB, MB } };
-    h.buf[0] = malloc(2 * MB);
-    fill(h.buf[0], 2 * MB, 1);
-    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    struct host h;
+    struct tio_runtime *rt = start(tr, plan, e, &h);
     int ok = 1, rc = 0;
     for (int it = 0; it < 3 && rc == 0; it++) {
         rc = iterate(rt, &h, &ok);
@@ -345,9 +326,7 @@ TIO_TEST(io_fault_is_reported_and_data_kept) {
     free(h.buf[0]);
     free(h.buf[1]);
     free(h.buf[2]);
-    tio_plan_free(plan);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(plan, e, tr);
 }
 
 int main(void) {

@@ -221,15 +221,10 @@ static void run_plan(const struct spec *s,
     struct tio_engine *e = make_engine(host_tier);
     CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
-        tio_plan_free(plan);
-        tio_trace_free(tr);
-        tio_engine_free(e);
+        rt_free_inputs(plan, e, tr);
         return;
     }
-    struct tio_runtime_params rp = tio_runtime_params_default();
-    rp.trace = tr;
-    rp.plan = plan;
-    rp.engine = e;
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
     rp.budget_bytes = budget;
     struct tio_runtime *rt = NULL;
     CHECK_OK(tio_runtime_new(&rp, &rt));
@@ -260,9 +255,7 @@ static void run_plan(const struct spec *s,
         free(h->buf[t]);
         h->buf[t] = NULL;
     }
-    tio_plan_free(plan);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(plan, e, tr);
 }
 
 /* With an empty plan: every move is the executor's own. */
@@ -440,15 +433,10 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
-        tio_plan_free(plan);
-        tio_engine_free(e);
-        tio_trace_free(tr);
+        rt_free_inputs(plan, e, tr);
         return;
     }
-    struct tio_runtime_params rp = tio_runtime_params_default();
-    rp.trace = tr;
-    rp.plan = plan;
-    rp.engine = e;
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
     struct tio_runtime *rt = NULL;
     CHECK_OK(tio_runtime_new(&rp, &rt));
     struct host h;
@@ -487,9 +475,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     for (int t = 0; t < g_s1.nt; t++) {
         free(h.buf[t]);
     }
-    tio_plan_free(plan);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(plan, e, tr);
 }
 
 TIO_TEST(bad_demand_tier_is_refused) {
@@ -498,18 +484,13 @@ TIO_TEST(bad_demand_tier_is_refused) {
     struct tio_engine *e = make_engine(0);
     CHECK(tr && plan && e);
     if (tr && plan && e) {
-        struct tio_runtime_params rp = tio_runtime_params_default();
-        rp.trace = tr;
-        rp.plan = plan;
-        rp.engine = e;
+        struct tio_runtime_params rp = rt_params(tr, plan, e);
         rp.demand_tier = TIO_TIER_GPU + 7;
         struct tio_runtime *rt = NULL;
         CHECK_RC(tio_runtime_new(&rp, &rt), TIO_EINVAL);
         CHECK_ERR_HAS("demand_tier");
     }
-    tio_plan_free(plan);
-    tio_engine_free(e);
-    tio_trace_free(tr);
+    rt_free_inputs(plan, e, tr);
 }
 
 int main(void) {

@@ -29,18 +29,26 @@ def _full_digest(model):
     return h.hexdigest()
 
 
-def _run(rank, out_dir, use_teraio, foreach):
-    sys.path.insert(0, EXAMPLES)
-    from llama_tiny import LlamaConfig, LlamaTiny, make_batch
+def _sharded_llama(cfg):
+    """LlamaTiny(cfg, seed=0) with FSDP2 on every block and on the root."""
+    from llama_tiny import LlamaTiny
     from torch.distributed.fsdp import fully_shard
 
-    from teraio.torch import _fsdp
-
-    cfg = LlamaConfig(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344)
     model = LlamaTiny(cfg, seed=0)
     for block in model.layers:
         fully_shard(block)
     fully_shard(model)
+    return model
+
+
+def _run(rank, out_dir, use_teraio, foreach):
+    sys.path.insert(0, EXAMPLES)
+    from llama_tiny import LlamaConfig, make_batch
+
+    from teraio.torch import _fsdp
+
+    cfg = LlamaConfig(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344)
+    model = _sharded_llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
     off = None
     if use_teraio:
@@ -212,15 +220,11 @@ def test_globals_are_the_shards_even_while_unsharded(world1):
 
 def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
     sys.path.insert(0, EXAMPLES)
-    from llama_tiny import LlamaConfig, LlamaTiny, make_batch
-    from torch.distributed.fsdp import fully_shard
+    from llama_tiny import LlamaConfig, make_batch
     from torch.utils._python_dispatch import _disable_current_modes
 
     cfg = LlamaConfig(vocab=256, dim=64, layers=2, heads=4, kv_heads=2, ffn=128)
-    model = LlamaTiny(cfg, seed=0)
-    for block in model.layers:
-        fully_shard(block)
-    fully_shard(model)
+    model = _sharded_llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     off = None
     if use_teraio:

@@ -285,8 +285,9 @@ def main():
     ap.add_argument("--modes", default="plain,teraio,save_on_cpu,checkpoint")
     ap.add_argument("--skip-micro", action="store_true")
     ap.add_argument("--thp-alloc", action="store_true",
-                    help="run every configuration with THP_MEM_ALLOC_ENABLE=1 (PyTorch then aligns "
-                         "CPU tensors to pages, so O_DIRECT needs no staging copy)")
+                    help="run every configuration with THP_MEM_ALLOC_ENABLE=1 (PyTorch then page-aligns "
+                         "CPU tensors of >= 2 MiB, which O_DIRECT moves without a staging "
+                         "copy, and advises huge pages for them)")
     ap.add_argument("--offloader-kw", default=None,
                     help="JSON of extra teraio.Offloader arguments, e.g. '{\"io_chunk\": \"4MiB\"}'")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -45,13 +45,17 @@ class _Entry:
                 f"an intermediate tensor of {self.nb} bytes")
 
 
-def _io_error(ex, what, e):
-    """An engine error of a warm-up or profiled step, naming the tensor it was moving."""
+def error_in(ex, context):
+    """teraio.Error ex (code, message) with context put before its message, code kept."""
     from teraio import _core
 
     code, msg = ex.args[:2] if len(ex.args) >= 2 else (-5, str(ex))
-    return _core.Error(code, f"{what} {e.what()} in a step without a plan (warm-up or "
-                             f"profiling): {msg}")
+    return _core.Error(code, f"{context}: {msg}")
+
+
+def _io_error(ex, what, e):
+    """An engine error of a warm-up or profiled step, naming the tensor it was moving."""
+    return error_in(ex, f"{what} {e.what()} in a step without a plan (warm-up or profiling)")
 
 
 class BoundedMemory:

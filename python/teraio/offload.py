@@ -156,18 +156,17 @@ class Offloader:
         # "auto": measured through the engine on the SSD directories when the first plan is made
         self.ssd_auto = ssd_bandwidth == "auto"
         self.ssd_measured = None
-        if self.ssd_auto:
-            self.ssd_Bps = self.ssd_read_Bps = self.ssd_write_Bps = 0.0
-        else:
+        rate = 0.0
+        if not self.ssd_auto:
             try:
-                self.ssd_Bps = _core.parse_rate(ssd_bandwidth) if isinstance(ssd_bandwidth, str) \
+                rate = _core.parse_rate(ssd_bandwidth) if isinstance(ssd_bandwidth, str) \
                     else float(ssd_bandwidth)
             except (_Error, TypeError, ValueError):
-                self.ssd_Bps = 0.0
-            if not self.ssd_Bps > 0:
+                pass
+            if not rate > 0:
                 raise ValueError(f"ssd_bandwidth: expected 'auto' or a rate like '2GB/s', got "
                                  f"{ssd_bandwidth!r}")
-            self.ssd_read_Bps = self.ssd_write_Bps = self.ssd_Bps
+        self.ssd_read_Bps = self.ssd_write_Bps = rate
         self.host_Bps = _core.parse_rate(host_bandwidth) if isinstance(host_bandwidth, str) \
             else float(host_bandwidth)
         self._cuda = False
@@ -366,14 +365,14 @@ class Offloader:
             self.ssd_measured = {"write_Bps": self.ssd_write_Bps, "read_Bps": self.ssd_read_Bps,
                                  "probe_bytes": n}
         except _Error as e:  # the SSD path training would use fails: say so now
-            code, msg = (e.args + ("",))[:2] if len(e.args) >= 2 else (-5, str(e))
-            raise _Error(code, f"measuring the SSD directories {self.ssd_dirs} for "
-                               f"ssd_bandwidth='auto' ({n >> 20} MiB written and read back): "
-                               f"{msg}") from None
+            from teraio._bounded import error_in
+
+            raise error_in(e, f"measuring the SSD directories {self.ssd_dirs} for "
+                              f"ssd_bandwidth='auto' ({n >> 20} MiB written and read "
+                              f"back)") from None
         finally:
             del view
             buf.close()
-        self.ssd_Bps = min(self.ssd_read_Bps, self.ssd_write_Bps)
 
     def _make_plan(self, prog):
         if self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:

@@ -23,6 +23,12 @@ TIO_API void *tio_calloc(size_t n, size_t size);
 TIO_API void *tio_realloc(void *p, size_t bytes);
 /* tio_aligned_alloc: `alignment` a power of two >= sizeof(void*); free with tio_free. */
 TIO_API void *tio_aligned_alloc(size_t alignment, size_t bytes);
+/* tio_io_alloc: memory for I/O buffers, free with tio_free. 4 KiB-aligned (O_DIRECT); from
+ * 2 MiB up, 2 MiB-aligned and advised for transparent huge pages (Linux MADV_HUGEPAGE, where
+ * the system allows it), so that a transfer spans few physically contiguous segments: a 1 MiB
+ * transfer from scattered 4 KiB pages is 256 segments, more than many block devices take in
+ * one request (virtio-blk: 254), and the kernel then splits it in two. */
+TIO_API void *tio_io_alloc(size_t bytes);
 /* tio_free: accepts NULL. */
 TIO_API void tio_free(void *p);
 /* tio_strdup: copy of a NUL-terminated string (NULL on failure or NULL input); tio_free it. */

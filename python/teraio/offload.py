@@ -347,6 +347,11 @@ class Offloader:
 
         n = PROBE_BYTES
         buf = mmap.mmap(-1, n)  # page-aligned: what O_DIRECT needs, no staging copy
+        if hasattr(mmap, "MADV_HUGEPAGE"):  # like the engine's staging memory (tio_io_alloc):
+            try:  # few segments per request (docs/engine.md, "Buffer memory")
+                buf.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:
+                pass
         view = ctypes.c_char.from_buffer(buf)
         try:
             ptr = ctypes.addressof(view)

@@ -2,6 +2,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <teraio/alloc.h>
 
@@ -66,6 +69,18 @@ void *tio_aligned_alloc(size_t alignment, size_t bytes) {
         return NULL;
     }
     atomic_fetch_add(&live_count, 1);
+    return p;
+}
+
+void *tio_io_alloc(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = tio_aligned_alloc(bytes >= huge ? huge : 4096, bytes);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p && bytes >= huge) {
+        /* advice only: without THP (or with it set to "never") the pages stay 4 KiB */
+        (void)madvise(p, bytes & ~(huge - 1), MADV_HUGEPAGE);
+    }
+#endif
     return p;
 }
 

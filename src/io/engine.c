@@ -1187,7 +1187,7 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
     /* staging: one aligned buffer per in-flight transfer */
     e->stage_bytes = TIO_MIN(e->p.chunk_bytes, (uint64_t)(4u << 20));
     if (any_direct) {
-        e->stage_mem = tio_aligned_alloc(TIO_IO_ALIGN, (size_t)(e->stage_bytes * depth));
+        e->stage_mem = tio_io_alloc((size_t)(e->stage_bytes * depth));
         if (!e->stage_mem) {
             rc = TIO_ENOMEM;
             goto fail;
@@ -1204,7 +1204,7 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
         if (cu && cu->host_alloc(&mem, (size_t)hb, 0) == 0 && mem) {
             e->host_pool_cuda = 1;
         } else {
-            mem = tio_aligned_alloc(TIO_IO_ALIGN, (size_t)hb);
+            mem = tio_io_alloc((size_t)hb);
             if (mem && mlock(mem, (size_t)hb) < 0)
                 TIO_LOG_INFO("engine: host tier of %llu bytes not locked (RLIMIT_MEMLOCK); "
                              "pageable",

@@ -1,6 +1,8 @@
 /* Common infrastructure: status strings, error detail, units, allocation, CRC32C, logging. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <teraio/teraio.h>
 
@@ -86,6 +88,52 @@ TIO_TEST(alloc_counts_and_fault_injection) {
     tio_free(al);
 }
 
+/* I/O memory: 4 KiB-aligned below 2 MiB, 2 MiB-aligned (and huge-page advised on Linux) from
+ * 2 MiB up; usable to its last byte; freed by tio_free; allocation failures reported. */
+TIO_TEST(io_alloc_alignment) {
+    int64_t before = tio_alloc_live_count();
+    const size_t sizes[] = { 1, 4096, 1u << 20, (2u << 20) - 4096, 2u << 20, (6u << 20) + 4096 };
+    for (size_t i = 0; i < TIO_ARRAY_LEN(sizes); i++) {
+        unsigned char *p = tio_io_alloc(sizes[i]);
+        CHECK(p != NULL);
+        size_t want = sizes[i] >= (2u << 20) ? (2u << 20) : 4096u;
+        CHECK_EQ_U((uintptr_t)p % want, 0u);
+        memset(p, 0xa5, sizes[i]);
+        CHECK_EQ_U(p[sizes[i] - 1], 0xa5u);
+        tio_free(p);
+    }
+    CHECK_EQ_I(tio_alloc_live_count(), before);
+#if defined(__linux__)
+    /* the advice is visible in the mapping's flags ("hg" in VmFlags) where THP is compiled in */
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        fclose(f);
+        unsigned char *p = tio_io_alloc(4u << 20);
+        CHECK(p != NULL);
+        char line[512];
+        int hg = 0;
+        FILE *sm = fopen("/proc/self/smaps", "r");
+        CHECK(sm != NULL);
+        uintptr_t lo = 0, hi = 0, at = (uintptr_t)p;
+        int inside = 0;
+        while (sm && fgets(line, sizeof line, sm)) {
+            if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line */
+                inside = at >= lo && at < hi;
+            } else if (inside && !strncmp(line, "VmFlags:", 8)) {
+                hg = strstr(line, " hg") != NULL;
+            }
+        }
+        if (sm)
+            fclose(sm);
+        CHECK(hg);
+        tio_free(p);
+    }
+#endif
+    tio_alloc_fail_after(0);
+    CHECK(tio_io_alloc(4u << 20) == NULL);
+    tio_alloc_fail_after(-1);
+}
+
 TIO_TEST(crc32c_known_vectors) {
     /* Standard check value of CRC-32C: "123456789" -> 0xE3069283 (RFC 3720 appendix). */
     CHECK_EQ_U(tio_crc32c(0, "123456789", 9), 0xE3069283u);
@@ -130,6 +178,7 @@ int main(void) {
     RUN(parse_rate_and_duration);
     RUN(format_units);
     RUN(alloc_counts_and_fault_injection);
+    RUN(io_alloc_alignment);
     RUN(crc32c_known_vectors);
     RUN(log_callback_and_level);
     RUN(version);

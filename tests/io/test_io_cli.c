@@ -30,6 +30,13 @@ TIO_TEST(bench_io_json) {
     CHECK_EQ_I(run(args, out, sizeof out), 0);
     CHECK(strstr(out, "\"bytes_per_s\"") && strstr(out, "\"cpu_s_per_gib\""));
     CHECK(strstr(out, "\"bytes\": 8388608") != NULL);
+    CHECK(strstr(out, "\"buffers\": \"io-alloc\"") != NULL);
+    snprintf(args, sizeof args,
+             "bench-io --dir %s --size 4MiB --block 1MiB --depth 2 --backend posix --small-pages "
+             "--json",
+             g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 0);
+    CHECK(strstr(out, "\"buffers\": \"small-pages\"") && strstr(out, "\"bytes\": 4194304"));
     snprintf(args, sizeof args, "bench-io --dir %s --size 4MiB --block 64KiB --rw read", g_dir);
     CHECK_EQ_I(run(args, out, sizeof out), 0);
     CHECK(strstr(out, "read 4.00 MiB") != NULL);

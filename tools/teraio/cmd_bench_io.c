@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <time.h>
 
 #include <teraio/alloc.h>
@@ -36,6 +39,10 @@ static void usage(FILE *f) {
         "                    a timed write phase\n"
         "                    (steady state: the swap file's blocks were written before, as\n"
         "                    when fio rewrites a file it laid out)\n"
+        "  --small-pages     buffers of 4 KiB pages (MADV_NOHUGEPAGE) instead of memory from\n"
+        "                    tio_io_alloc (2 MiB-aligned, transparent huge pages advised): a\n"
+        "                    transfer from scattered pages has more segments, and the kernel\n"
+        "                    splits a request over the device's segment limit\n"
         "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
         "examples:\n"
         "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
@@ -124,7 +131,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
     size_t ndirs = 0;
     uint64_t size = UINT64_C(1) << 30, block = 4u << 20, depth = 16, chunk = 0;
     const char *backend = "auto", *rw = "write";
-    int json = 0, verify = 0, warmup = 0;
+    int json = 0, verify = 0, warmup = 0, small_pages = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -140,6 +147,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--warmup")) {
             warmup = 1;
+            continue;
+        } else if (!strcmp(a, "--small-pages")) {
+            small_pages = 1;
             continue;
         }
         if (!v) {
@@ -215,18 +225,23 @@ int cli_cmd_bench_io(int argc, char **argv) {
     int rc = tio_engine_new(&p, &e);
     if (rc < 0)
         return cli_fail(cmd, "creating the engine", rc);
+    /* one arena, sliced: 1 MiB blocks then share huge pages too */
     unsigned char **bufs = tio_calloc(depth, sizeof(*bufs));
-    for (uint64_t i = 0; bufs && i < depth; i++) {
-        bufs[i] = tio_aligned_alloc(4096, block);
-        if (!bufs[i]) {
-            rc = TIO_ENOMEM;
-            break;
-        }
+    unsigned char *arena = NULL;
+    if (bufs) {
+        arena = small_pages ? tio_aligned_alloc(4096, depth * block) : tio_io_alloc(depth * block);
+#if defined(__linux__) && defined(MADV_NOHUGEPAGE)
+        if (arena && small_pages)
+            (void)madvise(arena, depth * block, MADV_NOHUGEPAGE);
+#endif
+    }
+    if (!bufs || !arena)
+        rc = TIO_ENOMEM;
+    for (uint64_t i = 0; rc == 0 && i < depth; i++) {
+        bufs[i] = arena + i * block;
         for (uint64_t j = 0; j < block; j += 4096) /* touch and fill */
             memset(bufs[i] + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
     }
-    if (!bufs)
-        rc = TIO_ENOMEM;
     int reading = !strcmp(rw, "read");
     if (rc == 0 && reading)
         rc = run_phase(e, 1, n, block, (uint32_t)depth, bufs); /* prefill, untimed */
@@ -246,8 +261,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
     double wall = wall_now() - w0, cpu = cpu_now() - c0;
     struct tio_engine_stats st;
     (void)tio_engine_stats(e, &st);
-    for (uint64_t i = 0; bufs && i < depth; i++)
-        tio_free(bufs[i]);
+    tio_free(arena);
     tio_free(bufs);
     if (rc < 0) {
         int code = cli_fail(cmd, reading ? "reading" : "writing", rc);
@@ -270,10 +284,12 @@ int cli_cmd_bench_io(int argc, char **argv) {
         printf(
             "], \"block\": %llu, \"chunk\": %llu, \"depth\": %llu, \"bytes\": %llu, "
             "\"seconds\": %.6f, \"bytes_per_s\": %.1f, \"cpu_s\": %.6f, \"cpu_s_per_gib\": %.6f, "
-            "\"ops\": %llu, \"staged_bytes\": %llu, \"short_transfers\": %llu}\n",
+            "\"ops\": %llu, \"staged_bytes\": %llu, \"short_transfers\": %llu, \"buffers\": "
+            "\"%s\"}\n",
             (unsigned long long)block, (unsigned long long)chunk, (unsigned long long)depth,
             (unsigned long long)bytes, wall, bps, cpu, cpu_gib, (unsigned long long)st.ops_issued,
-            (unsigned long long)st.staged_bytes, (unsigned long long)st.short_transfers);
+            (unsigned long long)st.staged_bytes, (unsigned long long)st.short_transfers,
+            small_pages ? "small-pages" : "io-alloc");
     } else {
         char b1[32], b2[32], b3[32];
         printf("%s %s in %.3f s: %s, CPU %.3f s/GiB (backend %s, %zu dir(s), block %s, depth "

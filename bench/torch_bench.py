@@ -11,10 +11,15 @@
    configuration in its own process: no offloading; teraio at 50% of the unconstrained peak (SSD
    tier in --ssd-dir; "teraio-py": the same with the Python per-operator path);
    torch.autograd.graph.save_on_cpu; activation checkpointing of every block.
-   Configurations are interleaved round by round; the load average is recorded with each run.
+   Configurations are interleaved round by round; the load average is recorded with each run,
+   and per step the training thread's CPU time (main_cpu_s), its time runnable but off a CPU
+   (main_runq_s) and the VM's steal time (steal_s: what the host took from this VM's vCPUs).
+   --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME.
 
     python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 7
     python bench/torch_bench.py --preset medium --config '{"dim": 768}' --seq 512 --threads 1
+    python bench/torch_bench.py --preset medium --seq 512 --threads 1 --skip-micro \
+        --modes plain,teraio,teraio-c4 --variant 'teraio-c4={"io_chunk": "4MiB"}'
 """
 from __future__ import annotations
 
@@ -197,6 +202,24 @@ def _vm_hwm_mib():
     return 0.0
 
 
+def _runq_s():
+    """Time the calling thread spent runnable but waiting for a CPU (schedstat), in seconds."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _steal_s():
+    """CPU time the hypervisor took from this VM's CPUs (all of them; /proc/stat "steal")."""
+    try:
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def worker(cfg):
     import contextlib
 
@@ -212,13 +235,15 @@ def worker(cfg):
     mode = cfg["mode"]
     os.makedirs(cfg["ssd_dir"], exist_ok=True)
     off = None
-    if mode in ("teraio", "teraio-py"):
+    variant = (cfg.get("variants") or {}).get(mode)
+    if mode in ("teraio", "teraio-py") or variant is not None:
         if mode == "teraio-py":  # the Python per-operator path (the reference), for comparison
             os.environ["TERAIO_TORCH_DISPATCH"] = "python"
         import teraio
 
         kw = dict(memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]], min_tensor_bytes="256KiB")
         kw.update(cfg.get("offloader_kw") or {})
+        kw.update(variant or {})
         off = teraio.Offloader(model, opt, **kw)
     if mode == "checkpoint":
         from torch.utils.checkpoint import checkpoint
@@ -227,7 +252,7 @@ def worker(cfg):
             fwd = blk.forward
             blk.forward = (lambda f: lambda x, cos, sin: checkpoint(f, x, cos, sin,
                                                                     use_reentrant=False))(fwd)
-    times, cpu, tcpu = [], [], []
+    times, cpu, tcpu, runq, steal = [], [], [], [], []
     warm = 3  # teraio: warm-up, profiling, first offloaded step; the same count for all
     for i in range(cfg["steps"]):
         if i == warm and os.environ.get("TIO_BENCH_PERF_CTL"):  # perf record --control fifo:
@@ -243,7 +268,8 @@ def worker(cfg):
             ctx = torch.autograd.graph.save_on_cpu(pin_memory=False)
         else:
             ctx = contextlib.nullcontext()
-        t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+        t0, c0, m0, q0 = time.perf_counter(), time.process_time(), time.thread_time(), _runq_s()
+        s0 = _steal_s()
         with ctx:
             loss = model.loss(tokens)
             loss.backward()
@@ -253,11 +279,15 @@ def worker(cfg):
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)  # all threads of the process (engine included)
         tcpu.append(time.thread_time() - m0)  # the training thread alone
+        runq.append(_runq_s() - q0)  # the training thread waiting for a CPU (preempted)
+        steal.append(_steal_s() - s0)  # the VM's CPUs taken by the host (e.g. virtual disk work)
     steady = times[warm:] if len(times) > warm else times
     steady_cpu = cpu[warm:] if len(cpu) > warm else cpu
     out = {"mode": mode, "step_s": statistics.median(steady), "steps_s": times,
            "cpu_s": statistics.median(steady_cpu), "steps_cpu_s": cpu,
            "main_cpu_s": statistics.median(tcpu[warm:] or tcpu), "steps_main_cpu_s": tcpu,
+           "main_runq_s": statistics.median(runq[warm:] or runq),
+           "steal_s": statistics.median(steal[warm:] or steal), "steps_steal_s": steal,
            "tokens_per_s": cfg["batch"] * cfg["seq"] / statistics.median(steady),
            "steady_peak_rss_mib": _vm_hwm_mib(), "load_avg_end": os.getloadavg()}
     if off is not None:
@@ -290,6 +320,10 @@ def main():
                          "copy, and advises huge pages for them)")
     ap.add_argument("--offloader-kw", default=None,
                     help="JSON of extra teraio.Offloader arguments, e.g. '{\"io_chunk\": \"4MiB\"}'")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                    help="a teraio configuration with extra Offloader arguments, run as mode NAME "
+                         "interleaved with the others, e.g. --variant 'teraio-park0={\"backend_"
+                         "options\": \"park=0\"}' --modes plain,teraio,teraio-park0")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -308,13 +342,30 @@ def main():
     if a.thp_alloc:  # PyTorch's CPU allocator: page-aligned, huge-page-advised tensors (all modes)
         env["THP_MEM_ALLOC_ENABLE"] = "1"
     modes = a.modes.split(",")
+    variants = {}
+    for v in a.variant:
+        name, sep, js = v.partition("=")
+        if not sep or not name or name in ("plain", "teraio", "teraio-py", "save_on_cpu",
+                                           "checkpoint"):
+            ap.error(f"--variant {v!r}: expected NAME=JSON with a new mode name")
+        try:
+            variants[name] = json.loads(js)
+        except ValueError as e:
+            ap.error(f"--variant {name}: bad JSON: {e}")
+        if not isinstance(variants[name], dict):
+            ap.error(f"--variant {name}: the JSON must be an object of Offloader arguments")
+    for m in modes:
+        if m not in ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint") and \
+                m not in variants:
+            ap.error(f"--modes: unknown mode {m!r} (give it with --variant {m}=JSON)")
     # configurations interleaved round by round, so that load drift on a shared machine hits all
     results = {}
     for rnd in range(a.rounds):
         for mode in modes:
             cfg = dict(preset=a.preset, config=overrides, mode=mode, steps=a.steps,
                        batch=a.batch, seq=a.seq, ssd_dir=a.ssd_dir, threads=a.threads,
-                       offloader_kw=json.loads(a.offloader_kw) if a.offloader_kw else None)
+                       offloader_kw=json.loads(a.offloader_kw) if a.offloader_kw else None,
+                       variants=variants)
             load0 = os.getloadavg()
             r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
                                capture_output=True, text=True, env=env)
@@ -337,6 +388,8 @@ def main():
             "summary": mode, "rounds": len(runs), "step_s_rounds": steps, "step_s_median": med,
             "cpu_s_rounds": cpus, "cpu_s_median": statistics.median(cpus),
             "main_cpu_s_median": statistics.median(x["main_cpu_s"] for x in runs),
+            "main_runq_s_median": statistics.median(x.get("main_runq_s", 0) for x in runs),
+            "steal_s_median": statistics.median(x.get("steal_s", 0) for x in runs),
             "thp_alloc": a.thp_alloc,
             "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results["plain"]) /
                                     statistics.median(cpus)) if "plain" in results else 0,

@@ -32,6 +32,8 @@ PRESETS = {
     "tiny": dict(vocab=512, dim=128, layers=2, heads=4, kv_heads=2, ffn=344),
     "small": dict(vocab=4096, dim=256, layers=4, heads=8, kv_heads=4, ffn=688),
     "medium": dict(vocab=8192, dim=512, layers=4, heads=8, kv_heads=4, ffn=1536),
+    # 4x medium's compute per token, 2x its activation bytes (bench/torch_bench.py)
+    "large": dict(vocab=8192, dim=1024, layers=4, heads=16, kv_heads=8, ffn=2816),
     # large embeddings, little compute: memory-heavy on a 2-core machine (the RSS test)
     "wide": dict(vocab=32768, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
 }

@@ -202,6 +202,9 @@ def _vm_hwm_mib():
     return 0.0
 
 
+BUILTIN_MODES = ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint")
+
+
 def _runq_s():
     """Time the calling thread spent runnable but waiting for a CPU (schedstat), in seconds."""
     try:
@@ -345,8 +348,7 @@ def main():
     variants = {}
     for v in a.variant:
         name, sep, js = v.partition("=")
-        if not sep or not name or name in ("plain", "teraio", "teraio-py", "save_on_cpu",
-                                           "checkpoint"):
+        if not sep or not name or name in BUILTIN_MODES:
             ap.error(f"--variant {v!r}: expected NAME=JSON with a new mode name")
         try:
             variants[name] = json.loads(js)
@@ -355,8 +357,7 @@ def main():
         if not isinstance(variants[name], dict):
             ap.error(f"--variant {name}: the JSON must be an object of Offloader arguments")
     for m in modes:
-        if m not in ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint") and \
-                m not in variants:
+        if m not in BUILTIN_MODES and m not in variants:
             ap.error(f"--modes: unknown mode {m!r} (give it with --variant {m}=JSON)")
     # configurations interleaved round by round, so that load drift on a shared machine hits all
     results = {}

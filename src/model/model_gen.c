@@ -536,7 +536,7 @@ static int emit_params(struct gen *g) {
         uint64_t n[P_PER_LAYER] = { g->h, g->h * g->hq,  g->h * g->hkv, g->h * g->hkv, g->hq * g->h,
                                     g->h, g->h * g->ffn, g->ffn * g->h, g->h * g->ffn };
         for (int j = 0; j < P_PER_LAYER; j++) {
-            char nm[48];
+            char nm[sizeof g->par[0].name]; /* "L4294967295.attn_norm" fits */
             (void)snprintf(nm, sizeof nm, "L%u.%s", g->first_layer + l, lname[j]);
             add_param(g, nm, n[j], NULL);
         }

@@ -231,6 +231,7 @@ struct tio_engine_stats {
     uint32_t outstanding;         /* requests submitted but not reaped */
     uint32_t inflight_ops;        /* transfers in the backend now */
     double busy_s;                /* seconds with at least one transfer in flight */
+    uint32_t ssd_dirs;            /* SSD directories (swap files); 0: host tier only */
 };
 
 /* tio_engine_stats: a consistent snapshot of the counters. 0. */

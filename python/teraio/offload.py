@@ -687,6 +687,8 @@ class Offloader:
             "demand_stall_s": st.get("demand_stall_s", 0.0),
             "over_budget_kernels": st.get("over_budget_kernels", 0),
             "deferred_prefetches": st.get("deferred_prefetches", 0),
+            "tier_fallbacks": st.get("tier_fallbacks", 0),
+            "tier_full_kept": st.get("tier_full_kept", 0),
             "io_issue_s": st.get("io_issue_s", 0.0),
         }
         bs = dict(self._bounded_done)

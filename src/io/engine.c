@@ -1750,6 +1750,7 @@ int tio_engine_stats(struct tio_engine *e, struct tio_engine_stats *out) {
         out->ssd_capacity_bytes += e->files[i].size;
         out->ssd_used_bytes += e->files[i].ext.used;
     }
+    out->ssd_dirs = e->nfiles;
     out->host_capacity_bytes = e->host_ext.capacity;
     out->host_used_bytes = e->host_ext.used;
     out->outstanding = e->outstanding;

@@ -46,6 +46,7 @@ struct tio_runtime {
     uint64_t *cursor;      /* [n_tensors] next real use at or after next_k (UINT64_MAX: none) */
     uint32_t *victims;     /* [n_tensors] scratch: the demand offloads of one kernel */
     int32_t demand_tier;   /* params.demand_tier */
+    int has_ssd;           /* the engine has SSD directories */
     uint8_t *state;        /* [n_tensors] enum tensor_state */
     uint32_t *tflags;      /* [n_tensors] TF_* */
     void **ptr;            /* [n_tensors] bound memory or NULL */
@@ -244,6 +245,29 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
     }
 }
 
+/* Queue a planned offload of t (state ST_WRITING) to `tier`. The planner counts bytes, the engine
+ * needs one free extent: when the host tier has none large enough the SSDs take it, and when no
+ * tier has room t stays resident (the executor's demand offloads keep the budget if they must).
+ * 0 queued, 1 kept resident, < 0 an error. */
+static int planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
+    int rc = submit_write(rt, t, tier, urgent, 1);
+    if (rc == -ENOSPC && tier == TIO_TIER_HOST && rt->has_ssd) {
+        TIO_LOG_DEBUG("runtime: offload of tensor %u to the host tier: %s; to the SSDs", t,
+                      tio_last_error());
+        rc = submit_write(rt, t, TIO_TIER_SSD, urgent, 1);
+        if (rc == 0) {
+            rt->st.tier_fallbacks++;
+        }
+    }
+    if (rc == -ENOSPC) {
+        TIO_LOG_DEBUG("runtime: offload of tensor %u kept resident: %s", t, tio_last_error());
+        rt->state[t] = ST_RESIDENT;
+        rt->st.tier_full_kept++;
+        return 1;
+    }
+    return rc;
+}
+
 /* Bytes of completed offloads whose RELEASE has not been handed out yet. */
 static uint64_t pending_release(const struct tio_runtime *rt) {
     uint64_t pending = 0;
@@ -295,7 +319,7 @@ static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
         es.host_capacity_bytes - es.host_used_bytes >= rt->v.tensor_bytes[t]) {
         return TIO_TIER_HOST;
     }
-    return TIO_TIER_SSD;
+    return rt->has_ssd ? TIO_TIER_SSD : TIO_TIER_HOST; /* no SSD: the host tier says it is full */
 }
 
 /*
@@ -364,7 +388,7 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
         }
         int32_t tier = demand_tier(rt, t);
         rc = submit_write(rt, t, tier, 1, 1);
-        if (rc == -ENOSPC && tier == TIO_TIER_HOST && rt->demand_tier == 0) {
+        if (rc == -ENOSPC && tier == TIO_TIER_HOST && rt->demand_tier == 0 && rt->has_ssd) {
             rc = submit_write(rt, t, TIO_TIER_SSD, 1, 1); /* host tier fragmented: the SSDs */
         }
         if (rc == -ENOSPC) { /* no room anywhere: keep it, run above the budget */
@@ -486,6 +510,10 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->victims = tio_malloc((nt ? nt : 1) * sizeof *rt->victims);
     rt->eid = tio_malloc((nt ? nt : 1) * sizeof *rt->eid);
     rt->demand_tier = p->demand_tier;
+    {
+        struct tio_engine_stats es;
+        rt->has_ssd = tio_engine_stats(p->engine, &es) == 0 && es.ssd_dirs > 0;
+    }
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
         !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
         !rt->victims || !rt->eid) {
@@ -652,7 +680,8 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
             !(rt->tflags[t] & TF_PINNED) && rt->state[t] == ST_RESIDENT && rt->ptr[t]) {
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
-            rc = submit_write(rt, t, last_to[t], 0, 0);
+            rc = planned_write(rt, t, last_to[t], 0);
+            rc = rc > 0 ? 0 : rc;
         }
     }
     tio_free(last_to);
@@ -776,7 +805,11 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             }
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
-            if ((rc = submit_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0, 0)) < 0) {
+            if ((rc = planned_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0)) > 0) {
+                rc = 0;
+                continue;
+            }
+            if (rc < 0) {
                 return rc;
             }
         } else { /* prefetch */

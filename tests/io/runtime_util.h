@@ -49,8 +49,8 @@ static inline struct tio_engine *
 rt_engine(const char *dir, const char *backend, const char *opts, uint64_t host_tier) {
     const char *dirs[] = { dir };
     struct tio_engine_params ep = tio_engine_params_default();
-    ep.dirs = dirs;
-    ep.ndirs = 1;
+    ep.dirs = dir ? dirs : NULL; /* NULL: host tier only */
+    ep.ndirs = dir ? 1 : 0;
     ep.host_tier_bytes = host_tier;
     ep.backend = backend;
     ep.backend_options = opts;

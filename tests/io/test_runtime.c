@@ -258,6 +258,68 @@ TIO_TEST(host_tier_round_trip) {
     run_tier(TIO_TIER_HOST);
 }
 
+/* The planner counts bytes; the engine needs one free extent. A host tier of 1 MiB cannot take
+ * W (2 MiB): the executor sends W to the SSD instead (A still fits the host tier) and the
+ * iterations run as with a large enough tier: the same data, bytes and releases. */
+TIO_TEST(full_host_tier_falls_back_to_the_ssd) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_HOST, 1) : NULL;
+    struct tio_engine *e = rt_engine(g_dir, "posix", NULL, MB);
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        return;
+    }
+    struct host h;
+    struct tio_runtime *rt = start(tr, plan, e, &h);
+    int ok = 1;
+    for (int it = 0; it < 3; it++) {
+        CHECK_OK(iterate(rt, &h, &ok));
+    }
+    CHECK(ok);
+    struct tio_runtime_stats s;
+    tio_runtime_get_stats(rt, &s);
+    CHECK_EQ_U(s.tier_fallbacks, 3); /* W, once per iteration */
+    CHECK_EQ_U(s.tier_full_kept, 0);
+    CHECK_EQ_U(s.offloads, 6);
+    CHECK_EQ_U(s.bytes_offloaded, 9 * MB);
+    CHECK_EQ_U(s.bytes_prefetched, 9 * MB);
+    CHECK_EQ_U(h.released[0], 3);
+    CHECK_EQ_U(h.released[1], 3);
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    rt_free_inputs(plan, e, tr);
+}
+
+/* No tier has room for W (a 1 MiB host tier, no SSD): W stays resident (its planned offloads
+ * are dropped, the kernels run above the budget) instead of failing the training; A still
+ * goes to the host tier and comes back intact. */
+TIO_TEST(no_room_in_any_tier_keeps_the_tensor) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_HOST, 1) : NULL;
+    struct tio_engine *e = rt_engine(NULL, "posix", NULL, MB);
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        return;
+    }
+    struct host h;
+    struct tio_runtime *rt = start(tr, plan, e, &h);
+    int ok = 1;
+    for (int it = 0; it < 3; it++) {
+        CHECK_OK(iterate(rt, &h, &ok));
+    }
+    CHECK(ok);
+    struct tio_runtime_stats s;
+    tio_runtime_get_stats(rt, &s);
+    CHECK(s.tier_full_kept >= 3); /* W's planned offload, every iteration */
+    CHECK_EQ_U(s.tier_fallbacks, 0);
+    CHECK_EQ_U(h.released[0], 0); /* W never left */
+    CHECK_EQ_U(h.released[1], 3); /* A did, each iteration */
+    CHECK(s.over_budget_kernels > 0);
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    rt_free_inputs(plan, e, tr);
+}
+
 TIO_TEST(missing_prefetch_becomes_urgent_read) {
     struct tio_trace *tr = make_trace();
     struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD, 0) : NULL;
@@ -335,6 +397,8 @@ int main(void) {
     }
     RUN(ssd_tier_round_trip);
     RUN(host_tier_round_trip);
+    RUN(full_host_tier_falls_back_to_the_ssd);
+    RUN(no_room_in_any_tier_keeps_the_tensor);
     RUN(missing_prefetch_becomes_urgent_read);
     RUN(plan_of_another_trace_is_refused);
     RUN(io_fault_is_reported_and_data_kept);

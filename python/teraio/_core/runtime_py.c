@@ -875,7 +875,7 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
     struct tio_runtime_stats s;
     tio_runtime_get_stats(self->rt, &s);
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K,s:K,s:d,s:K}",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K,s:K,s:d,s:K,s:K,s:K}",
         "iterations", (unsigned long long)s.iterations, "kernels", (unsigned long long)s.kernels,
         "offloads", (unsigned long long)s.offloads, "clean_offloads",
         (unsigned long long)s.clean_offloads, "prefetches", (unsigned long long)s.prefetches,
@@ -890,7 +890,9 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
         (unsigned long long)s.demand_offloads, "bytes_demand_offloaded",
         (unsigned long long)s.bytes_demand_offloaded, "over_budget_kernels",
         (unsigned long long)s.over_budget_kernels, "demand_stall_s", s.demand_stall_s,
-        "deferred_prefetches", (unsigned long long)s.deferred_prefetches);
+        "deferred_prefetches", (unsigned long long)s.deferred_prefetches, "tier_fallbacks",
+        (unsigned long long)s.tier_fallbacks, "tier_full_kept",
+        (unsigned long long)s.tier_full_kept);
 }
 
 static PyObject *runtime_adopt(RuntimeObject *self, PyObject *args) {

@@ -18,7 +18,8 @@ from __future__ import annotations
 import time
 import weakref
 
-from teraio.torch._mode import F_GLOBAL, KIND_OPTIM, StepDriver, _flat_out, _iter_args
+from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _flat_out, _iter_args,
+                                release_storage)
 
 ID_BASE = 1 << 62
 GRACE = 32  # operators  # engine ids of this module's copies (executors use generation << 32 + id)
@@ -154,7 +155,7 @@ class BoundedMemory:
             self.stats["offloads"] += 1
             self.stats["bytes_offloaded"] += e.nb
         try:
-            st.resize_(0)
+            release_storage(st)
         except RuntimeError:  # not resizable (e.g. from numpy): keep it, forget the copy
             e.fixed = True
             self.engine.drop(e.eid)

@@ -104,6 +104,13 @@ class Offloader:
     bounded_unplanned: keep the warm-up and profiled steps within the budget too (default; CPU
         and one process only), offloading reactively through the engine; False runs them
         unconstrained (faster, but the process then peaks at the unconstrained size).
+    aligned_storages: on CPU, storages brought back from a tier get memory from teraio
+        (page-aligned, huge pages advised from 2 MiB) instead of PyTorch's allocator, whose
+        64-byte alignment forces the engine's O_DIRECT transfers through staging copies on the
+        training thread (default True; False: plain resize_). Such a storage cannot be
+        resized by other code while it holds that memory (release and restore() handle it), so
+        it is off with FSDP, which resizes its parameters' storages itself, and with a
+        PyTorch without UntypedStorage._swap_data_ptr_ (2.11; 2.13 has it).
     """
 
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
@@ -111,7 +118,7 @@ class Offloader:
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
-                 rank=None):
+                 aligned_storages=True, rank=None):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
@@ -129,6 +136,10 @@ class Offloader:
                 raise ValueError("memory_budget: must be > 0 bytes or a fraction in (0, 1) of "
                                  "the profiled peak (e.g. memory_budget='8GiB' or 0.5)")
         self.host_memory = _bytes(host_memory, "host_memory")
+        # FSDP resizes the storages of its parameters itself: those must stay resizable; and
+        # PyTorch must have UntypedStorage._swap_data_ptr_ (2.13 has it, 2.11 does not)
+        self.aligned_storages = (bool(aligned_storages) and self._gmodel is model
+                                 and hasattr(torch.UntypedStorage, "_swap_data_ptr_"))
         self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
         self.rank = _rank() if rank is None else int(rank)
         self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
@@ -551,6 +562,7 @@ class Offloader:
                                     offload_at=self._offload_at,
                                     split_foreach=self.split_foreach, cuda=self._cuda,
                                     in_optim=lambda: self._in_optim)
+                driver.aligned_storages = self.aligned_storages and not self._cuda
         self._driver = driver
         ok = False
         try:

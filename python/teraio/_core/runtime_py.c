@@ -583,7 +583,7 @@ static PyObject *rtengine_stats(RtEngineObject *self, PyObject *unused) {
     (void)unused;
     struct tio_engine_stats s;
     (void)tio_engine_stats(self->e, &s);
-    return Py_BuildValue("{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "backend", s.backend,
+    return Py_BuildValue("{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K}", "backend", s.backend,
                          "requests_failed", (unsigned long long)s.requests_failed, "bytes_written",
                          (unsigned long long)s.bytes_written, "bytes_read",
                          (unsigned long long)s.bytes_read, "retries", (unsigned long long)s.retries,
@@ -591,7 +591,8 @@ static PyObject *rtengine_stats(RtEngineObject *self, PyObject *unused) {
                          (unsigned long long)s.ssd_capacity_bytes, "ssd_used_bytes",
                          (unsigned long long)s.ssd_used_bytes, "host_capacity_bytes",
                          (unsigned long long)s.host_capacity_bytes, "host_used_bytes",
-                         (unsigned long long)s.host_used_bytes, "busy_s", s.busy_s);
+                         (unsigned long long)s.host_used_bytes, "busy_s", s.busy_s, "staged_bytes",
+                         (unsigned long long)s.staged_bytes);
 }
 
 /* One request, waited for: the caller is the only user of the engine at this time. */

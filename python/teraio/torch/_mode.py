@@ -196,6 +196,27 @@ class Divergence(Exception):
     """The operator sequence no longer matches the plan."""
 
 
+def materialize_aligned(st, nb):
+    """Give the released (0-byte) CPU storage `st` nb bytes of teraio's I/O memory: page-aligned
+    (2 MiB-aligned, huge pages advised, from 2 MiB), so that the engine's O_DIRECT reads land in
+    it directly instead of through staging buffers and a copy on this thread. The memory is an
+    IOBuffer held by a frombuffer storage whose data is swapped into `st`; it is freed when `st`
+    releases it (release_storage) or dies."""
+    src = torch.frombuffer(_core().IOBuffer(nb), dtype=torch.uint8).untyped_storage()
+    st._swap_data_ptr_(src)
+
+
+def release_storage(st):
+    """Free a storage's memory, keeping the storage (its tensors become 0-byte views). One that
+    holds an IOBuffer (materialize_aligned) cannot be resized: swapping in an empty storage hands
+    the buffer to it, and the buffer goes with it. Other storages are resized (one that cannot
+    be, e.g. from numpy, raises RuntimeError as before)."""
+    if not st.resizable() and _core().io_buffer_at(st.data_ptr()):
+        st._swap_data_ptr_(torch.UntypedStorage(0))
+    else:
+        st.resize_(0)
+
+
 class StepDriver:
     """State of one step under the dispatch mode: identity, recording or execution.
 
@@ -218,6 +239,7 @@ class StepDriver:
         self.rt = runtime
         self.split_foreach = split_foreach
         self.cuda = cuda
+        self.aligned_storages = False  # CPU materialisations from IOBuffer (Offloader sets it)
         self.in_optim = in_optim or (lambda: False)
         self.ids: dict[int, int] = {}
         self.refs: dict[int, weakref.ref] = {}
@@ -511,9 +533,12 @@ class StepDriver:
                 rt.forget(t)
                 continue
             if kind == 1:  # RT_RELEASE
-                st.resize_(0)
+                release_storage(st)
             else:  # RT_MATERIALIZE
-                st.resize_(nb)
+                if self.aligned_storages:
+                    materialize_aligned(st, nb)
+                else:
+                    st.resize_(nb)
                 self.ptr_by_id[t] = st.data_ptr()
                 rt.bind(t, self.ptr_by_id[t])
 

@@ -34,6 +34,9 @@ PRESETS = {
     "medium": dict(vocab=8192, dim=512, layers=4, heads=8, kv_heads=4, ffn=1536),
     # 4x medium's compute per token, 2x its activation bytes (bench/torch_bench.py)
     "large": dict(vocab=8192, dim=1024, layers=4, heads=16, kv_heads=8, ffn=2816),
+    # two layers of a 7B-class decoder (dim 4096, SwiGLU 11008, 32/8 heads; 0.42B parameters):
+    # compute per byte moved is what lets a GPU hide the transfers (scripts/gpu_validate.sh)
+    "xl": dict(vocab=8192, dim=4096, layers=2, heads=32, kv_heads=8, ffn=11008),
     # large embeddings, little compute: memory-heavy on a 2-core machine (the RSS test)
     "wide": dict(vocab=32768, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
 }
@@ -43,16 +46,18 @@ def param_digest(model) -> str:
     h = hashlib.sha256()
     for name, p in model.named_parameters():
         h.update(name.encode())
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
 def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, foreach=False,
-          tied=False, lr=1e-3, seed=0, on_step=None, fraction=None):
+          tied=False, lr=1e-3, seed=0, on_step=None, fraction=None, device="cpu"):
     """Train `steps` steps; returns (losses, model, offloader or None).
 
     offload: None (plain PyTorch) or a dict of teraio.Offloader keyword arguments.
     seqs: optional per-step sequence lengths (a list), to exercise re-planning.
+    device: "cpu" or "cuda"; the model is initialised on CPU (the same values everywhere) and
+    moved there, and the batches follow it.
     foreach: AdamW's foreach (PyTorch's CPU default is False: one parameter at a time, which lets
     teraio offload optimizer states between parameters; True runs each _foreach_ pass over all
     parameters, which teraio splits per tensor, but every state is then used in every pass).
@@ -60,6 +65,8 @@ def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, fore
     torch.manual_seed(seed)
     cfg = LlamaConfig(**PRESETS[preset], tied=tied)
     model = LlamaTiny(cfg, seed=seed)
+    if device != "cpu":
+        model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=foreach)
     off = None
     if offload is not None:
@@ -68,7 +75,8 @@ def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, fore
         off = teraio.Offloader(model, opt, **offload)
 
     def batch_for(i):
-        return make_batch(cfg, batch, seqs[i] if seqs else seq, i)
+        b = make_batch(cfg, batch, seqs[i] if seqs else seq, i)
+        return b if device == "cpu" else b.to(device)
 
     step_cb = (lambda i, o, _loss: on_step(i, o)) if on_step else None
     losses = train_steps(model, opt, off, batch_for, steps, step_cb)
@@ -111,11 +119,21 @@ def main(argv=None):
     ap.add_argument("--backend", default=None)
     ap.add_argument("--foreach", action="store_true",
                     help="AdamW(foreach=True): teraio splits each _foreach_ op per tensor")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="cuda: train on the GPU (deterministic algorithms on, so that runs "
+                    "with and without teraio can be compared bit for bit); --json then adds "
+                    "torch.cuda.max_memory_allocated() overall and for the steady steps")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--steady-after", type=int, default=2,
                     help="reset the peak RSS after this many steps (warm-up + profiling) and "
                     "report the peak of the remaining steps as steady_peak_rss_bytes")
     a = ap.parse_args(argv)
+    cuda = a.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no CUDA device here")
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     offload = None
     if a.budget is not None:
         import teraio
@@ -139,13 +157,18 @@ def main(argv=None):
         if i + 1 == a.steady_after:
             steady["before"] = peak_rss_bytes()  # clear_refs also resets ru_maxrss
             steady["reset"] = reset_peak_rss()
+            if cuda:
+                steady["cuda_before"] = torch.cuda.max_memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
         if i + 1 == a.steps:  # the training's peaks, before the final restore() and the digest
             steady["train"] = max(peak_rss_bytes(), steady.get("before", 0))
             steady["train_steady"] = vm_hwm_bytes() if steady.get("reset") else None
+            if cuda:
+                steady["cuda_steady"] = torch.cuda.max_memory_allocated()
 
     t0 = time.perf_counter()
     losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
-                               foreach=a.foreach, on_step=on_step)
+                               foreach=a.foreach, on_step=on_step, device=a.device)
     dt = time.perf_counter() - t0
     out = dict(losses=losses, params=param_digest(model), seconds=dt,
                peak_rss_bytes=max(peak_rss_bytes(), steady.get("before", 0)),
@@ -154,8 +177,15 @@ def main(argv=None):
                train_steady_peak_rss_bytes=steady.get("train_steady"),
                steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
                                                             times[a.steady_after:])])
+    if cuda:
+        out["cuda_device"] = torch.cuda.get_device_name()
+        out["cuda_max_allocated_bytes"] = max(steady.get("cuda_before", 0),
+                                              steady.get("cuda_steady", 0))
+        out["cuda_steady_max_allocated_bytes"] = steady.get("cuda_steady")
     if off is not None:
-        out["report"] = {k: v for k, v in off.report().items() if k not in ("plan", "engine")}
+        rep = off.report()
+        out["report"] = {k: v for k, v in rep.items() if k not in ("plan", "engine")}
+        out["report"]["backend"] = (rep.get("engine") or {}).get("backend")
     if a.json:
         print(json.dumps(out))
     else:

@@ -38,7 +38,9 @@ if(TARGET test_io_probe)
         "TIO_FAKE_CUDART=$<TARGET_FILE:tio_fake_cudart>")
 endif()
 if(TARGET test_io_cli AND TARGET teraio_cli)
-    add_dependencies(test_io_cli teraio_cli)
+    add_dependencies(test_io_cli teraio_cli tio_fake_cudart)
+    set_property(TEST test_io_cli APPEND PROPERTY ENVIRONMENT
+        "TIO_FAKE_CUDART=$<TARGET_FILE:tio_fake_cudart>")
 endif()
 
 # --- cuFile layout check -------------------------------------------------------------------

@@ -59,6 +59,35 @@ TIO_TEST(bench_io_errors) {
     CHECK_EQ_I(run("bench-io --help", out, sizeof out), 0);
 }
 
+/* --device-mem against the fake libcudart (its "device memory" is host memory): the cuda
+ * backend moves the buffers and --verify checks every chunk read back. On a GPU machine,
+ * scripts/gpu_validate.sh runs the same with the real library. */
+TIO_TEST(bench_io_device_memory) {
+    static char out[16384], args[1024];
+    const char *fake = getenv("TIO_FAKE_CUDART");
+    CHECK(fake != NULL);
+    if (!fake)
+        return;
+    snprintf(args, sizeof args,
+             "bench-io --dir %s --size 4MiB --block 1MiB --depth 2 --backend cuda --device-mem "
+             "--rw read --verify --json",
+             g_dir);
+    CHECK_EQ_I(setenv("TIO_CUDART_LIB", fake, 1), 0);
+    CHECK_EQ_I(run(args, out, sizeof out), 0);
+    CHECK(strstr(out, "\"buffers\": \"device\"") && strstr(out, "\"backend\": \"cuda\"") &&
+          strstr(out, "\"bytes\": 4194304"));
+    snprintf(args, sizeof args, "bench-io --dir %s --device-mem --small-pages", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 1);
+    CHECK(strstr(out, "exclude each other") != NULL);
+    /* no CUDA runtime: a clear error, exit 3 */
+    CHECK_EQ_I(setenv("TIO_CUDART_LIB", "/nonexistent/libcudart.so", 1), 0);
+    snprintf(args, sizeof args, "bench-io --dir %s --size 1MiB --block 1MiB --device-mem", g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 3);
+    CHECK(strstr(out, "--device-mem needs a CUDA device") != NULL);
+    CHECK_EQ_I(unsetenv("TIO_CUDART_LIB"), 0);
+    CHECK_EQ_I(io_dir_entries(g_dir), 0);
+}
+
 int main(void) {
     if (!getenv("TIO_CLI") || !*getenv("TIO_CLI"))
         TIO_SKIP("TIO_CLI not set (CLI not built)");
@@ -66,6 +95,7 @@ int main(void) {
     RUN(probe_text_and_json);
     RUN(bench_io_json);
     RUN(bench_io_errors);
+    RUN(bench_io_device_memory);
     CHECK(rmdir(g_dir) == 0);
     return tio_test_done();
 }

@@ -14,6 +14,7 @@
 #include <teraio/units.h>
 
 #include "cli.h"
+#include "dl/cudart_shim.h"
 
 #define MAX_DIRS 64
 
@@ -43,6 +44,8 @@ static void usage(FILE *f) {
         "                    tio_io_alloc (2 MiB-aligned, transparent huge pages advised): a\n"
         "                    transfer from scattered pages has more segments, and the kernel\n"
         "                    splits a request over the device's segment limit\n"
+        "  --device-mem      buffers in CUDA device memory (cudaMalloc; needs the cufile or\n"
+        "                    cuda backend and a GPU): the GPU <-> SSD path of training\n"
         "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
         "examples:\n"
         "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
@@ -70,7 +73,8 @@ static int run_phase(struct tio_engine *e,
                      uint64_t n,
                      uint64_t block,
                      uint32_t depth,
-                     unsigned char **bufs) {
+                     unsigned char **bufs,
+                     enum tio_mem_kind mem) {
     uint64_t next = 0, done = 0;
     uint32_t *free_slots = tio_malloc(depth * sizeof(*free_slots));
     if (!free_slots)
@@ -84,10 +88,9 @@ static int run_phase(struct tio_engine *e,
             uint32_t slot = free_slots[--nfree];
             /* tag: slot in the low 32 bits, tensor in the high */
             uint64_t tag = (next << 32) | slot;
-            rc = write ? tio_engine_write(e, next, bufs[slot], block, TIO_MEM_HOST, TIO_TIER_SSD,
+            rc = write ? tio_engine_write(e, next, bufs[slot], block, mem, TIO_TIER_SSD,
                                           TIO_PRIO_NORMAL, tag)
-                       : tio_engine_read(e, next, bufs[slot], block, TIO_MEM_HOST, TIO_PRIO_NORMAL,
-                                         tag);
+                       : tio_engine_read(e, next, bufs[slot], block, mem, TIO_PRIO_NORMAL, tag);
             if (rc == -EAGAIN) {
                 free_slots[nfree++] = slot;
                 rc = 0;
@@ -131,7 +134,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
     size_t ndirs = 0;
     uint64_t size = UINT64_C(1) << 30, block = 4u << 20, depth = 16, chunk = 0;
     const char *backend = "auto", *rw = "write";
-    int json = 0, verify = 0, warmup = 0, small_pages = 0;
+    int json = 0, verify = 0, warmup = 0, small_pages = 0, device_mem = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -150,6 +153,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--small-pages")) {
             small_pages = 1;
+            continue;
+        } else if (!strcmp(a, "--device-mem")) {
+            device_mem = 1;
             continue;
         }
         if (!v) {
@@ -202,6 +208,20 @@ int cli_cmd_bench_io(int argc, char **argv) {
         cli_error(cmd, "--depth must be 1..4096");
         return TIO_EXIT_USAGE;
     }
+    if (device_mem && small_pages) {
+        cli_error(cmd, "--device-mem and --small-pages exclude each other");
+        return TIO_EXIT_USAGE;
+    }
+    const struct tio_cudart_api *cu = NULL;
+    if (device_mem) {
+        char why[256];
+        cu = tio_cudart();
+        if (!cu || !tio_cudart_usable(why, sizeof why)) {
+            cli_error(cmd, "--device-mem needs a CUDA device: %s", cu ? why : tio_cudart_reason());
+            return TIO_EXIT_RUNTIME;
+        }
+    }
+    enum tio_mem_kind mem = device_mem ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     if (!chunk)
         chunk = block < (UINT64_C(1) << 30) ? block : (UINT64_C(1) << 30);
     uint64_t n = size / block;
@@ -228,40 +248,66 @@ int cli_cmd_bench_io(int argc, char **argv) {
     /* one arena, sliced: 1 MiB blocks then share huge pages too */
     unsigned char **bufs = tio_calloc(depth, sizeof(*bufs));
     unsigned char *arena = NULL;
-    if (bufs) {
+    unsigned char *pattern = NULL; /* device memory: filled from one host block */
+    if (bufs && device_mem) {
+        void *d = NULL;
+        int err = cu->malloc_device(&d, depth * block);
+        if (err) {
+            cli_error(cmd, "cudaMalloc of %llu bytes: %s", (unsigned long long)(depth * block),
+                      cu->get_error_string(err));
+            tio_free(bufs);
+            tio_engine_free(e);
+            return TIO_EXIT_RUNTIME;
+        }
+        arena = d;
+        pattern = tio_io_alloc(block);
+    } else if (bufs) {
         arena = small_pages ? tio_aligned_alloc(4096, depth * block) : tio_io_alloc(depth * block);
 #if defined(__linux__) && defined(MADV_NOHUGEPAGE)
         if (arena && small_pages)
             (void)madvise(arena, depth * block, MADV_NOHUGEPAGE);
 #endif
     }
-    if (!bufs || !arena)
+    if (!bufs || !arena || (device_mem && !pattern))
         rc = TIO_ENOMEM;
     for (uint64_t i = 0; rc == 0 && i < depth; i++) {
         bufs[i] = arena + i * block;
+        unsigned char *fill = device_mem ? pattern : bufs[i];
         for (uint64_t j = 0; j < block; j += 4096) /* touch and fill */
-            memset(bufs[i] + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
+            memset(fill + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
+        if (device_mem) {
+            int err = cu->memcpy(bufs[i], pattern, block, TIO_CUDA_MEMCPY_H2D);
+            if (err)
+                rc = tio_set_error(TIO_EIO, "cudaMemcpy to device memory: %s",
+                                   cu->get_error_string(err));
+        }
     }
+    tio_free(pattern);
     int reading = !strcmp(rw, "read");
     if (rc == 0 && reading)
-        rc = run_phase(e, 1, n, block, (uint32_t)depth, bufs); /* prefill, untimed */
+        rc = run_phase(e, 1, n, block, (uint32_t)depth, bufs, mem); /* prefill, untimed */
     if (rc == 0 && warmup && !reading) {
         /* Write the whole swap file once, untimed: the n tensors plus `depth` more that fill
          * the room rewrites in flight use, then drop those. A timed rewrite's new copy then
          * lands on blocks written before (as fio rewrites its laid-out file), not on
          * unwritten extents the file system must convert, which costs large writes at high
          * depth (depth x block of never-written space) a tenth or more of their bandwidth. */
-        rc = run_phase(e, 1, n + depth, block, (uint32_t)depth, bufs);
+        rc = run_phase(e, 1, n + depth, block, (uint32_t)depth, bufs, mem);
         for (uint64_t i = n; rc == 0 && i < n + depth; i++)
             rc = tio_engine_drop(e, i);
     }
     double w0 = wall_now(), c0 = cpu_now();
     if (rc == 0)
-        rc = run_phase(e, !reading, n, block, (uint32_t)depth, bufs);
+        rc = run_phase(e, !reading, n, block, (uint32_t)depth, bufs, mem);
     double wall = wall_now() - w0, cpu = cpu_now() - c0;
     struct tio_engine_stats st;
     (void)tio_engine_stats(e, &st);
-    tio_free(arena);
+    if (device_mem) {
+        if (arena)
+            (void)cu->free_device(arena);
+    } else {
+        tio_free(arena);
+    }
     tio_free(bufs);
     if (rc < 0) {
         int code = cli_fail(cmd, reading ? "reading" : "writing", rc);
@@ -289,7 +335,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
             (unsigned long long)block, (unsigned long long)chunk, (unsigned long long)depth,
             (unsigned long long)bytes, wall, bps, cpu, cpu_gib, (unsigned long long)st.ops_issued,
             (unsigned long long)st.staged_bytes, (unsigned long long)st.short_transfers,
-            small_pages ? "small-pages" : "io-alloc");
+            device_mem    ? "device"
+            : small_pages ? "small-pages"
+                          : "io-alloc");
     } else {
         char b1[32], b2[32], b3[32];
         printf("%s %s in %.3f s: %s, CPU %.3f s/GiB (backend %s, %zu dir(s), block %s, depth "

@@ -135,6 +135,8 @@ class LlamaTiny(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         s = tokens.shape[1]
         cos, sin = rope_tables(self.cfg.dim // self.cfg.heads, s, self.cfg.rope_theta)
+        if tokens.device.type != "cpu":  # computed on CPU: the same values on every device
+            cos, sin = cos.to(tokens.device), sin.to(tokens.device)
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x, cos, sin)

@@ -209,8 +209,8 @@ struct tio_runtime_stats {
     uint64_t over_budget_kernels;    /* kernels that ran above the budget: nothing movable left */
     double demand_stall_s;           /* waiting for demand offloads to complete */
     uint64_t deferred_prefetches;    /* planned prefetches taken back to stay in the budget */
-    uint64_t tier_fallbacks;         /* planned host-tier offloads sent to the SSDs instead: the
-                                        host tier had no free extent large enough */
+    uint64_t tier_fallbacks;         /* host-tier offloads (planned or demand) sent to the SSDs
+                                        instead: the host tier had no free extent large enough */
     uint64_t tier_full_kept;         /* planned offloads dropped (the tensor stays resident, the
                                         demand offloads then keep the budget): no tier had room */
 };

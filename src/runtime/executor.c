@@ -245,13 +245,12 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
     }
 }
 
-/* Queue a planned offload of t (state ST_WRITING) to `tier`. The planner counts bytes, the engine
- * needs one free extent: when the host tier has none large enough the SSDs take it, and when no
- * tier has room t stays resident (the executor's demand offloads keep the budget if they must).
- * 0 queued, 1 kept resident, < 0 an error. */
-static int planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
+/* submit_write, soft; a host-tier write that finds no free extent large enough (the planner and
+ * demand_tier count bytes, the engine needs one extent) goes to the SSDs when `to_ssd` allows it
+ * and there are any, counted in tier_fallbacks. -ENOSPC when no tier took it. */
+static int write_or_ssd(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int to_ssd) {
     int rc = submit_write(rt, t, tier, urgent, 1);
-    if (rc == -ENOSPC && tier == TIO_TIER_HOST && rt->has_ssd) {
+    if (rc == -ENOSPC && tier == TIO_TIER_HOST && to_ssd && rt->has_ssd) {
         TIO_LOG_DEBUG("runtime: offload of tensor %u to the host tier: %s; to the SSDs", t,
                       tio_last_error());
         rc = submit_write(rt, t, TIO_TIER_SSD, urgent, 1);
@@ -259,6 +258,14 @@ static int planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int u
             rt->st.tier_fallbacks++;
         }
     }
+    return rc;
+}
+
+/* Queue a planned offload of t (state ST_WRITING) to `tier` (write_or_ssd); when no tier has
+ * room t stays resident (the executor's demand offloads keep the budget if they must).
+ * 0 queued, 1 kept resident, < 0 an error. */
+static int planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
+    int rc = write_or_ssd(rt, t, tier, urgent, 1);
     if (rc == -ENOSPC) {
         TIO_LOG_DEBUG("runtime: offload of tensor %u kept resident: %s", t, tio_last_error());
         rt->state[t] = ST_RESIDENT;
@@ -386,11 +393,8 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
             rt->st.clean_offloads++;
             continue;
         }
-        int32_t tier = demand_tier(rt, t);
-        rc = submit_write(rt, t, tier, 1, 1);
-        if (rc == -ENOSPC && tier == TIO_TIER_HOST && rt->demand_tier == 0 && rt->has_ssd) {
-            rc = submit_write(rt, t, TIO_TIER_SSD, 1, 1); /* host tier fragmented: the SSDs */
-        }
+        /* a tier chosen in params.demand_tier is not overridden */
+        rc = write_or_ssd(rt, t, demand_tier(rt, t), 1, rt->demand_tier == 0);
         if (rc == -ENOSPC) { /* no room anywhere: keep it, run above the budget */
             TIO_LOG_DEBUG("runtime: demand offload of tensor %u: %s", t, tio_last_error());
             rt->state[t] = ST_RESIDENT;

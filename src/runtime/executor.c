@@ -809,11 +809,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             }
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
-            if ((rc = planned_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0)) > 0) {
-                rc = 0;
-                continue;
-            }
-            if (rc < 0) {
+            if ((rc = planned_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0)) < 0) {
                 return rc;
             }
         } else { /* prefetch */

@@ -253,7 +253,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
         void *d = NULL;
         int err = cu->malloc_device(&d, depth * block);
         if (err) {
-            cli_error(cmd, "cudaMalloc of %llu bytes: %s", (unsigned long long)(depth * block),
+            cli_error(cmd, "cudaMalloc of %llu bytes: %s", (unsigned long long)depth * block,
                       cu->get_error_string(err));
             tio_free(bufs);
             tio_engine_free(e);

@@ -208,25 +208,42 @@ static struct tio_runtime *start(const struct tio_trace *tr,
     return rt;
 }
 
-static void run_tier(int32_t tier) {
+/* Three iterations of the plan for `tier` (prefetches included) over an engine with the SSD
+ * directory dir (NULL: none) and a host tier of host_tier bytes, with the data checks: the
+ * executor's stats and the caller's release and materialise counts in *h. 0, or -1 if the inputs
+ * could not be made. */
+static int run_three(int32_t tier,
+                     const char *dir,
+                     uint64_t host_tier,
+                     struct tio_runtime_stats *s,
+                     struct host *h) {
     struct tio_trace *tr = make_trace();
-    CHECK(tr != NULL);
-    struct tio_plan *plan = make_plan(tr, tier, 1);
-    CHECK(plan != NULL);
-    struct tio_engine *e = make_engine("posix", NULL);
-    CHECK(e != NULL);
+    struct tio_plan *plan = tr ? make_plan(tr, tier, 1) : NULL;
+    struct tio_engine *e = rt_engine(dir, "posix", NULL, host_tier);
+    CHECK(tr && plan && e);
     if (!tr || !plan || !e) {
-        return;
+        return -1;
     }
-    struct host h;
-    struct tio_runtime *rt = start(tr, plan, e, &h);
+    struct tio_runtime *rt = start(tr, plan, e, h);
     int ok = 1;
     for (int it = 0; it < 3; it++) {
-        CHECK_OK(iterate(rt, &h, &ok));
+        CHECK_OK(iterate(rt, h, &ok));
     }
     CHECK(ok);
+    tio_runtime_get_stats(rt, s);
+    tio_runtime_free(rt);
+    free(h->buf[0]);
+    h->buf[0] = NULL;
+    rt_free_inputs(plan, e, tr);
+    return 0;
+}
+
+static void run_tier(int32_t tier) {
     struct tio_runtime_stats s;
-    tio_runtime_get_stats(rt, &s);
+    struct host h;
+    if (run_three(tier, g_dir, 8 * MB, &s, &h) < 0) {
+        return;
+    }
     /* Per iteration W (dirty again after k7 writes it) and A are written and read back once:
      * 2 offloads and 3 MiB each way; W's read is the urgent one at k7. */
     CHECK_EQ_U(s.iterations, 3);
@@ -245,9 +262,6 @@ static void run_tier(int32_t tier) {
     CHECK_EQ_U(s.peak_resident_bytes, 2 * MB);
     CHECK(s.pressure_stall_s >= 0.0);
     CHECK_EQ_U(s.resident_bytes, 2 * MB);
-    tio_runtime_free(rt);
-    free(h.buf[0]);
-    rt_free_inputs(plan, e, tr);
 }
 
 TIO_TEST(ssd_tier_round_trip) {
@@ -258,39 +272,13 @@ TIO_TEST(host_tier_round_trip) {
     run_tier(TIO_TIER_HOST);
 }
 
-/* Three iterations of the host-tier plan over an engine whose host tier (1 MiB) cannot take W
- * (2 MiB), with the SSD directory dir (NULL: none): the data checks, the executor's stats and
- * how often the caller released each tensor. 0, or -1 if the inputs could not be made. */
-static int run_small_host_tier(const char *dir, struct tio_runtime_stats *s, int released[3]) {
-    struct tio_trace *tr = make_trace();
-    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_HOST, 1) : NULL;
-    struct tio_engine *e = rt_engine(dir, "posix", NULL, MB);
-    CHECK(tr && plan && e);
-    if (!tr || !plan || !e) {
-        return -1;
-    }
-    struct host h;
-    struct tio_runtime *rt = start(tr, plan, e, &h);
-    int ok = 1;
-    for (int it = 0; it < 3; it++) {
-        CHECK_OK(iterate(rt, &h, &ok));
-    }
-    CHECK(ok);
-    tio_runtime_get_stats(rt, s);
-    memcpy(released, h.released, sizeof h.released);
-    tio_runtime_free(rt);
-    free(h.buf[0]);
-    rt_free_inputs(plan, e, tr);
-    return 0;
-}
-
-/* The planner counts bytes; the engine needs one free extent. W goes to the SSD instead (A
- * still fits the host tier) and the iterations run as with a large enough tier: the same data,
- * bytes and releases. */
+/* The planner counts bytes; the engine needs one free extent. A host tier of 1 MiB cannot take W
+ * (2 MiB): W goes to the SSD instead (A still fits the host tier) and the iterations run as with a
+ * large enough tier: the same data, bytes and releases. */
 TIO_TEST(full_host_tier_falls_back_to_the_ssd) {
     struct tio_runtime_stats s;
-    int released[3];
-    if (run_small_host_tier(g_dir, &s, released) < 0) {
+    struct host h;
+    if (run_three(TIO_TIER_HOST, g_dir, MB, &s, &h) < 0) {
         return;
     }
     CHECK_EQ_U(s.tier_fallbacks, 3); /* W, once per iteration */
@@ -298,23 +286,23 @@ TIO_TEST(full_host_tier_falls_back_to_the_ssd) {
     CHECK_EQ_U(s.offloads, 6);
     CHECK_EQ_U(s.bytes_offloaded, 9 * MB);
     CHECK_EQ_U(s.bytes_prefetched, 9 * MB);
-    CHECK_EQ_U(released[0], 3);
-    CHECK_EQ_U(released[1], 3);
+    CHECK_EQ_U(h.released[0], 3);
+    CHECK_EQ_U(h.released[1], 3);
 }
 
-/* No tier has room for W (no SSD): W stays resident (its planned offloads are dropped, the
- * kernels run above the budget) instead of failing the training; A still goes to the host tier
- * and comes back intact. */
+/* No tier has room for W (a 1 MiB host tier, no SSD): W stays resident (its planned offloads are
+ * dropped, the kernels run above the budget) instead of failing the training; A still goes to the
+ * host tier and comes back intact. */
 TIO_TEST(no_room_in_any_tier_keeps_the_tensor) {
     struct tio_runtime_stats s;
-    int released[3];
-    if (run_small_host_tier(NULL, &s, released) < 0) {
+    struct host h;
+    if (run_three(TIO_TIER_HOST, NULL, MB, &s, &h) < 0) {
         return;
     }
     CHECK(s.tier_full_kept >= 3); /* W's planned offload, every iteration */
     CHECK_EQ_U(s.tier_fallbacks, 0);
-    CHECK_EQ_U(released[0], 0); /* W never left */
-    CHECK_EQ_U(released[1], 3); /* A did, each iteration */
+    CHECK_EQ_U(h.released[0], 0); /* W never left */
+    CHECK_EQ_U(h.released[1], 3); /* A did, each iteration */
     CHECK(s.over_budget_kernels > 0);
 }
 

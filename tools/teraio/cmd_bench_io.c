@@ -135,29 +135,30 @@ int cli_cmd_bench_io(int argc, char **argv) {
     uint64_t size = UINT64_C(1) << 30, block = 4u << 20, depth = 16, chunk = 0;
     const char *backend = "auto", *rw = "write";
     int json = 0, verify = 0, warmup = 0, small_pages = 0, device_mem = 0;
+    const struct {
+        const char *name;
+        int *set;
+    } flags[] = { { "--json", &json },
+                  { "--verify", &verify },
+                  { "--warmup", &warmup },
+                  { "--small-pages", &small_pages },
+                  { "--device-mem", &device_mem } };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
+        int rc = 0, is_flag = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return TIO_EXIT_OK;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        } else if (!strcmp(a, "--verify")) {
-            verify = 1;
-            continue;
-        } else if (!strcmp(a, "--warmup")) {
-            warmup = 1;
-            continue;
-        } else if (!strcmp(a, "--small-pages")) {
-            small_pages = 1;
-            continue;
-        } else if (!strcmp(a, "--device-mem")) {
-            device_mem = 1;
-            continue;
         }
+        for (size_t f = 0; f < sizeof flags / sizeof flags[0] && !is_flag; f++) {
+            if (!strcmp(a, flags[f].name)) {
+                *flags[f].set = 1;
+                is_flag = 1;
+            }
+        }
+        if (is_flag)
+            continue;
         if (!v) {
             cli_error(cmd, "option %s needs a value (see teraio bench-io --help)", a);
             return TIO_EXIT_USAGE;

@@ -10,10 +10,13 @@
 2. End-to-end CPU training throughput (tokens/s over the steady-state steps) and peak RSS, each
    configuration in its own process: no offloading; teraio at 50% of the unconstrained peak (SSD
    tier in --ssd-dir; "teraio-py": the same with the Python per-operator path);
-   torch.autograd.graph.save_on_cpu; activation checkpointing of every block.
+   torch.autograd.graph.save_on_cpu; activation checkpointing of every block; "baremode": no
+   offloading under a TorchDispatchMode that only calls the operator (the floor of any Python
+   dispatch mode, teraio included).
    Configurations are interleaved round by round; the load average is recorded with each run,
    and per step the training thread's CPU time (main_cpu_s), its time runnable but off a CPU
-   (main_runq_s) and the VM's steal time (steal_s: what the host took from this VM's vCPUs).
+   (main_runq_s), its system time and minor page faults (main_sys_s, main_minflt) and the VM's
+   steal time (steal_s: what the host took from this VM's vCPUs).
    --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME.
 
     python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 7
@@ -24,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -45,17 +49,26 @@ def no_move_runtime(prog):
     return teraio._core.Runtime(trace, plan, eng)
 
 
-def micro_overhead(reps, n_ops=2000):
-    """Per-operator cost of the hook on a chain of cheap operators (x = x + 1 on 16 floats)."""
-    import torch
+@functools.lru_cache(maxsize=None)
+def bare_mode_class():
+    """A TorchDispatchMode that only calls the operator: the floor of any Python dispatch mode,
+    which teraio (a dispatch mode) cannot go below."""
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    import teraio
-    from teraio.torch._mode import StepDriver, StepMode
 
     class Bare(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
+
+    return Bare
+
+
+def micro_overhead(reps, n_ops=2000):
+    """Per-operator cost of the hook on a chain of cheap operators (x = x + 1 on 16 floats)."""
+    import torch
+    import teraio
+    from teraio.torch._mode import StepDriver, StepMode
+
+    Bare = bare_mode_class()
 
     x0 = torch.zeros(16)
 
@@ -146,11 +159,7 @@ def hook_overhead(preset, reps, batch, seq, overrides=None):
     d.end()
     prog = d.prog
     rt = no_move_runtime(prog)
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Bare(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
+    Bare = bare_mode_class()
 
     def under(mode_fn):
         def run(i):
@@ -202,7 +211,7 @@ def _vm_hwm_mib():
     return 0.0
 
 
-BUILTIN_MODES = ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint")
+BUILTIN_MODES = ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint", "baremode")
 
 
 def _runq_s():
@@ -212,6 +221,14 @@ def _runq_s():
             return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _thread_rusage():
+    """(system CPU seconds, minor page faults) of the calling thread so far."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return r.ru_stime, r.ru_minflt
 
 
 def _steal_s():
@@ -255,7 +272,7 @@ def worker(cfg):
             fwd = blk.forward
             blk.forward = (lambda f: lambda x, cos, sin: checkpoint(f, x, cos, sin,
                                                                     use_reentrant=False))(fwd)
-    times, cpu, tcpu, runq, steal = [], [], [], [], []
+    times, cpu, tcpu, runq, steal, sys_s, faults = [], [], [], [], [], [], []
     warm = 3  # teraio: warm-up, profiling, first offloaded step; the same count for all
     for i in range(cfg["steps"]):
         if i == warm and os.environ.get("TIO_BENCH_PERF_CTL"):  # perf record --control fifo:
@@ -269,10 +286,12 @@ def worker(cfg):
             ctx = off.step()
         elif mode == "save_on_cpu":
             ctx = torch.autograd.graph.save_on_cpu(pin_memory=False)
+        elif mode == "baremode":  # the dispatch-mode floor, no teraio
+            ctx = bare_mode_class()()
         else:
             ctx = contextlib.nullcontext()
         t0, c0, m0, q0 = time.perf_counter(), time.process_time(), time.thread_time(), _runq_s()
-        s0 = _steal_s()
+        s0, r0 = _steal_s(), _thread_rusage()
         with ctx:
             loss = model.loss(tokens)
             loss.backward()
@@ -284,6 +303,9 @@ def worker(cfg):
         tcpu.append(time.thread_time() - m0)  # the training thread alone
         runq.append(_runq_s() - q0)  # the training thread waiting for a CPU (preempted)
         steal.append(_steal_s() - s0)  # the VM's CPUs taken by the host (e.g. virtual disk work)
+        r1 = _thread_rusage()
+        sys_s.append(r1[0] - r0[0])  # the training thread in the kernel (faults, I/O calls)
+        faults.append(r1[1] - r0[1])  # its minor page faults (fresh memory touched)
     steady = times[warm:] if len(times) > warm else times
     steady_cpu = cpu[warm:] if len(cpu) > warm else cpu
     out = {"mode": mode, "step_s": statistics.median(steady), "steps_s": times,
@@ -291,6 +313,8 @@ def worker(cfg):
            "main_cpu_s": statistics.median(tcpu[warm:] or tcpu), "steps_main_cpu_s": tcpu,
            "main_runq_s": statistics.median(runq[warm:] or runq),
            "steal_s": statistics.median(steal[warm:] or steal), "steps_steal_s": steal,
+           "main_sys_s": statistics.median(sys_s[warm:] or sys_s),
+           "main_minflt": statistics.median(faults[warm:] or faults),
            "tokens_per_s": cfg["batch"] * cfg["seq"] / statistics.median(steady),
            "steady_peak_rss_mib": _vm_hwm_mib(), "load_avg_end": os.getloadavg()}
     if off is not None:
@@ -391,6 +415,8 @@ def main():
             "main_cpu_s_median": statistics.median(x["main_cpu_s"] for x in runs),
             "main_runq_s_median": statistics.median(x.get("main_runq_s", 0) for x in runs),
             "steal_s_median": statistics.median(x.get("steal_s", 0) for x in runs),
+            "main_sys_s_median": statistics.median(x.get("main_sys_s", 0) for x in runs),
+            "main_minflt_median": statistics.median(x.get("main_minflt", 0) for x in runs),
             "thp_alloc": a.thp_alloc,
             "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results["plain"]) /
                                     statistics.median(cpus)) if "plain" in results else 0,

@@ -247,11 +247,18 @@ def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
                     keep = torch.empty(st.nbytes(), dtype=torch.uint8)
                     keep.untyped_storage().copy_(st)
                     old = st.data_ptr()
-                    st.resize_(0)
-                    hold = torch.empty(keep.numel(), dtype=torch.uint8)  # takes the old block
-                    st.resize_(keep.numel())
+                    # the freed block goes to whichever allocation the allocator picks (heap bin,
+                    # a reused mmap hole): keep every candidate alive until the storage lands
+                    # somewhere else, so the move does not depend on what earlier tests left
+                    holds = []
+                    for _ in range(64):
+                        st.resize_(0)
+                        holds.append(torch.empty(keep.numel(), dtype=torch.uint8))
+                        st.resize_(keep.numel())
+                        if st.data_ptr() != old:
+                            break
                     st.copy_(keep.untyped_storage())
-                    del hold
+                    del holds
                 moved.append((t, old != st.data_ptr()))
                 return
 

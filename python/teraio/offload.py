@@ -111,6 +111,15 @@ class Offloader:
         resized by other code while it holds that memory (release and restore() handle it), so
         it is off with FSDP, which resizes its parameters' storages itself, and with a
         PyTorch without UntypedStorage._swap_data_ptr_ (2.11; 2.13 has it).
+    cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
+        allocation on its own and hands it back to the OS when freed (mallopt M_MMAP_THRESHOLD,
+        set for the whole process when the Offloader is made; default "64KiB"). Without it,
+        glibc keeps freed tensor memory in its heap and raises its threshold as training goes
+        on, so the memory teraio frees by offloading does not leave the process (little RSS
+        drop; docs/user-guide.md, "Memory on CPU"). None leaves malloc alone; so does a
+        MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES=glibc.malloc.mmap_threshold in the
+        environment (yours wins). Ignored for CUDA models and C libraries other than glibc.
+        report()["cpu_mmap_threshold"] says what was set (None: nothing).
     """
 
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
@@ -118,7 +127,7 @@ class Offloader:
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
-                 aligned_storages=True, rank=None):
+                 aligned_storages=True, rank=None, cpu_mmap_threshold="64KiB"):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
@@ -141,6 +150,7 @@ class Offloader:
         self.aligned_storages = (bool(aligned_storages) and self._gmodel is model
                                  and hasattr(torch.UntypedStorage, "_swap_data_ptr_"))
         self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
+        self.cpu_mmap_threshold = self._tune_malloc(model, cpu_mmap_threshold)
         self.rank = _rank() if rank is None else int(rank)
         self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
         if isinstance(ssd_dirs, (str, bytes)):
@@ -518,6 +528,22 @@ class Offloader:
             else:
                 self._stats_done[k] = self._stats_done.get(k, 0) + v
 
+    @staticmethod
+    def _tune_malloc(model, threshold):
+        """Apply cpu_mmap_threshold (see the class docstring); the value set, or None."""
+        if threshold is None:
+            return None
+        n = _bytes(threshold, "cpu_mmap_threshold")
+        if not 0 <= n <= 32 << 20:
+            raise ValueError(f"cpu_mmap_threshold: {threshold!r} is outside glibc's range, 0 to "
+                             "32 MiB (e.g. '64KiB'; None leaves malloc alone)")
+        if _device_backend(model) is not None:  # CUDA: the device memory is what is budgeted
+            return None
+        if "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc.mmap_threshold" in \
+                os.environ.get("GLIBC_TUNABLES", ""):
+            return None
+        return n if _core.malloc_mmap_threshold(n) else None
+
     # ---- the step -------------------------------------------------------------------------
     @contextlib.contextmanager
     def step(self):
@@ -714,6 +740,7 @@ class Offloader:
         out["unplanned_bytes_read"] = bs["bytes_read"]
         out["unplanned_io_s"] = bs["io_s"]
         out.update(self._counts)
+        out["cpu_mmap_threshold"] = self.cpu_mmap_threshold
         if self._plan is not None:
             out["plan"] = self._plan.summary()
         if self._engine is not None:

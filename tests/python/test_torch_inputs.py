@@ -98,3 +98,95 @@ def test_bad_ssd_bandwidth(tmp_path, bw):
     m, o = _model()
     with pytest.raises(ValueError, match="ssd_bandwidth"):
         teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)], ssd_bandwidth=bw)
+
+
+@pytest.mark.parametrize("threshold", ["64MiB", "lots", -1])
+def test_bad_cpu_mmap_threshold(tmp_path, threshold):
+    m, o = _model()
+    with pytest.raises(ValueError, match="cpu_mmap_threshold"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                         cpu_mmap_threshold=threshold)
+
+
+def _threshold_calls(monkeypatch):
+    calls = []
+    monkeypatch.setattr(teraio._core, "malloc_mmap_threshold",
+                        lambda n: calls.append(n) or True)
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    return calls
+
+
+@pytest.mark.parametrize("given,expected", [("64KiB", 65536), (1 << 20, 1 << 20), (None, None)])
+def test_cpu_mmap_threshold_is_applied_on_cpu(tmp_path, monkeypatch, given, expected):
+    calls = _threshold_calls(monkeypatch)
+    m, o = _model()
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           cpu_mmap_threshold=given)
+    assert calls == ([] if expected is None else [expected])
+    assert off.report()["cpu_mmap_threshold"] == expected
+    off.close()
+
+
+@pytest.mark.parametrize("var,value", [("MALLOC_MMAP_THRESHOLD_", "131072"),
+                                       ("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4096")])
+def test_cpu_mmap_threshold_leaves_the_users_setting(tmp_path, monkeypatch, var, value):
+    calls = _threshold_calls(monkeypatch)
+    monkeypatch.setenv(var, value)
+    m, o = _model()
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    assert calls == []
+    assert off.report()["cpu_mmap_threshold"] is None
+    off.close()
+
+
+_MALLINFO = r"""
+import ctypes, json, sys
+import teraio._core as core
+libc = ctypes.CDLL(None)
+if not hasattr(libc, "mallinfo2"):
+    print("skip"); sys.exit(0)
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks",
+                                               "keepcost")]
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+def mapped_by(size):
+    before = libc.mallinfo2().hblkhd
+    p = libc.malloc(size)
+    after = libc.mallinfo2().hblkhd
+    libc.free(p)
+    return after - before
+out = []
+for n in (32 << 20, 64 << 10):  # grow the heap under the first, then set the second late
+    assert core.malloc_mmap_threshold(n) is True
+    out.append(mapped_by(4 << 20))
+try:
+    core.malloc_mmap_threshold(64 << 20)
+except ValueError as e:
+    out.append(str(e))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
+def test_malloc_mmap_threshold_changes_glibc():
+    """The binding really sets glibc's threshold, also late in a process: a 4 MiB block comes from
+    the heap under a 32 MiB threshold and is mapped on its own (mallinfo2's hblkhd) once the
+    threshold is 64 KiB. In a fresh interpreter, so that the heap's state is known."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", _MALLINFO], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.strip() == "skip":
+        pytest.skip("not glibc >= 2.33")
+    import json
+
+    heap, mapped, err = json.loads(r.stdout)
+    assert heap == 0
+    assert mapped >= 4 << 20
+    assert "glibc accepts 0 to 32 MiB" in err

@@ -22,11 +22,16 @@ needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"),
                                 reason="needs Linux /proc")
 
 
-def _run(args):
+def _run(args, env_threshold=True):
     env = dict(os.environ)
     # glibc returns large freed blocks to the OS at once (otherwise a released tensor's memory can
-    # stay in the heap and RSS measures the allocator, not teraio); both runs use the same setting
-    env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    # stay in the heap and RSS measures the allocator, not teraio); both runs use the same setting.
+    # Without it (env_threshold=False) each run has glibc's defaults, and the Offloader sets the
+    # threshold itself (cpu_mmap_threshold).
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    env.pop("GLIBC_TUNABLES", None)
+    if env_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     env.setdefault("OMP_NUM_THREADS", "2")
     out = subprocess.run([sys.executable, SCRIPT, "--preset", "wide", "--steps", "3",
                           "--steady-after", "2", "--batch", "2", "--seq", "32", "--json"] + args,
@@ -36,10 +41,19 @@ def _run(args):
 
 
 @needs_proc
-def test_half_budget_lowers_tracked_peak_and_rss(tmp_path):
-    plain = _run([])
-    off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"])
+@pytest.mark.parametrize("malloc", ["env", "glibc-default"])
+def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
+    """env: both runs with MALLOC_MMAP_THRESHOLD_=65536 (RSS measures tensors, not the allocator's
+    cache). glibc-default: what a user gets without setting anything: plain PyTorch with glibc's
+    defaults against teraio, which sets the threshold itself."""
+    env_threshold = malloc == "env"
+    plain = _run([], env_threshold)
+    off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"],
+               env_threshold)
     rep = off["report"]
+    print(f"\n[{malloc}] teraio set the malloc mmap threshold to {rep['cpu_mmap_threshold']}",
+          end="")
+    assert rep["cpu_mmap_threshold"] == (None if env_threshold else 65536)
     mib = 1 << 20
     drop_steady = 1 - off["train_steady_peak_rss_bytes"] / plain["train_steady_peak_rss_bytes"]
     drop_whole = 1 - off["train_peak_rss_bytes"] / plain["train_peak_rss_bytes"]

@@ -3,6 +3,10 @@
 
 #include "core.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 PyObject *tio_py_error;
 
 PyObject *tio_py_raise(int status, const char *what) {
@@ -78,12 +82,43 @@ static PyObject *py_format_bytes(PyObject *self, PyObject *arg) {
     return PyUnicode_FromString(tio_format_bytes(v, buf, sizeof buf));
 }
 
+/* malloc_mmap_threshold(n) -> bool: glibc's M_MMAP_THRESHOLD, so that allocations of n bytes or
+ * more are mapped on their own and go back to the OS when freed (it also stops glibc from raising
+ * the threshold by itself). Set at startup (MALLOC_MMAP_THRESHOLD_), that is all it takes; set
+ * later, glibc may already have raised its trim threshold with its own (up to 64 MiB), and the
+ * heap's top would keep serving large blocks: so the trim threshold goes back to twice n (glibc's
+ * own rule, 128 KiB at the least) and what the heaps hold free now is handed back
+ * (malloc_trim). False where the C library is not glibc (nothing done). */
+static PyObject *py_malloc_mmap_threshold(PyObject *self, PyObject *arg) {
+    (void)self;
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+#if defined(__GLIBC__)
+    /* glibc refuses more than HEAP_MAX_SIZE / 2 (32 MiB on 64-bit) */
+    long long trim = 2 * n < 128 * 1024 ? 128 * 1024 : 2 * n;
+    if (n < 0 || n > 32LL * 1024 * 1024 || mallopt(M_MMAP_THRESHOLD, (int)n) != 1 ||
+        mallopt(M_TRIM_THRESHOLD, (int)trim) != 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "malloc mmap threshold %lld bytes: glibc accepts 0 to 32 MiB", n);
+        return NULL;
+    }
+    (void)malloc_trim(0);
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     { "version", py_version, METH_NOARGS, "version() -> str: libteraio's version." },
     { "strerror", py_strerror, METH_O, "strerror(status) -> str." },
     { "parse_bytes", py_parse_bytes, METH_O, "parse_bytes('94GiB') -> int bytes." },
     { "parse_rate", py_parse_rate, METH_O, "parse_rate('6.5GB/s') -> float bytes/s." },
     { "format_bytes", py_format_bytes, METH_O, "format_bytes(n) -> '1.50 MiB'." },
+    { "malloc_mmap_threshold", py_malloc_mmap_threshold, METH_O,
+      "malloc_mmap_threshold(n) -> bool: set glibc's M_MMAP_THRESHOLD (False: not glibc)." },
     { NULL, NULL, 0, NULL },
 };
 

@@ -18,6 +18,10 @@
    (main_runq_s), its system time and minor page faults (main_sys_s, main_minflt) and the VM's
    steal time (steal_s: what the host took from this VM's vCPUs).
    --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME.
+   Every configuration runs with MALLOC_MMAP_THRESHOLD_=65536 (freed tensor memory goes back to
+   the OS, so that RSS measures tensors); a mode name with "@glibc" appended (plain@glibc,
+   teraio@glibc) runs that configuration with glibc's malloc defaults instead, what a user gets
+   without setting anything (teraio then sets the threshold itself: cpu_mmap_threshold).
 
     python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 7
     python bench/torch_bench.py --preset medium --config '{"dim": 768}' --seq 512 --threads 1
@@ -252,7 +256,7 @@ def worker(cfg):
     c = model_config(cfg["preset"], cfg.get("config"))
     model = LlamaTiny(c)
     opt = torch.optim.AdamW(model.parameters(), foreach=False)
-    mode = cfg["mode"]
+    mode = cfg["mode"].partition("@")[0]  # "@glibc": only the environment differs
     os.makedirs(cfg["ssd_dir"], exist_ok=True)
     off = None
     variant = (cfg.get("variants") or {}).get(mode)
@@ -308,7 +312,7 @@ def worker(cfg):
         faults.append(r1[1] - r0[1])  # its minor page faults (fresh memory touched)
     steady = times[warm:] if len(times) > warm else times
     steady_cpu = cpu[warm:] if len(cpu) > warm else cpu
-    out = {"mode": mode, "step_s": statistics.median(steady), "steps_s": times,
+    out = {"mode": cfg["mode"], "step_s": statistics.median(steady), "steps_s": times,
            "cpu_s": statistics.median(steady_cpu), "steps_cpu_s": cpu,
            "main_cpu_s": statistics.median(tcpu[warm:] or tcpu), "steps_main_cpu_s": tcpu,
            "main_runq_s": statistics.median(runq[warm:] or runq),
@@ -323,6 +327,7 @@ def worker(cfg):
                                       "memory_budget", "stall_s", "bytes_offloaded",
                                       "steps_offloaded", "steps_diverged")})
         out.update({k: r[k] for k in ("ssd_read_Bps", "ssd_write_Bps") if k in r})
+        out["cpu_mmap_threshold"] = r.get("cpu_mmap_threshold")
     print(json.dumps(out))
 
 
@@ -381,8 +386,11 @@ def main():
         if not isinstance(variants[name], dict):
             ap.error(f"--variant {name}: the JSON must be an object of Offloader arguments")
     for m in modes:
-        if m not in BUILTIN_MODES and m not in variants:
-            ap.error(f"--modes: unknown mode {m!r} (give it with --variant {m}=JSON)")
+        base, at, how = m.partition("@")
+        if at and how != "glibc":
+            ap.error(f"--modes: {m!r}: the only modifier is @glibc (glibc's malloc defaults)")
+        if base not in BUILTIN_MODES and base not in variants:
+            ap.error(f"--modes: unknown mode {base!r} (give it with --variant {base}=JSON)")
     # configurations interleaved round by round, so that load drift on a shared machine hits all
     results = {}
     for rnd in range(a.rounds):
@@ -392,8 +400,11 @@ def main():
                        offloader_kw=json.loads(a.offloader_kw) if a.offloader_kw else None,
                        variants=variants)
             load0 = os.getloadavg()
+            run_env = env
+            if mode.endswith("@glibc"):
+                run_env = {k: v for k, v in env.items() if k != "MALLOC_MMAP_THRESHOLD_"}
             r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
-                               capture_output=True, text=True, env=env)
+                               capture_output=True, text=True, env=run_env)
             if r.returncode != 0:
                 print(json.dumps({"mode": mode, "round": rnd, "error": r.stderr[-800:]}),
                       flush=True)

@@ -70,6 +70,17 @@ def _warn(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
+def _mmap_threshold_arg(v):
+    """cpu_mmap_threshold as bytes (None stays None), within what glibc accepts."""
+    if v is None:
+        return None
+    n = _bytes(v, "cpu_mmap_threshold")
+    if not 0 <= n <= 32 << 20:
+        raise ValueError(f"cpu_mmap_threshold: {v!r} is outside glibc's range, 0 to 32 MiB "
+                         "(e.g. '64KiB'; None leaves malloc alone)")
+    return n
+
+
 def _device_backend(model):
     """The engine backend for a model whose parameters live on a CUDA device: "auto" would pick
     the fastest host-memory backend (uring), which cannot move device memory. GPUDirect Storage
@@ -150,7 +161,7 @@ class Offloader:
         self.aligned_storages = (bool(aligned_storages) and self._gmodel is model
                                  and hasattr(torch.UntypedStorage, "_swap_data_ptr_"))
         self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
-        self.cpu_mmap_threshold = self._tune_malloc(model, cpu_mmap_threshold)
+        mmap_threshold = _mmap_threshold_arg(cpu_mmap_threshold)  # applied once all is checked
         self.rank = _rank() if rank is None else int(rank)
         self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
         if isinstance(ssd_dirs, (str, bytes)):
@@ -226,6 +237,7 @@ class Offloader:
         self._plan_path = plan
         if plan is not None:
             self._load_plan(plan)
+        self.cpu_mmap_threshold = self._tune_malloc(model, mmap_threshold)
 
     def _set_optim(self, v):
         self._in_optim = v
@@ -529,14 +541,11 @@ class Offloader:
                 self._stats_done[k] = self._stats_done.get(k, 0) + v
 
     @staticmethod
-    def _tune_malloc(model, threshold):
-        """Apply cpu_mmap_threshold (see the class docstring); the value set, or None."""
-        if threshold is None:
+    def _tune_malloc(model, n):
+        """Apply cpu_mmap_threshold (bytes or None; see the class docstring): the value set, or
+        None. Last in __init__, so that a refused Offloader leaves the process's malloc alone."""
+        if n is None:
             return None
-        n = _bytes(threshold, "cpu_mmap_threshold")
-        if not 0 <= n <= 32 << 20:
-            raise ValueError(f"cpu_mmap_threshold: {threshold!r} is outside glibc's range, 0 to "
-                             "32 MiB (e.g. '64KiB'; None leaves malloc alone)")
         if _device_backend(model) is not None:  # CUDA: the device memory is what is budgeted
             return None
         if "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc.mmap_threshold" in \

@@ -128,6 +128,14 @@ def test_cpu_mmap_threshold_is_applied_on_cpu(tmp_path, monkeypatch, given, expe
     off.close()
 
 
+def test_refused_offloader_leaves_malloc_alone(tmp_path, monkeypatch):
+    calls = _threshold_calls(monkeypatch)
+    m, o = _model()
+    with pytest.raises(ValueError, match="does not exist"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "nope")])
+    assert calls == []
+
+
 @pytest.mark.parametrize("var,value", [("MALLOC_MMAP_THRESHOLD_", "131072"),
                                        ("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4096")])
 def test_cpu_mmap_threshold_leaves_the_users_setting(tmp_path, monkeypatch, var, value):

@@ -127,6 +127,7 @@ struct tio_engine {
 
     unsigned char *host_pool; /* host tier */
     int host_pool_cuda;       /* allocated with cudaHostAlloc */
+    size_t host_locked;       /* bytes of host_pool under mlock (0: none) */
     struct tio_extents host_ext;
 
     unsigned char *stage_mem; /* depth buffers of stage_bytes, 4 KiB aligned */
@@ -1209,6 +1210,8 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
                 TIO_LOG_INFO("engine: host tier of %llu bytes not locked (RLIMIT_MEMLOCK); "
                              "pageable",
                              (unsigned long long)hb);
+            else if (mem)
+                e->host_locked = (size_t)hb;
         }
         if (!mem) {
             rc = tio_set_error(TIO_ENOMEM, "engine: cannot allocate a host tier of %llu bytes",
@@ -1314,6 +1317,10 @@ void tio_engine_free(struct tio_engine *e) {
             if (cu)
                 (void)cu->free_host(e->host_pool);
         } else {
+            /* the memory may be malloc's heap: a lock left on it would outlive the free and pin
+             * whatever malloc puts there next (and make MADV_DONTNEED on it fail) */
+            if (e->host_locked)
+                (void)munlock(e->host_pool, e->host_locked);
             tio_free(e->host_pool);
         }
         tio_extents_fini(&e->host_ext);

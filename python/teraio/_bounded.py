@@ -77,6 +77,7 @@ class BoundedMemory:
         self.max_out = 0  # largest tracked output bytes of one operator: room made before each
         self.next_eid = ID_BASE
         self.stats = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
+        self.discard = False  # release_storage(discard=...): the Offloader's aligned_storages
 
     # ---- bookkeeping ------------------------------------------------------------------------
     def _died(self, cd, ref):
@@ -155,7 +156,7 @@ class BoundedMemory:
             self.stats["offloads"] += 1
             self.stats["bytes_offloaded"] += e.nb
         try:
-            release_storage(st)
+            release_storage(st, self.discard)
         except RuntimeError:  # not resizable (e.g. from numpy): keep it, forget the copy
             e.fixed = True
             self.engine.drop(e.eid)

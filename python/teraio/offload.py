@@ -288,6 +288,7 @@ class Offloader:
             self._param_floor = floor
             self._bounded = BoundedMemory(self._engine, self.min_tensor_bytes,
                                           self._bounded_budget, self._bounded_tier)
+            self._bounded.discard = self.aligned_storages  # CPU (bounded steps), no FSDP
             if self._next_eid is not None:
                 self._bounded.next_eid = self._next_eid
         return self._bounded

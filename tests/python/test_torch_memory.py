@@ -41,19 +41,23 @@ def _run(args, env_threshold=True):
 
 
 @needs_proc
-@pytest.mark.parametrize("malloc", ["env", "glibc-default"])
+@pytest.mark.parametrize("malloc", ["env", "glibc-default", "glibc-untouched"])
 def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
     """env: both runs with MALLOC_MMAP_THRESHOLD_=65536 (RSS measures tensors, not the allocator's
     cache). glibc-default: what a user gets without setting anything: plain PyTorch with glibc's
-    defaults against teraio, which sets the threshold itself."""
+    defaults against teraio, which sets the threshold itself. glibc-untouched: the same with
+    cpu_mmap_threshold=None, where only the released storages' pages leave the process (a
+    smaller saving, its own goal below)."""
     env_threshold = malloc == "env"
+    goal = 0.25 if malloc == "glibc-untouched" else 0.30
+    extra = ["--cpu-mmap-threshold", "none"] if malloc == "glibc-untouched" else []
     plain = _run([], env_threshold)
-    off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"],
-               env_threshold)
+    off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"]
+               + extra, env_threshold)
     rep = off["report"]
     print(f"\n[{malloc}] teraio set the malloc mmap threshold to {rep['cpu_mmap_threshold']}",
           end="")
-    assert rep["cpu_mmap_threshold"] == (None if env_threshold else 65536)
+    assert rep["cpu_mmap_threshold"] == (65536 if malloc == "glibc-default" else None)
     mib = 1 << 20
     drop_steady = 1 - off["train_steady_peak_rss_bytes"] / plain["train_steady_peak_rss_bytes"]
     drop_whole = 1 - off["train_peak_rss_bytes"] / plain["train_peak_rss_bytes"]
@@ -72,7 +76,7 @@ def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
           f"{rep['bytes_offloaded'] / mib:.0f} MiB (+{rep['unplanned_bytes_offloaded'] / mib:.0f} "
           f"MiB before the plan)")
     print(f"RSS drop: whole process {drop_whole:.1%}, offloaded steps {drop_steady:.1%}, with the "
-          f"final restore {drop_restore:.1%} (goal 30%: see docs/bench/torch.md)")
+          f"final restore {drop_restore:.1%} (goal {goal:.0%}: see docs/bench/torch.md)")
     assert off["losses"] == plain["losses"]
     assert off["params"] == plain["params"]
     assert rep["steps_offloaded"] == 1
@@ -81,9 +85,11 @@ def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
     assert rep["unplanned_peak_bytes"] <= rep["memory_budget"]
     assert rep["over_budget_kernels"] == 0
     assert rep["memory_budget"] * 2 <= rep["unconstrained_peak_bytes"] + 2
-    # and the process really uses less: the issue's goal, for the whole process
-    assert drop_whole >= 0.30, (plain["train_peak_rss_bytes"], off["train_peak_rss_bytes"])
-    assert drop_steady >= 0.30
+    # and the process really uses less: the issue's goal, for the whole process; with glibc's
+    # heap left as it is, less (measured: -29 to -32% with the released pages handed back, -26%
+    # without)
+    assert drop_whole >= goal, (plain["train_peak_rss_bytes"], off["train_peak_rss_bytes"])
+    assert drop_steady >= goal
 
 
 # ---- the executor keeps the budget itself (fast: the tiny model, in this process) ---------------
@@ -167,3 +173,49 @@ def test_steps_without_a_plan_stay_within_an_absolute_budget(tmp_path):
     assert rep["unplanned_bytes_offloaded"] > 0 and rep["unplanned_bytes_read"] > 0
     assert 0 < rep["peak_managed_bytes"] <= budget
     assert loose.report()["unplanned_bytes_offloaded"] == 0
+
+
+_RELEASE = r"""
+import ctypes, json, mmap
+import torch
+import teraio._core as core
+from teraio.torch._mode import release_storage
+core.malloc_mmap_threshold(32 << 20)  # a 4 MiB block comes from glibc's heap and stays there
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+def resident(addr, n):
+    page = mmap.PAGESIZE
+    lo = (addr + page - 1) // page * page
+    hi = (addr + n) // page * page
+    vec = ctypes.create_string_buffer((hi - lo) // page)
+    assert libc.mincore(lo, hi - lo, vec) == 0, ctypes.get_errno()
+    return sum(b & 1 for b in vec.raw) * page
+out = {}
+for discard in (False, True):
+    keep = torch.empty(1 << 20)  # the next block does not touch the heap's top
+    t = torch.ones(1 << 20)  # 4 MiB, touched
+    st = t.untyped_storage()
+    addr, n = st.data_ptr(), st.nbytes()
+    before = resident(addr, n)
+    if discard:
+        release_storage(st, discard=True)
+    else:
+        st.resize_(0)
+    out[str(discard)] = [before, resident(addr, n), n]
+print(json.dumps(out))
+"""
+
+
+@needs_proc
+def test_release_hands_heap_pages_back():
+    """Releasing a CPU storage whose block glibc keeps in its heap (its threshold is high here)
+    still takes its pages out of the process (mincore): a plain resize_(0) leaves them resident."""
+    r = subprocess.run([sys.executable, "-c", _RELEASE], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    before, after, n = out["False"]
+    assert before >= n - 2 * 4096 and after >= n - 2 * 4096, out  # glibc kept it, resident
+    before, after, n = out["True"]
+    assert before >= n - 2 * 4096, out
+    assert after <= 2 * 4096 + 4096, out  # at most the partial pages and glibc's header

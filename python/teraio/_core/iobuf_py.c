@@ -3,7 +3,11 @@
  * when the last reference goes. The Offloader gives re-materialised CPU storages this memory
  * (torch.frombuffer + UntypedStorage._swap_data_ptr_), so that O_DIRECT reads and writes reach
  * them without the engine's staging copies. */
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <teraio/alloc.h>
 
@@ -102,7 +106,40 @@ static PyObject *io_buffer_at(PyObject *mod, PyObject *addr) {
     return rc < 0 ? NULL : PyBool_FromLong(rc);
 }
 
+/* discard_pages(address, nbytes) -> int: hand the whole pages inside [address, address + nbytes)
+ * back to the kernel (MADV_DONTNEED); returns the bytes discarded. For a storage's memory that
+ * its allocator is about to get back (a release after a completed offload): the allocator may
+ * keep the block for reuse, but the process no longer holds its pages, and they come back
+ * zero-filled only if the block is used again. The caller owns the range: its contents are lost. */
+static PyObject *discard_pages(PyObject *mod, PyObject *args) {
+    (void)mod;
+    unsigned long long addr = 0;
+    unsigned long long n = 0;
+    if (!PyArg_ParseTuple(args, "KK", &addr, &n)) {
+        return NULL;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t pg = page > 0 ? (uint64_t)page : 4096;
+    if (addr == 0 || n > UINT64_MAX - addr) {
+        PyErr_Format(PyExc_ValueError, "discard_pages: bad range (address %llu, %llu bytes)", addr,
+                     n);
+        return NULL;
+    }
+    uint64_t lo = (addr + pg - 1) / pg * pg;
+    uint64_t hi = (addr + n) / pg * pg;
+    if (hi <= lo) {
+        return PyLong_FromLong(0);
+    }
+    if (madvise((void *)(uintptr_t)lo, (size_t)(hi - lo), MADV_DONTNEED) != 0) {
+        return PyErr_Format(PyExc_OSError, "discard_pages: madvise(%llu bytes): %s",
+                            (unsigned long long)(hi - lo), strerror(errno));
+    }
+    return PyLong_FromUnsignedLongLong(hi - lo);
+}
+
 static PyMethodDef iobuf_functions[] = {
+    { "discard_pages", discard_pages, METH_VARARGS,
+      "discard_pages(address, nbytes) -> bytes: MADV_DONTNEED on the whole pages of the range." },
     { "io_buffer_at", io_buffer_at, METH_O,
       "io_buffer_at(address): True if a live IOBuffer's memory starts at address." },
     { NULL, NULL, 0, NULL },

@@ -206,14 +206,26 @@ def materialize_aligned(st, nb):
     st._swap_data_ptr_(src)
 
 
-def release_storage(st):
+def release_storage(st, discard=False):
     """Free a storage's memory, keeping the storage (its tensors become 0-byte views). One that
     holds an IOBuffer (materialize_aligned) cannot be resized: swapping in an empty storage hands
     the buffer to it, and the buffer goes with it. Other storages are resized (one that cannot
-    be, e.g. from numpy, raises RuntimeError as before)."""
+    be, e.g. from numpy, raises RuntimeError as before); with discard=True (CPU, one process,
+    no FSDP: where the Offloader turns aligned_storages on) their whole pages are first handed
+    back to the kernel (discard_pages), so that the memory leaves the process even where the
+    allocator keeps the freed block in its heap."""
     if not st.resizable() and _core().io_buffer_at(st.data_ptr()):
         st._swap_data_ptr_(torch.UntypedStorage(0))
     else:
+        if discard and st.nbytes() and st.resizable() and st.device.type == "cpu" \
+                and not st.is_shared():
+            # the allocator may keep the block for reuse (glibc's heap): its pages leave the
+            # process now, and come back zero-filled only if the block is used again. Locked
+            # memory (mlock) refuses: then the block is just freed.
+            try:
+                _core().discard_pages(st.data_ptr(), st.nbytes())
+            except OSError:
+                pass
         st.resize_(0)
 
 
@@ -533,7 +545,7 @@ class StepDriver:
                 rt.forget(t)
                 continue
             if kind == 1:  # RT_RELEASE
-                release_storage(st)
+                release_storage(st, self.aligned_storages)
             else:  # RT_MATERIALIZE
                 if self.aligned_storages:
                     materialize_aligned(st, nb)

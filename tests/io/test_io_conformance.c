@@ -390,10 +390,8 @@ TIO_TEST(several_submitting_threads) {
 }
 
 TIO_TEST(host_tier) {
-    struct tio_engine_params p = io_params("posix", g_dirv, 1);
-    p.host_tier_bytes = 1 << 20;
-    struct tio_engine *e = NULL;
-    CHECK_OK(tio_engine_new(&p, &e));
+    struct tio_engine *e = io_host_tier_engine(g_dirv, 1 << 20);
+    CHECK(e != NULL);
     if (!e)
         return;
     uint64_t n = 600 * 1024 + 3;

@@ -186,10 +186,8 @@ TIO_TEST(host_tier_lock_released) {
      * would take its lock with it when unmapped) */
     (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
 #endif
-    struct tio_engine_params p = io_params("posix", g_dirv, 1);
-    p.host_tier_bytes = 1 << 20;
-    struct tio_engine *e = NULL;
-    CHECK_OK(tio_engine_new(&p, &e));
+    struct tio_engine *e = io_host_tier_engine(g_dirv, 1 << 20);
+    CHECK(e != NULL);
     if (!e)
         return;
     void *above = malloc(1 << 20); /* from the heap top: keeps the pool off it (no trim) */

@@ -210,8 +210,8 @@ def release_storage(st, discard=False):
     """Free a storage's memory, keeping the storage (its tensors become 0-byte views). One that
     holds an IOBuffer (materialize_aligned) cannot be resized: swapping in an empty storage hands
     the buffer to it, and the buffer goes with it. Other storages are resized (one that cannot
-    be, e.g. from numpy, raises RuntimeError as before); with discard=True (CPU, one process,
-    no FSDP: where the Offloader turns aligned_storages on) their whole pages are first handed
+    be, e.g. from numpy, raises RuntimeError as before); with discard=True (CPU, no FSDP:
+    where the Offloader turns aligned_storages on) their whole pages are first handed
     back to the kernel (discard_pages), so that the memory leaves the process even where the
     allocator keeps the freed block in its heap."""
     if not st.resizable() and _core().io_buffer_at(st.data_ptr()):

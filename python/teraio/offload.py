@@ -81,16 +81,20 @@ def _mmap_threshold_arg(v):
     return n
 
 
+def _on_cuda(model):
+    """Whether the model's parameters live on a CUDA device."""
+    try:
+        return any(p.is_cuda for p in model.parameters())
+    except Exception:  # noqa: BLE001 - a model without parameters()
+        return False
+
+
 def _device_backend(model):
     """The engine backend for a model whose parameters live on a CUDA device: "auto" would pick
     the fastest host-memory backend (uring), which cannot move device memory. GPUDirect Storage
     (cufile) when its probe says it can run here, else cuda (pinned bounce buffers). None (auto)
     for CPU models."""
-    try:
-        on_cuda = any(p.is_cuda for p in model.parameters())
-    except Exception:  # noqa: BLE001 - a model without parameters()
-        on_cuda = False
-    if not on_cuda:
+    if not _on_cuda(model):
         return None
     available = {b["name"] for b in _core.probe() if b["available"]}
     return "cufile" if "cufile" in available else "cuda"
@@ -547,7 +551,7 @@ class Offloader:
         None. Last in __init__, so that a refused Offloader leaves the process's malloc alone."""
         if n is None:
             return None
-        if _device_backend(model) is not None:  # CUDA: the device memory is what is budgeted
+        if _on_cuda(model):  # CUDA: the device memory is what is budgeted
             return None
         if "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc.mmap_threshold" in \
                 os.environ.get("GLIBC_TUNABLES", ""):

@@ -73,13 +73,17 @@ io_params(const char *backend, const char *const *dirs, size_t ndirs) {
     return p;
 }
 
-/* A posix engine on one directory with a host tier of host_bytes; NULL (and the error in
- * tio_last_error) if it cannot be made. */
+/* A posix engine on one directory with a host tier of host_bytes; NULL, with the error printed,
+ * if it cannot be made. */
 static inline struct tio_engine *io_host_tier_engine(const char *const *dirs, uint64_t host_bytes) {
     struct tio_engine_params p = io_params("posix", dirs, 1);
     p.host_tier_bytes = host_bytes;
     struct tio_engine *e = NULL;
-    return tio_engine_new(&p, &e) == 0 ? e : NULL;
+    if (tio_engine_new(&p, &e) != 0) {
+        fprintf(stderr, "  tio_engine_new with a host tier: %s\n", tio_last_error());
+        return NULL;
+    }
+    return e;
 }
 
 /* Wait for exactly one completion (30 s limit); res set to INT64_MIN on timeout. */

@@ -22,6 +22,7 @@
 #include <teraio/alloc.h>
 #include <teraio/analysis.h>
 #include <teraio/assert.h>
+#include <teraio/blockcache.h>
 #include <teraio/hw.h>
 #include <teraio/io.h>
 #include <teraio/log.h>

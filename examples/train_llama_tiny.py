@@ -117,8 +117,12 @@ def main(argv=None):
     ap.add_argument("--host-memory", default="0")
     ap.add_argument("--min-tensor-bytes", default="64KiB")
     ap.add_argument("--backend", default=None)
-    ap.add_argument("--cpu-mmap-threshold", default="64KiB",
-                    help="the Offloader's cpu_mmap_threshold ('none': leave glibc's malloc alone)")
+    ap.add_argument("--cpu-allocator", default="on", choices=("on", "off"),
+                    help="the Offloader's cpu_allocator: PyTorch's CPU tensors from teraio's "
+                    "block cache (default on)")
+    ap.add_argument("--cpu-mmap-threshold", default="auto",
+                    help="the Offloader's cpu_mmap_threshold ('auto': 64KiB without the "
+                    "block cache; 'none': leave glibc's malloc alone)")
     ap.add_argument("--foreach", action="store_true",
                     help="AdamW(foreach=True): teraio splits each _foreach_ op per tensor")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
@@ -151,6 +155,7 @@ def main(argv=None):
             budget = int(frac) if frac is not None else teraio.parse_bytes(b)
         offload = dict(memory_budget=budget, ssd_dirs=a.ssd_dir, host_memory=a.host_memory,
                        min_tensor_bytes=a.min_tensor_bytes, backend=a.backend,
+                       cpu_allocator=a.cpu_allocator == "on",
                        cpu_mmap_threshold=None if a.cpu_mmap_threshold.lower() == "none"
                        else a.cpu_mmap_threshold)
     times = []

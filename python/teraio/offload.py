@@ -23,6 +23,7 @@ import contextlib
 import os
 import sys
 import warnings
+import weakref
 
 from teraio import _core
 
@@ -71,14 +72,39 @@ def _warn(message: str) -> None:
 
 
 def _mmap_threshold_arg(v):
-    """cpu_mmap_threshold as bytes (None stays None), within what glibc accepts."""
-    if v is None:
-        return None
+    """cpu_mmap_threshold as bytes (None stays None, "auto" stays "auto"), within what glibc
+    accepts."""
+    if v is None or v == "auto":
+        return v
     n = _bytes(v, "cpu_mmap_threshold")
     if not 0 <= n <= 32 << 20:
         raise ValueError(f"cpu_mmap_threshold: {v!r} is outside glibc's range, 0 to 32 MiB "
                          "(e.g. '64KiB'; None leaves malloc alone)")
     return n
+
+
+# how many Offloaders installed teraio's CPU allocator and have neither closed nor been collected
+_ALLOC_USERS = [0]
+
+
+def _alloc_user_gone():
+    """An Offloader that installed the allocator closed or was collected: the last one puts
+    PyTorch's allocator back and unmaps the kept blocks (those in use stay valid)."""
+    _ALLOC_USERS[0] -= 1
+    if _ALLOC_USERS[0] == 0:
+        ta = _torch_alloc()
+        if ta is not None:
+            ta.uninstall()
+        _core.block_cache_trim()
+
+
+def _torch_alloc():
+    """teraio._torch_alloc, or None where it was not built (PyTorch absent at build time)."""
+    try:
+        from teraio import _torch_alloc
+    except ImportError:
+        return None
+    return _torch_alloc
 
 
 def _on_cuda(model):
@@ -126,15 +152,30 @@ class Offloader:
         resized by other code while it holds that memory (release and restore() handle it), so
         it is off with FSDP, which resizes its parameters' storages itself, and with a
         PyTorch without UntypedStorage._swap_data_ptr_ (2.11; 2.13 has it).
+    cpu_allocator: for a model on CPU (not FSDP), make PyTorch's CPU allocator take tensors of
+        1 MiB or more from teraio's block cache (teraio/blockcache.h; default True): freed
+        blocks are kept for reuse by size, as glibc's heap would (no page faults), but the
+        blocks of tensors teraio offloads hand their pages back to the OS, and kept blocks
+        never hold the process above the peak its live blocks reached. So the memory teraio
+        saves leaves the process at the speed of PyTorch with glibc's defaults
+        (docs/user-guide.md, "Memory on CPU"). Installed for the whole process when the
+        Offloader is made, put back when the last such Offloader closes; tensors allocated
+        before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
+        at install time); without it, or with False, cpu_mmap_threshold applies.
+        report()["cpu_allocator"] has the cache's counters (None: not in use).
+    cpu_cache_bytes: with cpu_allocator, freed blocks the cache may keep resident beyond that
+        peak rule ("64MiB"; default 0): faster reuse for that much more memory.
     cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
         allocation on its own and hands it back to the OS when freed (mallopt M_MMAP_THRESHOLD,
-        set for the whole process when the Offloader is made; default "64KiB"). Without it,
-        glibc keeps freed tensor memory in its heap and raises its threshold as training goes
-        on, so the memory teraio frees by offloading does not leave the process (little RSS
-        drop; docs/user-guide.md, "Memory on CPU"). None leaves malloc alone; so does a
-        MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES=glibc.malloc.mmap_threshold in the
-        environment (yours wins). Ignored for CUDA models and C libraries other than glibc.
-        report()["cpu_mmap_threshold"] says what was set (None: nothing).
+        set for the whole process when the Offloader is made). "auto" (default): "64KiB" when
+        cpu_allocator is not in use, else nothing. Without either, glibc keeps freed tensor
+        memory in its heap and raises its threshold as training goes on, so the memory teraio
+        frees by offloading does not leave the process (little RSS drop). The price: every
+        large allocation faults in fresh pages (PyTorch alone runs at ~0.67x on CPU). None
+        leaves malloc alone; so does a MALLOC_MMAP_THRESHOLD_ or
+        GLIBC_TUNABLES=glibc.malloc.mmap_threshold in the environment (yours wins). Ignored for
+        CUDA models and C libraries other than glibc. report()["cpu_mmap_threshold"] says what
+        was set (None: nothing).
     """
 
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
@@ -142,7 +183,8 @@ class Offloader:
                  backend_options=None, verify=False, min_tensor_bytes="1MiB",
                  ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
-                 aligned_storages=True, rank=None, cpu_mmap_threshold="64KiB"):
+                 aligned_storages=True, rank=None, cpu_allocator=True, cpu_cache_bytes=0,
+                 cpu_mmap_threshold="auto"):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
@@ -166,6 +208,7 @@ class Offloader:
                                  and hasattr(torch.UntypedStorage, "_swap_data_ptr_"))
         self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
         mmap_threshold = _mmap_threshold_arg(cpu_mmap_threshold)  # applied once all is checked
+        self.cpu_cache_bytes = _bytes(cpu_cache_bytes, "cpu_cache_bytes")
         self.rank = _rank() if rank is None else int(rank)
         self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
         if isinstance(ssd_dirs, (str, bytes)):
@@ -241,6 +284,10 @@ class Offloader:
         self._plan_path = plan
         if plan is not None:
             self._load_plan(plan)
+        self._alloc_installed = False
+        self.cpu_allocator = self._install_allocator(model, cpu_allocator)
+        if mmap_threshold == "auto":
+            mmap_threshold = None if self.cpu_allocator else 64 << 10
         self.cpu_mmap_threshold = self._tune_malloc(model, mmap_threshold)
 
     def _set_optim(self, v):
@@ -529,11 +576,15 @@ class Offloader:
         self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
                                       budget_bytes=self.budget, device=self._cuda,
                                       id_base=self._generation << 32, demand_tier=tier)
+        if self._alloc_installed:  # planned steps repeat: the block cache may follow their peak
+            _core.block_cache_set_bounds(self.cpu_cache_bytes, True)
 
     def _drop_runtime(self):
         if self._runtime is not None:
             self._accumulate()
             self._runtime = None
+            if self._alloc_installed:  # until the next plan: nothing kept hot (see install)
+                _core.block_cache_set_bounds(self.cpu_cache_bytes, False)
 
     def _accumulate(self):
         st = self._runtime.stats()
@@ -544,6 +595,32 @@ class Offloader:
                 self._stats_done[k] = max(self._stats_done.get(k, 0), v)
             else:
                 self._stats_done[k] = self._stats_done.get(k, 0) + v
+
+    def _install_allocator(self, model, want):
+        """Apply cpu_allocator (see the class docstring): True if teraio's block cache serves
+        PyTorch's CPU tensors now. Where the Offloader cannot discard the pages of what it
+        releases (FSDP, CUDA), it would only cost memory: not installed."""
+        if not want or _on_cuda(model) or not self.aligned_storages:
+            return False
+        ta = _torch_alloc()
+        if ta is None:
+            return False
+        # nothing kept hot before the first planned step: the warm-up and profiled steps'
+        # peaks say nothing of the steady state (_start_runtime turns follow_peak on)
+        _core.block_cache_enable(cache_bytes=self.cpu_cache_bytes, follow_peak=False)
+        _core.block_cache_set_bounds(self.cpu_cache_bytes, False)
+        if not ta.install(1 << 20):
+            return False
+        _ALLOC_USERS[0] += 1
+        self._alloc_installed = True
+        self._alloc_fin = weakref.finalize(self, _alloc_user_gone)
+        self._alloc_fin.atexit = False  # at exit the process's memory goes anyway
+        return True
+
+    def _uninstall_allocator(self):
+        if self._alloc_installed:
+            self._alloc_installed = False
+            self._alloc_fin()
 
     @staticmethod
     def _tune_malloc(model, n):
@@ -704,6 +781,7 @@ class Offloader:
         self._bounded_stop()
         self._drop_runtime()
         self._engine = None
+        self._uninstall_allocator()
 
     def __enter__(self):
         return self
@@ -755,6 +833,12 @@ class Offloader:
         out["unplanned_io_s"] = bs["io_s"]
         out.update(self._counts)
         out["cpu_mmap_threshold"] = self.cpu_mmap_threshold
+        out["cpu_allocator"] = None
+        if self.cpu_allocator:
+            out["cpu_allocator"] = _core.block_cache_stats()
+            ta = _torch_alloc()
+            out["cpu_allocator"]["fallbacks"] = ta.fallbacks() if ta else 0
+            out["cpu_allocator"]["installed"] = self._alloc_installed and bool(ta and ta.installed())
         if self._plan is not None:
             out["plan"] = self._plan.summary()
         if self._engine is not None:

@@ -1,4 +1,5 @@
 """Bad inputs to teraio.Offloader give a clear error, before the first offloaded step."""
+import gc
 import os
 import sys
 
@@ -128,12 +129,50 @@ def test_cpu_mmap_threshold_is_applied_on_cpu(tmp_path, monkeypatch, given, expe
     off.close()
 
 
+def _torch_alloc():
+    """teraio._torch_alloc: built wherever PyTorch was importable when teraio was installed (the
+    README's setup installs torch first), so its absence next to torch is a build failure."""
+    try:
+        from teraio import _torch_alloc
+    except ImportError as e:
+        pytest.fail(f"teraio._torch_alloc missing although torch is installed: reinstall teraio "
+                    f"with torch present (pip install --no-build-isolation .): {e}")
+    return _torch_alloc
+
+
+@pytest.mark.parametrize("allocator", [True, False])
+def test_cpu_mmap_threshold_auto_follows_the_allocator(tmp_path, monkeypatch, allocator):
+    """The default ("auto"): no threshold where teraio's block cache serves PyTorch (it hands the
+    offloaded memory back itself), 64 KiB where it does not."""
+    ta = _torch_alloc()
+    calls = _threshold_calls(monkeypatch)
+    m, o = _model()
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           cpu_allocator=allocator)
+    rep = off.report()
+    if allocator:
+        assert calls == [] and rep["cpu_mmap_threshold"] is None
+        assert rep["cpu_allocator"]["installed"] is True and ta.installed()
+    else:
+        assert calls == [65536] and rep["cpu_mmap_threshold"] == 65536
+        assert rep["cpu_allocator"] is None
+    off.close()
+    del off
+    gc.collect()
+    # the last Offloader that installed it (closed or collected) puts PyTorch's back
+    assert ta.installed() == (teraio.offload._ALLOC_USERS[0] > 0)
+    assert teraio.offload._ALLOC_USERS[0] == 0  # the others in this process were collected
+
+
 def test_refused_offloader_leaves_malloc_alone(tmp_path, monkeypatch):
     calls = _threshold_calls(monkeypatch)
+    ta = _torch_alloc()
+    was = ta.installed()
     m, o = _model()
     with pytest.raises(ValueError, match="does not exist"):
         teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "nope")])
     assert calls == []
+    assert ta.installed() == was
 
 
 @pytest.mark.parametrize("var,value", [("MALLOC_MMAP_THRESHOLD_", "131072"),

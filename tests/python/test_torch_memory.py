@@ -40,24 +40,44 @@ def _run(args, env_threshold=True):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _has_torch_alloc():
+    try:
+        from teraio import _torch_alloc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @needs_proc
-@pytest.mark.parametrize("malloc", ["env", "glibc-default", "glibc-untouched"])
+@pytest.mark.parametrize("malloc", ["env", "glibc-default", "mmap-threshold", "glibc-untouched"])
 def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
     """env: both runs with MALLOC_MMAP_THRESHOLD_=65536 (RSS measures tensors, not the allocator's
     cache). glibc-default: what a user gets without setting anything: plain PyTorch with glibc's
-    defaults against teraio, which sets the threshold itself. glibc-untouched: the same with
-    cpu_mmap_threshold=None, where only the released storages' pages leave the process (a
-    smaller saving, its own goal below)."""
+    defaults against teraio as it comes (its block cache serves PyTorch's CPU tensors, where
+    teraio._torch_alloc was built; else it sets glibc's mmap threshold). mmap-threshold: the
+    same with cpu_allocator=False, so teraio sets the threshold. glibc-untouched: neither,
+    where only the released storages' pages leave the process (a smaller saving, its own goal
+    below)."""
     env_threshold = malloc == "env"
     goal = 0.25 if malloc == "glibc-untouched" else 0.30
-    extra = ["--cpu-mmap-threshold", "none"] if malloc == "glibc-untouched" else []
+    extra = {"mmap-threshold": ["--cpu-allocator", "off"],
+             "glibc-untouched": ["--cpu-allocator", "off", "--cpu-mmap-threshold", "none"]}
     plain = _run([], env_threshold)
     off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"]
-               + extra, env_threshold)
+               + extra.get(malloc, []), env_threshold)
     rep = off["report"]
-    print(f"\n[{malloc}] teraio set the malloc mmap threshold to {rep['cpu_mmap_threshold']}",
-          end="")
-    assert rep["cpu_mmap_threshold"] == (65536 if malloc == "glibc-default" else None)
+    alloc = malloc in ("env", "glibc-default") and _has_torch_alloc()
+    print(f"\n[{malloc}] teraio set the malloc mmap threshold to {rep['cpu_mmap_threshold']}, "
+          f"block cache {'on' if rep['cpu_allocator'] else 'off'}", end="")
+    if alloc:  # PyTorch's CPU tensors came from the block cache; offloaded blocks were discarded
+        assert rep["cpu_allocator"]["installed"]
+        assert rep["cpu_allocator"]["discarded_bytes"] > 0
+        assert rep["cpu_allocator"]["allocs"] > 0
+        assert rep["cpu_mmap_threshold"] is None
+    else:
+        assert rep["cpu_allocator"] is None
+        assert rep["cpu_mmap_threshold"] == (
+            65536 if malloc in ("glibc-default", "mmap-threshold") else None)
     mib = 1 << 20
     drop_steady = 1 - off["train_steady_peak_rss_bytes"] / plain["train_steady_peak_rss_bytes"]
     drop_whole = 1 - off["train_peak_rss_bytes"] / plain["train_peak_rss_bytes"]

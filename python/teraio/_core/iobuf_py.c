@@ -10,13 +10,21 @@
 #include <unistd.h>
 
 #include <teraio/alloc.h>
+#include <teraio/blockcache.h>
 
 #include "core.h"
+#include "torch_alloc_api.h"
 
 typedef struct {
     PyObject_HEAD void *p;
     Py_ssize_t n;
+    int from_cache; /* p is a block of the block cache */
 } IOBufferObject;
+
+/* The process-wide block cache (block_cache_enable), or NULL. Made once and never freed: blocks
+ * handed to PyTorch (teraio._torch_alloc) may outlive every Offloader. Read without the GIL by
+ * the allocator's threads, written once under it before the allocator is installed. */
+static struct tio_bcache *g_bc;
 
 /* The addresses of the live IOBuffers: {address: nbytes} (io_buffer_at). */
 static PyObject *live;
@@ -35,7 +43,12 @@ static PyObject *iobuf_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (!self) {
         return NULL;
     }
-    self->p = tio_io_alloc((size_t)n);
+    if (g_bc) {
+        self->from_cache = tio_bcache_alloc(g_bc, (uint64_t)n, &self->p) == 0;
+    }
+    if (!self->p) {
+        self->p = tio_io_alloc((size_t)n);
+    }
     if (!self->p) {
         Py_DECREF(self);
         return PyErr_Format(PyExc_MemoryError, "IOBuffer: cannot allocate %zd bytes", n);
@@ -63,7 +76,11 @@ static void iobuf_dealloc(IOBufferObject *self) {
         Py_XDECREF(key);
         PyErr_Restore(et, ev, tb);
     }
-    tio_free(self->p);
+    if (self->from_cache) {
+        (void)tio_bcache_release(g_bc, self->p);
+    } else {
+        tio_free(self->p);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -137,7 +154,123 @@ static PyObject *discard_pages(PyObject *mod, PyObject *args) {
     return PyLong_FromUnsignedLongLong(hi - lo);
 }
 
+/* ---- the block cache (teraio/blockcache.h), shared with teraio._torch_alloc -------------- */
+
+static void *api_alloc(uint64_t n) {
+    void *p = NULL;
+    return g_bc && tio_bcache_alloc(g_bc, n, &p) == 0 ? p : NULL;
+}
+
+static void api_release(void *p) {
+    (void)tio_bcache_release(g_bc, p);
+}
+
+static const struct tio_torch_alloc_api block_cache_api = {
+    .version = TIO_TORCH_ALLOC_API_VERSION,
+    .alloc = api_alloc,
+    .release = api_release,
+};
+
+static PyObject *block_cache_enable(PyObject *mod, PyObject *args, PyObject *kwds) {
+    (void)mod;
+    static char *kw[] = { "cache_bytes", "follow_peak", "huge_pages", NULL };
+    unsigned long long cache = 0;
+    int follow = 1, huge = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Kpp", kw, &cache, &follow, &huge)) {
+        return NULL;
+    }
+    if (g_bc) {
+        Py_RETURN_FALSE;
+    }
+    struct tio_bcache_params p = tio_bcache_params_default();
+    p.cache_bytes = cache;
+    p.follow_peak = follow;
+    p.huge_pages = huge;
+    int rc = tio_bcache_new(&p, &g_bc);
+    if (rc < 0) {
+        return tio_py_raise(rc, "block_cache_enable");
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *block_cache_stats(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    if (!g_bc) {
+        Py_RETURN_NONE;
+    }
+    struct tio_bcache_stats s;
+    tio_bcache_stats(g_bc, &s);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsK}", "in_use_bytes", (unsigned long long)s.in_use_bytes,
+        "peak_in_use_bytes", (unsigned long long)s.peak_in_use_bytes, "hot_bytes",
+        (unsigned long long)s.hot_bytes, "cold_bytes", (unsigned long long)s.cold_bytes,
+        "mapped_bytes", (unsigned long long)s.mapped_bytes, "allocs", (unsigned long long)s.allocs,
+        "hot_hits", (unsigned long long)s.hot_hits, "cold_hits", (unsigned long long)s.cold_hits,
+        "maps", (unsigned long long)s.maps, "evicted_bytes", (unsigned long long)s.evicted_bytes,
+        "discarded_bytes", (unsigned long long)s.discarded_bytes, "unmapped_bytes",
+        (unsigned long long)s.unmapped_bytes, "blocks", (unsigned long long)s.blocks);
+}
+
+static PyObject *block_cache_discard(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    void *p = PyLong_AsVoidPtr(arg);
+    if (!p && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyBool_FromLong(g_bc && p && tio_bcache_discard(g_bc, p) == 0);
+}
+
+static PyObject *block_cache_block_size(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    void *p = PyLong_AsVoidPtr(arg);
+    if (!p && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(g_bc && p ? tio_bcache_block_size(g_bc, p) : 0);
+}
+
+static PyObject *block_cache_set_bounds(PyObject *mod, PyObject *args, PyObject *kwds) {
+    (void)mod;
+    static char *kw[] = { "cache_bytes", "follow_peak", NULL };
+    unsigned long long cache = 0;
+    int follow = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Kp", kw, &cache, &follow)) {
+        return NULL;
+    }
+    if (!g_bc) {
+        Py_RETURN_FALSE;
+    }
+    tio_bcache_set_bounds(g_bc, cache, follow);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *block_cache_trim(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(g_bc ? tio_bcache_trim(g_bc) : 0);
+}
+
 static PyMethodDef iobuf_functions[] = {
+    { "block_cache_enable", (PyCFunction)(void (*)(void))block_cache_enable,
+      METH_VARARGS | METH_KEYWORDS,
+      "block_cache_enable(cache_bytes=0, follow_peak=True, huge_pages=True) -> bool: make the "
+      "process-wide block cache (teraio/blockcache.h); False if it exists already (its settings "
+      "stay). IOBuffers then come from it, and teraio._torch_alloc can serve PyTorch from it." },
+    { "block_cache_stats", block_cache_stats, METH_NOARGS,
+      "block_cache_stats() -> dict or None: the block cache's counters (None: not enabled)." },
+    { "block_cache_discard", block_cache_discard, METH_O,
+      "block_cache_discard(address) -> bool: hand the pages of the cache's in-use block at address "
+      "back to the OS now (False: not such a block; then nothing is done)." },
+    { "block_cache_block_size", block_cache_block_size, METH_O,
+      "block_cache_block_size(address) -> int: the capacity of the in-use block at address, or "
+      "0." },
+    { "block_cache_set_bounds", (PyCFunction)(void (*)(void))block_cache_set_bounds,
+      METH_VARARGS | METH_KEYWORDS,
+      "block_cache_set_bounds(cache_bytes, follow_peak) -> bool: change the hot bounds and "
+      "restart the peak from the bytes in use now (False: the cache is not enabled)." },
+    { "block_cache_trim", block_cache_trim, METH_NOARGS,
+      "block_cache_trim() -> int: unmap every kept block; the bytes unmapped." },
     { "discard_pages", discard_pages, METH_VARARGS,
       "discard_pages(address, nbytes) -> bytes: MADV_DONTNEED on the whole pages of the range." },
     { "io_buffer_at", io_buffer_at, METH_O,
@@ -147,6 +280,11 @@ static PyMethodDef iobuf_functions[] = {
 
 int tio_py_add_iobuf(PyObject *m) {
     if (PyType_Ready(&IOBufferType) < 0 || (!live && !(live = PyDict_New()))) {
+        return -1;
+    }
+    PyObject *cap = PyCapsule_New((void *)&block_cache_api, TIO_TORCH_ALLOC_CAPSULE, NULL);
+    if (!cap || PyModule_AddObject(m, "_block_cache_api", cap) < 0) {
+        Py_XDECREF(cap);
         return -1;
     }
     if (PyModule_AddFunctions(m, iobuf_functions) < 0) {

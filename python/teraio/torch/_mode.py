@@ -214,11 +214,15 @@ def release_storage(st, discard=False):
     where the Offloader turns aligned_storages on) their whole pages are first handed
     back to the kernel (discard_pages), so that the memory leaves the process even where the
     allocator keeps the freed block in its heap."""
+    # a block of teraio's block cache (PyTorch's CPU allocator or an IOBuffer, Offloader
+    # cpu_allocator): its pages go now, and the cache keeps the block cold, not hot
+    cached = discard and st.nbytes() and st.device.type == "cpu" \
+        and _core().block_cache_discard(st.data_ptr())
     if not st.resizable() and _core().io_buffer_at(st.data_ptr()):
         st._swap_data_ptr_(torch.UntypedStorage(0))
     else:
-        if discard and st.nbytes() and st.resizable() and st.device.type == "cpu" \
-                and not st.is_shared():
+        if discard and not cached and st.nbytes() and st.resizable() \
+                and st.device.type == "cpu" and not st.is_shared():
             # the allocator may keep the block for reuse (glibc's heap): its pages leave the
             # process now, and come back zero-filled only if the block is used again. Locked
             # memory (mlock) refuses: then the block is just freed.

@@ -12,7 +12,9 @@
    tier in --ssd-dir; "teraio-py": the same with the Python per-operator path);
    torch.autograd.graph.save_on_cpu; activation checkpointing of every block; "baremode": no
    offloading under a TorchDispatchMode that only calls the operator (the floor of any Python
-   dispatch mode, teraio included).
+   dispatch mode, teraio included); "blockcache": no offloading, PyTorch's CPU tensors of >= 1 MiB
+   from teraio's block cache (the Offloader's cpu_allocator) following its peak from the start:
+   what the allocator alone does to plain training.
    Configurations are interleaved round by round; the load average is recorded with each run,
    and per step the training thread's CPU time (main_cpu_s), its time runnable but off a CPU
    (main_runq_s), its system time and minor page faults (main_sys_s, main_minflt) and the VM's
@@ -21,7 +23,9 @@
    Every configuration runs with MALLOC_MMAP_THRESHOLD_=65536 (freed tensor memory goes back to
    the OS, so that RSS measures tensors); a mode name with "@glibc" appended (plain@glibc,
    teraio@glibc) runs that configuration with glibc's malloc defaults instead, what a user gets
-   without setting anything (teraio then sets the threshold itself: cpu_mmap_threshold).
+   without setting anything (teraio then sets the threshold itself: cpu_mmap_threshold);
+   "@thp" sets THP_MEM_ALLOC_ENABLE=1 for that configuration (PyTorch advises huge pages for its
+   CPU tensors of >= 2 MiB), "@glibc+thp" both.
 
     python bench/torch_bench.py --preset small --ssd-dir /tmp/tio-bench --reps 7
     python bench/torch_bench.py --preset medium --config '{"dim": 768}' --seq 512 --threads 1
@@ -215,7 +219,8 @@ def _vm_hwm_mib():
     return 0.0
 
 
-BUILTIN_MODES = ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint", "baremode")
+BUILTIN_MODES = ("plain", "teraio", "teraio-py", "save_on_cpu", "checkpoint", "baremode",
+                 "blockcache")
 
 
 def _runq_s():
@@ -268,7 +273,14 @@ def worker(cfg):
         kw = dict(memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]], min_tensor_bytes="256KiB")
         kw.update(cfg.get("offloader_kw") or {})
         kw.update(variant or {})
+        kw.pop("tioalloc", None)
         off = teraio.Offloader(model, opt, **kw)
+    if mode == "blockcache":  # no offloading; PyTorch's CPU tensors from teraio's block cache
+        import teraio._core as core
+        from teraio import _torch_alloc
+
+        core.block_cache_enable(cache_bytes=0, follow_peak=True)
+        _torch_alloc.install(1 << 20)
     if mode == "checkpoint":
         from torch.utils.checkpoint import checkpoint
 
@@ -346,6 +358,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="plain,teraio,save_on_cpu,checkpoint")
     ap.add_argument("--skip-micro", action="store_true")
+    ap.add_argument("--anchor", default="plain", metavar="MODE",
+                    help="the configuration the vs_plain ratios divide by (default: plain; e.g. "
+                         "plain@glibc for PyTorch as users run it)")
     ap.add_argument("--thp-alloc", action="store_true",
                     help="run every configuration with THP_MEM_ALLOC_ENABLE=1 (PyTorch then page-aligns "
                          "CPU tensors of >= 2 MiB, which O_DIRECT moves without a staging "
@@ -387,8 +402,10 @@ def main():
             ap.error(f"--variant {name}: the JSON must be an object of Offloader arguments")
     for m in modes:
         base, at, how = m.partition("@")
-        if at and how != "glibc":
-            ap.error(f"--modes: {m!r}: the only modifier is @glibc (glibc's malloc defaults)")
+        bad = [x for x in how.split("+") if x not in ("glibc", "thp")] if at else []
+        if bad:
+            ap.error(f"--modes: {m!r}: modifiers are @glibc (glibc's malloc defaults), @thp "
+                     "(THP_MEM_ALLOC_ENABLE=1) or both (@glibc+thp)")
         if base not in BUILTIN_MODES and base not in variants:
             ap.error(f"--modes: unknown mode {base!r} (give it with --variant {base}=JSON)")
     # configurations interleaved round by round, so that load drift on a shared machine hits all
@@ -400,9 +417,12 @@ def main():
                        offloader_kw=json.loads(a.offloader_kw) if a.offloader_kw else None,
                        variants=variants)
             load0 = os.getloadavg()
-            run_env = env
-            if mode.endswith("@glibc"):
-                run_env = {k: v for k, v in env.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+            run_env = dict(env)
+            mods = mode.partition("@")[2].split("+")
+            if "glibc" in mods:
+                run_env.pop("MALLOC_MMAP_THRESHOLD_", None)
+            if "thp" in mods:
+                run_env["THP_MEM_ALLOC_ENABLE"] = "1"
             r = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)],
                                capture_output=True, text=True, env=run_env)
             if r.returncode != 0:
@@ -413,7 +433,8 @@ def main():
             res.update(round=rnd, load_avg_start=load0)
             print(json.dumps(res), flush=True)
             results.setdefault(mode, []).append(res)
-    plain = [x["step_s"] for x in results.get("plain", [])]
+    anchor = a.anchor if a.anchor in results else "plain"
+    plain = [x["step_s"] for x in results.get(anchor, [])]
     base_med = statistics.median(plain) if plain else 0
     base_min = min(plain) if plain else 0
     for mode, runs in results.items():
@@ -429,8 +450,9 @@ def main():
             "main_sys_s_median": statistics.median(x.get("main_sys_s", 0) for x in runs),
             "main_minflt_median": statistics.median(x.get("main_minflt", 0) for x in runs),
             "thp_alloc": a.thp_alloc,
-            "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results["plain"]) /
-                                    statistics.median(cpus)) if "plain" in results else 0,
+            "anchor": anchor,
+            "cpu_vs_plain_median": (statistics.median(x["cpu_s"] for x in results[anchor]) /
+                                    statistics.median(cpus)) if anchor in results else 0,
             "step_s_min": lo, "vs_plain_median": base_med / med if med else 0,
             "vs_plain_min": base_min / lo if lo else 0,
             "tokens_per_s_median": a.batch * a.seq / med if med else 0,

@@ -83,28 +83,30 @@ static struct link *lk(struct tio_bcache *c, int32_t i, int age) {
     return age ? &c->b[i].age : &c->b[i].cl;
 }
 
-static void push_head(struct tio_bcache *c, struct list *l, int32_t i, int age) {
+/* put block i between prev and next (-1: the list's end) */
+static void
+link_between(struct tio_bcache *c, struct list *l, int32_t i, int32_t prev, int32_t next, int age) {
     struct link *x = lk(c, i, age);
-    x->prev = -1;
-    x->next = l->head;
-    if (l->head >= 0) {
-        lk(c, l->head, age)->prev = i;
-    } else {
-        l->tail = i;
-    }
-    l->head = i;
-}
-
-static void push_tail(struct tio_bcache *c, struct list *l, int32_t i, int age) {
-    struct link *x = lk(c, i, age);
-    x->next = -1;
-    x->prev = l->tail;
-    if (l->tail >= 0) {
-        lk(c, l->tail, age)->next = i;
+    x->prev = prev;
+    x->next = next;
+    if (prev >= 0) {
+        lk(c, prev, age)->next = i;
     } else {
         l->head = i;
     }
-    l->tail = i;
+    if (next >= 0) {
+        lk(c, next, age)->prev = i;
+    } else {
+        l->tail = i;
+    }
+}
+
+static void push_head(struct tio_bcache *c, struct list *l, int32_t i, int age) {
+    link_between(c, l, i, -1, l->head, age);
+}
+
+static void push_tail(struct tio_bcache *c, struct list *l, int32_t i, int age) {
+    link_between(c, l, i, l->tail, -1, age);
 }
 
 static void unlink_from(struct tio_bcache *c, struct list *l, int32_t i, int age) {
@@ -232,19 +234,30 @@ static int drop_pages(char *a, uint64_t cap) {
 #endif
 }
 
-/* remove a kept (hot or cold) block from its lists, unmap it and free its slot */
-static void unmap_kept(struct tio_bcache *c, int32_t i) {
+/* file block i as kept, hot or cold (it is on no list) */
+static void keep(struct tio_bcache *c, int32_t i, int cold) {
     struct blk *b = &c->b[i];
     struct cls *k = &c->c[b->cls];
-    if (b->state == B_HOT) {
-        unlink_from(c, &k->hot, i, 0);
-        unlink_from(c, &c->hot_age, i, 1);
-        c->s.hot_bytes -= b->cap;
-    } else {
-        unlink_from(c, &k->cold, i, 0);
-        unlink_from(c, &c->cold_age, i, 1);
-        c->s.cold_bytes -= b->cap;
-    }
+    b->state = cold ? B_COLD : B_HOT;
+    push_head(c, cold ? &k->cold : &k->hot, i, 0);
+    push_tail(c, cold ? &c->cold_age : &c->hot_age, i, 1);
+    *(cold ? &c->s.cold_bytes : &c->s.hot_bytes) += b->cap;
+}
+
+/* take kept block i off its lists (it is then in no state until the caller sets one) */
+static void unkeep(struct tio_bcache *c, int32_t i) {
+    struct blk *b = &c->b[i];
+    struct cls *k = &c->c[b->cls];
+    int cold = b->state == B_COLD;
+    unlink_from(c, cold ? &k->cold : &k->hot, i, 0);
+    unlink_from(c, cold ? &c->cold_age : &c->hot_age, i, 1);
+    *(cold ? &c->s.cold_bytes : &c->s.hot_bytes) -= b->cap;
+}
+
+/* unmap a kept (hot or cold) block and free its slot */
+static void unmap_kept(struct tio_bcache *c, int32_t i) {
+    struct blk *b = &c->b[i];
+    unkeep(c, i);
     tab_del(c, b->addr);
 #if defined(__linux__)
     (void)munmap(b->addr, (size_t)b->cap);
@@ -259,17 +272,10 @@ static void unmap_kept(struct tio_bcache *c, int32_t i) {
 }
 
 static void make_cold(struct tio_bcache *c, int32_t i) {
-    struct blk *b = &c->b[i];
-    struct cls *k = &c->c[b->cls];
-    unlink_from(c, &k->hot, i, 0);
-    unlink_from(c, &c->hot_age, i, 1);
-    c->s.hot_bytes -= b->cap;
-    (void)drop_pages(b->addr, b->cap);
-    b->state = B_COLD;
-    push_head(c, &k->cold, i, 0);
-    push_tail(c, &c->cold_age, i, 1);
-    c->s.cold_bytes += b->cap;
-    c->s.evicted_bytes += b->cap;
+    unkeep(c, i);
+    (void)drop_pages(c->b[i].addr, c->b[i].cap);
+    keep(c, i, 1);
+    c->s.evicted_bytes += c->b[i].cap;
 }
 
 /* enforce both bounds: hot bytes (cache_bytes + follow_peak room), cold bytes */
@@ -377,20 +383,10 @@ void tio_bcache_free(struct tio_bcache *c) {
 
 /* pop a kept block of class k, hot first; -1 if none */
 static int32_t take_kept(struct tio_bcache *c, struct cls *k) {
-    int32_t i = k->hot.head;
+    int32_t i = k->hot.head >= 0 ? k->hot.head : k->cold.head;
     if (i >= 0) {
-        unlink_from(c, &k->hot, i, 0);
-        unlink_from(c, &c->hot_age, i, 1);
-        c->s.hot_bytes -= c->b[i].cap;
-        c->s.hot_hits++;
-        return i;
-    }
-    i = k->cold.head;
-    if (i >= 0) {
-        unlink_from(c, &k->cold, i, 0);
-        unlink_from(c, &c->cold_age, i, 1);
-        c->s.cold_bytes -= c->b[i].cap;
-        c->s.cold_hits++;
+        (*(c->b[i].state == B_HOT ? &c->s.hot_hits : &c->s.cold_hits))++;
+        unkeep(c, i);
     }
     return i;
 }
@@ -472,62 +468,51 @@ out:
     return rc;
 }
 
+/* the index of the in-use block starting at p, or -1 (caller holds the lock) */
+static int32_t find_in_use(const struct tio_bcache *c, const void *p) {
+    int32_t i = p ? find(c, p) : -1;
+    return i >= 0 && c->b[i].state == B_IN_USE ? i : -1;
+}
+
 int tio_bcache_release(struct tio_bcache *c, void *p) {
-    if (!c || !p) {
+    if (!c) {
         return -ENOENT;
     }
     pthread_mutex_lock(&c->mu);
-    int32_t i = find(c, p);
-    int rc = -ENOENT;
-    if (i >= 0 && c->b[i].state == B_IN_USE) {
-        struct blk *b = &c->b[i];
-        struct cls *k = &c->c[b->cls];
-        c->s.in_use_bytes -= b->cap;
+    int32_t i = find_in_use(c, p);
+    if (i >= 0) {
+        c->s.in_use_bytes -= c->b[i].cap;
         /* a block whose pages were discarded since it was handed out has nothing resident
          * worth keeping hot: it goes cold at once (its pages are already gone) */
-        if (b->discarded) {
-            b->state = B_COLD;
-            push_head(c, &k->cold, i, 0);
-            push_tail(c, &c->cold_age, i, 1);
-            c->s.cold_bytes += b->cap;
-        } else {
-            b->state = B_HOT;
-            push_head(c, &k->hot, i, 0);
-            push_tail(c, &c->hot_age, i, 1);
-            c->s.hot_bytes += b->cap;
-        }
+        keep(c, i, c->b[i].discarded);
         enforce(c);
-        rc = 0;
     }
     pthread_mutex_unlock(&c->mu);
-    return rc;
+    return i >= 0 ? 0 : -ENOENT;
 }
 
 int tio_bcache_discard(struct tio_bcache *c, void *p) {
-    if (!c || !p) {
+    if (!c) {
         return -ENOENT;
     }
     pthread_mutex_lock(&c->mu);
-    int32_t i = find(c, p);
-    int rc = -ENOENT;
-    if (i >= 0 && c->b[i].state == B_IN_USE) {
-        rc = drop_pages(c->b[i].addr, c->b[i].cap);
-        if (rc == 0) {
-            c->b[i].discarded = 1; /* cold on release */
-            c->s.discarded_bytes += c->b[i].cap;
-        }
+    int32_t i = find_in_use(c, p);
+    int rc = i >= 0 ? drop_pages(c->b[i].addr, c->b[i].cap) : -ENOENT;
+    if (rc == 0) {
+        c->b[i].discarded = 1; /* cold on release */
+        c->s.discarded_bytes += c->b[i].cap;
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
 uint64_t tio_bcache_block_size(struct tio_bcache *c, const void *p) {
-    if (!c || !p) {
+    if (!c) {
         return 0;
     }
     pthread_mutex_lock(&c->mu);
-    int32_t i = find(c, p);
-    uint64_t n = i >= 0 && c->b[i].state == B_IN_USE ? c->b[i].cap : 0;
+    int32_t i = find_in_use(c, p);
+    uint64_t n = i >= 0 ? c->b[i].cap : 0;
     pthread_mutex_unlock(&c->mu);
     return n;
 }

@@ -99,12 +99,30 @@ def _alloc_user_gone():
 
 
 def _torch_alloc():
-    """teraio._torch_alloc, or None where it was not built (PyTorch absent at build time)."""
+    """teraio._torch_alloc, or None where it was not built (PyTorch absent at build time) or was
+    built against another PyTorch (c10's C++ ABI is not stable: a warning says to rebuild)."""
     try:
         from teraio import _torch_alloc
     except ImportError:
         return None
+    import torch
+
+    if _torch_alloc.torch_version != torch.__version__:
+        _warn_once(f"teraio._torch_alloc was built against PyTorch {_torch_alloc.torch_version}, "
+                   f"this is {torch.__version__}: cpu_allocator is off (glibc's mmap threshold "
+                   "instead); reinstall teraio with this PyTorch present "
+                   "(pip install --no-build-isolation .)")
+        return None
     return _torch_alloc
+
+
+_WARNED = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        _warn(message)
 
 
 def _on_cuda(model):

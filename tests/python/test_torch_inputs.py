@@ -164,6 +164,23 @@ def test_cpu_mmap_threshold_auto_follows_the_allocator(tmp_path, monkeypatch, al
     assert teraio.offload._ALLOC_USERS[0] == 0  # the others in this process were collected
 
 
+def test_allocator_built_for_another_torch_is_not_installed(tmp_path, monkeypatch):
+    """c10's C++ ABI changes between PyTorch releases: a teraio._torch_alloc built against
+    another version is refused with a warning that says to rebuild, and the threshold applies."""
+    ta = _torch_alloc()
+    assert ta.torch_version == torch.__version__  # what this build recorded
+    calls = _threshold_calls(monkeypatch)
+    monkeypatch.setattr(ta, "torch_version", "1.0.0")
+    monkeypatch.setattr(teraio.offload, "_WARNED", set())
+    m, o = _model()
+    with pytest.warns(RuntimeWarning, match="built against PyTorch 1.0.0.*reinstall teraio"):
+        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    rep = off.report()
+    assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] == 65536
+    assert calls == [65536]
+    off.close()
+
+
 def test_refused_offloader_leaves_malloc_alone(tmp_path, monkeypatch):
     calls = _threshold_calls(monkeypatch)
     ta = _torch_alloc()

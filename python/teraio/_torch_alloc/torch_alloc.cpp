@@ -115,6 +115,17 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "teraio._torch_alloc",
 
 }  // namespace
 
+#ifndef TIO_TORCH_VERSION
+#define TIO_TORCH_VERSION "unknown"
+#endif
+
 PyMODINIT_FUNC PyInit__torch_alloc(void) {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    // the PyTorch whose headers and libc10 this was built against (c10's C++ ABI changes
+    // between releases: the Offloader refuses to install it under another version)
+    if (m && PyModule_AddStringConstant(m, "torch_version", TIO_TORCH_VERSION) < 0) {
+        Py_DECREF(m);
+        return nullptr;
+    }
+    return m;
 }

@@ -27,8 +27,10 @@
  *   - Cold kept bytes are bounded by max(peak_in_use_bytes, cold_bytes_min); beyond that the
  *     oldest cold blocks are unmapped.
  *
- * All functions are thread-safe (one mutex per cache). Linux only: elsewhere tio_bcache_new
- * returns TIO_EUNAVAIL.
+ * All functions are thread-safe (one mutex per cache), and fork-safe: fork handlers
+ * (pthread_atfork) hold every live cache's lock across fork(), so a child never inherits a lock
+ * another thread held; the child's cache is a copy, usable on its own. Linux only: elsewhere
+ * tio_bcache_new returns TIO_EUNAVAIL.
  *
  *   struct tio_bcache *c;
  *   struct tio_bcache_params p = tio_bcache_params_default();

@@ -49,6 +49,7 @@ struct cls {
 
 struct tio_bcache {
     pthread_mutex_t mu;
+    struct tio_bcache *reg_next; /* the registry of live caches (fork handlers) */
     struct tio_bcache_params p;
     struct blk *b;
     int32_t nb, capb, free_slot;
@@ -336,6 +337,34 @@ static int32_t new_slot(struct tio_bcache *c) {
     return c->nb++;
 }
 
+/* ---- fork ------------------------------------------------------------------------------
+ * A process that forks while another thread holds a cache's lock (PyTorch allocating on an
+ * intra-op thread while a DataLoader forks its workers) would hand the child a lock nobody will
+ * release, and the child's first allocation would hang. The handlers take every live cache's
+ * lock around fork(), as malloc implementations do. Lock order: registry, then caches. */
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tio_bcache *reg_head;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) {
+    pthread_mutex_lock(&reg_mu);
+    for (struct tio_bcache *c = reg_head; c; c = c->reg_next) {
+        pthread_mutex_lock(&c->mu);
+    }
+}
+
+static void fork_release(void) {
+    for (struct tio_bcache *c = reg_head; c; c = c->reg_next) {
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_init(void) {
+    (void)pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 /* ---- public ---------------------------------------------------------------------------- */
 
 int tio_bcache_new(const struct tio_bcache_params *params, struct tio_bcache **out) {
@@ -358,6 +387,11 @@ int tio_bcache_new(const struct tio_bcache_params *params, struct tio_bcache **o
         tio_free(c);
         return -ENOMEM;
     }
+    (void)pthread_once(&reg_once, reg_init);
+    pthread_mutex_lock(&reg_mu);
+    c->reg_next = reg_head;
+    reg_head = c;
+    pthread_mutex_unlock(&reg_mu);
     *out = c;
     return 0;
 #endif
@@ -367,6 +401,14 @@ void tio_bcache_free(struct tio_bcache *c) {
     if (!c) {
         return;
     }
+    pthread_mutex_lock(&reg_mu);
+    for (struct tio_bcache **pp = &reg_head; *pp; pp = &(*pp)->reg_next) {
+        if (*pp == c) {
+            *pp = c->reg_next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg_mu);
 #if defined(__linux__)
     for (int32_t i = 0; i < c->nb; i++) {
         if (c->b[i].state != B_UNUSED) {

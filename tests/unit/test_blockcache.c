@@ -3,11 +3,15 @@
  * workload, and threads. Expected values are computed here, independently of the library. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <teraio/blockcache.h>
@@ -1240,6 +1244,79 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* fork while another thread allocates and releases without pause: every child must be able to
+ * allocate from its copy of the cache (a lock inherited locked would hang it; killed after 10 s
+ * and counted as a failure). */
+struct hammer {
+    struct tio_bcache *c;
+    atomic_int stop;
+    atomic_long ops;
+};
+
+static void *hammer_run(void *arg) {
+    struct hammer *h = arg;
+    while (!atomic_load(&h->stop)) {
+        void *p = NULL;
+        if (tio_bcache_alloc(h->c, 3 * MiB, &p) == 0) {
+            memset(p, 0x5a, 4096);
+            (void)tio_bcache_release(h->c, p);
+            atomic_fetch_add(&h->ops, 1);
+        }
+    }
+    return NULL;
+}
+
+TIO_TEST(fork_while_another_thread_allocates) {
+    struct tio_bcache_params p = params(16 * MiB, 1, 0, 256 * MiB);
+    struct tio_bcache *c = mk(&p);
+    if (!c) {
+        return;
+    }
+    struct hammer h;
+    h.c = c;
+    atomic_init(&h.stop, 0);
+    atomic_init(&h.ops, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, hammer_run, &h) == 0);
+    int hung = 0, bad = 0;
+    for (int k = 0; k < 20; k++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            void *q = NULL;
+            int ok = tio_bcache_alloc(c, 5 * MiB, &q) == 0;
+            if (ok) {
+                memset(q, 0x11, 5 * MiB);
+                ok = tio_bcache_release(c, q) == 0;
+            }
+            _exit(ok ? 0 : 3);
+        }
+        CHECK(pid > 0);
+        if (pid < 0) {
+            break;
+        }
+        int status = 0;
+        pid_t w = 0;
+        for (int waited = 0; waited < 1000 && (w = waitpid(pid, &status, WNOHANG)) == 0; waited++) {
+            struct timespec ts = { 0, 10 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+        if (w == 0) {
+            hung++;
+            kill(pid, SIGKILL);
+            (void)waitpid(pid, &status, 0);
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            bad++;
+        }
+    }
+    atomic_store(&h.stop, 1);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_EQ_I(hung, 0);
+    CHECK_EQ_I(bad, 0);
+    CHECK(atomic_load(&h.ops) > 0);
+    CHECK_CONSISTENT(st(c));
+    tio_bcache_free(c);
+}
+
 TIO_TEST(threads) {
     /* cache_bytes 48 MiB keeps most reuse hot (cold reuse faults pages in: slow); evictions,
      * cold hits and discards still happen. */
@@ -1306,5 +1383,6 @@ int main(void) {
     RUN(trim_unmaps_kept_blocks);
     RUN(random_sequence_stats_consistency);
     RUN(threads);
+    RUN(fork_while_another_thread_allocates);
     return tio_test_done();
 }

@@ -136,3 +136,29 @@ print(json.dumps(res))
     r = _py(code)
     assert r["True"] == r["False"]
     assert r["allocs"] > 0
+
+
+def test_dataloader_workers_fork_with_the_allocator_installed():
+    """DataLoader workers are forked (Linux default) while another thread allocates through the
+    cache: each worker allocates its batches from its copy of the cache, and the data is right."""
+    r = _py(r"""
+import json, threading, torch
+import teraio._core as core, teraio._torch_alloc as ta
+core.block_cache_enable(); ta.install(1 << 20)
+stop = False
+def churn():
+    while not stop:
+        x = torch.empty(3 << 20, dtype=torch.uint8); x.fill_(1); del x
+t = threading.Thread(target=churn); t.start()
+class DS(torch.utils.data.Dataset):
+    def __len__(self): return 16
+    def __getitem__(self, i): return torch.full((1 << 18,), float(i))  # 1 MiB: from the cache
+dl = torch.utils.data.DataLoader(DS(), batch_size=2, num_workers=2,
+                                 multiprocessing_context="fork", timeout=60)
+sums = [float(b.sum()) for b in dl]
+stop = True; t.join()
+print(json.dumps({"sums": sums, "allocs": core.block_cache_stats()["allocs"]}))
+""")
+    n = 1 << 18
+    assert r["sums"] == [float((2 * k + 2 * k + 1) * n) for k in range(8)]
+    assert r["allocs"] > 0

@@ -174,9 +174,10 @@ class Offloader:
         1 MiB or more from teraio's block cache (teraio/blockcache.h; default True): freed
         blocks are kept for reuse by size, as glibc's heap would (no page faults), but the
         blocks of tensors teraio offloads hand their pages back to the OS, and kept blocks
-        never hold the process above the peak its live blocks reached. So the memory teraio
-        saves leaves the process at the speed of PyTorch with glibc's defaults
-        (docs/user-guide.md, "Memory on CPU"). Installed for the whole process when the
+        never hold the cache above the peak its live blocks reached in the planned steps. So
+        the memory teraio saves leaves the process without making the rest of training fault
+        in fresh pages, as glibc's mmap threshold does (docs/user-guide.md, "Memory on CPU").
+        Installed for the whole process when the
         Offloader is made, put back when the last such Offloader closes; tensors allocated
         before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
         at install time); without it, or with False, cpu_mmap_threshold applies.
@@ -856,7 +857,8 @@ class Offloader:
             out["cpu_allocator"] = _core.block_cache_stats()
             ta = _torch_alloc()
             out["cpu_allocator"]["fallbacks"] = ta.fallbacks() if ta else 0
-            out["cpu_allocator"]["installed"] = self._alloc_installed and bool(ta and ta.installed())
+            out["cpu_allocator"]["installed"] = bool(self._alloc_installed and ta
+                                                     and ta.installed())
         if self._plan is not None:
             out["plan"] = self._plan.summary()
         if self._engine is not None:

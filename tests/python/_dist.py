@@ -3,6 +3,8 @@ the examples folder, and one spawn that runs a test's body in every rank inside 
 group, with per-rank SSD directories ("ssd{rank}") and each rank's result handed back as JSON."""
 import json
 import os
+import sys
+import warnings
 
 import pytest
 
@@ -20,6 +22,9 @@ needs_gloo = pytest.mark.skipif(
 
 
 def _worker(rank, world, init, out_dir, body):
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)  # a rank that aborts prints every thread's stack
     torch.set_num_threads(1)  # two ranks on a 2-core machine
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
@@ -36,7 +41,22 @@ def spawn_ranks(body, out_dir, world=2):
     import torch.multiprocessing as mp
 
     for r in range(world):
-        (out_dir / f"ssd{r}").mkdir()
-    init = "file://" + str(out_dir / "rendezvous")
-    mp.spawn(_worker, args=(world, init, str(out_dir), body), nprocs=world, join=True)
+        (out_dir / f"ssd{r}").mkdir(exist_ok=True)
+    for attempt in (1, 2):
+        init = "file://" + str(out_dir / f"rendezvous{attempt}")
+        try:
+            mp.spawn(_worker, args=(world, init, str(out_dir), body), nprocs=world, join=True)
+            break
+        except mp.ProcessExitedException as e:
+            # Seen in ~1 of 15 runs of the FSDP2 file on the 2-core machine, with and without
+            # teraio's page discards: a rank aborts with "terminate called without an active
+            # exception" (a joinable C++ thread destroyed: gloo/c10d), no Python error. Retried
+            # once, loudly; a second abort, or any other death, fails the test. Open question:
+            # see the closing notes of sessions 7-8; faulthandler above prints the stacks.
+            if attempt == 2 or e.signal_name != "SIGABRT":
+                raise
+            msg = (f"spawn_ranks: rank {e.error_index} aborted (SIGABRT) on attempt 1; "
+                   "retrying once")
+            print(msg, file=sys.stderr)
+            warnings.warn(msg, RuntimeWarning)
     return [json.load(open(out_dir / f"rank{r}.json")) for r in range(world)]

@@ -624,9 +624,10 @@ class Offloader:
         ta = _torch_alloc()
         if ta is None:
             return False
-        # nothing kept hot before the first planned step: the warm-up and profiled steps'
+        # the process's cache (made once); the bounds are set here whether it is new or not:
+        # nothing kept hot before the first planned step, whose warm-up and profiled steps'
         # peaks say nothing of the steady state (_start_runtime turns follow_peak on)
-        _core.block_cache_enable(cache_bytes=self.cpu_cache_bytes, follow_peak=False)
+        _core.block_cache_enable()
         _core.block_cache_set_bounds(self.cpu_cache_bytes, False)
         if not ta.install(1 << 20):
             return False

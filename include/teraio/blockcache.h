@@ -24,6 +24,19 @@
  *     nothing of the steady state, and follows the peak from the first planned step.
  *   - tio_bcache_discard drops an in-use block's pages at once: teraio calls it when it has
  *     offloaded the block's tensor and is about to free it.
+ *   - With resize_kept, a request that finds no hot block of its class is served from hot kept
+ *     blocks of other classes before a cold one: the smallest that holds it, if 2 MiB-aligned,
+ *     is split in place (its tail stays hot); otherwise a new 2 MiB-aligned mapping of the
+ *     request's size is filled by moving the pages of hot blocks into it (mremap: resident
+ *     pages stay resident, contents kept), and only what they do not cover faults in. A cold
+ *     block or a new mapping faults in (and the kernel zeroes) all of its pages; when live use
+ *     climbs back toward its peak through other size classes than it left, resizing is what
+ *     keeps training from zeroing memory it already has.
+ *   - With prefault, a background thread maps blocks of up to 64 MiB and faults their pages in
+ *     (MADV_POPULATE_WRITE) whenever the hot bound has room (it is woken by releases,
+ *     tio_bcache_set_bounds and tio_bcache_set_prefault), so that the kernel zeroes memory on
+ *     another core instead of in the first touch of a tensor. It never raises the hot bytes
+ *     above the bound the cache keeps anyway.
  *   - Cold kept bytes are bounded by max(peak_in_use_bytes, cold_bytes_min); beyond that the
  *     oldest cold blocks are unmapped.
  *
@@ -60,6 +73,10 @@ struct tio_bcache_params {
     uint64_t max_mapped_bytes; /* 0: unlimited; else tio_bcache_alloc fails with -ENOMEM rather
                                 * than map beyond it (after unmapping cold blocks) */
     uint64_t cold_bytes_min;   /* cold kept bytes allowed even below the peak (default 256 MiB) */
+    int32_t resize_kept;       /* 1: a request with no hot block of its class takes the hot kept
+                                * block nearest in size and resizes it (default 1) */
+    int32_t prefault;          /* 1: a background thread faults in hot blocks ahead of requests,
+                                * within the hot bound (default 0) */
 };
 
 struct tio_bcache_stats {
@@ -67,11 +84,17 @@ struct tio_bcache_stats {
     uint64_t peak_in_use_bytes; /* the most in_use_bytes ever was */
     uint64_t hot_bytes;         /* kept blocks with resident pages */
     uint64_t cold_bytes;        /* kept blocks whose pages were handed back */
-    uint64_t mapped_bytes;      /* all blocks: in use + hot + cold */
+    uint64_t mapped_bytes;      /* all blocks: in use + hot + cold + prefaulting */
     uint64_t allocs;            /* successful tio_bcache_alloc calls */
     uint64_t hot_hits;          /* ... served by a hot kept block (no fault) */
     uint64_t cold_hits;         /* ... served by a cold kept block (pages fault in again) */
     uint64_t maps;              /* ... that mapped a new block */
+    uint64_t resized_hits;      /* ... served by a hot kept block of another class, resized */
+    uint64_t grown_bytes;       /* bytes mapped by growing resized blocks (their pages fault in) */
+    uint64_t faulting_bytes;    /* bytes handed out without resident pages (cold hits, new
+                                 * mappings, growth): the kernel zeroes them on first touch */
+    uint64_t prefaulted_bytes;  /* bytes the prefault thread faulted in and kept hot */
+    uint64_t prefaulting_bytes; /* mapped, being faulted in by the prefault thread now */
     uint64_t evicted_bytes;     /* hot kept bytes made cold to respect the bound */
     uint64_t discarded_bytes;   /* in-use bytes handed back by tio_bcache_discard */
     uint64_t unmapped_bytes;    /* blocks unmapped (cold bound, trim) */
@@ -79,7 +102,7 @@ struct tio_bcache_stats {
 };
 
 /* Defaults: cache_bytes 0, follow_peak 1, huge_pages 1, max_mapped_bytes 0, cold_bytes_min
- * 256 MiB. */
+ * 256 MiB, resize_kept 1, prefault 0. */
 TIO_API struct tio_bcache_params tio_bcache_params_default(void);
 
 /* tio_bcache_new: a new cache (params NULL: the defaults). 0, -ENOMEM, TIO_EUNAVAIL (not
@@ -87,15 +110,17 @@ TIO_API struct tio_bcache_params tio_bcache_params_default(void);
 TIO_API TIO_MUST_CHECK int tio_bcache_new(const struct tio_bcache_params *params,
                                           struct tio_bcache **out);
 
-/* tio_bcache_free: unmaps every block, those still in use included (their memory becomes
- * invalid): call it only when none is in use, or never (a process-wide cache). NULL is a
- * no-op. */
+/* tio_bcache_free: stops the prefault thread and unmaps every block, those still in use
+ * included (their memory becomes invalid): call it only when none is in use, or never (a
+ * process-wide cache). NULL is a no-op. */
 TIO_API void tio_bcache_free(struct tio_bcache *c);
 
 /* tio_bcache_alloc: a block of at least `bytes` (> 0), 2 MiB-aligned, its contents
  * unspecified (a reused block keeps what its last user wrote, a fresh or cold one reads as
- * zeros). 0 and *out set; -EINVAL (bytes 0, or too large to round), -ENOMEM (mmap failed or
- * max_mapped_bytes reached). */
+ * zeros). The block's pages past `bytes` rounded up to 64 KiB are not resident (a reused
+ * block's are handed back, so that its class's rounding costs no memory): they read as
+ * zeros until written. 0 and *out set; -EINVAL (bytes 0, or too large to round), -ENOMEM (mmap
+ * failed or max_mapped_bytes reached). */
 TIO_API TIO_MUST_CHECK int tio_bcache_alloc(struct tio_bcache *c, uint64_t bytes, void **out);
 
 /* tio_bcache_release: give a block from tio_bcache_alloc back (kept for reuse, or unmapped
@@ -114,6 +139,10 @@ TIO_API uint64_t tio_bcache_block_size(struct tio_bcache *c, const void *p);
 /* tio_bcache_set_bounds: set cache_bytes and follow_peak, restart peak_in_use_bytes from the
  * bytes in use now, and apply the bounds at once (hot blocks beyond them go cold). */
 TIO_API void tio_bcache_set_bounds(struct tio_bcache *c, uint64_t cache_bytes, int32_t follow_peak);
+
+/* tio_bcache_set_prefault: turn the prefault thread on or off (see prefault above); on, it
+ * starts (or wakes) at once. A forked child's cache never prefaults. */
+TIO_API void tio_bcache_set_prefault(struct tio_bcache *c, int32_t on);
 
 /* tio_bcache_trim: unmap every kept block (hot and cold); the bytes unmapped. */
 TIO_API uint64_t tio_bcache_trim(struct tio_bcache *c);

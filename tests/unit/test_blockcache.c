@@ -76,14 +76,18 @@ static struct tio_bcache_stats st(struct tio_bcache *c) {
         CHECK_EQ_U((a).hot_hits, (b).hot_hits);                   \
         CHECK_EQ_U((a).cold_hits, (b).cold_hits);                 \
         CHECK_EQ_U((a).maps, (b).maps);                           \
+        CHECK_EQ_U((a).resized_hits, (b).resized_hits);           \
+        CHECK_EQ_U((a).grown_bytes, (b).grown_bytes);             \
+        CHECK_EQ_U((a).faulting_bytes, (b).faulting_bytes);       \
         CHECK_EQ_U((a).evicted_bytes, (b).evicted_bytes);         \
         CHECK_EQ_U((a).discarded_bytes, (b).discarded_bytes);     \
         CHECK_EQ_U((a).unmapped_bytes, (b).unmapped_bytes);       \
         CHECK_EQ_U((a).blocks, (b).blocks);                       \
     } while (0)
 
-#define CHECK_CONSISTENT(s) \
-    CHECK_EQ_U((s).mapped_bytes, (s).in_use_bytes + (s).hot_bytes + (s).cold_bytes)
+#define CHECK_CONSISTENT(s)      \
+    CHECK_EQ_U((s).mapped_bytes, \
+               (s).in_use_bytes + (s).hot_bytes + (s).cold_bytes + (s).prefaulting_bytes)
 
 static int aligned_2m(const void *p) {
     return ((uintptr_t)p & (uintptr_t)(2 * MiB - 1)) == 0;
@@ -209,6 +213,21 @@ static uint64_t count_not(const void *p, uint64_t len, uint8_t v) {
     return bad;
 }
 
+/* Stats once the prefault thread has faulted in `bytes` in all and is idle (at most 10 s). */
+static struct tio_bcache_stats wait_prefaulted(struct tio_bcache *c, uint64_t bytes) {
+    struct tio_bcache_stats s = st(c);
+    for (int i = 0; i < 1000 && (s.prefaulted_bytes < bytes || s.prefaulting_bytes); i++) {
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        s = st(c);
+    }
+    return s;
+}
+
+static void wait_prefault_idle(struct tio_bcache *c) {
+    (void)wait_prefaulted(c, 0);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Tests                                                                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -290,30 +309,44 @@ TIO_TEST(params_default_and_null_params) {
     CHECK_EQ_U(s.cold_bytes, 0);
     CHECK_EQ_U(s.peak_in_use_bytes, 4 * MiB);
 
-    /* A 6 MiB block raises the peak to 6 MiB: no room, a goes cold. */
+    /* resize_kept 1: a 6 MiB request finds no hot 6 MiB block and grows the hot 4 MiB one
+     * (moved to a new aligned mapping): its 4 MiB kept, 2 MiB new (zeros), one block. */
     CHECK_OK(tio_bcache_alloc(c, 6 * MiB, &b));
     if (!b) {
         tio_bcache_free(c);
         return;
     }
+    CHECK(aligned_2m(b));
+    CHECK_EQ_U(count_not(b, 4 * MiB, 0x11), 0);
+    CHECK_EQ_U(count_nonzero((char *)b + 4 * MiB, 2 * MiB), 0);
+    s = st(c);
+    CHECK_EQ_U(s.resized_hits, 1);
+    CHECK_EQ_U(s.grown_bytes, 2 * MiB);
+    CHECK_EQ_U(s.faulting_bytes, 6 * MiB); /* the first block's 4 MiB, then the growth */
+    CHECK_EQ_U(s.maps, 1);
+    CHECK_EQ_U(s.blocks, 1);
+    CHECK_EQ_U(s.mapped_bytes, 6 * MiB);
     memset(b, 0x22, 6 * MiB);
     CHECK_OK(tio_bcache_release(c, b));
     s = st(c);
     CHECK_EQ_U(s.hot_bytes, 6 * MiB);
-    CHECK_EQ_U(s.cold_bytes, 4 * MiB);
-    /* An 8 MiB block: b goes cold too. Cold is 10 MiB, above the 8 MiB peak but within the
-     * default cold_bytes_min (256 MiB): nothing is unmapped. */
+    CHECK_EQ_U(s.cold_bytes, 0);
+    /* 8 MiB: grown again; nothing went cold, nothing was evicted or unmapped. */
     CHECK_OK(tio_bcache_alloc(c, 8 * MiB, &d));
     s = st(c);
     CHECK_EQ_U(s.in_use_bytes, 8 * MiB);
     CHECK_EQ_U(s.peak_in_use_bytes, 8 * MiB);
     CHECK_EQ_U(s.hot_bytes, 0);
-    CHECK_EQ_U(s.cold_bytes, 10 * MiB);
+    CHECK_EQ_U(s.cold_bytes, 0);
     CHECK_EQ_U(s.unmapped_bytes, 0);
-    CHECK_EQ_U(s.mapped_bytes, 18 * MiB);
-    CHECK_EQ_U(s.blocks, 3);
-    CHECK_EQ_U(s.maps, 3);
-    CHECK_EQ_U(s.evicted_bytes, 10 * MiB);
+    CHECK_EQ_U(s.mapped_bytes, 8 * MiB);
+    CHECK_EQ_U(s.blocks, 1);
+    CHECK_EQ_U(s.maps, 1);
+    CHECK_EQ_U(s.resized_hits, 2);
+    CHECK_EQ_U(s.evicted_bytes, 0);
+    if (d) {
+        CHECK_EQ_U(count_not(d, 6 * MiB, 0x22), 0);
+    }
     /* huge_pages 1: the block's mapping is advised for huge pages. */
     if (d && thp_available()) {
         CHECK_EQ_I(vma_has_flag(d, "hg"), 1);
@@ -446,7 +479,7 @@ TIO_TEST(hot_reuse_keeps_contents) {
         tio_bcache_free(c);
         return;
     }
-    visit(a, 3 * MiB, 7, FILL);
+    memset(a, 0x77, 3 * MiB);
     CHECK_OK(tio_bcache_release(c, a));
     struct tio_bcache_stats s1 = st(c);
     CHECK_EQ_U(s1.hot_bytes, 3 * MiB);
@@ -466,7 +499,12 @@ TIO_TEST(hot_reuse_keeps_contents) {
     CHECK_EQ_U(s2.in_use_bytes, 3 * MiB);
     CHECK_EQ_U(s2.mapped_bytes, 3 * MiB);
     if (b == a) {
-        CHECK_EQ_U(visit(b, 3 * MiB, 7, VERIFY), 0);
+        /* the bytes asked for keep their contents; past them (rounded up to 64 KiB) the pages
+         * were handed back: not resident, zeros */
+        const uint64_t used = 3 * MiB - 64 * KiB;
+        CHECK_EQ_U(count_not(b, 3 * MiB - 100 * KiB, 0x77), 0);
+        CHECK_EQ_I(resident_pages((char *)b + used, 64 * KiB), 0);
+        CHECK_EQ_U(count_nonzero((char *)b + used, 64 * KiB), 0);
         CHECK_EQ_U(tio_bcache_block_size(c, b), 3 * MiB);
     }
 
@@ -1017,6 +1055,135 @@ TIO_TEST(set_bounds_restarts_the_peak) {
     tio_bcache_free(c);
 }
 
+/* resize_kept: a request with no hot block of its class is served from hot blocks of other
+ * classes without faulting in what is already resident: a larger aligned block is split in
+ * place (its tail stays hot), a tail is moved to an aligned address, smaller blocks are moved
+ * into one new mapping (only what they do not cover faults in), and a block made of several
+ * pieces moves again whole. Off, the same request maps a new block. */
+TIO_TEST(resize_hot_blocks) {
+    struct tio_bcache_params p = params(0, 1, 0, 256 * MiB);
+    p.resize_kept = 1;
+    struct tio_bcache *c = mk(&p);
+    if (!c) {
+        return;
+    }
+    void *a = NULL, *h = NULL, *t = NULL, *g = NULL;
+    CHECK_OK(tio_bcache_alloc(c, 8 * MiB, &a));
+    if (!a) {
+        tio_bcache_free(c);
+        return;
+    }
+    memset(a, 0x5A, 8 * MiB);
+    CHECK_OK(tio_bcache_release(c, a));
+    struct tio_bcache_stats s0 = st(c);
+    CHECK_EQ_U(s0.hot_bytes, 8 * MiB);
+    CHECK_EQ_U(s0.faulting_bytes, 8 * MiB);
+
+    /* split in place: the head keeps a's address and contents, no fault, the tail stays hot */
+    CHECK_OK(tio_bcache_alloc(c, 3 * MiB, &h));
+    CHECK(h == a);
+    struct tio_bcache_stats s1 = st(c);
+    CHECK_EQ_U(s1.resized_hits, 1);
+    CHECK_EQ_U(s1.maps, 1);
+    CHECK_EQ_U(s1.faulting_bytes, 8 * MiB);
+    CHECK_EQ_U(s1.blocks, 2);
+    CHECK_EQ_U(s1.mapped_bytes, 8 * MiB);
+    CHECK_EQ_U(s1.in_use_bytes, 3 * MiB);
+    CHECK_EQ_U(s1.hot_bytes, 5 * MiB);
+    CHECK_CONSISTENT(s1);
+    if (h) {
+        CHECK_EQ_U(tio_bcache_block_size(c, h), 3 * MiB);
+        CHECK_EQ_U(count_not(h, 3 * MiB, 0x5A), 0);
+        CHECK_EQ_I(resident_pages((char *)h + 3 * MiB, 5 * MiB), pages_of(5 * MiB));
+    }
+
+    /* the tail (5 MiB at a + 3 MiB, not 2 MiB-aligned) serves a 5 MiB request: moved to an
+     * aligned address with its pages, nothing faults in, a + 3 MiB is no longer mapped */
+    CHECK_OK(tio_bcache_alloc(c, 5 * MiB, &t));
+    struct tio_bcache_stats s2 = st(c);
+    CHECK(t != NULL && aligned_2m(t) && t != (char *)a + 3 * MiB);
+    CHECK_EQ_U(s2.resized_hits, 2);
+    CHECK_EQ_U(s2.maps, 1);
+    CHECK_EQ_U(s2.faulting_bytes, 8 * MiB);
+    CHECK_EQ_U(s2.blocks, 2);
+    CHECK_EQ_U(s2.mapped_bytes, 8 * MiB);
+    CHECK_EQ_U(s2.hot_bytes, 0);
+    CHECK_EQ_I(resident_pages((char *)a + 3 * MiB, 5 * MiB), -1);
+    if (t) {
+        CHECK_EQ_I(resident_pages(t, 5 * MiB), pages_of(5 * MiB));
+        CHECK_EQ_U(count_not(t, 5 * MiB, 0x5A), 0);
+        CHECK_EQ_U(tio_bcache_block_size(c, t), 5 * MiB);
+        memset(t, 0x6B, 5 * MiB);
+        CHECK_OK(tio_bcache_release(c, t));
+    }
+    if (h) {
+        CHECK_OK(tio_bcache_release(c, h));
+    }
+
+    /* 12 MiB, larger than every hot block: a new aligned mapping filled by moving the pages of
+     * the largest (5 MiB), then the next (3 MiB); only the last 4 MiB are new: not resident
+     * until touched, zeros */
+    CHECK_OK(tio_bcache_alloc(c, 12 * MiB, &g));
+    struct tio_bcache_stats s3 = st(c);
+    CHECK(g != NULL && aligned_2m(g));
+    CHECK_EQ_U(s3.resized_hits, 3);
+    CHECK_EQ_U(s3.grown_bytes, 4 * MiB);
+    CHECK_EQ_U(s3.faulting_bytes, 12 * MiB);
+    CHECK_EQ_U(s3.maps, 1);
+    CHECK_EQ_U(s3.blocks, 1);
+    CHECK_EQ_U(s3.mapped_bytes, 12 * MiB);
+    CHECK_EQ_U(s3.hot_bytes, 0);
+    CHECK_EQ_U(s3.cold_bytes, 0);
+    CHECK_CONSISTENT(s3);
+    if (g) {
+        CHECK_EQ_I(resident_pages(g, 12 * MiB), pages_of(8 * MiB));
+        CHECK_EQ_U(count_not(g, 5 * MiB, 0x6B), 0);
+        CHECK_EQ_U(count_not((char *)g + 5 * MiB, 3 * MiB, 0x5A), 0);
+        CHECK_EQ_U(count_nonzero((char *)g + 8 * MiB, 4 * MiB), 0);
+        if (thp_available()) {
+            CHECK_EQ_I(vma_has_flag(g, "hg"), 1);
+        }
+        /* g spans three kernel mappings now; moving it again (13 MiB) must move every piece */
+        memset(g, 0x7C, 12 * MiB);
+        CHECK_OK(tio_bcache_release(c, g));
+        void *g2 = NULL;
+        CHECK_OK(tio_bcache_alloc(c, 13 * MiB, &g2));
+        struct tio_bcache_stats s4 = st(c);
+        CHECK(g2 != NULL && g2 != g);
+        CHECK_EQ_U(s4.resized_hits, 4);
+        CHECK_EQ_U(s4.grown_bytes, 5 * MiB);
+        CHECK_EQ_U(s4.mapped_bytes, 13 * MiB);
+        CHECK_EQ_U(s4.blocks, 1);
+        if (g2) {
+            CHECK_EQ_I(resident_pages(g2, 13 * MiB), pages_of(12 * MiB));
+            CHECK_EQ_U(count_not(g2, 12 * MiB, 0x7C), 0);
+            CHECK_EQ_U(count_nonzero((char *)g2 + 12 * MiB, 1 * MiB), 0);
+            CHECK_EQ_I(resident_pages(g, 12 * MiB), -1); /* nothing left at the old place */
+            CHECK_OK(tio_bcache_release(c, g2));
+        }
+    }
+    tio_bcache_free(c);
+
+    /* resize_kept 0: the same first request maps a new block */
+    p.resize_kept = 0;
+    c = mk(&p);
+    if (!c) {
+        return;
+    }
+    CHECK_OK(tio_bcache_alloc(c, 8 * MiB, &a));
+    CHECK_OK(tio_bcache_release(c, a));
+    CHECK_OK(tio_bcache_alloc(c, 3 * MiB, &h));
+    CHECK(h != NULL && h != a);
+    s1 = st(c);
+    CHECK_EQ_U(s1.resized_hits, 0);
+    CHECK_EQ_U(s1.maps, 2);
+    CHECK_EQ_U(s1.blocks, 2);
+    if (h) {
+        CHECK_OK(tio_bcache_release(c, h));
+    }
+    tio_bcache_free(c);
+}
+
 /* Random alloc/release/discard sequence: every counter checked against a model after every step. */
 struct live_block {
     void *p;
@@ -1024,9 +1191,10 @@ struct live_block {
     int discarded;
 };
 
-TIO_TEST(random_sequence_stats_consistency) {
+static void random_sequence(int resize) {
     const uint64_t cache_bytes = 16 * MiB, cold_min = 64 * MiB, in_use_cap = 160 * MiB;
     struct tio_bcache_params p = params(cache_bytes, 1, 0, cold_min);
+    p.resize_kept = resize;
     struct tio_bcache *c = mk(&p);
     if (!c) {
         return;
@@ -1036,7 +1204,7 @@ TIO_TEST(random_sequence_stats_consistency) {
     int nlive = 0;
     uint64_t rs = 0x9E3779B97F4A7C15ull, next_id = 1;
     uint64_t in_use = 0, peak = 0, allocs = 0, discarded = 0, mapped_total = 0;
-    uint64_t n_hot = 0, n_cold = 0, n_maps = 0;
+    uint64_t n_hot = 0, n_cold = 0, n_maps = 0, n_res = 0;
     int failures = 0;
     struct tio_bcache_stats prev = st(c);
 
@@ -1063,13 +1231,16 @@ TIO_TEST(random_sequence_stats_consistency) {
                 }
                 struct tio_bcache_stats s = st(c);
                 uint64_t dh = s.hot_hits - prev.hot_hits, dc = s.cold_hits - prev.cold_hits,
-                         dm = s.maps - prev.maps;
-                if (dh + dc + dm != 1) {
+                         dm = s.maps - prev.maps, dr = s.resized_hits - prev.resized_hits,
+                         grown = s.grown_bytes - prev.grown_bytes;
+                if (dh + dc + dm + dr != 1 || (grown && !dr)) {
                     TIO_T_FAIL("op %d: hot %" PRIu64 " cold %" PRIu64 " maps %" PRIu64
-                               " hits for one alloc",
-                               op, dh, dc, dm);
+                               " resized %" PRIu64 " hits for one alloc, grown %" PRIu64,
+                               op, dh, dc, dm, dr, grown);
                     failures++;
                 }
+                n_res += dr;
+                mapped_total += grown;
                 n_hot += dh;
                 n_cold += dc;
                 n_maps += dm;
@@ -1092,6 +1263,12 @@ TIO_TEST(random_sequence_stats_consistency) {
                 if ((dm || dc) && visit(q, size, 0, ZERO) != 0) {
                     TIO_T_FAIL("op %d: %s block of %" PRIu64 " not zero", op, dm ? "fresh" : "cold",
                                size);
+                    failures++;
+                }
+                /* What a resized block grew by is new: zeros. */
+                if (grown && size > cls - grown &&
+                    count_nonzero((char *)q + (cls - grown), size - (cls - grown)) != 0) {
+                    TIO_T_FAIL("op %d: the %" PRIu64 " B a block grew by are not zero", op, grown);
                     failures++;
                 }
                 struct live_block lb = { q, size, cls, next_id++, 0 };
@@ -1143,7 +1320,7 @@ TIO_TEST(random_sequence_stats_consistency) {
         int ok = s.mapped_bytes == s.in_use_bytes + s.hot_bytes + s.cold_bytes &&
                  s.in_use_bytes == in_use && s.peak_in_use_bytes == peak && s.allocs == allocs &&
                  s.hot_hits == n_hot && s.cold_hits == n_cold && s.maps == n_maps &&
-                 s.discarded_bytes == discarded &&
+                 s.resized_hits == n_res && s.discarded_bytes == discarded &&
                  s.mapped_bytes == mapped_total - s.unmapped_bytes &&
                  s.hot_bytes <= cache_bytes + (peak - in_use) &&
                  s.cold_bytes <= (peak > cold_min ? peak : cold_min) &&
@@ -1175,7 +1352,7 @@ TIO_TEST(random_sequence_stats_consistency) {
     CHECK_EQ_U(s.in_use_bytes, 0);
     CHECK_CONSISTENT(s);
     CHECK(n_hot > 0); /* the workload exercised every path */
-    CHECK(n_cold > 0);
+    CHECK(resize ? n_res > 0 && s.grown_bytes > 0 : n_cold > 0);
     CHECK(s.evicted_bytes > 0);
     CHECK(s.unmapped_bytes > 0);
     uint64_t kept = s.hot_bytes + s.cold_bytes;
@@ -1186,6 +1363,14 @@ TIO_TEST(random_sequence_stats_consistency) {
     CHECK_EQ_U(s2.unmapped_bytes, s.unmapped_bytes + kept);
     CHECK_EQ_I(failures, 0);
     tio_bcache_free(c);
+}
+
+TIO_TEST(random_sequence_stats_consistency) {
+    random_sequence(0);
+}
+
+TIO_TEST(random_sequence_with_resizing) {
+    random_sequence(1);
 }
 
 /* Threads: alloc/write/verify/release cycles on one cache. */
@@ -1317,10 +1502,12 @@ TIO_TEST(fork_while_another_thread_allocates) {
     tio_bcache_free(c);
 }
 
-TIO_TEST(threads) {
+static void run_threads(int resize, int prefault) {
     /* cache_bytes 48 MiB keeps most reuse hot (cold reuse faults pages in: slow); evictions,
      * cold hits and discards still happen. */
     struct tio_bcache_params p = params(48 * MiB, 1, 0, 256 * MiB);
+    p.resize_kept = resize;
+    p.prefault = prefault;
     struct tio_bcache *c = mk(&p);
     if (!c) {
         return;
@@ -1350,14 +1537,20 @@ TIO_TEST(threads) {
         }
         discarded += w[i].discarded;
     }
+    if (prefault) { /* off, and wait for a block being faulted in: then the counters stand */
+        tio_bcache_set_prefault(c, 0);
+        wait_prefault_idle(c);
+    }
     struct tio_bcache_stats s = st(c);
     CHECK_EQ_U(s.in_use_bytes, 0);
+    CHECK_EQ_U(s.prefaulting_bytes, 0);
     CHECK_EQ_U(s.mapped_bytes, s.hot_bytes + s.cold_bytes);
     CHECK_EQ_U(s.allocs, ran * cycles);
-    CHECK_EQ_U(s.hot_hits + s.cold_hits + s.maps, s.allocs);
+    CHECK_EQ_U(s.hot_hits + s.cold_hits + s.maps + s.resized_hits, s.allocs);
     CHECK_EQ_U(s.discarded_bytes, discarded);
     CHECK(s.hot_hits > 0);
-    CHECK(s.cold_hits > 0);
+    CHECK(resize ? s.resized_hits > 0 : s.cold_hits > 0);
+    CHECK(!prefault || s.prefaulted_bytes > 0);
     CHECK(s.hot_bytes <= 48 * MiB + s.peak_in_use_bytes);
     CHECK(s.peak_in_use_bytes <= T * 8 * MiB);
     CHECK(s.peak_in_use_bytes >= 1 * MiB);
@@ -1365,6 +1558,89 @@ TIO_TEST(threads) {
     CHECK_EQ_U(tio_bcache_trim(c), kept);
     CHECK_EQ_U(st(c).mapped_bytes, 0);
     tio_bcache_free(c);
+}
+
+TIO_TEST(threads) {
+    run_threads(0, 0);
+}
+
+TIO_TEST(threads_with_resizing_and_prefault) {
+    run_threads(1, 1);
+}
+
+/* prefault: room under the hot bound (a discarded block released) is filled by the thread with
+ * resident memory, which the next request then uses without a fault; never beyond the bound; a
+ * forked child does not prefault. */
+TIO_TEST(prefault_fills_the_room) {
+    struct tio_bcache_params p = params(0, 1, 0, 256 * MiB);
+    p.resize_kept = 1;
+    p.prefault = 1;
+    struct tio_bcache *c = mk(&p);
+    if (!c) {
+        return;
+    }
+    void *a = NULL, *b = NULL;
+    CHECK_OK(tio_bcache_alloc(c, 40 * MiB, &a));
+    if (!a) {
+        tio_bcache_free(c);
+        return;
+    }
+    memset(a, 0x33, 40 * MiB);
+    CHECK_OK(tio_bcache_discard(c, a));
+    CHECK_OK(tio_bcache_release(c, a)); /* cold: 40 MiB of room under the 40 MiB peak */
+    struct tio_bcache_stats s = wait_prefaulted(c, 40 * MiB);
+    CHECK_EQ_U(s.prefaulted_bytes, 40 * MiB);
+    CHECK_EQ_U(s.hot_bytes, 40 * MiB);
+    CHECK_EQ_U(s.cold_bytes, 40 * MiB);
+    CHECK_EQ_U(s.mapped_bytes, 80 * MiB);
+    CHECK_EQ_U(s.faulting_bytes, 40 * MiB);
+    CHECK_CONSISTENT(s);
+    /* 30 MiB: split off the prefaulted block, already resident */
+    CHECK_OK(tio_bcache_alloc(c, 30 * MiB, &b));
+    struct tio_bcache_stats s2 = st(c);
+    CHECK(b != NULL && b != a);
+    CHECK_EQ_U(s2.resized_hits, 1);
+    CHECK_EQ_U(s2.faulting_bytes, 40 * MiB);
+    CHECK_EQ_U(s2.cold_hits, 0);
+    if (b) {
+        CHECK_EQ_I(resident_pages(b, 30 * MiB), pages_of(30 * MiB));
+        CHECK_OK(tio_bcache_release(c, b));
+    }
+    s2 = wait_prefaulted(c, 40 * MiB); /* no room left: nothing more is faulted in */
+    CHECK_EQ_U(s2.prefaulted_bytes, 40 * MiB);
+    CHECK(s2.hot_bytes <= s2.peak_in_use_bytes - s2.in_use_bytes);
+    /* a forked child never prefaults, whatever room it has */
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *q = NULL;
+        int ok = tio_bcache_alloc(c, 60 * MiB, &q) == 0 && tio_bcache_discard(c, q) == 0 &&
+                 tio_bcache_release(c, q) == 0;
+        struct timespec ts = { 0, 300 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        struct tio_bcache_stats cs;
+        tio_bcache_stats(c, &cs);
+        _exit(ok && cs.prefaulted_bytes == 40 * MiB && cs.prefaulting_bytes == 0 ? 0 : 3);
+    }
+    CHECK(pid > 0);
+    if (pid > 0) {
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    /* off: a new room stays empty */
+    tio_bcache_set_prefault(c, 0);
+    wait_prefault_idle(c);
+    struct tio_bcache_stats s3 = st(c);
+    void *d = NULL;
+    CHECK_OK(tio_bcache_alloc(c, 64 * MiB, &d));
+    if (d) {
+        CHECK_OK(tio_bcache_discard(c, d));
+        CHECK_OK(tio_bcache_release(c, d));
+    }
+    struct timespec ts = { 0, 200 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    CHECK_EQ_U(st(c).prefaulted_bytes, s3.prefaulted_bytes);
+    tio_bcache_free(c); /* joins the thread */
 }
 
 int main(void) {
@@ -1381,8 +1657,12 @@ int main(void) {
     RUN(max_mapped_bytes);
     RUN(cold_bound);
     RUN(trim_unmaps_kept_blocks);
+    RUN(resize_hot_blocks);
     RUN(random_sequence_stats_consistency);
+    RUN(random_sequence_with_resizing);
     RUN(threads);
+    RUN(threads_with_resizing_and_prefault);
+    RUN(prefault_fills_the_room);
     RUN(fork_while_another_thread_allocates);
     return tio_test_done();
 }

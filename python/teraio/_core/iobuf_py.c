@@ -173,10 +173,12 @@ static const struct tio_torch_alloc_api block_cache_api = {
 
 static PyObject *block_cache_enable(PyObject *mod, PyObject *args, PyObject *kwds) {
     (void)mod;
-    static char *kw[] = { "cache_bytes", "follow_peak", "huge_pages", NULL };
+    static char *kw[] = { "cache_bytes", "follow_peak", "huge_pages",
+                          "resize_kept", "prefault",    NULL };
     unsigned long long cache = 0;
-    int follow = 1, huge = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Kpp", kw, &cache, &follow, &huge)) {
+    int follow = 1, huge = 1, resize = 1, prefault = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Kpppp", kw, &cache, &follow, &huge, &resize,
+                                     &prefault)) {
         return NULL;
     }
     if (g_bc) {
@@ -186,6 +188,8 @@ static PyObject *block_cache_enable(PyObject *mod, PyObject *args, PyObject *kwd
     p.cache_bytes = cache;
     p.follow_peak = follow;
     p.huge_pages = huge;
+    p.resize_kept = resize;
+    p.prefault = prefault;
     int rc = tio_bcache_new(&p, &g_bc);
     if (rc < 0) {
         return tio_py_raise(rc, "block_cache_enable");
@@ -202,13 +206,19 @@ static PyObject *block_cache_stats(PyObject *mod, PyObject *unused) {
     struct tio_bcache_stats s;
     tio_bcache_stats(g_bc, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsK}", "in_use_bytes", (unsigned long long)s.in_use_bytes,
-        "peak_in_use_bytes", (unsigned long long)s.peak_in_use_bytes, "hot_bytes",
-        (unsigned long long)s.hot_bytes, "cold_bytes", (unsigned long long)s.cold_bytes,
-        "mapped_bytes", (unsigned long long)s.mapped_bytes, "allocs", (unsigned long long)s.allocs,
-        "hot_hits", (unsigned long long)s.hot_hits, "cold_hits", (unsigned long long)s.cold_hits,
-        "maps", (unsigned long long)s.maps, "evicted_bytes", (unsigned long long)s.evicted_bytes,
-        "discarded_bytes", (unsigned long long)s.discarded_bytes, "unmapped_bytes",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "in_use_bytes",
+        (unsigned long long)s.in_use_bytes, "peak_in_use_bytes",
+        (unsigned long long)s.peak_in_use_bytes, "hot_bytes", (unsigned long long)s.hot_bytes,
+        "cold_bytes", (unsigned long long)s.cold_bytes, "mapped_bytes",
+        (unsigned long long)s.mapped_bytes, "allocs", (unsigned long long)s.allocs, "hot_hits",
+        (unsigned long long)s.hot_hits, "cold_hits", (unsigned long long)s.cold_hits, "maps",
+        (unsigned long long)s.maps, "resized_hits", (unsigned long long)s.resized_hits,
+        "grown_bytes", (unsigned long long)s.grown_bytes, "faulting_bytes",
+        (unsigned long long)s.faulting_bytes, "prefaulted_bytes",
+        (unsigned long long)s.prefaulted_bytes, "prefaulting_bytes",
+        (unsigned long long)s.prefaulting_bytes, "evicted_bytes",
+        (unsigned long long)s.evicted_bytes, "discarded_bytes",
+        (unsigned long long)s.discarded_bytes, "unmapped_bytes",
         (unsigned long long)s.unmapped_bytes, "blocks", (unsigned long long)s.blocks);
 }
 
@@ -245,6 +255,19 @@ static PyObject *block_cache_set_bounds(PyObject *mod, PyObject *args, PyObject 
     Py_RETURN_TRUE;
 }
 
+static PyObject *block_cache_set_prefault(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) {
+        return NULL;
+    }
+    if (!g_bc) {
+        Py_RETURN_FALSE;
+    }
+    tio_bcache_set_prefault(g_bc, on);
+    Py_RETURN_TRUE;
+}
+
 static PyObject *block_cache_trim(PyObject *mod, PyObject *unused) {
     (void)mod;
     (void)unused;
@@ -254,7 +277,8 @@ static PyObject *block_cache_trim(PyObject *mod, PyObject *unused) {
 static PyMethodDef iobuf_functions[] = {
     { "block_cache_enable", (PyCFunction)(void (*)(void))block_cache_enable,
       METH_VARARGS | METH_KEYWORDS,
-      "block_cache_enable(cache_bytes=0, follow_peak=True, huge_pages=True) -> bool: make the "
+      "block_cache_enable(cache_bytes=0, follow_peak=True, huge_pages=True, resize_kept=True, "
+      "prefault=False) -> bool: make the "
       "process-wide block cache (teraio/blockcache.h); False if it exists already (its settings "
       "stay). IOBuffers then come from it, and teraio._torch_alloc can serve PyTorch from it." },
     { "block_cache_stats", block_cache_stats, METH_NOARGS,
@@ -269,6 +293,9 @@ static PyMethodDef iobuf_functions[] = {
       METH_VARARGS | METH_KEYWORDS,
       "block_cache_set_bounds(cache_bytes, follow_peak) -> bool: change the hot bounds and "
       "restart the peak from the bytes in use now (False: the cache is not enabled)." },
+    { "block_cache_set_prefault", block_cache_set_prefault, METH_O,
+      "block_cache_set_prefault(on) -> bool: turn the cache's prefault thread on or off "
+      "(False: the cache is not enabled)." },
     { "block_cache_trim", block_cache_trim, METH_NOARGS,
       "block_cache_trim() -> int: unmap every kept block; the bytes unmapped." },
     { "discard_pages", discard_pages, METH_VARARGS,

@@ -274,6 +274,11 @@ def worker(cfg):
         kw.update(cfg.get("offloader_kw") or {})
         kw.update(variant or {})
         kw.pop("tioalloc", None)
+        bc = {k[3:]: bool(kw.pop(k)) for k in ("bc_resize_kept",) if k in kw}
+        if bc:  # bench-only: settings of the process's block cache, made before the Offloader's
+            import teraio._core as core
+
+            core.block_cache_enable(**bc)
         off = teraio.Offloader(model, opt, **kw)
     if mode == "blockcache":  # no offloading; PyTorch's CPU tensors from teraio's block cache
         import teraio._core as core

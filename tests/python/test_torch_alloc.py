@@ -162,3 +162,43 @@ print(json.dumps({"sums": sums, "allocs": core.block_cache_stats()["allocs"]}))
     n = 1 << 18
     assert r["sums"] == [float((2 * k + 2 * k + 1) * n) for k in range(8)]
     assert r["allocs"] > 0
+
+
+def test_prefault_and_resizing_change_no_result(tmp_path):
+    """Offloaded training (SSD tier, half budget) with the block cache's prefault thread on and
+    off, each in its own process: the same losses and parameters as training without teraio;
+    on, the thread faulted memory in (prefaulted_bytes) and allocations took resident blocks of
+    other size classes (resized_hits); off, it faulted nothing in."""
+    code = r"""
+import json, sys, torch
+sys.path.insert(0, "examples")
+from train_llama_tiny import train, param_digest
+prefault = sys.argv[1] == "on"
+plain_losses, plain_model, _ = train(preset="small", steps=5, batch=2, seq=64)
+off_kw = dict(memory_budget=0.5, ssd_dirs=[sys.argv[2]], min_tensor_bytes="64KiB",
+              cpu_prefault=prefault)
+losses, model, off = train(preset="small", steps=5, batch=2, seq=64, offload=off_kw)
+rep = off.report()
+print(json.dumps(dict(same=[losses, param_digest(model)] == [plain_losses,
+                                                             param_digest(plain_model)],
+                      steps_offloaded=rep["steps_offloaded"], cache=rep["cpu_allocator"])))
+"""
+    res = {}
+    for mode in ("on", "off"):
+        d = tmp_path / mode
+        d.mkdir()
+        out = subprocess.run([sys.executable, "-c", code, mode, str(d)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    for mode, r in res.items():
+        assert r["same"], mode
+        assert r["steps_offloaded"] >= 2, mode
+        assert r["cache"] is not None and r["cache"]["discarded_bytes"] > 0, mode
+        assert r["cache"]["prefaulting_bytes"] == 0, mode
+    print(f"\nprefault on: {res['on']['cache']['prefaulted_bytes']} B faulted in ahead, "
+          f"{res['on']['cache']['resized_hits']} resized hits; off: "
+          f"{res['off']['cache']['resized_hits']} resized hits")
+    assert res["on"]["cache"]["prefaulted_bytes"] > 0
+    assert res["off"]["cache"]["prefaulted_bytes"] == 0
+    assert res["on"]["cache"]["resized_hits"] > 0

@@ -313,11 +313,17 @@ static void make_cold(struct tio_bcache *c, int32_t i) {
 }
 
 /* enforce both bounds: hot bytes (cache_bytes + follow_peak room), cold bytes */
-static void enforce(struct tio_bcache *c) {
+/* hot kept bytes allowed now: cache_bytes, plus with follow_peak the room under the peak */
+static uint64_t hot_room(const struct tio_bcache *c) {
     uint64_t room = c->p.cache_bytes;
     if (c->p.follow_peak) {
         room += c->s.peak_in_use_bytes - c->s.in_use_bytes;
     }
+    return room;
+}
+
+static void enforce(struct tio_bcache *c) {
+    uint64_t room = hot_room(c);
     while (c->s.hot_bytes > room && c->hot_age.head >= 0) {
         make_cold(c, c->hot_age.head);
     }
@@ -427,14 +433,6 @@ static void reg_init(void) {
  * faulting in its own: the kernel's zeroing moves to the thread's core. If live use takes the
  * room while a block is being faulted in, the block's pages go back at once (it is kept cold):
  * the resident memory goes over the bound by at most 2 MiB, for that moment. */
-
-static uint64_t hot_room(const struct tio_bcache *c) {
-    uint64_t room = c->p.cache_bytes;
-    if (c->p.follow_peak) {
-        room += c->s.peak_in_use_bytes - c->s.in_use_bytes;
-    }
-    return room;
-}
 
 static void populate(char *a, uint64_t n) {
 #if defined(__linux__)
@@ -747,10 +745,6 @@ static int32_t take_resized(struct tio_bcache *c, int32_t k) {
         cuts_window(b, 0, cap);
         tab_put(c, h);
         if (t >= 0) { /* the tail: [cap, y) of the old block, with its cuts */
-            c->b[t].ncut = saved.ncut;
-            memcpy(c->b[t].cut, saved.cut, sizeof saved.cut);
-            cuts_window(&c->b[t], cap, y);
-            struct blk tmp = c->b[t];
             int32_t tk = class_index(c, y - cap, !aligned_2m(saved.addr + cap), 1);
             if (tk < 0) {
 #if defined(__linux__)
@@ -761,10 +755,12 @@ static int32_t take_resized(struct tio_bcache *c, int32_t k) {
                 free_slot(c, t);
             } else {
                 struct blk *tb = &c->b[t];
-                *tb = tmp;
                 tb->addr = saved.addr + cap;
                 tb->cap = y - cap;
                 tb->cls = tk;
+                tb->ncut = saved.ncut;
+                memcpy(tb->cut, saved.cut, sizeof saved.cut);
+                cuts_window(tb, cap, y);
                 tab_put(c, t);
                 c->s.blocks++;
                 keep(c, t, 0);

@@ -4,6 +4,7 @@
  * (torch.frombuffer + UntypedStorage._swap_data_ptr_), so that O_DIRECT reads and writes reach
  * them without the engine's staging copies. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -197,6 +198,25 @@ static PyObject *block_cache_enable(PyObject *mod, PyObject *args, PyObject *kwd
     Py_RETURN_TRUE;
 }
 
+/* every field of struct tio_bcache_stats (all uint64_t), by name */
+#define BC_STAT(f) \
+    { #f, offsetof(struct tio_bcache_stats, f) }
+static const struct {
+    const char *name;
+    size_t off;
+} bc_stats[] = {
+    BC_STAT(in_use_bytes),     BC_STAT(peak_in_use_bytes), BC_STAT(hot_bytes),
+    BC_STAT(cold_bytes),       BC_STAT(mapped_bytes),      BC_STAT(allocs),
+    BC_STAT(hot_hits),         BC_STAT(cold_hits),         BC_STAT(maps),
+    BC_STAT(resized_hits),     BC_STAT(grown_bytes),       BC_STAT(faulting_bytes),
+    BC_STAT(prefaulted_bytes), BC_STAT(prefaulting_bytes), BC_STAT(evicted_bytes),
+    BC_STAT(discarded_bytes),  BC_STAT(unmapped_bytes),    BC_STAT(blocks),
+};
+#undef BC_STAT
+_Static_assert(sizeof bc_stats / sizeof bc_stats[0] * sizeof(uint64_t) ==
+                   sizeof(struct tio_bcache_stats),
+               "bc_stats must name every field of struct tio_bcache_stats");
+
 static PyObject *block_cache_stats(PyObject *mod, PyObject *unused) {
     (void)mod;
     (void)unused;
@@ -205,21 +225,19 @@ static PyObject *block_cache_stats(PyObject *mod, PyObject *unused) {
     }
     struct tio_bcache_stats s;
     tio_bcache_stats(g_bc, &s);
-    return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "in_use_bytes",
-        (unsigned long long)s.in_use_bytes, "peak_in_use_bytes",
-        (unsigned long long)s.peak_in_use_bytes, "hot_bytes", (unsigned long long)s.hot_bytes,
-        "cold_bytes", (unsigned long long)s.cold_bytes, "mapped_bytes",
-        (unsigned long long)s.mapped_bytes, "allocs", (unsigned long long)s.allocs, "hot_hits",
-        (unsigned long long)s.hot_hits, "cold_hits", (unsigned long long)s.cold_hits, "maps",
-        (unsigned long long)s.maps, "resized_hits", (unsigned long long)s.resized_hits,
-        "grown_bytes", (unsigned long long)s.grown_bytes, "faulting_bytes",
-        (unsigned long long)s.faulting_bytes, "prefaulted_bytes",
-        (unsigned long long)s.prefaulted_bytes, "prefaulting_bytes",
-        (unsigned long long)s.prefaulting_bytes, "evicted_bytes",
-        (unsigned long long)s.evicted_bytes, "discarded_bytes",
-        (unsigned long long)s.discarded_bytes, "unmapped_bytes",
-        (unsigned long long)s.unmapped_bytes, "blocks", (unsigned long long)s.blocks);
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < sizeof bc_stats / sizeof bc_stats[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&s + bc_stats[i].off, sizeof v);
+        PyObject *o = PyLong_FromUnsignedLongLong(v);
+        if (!o || PyDict_SetItemString(d, bc_stats[i].name, o) < 0) {
+            Py_XDECREF(o);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(o);
+    }
+    return d;
 }
 
 static PyObject *block_cache_discard(PyObject *mod, PyObject *arg) {

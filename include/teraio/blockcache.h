@@ -141,7 +141,7 @@ TIO_API uint64_t tio_bcache_block_size(struct tio_bcache *c, const void *p);
 TIO_API void tio_bcache_set_bounds(struct tio_bcache *c, uint64_t cache_bytes, int32_t follow_peak);
 
 /* tio_bcache_set_prefault: turn the prefault thread on or off (see prefault above); on, it
- * starts (or wakes) at once. A forked child's cache never prefaults. */
+ * starts (or wakes) at once. A forked child's cache starts with it off. */
 TIO_API void tio_bcache_set_prefault(struct tio_bcache *c, int32_t on);
 
 /* tio_bcache_trim: unmap every kept block (hot and cold); the bytes unmapped. */

@@ -120,9 +120,9 @@ def main(argv=None):
     ap.add_argument("--cpu-allocator", default="on", choices=("on", "off"),
                     help="the Offloader's cpu_allocator: PyTorch's CPU tensors from teraio's "
                     "block cache (default on)")
-    ap.add_argument("--cpu-prefault", default="on", choices=("on", "off"),
+    ap.add_argument("--cpu-prefault", default="auto", choices=("auto", "on", "off"),
                     help="the Offloader's cpu_prefault: the block cache faults memory in on "
-                    "another thread (default on)")
+                    "another thread (default auto: with 2 CPUs or more)")
     ap.add_argument("--cpu-mmap-threshold", default="auto",
                     help="the Offloader's cpu_mmap_threshold ('auto': 64KiB without the "
                     "block cache; 'none': leave glibc's malloc alone)")
@@ -159,7 +159,7 @@ def main(argv=None):
         offload = dict(memory_budget=budget, ssd_dirs=a.ssd_dir, host_memory=a.host_memory,
                        min_tensor_bytes=a.min_tensor_bytes, backend=a.backend,
                        cpu_allocator=a.cpu_allocator == "on",
-                       cpu_prefault=a.cpu_prefault == "on",
+                       cpu_prefault={"on": True, "off": False}.get(a.cpu_prefault, "auto"),
                        cpu_mmap_threshold=None if a.cpu_mmap_threshold.lower() == "none"
                        else a.cpu_mmap_threshold)
     times = []

@@ -83,6 +83,19 @@ def _mmap_threshold_arg(v):
     return n
 
 
+def _prefault_arg(v):
+    """cpu_prefault as a bool: "auto" is True where this process may run on two CPUs or more."""
+    if v == "auto":
+        try:
+            n = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            n = os.cpu_count() or 1
+        return n >= 2
+    if not isinstance(v, bool):
+        raise ValueError(f"cpu_prefault: expected True, False or 'auto', got {v!r}")
+    return v
+
+
 # how many Offloaders installed teraio's CPU allocator and have neither closed nor been collected
 _ALLOC_USERS = [0]
 
@@ -185,10 +198,11 @@ class Offloader:
         report()["cpu_allocator"] has the cache's counters (None: not in use).
     cpu_cache_bytes: with cpu_allocator, freed blocks the cache may keep resident beyond that
         peak rule ("64MiB"; default 0): faster reuse for that much more memory.
-    cpu_prefault: with cpu_allocator, a background thread of the cache faults memory in while
-        the peak rule has room (default True), so that the kernel zeroes the pages new tensors
-        land in on another core rather than in the training thread. It never keeps more than
-        the rule allows; False where no core is spare.
+    cpu_prefault: with cpu_allocator, during planned steps, a background thread of the cache
+        faults memory in while the peak rule has room, so that the kernel zeroes the pages new
+        tensors land in on another core rather than in the training thread; it never keeps more
+        than the rule allows. "auto" (default): on where the process may run on 2 CPUs or more.
+        report()["cpu_prefault"] says what applies.
     cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
         allocation on its own and hands it back to the OS when freed (mallopt M_MMAP_THRESHOLD,
         set for the whole process when the Offloader is made). "auto" (default): "64KiB" when
@@ -208,7 +222,7 @@ class Offloader:
                  ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
                  aligned_storages=True, rank=None, cpu_allocator=True, cpu_cache_bytes=0,
-                 cpu_prefault=True, cpu_mmap_threshold="auto"):
+                 cpu_prefault="auto", cpu_mmap_threshold="auto"):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
@@ -233,7 +247,7 @@ class Offloader:
         self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
         mmap_threshold = _mmap_threshold_arg(cpu_mmap_threshold)  # applied once all is checked
         self.cpu_cache_bytes = _bytes(cpu_cache_bytes, "cpu_cache_bytes")
-        self.cpu_prefault = bool(cpu_prefault)
+        self.cpu_prefault = _prefault_arg(cpu_prefault)
         self._prefault_on = False
         self.rank = _rank() if rank is None else int(rank)
         self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
@@ -873,6 +887,7 @@ class Offloader:
         out["unplanned_io_s"] = bs["io_s"]
         out.update(self._counts)
         out["cpu_mmap_threshold"] = self.cpu_mmap_threshold
+        out["cpu_prefault"] = bool(self.cpu_allocator and self.cpu_prefault)
         out["cpu_allocator"] = None
         if self.cpu_allocator:
             out["cpu_allocator"] = _core.block_cache_stats()

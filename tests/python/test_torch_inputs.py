@@ -109,6 +109,31 @@ def test_bad_cpu_mmap_threshold(tmp_path, threshold):
                          cpu_mmap_threshold=threshold)
 
 
+@pytest.mark.parametrize("prefault", ["yes", 1, None])
+def test_bad_cpu_prefault(tmp_path, prefault):
+    m, o = _model()
+    with pytest.raises(ValueError, match="cpu_prefault"):
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                         cpu_prefault=prefault)
+
+
+@pytest.mark.parametrize("cpus,expected", [({0}, False), ({0, 1}, True), ({0, 1, 2, 3}, True)])
+def test_cpu_prefault_auto_needs_a_spare_cpu(tmp_path, monkeypatch, cpus, expected):
+    """The default ("auto"): the prefault thread only where the process may run on 2 CPUs or
+    more; an explicit True or False is kept whatever the CPUs."""
+    monkeypatch.setattr(teraio.offload.os, "sched_getaffinity", lambda pid: set(cpus))
+    m, o = _model()
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    assert off.cpu_prefault is expected
+    assert off.report()["cpu_prefault"] is (expected and bool(off.cpu_allocator))
+    off.close()
+    for given in (True, False):
+        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                               cpu_prefault=given)
+        assert off.cpu_prefault is given
+        off.close()
+
+
 def _threshold_calls(monkeypatch):
     calls = []
     monkeypatch.setattr(teraio._core, "malloc_mmap_threshold",

@@ -701,11 +701,11 @@ class Offloader:
                 self._check_globals(globals_, "plan")
         if state == "execute" and self._runtime is None:
             self._start_runtime()
-        if state == "execute":
-            self._set_prefault(self.cpu_prefault)
             if self._bounded is not None:  # offloaded globals stay offloaded: the executor's now
                 self._bounded.hand_over(globals_, self._runtime)
                 self._bounded_stop()
+        if state == "execute":
+            self._set_prefault(self.cpu_prefault)
         driver = None
         bounded = None
         if state in ("warmup", "profile") and self._bounded_ok():

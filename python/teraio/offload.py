@@ -84,13 +84,18 @@ def _mmap_threshold_arg(v):
 
 
 def _prefault_arg(v):
-    """cpu_prefault as a bool: "auto" is True where this process may run on two CPUs or more."""
+    """cpu_prefault as a bool: "auto" is True where the CPUs this process may run on are at least
+    two per rank on this node (LOCAL_WORLD_SIZE, set by torchrun; 1 without it): a spare one."""
     if v == "auto":
         try:
             n = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             n = os.cpu_count() or 1
-        return n >= 2
+        try:
+            ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        except ValueError:
+            ranks = 1
+        return n >= 2 * ranks
     if not isinstance(v, bool):
         raise ValueError(f"cpu_prefault: expected True, False or 'auto', got {v!r}")
     return v
@@ -201,7 +206,8 @@ class Offloader:
     cpu_prefault: with cpu_allocator, during planned steps, a background thread of the cache
         faults memory in while the peak rule has room, so that the kernel zeroes the pages new
         tensors land in on another core rather than in the training thread; it never keeps more
-        than the rule allows. "auto" (default): on where the process may run on 2 CPUs or more.
+        than the rule allows. "auto" (default): on where the process may run on 2 CPUs or more
+        per rank on this node (LOCAL_WORLD_SIZE).
         report()["cpu_prefault"] says what applies.
     cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
         allocation on its own and hands it back to the OS when freed (mallopt M_MMAP_THRESHOLD,

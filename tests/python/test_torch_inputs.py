@@ -117,11 +117,18 @@ def test_bad_cpu_prefault(tmp_path, prefault):
                          cpu_prefault=prefault)
 
 
-@pytest.mark.parametrize("cpus,expected", [({0}, False), ({0, 1}, True), ({0, 1, 2, 3}, True)])
-def test_cpu_prefault_auto_needs_a_spare_cpu(tmp_path, monkeypatch, cpus, expected):
+@pytest.mark.parametrize("cpus,local_ranks,expected", [
+    ({0}, None, False), ({0, 1}, None, True), ({0, 1, 2, 3}, None, True),
+    ({0, 1}, "2", False), ({0, 1, 2, 3}, "2", True), ({0, 1, 2, 3}, "3", False)])
+def test_cpu_prefault_auto_needs_a_spare_cpu(tmp_path, monkeypatch, cpus, local_ranks, expected):
     """The default ("auto"): the prefault thread only where the process may run on 2 CPUs or
-    more; an explicit True or False is kept whatever the CPUs."""
+    more per rank on this node (LOCAL_WORLD_SIZE, as torchrun sets it); an explicit True or
+    False is kept whatever the CPUs."""
     monkeypatch.setattr(teraio.offload.os, "sched_getaffinity", lambda pid: set(cpus))
+    if local_ranks is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local_ranks)
     m, o = _model()
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
     assert off.cpu_prefault is expected

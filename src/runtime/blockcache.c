@@ -67,9 +67,11 @@ struct tio_bcache {
     struct tio_bcache *reg_next; /* the registry of live caches (fork handlers) */
     struct tio_bcache_params p;
     struct blk *b;
-    int32_t nb, capb, free_slot;
+    int32_t nb, free_slot;
+    size_t capb;
     struct cls *c;
-    int32_t nc, capc;
+    int32_t nc;
+    size_t capc;
     int32_t *tab;  /* block index + 1 per slot; 0 = empty */
     uint32_t tabn; /* power of two */
     struct list hot_age, cold_age;
@@ -343,14 +345,8 @@ static int32_t class_index(struct tio_bcache *c, uint64_t cap, int32_t unaligned
     if (!create) {
         return -1;
     }
-    if (c->nc == c->capc) {
-        int32_t n = c->capc ? c->capc * 2 : 16;
-        struct cls *x = tio_realloc(c->c, (size_t)n * sizeof *x);
-        if (!x) {
-            return -ENOMEM;
-        }
-        c->c = x;
-        c->capc = n;
+    if (tio_grow((void **)&c->c, &c->capc, (size_t)c->nc + 1, sizeof *c->c) < 0) {
+        return -ENOMEM;
     }
     struct cls *k = &c->c[c->nc];
     k->cap = cap;
@@ -365,14 +361,8 @@ static int32_t new_slot(struct tio_bcache *c) {
         c->free_slot = c->b[i].next_free;
         return i;
     }
-    if (c->nb == c->capb) {
-        int32_t n = c->capb ? c->capb * 2 : 64;
-        struct blk *x = tio_realloc(c->b, (size_t)n * sizeof *x);
-        if (!x) {
-            return -ENOMEM;
-        }
-        c->b = x;
-        c->capb = n;
+    if (tio_grow((void **)&c->b, &c->capb, (size_t)c->nb + 1, sizeof *c->b) < 0) {
+        return -ENOMEM;
     }
     return c->nb++;
 }

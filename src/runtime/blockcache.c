@@ -677,33 +677,46 @@ static int32_t reserve_slot(struct tio_bcache *c) {
     return i;
 }
 
-/* Hot kept block i gave its first `len` bytes away (moved): the rest, if any, stays hot in the
- * same slot as a block of its own class (unaligned unless it starts on a 2 MiB boundary), or is
- * unmapped if no class can be made; nothing left: the slot is freed. */
-static void shrink_front(struct tio_bcache *c, int32_t i, uint64_t len) {
-    unkeep(c, i);
-    struct blk *b = &c->b[i];
-    tab_del(c, b->addr);
-    cuts_window(b, len, b->cap);
-    b->addr += len;
-    b->cap -= len;
-    int32_t tk = b->cap ? class_index(c, b->cap, !aligned_2m(b->addr), 1) : -1;
-    b = &c->b[i];
+/* Slot t (on no list, in no table) takes [from, cap) of block src (a copy: t may be src's own
+ * slot) with src's cuts inside that range, kept hot in its class (an unaligned one unless it
+ * starts on a 2 MiB boundary); if no class can be made, the range is unmapped and t freed. */
+static void keep_tail(struct tio_bcache *c, int32_t t, const struct blk *src, uint64_t from) {
+    char *a = src->addr + from;
+    uint64_t len = src->cap - from;
+    int32_t tk = class_index(c, len, !aligned_2m(a), 1);
     if (tk < 0) {
-        if (b->cap) {
 #if defined(__linux__)
-            (void)munmap(b->addr, (size_t)b->cap);
+        (void)munmap(a, (size_t)len);
 #endif
-            c->s.mapped_bytes -= b->cap;
-            c->s.unmapped_bytes += b->cap;
-        }
-        free_slot(c, i);
-        c->s.blocks--;
+        c->s.mapped_bytes -= len;
+        c->s.unmapped_bytes += len;
+        free_slot(c, t);
         return;
     }
+    struct blk *b = &c->b[t];
+    b->addr = a;
+    b->cap = len;
     b->cls = tk;
-    tab_put(c, i);
-    keep(c, i, 0);
+    b->ncut = src->ncut;
+    memcpy(b->cut, src->cut, sizeof b->cut);
+    cuts_window(b, from, src->cap);
+    tab_put(c, t);
+    c->s.blocks++;
+    keep(c, t, 0);
+}
+
+/* Hot kept block i gave its first `len` bytes away (moved): the rest, if any, stays hot in the
+ * same slot (keep_tail); nothing left: the slot is freed. */
+static void shrink_front(struct tio_bcache *c, int32_t i, uint64_t len) {
+    unkeep(c, i);
+    struct blk src = c->b[i];
+    tab_del(c, src.addr);
+    c->s.blocks--;
+    if (len < src.cap) {
+        keep_tail(c, i, &src, len);
+    } else {
+        free_slot(c, i);
+    }
 }
 
 /* Class k's request served from hot kept blocks of other classes; -1 if there are none or the
@@ -725,36 +738,16 @@ static int32_t take_resized(struct tio_bcache *c, int32_t k) {
         if (c->b[h].cap > cap && t < 0) {
             return -1;
         }
-        struct blk *b = &c->b[h];
-        uint64_t y = b->cap;
         unkeep(c, h);
-        tab_del(c, b->addr);
-        struct blk saved = *b;
+        struct blk src = c->b[h];
+        tab_del(c, src.addr);
+        struct blk *b = &c->b[h];
         b->cap = cap;
         b->cls = k;
         cuts_window(b, 0, cap);
         tab_put(c, h);
-        if (t >= 0) { /* the tail: [cap, y) of the old block, with its cuts */
-            int32_t tk = class_index(c, y - cap, !aligned_2m(saved.addr + cap), 1);
-            if (tk < 0) {
-#if defined(__linux__)
-                (void)munmap(saved.addr + cap, (size_t)(y - cap));
-#endif
-                c->s.mapped_bytes -= y - cap;
-                c->s.unmapped_bytes += y - cap;
-                free_slot(c, t);
-            } else {
-                struct blk *tb = &c->b[t];
-                tb->addr = saved.addr + cap;
-                tb->cap = y - cap;
-                tb->cls = tk;
-                tb->ncut = saved.ncut;
-                memcpy(tb->cut, saved.cut, sizeof saved.cut);
-                cuts_window(tb, cap, y);
-                tab_put(c, t);
-                c->s.blocks++;
-                keep(c, t, 0);
-            }
+        if (t >= 0) { /* the tail: the old block past cap, with its cuts */
+            keep_tail(c, t, &src, cap);
         }
         c->s.resized_hits++;
         return h;

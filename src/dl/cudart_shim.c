@@ -33,6 +33,16 @@ static void load(void) {
         { "cudaFreeHost", &loaded.free_host },
         { "cudaMemcpy", &loaded.memcpy },
         { "cudaGetErrorString", &loaded.get_error_string },
+        { "cudaStreamCreateWithFlags", &loaded.stream_create },
+        { "cudaStreamDestroy", &loaded.stream_destroy },
+        { "cudaStreamSynchronize", &loaded.stream_synchronize },
+        { "cudaStreamWaitEvent", &loaded.stream_wait_event },
+        { "cudaEventCreateWithFlags", &loaded.event_create },
+        { "cudaEventDestroy", &loaded.event_destroy },
+        { "cudaEventRecord", &loaded.event_record },
+        { "cudaEventQuery", &loaded.event_query },
+        { "cudaEventSynchronize", &loaded.event_synchronize },
+        { "cudaMemcpyAsync", &loaded.memcpy_async },
     };
     if (tio_dl_resolve_all(lib, syms, TIO_ARRAY_LEN(syms), name, load_reason, sizeof load_reason) <
         0) {

@@ -27,6 +27,18 @@ enum {
     TIO_CUDA_MEMCPY_DEFAULT = 4
 };
 
+/* cudaErrorNotReady: cudaEventQuery's answer for work not completed yet. */
+#define TIO_CUDA_NOT_READY 600
+/* cudaStreamNonBlocking: a stream that does not synchronize with the legacy default stream. */
+#define TIO_CUDA_STREAM_NON_BLOCKING 0x1u
+/* cudaEventDisableTiming: the cheapest event (no timestamps). */
+#define TIO_CUDA_EVENT_DISABLE_TIMING 0x2u
+
+/* Streams and events are opaque handles (cudaStream_t, cudaEvent_t). NULL as a stream is the
+ * legacy default stream, which synchronizes with every blocking stream of the device. */
+typedef void *tio_cuda_stream;
+typedef void *tio_cuda_event;
+
 /* All return a cudaError_t (0 = cudaSuccess) as int. */
 struct tio_cudart_api {
     int (*get_device_count)(int *count);                           /* cudaGetDeviceCount */
@@ -36,6 +48,19 @@ struct tio_cudart_api {
     int (*free_host)(void *p);                                     /* cudaFreeHost */
     int (*memcpy)(void *dst, const void *src, size_t n, int kind); /* cudaMemcpy */
     const char *(*get_error_string)(int err);                      /* cudaGetErrorString */
+    /* Stream-ordered execution (the executor's fences, the engine's copy streams). */
+    int (*stream_create)(tio_cuda_stream *s, unsigned flags); /* cudaStreamCreateWithFlags */
+    int (*stream_destroy)(tio_cuda_stream s);                 /* cudaStreamDestroy */
+    int (*stream_synchronize)(tio_cuda_stream s);             /* cudaStreamSynchronize */
+    int (*stream_wait_event)(tio_cuda_stream s, tio_cuda_event e, unsigned flags);
+    /* cudaStreamWaitEvent */
+    int (*event_create)(tio_cuda_event *e, unsigned flags);   /* cudaEventCreateWithFlags */
+    int (*event_destroy)(tio_cuda_event e);                   /* cudaEventDestroy */
+    int (*event_record)(tio_cuda_event e, tio_cuda_stream s); /* cudaEventRecord */
+    int (*event_query)(tio_cuda_event e);       /* cudaEventQuery: 0 done, TIO_CUDA_NOT_READY */
+    int (*event_synchronize)(tio_cuda_event e); /* cudaEventSynchronize */
+    int (*memcpy_async)(void *dst, const void *src, size_t n, int kind, tio_cuda_stream s);
+    /* cudaMemcpyAsync */
 };
 
 /* The loaded table (or the one set for tests), NULL if no library loads or a symbol is

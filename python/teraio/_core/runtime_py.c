@@ -710,8 +710,8 @@ static void runtime_dealloc(RuntimeObject *self) {
 }
 
 static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "trace",  "plan",    "engine",      "budget_bytes",
-                              "device", "id_base", "demand_tier", NULL };
+    static char *kwlist[] = { "trace",   "plan",        "engine", "budget_bytes",   "device",
+                              "id_base", "demand_tier", "stream", "stream_ordered", NULL };
     RtTraceObject *tr;
     RtPlanObject *pl;
     RtEngineObject *en;
@@ -719,9 +719,11 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     int device = 0;
     unsigned long long id_base = 0;
     int demand_tier = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpKi", kwlist, &RtTraceType, &tr,
+    unsigned long long stream = 0; /* cudaStream_t as an integer (torch's Stream.cuda_stream) */
+    int ordered = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpKiKp", kwlist, &RtTraceType, &tr,
                                      &RtPlanType, &pl, &RtEngineType, &en, &budget, &device,
-                                     &id_base, &demand_tier)) {
+                                     &id_base, &demand_tier, &stream, &ordered)) {
         return -1;
     }
     struct tio_runtime_params p = tio_runtime_params_default();
@@ -732,6 +734,8 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     p.mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     p.engine_id_base = id_base;
     p.demand_tier = (int32_t)demand_tier;
+    p.stream = (void *)(uintptr_t)stream;
+    p.stream_ordered = ordered;
     int rc = tio_runtime_new(&p, &self->rt);
     if (rc < 0) {
         tio_py_raise(rc, "runtime");

@@ -340,7 +340,7 @@ class Offloader:
 
     # ---- steps without a plan, kept within the budget ------------------------------------------
     def _bounded_ok(self):
-        if not self.bounded_unplanned or self._cuda:
+        if not self.bounded_unplanned:
             return False
         if type(self.model).__name__ == "DistributedDataParallel":
             return False
@@ -385,6 +385,11 @@ class Offloader:
             self._bounded = BoundedMemory(self._engine, self.min_tensor_bytes,
                                           self._bounded_budget, self._bounded_tier)
             self._bounded.discard = self.aligned_storages  # CPU (bounded steps), no FSDP
+            if self._cuda:
+                import torch
+
+                self._bounded.device = True
+                self._bounded.sync = torch.cuda.current_stream().synchronize
             if self._next_eid is not None:
                 self._bounded.next_eid = self._next_eid
         return self._bounded

@@ -50,6 +50,27 @@ class FakeEvent:
 class FakeStream:
     cuda_stream = 0x5EED
 
+    def synchronize(self):
+        Log.calls.append("stream_sync")
+
+
+class HostEngine:
+    """The engine with device memory turned into host memory (the tensors are on the CPU)."""
+
+    def __init__(self, e):
+        self.e = e
+
+    def __getattr__(self, name):
+        return getattr(self.e, name)
+
+    def write(self, eid, ptr, nb, tier, device=False):
+        Log.calls.append("engine_write_device" if device else "engine_write")
+        return self.e.write(eid, ptr, nb, tier)
+
+    def read(self, eid, ptr, nb, device=False):
+        Log.calls.append("engine_read_device" if device else "engine_read")
+        return self.e.read(eid, ptr, nb)
+
 
 class HostRuntimeCore:
     """teraio._core with Runtime forced to host memory (there is no GPU behind the fakes)."""
@@ -58,11 +79,15 @@ class HostRuntimeCore:
         return getattr(teraio._core, name)
 
     @staticmethod
-    def Runtime(*a, **kw):
+    def RtEngine(*a, **kw):
+        return HostEngine(teraio._core.RtEngine(*a, **kw))
+
+    @staticmethod
+    def Runtime(trace, plan, engine, **kw):
         Log.runtimes.append({k: kw.get(k) for k in ("device", "stream", "stream_ordered")})
         kw["device"] = False
         kw["stream_ordered"] = False  # host memory: the C executor refuses stream ordering
-        rt = teraio._core.Runtime(*a, **kw)
+        rt = teraio._core.Runtime(trace, plan, engine.e, **kw)
         return LoggedRuntime(rt)
 
 
@@ -118,6 +143,16 @@ def test_cuda_path_is_stream_ordered_and_uses_the_c_path(monkeypatch, tmp_path):
     assert "fast_driver" in calls[:first], "the executed steps did not use the C path (OpFast)"
     assert executed.count("before") > 100 and executed.count("after") > 100
     assert "event_sync" not in executed and "device_sync" not in executed
+    # the warm-up and profiled steps were kept within the budget too, with synchronous moves of
+    # device memory, each after the compute stream was synchronized
+    unplanned = calls[:first]
+    moves = [i for i, c in enumerate(unplanned) if c in ("engine_write_device",
+                                                          "engine_read_device")]
+    assert moves, "nothing was offloaded before the plan"
+    # (host memory moves are the SSD bandwidth probe's, on its own buffer)
+    for i in moves:
+        assert unplanned[i - 1] == "stream_sync", unplanned[max(0, i - 3):i + 1]
+    assert off.report()["unplanned_bytes_offloaded"] > 0
     # the profiled kernels got the fake event time (0.05 ms = 50000 ns)
     assert all(k[1] in (1, 50000) for k in off._prog.kernels)
     assert off.report()["bytes_offloaded"] > 0

@@ -302,6 +302,7 @@ class Offloader:
                                       backend_options, True, int(io_queue_depth),
                                       _bytes(io_chunk, "io_chunk"))
         self._trace = None
+        self._prediction = None  # (plan, predicted step seconds): see predicted_step_s()
         self._plan = None
         self._prog = None
         self._runtime = None
@@ -411,6 +412,32 @@ class Offloader:
             raise RuntimeError("save_plan: no plan yet (it is made after the profiled steps)")
         self._trace.save(str(path) + ".trace")
         self._plan.save(str(path))
+
+    def predicted_step_s(self):
+        """The simulator's time for one step of the profiled trace under the plan, on the
+        hardware this Offloader plans for (the measured SSD and host bandwidths, the host tier,
+        memory_budget as the device's memory, the profiled operator times): what a step should
+        take once planned, to set beside the measured one. None before there is a plan. Computed
+        once per plan (a temporary directory holds the files the simulator reads)."""
+        if self._plan is None or self._trace is None:
+            return None
+        if self._prediction is not None and self._prediction[0] is self._plan:
+            return self._prediction[1]
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="teraio-predict-") as d:
+            hw = dict(self._hw(), name="offloader", gpus=1)
+            hw_path = os.path.join(d, "hw.json")
+            with open(hw_path, "w") as f:
+                json.dump(hw, f)
+            trace_path, plan_path = os.path.join(d, "step.tio"), os.path.join(d, "step.plan")
+            self._trace.save(trace_path)
+            self._plan.save(plan_path)
+            r = _core.simulate(trace_path, hw=hw_path, plan=plan_path)
+        value = float(r["iteration_s"])
+        self._prediction = (self._plan, value)
+        return value
 
     def _load_plan(self, path):
         from teraio.torch._mode import StepProgram
@@ -916,6 +943,7 @@ class Offloader:
                                                      and ta.installed())
         if self._plan is not None:
             out["plan"] = self._plan.summary()
+            out["predicted_step_s"] = self.predicted_step_s()
         if self._engine is not None:
             out["engine"] = self._engine.stats()
         if self.ssd_dirs:

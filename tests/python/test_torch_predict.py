@@ -1,0 +1,45 @@
+"""Offloader.predicted_step_s(): the simulator's step time for the profiled trace and the plan,
+on the hardware the Offloader planned for (reported as report()["predicted_step_s"])."""
+import math
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import teraio  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from train_llama_tiny import train  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
+                                reason="teraio built without the runtime")
+
+
+def test_prediction_follows_the_plan_and_the_bandwidth(tmp_path):
+    # no plan yet: no prediction
+    _, _, off0 = train("tiny", 1, offload=dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                                               min_tensor_bytes="16KiB"))
+    assert off0.predicted_step_s() is None
+    assert "predicted_step_s" not in off0.report()
+
+    def run(bw):
+        d = tmp_path / bw.replace("/", "")
+        d.mkdir()
+        _, _, off = train("tiny", 3, offload=dict(memory_budget=0.5, ssd_dirs=[str(d)],
+                                                  min_tensor_bytes="16KiB", ssd_bandwidth=bw))
+        return off
+
+    fast, slow = run("100GB/s"), run("1MB/s")
+    compute = sum(k[1] for k in fast._prog.kernels) * 1e-9  # profiled operator times
+    p_fast, p_slow = fast.report()["predicted_step_s"], slow.report()["predicted_step_s"]
+    assert math.isfinite(p_fast) and math.isfinite(p_slow)
+    # a step is never faster than its operators, and the same plan's I/O at 1 MB/s cannot hide
+    assert p_fast >= compute * 0.999
+    assert p_slow > p_fast
+    moved = slow.report()["plan"]["bytes_to_ssd"]  # written at 1 MB/s: seconds, not hidden
+    assert p_slow >= 0.5 * moved / 1e6
+    assert fast.predicted_step_s() == p_fast  # computed once per plan

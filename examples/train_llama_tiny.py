@@ -37,6 +37,10 @@ PRESETS = {
     # two layers of a 7B-class decoder (dim 4096, SwiGLU 11008, 32/8 heads; 0.42B parameters):
     # compute per byte moved is what lets a GPU hide the transfers (scripts/gpu_validate.sh)
     "xl": dict(vocab=8192, dim=4096, layers=2, heads=32, kv_heads=8, ffn=11008),
+    # a 1.1B-parameter decoder (Llama-3.2-1B's width and depth, 16 heads of 128, a 32k
+    # vocabulary): with sequence 2048 it has the compute per byte moved that lets a GPU hide
+    # the transfers (scripts/gpu_validate.sh); too large for the CPU tests
+    "1b": dict(vocab=32768, dim=2048, layers=16, heads=16, kv_heads=8, ffn=8192),
     # large embeddings, little compute: memory-heavy on a 2-core machine (the RSS test)
     "wide": dict(vocab=32768, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
 }
@@ -132,6 +136,11 @@ def main(argv=None):
                     help="cuda: train on the GPU (deterministic algorithms on, so that runs "
                     "with and without teraio can be compared bit for bit); --json then adds "
                     "torch.cuda.max_memory_allocated() overall and for the steady steps")
+    ap.add_argument("--gpu-memory-cap", default=None,
+                    help="cuda: let this process use at most this much device memory (a size, "
+                    "e.g. 24GiB; torch.cuda.set_per_process_memory_fraction), to train as on a "
+                    "smaller GPU. Running out of device memory is then a result: --json prints "
+                    "{\"oom\": true, ...} and the exit status is 3")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--steady-after", type=int, default=2,
                     help="reset the peak RSS after this many steps (warm-up + profiling) and "
@@ -143,6 +152,17 @@ def main(argv=None):
             ap.error("--device cuda: torch sees no CUDA device here")
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
+        if a.gpu_memory_cap:
+            import teraio
+
+            total = torch.cuda.get_device_properties(0).total_memory
+            cap = teraio.parse_bytes(a.gpu_memory_cap)
+            if not 0 < cap <= total:
+                ap.error(f"--gpu-memory-cap {a.gpu_memory_cap}: must be above 0 and at most the "
+                         f"device's {total} bytes")
+            torch.cuda.set_per_process_memory_fraction(cap / total)
+    elif a.gpu_memory_cap:
+        ap.error("--gpu-memory-cap needs --device cuda")
     offload = None
     if a.budget is not None:
         import teraio
@@ -180,8 +200,18 @@ def main(argv=None):
                 steady["cuda_steady"] = torch.cuda.max_memory_allocated()
 
     t0 = time.perf_counter()
-    losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
-                               foreach=a.foreach, on_step=on_step, device=a.device)
+    try:
+        losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
+                                   foreach=a.foreach, on_step=on_step, device=a.device)
+    except torch.cuda.OutOfMemoryError as e:
+        if not a.gpu_memory_cap:
+            raise
+        out = dict(oom=True, error=str(e).splitlines()[0], steps_done=len(times),
+                   seconds=time.perf_counter() - t0, cuda_device=torch.cuda.get_device_name(),
+                   cuda_max_allocated_bytes=torch.cuda.max_memory_allocated())
+        print(json.dumps(out) if a.json else f"out of device memory after {len(times)} "
+              f"step(s): {out['error']}")
+        sys.exit(3)
     dt = time.perf_counter() - t0
     out = dict(losses=losses, params=param_digest(model), seconds=dt,
                peak_rss_bytes=max(peak_rss_bytes(), steady.get("before", 0)),

@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""Summarise the training runs of scripts/gpu_validate.sh (OUTDIR/train.json, one object per run).
+"""Summarise the training runs of scripts/gpu_validate.sh (OUTDIR/train.json, one object per run)
+as one Markdown table.
 
-A run without --budget is the baseline of the later runs with the same --preset (the first such
-run); every other run is compared with it bit for bit (losses and final parameters), by
-torch.cuda.max_memory_allocated() over the steady steps and by the median steady step time.
-Exit status 1 if a run failed or differs from its baseline.
+A run without --budget that completed is the baseline of the later runs with the same --preset
+(the first such run); every other completed run is compared with it bit for bit (losses and
+final parameters, or the losses of the common steps when it ran fewer), by
+torch.cuda.max_memory_allocated() over the steady steps and by the median steady step time
+(throughput = baseline step / run step). A run that ran out of device memory under
+--gpu-memory-cap shows "out of memory"; that is its result. Teraio's runs also show what the
+simulator predicted for a planned step (Offloader.predicted_step_s), the bytes moved per
+offloaded step and the stall time. Exit status 1 if a run failed without a result, or differs
+from its baseline.
 """
 import json
 import statistics
@@ -19,55 +25,70 @@ def preset(args):
 
 
 def med(r):
-    s = r["steady_step_seconds"]
+    s = r.get("steady_step_seconds") or []
     return statistics.median(s) if s else float("nan")
+
+
+def row(cells):
+    return "| " + " | ".join(cells) + " |"
 
 
 def main(path):
     runs = [json.loads(line) for line in open(path) if line.strip()]
     base, ok = {}, True
+    print(row(["run", "result vs plain", "steady max_allocated", "step", "throughput vs plain",
+               "predicted step", "moved per step (out / in)", "stall", "budget / tracked peak"]))
+    print(row(["---"] * 9))
+    device = None
     for run in runs:
         name, args, r = run["run"], run["args"], run["result"]
         p = preset(args)
         if r is None:
-            print(f"{name}: FAILED (see train-{name}.err)")
+            print(row([name, f"FAILED (see train-{name}.err)"] + [""] * 7))
             ok = False
             continue
-        steady = r["cuda_steady_max_allocated_bytes"]
+        device = device or r.get("cuda_device")
+        if r.get("oom"):
+            print(row([name, f"out of memory after {r.get('steps_done', 0)} step(s)",
+                       f"{r.get('cuda_max_allocated_bytes', 0) / MiB:.0f} MiB (max)"] +
+                      [""] * 6))
+            continue
+        steady = r.get("cuda_steady_max_allocated_bytes") or 0
         if "--budget" not in args.split() and p not in base:
             base[p] = r
-            print(f"{name} ({p}, {r.get('cuda_device')}): baseline; steady max_memory_allocated "
-                  f"{steady / MiB:.1f} MiB, step {med(r) * 1e3:.1f} ms")
+            print(row([name, "baseline", f"{steady / MiB:.0f} MiB", f"{med(r) * 1e3:.0f} ms",
+                       "1.00x", "", "", "", ""]))
             continue
         b = base.get(p)
         if b is None:
-            print(f"{name}: no baseline run for preset {p}")
+            print(row([name, f"no baseline run for preset {p}"] + [""] * 7))
             ok = False
             continue
         n = min(len(r["losses"]), len(b["losses"]))
         if len(r["losses"]) == len(b["losses"]):
             same = r["losses"] == b["losses"] and r["params"] == b["params"]
-            what = "losses and final parameters"
+            what = "losses and parameters"
         else:  # fewer steps than the baseline: the final parameters are not comparable
             same = r["losses"][:n] == b["losses"][:n]
-            what = f"losses of the {n} common steps"
+            what = f"losses of {n} steps"
         ok &= same
-        line = (f"{name} ({p}): {what} "
-                f"{'IDENTICAL' if same else 'DIFFERENT'} to the baseline; steady max_allocated "
-                f"{steady / MiB:.1f} MiB ({steady / b['cuda_steady_max_allocated_bytes'] - 1:+.0%}); "
-                f"step {med(r) * 1e3:.1f} ms ({med(b) / med(r):.2f}x the baseline)")
-        rep = r.get("report")
-        if rep:
-            budget, peak = rep.get("memory_budget") or 0, rep.get("peak_managed_bytes") or 0
-            # max_allocated also counts what teraio does not manage (tensors under
-            # min_tensor_bytes, the allocator's rounding, cuBLAS workspaces): shown, not judged
-            line += (f"; budget {budget / MiB:.1f} MiB, tracked peak {peak / MiB:.1f} MiB, "
-                     f"backend {rep.get('backend')}, offloaded "
-                     f"{rep.get('bytes_offloaded', 0) / MiB:.0f} MiB over "
-                     f"{rep.get('steps_offloaded')} steps, stall {rep.get('stall_s', 0):.3f} s, "
-                     f"demand offloads {rep.get('demand_offloads')}, tier fallbacks "
-                     f"{rep.get('tier_fallbacks')}, kept for want of room {rep.get('tier_full_kept')}")
-        print(line)
+        bsteady = b.get("cuda_steady_max_allocated_bytes") or 1
+        cells = [name, f"{what} {'IDENTICAL' if same else 'DIFFERENT'}",
+                 f"{steady / MiB:.0f} MiB ({steady / bsteady - 1:+.0%})",
+                 f"{med(r) * 1e3:.0f} ms", f"{med(b) / med(r):.2f}x"]
+        rep = r.get("report") or {}
+        pred = rep.get("predicted_step_s")
+        steps = max(1, rep.get("steps_offloaded") or 1)
+        budget, peak = rep.get("memory_budget") or 0, rep.get("peak_managed_bytes") or 0
+        cells += [f"{pred * 1e3:.0f} ms" if pred else "",
+                  f"{rep.get('bytes_offloaded', 0) / steps / MiB:.0f} / "
+                  f"{rep.get('bytes_prefetched', 0) / steps / MiB:.0f} MiB",
+                  f"{rep.get('stall_s', 0) / steps * 1e3:.0f} ms/step",
+                  f"{budget / MiB:.0f} / {peak / MiB:.0f} MiB"]
+        print(row(cells))
+    if device:
+        print(f"\ndevice: {device}; max_allocated also counts what teraio does not manage "
+              "(tensors under min_tensor_bytes, allocator rounding, cuBLAS workspaces)")
     return 0 if ok else 1
 
 

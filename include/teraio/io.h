@@ -185,6 +185,14 @@ TIO_API TIO_MUST_CHECK int tio_engine_read(struct tio_engine *e,
  * not be recorded again until the request's completion is reaped. A failed query completes the
  * request with TIO_ECUDA. Errors as tio_engine_write / tio_engine_read, and TIO_EUNAVAIL for a
  * fence without cudart.
+ *
+ * `done` (read only; a cudaEvent_t, or NULL): the engine records it, on the non-blocking stream
+ * its device copies run on, once every copy of the read has been issued, just before the
+ * completion. Device memory read from the host tier is then copied asynchronously: the
+ * completion means "issued", and the bytes are in place once `done` has completed, so the
+ * caller makes its stream wait on it (cudaStreamWaitEvent) before any use of the memory, freeing
+ * included. Without `done` (or from the SSD tier) the completion means the bytes are in place.
+ * `done` needs device memory and an engine made where a CUDA device was usable (TIO_EINVAL).
  */
 TIO_API TIO_MUST_CHECK int tio_engine_write_fenced(struct tio_engine *e,
                                                    uint64_t tensor_id,
@@ -202,7 +210,8 @@ TIO_API TIO_MUST_CHECK int tio_engine_read_fenced(struct tio_engine *e,
                                                   int32_t mem,
                                                   int32_t priority,
                                                   uint64_t tag,
-                                                  void *fence);
+                                                  void *fence,
+                                                  void *done);
 
 /* tio_engine_drop: forget tensor `tensor_id` and free its extents. 0, TIO_ENOTFOUND, or
  * TIO_ESTATE if a request on it is in flight. */

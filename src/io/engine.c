@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,8 @@ struct request {
     int64_t error;           /* first error (< 0) or 0 */
     int canceled;
     void *fence; /* cudaEvent_t that must complete before any byte moves (NULL: none) */
+    void *done;  /* read: cudaEvent_t recorded on copy_stream once every copy is issued; the
+                    host tier's device copies are then not waited for (NULL: they are) */
     int queued;  /* in a priority queue */
     struct request *qprev, *qnext;
     struct request *aprev, *anext; /* all active requests (cancel by tag) */
@@ -130,8 +133,9 @@ struct tio_engine {
     int host_pool_cuda;          /* allocated with cudaHostAlloc */
     tio_cuda_stream copy_stream; /* non-blocking stream of the host tier's device copies */
     int copy_stream_ok;
-    int fence_blocked;  /* pick() passed over a request whose fence has not completed */
-    size_t host_locked; /* bytes of host_pool under mlock (0: none) */
+    int fence_blocked;        /* pick() passed over a request whose fence has not completed */
+    _Atomic int copy_pending; /* copies on copy_stream not waited for (reads with `done`) */
+    size_t host_locked;       /* bytes of host_pool under mlock (0: none) */
     struct tio_extents host_ext;
 
     unsigned char *stage_mem; /* depth buffers of stage_bytes, 4 KiB aligned */
@@ -449,6 +453,16 @@ static void request_finish(struct tio_engine *e, struct request *rq) {
     int64_t res = rq->error;
     if (!res && rq->canceled)
         res = TIO_ECANCELED;
+    if (rq->done) { /* after every copy of the request, on the stream that made them */
+        const struct tio_cudart_api *cu = tio_cudart();
+        if ((!cu || cu->event_record(rq->done, e->copy_stream)) && res == 0) {
+            res = TIO_ECUDA;
+            (void)snprintf(e->last_error, sizeof e->last_error,
+                           "read of tensor %llu (tag %llu): cudaEventRecord of its done event "
+                           "failed",
+                           (unsigned long long)rq->t->id, (unsigned long long)rq->tag);
+        }
+    }
     struct tensor *t = rq->t;
     if (rq->op == TIO_IO_OP_WRITE) {
         if (res == 0) {
@@ -573,9 +587,17 @@ static int64_t host_copy(struct tio_engine *e, struct request *rq, const struct 
                                                                TIO_CUDA_MEMCPY_D2H, e->copy_stream)
                                             : cu->memcpy_async(user, pool, (size_t)pc->len,
                                                                TIO_CUDA_MEMCPY_H2D, e->copy_stream);
-        if (!err)
+        if (!err && rq->op == TIO_IO_OP_READ && rq->done)
+            atomic_store(&e->copy_pending, 1); /* the caller waits on `done`, on its stream */
+        else if (!err)
             err = cu->stream_synchronize(e->copy_stream);
         return err ? TIO_ECUDA : (int64_t)pc->len;
+    }
+    if (rq->op == TIO_IO_OP_WRITE && atomic_exchange(&e->copy_pending, 0)) {
+        /* a copy still reading the pool may read these bytes (a dropped tensor's extent) */
+        const struct tio_cudart_api *cu = tio_cudart();
+        if (!cu || cu->stream_synchronize(e->copy_stream))
+            return TIO_ECUDA;
     }
     if (rq->op == TIO_IO_OP_WRITE)
         memcpy(pool, user, (size_t)pc->len);
@@ -1369,8 +1391,10 @@ void tio_engine_free(struct tio_engine *e) {
         tio_swapfile_close(&e->files[i]);
     if (e->copy_stream_ok) {
         const struct tio_cudart_api *cu = tio_cudart();
-        if (cu)
+        if (cu) {
+            (void)cu->stream_synchronize(e->copy_stream); /* reads not waited for (`done`) */
             (void)cu->stream_destroy(e->copy_stream);
+        }
     }
     if (e->host_pool) {
         if (e->host_pool_cuda) {
@@ -1499,7 +1523,8 @@ static int enqueue(struct tio_engine *e,
                    int32_t mem,
                    int32_t prio,
                    uint64_t tag,
-                   void *fence) {
+                   void *fence,
+                   void *done) {
     struct request *rq = tio_calloc(1, sizeof(*rq));
     if (!rq)
         return TIO_ENOMEM;
@@ -1513,6 +1538,7 @@ static int enqueue(struct tio_engine *e,
         rq->chunk_left[c] = chunk_len(e, pl, c);
     rq->tag = tag;
     rq->fence = fence;
+    rq->done = done;
     rq->op = op;
     rq->mem = mem;
     rq->prio = prio;
@@ -1598,7 +1624,7 @@ int tio_engine_write_fenced(struct tio_engine *e,
     if (rc >= 0) {
         t->pending = pl;
         rc = enqueue(e, t, pl, TIO_IO_OP_WRITE, (void *)(uintptr_t)ptr, bytes, mem, priority, tag,
-                     fence);
+                     fence, NULL);
         if (rc < 0) {
             t->pending = NULL;
             placement_free(e, pl);
@@ -1617,7 +1643,7 @@ int tio_engine_read(struct tio_engine *e,
                     int32_t mem,
                     int32_t priority,
                     uint64_t tag) {
-    return tio_engine_read_fenced(e, tensor_id, ptr, bytes, mem, priority, tag, NULL);
+    return tio_engine_read_fenced(e, tensor_id, ptr, bytes, mem, priority, tag, NULL, NULL);
 }
 
 int tio_engine_read_fenced(struct tio_engine *e,
@@ -1627,10 +1653,15 @@ int tio_engine_read_fenced(struct tio_engine *e,
                            int32_t mem,
                            int32_t priority,
                            uint64_t tag,
-                           void *fence) {
+                           void *fence,
+                           void *done) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
     if (rc == 0)
         rc = check_fence(fence, "read");
+    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !e->copy_stream_ok))
+        rc = tio_set_error(TIO_EINVAL,
+                           "engine read: a done event needs device memory and a usable CUDA "
+                           "device when the engine was made");
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&e->mu);
@@ -1660,7 +1691,7 @@ int tio_engine_read_fenced(struct tio_engine *e,
                            e->outstanding);
     if (rc >= 0) {
         t->readers++;
-        rc = enqueue(e, t, t->stored, TIO_IO_OP_READ, ptr, bytes, mem, priority, tag, fence);
+        rc = enqueue(e, t, t->stored, TIO_IO_OP_READ, ptr, bytes, mem, priority, tag, fence, done);
         if (rc < 0)
             t->readers--;
     }

@@ -26,7 +26,10 @@ enum {
     TF_DIRTY = 1u << 3,    /* written since that copy */
     TF_KEEP = 1u << 4,     /* offload in flight but needed again: do not release */
     TF_DONE = 1u << 5,     /* write completed, RELEASE pending */
-    TF_URGENT = 1u << 6    /* read must be urgent (a kernel needs it now) */
+    TF_URGENT = 1u << 6,   /* read must be urgent (a kernel needs it now) */
+    TF_LANDING = 1u << 7   /* stream-ordered: read completed, its bytes land on the device when
+                              landed[t] does (the compute stream must wait on it before any use
+                              of the memory, its release included) */
 };
 
 #define TAG_READ (UINT64_C(1) << 63)
@@ -60,12 +63,13 @@ struct tio_runtime {
      * waits (on the engine's threads) for an event recorded on `stream` when it was issued. */
     const struct tio_cudart_api *cu; /* non-NULL when stream-ordered */
     tio_cuda_stream stream;
-    tio_cuda_event *fence; /* [n_tensors] created on first use; one request per tensor at once */
-    uint64_t next_k;       /* the kernel expected next */
-    int in_iter;           /* between begin_iteration and end_iteration */
-    int steady;            /* the plan's state at iteration start has been established */
-    size_t inflight;       /* engine requests outstanding */
-    int failed;            /* sticky engine failure */
+    tio_cuda_event *fence;  /* [n_tensors] created on first use; one request per tensor at once */
+    tio_cuda_event *landed; /* [n_tensors] the reads' done events (TF_LANDING) */
+    uint64_t next_k;        /* the kernel expected next */
+    int in_iter;            /* between begin_iteration and end_iteration */
+    int steady;             /* the plan's state at iteration start has been established */
+    size_t inflight;        /* engine requests outstanding */
+    int failed;             /* sticky engine failure */
     int fail_rc;
     char fail_msg[512];
     struct tio_runtime_stats st;
@@ -138,6 +142,9 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
     if (is_read) {
         rt->state[t] = ST_RESIDENT;
         rt->tflags[t] &= ~(uint32_t)(TF_DIRTY | TF_URGENT);
+        if (rt->cu) {
+            rt->tflags[t] |= TF_LANDING;
+        }
         rt->st.prefetches++;
         rt->st.bytes_prefetched += bytes;
         rt->st.stored_bytes -= rt->st.stored_bytes >= bytes ? bytes : rt->st.stored_bytes;
@@ -209,11 +216,59 @@ push(struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind,
     return 0;
 }
 
+/* The event a read of t records once its copies are issued (the engine's `done`), created on
+ * first use; NULL when not stream-ordered. */
+static void *landed_event(struct tio_runtime *rt, uint32_t t, int *rc) {
+    *rc = 0;
+    if (!rt->cu) {
+        return NULL;
+    }
+    int err =
+        rt->landed[t] ? 0 : rt->cu->event_create(&rt->landed[t], TIO_CUDA_EVENT_DISABLE_TIMING);
+    if (err) {
+        char d[96];
+        (void)snprintf(d, sizeof d, "cudaEventCreate of its done event: CUDA error %d", err);
+        fail(rt, TIO_ECUDA, "read", t, d);
+        *rc = sticky(rt);
+        return NULL;
+    }
+    return rt->landed[t];
+}
+
+/* A read of t completed with its bytes still on the way (TF_LANDING): make the compute stream
+ * wait for them, so no kernel launched from now on (nor the caching allocator's next user of
+ * the memory, once it is released) sees the memory before they land. */
+static int settle(struct tio_runtime *rt, uint32_t t) {
+    if (!(rt->tflags[t] & TF_LANDING)) {
+        return 0;
+    }
+    rt->tflags[t] &= ~(uint32_t)TF_LANDING;
+    int err = rt->cu->stream_wait_event(rt->stream, rt->landed[t], 0);
+    if (err) {
+        char d[96];
+        (void)snprintf(d, sizeof d, "cudaStreamWaitEvent on its read: CUDA error %d", err);
+        fail(rt, TIO_ECUDA, "read", t, d);
+        return sticky(rt);
+    }
+    return 0;
+}
+
+static int settle_all(struct tio_runtime *rt) {
+    int rc = 0;
+    for (uint32_t t = 0; t < rt->v.n_tensors && rc == 0; t++) {
+        rc = settle(rt, t);
+    }
+    return rc;
+}
+
 /* Hand out RELEASE for every completed, not-kept offload. */
 static int releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
     for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
         if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
-            int rc = push(out, max, n, t, TIO_RT_RELEASE, rt->v.tensor_bytes[t]);
+            int rc = settle(rt, t); /* a clean offload of a tensor still landing */
+            if (rc == 0) {
+                rc = push(out, max, n, t, TIO_RT_RELEASE, rt->v.tensor_bytes[t]);
+            }
             if (rc < 0) {
                 return rc;
             }
@@ -487,6 +542,7 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
 static int submit_read(struct tio_runtime *rt, uint32_t t) {
     int rc;
     void *fence = fence_now(rt, t, &rc);
+    void *done = rc < 0 ? NULL : landed_event(rt, t, &rc);
     if (rc < 0) {
         return rc;
     }
@@ -494,7 +550,7 @@ static int submit_read(struct tio_runtime *rt, uint32_t t) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
         rc = tio_engine_read_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
                                     rt->mem, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
-                                    TAG_READ | t, fence);
+                                    TAG_READ | t, fence, done);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -573,6 +629,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
         rt->cu = tio_cudart();
         rt->stream = p->stream;
         rt->fence = tio_calloc(nt ? nt : 1, sizeof *rt->fence);
+        rt->landed = tio_calloc(nt ? nt : 1, sizeof *rt->landed);
     }
     {
         struct tio_engine_stats es;
@@ -580,7 +637,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     }
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
         !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
-        !rt->victims || !rt->eid || (p->stream_ordered && !rt->fence)) {
+        !rt->victims || !rt->eid || (p->stream_ordered && (!rt->fence || !rt->landed))) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -694,14 +751,16 @@ void tio_runtime_free(struct tio_runtime *rt) {
     tio_free(rt->cursor);
     tio_free(rt->victims);
     tio_free(rt->eid);
-    if (rt->fence) {
-        for (size_t t = 0; t < rt->v.n_tensors; t++) {
-            if (rt->fence[t]) {
-                (void)rt->cu->event_destroy(rt->fence[t]);
-            }
+    for (size_t t = 0; rt->cu && t < rt->v.n_tensors; t++) {
+        if (rt->fence && rt->fence[t]) {
+            (void)rt->cu->event_destroy(rt->fence[t]);
         }
-        tio_free(rt->fence);
+        if (rt->landed && rt->landed[t]) {
+            (void)rt->cu->event_destroy(rt->landed[t]);
+        }
     }
+    tio_free(rt->fence);
+    tio_free(rt->landed);
     tio_free(rt);
 }
 
@@ -993,6 +1052,10 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
         if (rt->state[t] == ST_READING && (rc = wait_tensor(rt, t, &rt->st.stall_s)) < 0) {
             return rc;
         }
+        /* stream-ordered: the compute stream, not this thread, waits for the bytes to land */
+        if ((rc = settle(rt, t)) < 0) {
+            return rc;
+        }
     }
     rt->st.io_issue_s += io;
     if (rt->failed) {
@@ -1023,6 +1086,10 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
     uint32_t t = tensor;
     if (rt->tflags[t] & TF_GLOBAL) {
         return tio_set_error(TIO_EINVAL, "runtime: forget: tensor %u is global", t);
+    }
+    int src = settle(rt, t); /* its owner frees the memory on the compute stream */
+    if (src < 0) {
+        return src;
     }
     if (rt->state[t] == ST_WRITING || rt->state[t] == ST_READING) {
         double dummy = 0;
@@ -1095,6 +1162,9 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out,
     double t0 = tio_now_s();
     int rc = drain(rt);
     rt->st.stall_s += tio_now_s() - t0;
+    if (rc == 0) { /* what the caller does after the step sees every byte read in it */
+        rc = settle_all(rt);
+    }
     if (rc < 0) {
         return rc;
     }
@@ -1150,7 +1220,7 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
             }
         }
     }
-    if ((rc = drain(rt)) < 0) {
+    if ((rc = drain(rt)) < 0 || (rc = settle_all(rt)) < 0) {
         return rc;
     }
     if (rt->failed) {

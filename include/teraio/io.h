@@ -175,6 +175,35 @@ TIO_API TIO_MUST_CHECK int tio_engine_read(struct tio_engine *e,
                                            int32_t priority,
                                            uint64_t tag);
 
+/*
+ * tio_engine_write_fenced / tio_engine_read_fenced: as tio_engine_write / tio_engine_read, but
+ * no byte of the request moves before `fence` (a cudaEvent_t; NULL: none) has completed. The
+ * engine's own threads poll it with cudaEventQuery (every 50 us while nothing else wakes them);
+ * the caller never blocks on it. Use it for device memory that kernels already queued on a
+ * stream may still use: a tensor offloaded after its last use, memory the caching allocator
+ * just handed out (record the event on that stream first). The event must stay alive and must
+ * not be recorded again until the request's completion is reaped. A failed query completes the
+ * request with TIO_ECUDA. Errors as tio_engine_write / tio_engine_read, and TIO_EUNAVAIL for a
+ * fence without cudart.
+ */
+TIO_API TIO_MUST_CHECK int tio_engine_write_fenced(struct tio_engine *e,
+                                                   uint64_t tensor_id,
+                                                   const void *ptr,
+                                                   uint64_t bytes,
+                                                   int32_t mem,
+                                                   int32_t tier,
+                                                   int32_t priority,
+                                                   uint64_t tag,
+                                                   void *fence);
+TIO_API TIO_MUST_CHECK int tio_engine_read_fenced(struct tio_engine *e,
+                                                  uint64_t tensor_id,
+                                                  void *ptr,
+                                                  uint64_t bytes,
+                                                  int32_t mem,
+                                                  int32_t priority,
+                                                  uint64_t tag,
+                                                  void *fence);
+
 /* tio_engine_drop: forget tensor `tensor_id` and free its extents. 0, TIO_ENOTFOUND, or
  * TIO_ESTATE if a request on it is in flight. */
 TIO_API TIO_MUST_CHECK int tio_engine_drop(struct tio_engine *e, uint64_t tensor_id);

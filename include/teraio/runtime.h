@@ -98,6 +98,17 @@ struct tio_runtime_params {
                                       executors sharing an engine disjoint ranges */
     int32_t demand_tier; /* tier of demand offloads (TIO_TIER_HOST or TIO_TIER_SSD); 0 (default):
                             the host tier while it has room for the tensor, else the SSD tier */
+    /* Stream-ordered execution (mem TIO_MEM_DEVICE, needs cudart): the caller launches kernels
+     * asynchronously on `stream` (a cudaStream_t; NULL: the legacy default stream) and never
+     * synchronizes the device. Every write and read the executor issues carries a fence, an
+     * event recorded on `stream` when it is issued: the engine moves no byte before the kernels
+     * queued until then have run (a write never reads a tensor before its last user ran, a read
+     * never fills memory that queued kernels still use). Memory is still released only once its
+     * copy is complete, and ready(k) returns once the reads kernel k needs are complete, so a
+     * kernel launched after it finds its inputs in place. 0 (default): the caller makes sure
+     * that no queued kernel uses a tensor the executor moves (it synchronizes before each call). */
+    void *stream;
+    int32_t stream_ordered;
 };
 
 /* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST. */

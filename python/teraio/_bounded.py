@@ -78,6 +78,12 @@ class BoundedMemory:
         self.next_eid = ID_BASE
         self.stats = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
         self.discard = False  # release_storage(discard=...): the Offloader's aligned_storages
+        # CUDA: device memory, and the compute stream's synchronize, called before each move (a
+        # queued kernel may still use the tensor written, or the memory a read fills: the
+        # caching allocator reuses a freed block on its stream at once). Synchronous, like
+        # everything in these steps; planned steps are stream-ordered instead.
+        self.device = False
+        self.sync = None
 
     # ---- bookkeeping ------------------------------------------------------------------------
     def _died(self, cd, ref):
@@ -125,7 +131,7 @@ class BoundedMemory:
 
         for tier in self.tier(e.nb):
             try:
-                self.engine.write(e.eid, st.data_ptr(), e.nb, tier)
+                self.engine.write(e.eid, st.data_ptr(), e.nb, tier, self.device)
                 return True
             except _core.Error as ex:
                 if ex.args[0] != -28:  # -ENOSPC: try the next tier
@@ -149,6 +155,8 @@ class BoundedMemory:
             e.eid = self.next_eid
             self.next_eid += 1
         if not e.clean:
+            if self.sync is not None:
+                self.sync()
             if not self._write(e, st):
                 if fresh:
                     e.eid = None
@@ -174,8 +182,10 @@ class BoundedMemory:
         st.resize_(e.nb)
         from teraio import _core
 
+        if self.sync is not None:
+            self.sync()
         try:
-            self.engine.read(e.eid, st.data_ptr(), e.nb)
+            self.engine.read(e.eid, st.data_ptr(), e.nb, self.device)
         except _core.Error as ex:
             raise _io_error(ex, "reading back", e) from None
         e.resident = True

@@ -340,7 +340,7 @@ class Offloader:
 
     # ---- steps without a plan, kept within the budget ------------------------------------------
     def _bounded_ok(self):
-        if not self.bounded_unplanned or self._cuda:
+        if not self.bounded_unplanned:
             return False
         if type(self.model).__name__ == "DistributedDataParallel":
             return False
@@ -385,6 +385,11 @@ class Offloader:
             self._bounded = BoundedMemory(self._engine, self.min_tensor_bytes,
                                           self._bounded_budget, self._bounded_tier)
             self._bounded.discard = self.aligned_storages  # CPU (bounded steps), no FSDP
+            if self._cuda:
+                import torch
+
+                self._bounded.device = True
+                self._bounded.sync = torch.cuda.current_stream().synchronize
             if self._next_eid is not None:
                 self._bounded.next_eid = self._next_eid
         return self._bounded
@@ -618,9 +623,18 @@ class Offloader:
         # demand offloads (the executor keeping the budget where the plan cannot): to the host tier
         # while it has room, else to the SSDs
         tier = 0 if self.ssd_dirs and self.host_memory else (2 if self.ssd_dirs else 1)
+        # CUDA: stream-ordered. Kernels stay queued on the current stream (never synchronized
+        # per operator); every transfer waits, on the engine's threads, for an event recorded
+        # on that stream when it was issued (docs/runtime.md, CUDA path)
+        stream = 0
+        if self._cuda:
+            import torch
+
+            stream = torch.cuda.current_stream().cuda_stream
         self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
                                       budget_bytes=self.budget, device=self._cuda,
-                                      id_base=self._generation << 32, demand_tier=tier)
+                                      id_base=self._generation << 32, demand_tier=tier,
+                                      stream=stream, stream_ordered=self._cuda)
         if self._alloc_installed:  # planned steps repeat: the block cache may follow their peak
             _core.block_cache_set_bounds(self.cpu_cache_bytes, True)
 

@@ -11,8 +11,11 @@ int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, u
     memset(b, 0, sizeof(*b));
     b->cu = cu;
     b->bufs = tio_calloc(n, sizeof(*b->bufs));
-    if (!b->bufs)
+    b->streams = tio_calloc(n, sizeof(*b->streams));
+    if (!b->bufs || !b->streams) {
+        tio_bounce_fini(b);
         return TIO_ENOMEM;
+    }
     for (uint32_t i = 0; i < n; i++) {
         void *p = NULL;
         int err = cu->host_alloc(&p, TIO_BOUNCE_BYTES, 0);
@@ -20,6 +23,12 @@ int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, u
             tio_bounce_fini(b);
             return tio_set_error(TIO_ECUDA, "cudaHostAlloc(%u bytes): error %d", TIO_BOUNCE_BYTES,
                                  err);
+        }
+        err = cu->stream_create(&b->streams[i], TIO_CUDA_STREAM_NON_BLOCKING);
+        if (err != 0) {
+            (void)cu->free_host(p);
+            tio_bounce_fini(b);
+            return tio_set_error(TIO_ECUDA, "cudaStreamCreateWithFlags: error %d", err);
         }
         /* cudaHostAlloc returns page-aligned memory; O_DIRECT needs 4 KiB */
         TIO_ASSERT(((uintptr_t)p % TIO_IO_ALIGN) == 0);
@@ -30,13 +39,22 @@ int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, u
 }
 
 void tio_bounce_fini(struct tio_bounce_set *b) {
-    if (!b->bufs)
-        return;
-    for (uint32_t i = 0; i < b->n; i++)
+    for (uint32_t i = 0; i < b->n; i++) {
+        (void)b->cu->stream_destroy(b->streams[i]);
         (void)b->cu->free_host(b->bufs[i]);
+    }
     tio_free(b->bufs);
+    tio_free(b->streams);
     b->bufs = NULL;
+    b->streams = NULL;
     b->n = 0;
+}
+
+/* cudaMemcpyAsync on the worker's stream, then wait for it. 0 or the CUDA error. */
+static int
+copy_on(struct tio_bounce_set *b, uint32_t i, void *dst, const void *src, size_t n, int kind) {
+    int err = b->cu->memcpy_async(dst, src, n, kind, b->streams[i]);
+    return err ? err : b->cu->stream_synchronize(b->streams[i]);
 }
 
 int64_t tio_posix_io(int fd, const struct tio_io_req *r) {
@@ -50,7 +68,8 @@ int64_t tio_posix_io(int fd, const struct tio_io_req *r) {
 
 int64_t
 tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker) {
-    unsigned char *bounce = b->bufs[worker % b->n];
+    uint32_t w = worker % b->n;
+    unsigned char *bounce = b->bufs[w];
     unsigned char *dev = r->buf;
     uint64_t done = 0;
     while (done < r->len) {
@@ -60,7 +79,7 @@ tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint
         off_t off = (off_t)(r->off + done);
         ssize_t n;
         if (r->op == TIO_IO_OP_WRITE) {
-            int err = b->cu->memcpy(bounce, dev + done, piece, TIO_CUDA_MEMCPY_D2H);
+            int err = copy_on(b, w, bounce, dev + done, piece, TIO_CUDA_MEMCPY_D2H);
             if (err != 0)
                 return done ? (int64_t)done : TIO_ECUDA;
             memset(bounce + piece, 0, io_len - piece);
@@ -73,7 +92,7 @@ tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint
             } while (n < 0 && errno == EINTR);
             if (n > 0) {
                 size_t got = TIO_MIN((size_t)n, piece);
-                int err = b->cu->memcpy(dev + done, bounce, got, TIO_CUDA_MEMCPY_H2D);
+                int err = copy_on(b, w, dev + done, bounce, got, TIO_CUDA_MEMCPY_H2D);
                 if (err != 0)
                     return done ? (int64_t)done : TIO_ECUDA;
             }

@@ -11,11 +11,14 @@
 
 struct tio_bounce_set {
     const struct tio_cudart_api *cu;
-    unsigned char **bufs; /* one pinned buffer of TIO_BOUNCE_BYTES per worker */
+    unsigned char **bufs;     /* one pinned buffer of TIO_BOUNCE_BYTES per worker */
+    tio_cuda_stream *streams; /* one non-blocking stream per worker: its copies never wait
+                                 for the legacy default stream, where kernels run */
     uint32_t n;
 };
 
-/* Allocate n pinned buffers with cudaHostAlloc. 0, TIO_ECUDA or TIO_ENOMEM. */
+/* Allocate n pinned buffers with cudaHostAlloc and n non-blocking streams. 0, TIO_ECUDA or
+ * TIO_ENOMEM. */
 int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, uint32_t n);
 void tio_bounce_fini(struct tio_bounce_set *b);
 /* One transfer of r (device memory) through bounce buffer `worker`: copies piecewise,

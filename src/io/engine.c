@@ -70,7 +70,8 @@ struct request {
     uint32_t inflight;       /* pieces in the backend */
     int64_t error;           /* first error (< 0) or 0 */
     int canceled;
-    int queued; /* in a priority queue */
+    void *fence; /* cudaEvent_t that must complete before any byte moves (NULL: none) */
+    int queued;  /* in a priority queue */
     struct request *qprev, *qnext;
     struct request *aprev, *anext; /* all active requests (cancel by tag) */
 };
@@ -125,9 +126,12 @@ struct tio_engine {
     uint32_t next_dir;
     uint64_t max_op;
 
-    unsigned char *host_pool; /* host tier */
-    int host_pool_cuda;       /* allocated with cudaHostAlloc */
-    size_t host_locked;       /* bytes of host_pool under mlock (0: none) */
+    unsigned char *host_pool;    /* host tier */
+    int host_pool_cuda;          /* allocated with cudaHostAlloc */
+    tio_cuda_stream copy_stream; /* non-blocking stream of the host tier's device copies */
+    int copy_stream_ok;
+    int fence_blocked;  /* pick() passed over a request whose fence has not completed */
+    size_t host_locked; /* bytes of host_pool under mlock (0: none) */
     struct tio_extents host_ext;
 
     unsigned char *stage_mem; /* depth buffers of stage_bytes, 4 KiB aligned */
@@ -561,9 +565,16 @@ static int64_t host_copy(struct tio_engine *e, struct request *rq, const struct 
         const struct tio_cudart_api *cu = tio_cudart();
         if (!cu)
             return TIO_EUNAVAIL;
-        int err = rq->op == TIO_IO_OP_WRITE
-                      ? cu->memcpy(pool, user, (size_t)pc->len, TIO_CUDA_MEMCPY_D2H)
-                      : cu->memcpy(user, pool, (size_t)pc->len, TIO_CUDA_MEMCPY_H2D);
+        if (!e->copy_stream_ok)
+            return TIO_EUNAVAIL;
+        /* on the engine's non-blocking stream: cudaMemcpy would run on the legacy default
+         * stream and so wait for every kernel queued there (and hold back the later ones) */
+        int err = rq->op == TIO_IO_OP_WRITE ? cu->memcpy_async(pool, user, (size_t)pc->len,
+                                                               TIO_CUDA_MEMCPY_D2H, e->copy_stream)
+                                            : cu->memcpy_async(user, pool, (size_t)pc->len,
+                                                               TIO_CUDA_MEMCPY_H2D, e->copy_stream);
+        if (!err)
+            err = cu->stream_synchronize(e->copy_stream);
         return err ? TIO_ECUDA : (int64_t)pc->len;
     }
     if (rq->op == TIO_IO_OP_WRITE)
@@ -660,14 +671,39 @@ static void complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
         request_finish(e, rq);
 }
 
-/* Pick the request to serve next: urgent first; drop finished/canceled ones on the way. */
+/* Has rq's fence completed? 1 yes (the fence is then forgotten), 0 not yet (fence_blocked is
+ * set: whoever drives polls again soon), -1 the query failed (the request has failed). */
+static int fence_passed(struct tio_engine *e, struct request *rq) {
+    if (!rq->fence)
+        return 1;
+    const struct tio_cudart_api *cu = tio_cudart();
+    int err = cu ? cu->event_query(rq->fence) : -1;
+    if (err == 0) {
+        rq->fence = NULL;
+        return 1;
+    }
+    if (err == TIO_CUDA_NOT_READY) {
+        e->fence_blocked = 1;
+        return 0;
+    }
+    request_fail(e, rq, TIO_ECUDA, 0, 1, "cudaEventQuery on the request's fence failed");
+    return -1;
+}
+
+/* Pick the request to serve next: urgent first, whose fence has completed; drop
+ * finished/canceled ones on the way. */
 static struct request *pick(struct tio_engine *e) {
+    e->fence_blocked = 0;
     for (int q = TIO_PRIO_URGENT; q >= TIO_PRIO_NORMAL; q--) {
         struct request *rq = e->qhead[q];
         while (rq) {
             struct request *next = rq->qnext;
-            if (request_has_work(rq))
+            if (request_has_work(rq) && fence_passed(e, rq) > 0)
                 return rq;
+            if (request_has_work(rq)) { /* waiting for its fence */
+                rq = next;
+                continue;
+            }
             queue_remove(e, rq);
             if (rq->inflight == 0)
                 request_finish(e, rq);
@@ -879,6 +915,10 @@ static int queued_work(const struct tio_engine *e) {
     return (e->qhead[TIO_PRIO_URGENT] || e->qhead[TIO_PRIO_NORMAL]) && e->nop_free;
 }
 
+/* How often a request waiting for its fence (a CUDA event) is polled while nothing else wakes
+ * the thread that drives (a completion does): the delay it may add to a transfer's start. */
+#define TIO_FENCE_POLL_NS 50000
+
 /* Progress thread without caller-driven completions: it alone drives the backend. */
 static void progress_loop(struct tio_engine *e) {
     uint32_t depth = e->p.queue_depth;
@@ -891,12 +931,24 @@ static void progress_loop(struct tio_engine *e) {
                 break;
             if (done_wake_due(e))
                 pthread_cond_broadcast(&e->done_cv);
-            pthread_cond_wait(&e->work_cv, &e->mu);
+            if (e->fence_blocked) { /* poll the fences: nobody signals a CUDA event */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += TIO_FENCE_POLL_NS;
+                if (ts.tv_nsec >= 1000000000) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000;
+                }
+                (void)pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+            } else {
+                pthread_cond_wait(&e->work_cv, &e->mu);
+            }
             continue;
         }
         /* wait for results; new work wakes us through notify (or a short poll without it) */
         int full = e->nop_free == 0;
-        (void)drive_reap(e, (full || e->ops->notify) ? 100000000 : 500000);
+        int64_t wait_ns = (full || e->ops->notify) ? 100000000 : 500000;
+        (void)drive_reap(e, e->fence_blocked && !full ? TIO_FENCE_POLL_NS : wait_ns);
     }
 }
 
@@ -980,6 +1032,8 @@ static void progress_park_loop(struct tio_engine *e) {
             drive_end(e, NULL, 1);
             if (depth - e->nop_free == 0 && !queued_work(e))
                 park_ns = -1; /* idle: whoever queues work unparks us */
+            else if (e->fence_blocked)
+                park_ns = TIO_FENCE_POLL_NS;
         }
         e->park_idle = park_ns < 0;
         e->parked = 1;
@@ -1202,6 +1256,8 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
         char why[200];
         const struct tio_cudart_api *cu = tio_cudart_usable(why, sizeof why) ? tio_cudart() : NULL;
         void *mem = NULL;
+        if (cu && cu->stream_create(&e->copy_stream, TIO_CUDA_STREAM_NON_BLOCKING) == 0)
+            e->copy_stream_ok = 1;
         if (cu && cu->host_alloc(&mem, (size_t)hb, 0) == 0 && mem) {
             e->host_pool_cuda = 1;
         } else {
@@ -1311,6 +1367,11 @@ void tio_engine_free(struct tio_engine *e) {
     }
     for (uint32_t i = 0; i < e->nfiles; i++)
         tio_swapfile_close(&e->files[i]);
+    if (e->copy_stream_ok) {
+        const struct tio_cudart_api *cu = tio_cudart();
+        if (cu)
+            (void)cu->stream_destroy(e->copy_stream);
+    }
     if (e->host_pool) {
         if (e->host_pool_cuda) {
             const struct tio_cudart_api *cu = tio_cudart();
@@ -1420,10 +1481,10 @@ static int check_mem(struct tio_engine *e, int32_t mem, int32_t tier, const char
                              "engine %s: device memory needs the cufile or cuda backend (this "
                              "engine uses %s)",
                              what, e->ops->name);
-    if (tier == TIO_TIER_HOST && !tio_cudart())
+    if (tier == TIO_TIER_HOST && (!tio_cudart() || !e->copy_stream_ok))
         return tio_set_error(TIO_EUNAVAIL,
                              "engine %s: device memory to the host tier needs "
-                             "cudart: %s",
+                             "cudart with a usable device when the engine was made: %s",
                              what, tio_cudart_reason());
     return 0;
 }
@@ -1437,7 +1498,8 @@ static int enqueue(struct tio_engine *e,
                    uint64_t bytes,
                    int32_t mem,
                    int32_t prio,
-                   uint64_t tag) {
+                   uint64_t tag,
+                   void *fence) {
     struct request *rq = tio_calloc(1, sizeof(*rq));
     if (!rq)
         return TIO_ENOMEM;
@@ -1450,6 +1512,7 @@ static int enqueue(struct tio_engine *e,
     for (uint32_t c = 0; c < pl->nchunks; c++)
         rq->chunk_left[c] = chunk_len(e, pl, c);
     rq->tag = tag;
+    rq->fence = fence;
     rq->op = op;
     rq->mem = mem;
     rq->prio = prio;
@@ -1468,6 +1531,14 @@ static int enqueue(struct tio_engine *e,
     return 0;
 }
 
+/* A fence needs cudart (its events are queried by the engine's threads). */
+static int check_fence(const void *fence, const char *what) {
+    if (fence && !tio_cudart())
+        return tio_set_error(TIO_EUNAVAIL, "engine %s: a fence needs cudart: %s", what,
+                             tio_cudart_reason());
+    return 0;
+}
+
 int tio_engine_write(struct tio_engine *e,
                      uint64_t tensor_id,
                      const void *ptr,
@@ -1476,7 +1547,21 @@ int tio_engine_write(struct tio_engine *e,
                      int32_t tier,
                      int32_t priority,
                      uint64_t tag) {
+    return tio_engine_write_fenced(e, tensor_id, ptr, bytes, mem, tier, priority, tag, NULL);
+}
+
+int tio_engine_write_fenced(struct tio_engine *e,
+                            uint64_t tensor_id,
+                            const void *ptr,
+                            uint64_t bytes,
+                            int32_t mem,
+                            int32_t tier,
+                            int32_t priority,
+                            uint64_t tag,
+                            void *fence) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "write");
+    if (rc == 0)
+        rc = check_fence(fence, "write");
     if (rc < 0)
         return rc;
     if (tier != TIO_TIER_SSD && tier != TIO_TIER_HOST)
@@ -1512,7 +1597,8 @@ int tio_engine_write(struct tio_engine *e,
     rc = placement_new(e, tensor_id, bytes, tier, &pl);
     if (rc >= 0) {
         t->pending = pl;
-        rc = enqueue(e, t, pl, TIO_IO_OP_WRITE, (void *)(uintptr_t)ptr, bytes, mem, priority, tag);
+        rc = enqueue(e, t, pl, TIO_IO_OP_WRITE, (void *)(uintptr_t)ptr, bytes, mem, priority, tag,
+                     fence);
         if (rc < 0) {
             t->pending = NULL;
             placement_free(e, pl);
@@ -1531,7 +1617,20 @@ int tio_engine_read(struct tio_engine *e,
                     int32_t mem,
                     int32_t priority,
                     uint64_t tag) {
+    return tio_engine_read_fenced(e, tensor_id, ptr, bytes, mem, priority, tag, NULL);
+}
+
+int tio_engine_read_fenced(struct tio_engine *e,
+                           uint64_t tensor_id,
+                           void *ptr,
+                           uint64_t bytes,
+                           int32_t mem,
+                           int32_t priority,
+                           uint64_t tag,
+                           void *fence) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
+    if (rc == 0)
+        rc = check_fence(fence, "read");
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&e->mu);
@@ -1561,7 +1660,7 @@ int tio_engine_read(struct tio_engine *e,
                            e->outstanding);
     if (rc >= 0) {
         t->readers++;
-        rc = enqueue(e, t, t->stored, TIO_IO_OP_READ, ptr, bytes, mem, priority, tag);
+        rc = enqueue(e, t, t->stored, TIO_IO_OP_READ, ptr, bytes, mem, priority, tag, fence);
         if (rc < 0)
             t->readers--;
     }
@@ -1660,7 +1759,9 @@ drive_wait(struct tio_engine *e, size_t min, int64_t timeout_ns, const struct ti
                 return e->cq_count < min;
             }
         }
-        (void)drive_reap(e, left);
+        (void)drive_reap(e, e->fence_blocked && (left < 0 || left > TIO_FENCE_POLL_NS)
+                                ? TIO_FENCE_POLL_NS
+                                : left);
     }
 }
 

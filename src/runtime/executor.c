@@ -7,6 +7,7 @@
 #include <teraio/runtime.h>
 
 #include "../common/common_impl.h"
+#include "../dl/cudart_shim.h"
 
 enum tensor_state {
     ST_ABSENT = 0,      /* intermediate not created yet or already dead */
@@ -54,11 +55,17 @@ struct tio_runtime {
     uint64_t id_base;      /* engine tensor id = id_base + trace id (unless adopted) */
     uint64_t *eid;         /* [n_tensors] engine tensor id */
     int32_t mem;
-    uint64_t next_k; /* the kernel expected next */
-    int in_iter;     /* between begin_iteration and end_iteration */
-    int steady;      /* the plan's state at iteration start has been established */
-    size_t inflight; /* engine requests outstanding */
-    int failed;      /* sticky engine failure */
+    /* Stream-ordered execution (params.stream_ordered): kernels are queued on `stream` and may
+     * not have run yet when the executor is called; each request that touches device memory
+     * waits (on the engine's threads) for an event recorded on `stream` when it was issued. */
+    const struct tio_cudart_api *cu; /* non-NULL when stream-ordered */
+    tio_cuda_stream stream;
+    tio_cuda_event *fence; /* [n_tensors] created on first use; one request per tensor at once */
+    uint64_t next_k;       /* the kernel expected next */
+    int in_iter;           /* between begin_iteration and end_iteration */
+    int steady;            /* the plan's state at iteration start has been established */
+    size_t inflight;       /* engine requests outstanding */
+    int failed;            /* sticky engine failure */
     int fail_rc;
     char fail_msg[512];
     struct tio_runtime_stats st;
@@ -220,13 +227,47 @@ static int releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
     return 0;
 }
 
+/*
+ * The fence of a request on t: an event recorded on the compute stream now, so it completes once
+ * every kernel queued so far has run (a write must not read t before its last user ran, nor a
+ * read fill memory that queued kernels still use: the caching allocator hands a block back to its
+ * stream as soon as its tensor is freed). NULL when not stream-ordered; on a CUDA error the
+ * executor fails (sticky) and *rc says so.
+ */
+static void *fence_now(struct tio_runtime *rt, uint32_t t, int *rc) {
+    *rc = 0;
+    if (!rt->cu) {
+        return NULL;
+    }
+    int err = 0;
+    if (!rt->fence[t]) {
+        err = rt->cu->event_create(&rt->fence[t], TIO_CUDA_EVENT_DISABLE_TIMING);
+    }
+    if (!err) {
+        err = rt->cu->event_record(rt->fence[t], rt->stream);
+    }
+    if (err) {
+        char d[96];
+        (void)snprintf(d, sizeof d, "cudaEventCreate/Record of its fence: CUDA error %d", err);
+        fail(rt, TIO_ECUDA, "fence", t, d);
+        *rc = sticky(rt);
+        return NULL;
+    }
+    return rt->fence[t];
+}
+
 /* Queue the write of t. soft: a full tier (-ENOSPC) is returned to the caller, not recorded as
  * the executor's failure (demand offloads then try elsewhere or give up). */
 static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int soft) {
+    int rc;
+    void *fence = fence_now(rt, t, &rc);
+    if (rc < 0) {
+        return rc;
+    }
     for (;;) {
-        int rc =
-            tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                             tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, (uint64_t)t);
+        rc = tio_engine_write_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
+                                     rt->mem, tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                     (uint64_t)t, fence);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -444,10 +485,16 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
 }
 
 static int submit_read(struct tio_runtime *rt, uint32_t t) {
+    int rc;
+    void *fence = fence_now(rt, t, &rc);
+    if (rc < 0) {
+        return rc;
+    }
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
-        int rc = tio_engine_read(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                                 urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t);
+        rc = tio_engine_read_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
+                                    rt->mem, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                    TAG_READ | t, fence);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = reap(rt, 1)) < 0) {
                 return rc;
@@ -476,6 +523,14 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     }
     if (p->mem != TIO_MEM_HOST && p->mem != TIO_MEM_DEVICE) {
         return tio_set_error(TIO_EINVAL, "runtime: params.mem: unknown memory kind %d", p->mem);
+    }
+    if (p->stream_ordered && p->mem != TIO_MEM_DEVICE) {
+        return tio_set_error(TIO_EINVAL,
+                             "runtime: params.stream_ordered needs params.mem TIO_MEM_DEVICE");
+    }
+    if (p->stream_ordered && !tio_cudart()) {
+        return tio_set_error(TIO_EUNAVAIL, "runtime: params.stream_ordered needs cudart: %s",
+                             tio_cudart_reason());
     }
     if (p->demand_tier != 0 && p->demand_tier != TIO_TIER_HOST && p->demand_tier != TIO_TIER_SSD) {
         return tio_set_error(TIO_EINVAL,
@@ -514,13 +569,18 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->victims = tio_malloc((nt ? nt : 1) * sizeof *rt->victims);
     rt->eid = tio_malloc((nt ? nt : 1) * sizeof *rt->eid);
     rt->demand_tier = p->demand_tier;
+    if (p->stream_ordered) {
+        rt->cu = tio_cudart();
+        rt->stream = p->stream;
+        rt->fence = tio_calloc(nt ? nt : 1, sizeof *rt->fence);
+    }
     {
         struct tio_engine_stats es;
         rt->has_ssd = tio_engine_stats(p->engine, &es) == 0 && es.ssd_dirs > 0;
     }
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
         !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
-        !rt->victims || !rt->eid) {
+        !rt->victims || !rt->eid || (p->stream_ordered && !rt->fence)) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -634,6 +694,14 @@ void tio_runtime_free(struct tio_runtime *rt) {
     tio_free(rt->cursor);
     tio_free(rt->victims);
     tio_free(rt->eid);
+    if (rt->fence) {
+        for (size_t t = 0; t < rt->v.n_tensors; t++) {
+            if (rt->fence[t]) {
+                (void)rt->cu->event_destroy(rt->fence[t]);
+            }
+        }
+        tio_free(rt->fence);
+    }
     tio_free(rt);
 }
 

@@ -1,11 +1,14 @@
 """The CUDA path's ordering logic, exercised on CPU with fake CUDA events.
 
-On CUDA the Offloader times operators with CUDA events while profiling and, while executing,
-makes the engine wait for the compute stream (record an event, synchronize it) before every
-executor call that can start I/O on device memory. This test swaps torch.cuda.Event and
-torch.cuda.synchronize for fakes that log calls, forces the device path on CPU tensors (the
-engine still gets host memory), and checks the call order and that training stays bitwise
-identical. It does not validate anything on a GPU (see docs/runtime.md).
+On CUDA the Offloader times operators with CUDA events while profiling; while executing, the
+executor is stream-ordered (every transfer waits for an event on the compute stream, on the
+engine's threads: tests/io/test_runtime_stream.c checks that in C against an emulated GPU), so
+the PyTorch layer never synchronizes the device per operator, and the per-operator path is the
+C one (OpFast). This test swaps torch.cuda.Event, torch.cuda.synchronize and
+torch.cuda.current_stream for fakes that log calls, forces the device path on CPU tensors (the
+engine still gets host memory), and checks what the layer asks of the executor, that nothing
+synchronizes during executed steps, and that training stays bitwise identical. It does not
+validate anything on a GPU (see docs/runtime.md).
 """
 import os
 import sys
@@ -44,6 +47,31 @@ class FakeEvent:
         return 0.05  # ms
 
 
+class FakeStream:
+    cuda_stream = 0x5EED
+
+    def synchronize(self):
+        Log.calls.append("stream_sync")
+
+
+class HostEngine:
+    """The engine with device memory turned into host memory (the tensors are on the CPU)."""
+
+    def __init__(self, e):
+        self.e = e
+
+    def __getattr__(self, name):
+        return getattr(self.e, name)
+
+    def write(self, eid, ptr, nb, tier, device=False):
+        Log.calls.append("engine_write_device" if device else "engine_write")
+        return self.e.write(eid, ptr, nb, tier)
+
+    def read(self, eid, ptr, nb, device=False):
+        Log.calls.append("engine_read_device" if device else "engine_read")
+        return self.e.read(eid, ptr, nb)
+
+
 class HostRuntimeCore:
     """teraio._core with Runtime forced to host memory (there is no GPU behind the fakes)."""
 
@@ -51,9 +79,15 @@ class HostRuntimeCore:
         return getattr(teraio._core, name)
 
     @staticmethod
-    def Runtime(*a, **kw):
+    def RtEngine(*a, **kw):
+        return HostEngine(teraio._core.RtEngine(*a, **kw))
+
+    @staticmethod
+    def Runtime(trace, plan, engine, **kw):
+        Log.runtimes.append({k: kw.get(k) for k in ("device", "stream", "stream_ordered")})
         kw["device"] = False
-        rt = teraio._core.Runtime(*a, **kw)
+        kw["stream_ordered"] = False  # host memory: the C executor refuses stream ordering
+        rt = teraio._core.Runtime(trace, plan, engine.e, **kw)
         return LoggedRuntime(rt)
 
 
@@ -71,31 +105,54 @@ class LoggedRuntime:
         return call
 
 
-def test_cuda_path_orders_io_after_compute(monkeypatch, tmp_path):
+def test_cuda_path_is_stream_ordered_and_uses_the_c_path(monkeypatch, tmp_path):
+    from teraio.torch import _mode
+
     ref, model_ref, _ = train("tiny", 4)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: Log.calls.append("device_sync"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: FakeStream())
     monkeypatch.setattr(offload_mod, "_core", HostRuntimeCore())
+    fast_init = _mode.FastStepDriver.__init__
+
+    def logged_fast_init(self, *a, **kw):
+        Log.calls.append("fast_driver" if not kw.get("record") else "fast_recorder")
+        fast_init(self, *a, **kw)
+
+    monkeypatch.setattr(_mode.FastStepDriver, "__init__", logged_fast_init)
 
     def detect(self, globals_):
         self._cuda = True
 
     monkeypatch.setattr(offload_mod.Offloader, "_detect_device", detect)
     Log.calls = []
+    Log.runtimes = []
     got, model, off = train("tiny", 4, offload=dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
                                                     min_tensor_bytes="16KiB"))
     assert got == ref
     assert param_digest(model) == param_digest(model_ref)
     calls = Log.calls
-    # profiling: per-operator events were recorded and read after a device synchronize
+    # profiling: per-operator events were recorded and read after one device synchronize
     assert "device_sync" in calls
     assert calls.count("record") > 100
-    # execution: every begin()/before()/end() (the calls that start I/O) follows an event
-    # synchronize on the compute stream
-    idx = [i for i, c in enumerate(calls) if c in ("begin", "before", "end")]
-    assert idx, "the executor was never driven"
-    for i in idx:
-        assert calls[i - 1] == "event_sync", calls[max(0, i - 3):i + 1]
+    # the executor was made stream-ordered on the current stream, with device memory
+    assert Log.runtimes == [{"device": True, "stream": 0x5EED, "stream_ordered": True}]
+    # execution: driven through the C path, and nothing synchronizes the device per operator
+    first = calls.index("begin")
+    executed = calls[first:]
+    assert "fast_driver" in calls[:first], "the executed steps did not use the C path (OpFast)"
+    assert executed.count("before") > 100 and executed.count("after") > 100
+    assert "event_sync" not in executed and "device_sync" not in executed
+    # the warm-up and profiled steps were kept within the budget too, with synchronous moves of
+    # device memory, each after the compute stream was synchronized
+    unplanned = calls[:first]
+    moves = [i for i, c in enumerate(unplanned) if c in ("engine_write_device",
+                                                          "engine_read_device")]
+    assert moves, "nothing was offloaded before the plan"
+    # (host memory moves are the SSD bandwidth probe's, on its own buffer)
+    for i in moves:
+        assert unplanned[i - 1] == "stream_sync", unplanned[max(0, i - 3):i + 1]
+    assert off.report()["unplanned_bytes_offloaded"] > 0
     # the profiled kernels got the fake event time (0.05 ms = 50000 ns)
     assert all(k[1] in (1, 50000) for k in off._prog.kernels)
     assert off.report()["bytes_offloaded"] > 0

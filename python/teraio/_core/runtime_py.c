@@ -617,16 +617,17 @@ static int sync_wait(struct tio_engine *e, uint64_t bytes) {
     }
 }
 
-/* write(id, ptr, bytes, tier): write host memory and wait for it. */
+/* write(id, ptr, bytes, tier, device=False): write host (or device) memory and wait for it. */
 static PyObject *rtengine_write(RtEngineObject *self, PyObject *args) {
     unsigned long long id, ptr, bytes;
-    int tier;
-    if (!PyArg_ParseTuple(args, "KKKi", &id, &ptr, &bytes, &tier)) {
+    int tier, device = 0;
+    if (!PyArg_ParseTuple(args, "KKKi|p", &id, &ptr, &bytes, &tier, &device)) {
         return NULL;
     }
     int rc;
+    int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     Py_BEGIN_ALLOW_THREADS rc = tio_engine_write(self->e, id, (const void *)(uintptr_t)ptr, bytes,
-                                                 TIO_MEM_HOST, tier, TIO_PRIO_URGENT, SYNC_TAG);
+                                                 mem, tier, TIO_PRIO_URGENT, SYNC_TAG);
     if (rc == 0) {
         rc = sync_wait(self->e, bytes);
     }
@@ -636,15 +637,17 @@ static PyObject *rtengine_write(RtEngineObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* read(id, ptr, bytes): read into host memory and wait for it. */
+/* read(id, ptr, bytes, device=False): read into host (or device) memory and wait for it. */
 static PyObject *rtengine_read(RtEngineObject *self, PyObject *args) {
     unsigned long long id, ptr, bytes;
-    if (!PyArg_ParseTuple(args, "KKK", &id, &ptr, &bytes)) {
+    int device = 0;
+    if (!PyArg_ParseTuple(args, "KKK|p", &id, &ptr, &bytes, &device)) {
         return NULL;
     }
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_engine_read(self->e, id, (void *)(uintptr_t)ptr, bytes,
-                                                TIO_MEM_HOST, TIO_PRIO_URGENT, SYNC_TAG);
+    int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
+    Py_BEGIN_ALLOW_THREADS rc =
+        tio_engine_read(self->e, id, (void *)(uintptr_t)ptr, bytes, mem, TIO_PRIO_URGENT, SYNC_TAG);
     if (rc == 0) {
         rc = sync_wait(self->e, bytes);
     }
@@ -669,9 +672,9 @@ static PyObject *rtengine_drop(RtEngineObject *self, PyObject *arg) {
 static PyMethodDef rtengine_methods[] = {
     { "reserve", (PyCFunction)rtengine_reserve, METH_O, "reserve(bytes)" },
     { "write", (PyCFunction)rtengine_write, METH_VARARGS,
-      "write(id, ptr, bytes, tier): host memory into the engine, waited for" },
+      "write(id, ptr, bytes, tier, device=False): memory into the engine, waited for" },
     { "read", (PyCFunction)rtengine_read, METH_VARARGS,
-      "read(id, ptr, bytes): back into host memory, waited for" },
+      "read(id, ptr, bytes, device=False): back into memory, waited for" },
     { "drop", (PyCFunction)rtengine_drop, METH_O, "drop(id): forget a stored tensor" },
     { "stats", (PyCFunction)rtengine_stats, METH_NOARGS, "stats() -> dict" },
     { NULL, NULL, 0, NULL },
@@ -710,8 +713,8 @@ static void runtime_dealloc(RuntimeObject *self) {
 }
 
 static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "trace",  "plan",    "engine",      "budget_bytes",
-                              "device", "id_base", "demand_tier", NULL };
+    static char *kwlist[] = { "trace",   "plan",        "engine", "budget_bytes",   "device",
+                              "id_base", "demand_tier", "stream", "stream_ordered", NULL };
     RtTraceObject *tr;
     RtPlanObject *pl;
     RtEngineObject *en;
@@ -719,9 +722,11 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     int device = 0;
     unsigned long long id_base = 0;
     int demand_tier = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpKi", kwlist, &RtTraceType, &tr,
+    unsigned long long stream = 0; /* cudaStream_t as an integer (torch's Stream.cuda_stream) */
+    int ordered = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpKiKp", kwlist, &RtTraceType, &tr,
                                      &RtPlanType, &pl, &RtEngineType, &en, &budget, &device,
-                                     &id_base, &demand_tier)) {
+                                     &id_base, &demand_tier, &stream, &ordered)) {
         return -1;
     }
     struct tio_runtime_params p = tio_runtime_params_default();
@@ -732,6 +737,8 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     p.mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     p.engine_id_base = id_base;
     p.demand_tier = (int32_t)demand_tier;
+    p.stream = (void *)(uintptr_t)stream;
+    p.stream_ordered = ordered;
     int rc = tio_runtime_new(&p, &self->rt);
     if (rc < 0) {
         tio_py_raise(rc, "runtime");

@@ -176,8 +176,10 @@ def _make_spec(func):
 _SPEC_CACHE: dict = {}
 
 
-def _use_fast(cuda, fast):
-    if cuda or fast is False:
+def _use_fast(cuda_record, fast):
+    # profiling on CUDA times each operator with CUDA events (Python); executing it is the same
+    # work as on CPU, stream-ordered by the executor, so the C path serves it too
+    if cuda_record or fast is False:
         return False
     if not hasattr(_core(), "OpFast"):
         return False
@@ -236,14 +238,15 @@ def release_storage(st, discard=False):
 class StepDriver:
     """State of one step under the dispatch mode: identity, recording or execution.
 
-    This class is the reference implementation, in Python. On CPU, StepDriver(...) returns a
-    FastStepDriver, which does the same per-operator work in one C call (teraio._core.OpFast);
-    fast=False (or TERAIO_TORCH_DISPATCH=python in the environment) keeps the Python one, and
-    the CUDA path always uses it (event timing and stream synchronisation are Python).
+    This class is the reference implementation, in Python. StepDriver(...) returns a
+    FastStepDriver, which does the same per-operator work in one C call (teraio._core.OpFast),
+    except for profiled steps on CUDA (their operators are timed with CUDA events, in Python);
+    fast=False (or TERAIO_TORCH_DISPATCH=python in the environment) keeps the Python one.
+    On CUDA nothing here synchronizes the device: the executor is stream-ordered.
     """
 
-    def __new__(cls, *args, cuda=False, fast=None, **kw):
-        if cls is StepDriver and _use_fast(cuda, fast):
+    def __new__(cls, *args, cuda=False, fast=None, record=False, **kw):
+        if cls is StepDriver and _use_fast(cuda and record, fast):
             cls = FastStepDriver
         return object.__new__(cls)
 
@@ -365,8 +368,6 @@ class StepDriver:
             if st.nbytes() > 0:
                 self.ptr_by_id[tid] = st.data_ptr()
                 self.rt.bind(tid, self.ptr_by_id[tid])
-        if self.cuda:
-            self._sync_device()
         self._apply(self.rt.begin())
 
     # ---- the operator hook ----------------------------------------------------------------
@@ -531,13 +532,6 @@ class StepDriver:
         self.events.clear()
 
     # ---- executor calls -------------------------------------------------------------------
-    def _sync_device(self):
-        # Producer/consumer ordering on CUDA: the engine reads and writes device memory outside
-        # the compute stream, so every kernel launched so far must be done before it starts.
-        ev = torch.cuda.Event()
-        ev.record()
-        ev.synchronize()
-
     def _apply(self, acts):
         rt = self.rt
         for kind, t, nb in acts:
@@ -579,8 +573,6 @@ class StepDriver:
                 raise Divergence(why)
         self.busy = True
         try:
-            if self.cuda:
-                self._sync_device()
             acts = self.rt.before(k)
             if acts:
                 self._apply(acts)
@@ -600,8 +592,6 @@ class StepDriver:
             self._diverge(f"the step ended after {self.k} operators, the plan has "
                           f"{len(self.prog.kernels)}")
             return
-        if self.cuda:
-            self._sync_device()
         self._apply(self.rt.end())
         self.st_by_id = {t: st for t, st in self.st_by_id.items() if t < self.prog.n_globals}
 

@@ -1,0 +1,821 @@
+/*
+ * The stream-ordered executor (tio_runtime_params.stream_ordered) against the lagging-GPU
+ * emulator (tests/io/fakes/fake_cudart.c): random traces, the real planner's plans and random
+ * plans, run over many random delay schedules of every emulated stream.
+ *
+ * The caller here behaves like PyTorch: kernels are host functions queued on the compute stream
+ * (cudaLaunchHostFunc) and never waited for; memory comes from a stream-ordered caching
+ * allocator that hands a freed block out again at once (no synchronisation), most recently
+ * freed first. When the compute stream runs a kernel, the kernel checks every input against the
+ * content of the version program order says it must see (a pattern derived from the tensor and
+ * the version) and writes the next version of its outputs. A RELEASE'd block is poisoned from
+ * the host at once: its copy is complete, and no kernel still queued may use it (checked; the
+ * one exception is a clean offload, which writes nothing and releases at once: it is freed
+ * through the stream, which is safe with stream-ordered reuse). A freed intermediate's block is
+ * poisoned by a host function queued on the stream (the caller frees it while its last kernel
+ * may still be queued). Whatever the executor or the engine gets wrong in ordering (a write that
+ * reads a tensor before its producer ran, a read that fills memory before its previous user ran
+ * or that a kernel reads before it lands, memory released before its copy completed) shows up
+ * as a kernel finding another version, poison or foreign bytes. The test also checks that the
+ * training thread never synchronizes with the device while it drives the iterations and that
+ * the engine never copies on the legacy stream or a blocking stream.
+ *
+ * Environment: TIO_STREAM_SCHEDULES (default 1500; 120 under sanitizers), TIO_STREAM_SEED (first
+ * seed, default 1), TIO_STREAM_LAG_US (every schedule's maximum delay per stream operation;
+ * default: 0, 20, 100 or 300 us drawn per schedule), TIO_STREAM_VERBOSE=1 (print the actions and
+ * kernels). A failure prints the seed of its schedule: rerun with TIO_STREAM_SEED=that and
+ * TIO_STREAM_SCHEDULES=1.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <teraio/hw.h>
+#include <teraio/io.h>
+#include <teraio/plan.h>
+#include <teraio/runtime.h>
+#include <teraio/trace.h>
+
+#include "io/fake_cuda.h"
+#include "io/io_util.h"
+#include "io/runtime_util.h"
+#include "tio_test.h"
+
+#define KiB                 UINT64_C(1024)
+#define MAX_T               24
+#define MAX_K               32
+#define MAX_USES            16 /* >= the tensors of a trace: add_use never fails */
+#define ITERS               2
+#define SCHEDULES_PER_TRACE 6
+#define POISON              UINT64_C(0xDBDBDBDBDBDBDBDB)
+
+static struct fake_cuda fc;
+static char g_dir[512];
+
+/* ---- random numbers ---------------------------------------------------------------------- */
+static uint64_t rng_next(uint64_t *x) {
+    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+static uint64_t rng_below(uint64_t *x, uint64_t n) {
+    return n ? rng_next(x) % n : 0;
+}
+
+/* ---- contents: version v of tensor t ------------------------------------------------------ */
+static uint64_t pat_base(uint32_t t, uint64_t v) {
+    uint64_t x = ((uint64_t)t << 40) ^ (v * UINT64_C(0x2545F4914F6CDD1D));
+    return rng_next(&x) | 1; /* never all 0xDB */
+}
+static uint64_t pat_word(uint64_t base, uint64_t i) {
+    return base + i * UINT64_C(0x9E3779B97F4A7C15);
+}
+
+/* ---- failures (recorded by kernels on the stream threads) --------------------------------- */
+static atomic_uint_fast64_t g_failures;
+static pthread_mutex_t g_fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_first[600];
+
+static void record_failure(const char *fmt, ...) {
+    if (atomic_fetch_add(&g_failures, 1) != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&g_fail_mu);
+    (void)vsnprintf(g_first, sizeof g_first, fmt, ap);
+    pthread_mutex_unlock(&g_fail_mu);
+    va_end(ap);
+}
+
+/* ---- the trace ------------------------------------------------------------------------------ */
+struct use {
+    uint32_t t;
+    int32_t mode;
+};
+struct spec {
+    uint32_t nt, ng, nk; /* tensors 0..ng-1 are globals */
+    uint64_t bytes[MAX_T];
+    uint32_t first[MAX_T], last[MAX_T]; /* intermediates: first (a write) and last use */
+    uint32_t nu[MAX_K];
+    struct use u[MAX_K][MAX_USES];
+};
+
+static int has_use(const struct spec *s, uint32_t k, uint32_t t) {
+    for (uint32_t i = 0; i < s->nu[k]; i++)
+        if (s->u[k][i].t == t)
+            return 1;
+    return 0;
+}
+static void add_use(struct spec *s, uint32_t k, uint32_t t, int32_t mode) {
+    if (s->nu[k] < MAX_USES && !has_use(s, k, t))
+        s->u[k][s->nu[k]++] = (struct use){ t, mode };
+}
+
+static void make_spec(struct spec *s, uint64_t seed) {
+    uint64_t x = seed;
+    memset(s, 0, sizeof *s);
+    s->ng = 2 + (uint32_t)rng_below(&x, 3);
+    s->nt = s->ng + 4 + (uint32_t)rng_below(&x, 9);
+    s->nk = 8 + (uint32_t)rng_below(&x, 14);
+    for (uint32_t t = 0; t < s->nt; t++) /* 4 KiB .. 128 KiB, now and then 1 MiB */
+        s->bytes[t] = rng_below(&x, 24) == 0 ? 1024 * KiB : (4 * KiB) << rng_below(&x, 6);
+    for (uint32_t t = s->ng; t < s->nt; t++) { /* written at first, read at last, some between */
+        uint32_t f = (uint32_t)rng_below(&x, s->nk - 2);
+        uint32_t l = f + 2 + (uint32_t)rng_below(&x, s->nk - f - 2);
+        s->first[t] = f;
+        s->last[t] = l;
+        add_use(s, f, t, TIO_USE_WRITE);
+        for (uint32_t k = f + 1; k < l; k++)
+            if (rng_below(&x, 5) == 0)
+                add_use(s, k, t, rng_below(&x, 2) ? TIO_USE_READ : TIO_USE_READ_WRITE);
+        if (!has_use(s, l, t) && s->nu[l] < MAX_USES) {
+            add_use(s, l, t, rng_below(&x, 2) ? TIO_USE_READ : TIO_USE_READ_WRITE);
+        } else if (!has_use(s, l, t)) { /* kernel full: end where the last use landed */
+            uint32_t k = l;
+            while (k > f && !has_use(s, k, t))
+                k--;
+            s->last[t] = k;
+        }
+    }
+    for (uint32_t g = 0; g < s->ng; g++) {
+        int n = 0;
+        for (uint32_t k = 0; k < s->nk; k++) {
+            if (rng_below(&x, 4) != 0)
+                continue;
+            uint64_t r = rng_below(&x, 10);
+            int32_t mode = r < 6 ? TIO_USE_READ : r < 9 ? TIO_USE_READ_WRITE : TIO_USE_WRITE;
+            add_use(s, k, g, mode);
+            n++;
+        }
+        for (; n < 2; n++)
+            add_use(s, (uint32_t)rng_below(&x, s->nk), g, TIO_USE_READ);
+    }
+    /* an intermediate alive over a full kernel keeps a use list in step with [first, last] */
+    for (uint32_t t = s->ng; t < s->nt; t++) {
+        uint32_t f = s->nk, l = 0;
+        for (uint32_t k = 0; k < s->nk; k++)
+            if (has_use(s, k, t)) {
+                f = k < f ? k : f;
+                l = k;
+            }
+        s->first[t] = f;
+        s->last[t] = l;
+    }
+}
+
+static struct tio_trace *spec_trace(const struct spec *s) {
+    struct tio_trace *tr = NULL;
+    if (tio_trace_new(NULL, &tr) < 0)
+        return NULL;
+    int rc = 0;
+    for (uint32_t t = 0; t < s->nt; t++) {
+        char name[16];
+        (void)snprintf(name, sizeof name, "t%u", t);
+        rc |= tio_trace_add_tensor(tr, s->bytes[t],
+                                   t < s->ng ? TIO_TENSOR_WEIGHT : TIO_TENSOR_ACTIVATION,
+                                   t < s->ng ? TIO_TENSOR_GLOBAL : 0, name, NULL);
+    }
+    for (uint32_t k = 0; k < s->nk; k++) {
+        rc |= tio_trace_add_kernel(tr, "k", 100000, 0, NULL);
+        for (uint32_t i = 0; i < s->nu[k]; i++)
+            rc |= tio_trace_add_use(tr, s->u[k][i].t, s->u[k][i].mode);
+    }
+    return rt_trace_finish(tr, rc);
+}
+
+/* Bytes resident at k if nothing moved; the largest kernel working set. */
+static void spec_sizes(const struct spec *s, uint64_t *peak, uint64_t *max_ws) {
+    *peak = *max_ws = 0;
+    for (uint32_t k = 0; k < s->nk; k++) {
+        uint64_t live = 0, ws = 0;
+        for (uint32_t t = 0; t < s->nt; t++)
+            if (t < s->ng || (s->first[t] <= k && k <= s->last[t]))
+                live += s->bytes[t];
+        for (uint32_t i = 0; i < s->nu[k]; i++)
+            ws += s->bytes[s->u[k][i].t];
+        *peak = live > *peak ? live : *peak;
+        *max_ws = ws > *max_ws ? ws : *max_ws;
+    }
+}
+
+/* The planner's plan at a capacity between the largest working set and the peak. */
+static struct tio_plan *
+planner_plan(const struct tio_trace *tr, const struct spec *s, uint64_t *x, uint64_t *cap) {
+    uint64_t peak, ws;
+    spec_sizes(s, &peak, &ws);
+    struct tio_hw hw;
+    if (tio_hw_preset("cpu-ci", &hw) < 0)
+        return NULL;
+    uint64_t c = peak / 2 + rng_below(x, peak / 4);
+    *cap = c > ws ? c : ws;
+    hw.gpu_memory_bytes = *cap;
+    hw.gpu_reserve_bytes = 0;
+    hw.host_offload_cap_bytes = 2 * 1024 * KiB;
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = "teraio-mixed";
+    pp.min_tensor_bytes = 4 * KiB;
+    struct tio_plan *plan = NULL;
+    if (tio_plan_make(tr, &hw, &pp, &plan) < 0) {
+        printf("  planner: %s\n", tio_last_error());
+        return NULL;
+    }
+    return plan;
+}
+
+/* A random plan: for each gap between two uses of a tensor (a global's wrap-around gap too),
+ * maybe an offload after the first, then maybe a prefetch before the second. */
+static struct tio_plan *random_plan(const struct tio_trace *tr, const struct spec *s, uint64_t *x) {
+    struct tio_move m[256];
+    size_t nm = 0;
+    for (uint32_t t = 0; t < s->nt; t++) {
+        uint32_t at[MAX_K], n = 0;
+        for (uint32_t k = 0; k < s->nk; k++)
+            if (has_use(s, k, t))
+                at[n++] = k;
+        for (uint32_t i = 0; i < n && nm + 2 <= sizeof m / sizeof m[0]; i++) {
+            uint64_t a = at[i], b;
+            if (i + 1 < n)
+                b = at[i + 1];
+            else if (t < s->ng)
+                b = at[0] + s->nk; /* the next iteration's first use */
+            else
+                break;
+            if (b - a < 2 || rng_below(x, 3) == 0)
+                continue;
+            uint64_t off = a + 1 + rng_below(x, b - a - 1);
+            if (off >= s->nk)
+                continue;
+            int32_t tier = rng_below(x, 2) ? TIO_TIER_HOST : TIO_TIER_SSD;
+            m[nm++] = (struct tio_move){ .tensor = t,
+                                         .from = TIO_TIER_GPU,
+                                         .to = tier,
+                                         .trigger = off,
+                                         .deadline = b,
+                                         .bytes = s->bytes[t] };
+            if (b - off >= 2 && rng_below(x, 5) != 0) { /* else read when needed */
+                uint64_t pre = off + 1 + rng_below(x, b - off - 1);
+                if (pre < s->nk)
+                    m[nm++] = (struct tio_move){ .tensor = t,
+                                                 .from = tier,
+                                                 .to = TIO_TIER_GPU,
+                                                 .trigger = pre,
+                                                 .deadline = b,
+                                                 .bytes = s->bytes[t] };
+            }
+        }
+    }
+    return rt_plan(tr, s->nk, m, nm);
+}
+
+/* ---- the caller's caching allocator --------------------------------------------------------- */
+struct extent {
+    uint64_t off, len;
+};
+static unsigned char *g_slab; /* cudaMalloc'd */
+static uint64_t g_slab_bytes;
+static struct extent g_holes[4 * MAX_T + 8];
+static size_t g_nholes;
+static uint64_t g_hint = UINT64_MAX; /* the most recently freed block */
+
+static void pool_reset(void) {
+    g_nholes = 1;
+    g_holes[0] = (struct extent){ 0, g_slab_bytes };
+    g_hint = UINT64_MAX;
+}
+
+static void *pool_alloc(uint64_t len) {
+    len = (len + 511) & ~(uint64_t)511;
+    size_t pick = g_nholes;
+    for (size_t i = 0; i < g_nholes; i++) {
+        if (g_holes[i].len < len)
+            continue;
+        if (g_holes[i].off == g_hint) { /* reuse what was just freed */
+            pick = i;
+            break;
+        }
+        if (pick == g_nholes)
+            pick = i;
+    }
+    if (pick == g_nholes)
+        return NULL;
+    uint64_t off = g_holes[pick].off;
+    g_holes[pick].off += len;
+    g_holes[pick].len -= len;
+    if (g_holes[pick].len == 0) {
+        memmove(&g_holes[pick], &g_holes[pick + 1], (g_nholes - pick - 1) * sizeof *g_holes);
+        g_nholes--;
+    }
+    return g_slab + off;
+}
+
+static void pool_free(void *p, uint64_t len) {
+    len = (len + 511) & ~(uint64_t)511;
+    uint64_t off = (uint64_t)((unsigned char *)p - g_slab);
+    size_t i = 0;
+    while (i < g_nholes && g_holes[i].off < off)
+        i++;
+    int left = i > 0 && g_holes[i - 1].off + g_holes[i - 1].len == off;
+    int right = i < g_nholes && off + len == g_holes[i].off;
+    if (left && right) {
+        g_holes[i - 1].len += len + g_holes[i].len;
+        memmove(&g_holes[i], &g_holes[i + 1], (g_nholes - i - 1) * sizeof *g_holes);
+        g_nholes--;
+    } else if (left) {
+        g_holes[i - 1].len += len;
+    } else if (right) {
+        g_holes[i].off = off;
+        g_holes[i].len += len;
+    } else {
+        memmove(&g_holes[i + 1], &g_holes[i], (g_nholes - i) * sizeof *g_holes);
+        g_holes[i] = (struct extent){ off, len };
+        g_nholes++;
+    }
+    g_hint = off;
+}
+
+/* ---- kernels and stream-ordered poison --------------------------------------------------- */
+struct kuse {
+    uint32_t t;
+    int32_t mode;
+    uint64_t *w; /* the shadow of the tensor's device bytes */
+    uint64_t nw;
+    uint64_t expect, write; /* versions */
+};
+struct kernel {
+    uint64_t seed, iter, k, seq;
+    uint32_t n;
+    struct kuse u[MAX_USES];
+};
+
+static void describe(char *out, size_t len, const struct kuse *u, uint64_t i) {
+    uint64_t got = u->w[i];
+    if (got == POISON) {
+        (void)snprintf(out, len, "poison (freed or released memory)");
+        return;
+    }
+    for (uint64_t v = 0; v <= u->expect + 2; v++) {
+        if (got == pat_word(pat_base(u->t, v), i)) {
+            (void)snprintf(out, len, "version %llu", (unsigned long long)v);
+            return;
+        }
+    }
+    for (uint32_t t = 0; t < MAX_T; t++) /* another tensor's bytes? */
+        for (uint64_t v = 0; v < 64; v++)
+            if (got == pat_word(pat_base(t, v), i)) {
+                (void)snprintf(out, len, "tensor %u's version %llu", t, (unsigned long long)v);
+                return;
+            }
+    (void)snprintf(out, len, "foreign bytes %016llx", (unsigned long long)got);
+}
+
+/* Kernels launched and run so far (a stream runs them in order, so the first g_ran have run). */
+static uint64_t g_launched;
+static atomic_uint_fast64_t g_ran;
+
+static void kernel_fn(void *arg) {
+    struct kernel *kn = arg;
+    for (uint32_t j = 0; j < kn->n; j++) {
+        struct kuse *u = &kn->u[j];
+        if (!(u->mode & TIO_USE_READ))
+            continue;
+        uint64_t base = pat_base(u->t, u->expect);
+        for (uint64_t i = 0; i < u->nw; i++) {
+            if (u->w[i] != pat_word(base, i)) {
+                char what[96];
+                describe(what, sizeof what, u, i);
+                record_failure("seed %llu iteration %llu kernel %llu: tensor %u word %llu holds "
+                               "%s, want version %llu",
+                               (unsigned long long)kn->seed, (unsigned long long)kn->iter,
+                               (unsigned long long)kn->k, u->t, (unsigned long long)i, what,
+                               (unsigned long long)u->expect);
+                break;
+            }
+        }
+    }
+    for (uint32_t j = 0; j < kn->n; j++) {
+        struct kuse *u = &kn->u[j];
+        if (!(u->mode & TIO_USE_WRITE))
+            continue;
+        uint64_t base = pat_base(u->t, u->write);
+        for (uint64_t i = 0; i < u->nw; i++)
+            u->w[i] = pat_word(base, i);
+    }
+    if (kn->seq)
+        atomic_store(&g_ran, kn->seq);
+    free(kn);
+}
+
+struct poison {
+    uint64_t *w;
+    uint64_t nw;
+};
+static void poison_fn(void *arg) {
+    struct poison *p = arg;
+    for (uint64_t i = 0; i < p->nw; i++)
+        p->w[i] = POISON;
+    free(p);
+}
+
+/* ---- one schedule ------------------------------------------------------------------------ */
+struct caller {
+    const struct spec *s;
+    struct tio_runtime *rt;
+    void *stream;
+    uint64_t seed;
+    void *ptr[MAX_T];
+    uint64_t version[MAX_T]; /* the version the next reader must see */
+    uint64_t user[MAX_T];    /* the last kernel launched that uses t's current memory */
+    uint64_t clean_queued;   /* clean releases while a kernel using the memory was queued */
+    int err;                 /* a harness or executor call failed */
+};
+
+static uint64_t *shadow(void *p, uint64_t bytes) {
+    return fc.translate(p, bytes);
+}
+
+static void caller_error(struct caller *c, const char *what, int rc) {
+    if (!c->err)
+        record_failure("seed %llu: %s: %d (%s)", (unsigned long long)c->seed, what, rc,
+                       tio_last_error());
+    c->err = 1;
+}
+
+/* Free t's block through the stream: poisoned when the stream gets there. */
+static void free_on_stream(struct caller *c, uint32_t t) {
+    struct poison *p = malloc(sizeof *p);
+    if (!p || !c->ptr[t]) {
+        free(p);
+        caller_error(c, "free_on_stream", -1);
+        return;
+    }
+    p->w = shadow(c->ptr[t], c->s->bytes[t]);
+    p->nw = c->s->bytes[t] / 8;
+    if (fc.launch_host_func(c->stream, poison_fn, p) != 0) {
+        free(p);
+        caller_error(c, "cudaLaunchHostFunc", -1);
+    }
+    pool_free(c->ptr[t], c->s->bytes[t]);
+    c->ptr[t] = NULL;
+}
+
+static int g_verbose; /* TIO_STREAM_VERBOSE=1: print the actions and kernels */
+
+static uint64_t cleans(const struct caller *c) {
+    struct tio_runtime_stats st;
+    tio_runtime_get_stats(c->rt, &st);
+    return st.clean_offloads;
+}
+
+/* Perform the actions a call returned; clean: the call made clean offloads. */
+static void apply(struct caller *c, const struct tio_rt_action *a, int n, int clean) {
+    for (int i = 0; i < n && !c->err; i++) {
+        uint32_t t = a[i].tensor;
+        if (g_verbose)
+            printf("    %s %u (%p)\n", a[i].kind == TIO_RT_RELEASE ? "RELEASE" : "MATERIALIZE", t,
+                   c->ptr[t]);
+        if (a[i].kind == TIO_RT_RELEASE) {
+            if (!c->ptr[t]) {
+                caller_error(c, "RELEASE of a tensor without memory", -1);
+                return;
+            }
+            if (c->user[t] > atomic_load(&g_ran)) { /* a kernel using it has not run yet */
+                if (clean) {
+                    /* a clean offload (the stored copy is identical, no write) releases at once,
+                     * while kernels queued earlier may still read the memory: stream-ordered
+                     * reuse (PyTorch's caching allocator) makes that safe, so free it through
+                     * the stream */
+                    c->clean_queued++;
+                    free_on_stream(c, t);
+                    continue;
+                }
+                record_failure("seed %llu: tensor %u released while kernel #%llu that uses it has "
+                               "not run",
+                               (unsigned long long)c->seed, t, (unsigned long long)c->user[t]);
+                c->err = 1;
+                return;
+            }
+            /* nothing queued uses these bytes and its copy is complete: poison them now */
+            memset(shadow(c->ptr[t], c->s->bytes[t]), 0xDB, c->s->bytes[t]);
+            pool_free(c->ptr[t], c->s->bytes[t]);
+            c->ptr[t] = NULL;
+        } else {
+            if (c->ptr[t]) /* materialised again (restore): drop the block handed out before */
+                free_on_stream(c, t);
+            c->ptr[t] = pool_alloc(a[i].bytes);
+            if (!c->ptr[t]) {
+                caller_error(c, "the caller's pool is exhausted", -1);
+                return;
+            }
+            int rc = tio_runtime_bind(c->rt, t, c->ptr[t]);
+            if (rc < 0)
+                caller_error(c, "tio_runtime_bind (MATERIALIZE)", rc);
+        }
+    }
+}
+
+static void launch(struct caller *c, uint64_t iter, uint32_t k) {
+    const struct spec *s = c->s;
+    struct kernel *kn = calloc(1, sizeof *kn);
+    if (!kn) {
+        caller_error(c, "calloc", -1);
+        return;
+    }
+    *kn = (struct kernel){ .seed = c->seed, .iter = iter, .k = k, .n = s->nu[k] };
+    kn->seq = ++g_launched;
+    for (uint32_t i = 0; i < s->nu[k]; i++) {
+        uint32_t t = s->u[k][i].t;
+        int32_t mode = s->u[k][i].mode;
+        if (!c->ptr[t]) {
+            record_failure("seed %llu iteration %llu kernel %u: tensor %u has no memory after "
+                           "ready() (state %d)",
+                           (unsigned long long)c->seed, (unsigned long long)iter, k, t,
+                           tio_runtime_tensor_state(c->rt, t));
+            c->err = 1;
+            free(kn);
+            return;
+        }
+        kn->u[i] = (struct kuse){ .t = t,
+                                  .mode = mode,
+                                  .w = shadow(c->ptr[t], s->bytes[t]),
+                                  .nw = s->bytes[t] / 8,
+                                  .expect = c->version[t],
+                                  .write = c->version[t] + 1 };
+        if (mode & TIO_USE_WRITE)
+            c->version[t]++;
+        c->user[t] = kn->seq;
+    }
+    if (g_verbose) {
+        printf("    kernel %u:", k);
+        for (uint32_t i = 0; i < kn->n; i++)
+            printf(" t%u/%d v%llu->%llu", kn->u[i].t, kn->u[i].mode,
+                   (unsigned long long)kn->u[i].expect, (unsigned long long)kn->u[i].write);
+        printf("\n");
+    }
+    if (fc.launch_host_func(c->stream, kernel_fn, kn) != 0) {
+        free(kn);
+        caller_error(c, "cudaLaunchHostFunc", -1);
+    }
+}
+
+static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act, size_t cap) {
+    const struct spec *s = c->s;
+    uint64_t c0 = cleans(c);
+    int n = tio_runtime_begin_iteration(c->rt, act, cap);
+    if (n < 0) {
+        caller_error(c, "begin_iteration", n);
+        return;
+    }
+    apply(c, act, n, cleans(c) != c0);
+    for (uint32_t k = 0; k < s->nk && !c->err; k++) {
+        c0 = cleans(c);
+        n = tio_runtime_before_kernel(c->rt, k, act, cap);
+        if (n < 0) {
+            caller_error(c, "before_kernel", n);
+            return;
+        }
+        apply(c, act, n, cleans(c) != c0);
+        int rc = tio_runtime_ready(c->rt, k);
+        if (rc < 0) {
+            caller_error(c, "ready", rc);
+            return;
+        }
+        uint32_t created[MAX_USES], nc = 0;
+        for (uint32_t i = 0; i < s->nu[k]; i++) { /* outputs created by k */
+            uint32_t t = s->u[k][i].t;
+            if (t >= s->ng && s->first[t] == k) {
+                c->ptr[t] = pool_alloc(s->bytes[t]);
+                if (!c->ptr[t]) {
+                    caller_error(c, "the caller's pool is exhausted", -1);
+                    return;
+                }
+                created[nc++] = t;
+            }
+        }
+        launch(c, iter, k);
+        for (uint32_t i = 0; i < nc && !c->err; i++)
+            if ((rc = tio_runtime_bind(c->rt, created[i], c->ptr[created[i]])) < 0) {
+                caller_error(c, "bind", rc);
+                return;
+            }
+        if ((rc = tio_runtime_after_kernel(c->rt, k)) < 0) {
+            caller_error(c, "after_kernel", rc);
+            return;
+        }
+        for (uint32_t i = 0; i < s->nu[k]; i++) { /* intermediates that died at k */
+            uint32_t t = s->u[k][i].t;
+            if (t >= s->ng && s->last[t] == k && c->ptr[t])
+                free_on_stream(c, t);
+        }
+    }
+    if (c->err)
+        return;
+    c0 = cleans(c);
+    n = tio_runtime_end_iteration(c->rt, act, cap);
+    if (n < 0) {
+        caller_error(c, "end_iteration", n);
+        return;
+    }
+    apply(c, act, n, cleans(c) != c0);
+}
+
+/* The globals' final versions, checked by one more kernel on the stream. */
+static void final_check(struct caller *c) {
+    struct kernel *kn = calloc(1, sizeof *kn);
+    if (!kn)
+        return;
+    *kn = (struct kernel){ .seed = c->seed, .iter = ITERS, .k = UINT64_MAX };
+    for (uint32_t g = 0; g < c->s->ng && kn->n < MAX_USES; g++) {
+        if (!c->ptr[g]) {
+            record_failure("seed %llu: global %u has no memory after restore",
+                           (unsigned long long)c->seed, g);
+            continue;
+        }
+        kn->u[kn->n++] = (struct kuse){ .t = g,
+                                        .mode = TIO_USE_READ,
+                                        .w = shadow(c->ptr[g], c->s->bytes[g]),
+                                        .nw = c->s->bytes[g] / 8,
+                                        .expect = c->version[g] };
+    }
+    if (fc.launch_host_func(c->stream, kernel_fn, kn) != 0)
+        free(kn);
+}
+
+struct totals {
+    uint64_t schedules, offloads, prefetches, bytes_offloaded, bytes_prefetched, urgent,
+        demand_offloads, moves_planned, clean_offloads, clean_queued;
+};
+
+static void run_schedule(const struct spec *s,
+                         const struct tio_trace *tr,
+                         const struct tio_plan *plan,
+                         struct tio_engine *e,
+                         uint64_t budget,
+                         void *stream,
+                         uint64_t seed,
+                         struct totals *tot) {
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    rp.mem = TIO_MEM_DEVICE;
+    rp.budget_bytes = budget;
+    rp.stream = stream;
+    rp.stream_ordered = 1;
+    struct caller c = { .s = s, .stream = stream, .seed = seed };
+    int rc = tio_runtime_new(&rp, &c.rt);
+    if (rc < 0) {
+        caller_error(&c, "tio_runtime_new", rc);
+        return;
+    }
+    pool_reset();
+    for (uint32_t g = 0; g < s->ng; g++) { /* nothing queued yet: the host may fill them */
+        c.ptr[g] = pool_alloc(s->bytes[g]);
+        uint64_t *w = shadow(c.ptr[g], s->bytes[g]), base = pat_base(g, 0);
+        for (uint64_t i = 0; i < s->bytes[g] / 8; i++)
+            w[i] = pat_word(base, i);
+        if ((rc = tio_runtime_bind(c.rt, g, c.ptr[g])) < 0)
+            caller_error(&c, "bind global", rc);
+    }
+    struct tio_rt_action act[MAX_T];
+    uint64_t sync0 = fc.thread_sync_calls();
+    for (uint64_t it = 0; it < ITERS && !c.err; it++)
+        iteration(&c, it, act, MAX_T);
+    if (fc.thread_sync_calls() != sync0)
+        record_failure("seed %llu: the training thread synchronized with the device %llu times",
+                       (unsigned long long)seed,
+                       (unsigned long long)(fc.thread_sync_calls() - sync0));
+    if (!c.err) {
+        int n = tio_runtime_restore_begin(c.rt, act, MAX_T);
+        if (n < 0)
+            caller_error(&c, "restore_begin", n);
+        else
+            apply(&c, act, n, 0);
+        if (!c.err && (rc = tio_runtime_restore_finish(c.rt)) < 0)
+            caller_error(&c, "restore_finish", rc);
+        if (!c.err)
+            final_check(&c);
+    }
+    (void)fc.stream_synchronize(stream);
+    struct tio_runtime_stats st;
+    tio_runtime_get_stats(c.rt, &st);
+    tio_runtime_free(c.rt);
+    (void)fc.device_synchronize(); /* nothing of this schedule may run into the next one */
+    tot->schedules++;
+    tot->offloads += st.offloads;
+    tot->prefetches += st.prefetches;
+    tot->bytes_offloaded += st.bytes_offloaded;
+    tot->bytes_prefetched += st.bytes_prefetched;
+    tot->urgent += st.urgent_reads;
+    tot->demand_offloads += st.demand_offloads;
+    tot->clean_offloads += st.clean_offloads;
+    tot->clean_queued += c.clean_queued;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t env_u64(const char *name, uint64_t def) {
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : def;
+}
+
+TIO_TEST(stream_ordered_executor_under_lag) {
+#ifdef TIO_SANITIZED
+    uint64_t n_sched = env_u64("TIO_STREAM_SCHEDULES", 120);
+#else
+    uint64_t n_sched = env_u64("TIO_STREAM_SCHEDULES", 1500);
+#endif
+    uint64_t seed0 = env_u64("TIO_STREAM_SEED", 1);
+    g_verbose = (int)env_u64("TIO_STREAM_VERBOSE", 0);
+    const char *lag_env = getenv("TIO_STREAM_LAG_US");
+    long lag_us = lag_env && *lag_env ? strtol(lag_env, NULL, 10) : -1;
+    uint64_t bad0 = fc.bad_accesses(), blocking0 = fc.blocking_copies();
+    uint64_t streams0 = fc.live_streams();
+    g_slab_bytes = 64 * 1024 * KiB;
+    void *slab = NULL;
+    CHECK_EQ_I(fc.malloc_device(&slab, g_slab_bytes), 0);
+    if (!slab)
+        return;
+    g_slab = slab;
+    void *streams[3] = { NULL, NULL, NULL }; /* legacy, a blocking and a non-blocking stream */
+    CHECK_EQ_I(fc.stream_create(&streams[1], 0), 0);
+    CHECK_EQ_I(fc.stream_create(&streams[2], 0x1), 0);
+    struct totals tot = { 0 };
+    double t0 = now_s();
+    /* Schedule `seed` runs on the trace of seed 1 + (seed - 1) / SCHEDULES_PER_TRACE * SPT, so
+     * TIO_STREAM_SEED=seed TIO_STREAM_SCHEDULES=1 replays it on the same trace and plan. */
+    for (uint64_t seed = seed0; seed < seed0 + n_sched && atomic_load(&g_failures) == 0;) {
+        uint64_t trace_seed = seed - (seed - 1) % SCHEDULES_PER_TRACE, x = trace_seed * 7919;
+        struct spec s;
+        make_spec(&s, trace_seed);
+        struct tio_trace *tr = spec_trace(&s);
+        uint64_t cap = 0;
+        struct tio_plan *plans[2] = { tr ? planner_plan(tr, &s, &x, &cap) : NULL,
+                                      tr ? random_plan(tr, &s, &x) : NULL };
+        struct tio_engine *e =
+            rt_engine(g_dir, "cuda", NULL, 1024 * KiB + rng_below(&x, 2) * 1024 * KiB);
+        CHECK(tr && plans[0] && plans[1] && e);
+        if (!tr || !plans[0] || !plans[1] || !e) {
+            tio_plan_free(plans[0]);
+            rt_free_inputs(plans[1], e, tr);
+            break;
+        }
+        size_t nm0 = 0, nm1 = 0;
+        (void)tio_plan_moves(plans[0], &nm0);
+        (void)tio_plan_moves(plans[1], &nm1);
+        tot.moves_planned += nm0 + nm1;
+        for (; seed < trace_seed + SCHEDULES_PER_TRACE && seed < seed0 + n_sched; seed++) {
+            uint64_t y = seed * 104729;
+            static const unsigned lags[] = { 0, 20, 100, 300 };
+            fc.set_lag(lag_us >= 0 ? (unsigned)lag_us : lags[rng_below(&y, 4)], seed);
+            /* the planner's capacity (demand offloads keep it), sometimes a tighter one */
+            uint64_t budget = rng_below(&y, 3) == 0 ? cap * 3 / 4 : cap;
+            run_schedule(&s, tr, plans[seed % 2], e, budget, streams[rng_below(&y, 3)], seed, &tot);
+            if (atomic_load(&g_failures))
+                break;
+        }
+        tio_plan_free(plans[0]);
+        rt_free_inputs(plans[1], e, tr);
+    }
+    double dt = now_s() - t0;
+    printf("  %llu schedules in %.1f s: %llu offloads (%llu demand), %llu prefetches (%llu "
+           "urgent), %.1f MiB written, %.1f MiB read, %llu moves planned\n",
+           (unsigned long long)tot.schedules, dt, (unsigned long long)tot.offloads,
+           (unsigned long long)tot.demand_offloads, (unsigned long long)tot.prefetches,
+           (unsigned long long)tot.urgent, (double)tot.bytes_offloaded / (1024.0 * 1024.0),
+           (double)tot.bytes_prefetched / (1024.0 * 1024.0), (unsigned long long)tot.moves_planned);
+    printf("  %llu clean offloads, %llu of them released while a kernel using the memory was "
+           "still queued (freed through the stream)\n",
+           (unsigned long long)tot.clean_offloads, (unsigned long long)tot.clean_queued);
+    uint64_t failures = atomic_load(&g_failures);
+    if (failures) {
+        pthread_mutex_lock(&g_fail_mu);
+        printf("  %llu failure(s); the first: %s\n", (unsigned long long)failures, g_first);
+        pthread_mutex_unlock(&g_fail_mu);
+    }
+    CHECK_EQ_U(failures, 0);
+    CHECK_EQ_U(tot.schedules, n_sched);
+    CHECK(tot.moves_planned > 0);
+    CHECK(tot.bytes_offloaded > 0);
+    CHECK(tot.bytes_prefetched > 0);
+    CHECK_EQ_U(fc.bad_accesses(), bad0);
+    CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
+    for (int i = 1; i < 3; i++)
+        CHECK_EQ_I(fc.stream_destroy(streams[i]), 0);
+    CHECK_EQ_U(fc.live_streams(), streams0); /* every engine joined its streams */
+    CHECK_EQ_I(fc.free_device(slab), 0);
+    fc.set_lag(0, 0);
+}
+
+int main(void) {
+    if (fake_cuda_load(&fc) < 0)
+        return 1;
+    io_mkdtemp(g_dir, sizeof g_dir, "stream");
+    RUN(stream_ordered_executor_under_lag);
+    (void)rmdir(g_dir);
+    return tio_test_done();
+}

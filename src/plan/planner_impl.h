@@ -11,6 +11,8 @@
 
 #define TIO_PLAN_POLICY_MAX 64
 #define TIO_PLAN_MAX_MOVES  (UINT64_C(1) << 32)
+/* The largest GPU capacity a plan (and a hardware description) may name: 2^60 bytes, 1 EiB. */
+#define TIO_PLAN_MAX_CAPACITY (UINT64_C(1) << 60)
 
 struct tio_plan {
     char policy[TIO_PLAN_POLICY_MAX];

@@ -516,6 +516,20 @@ static int apply_json(const json_t *root, const char *path, struct tio_hw *out, 
     return 0;
 }
 
+/* Parse a hardware description held in memory; `path` names it in errors. */
+static int
+parse_text(const void *text, size_t len, const char *path, struct tio_hw *out, int depth) {
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path, err.line, err.column,
+                             err.text);
+    }
+    int rc = apply_json(root, path, out, depth);
+    json_decref(root);
+    return rc;
+}
+
 static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth) {
     if (!path_or_preset || !*path_or_preset) {
         return tio_set_error(TIO_EINVAL, "hw: empty file or preset name");
@@ -544,15 +558,20 @@ static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth)
     if (rc < 0) {
         return rc;
     }
-    json_error_t err;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    rc = parse_text(text, len, path_or_preset, out, depth);
     tio_free(text);
-    if (!root) {
-        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path_or_preset, err.line, err.column,
-                             err.text);
+    return rc;
+}
+
+int tio_hw_parse_json(const void *text, size_t len, const char *name, struct tio_hw *out) {
+    struct tio_hw hw = tio_hw_default();
+    int rc = parse_text(text, len, name, &hw, 0);
+    if (rc == 0) {
+        rc = tio_hw_validate(&hw);
     }
-    rc = apply_json(root, path_or_preset, out, depth);
-    json_decref(root);
+    if (rc == 0) {
+        *out = hw;
+    }
     return rc;
 }
 

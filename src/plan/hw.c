@@ -522,8 +522,7 @@ parse_text(const void *text, size_t len, const char *path, struct tio_hw *out, i
     json_error_t err;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root) {
-        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path, err.line, err.column,
-                             err.text);
+        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path, err.line, err.column, err.text);
     }
     int rc = apply_json(root, path, out, depth);
     json_decref(root);

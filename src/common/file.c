@@ -98,9 +98,10 @@ int tio_input_read(struct tio_input *in, uint64_t off, void *buf, size_t len) {
             return tio_set_error(-e, "%s: reading '%s'", in->what, in->path);
         }
         if (n == 0) {
-            return tio_set_error(
-                TIO_EFORMAT, "%s: '%s' shrank while being read (%llu of %llu bytes)", in->what,
-                in->path, (unsigned long long)(off + got), (unsigned long long)in->size);
+            uint64_t at = off + (uint64_t)got;
+            return tio_set_error(TIO_EFORMAT,
+                                 "%s: '%s' shrank while being read (%llu of %llu bytes)", in->what,
+                                 in->path, (unsigned long long)at, (unsigned long long)in->size);
         }
         got += (size_t)n;
     }

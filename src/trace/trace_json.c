@@ -659,7 +659,11 @@ static int scan_root(const struct jdoc *d, size_t at[M_COUNT][2]) {
                 char shown[68];
                 size_t j = 0;
                 for (const char *c = json_string_value(key); *c && j < 64; c++) {
-                    shown[j++] = (unsigned char)*c < 0x20 ? '?' : *c;
+                    char ch = *c;
+                    if ((unsigned char)ch < 0x20) {
+                        ch = '?'; /* the key is printed to a terminal */
+                    }
+                    shown[j++] = ch;
                 }
                 shown[j] = '\0';
                 json_decref(key);

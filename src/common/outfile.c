@@ -268,6 +268,13 @@ static void sync_parent(const char *path) {
     tio_free(dir);
 }
 
+/* 1 if something other than a regular file (or nothing) now sits at the target: checked again
+ * right before the rename, which would replace it. */
+static int target_changed(const struct tio_outfile *o) {
+    struct stat st;
+    return lstat(o->target, &st) == 0 && !S_ISREG(st.st_mode);
+}
+
 int tio_outfile_commit(struct tio_outfile *o) {
     if (!o) {
         return tio_set_error(TIO_EINVAL, "outfile: NULL handle");
@@ -293,6 +300,11 @@ int tio_outfile_commit(struct tio_outfile *o) {
     int rc = 0;
     if (e) {
         rc = tio_set_error(-e, "%s: writing '%s' failed: %s", o->who, o->target, tio_strerror(-e));
+    } else if (o->tmp && target_changed(o)) {
+        rc = tio_set_error(TIO_EINVAL,
+                           "%s: cannot write '%s': it became something other than a regular "
+                           "file while it was written; left alone",
+                           o->who, o->target);
     } else if (o->tmp && rename(o->tmp, o->target) < 0) {
         e = errno;
         rc = tio_set_error(-e, "%s: cannot replace '%s': %s", o->who, o->target, tio_strerror(-e));
@@ -323,8 +335,8 @@ void tio_outfile_abort(struct tio_outfile *o) {
 int tio_outfile_save(const char *path, const char *who, const void *data, size_t len) {
     struct tio_outfile *o = NULL;
     int rc = tio_outfile_open(path, who, &o);
-    if (rc < 0) {
-        return rc;
+    if (rc < 0 || !o) {
+        return rc < 0 ? rc : TIO_ENOMEM;
     }
     if (len && fwrite(data, 1, len, o->f) != len) {
         int e = errno ? errno : EIO;

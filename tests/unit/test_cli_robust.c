@@ -10,7 +10,8 @@
  * Cases known to fail because of the file loaders (trace, plan and hardware readers that do not
  * yet check the kind and size of what they open) are listed in `loader_xfail`: they are
  * reported as "xfail", never counted as passed, and a listed case that passes fails the test
- * so that the list is emptied when the loaders are fixed.
+ * (outside ASan builds, where the memory bound is not exact) so that the list is emptied when
+ * the loaders are fixed.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -260,7 +261,13 @@ static void judge(struct run *r, int st) {
     } else if (bad) {
         TIO_T_FAIL("%s: %s; output:\n%s", r->label, bad, r->out);
     } else if (xf) {
+#ifdef TIO_ASAN
+        /* ASan's soft RSS limit is checked by a background thread, so a loader that reads a
+         * 3 GiB file may finish before it bites: the list is enforced by the other builds. */
+        printf("  xpass %s (not enforced under ASan)\n", r->label);
+#else
         TIO_T_FAIL("%s now passes: remove it from loader_xfail", r->label);
+#endif
     }
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <teraio/analysis.h>
@@ -226,6 +227,44 @@ TIO_TEST(save_keeps_owner) {
     tio_plan_free(p);
 }
 
+TIO_TEST(save_in_place_when_owner_cannot_be_kept) {
+    /* A user who may write another user's file but not chown a new one to that user: the file
+     * is rewritten in place (same inode, owner and mode) rather than replaced by one of theirs.
+     * Run as nobody in a child, on a root-owned 0666 file in a sticky world-writable folder. */
+    clean();
+    CHECK_EQ_I(chmod(dir, 0711), 0);
+    CHECK_EQ_I(mkdir(at("pub"), 0700), 0);
+    CHECK_EQ_I(chmod(at("pub"), 01777), 0);
+    char path[512];
+    (void)snprintf(path, sizeof path, "%s", at("pub/shared.plan"));
+    put(path, "old\n");
+    CHECK_EQ_I(chmod(path, 0666), 0);
+    struct stat before, after;
+    CHECK(stat(path, &before) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) {
+            _exit(3);
+        }
+        struct tio_plan *p = small_plan();
+        _exit(p && tio_plan_save(p, path, TIO_PLAN_FORMAT_JSON) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(stat(path, &after) == 0);
+    CHECK_EQ_U(after.st_ino, before.st_ino);
+    CHECK_EQ_U(after.st_uid, 0);
+    CHECK_EQ_I(after.st_mode & 07777, 0666);
+    CHECK(strcmp(head(path), "old\n") != 0);
+    struct tio_plan *back = NULL;
+    CHECK_OK(tio_plan_load(path, TIO_PLAN_FORMAT_AUTO, &back));
+    tio_plan_free(back);
+    (void)unlink(path);
+    CHECK_EQ_I(rmdir(at("pub")), 0);
+    CHECK_EQ_I(chmod(dir, 0700), 0);
+}
+
 TIO_TEST(abort_leaves_target_untouched) {
     clean();
     put(at("keep.txt"), "kept\n");
@@ -273,8 +312,10 @@ int main(void) {
     RUN(save_keeps_mode_and_hard_links);
     if (geteuid() == 0) {
         RUN(save_keeps_owner);
+        RUN(save_in_place_when_owner_cannot_be_kept);
     } else {
-        printf("not run: save_keeps_owner (needs root to chown a file to another user)\n");
+        printf("not run: save_keeps_owner, save_in_place_when_owner_cannot_be_kept (need root "
+               "to chown a file to another user and to become another user)\n");
     }
     RUN(abort_leaves_target_untouched);
     RUN(analysis_csv_refuses_fifo);

@@ -138,7 +138,10 @@ TIO_API uint64_t tio_plan_kernel_count(const struct tio_plan *plan);
 TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
                                                 const struct tio_trace *trace);
 
-/* Formats (binary: magic, version, CRC; JSON), validated like traces. */
+/* Formats (binary: magic, version, CRC; JSON), validated like traces. tio_plan_save writes
+ * `path` as tio_trace_save does: atomically through a temporary file created with O_EXCL, through
+ * a symlink to its target, keeping an existing file's owner and mode, refusing anything that is
+ * not a regular file (-EISDIR, TIO_EINVAL). */
 TIO_API TIO_MUST_CHECK int
 tio_plan_save(const struct tio_plan *plan, const char *path, int32_t format);
 TIO_API TIO_MUST_CHECK int tio_plan_load(const char *path, int32_t format, struct tio_plan **out);

@@ -245,8 +245,11 @@ tio_trace_load_mem(const void *data, size_t len, int32_t format, struct tio_trac
 
 /*
  * tio_trace_save: write a finished trace. format AUTO picks JSON for paths ending in ".json",
- * binary otherwise. Writes to a temporary file in the same directory and renames it, so a
- * failure never leaves a truncated file behind. Returns 0 or -errno / TIO_ESTATE.
+ * binary otherwise. Writes to a temporary file in the same directory (created with O_EXCL) and
+ * renames it, so a failure never leaves a truncated file behind. A symlink at `path` is written
+ * through (its target is replaced); an existing file keeps its owner and mode; a directory
+ * (-EISDIR), device node, FIFO or socket (TIO_EINVAL) is refused and left alone. Returns 0 or
+ * -errno / TIO_EINVAL / TIO_ESTATE.
  */
 TIO_API TIO_MUST_CHECK int
 tio_trace_save(const struct tio_trace *trace, const char *path, int32_t format);

@@ -179,6 +179,10 @@ class Offloader:
     ssd_bandwidth: SSD rate per directory the planner assumes ("3GB/s"), or "auto": measured
         once before the first plan through this Offloader's engine (report: ssd_read_Bps,
         ssd_write_Bps).
+    verify: a CRC32C per chunk, computed on write and checked on read (a mismatch is retried,
+        then raised). Default False, as in the C engine: measured, it costs 37-58% of the
+        engine's bandwidth (docs/bench/io.md), far above the 5% under which it would be on;
+        without it a corrupted read comes back as the drive returned it.
     bounded_unplanned: keep the warm-up and profiled steps within the budget too (default; CPU
         and one process only), offloading reactively through the engine; False runs them
         unconstrained (faster, but the process then peaks at the unconstrained size).

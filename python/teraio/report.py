@@ -27,7 +27,20 @@ SYSTEM_ORDER = ["ideal", "none", "zero-offload", "zero-infinity", "lru", "g10", 
 
 
 class ReportError(RuntimeError):
-    """A step of the report failed; the message names the command and its error."""
+    """A step of the report failed; the message names the command and its error. `code` is the
+    exit status of `teraio report` (the CLI's convention: 2 bad input, 3 runtime failure)."""
+
+    def __init__(self, message: str, code: int = 3):
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error; teraio's commands exit 1 for that (2 is bad input)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
 
 
 def cli_path() -> str:
@@ -52,7 +65,8 @@ def run_cli(*args: str, want_json: bool = True) -> dict | str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise ReportError(f"{' '.join(cmd)} failed (exit {proc.returncode}): "
-                          f"{proc.stderr.strip()}")
+                          f"{proc.stderr.strip()}",
+                          code=proc.returncode if proc.returncode in (1, 2, 3) else 3)
     return json.loads(proc.stdout) if want_json else proc.stdout
 
 
@@ -383,10 +397,14 @@ def make_report(trace: str, hw: str, out_dir: str | Path, plan: str | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="teraio report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plots and an HTML page for a trace, a plan and a hardware description.",
-        epilog="example: teraio report llama3-8b.tio --hw paper-2xh100nvl -o report/")
+        epilog="example: teraio report llama3-8b.tio --hw paper-2xh100nvl -o report/\n\n"
+               "exit codes (every command): 0 success; 1 usage error; 2 bad input or output\n"
+               "path (the step that failed said which); 3 runtime failure (see\n"
+               "docs/user-guide.md#exit-codes)")
     ap.add_argument("trace", help="trace file (.tio or .json)")
     ap.add_argument("--hw", default="paper-2xh100nvl", help="hardware preset or JSON file")
     ap.add_argument("--plan", help="a plan file to show beside the policies")
@@ -401,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                             do_sweep=not a.no_sweep)
     except ReportError as e:
         print(f"teraio report: {e}", file=sys.stderr)
-        return 2
+        return e.code
     print(f"report written to {index}")
     return 0
 

@@ -9,6 +9,7 @@
 
 #include "analysis/analysis_impl.h"
 #include "common/common_impl.h"
+#include "common/outfile.h"
 
 /* mkdir -p: create `dir` and its missing parents. Returns 0 or -errno (detail names the path). */
 static int make_dirs(const char *dir) {
@@ -40,35 +41,30 @@ static int make_dirs(const char *dir) {
 
 struct csv_file {
     FILE *f;
+    struct tio_outfile *o;
     char path[4200];
 };
 
 static int csv_open(struct csv_file *c, const char *dir, const char *name) {
     (void)snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
-    c->f = fopen(c->path, "w");
-    if (!c->f) {
-        int err = errno;
-        return tio_set_error(-err, "analysis: cannot write '%s': %s", c->path, tio_strerror(-err));
+    c->f = NULL;
+    int rc = tio_outfile_open(c->path, "analysis", &c->o);
+    if (rc < 0) {
+        return rc;
     }
+    c->f = tio_outfile_stream(c->o);
     return 0;
 }
 
-/* Close and report any write error that happened on the stream (disk full...). */
+/* Put the file in place; any write error on the stream (disk full...) is reported here. */
 static int csv_close(struct csv_file *c, int rc) {
-    if (!c->f) {
+    if (!c->o) {
         return rc;
     }
-    int bad = ferror(c->f);
-    int err = bad ? (errno ? errno : EIO) : 0;
-    if (fclose(c->f) != 0 && !bad) {
-        bad = 1;
-        err = errno ? errno : EIO;
-    }
+    int crc = tio_outfile_commit(c->o);
+    c->o = NULL;
     c->f = NULL;
-    if (bad && rc == 0) {
-        return tio_set_error(-err, "analysis: error writing '%s': %s", c->path, tio_strerror(-err));
-    }
-    return rc;
+    return rc < 0 ? rc : crc;
 }
 
 /* Append the decimal digits of v at *p (fprintf's format parsing dominated the export time). */

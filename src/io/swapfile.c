@@ -13,19 +13,73 @@
 
 #include "common/common_impl.h"
 
-/* Open `dir` refusing a symbolic link as the last component (O_NOFOLLOW). */
-static int open_dir(const char *dir) {
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd >= 0)
-        return dfd;
-    int err = errno;
+/* Refuse a directory that others can write to without the sticky bit: whoever can write there
+ * can rename or replace its entries, ours included. */
+static int check_dir_mode(int fd, const char *dir, const char *part) {
     struct stat st;
-    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode))
-        return tio_set_error(-ELOOP,
-                             "engine: directory %s is a symbolic link; pass the real path "
-                             "(symlinked swap directories are refused)",
-                             dir);
-    return tio_set_error(-err, "engine: cannot open directory %s", dir);
+    if (fstat(fd, &st) < 0)
+        return tio_set_error(-errno, "engine: cannot stat %s", part);
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+        return tio_set_error(-EPERM,
+                             "engine: directory %s (in %s) is world-writable without the sticky "
+                             "bit (mode %04o), so any user could replace its entries; use a "
+                             "directory only you can write (chmod o-w) or set the sticky bit "
+                             "(chmod +t)",
+                             part, dir, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* Open `dir` one component at a time with O_NOFOLLOW, so that a symbolic link anywhere in the
+ * path (also the last component written with a trailing slash, which O_NOFOLLOW alone would
+ * follow) is refused with -ELOOP, and check every directory's mode on the way. */
+static int open_dir(const char *dir) {
+    size_t len = strlen(dir);
+    if (len == 0)
+        return tio_set_error(TIO_EINVAL, "engine: empty directory name");
+    char *path = tio_strdup(dir);
+    if (!path)
+        return TIO_ENOMEM;
+    int dfd = open(path[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd < 0 ? tio_set_error(-errno, "engine: cannot open directory %s", dir) : 0;
+    for (char *p = path; rc == 0 && *p;) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break;
+        char *end = strchr(p, '/');
+        if (end)
+            *end = '\0';
+        int next = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0) {
+            int err = errno;
+            struct stat st;
+            /* the path up to and including this component, for the message */
+            if (fstatat(dfd, p, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+                rc = tio_set_error(-ELOOP,
+                                   "engine: directory %s: %s is a symbolic link; pass the real "
+                                   "path (realpath %s): swap directories may not contain "
+                                   "symbolic links",
+                                   dir, path, dir);
+            else
+                rc = tio_set_error(-err, "engine: cannot open directory %s: %s: %s", dir, path,
+                                   tio_strerror(-err));
+        } else {
+            close(dfd);
+            dfd = next;
+            if (strcmp(p, ".") != 0 && strcmp(p, "..") != 0)
+                rc = check_dir_mode(dfd, dir, path);
+        }
+        if (end)
+            *end = '/';
+        p = end ? end : p + strlen(p);
+    }
+    tio_free(path);
+    if (rc < 0) {
+        if (dfd >= 0)
+            close(dfd);
+        return rc;
+    }
+    return dfd;
 }
 
 int tio_swapfile_open(struct tio_swapfile *sf, const char *dir, int want_direct) {

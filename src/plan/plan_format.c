@@ -23,6 +23,7 @@
 #include <teraio/plan.h>
 
 #include "common/common_impl.h"
+#include "common/outfile.h"
 #include "plan/planner_impl.h"
 
 #define PLAN_MAGIC      "TIOPLAN"
@@ -594,31 +595,7 @@ int tio_plan_save(const struct tio_plan *plan, const char *path, int32_t format)
     if (rc < 0) {
         return rc;
     }
-    size_t plen = strlen(path);
-    char *tmp = tio_malloc(plen + 16);
-    if (!tmp) {
-        tio_free(data);
-        return TIO_ENOMEM;
-    }
-    (void)snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        rc = tio_set_error(-errno, "plan: cannot create '%s'", tmp);
-        goto out;
-    }
-    int ok = fwrite(data, 1, len, f) == len;
-    ok &= fflush(f) == 0;
-    int e = errno;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        e = errno ? errno : e;
-        (void)remove(tmp);
-        rc = tio_set_error(-(e ? e : EIO), "plan: cannot write '%s'", path);
-        goto out;
-    }
-    rc = 0;
-out:
-    tio_free(tmp);
+    rc = tio_outfile_save(path, "plan", data, len);
     tio_free(data);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <teraio/sim.h>
 
 #include "common/common_impl.h"
+#include "common/outfile.h"
 #include "sim/sim_impl.h"
 
 static const char *oom_name(int32_t oom) {
@@ -77,17 +78,15 @@ static int make_dir(const char *dir) {
     return 0;
 }
 
-static FILE *open_in(const char *dir, const char *name, char *path, size_t len) {
-    (void)snprintf(path, len, "%s/%s", dir, name);
-    return fopen(path, "w");
-}
-
-static int close_checked(FILE *f, const char *path) {
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        return tio_set_error(-EIO, "sim: writing '%s' failed", path);
+/* Open dir/name (or path when name is NULL) through the shared save routine (outfile.h). */
+static int open_out(
+    const char *dir, const char *name, char *path, size_t len, struct tio_outfile **o, FILE **f) {
+    if (name) {
+        (void)snprintf(path, len, "%s/%s", dir, name);
     }
-    return 0;
+    int rc = tio_outfile_open(name ? path : dir, "sim", o);
+    *f = rc < 0 ? NULL : tio_outfile_stream(*o);
+    return rc;
 }
 
 int tio_sim_write_csv(const struct tio_sim *sim, const char *dir) {
@@ -96,22 +95,24 @@ int tio_sim_write_csv(const struct tio_sim *sim, const char *dir) {
     if (rc < 0) {
         return rc;
     }
-    FILE *f = open_in(dir, "kernels.csv", path, sizeof path);
-    if (!f) {
-        return tio_set_error(-errno, "sim: cannot open '%s'", path);
+    struct tio_outfile *o = NULL;
+    FILE *f = NULL;
+    rc = open_out(dir, "kernels.csv", path, sizeof path, &o, &f);
+    if (rc < 0) {
+        return rc;
     }
     (void)fprintf(f, "kernel,start_s,stall_s,duration_s,gpu_bytes\n");
     for (size_t k = 0; k < sim->n_kernels && !sim->r.oom; k++) {
         (void)fprintf(f, "%zu,%.9g,%.9g,%.9g,%llu\n", k, sim->k_start_s[k], sim->k_stall_s[k],
                       sim->k_dur_s[k], (unsigned long long)sim->k_gpu[k]);
     }
-    rc = close_checked(f, path);
+    rc = tio_outfile_commit(o);
     if (rc < 0) {
         return rc;
     }
-    f = open_in(dir, "bandwidth.csv", path, sizeof path);
-    if (!f) {
-        return tio_set_error(-errno, "sim: cannot open '%s'", path);
+    rc = open_out(dir, "bandwidth.csv", path, sizeof path, &o, &f);
+    if (rc < 0) {
+        return rc;
     }
     (void)fprintf(f, "t_s");
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
@@ -125,7 +126,7 @@ int tio_sim_write_csv(const struct tio_sim *sim, const char *dir) {
         }
         (void)fprintf(f, "\n");
     }
-    return close_checked(f, path);
+    return tio_outfile_commit(o);
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -144,9 +145,11 @@ static void json_str(FILE *f, const char *s) {
 }
 
 int tio_sim_write_timeline(const struct tio_sim *sim, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        return tio_set_error(-errno, "sim: cannot open '%s'", path);
+    struct tio_outfile *o = NULL;
+    FILE *f = NULL;
+    int rc = open_out(path, NULL, NULL, 0, &o, &f);
+    if (rc < 0) {
+        return rc;
     }
     /* trace-event format: ts/dur in microseconds; pid 1 = GPU, tid 0 compute, 1.. channels */
     (void)fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
@@ -202,5 +205,5 @@ int tio_sim_write_timeline(const struct tio_sim *sim, const char *path) {
         }
     }
     (void)fprintf(f, "\n]}\n");
-    return close_checked(f, path);
+    return tio_outfile_commit(o);
 }

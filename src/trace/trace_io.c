@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/common_impl.h"
+#include "common/outfile.h"
 #include "trace/trace_format_impl.h"
 #include "trace/trace_impl.h"
 
@@ -175,39 +176,6 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w < 0) {
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync the directory holding `path`, so the rename itself is durable. Best effort. */
-static void sync_parent(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        (void)snprintf(dir, sizeof dir, ".");
-    } else if (slash == path) {
-        (void)snprintf(dir, sizeof dir, "/");
-    } else {
-        (void)snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 int tio_trace_save(const struct tio_trace *tr, const char *path, int32_t format) {
     if (!tr || !path || !*path) {
         return tio_set_error(TIO_EINVAL, "trace: save: NULL argument");
@@ -221,45 +189,7 @@ int tio_trace_save(const struct tio_trace *tr, const char *path, int32_t format)
     if (rc < 0) {
         return rc;
     }
-    /* A unique temporary name next to the destination (same file system, so rename is atomic).
-     * O_EXCL with mode 0666 lets the umask apply, unlike mkstemp's 0600. */
-    static _Atomic unsigned counter;
-    char tmp[4096 + 64];
-    int fd = -1;
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-        if (n < 0 || (size_t)n >= sizeof tmp) {
-            tio_free(data);
-            return tio_set_error(-ENAMETOOLONG, "trace: path too long: '%s'", path);
-        }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) {
-            int e = errno;
-            tio_free(data);
-            return tio_set_error(-e, "trace: cannot create '%s'", tmp);
-        }
-    }
-    if (fd < 0) {
-        tio_free(data);
-        return tio_set_error(-EEXIST, "trace: cannot find a free temporary name for '%s'", path);
-    }
-    rc = write_all(fd, data, len);
+    rc = tio_outfile_save(path, "trace", data, len);
     tio_free(data);
-    if (rc == 0 && fsync(fd) < 0) {
-        rc = -errno;
-    }
-    if (close(fd) < 0 && rc == 0) {
-        rc = -errno;
-    }
-    if (rc < 0) {
-        (void)unlink(tmp);
-        return tio_set_error(rc, "trace: writing '%s'", tmp);
-    }
-    if (rename(tmp, path) < 0) {
-        int e = errno;
-        (void)unlink(tmp);
-        return tio_set_error(-e, "trace: cannot rename '%s' to '%s'", tmp, path);
-    }
-    sync_parent(path);
-    return 0;
+    return rc;
 }

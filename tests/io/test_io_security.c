@@ -1,6 +1,8 @@
 /*
  * Swap-file security: mode 0600, never reachable by a name while in use, gone after the
- * process exits (also after SIGKILL), and a symlinked directory is refused.
+ * process exits (also after SIGKILL), and a directory reached through a symbolic link (anywhere
+ * in the path, with or without a trailing slash) or writable by everyone without the sticky bit
+ * is refused.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -112,6 +114,33 @@ TIO_TEST(symlinked_directory_refused) {
     CHECK_RC(tio_engine_new(&p, &e), -ELOOP);
     CHECK_ERR_HAS("symbolic link");
     CHECK(e == NULL);
+    /* with a trailing slash (O_NOFOLLOW alone follows "link/") */
+    char slashed[620];
+    snprintf(slashed, sizeof slashed, "%s/", link);
+    dirs[0] = slashed;
+    p = io_params("posix", dirs, 1);
+    CHECK_RC(tio_engine_new(&p, &e), -ELOOP);
+    CHECK_ERR_HAS("symbolic link");
+    CHECK(e == NULL);
+    /* a link earlier in the path: LINK/sub */
+    char sub[620], via[640];
+    snprintf(sub, sizeof sub, "%s/sub", g_dir);
+    snprintf(via, sizeof via, "%s/sub", link);
+    CHECK(mkdir(sub, 0700) == 0);
+    dirs[0] = via;
+    p = io_params("posix", dirs, 1);
+    CHECK_RC(tio_engine_new(&p, &e), -ELOOP);
+    CHECK_ERR_HAS(".link is a symbolic link");
+    CHECK(e == NULL);
+    /* the real path works, also with a trailing slash and doubled slashes */
+    snprintf(via, sizeof via, "%s//sub/", g_dir);
+    dirs[0] = via;
+    p = io_params("posix", dirs, 1);
+    CHECK_OK(tio_engine_new(&p, &e));
+    tio_engine_free(e);
+    e = NULL;
+    CHECK(rmdir(sub) == 0);
+    dirs[0] = link;
     CHECK(unlink(link) == 0);
     /* a regular file is not a directory either */
     char file[600];
@@ -124,11 +153,36 @@ TIO_TEST(symlinked_directory_refused) {
     unlink(file);
 }
 
+TIO_TEST(world_writable_directory_refused) {
+    /* Without the sticky bit, any user can rename our directory entries (or a parent's). */
+    char dir[600], sub[620];
+    snprintf(dir, sizeof dir, "%s/ww", g_dir);
+    snprintf(sub, sizeof sub, "%s/ww/sub", g_dir);
+    CHECK(mkdir(dir, 0700) == 0 && mkdir(sub, 0700) == 0);
+    CHECK(chmod(dir, 0777) == 0);
+    const char *dirs[1] = { dir };
+    struct tio_engine_params p = io_params("posix", dirs, 1);
+    struct tio_engine *e = NULL;
+    CHECK_RC(tio_engine_new(&p, &e), -EPERM);
+    CHECK_ERR_HAS("world-writable without the sticky bit");
+    CHECK(e == NULL);
+    dirs[0] = sub; /* a parent counts too */
+    p = io_params("posix", dirs, 1);
+    CHECK_RC(tio_engine_new(&p, &e), -EPERM);
+    CHECK_ERR_HAS("/ww (in ");
+    CHECK(e == NULL);
+    CHECK(chmod(dir, 01777) == 0); /* sticky, like /tmp: accepted */
+    CHECK_OK(tio_engine_new(&p, &e));
+    tio_engine_free(e);
+    CHECK(rmdir(sub) == 0 && rmdir(dir) == 0);
+}
+
 int main(void) {
     io_mkdtemp(g_dir, sizeof g_dir, "sec");
     RUN(mode_0600_and_no_name);
     RUN(gone_after_sigkill);
     RUN(symlinked_directory_refused);
+    RUN(world_writable_directory_refused);
     CHECK(rmdir(g_dir) == 0);
     return tio_test_done();
 }

@@ -71,6 +71,24 @@ def test_missing_trace_is_a_clear_error(tmp_path):
     assert report.main([str(tmp_path / "nope.tio"), "-o", str(tmp_path / "o2")]) == 2
 
 
+def test_report_follows_the_cli_exit_codes(tmp_path, capsys):
+    """1 usage error (argparse's own default is 2, which the CLI keeps for bad input), 2 bad
+    input, the failing step's own code otherwise; --help states the convention."""
+    trace = Path(__file__).resolve().parents[1] / "data" / "example.tio"
+    with pytest.raises(SystemExit) as e:
+        report.main([str(trace), "--no-such-option"])
+    assert e.value.code == 1
+    assert "--no-such-option" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        report.main(["--help"])
+    assert e.value.code == 0
+    assert "exit codes (every command): 0 success; 1 usage error; 2 bad input" in \
+        capsys.readouterr().out.replace("\n", " ")
+    # a bad --hw is bad input (the plan step exits 2 and the report passes it on)
+    assert report.main([str(trace), "--hw", str(tmp_path / "nosuch.json"),
+                        "-o", str(tmp_path / "o3")]) == 2
+
+
 def test_report_command_runs_its_own_cli(tmp_path):
     """`teraio report` hands Python the path of the CLI that was run (TERAIO_CLI), so a rebuilt
     build/teraio is used rather than an older copy installed in a venv or on PATH."""

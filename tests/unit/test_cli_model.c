@@ -75,8 +75,8 @@ TIO_TEST(bad_input_exit_codes) {
     HAS("use pp <= 4");
     CHECK_EQ_I(run("--preset small --tp 3"), 2);
     HAS("tp 3");
-    CHECK_EQ_I(run("--preset small --seq 0"), 2);
-    HAS("seq_len must be positive");
+    CHECK_EQ_I(run("--preset small --seq 0"), 1); /* a count of 0 is refused at parsing */
+    HAS("--seq: must be at least 1");
     CHECK_EQ_I(run("--preset small --gpu b200"), 2);
     HAS("unknown GPU");
     CHECK_EQ_I(run("--preset small --batch -4"), 1);

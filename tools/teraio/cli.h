@@ -5,13 +5,21 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit codes (DESIGN.md s.10). */
+/* Exit codes (DESIGN.md s.10), the same for every command; TIO_CLI_EXIT_HELP ends each --help. */
 enum {
     TIO_EXIT_OK = 0,
     TIO_EXIT_USAGE = 1,  /* bad command line */
     TIO_EXIT_INPUT = 2,  /* bad input file or value */
     TIO_EXIT_RUNTIME = 3 /* failure while running (I/O error, out of memory...) */
 };
+
+#define TIO_CLI_EXIT_HELP                                                                     \
+    "exit codes (every command): 0 success; 1 usage error (unknown option, missing or\n"      \
+    "malformed value, a value out of range such as 0, nan or inf); 2 bad input or output\n"   \
+    "path (missing, unreadable or malformed file, a directory, device or FIFO where a file\n" \
+    "is needed, unknown name, symlinked or unsafe directory, infeasible budget); 3 runtime\n" \
+    "failure (I/O error while reading or writing, disk full, out of memory, backend\n"        \
+    "unavailable).\n"
 
 /*
  * Each subcommand: int cli_cmd_<name>(int argc, char **argv), argv[0] is the subcommand name.
@@ -52,11 +60,18 @@ int cli_stderr_is_tty(void);
 /* Write a JSON string literal (with quotes and escapes) to f. */
 void cli_json_string(FILE *f, const char *s);
 
-/* Option helpers: parse a human size / rate / duration or report a usage error (returns 0 or
- * TIO_EXIT_USAGE). */
+/* Option helpers: parse a human size / rate / duration / number or report a usage error naming
+ * the option (returns 0 or TIO_EXIT_USAGE). Numbers are always finite (nan, inf and overflows
+ * are refused); rates are always above 0. The _pos variants also refuse 0, for options where 0
+ * means nothing (a capacity, a count of layers, a scale): an option that has a default is
+ * omitted, not set to 0. */
 int cli_parse_bytes(const char *cmd, const char *opt, const char *text, uint64_t *out);
+int cli_parse_bytes_pos(const char *cmd, const char *opt, const char *text, uint64_t *out);
 int cli_parse_rate(const char *cmd, const char *opt, const char *text, double *out);
 int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
+int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64_t *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *text, double *out);
+int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out);
+int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds);
 
 #endif

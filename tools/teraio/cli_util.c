@@ -1,5 +1,6 @@
 /* Helpers shared by the subcommands (errors, exit codes, JSON strings, option values). */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,9 +92,22 @@ int cli_parse_bytes(const char *cmd, const char *opt, const char *text, uint64_t
     return 0;
 }
 
+int cli_parse_bytes_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+    int rc = cli_parse_bytes(cmd, opt, text, out);
+    if (rc == 0 && *out == 0) {
+        cli_error(cmd, "%s: must be more than 0 bytes (got '%s')", opt, text);
+        return TIO_EXIT_USAGE;
+    }
+    return rc;
+}
+
 int cli_parse_rate(const char *cmd, const char *opt, const char *text, double *out) {
     if (tio_parse_rate(text, out) < 0) {
         cli_error(cmd, "%s: %s (e.g. 6.5GB/s, 16GiB/s)", opt, tio_last_error());
+        return TIO_EXIT_USAGE;
+    }
+    if (!isfinite(*out) || !(*out > 0)) {
+        cli_error(cmd, "%s: '%s' is not a finite rate above 0 (e.g. 6.5GB/s, 16GiB/s)", opt, text);
         return TIO_EXIT_USAGE;
     }
     return 0;
@@ -111,6 +125,15 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *
     return 0;
 }
 
+int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+    int rc = cli_parse_u64(cmd, opt, text, out);
+    if (rc == 0 && *out == 0) {
+        cli_error(cmd, "%s: must be at least 1 (got '%s')", opt, text);
+        return TIO_EXIT_USAGE;
+    }
+    return rc;
+}
+
 int cli_parse_double(const char *cmd, const char *opt, const char *text, double *out) {
     char *end = NULL;
     double v = text ? strtod(text, &end) : 0;
@@ -118,6 +141,32 @@ int cli_parse_double(const char *cmd, const char *opt, const char *text, double 
         cli_error(cmd, "%s: '%s' is not a number", opt, text ? text : "");
         return TIO_EXIT_USAGE;
     }
+    if (!isfinite(v)) { /* strtod takes "nan", "inf" and overflows to inf */
+        cli_error(cmd, "%s: '%s' is not a finite number", opt, text);
+        return TIO_EXIT_USAGE;
+    }
     *out = v;
+    return 0;
+}
+
+int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out) {
+    int rc = cli_parse_double(cmd, opt, text, out);
+    if (rc == 0 && !(*out > 0)) {
+        cli_error(cmd, "%s: must be above 0 (got '%s')", opt, text);
+        return TIO_EXIT_USAGE;
+    }
+    return rc;
+}
+
+int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds) {
+    if (tio_parse_duration(text, seconds) < 0) {
+        cli_error(cmd, "%s: %s (e.g. 10ms, 500us, 1s)", opt, tio_last_error());
+        return TIO_EXIT_USAGE;
+    }
+    if (!isfinite(*seconds) || !(*seconds > 0)) {
+        cli_error(cmd, "%s: '%s' is not a finite duration above 0 (e.g. 10ms, 500us, 1s)", opt,
+                  text);
+        return TIO_EXIT_USAGE;
+    }
     return 0;
 }

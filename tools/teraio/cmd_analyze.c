@@ -40,8 +40,7 @@ static void usage(FILE *f) {
                      "examples:\n"
                      "  teraio analyze llama3-8b.tio --capacity 94GiB\n"
                      "  teraio analyze llama3-8b.tio --json --csv out/llama3-8b\n"
-                     "  teraio analyze run.json --long-idle 5ms --top 20\n\n"
-                     "exit codes: 0 success, 1 usage error, 2 bad trace, 3 runtime failure\n");
+                     "  teraio analyze run.json --long-idle 5ms --top 20\n\n" TIO_CLI_EXIT_HELP);
 }
 
 /* Largest tensors' longest inactive period. */
@@ -343,7 +342,7 @@ int cli_cmd_analyze(int argc, char **argv) {
             json = 1;
         } else if (is_opt(arg, "--capacity")) {
             if (!(val = opt_value(argc, argv, &i, "--capacity")) ||
-                cli_parse_bytes(cmd_name, "--capacity", val, &prm.capacity_bytes)) {
+                cli_parse_bytes_pos(cmd_name, "--capacity", val, &prm.capacity_bytes)) {
                 return TIO_EXIT_USAGE;
             }
         } else if (is_opt(arg, "--long-idle")) {
@@ -351,8 +350,11 @@ int cli_cmd_analyze(int argc, char **argv) {
             if (!(val = opt_value(argc, argv, &i, "--long-idle"))) {
                 return TIO_EXIT_USAGE;
             }
-            if (tio_parse_duration(val, &sec) < 0 || !(sec * 1e9 < 1.8e19)) {
-                cli_error(cmd_name, "--long-idle: %s (e.g. 10ms, 500us, 1s)", tio_last_error());
+            if (cli_parse_duration_pos(cmd_name, "--long-idle", val, &sec)) {
+                return TIO_EXIT_USAGE;
+            }
+            if (!(sec * 1e9 < 1.8e19)) { /* the threshold is kept in 64-bit nanoseconds */
+                cli_error(cmd_name, "--long-idle: '%s' is too long (at most 500 years)", val);
                 return TIO_EXIT_USAGE;
             }
             prm.long_idle_ns = (uint64_t)llround(sec * 1e9);

@@ -49,9 +49,8 @@ static void usage(FILE *f) {
         "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
         "examples:\n"
         "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
-        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read --json\n\n"
-        "exit codes: 0 success, 1 usage error, 2 bad input (missing or unwritable\n"
-        "directory), 3 runtime failure (I/O error, out of space, backend unavailable)\n");
+        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read "
+        "--json\n\n" TIO_CLI_EXIT_HELP);
 }
 
 static double cpu_now(void) {
@@ -171,13 +170,13 @@ int cli_cmd_bench_io(int argc, char **argv) {
             }
             dirs[ndirs++] = v;
         } else if (!strcmp(a, "--size")) {
-            rc = cli_parse_bytes(cmd, a, v, &size);
+            rc = cli_parse_bytes_pos(cmd, a, v, &size);
         } else if (!strcmp(a, "--block")) {
-            rc = cli_parse_bytes(cmd, a, v, &block);
+            rc = cli_parse_bytes_pos(cmd, a, v, &block);
         } else if (!strcmp(a, "--chunk")) {
-            rc = cli_parse_bytes(cmd, a, v, &chunk);
+            rc = cli_parse_bytes_pos(cmd, a, v, &chunk);
         } else if (!strcmp(a, "--depth")) {
-            rc = cli_parse_u64(cmd, a, v, &depth);
+            rc = cli_parse_u64_pos(cmd, a, v, &depth);
         } else if (!strcmp(a, "--rw")) {
             rw = v;
         } else if (!strcmp(a, "--backend")) {

@@ -100,8 +100,8 @@ static void usage(FILE *f) {
         "  -h, --help           this help\n\n"
         "examples:\n"
         "  teraio compare --paper\n"
-        "  teraio compare --paper --models llama3-8b --systems ideal,zero-offload,teraio-mixed\n\n"
-        "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+        "  teraio compare --paper --models llama3-8b --systems "
+        "ideal,zero-offload,teraio-mixed\n\n" TIO_CLI_EXIT_HELP);
 }
 
 static int split(const char *text, const char **out, char *buf, size_t buflen, size_t *n) {
@@ -190,7 +190,7 @@ int cli_cmd_compare(int argc, char **argv) {
             } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
                 rc2 = cli_parse_rate(CMD, a, val, &sp.zero_infinity_fetch_Bps);
             } else if (strcmp(a, "--cpu-adam") == 0) {
-                rc2 = cli_parse_double(CMD, a, val, &sp.cpu_adam_params_per_core_s);
+                rc2 = cli_parse_pos(CMD, a, val, &sp.cpu_adam_params_per_core_s);
             } else {
                 uint64_t d = 0;
                 rc2 = cli_parse_u64(CMD, a, val, &d);

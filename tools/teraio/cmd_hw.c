@@ -23,8 +23,7 @@ static void hw_usage(FILE *f) {
                   "examples:\n"
                   "  teraio hw list\n"
                   "  teraio hw show paper-2xh100nvl --json > mine.json   # then edit and:\n"
-                  "  teraio hw check mine.json\n\n"
-                  "exit codes: 0 success, 1 usage error, 2 bad input\n");
+                  "  teraio hw check mine.json\n\n" TIO_CLI_EXIT_HELP);
 }
 
 static void show_human(const struct tio_hw *hw) {

@@ -12,47 +12,49 @@
 
 static void help(FILE *f) {
     (void)fprintf(
-        f,
-        "usage: teraio model [--preset NAME] [options] [-o FILE.tio] [--json]\n\n"
-        "Generate one training iteration of one GPU as a trace: every operator of the forward\n"
-        "and backward pass, gradient accumulation, communication and an AdamW step per\n"
-        "parameter, timed by a roofline model of the GPU (docs/model.md).\n\n"
-        "model:\n"
-        "  --preset NAME        llama3-8b (default), llama3-70b, granite-code-8b, tiny, small,\n"
-        "                       or custom (start from llama3-8b and override the dimensions)\n"
-        "  --layers N --hidden N --heads N --kv-heads N --head-dim N --ffn-hidden N --vocab N\n"
-        "  --tied | --untied    share the embedding with the LM head or not\n"
-        "training (defaults: the paper's setting for the preset):\n"
-        "  --batch N            global batch (sequences per iteration)\n"
-        "  --micro-batch N      sequences per micro-batch\n"
-        "  --seq N              sequence length\n"
-        "  --grad-accum N       micro-batches per iteration (checked against the batch)\n"
-        "  --precision P        fp32 (the paper) or bf16 (mixed, fp32 master weights)\n"
-        "  --tf32               fp32 matmuls on TF32 tensor cores (default: true fp32)\n"
-        "  --dp N --tp N --pp N data / tensor / pipeline parallel degrees (pipeline: 1F1B)\n"
-        "  --rank R             which GPU's trace, 0..dp*tp*pp-1 (stage = R / (dp*tp))\n"
-        "  --checkpointing      activation checkpointing per block (--no-checkpointing: off)\n"
-        "  --fused-adamw        one fused AdamW kernel per parameter (default: PyTorch's\n"
-        "                       per-parameter loop, 8 kernels each)\n"
-        "hardware:\n"
-        "  --gpu NAME           h100-nvl (default), h100-sxm, h200, a100-80gb\n"
-        "  --gpu-memory SIZE    override the capacity, e.g. 80GiB\n"
-        "output:\n"
-        "  -o FILE              write the trace (.json: JSON, else binary .tio)\n"
-        "  --json               print the summary as JSON on stdout\n"
-        "  --list               list the model and GPU presets\n\n"
-        "examples:\n"
-        "  teraio model --preset llama3-8b -o llama3-8b.tio\n"
-        "  teraio model --preset llama3-70b --rank 1 --json\n"
-        "  teraio model --preset llama3-8b --precision bf16 --gpu h200 --pp 1 --batch 32\n"
-        "  teraio model --preset custom --layers 16 --hidden 2048 --heads 16 --kv-heads 4 \\\n"
-        "               --ffn-hidden 8192 --vocab 32000 --batch 16 --micro-batch 2 --seq 1024\n\n"
-        "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+        f, "usage: teraio model [--preset NAME] [options] [-o FILE.tio] [--json]\n\n"
+           "Generate one training iteration of one GPU as a trace: every operator of the forward\n"
+           "and backward pass, gradient accumulation, communication and an AdamW step per\n"
+           "parameter, timed by a roofline model of the GPU (docs/model.md).\n\n"
+           "model:\n"
+           "  --preset NAME        llama3-8b (default), llama3-70b, granite-code-8b, tiny, small,\n"
+           "                       or custom (start from llama3-8b and override the dimensions)\n"
+           "  --layers N --hidden N --heads N --kv-heads N --head-dim N --ffn-hidden N --vocab N\n"
+           "  --tied | --untied    share the embedding with the LM head or not\n"
+           "training (defaults: the paper's setting for the preset):\n"
+           "  --batch N            global batch (sequences per iteration)\n"
+           "  --micro-batch N      sequences per micro-batch\n"
+           "  --seq N              sequence length\n"
+           "  --grad-accum N       micro-batches per iteration (checked against the batch)\n"
+           "  --precision P        fp32 (the paper) or bf16 (mixed, fp32 master weights)\n"
+           "  --tf32               fp32 matmuls on TF32 tensor cores (default: true fp32)\n"
+           "  --dp N --tp N --pp N data / tensor / pipeline parallel degrees (pipeline: 1F1B)\n"
+           "  --rank R             which GPU's trace, 0..dp*tp*pp-1 (stage = R / (dp*tp))\n"
+           "  --checkpointing      activation checkpointing per block (--no-checkpointing: off)\n"
+           "  --fused-adamw        one fused AdamW kernel per parameter (default: PyTorch's\n"
+           "                       per-parameter loop, 8 kernels each)\n"
+           "hardware:\n"
+           "  --gpu NAME           h100-nvl (default), h100-sxm, h200, a100-80gb\n"
+           "  --gpu-memory SIZE    override the capacity, e.g. 80GiB\n"
+           "output:\n"
+           "  -o FILE              write the trace (.json: JSON, else binary .tio)\n"
+           "  --json               print the summary as JSON on stdout\n"
+           "  --list               list the model and GPU presets\n\n"
+           "examples:\n"
+           "  teraio model --preset llama3-8b -o llama3-8b.tio\n"
+           "  teraio model --preset llama3-70b --rank 1 --json\n"
+           "  teraio model --preset llama3-8b --precision bf16 --gpu h200 --pp 1 --batch 32\n"
+           "  teraio model --preset custom --layers 16 --hidden 2048 --heads 16 --kv-heads 4 \\\n"
+           "               --ffn-hidden 8192 --vocab 32000 --batch 16 --micro-batch 2 --seq "
+           "1024\n\n" TIO_CLI_EXIT_HELP);
 }
 
+/* Every count is at least 1 except --rank (0 is the first GPU); a count with a derived default
+ * (--head-dim, --grad-accum) is omitted to get it. */
 static int u32_opt(const char *opt, const char *text, uint32_t *out) {
     uint64_t v;
-    int rc = cli_parse_u64(CMD, opt, text, &v);
+    int rc = strcmp(opt, "--rank") == 0 ? cli_parse_u64(CMD, opt, text, &v)
+                                        : cli_parse_u64_pos(CMD, opt, text, &v);
     if (rc) {
         return rc;
     }
@@ -232,7 +234,7 @@ int cli_cmd_model(int argc, char **argv) {
         } else if (strcmp(a, "--gpu") == 0) {
             gpu = argv[++i];
         } else if (strcmp(a, "--gpu-memory") == 0) {
-            if ((rc = cli_parse_bytes(CMD, a, argv[++i], &gpu_mem)) != 0) {
+            if ((rc = cli_parse_bytes_pos(CMD, a, argv[++i], &gpu_mem)) != 0) {
                 return rc;
             }
         } else if (strcmp(a, "--json") == 0) {

@@ -41,8 +41,7 @@ static void plan_usage(FILE *f) {
         "  teraio plan llama3-70b.tio --policy teraio-paper --json -o l70b.plan.json\n"
         "  teraio plan run.tio --hw my-box.json --host-cap 0 --policy teraio-ssd --verify\n\n"
         "An infeasible budget still gives a plan; the shortfall (bytes and kernel) is reported.\n"
-        "exit codes: 0 success, 1 usage error, 2 bad input (or infeasible with --strict), "
-        "3 runtime failure\n");
+        "with --strict, a plan that cannot fit the capacity is exit 2.\n" TIO_CLI_EXIT_HELP);
 }
 
 static void json_u64(FILE *f, const char *key, uint64_t v, int comma) {
@@ -101,7 +100,7 @@ int cli_cmd_plan(int argc, char **argv) {
             pp.clean_copies = 0;
         } else if (strcmp(a, "--capacity") == 0) {
             NEED_VALUE();
-            if ((rc = cli_parse_bytes(CMD, a, val, &capacity)) != 0) {
+            if ((rc = cli_parse_bytes_pos(CMD, a, val, &capacity)) != 0) {
                 return rc;
             }
         } else if (strcmp(a, "--reserve") == 0) {
@@ -121,7 +120,7 @@ int cli_cmd_plan(int argc, char **argv) {
             }
         } else if (strcmp(a, "--bandwidth-scale") == 0) {
             NEED_VALUE();
-            if ((rc = cli_parse_double(CMD, a, val, &pp.bandwidth_scale)) != 0) {
+            if ((rc = cli_parse_pos(CMD, a, val, &pp.bandwidth_scale)) != 0) {
                 return rc;
             }
         } else if (strcmp(a, "--min-tensor") == 0) {

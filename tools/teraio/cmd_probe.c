@@ -7,20 +7,19 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-    (void)fprintf(f,
-                  "usage: teraio probe [--json]\n\n"
-                  "Probe every I/O backend of the migration engine (uring, posix, cufile,\n"
-                  "cuda, null, fault) and say whether it can run here and why. The engine's\n"
-                  "\"auto\" choice is the available backend with the highest score among those\n"
-                  "not marked test-only.\n\n"
-                  "options:\n"
-                  "  --json    machine-readable output: {\"backends\": [{name, available, score,\n"
-                  "            caps, reason}], \"auto\": name}\n\n"
-                  "examples:\n"
-                  "  teraio probe\n"
-                  "  teraio probe --json | jq '.backends[] | select(.available)'\n\n"
-                  "exit codes: 0 success (also when a backend is unavailable: that is a\n"
-                  "result), 1 usage error\n");
+    (void)fprintf(
+        f, "usage: teraio probe [--json]\n\n"
+           "Probe every I/O backend of the migration engine (uring, posix, cufile,\n"
+           "cuda, null, fault) and say whether it can run here and why. The engine's\n"
+           "\"auto\" choice is the available backend with the highest score among those\n"
+           "not marked test-only.\n\n"
+           "options:\n"
+           "  --json    machine-readable output: {\"backends\": [{name, available, score,\n"
+           "            caps, reason}], \"auto\": name}\n\n"
+           "examples:\n"
+           "  teraio probe\n"
+           "  teraio probe --json | jq '.backends[] | select(.available)'\n\n"
+           "a backend that is unavailable is a result (exit 0), not an error.\n" TIO_CLI_EXIT_HELP);
 }
 
 static void print_caps(FILE *f, uint32_t caps, int json) {

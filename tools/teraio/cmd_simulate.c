@@ -41,8 +41,8 @@ static void usage(FILE *f) {
         "examples:\n"
         "  teraio simulate run.tio --hw paper-2xh100nvl --policy teraio-mixed\n"
         "  teraio simulate run.tio --hw my.json --plan run.plan --json --timeline run.trace.json\n"
-        "  teraio simulate run.tio --hw paper-2xh100nvl --policy zero-infinity\n\n"
-        "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+        "  teraio simulate run.tio --hw paper-2xh100nvl --policy "
+        "zero-infinity\n\n" TIO_CLI_EXIT_HELP);
 }
 
 static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
@@ -128,19 +128,11 @@ int cli_cmd_simulate(int argc, char **argv) {
             timeline = val;
             sp.record_timeline = 1;
         } else if (strcmp(a, "--capacity") == 0) {
-            rc = cli_parse_bytes(CMD, a, val, &sp.capacity_bytes);
+            rc = cli_parse_bytes_pos(CMD, a, val, &sp.capacity_bytes);
         } else if (strcmp(a, "--min-tensor") == 0) {
-            rc = cli_parse_bytes(CMD, a, val, &min_tensor);
-            if (rc == 0 && min_tensor == 0) {
-                cli_error(CMD, "--min-tensor must be > 0");
-                rc = TIO_EXIT_USAGE;
-            }
+            rc = cli_parse_bytes_pos(CMD, a, val, &min_tensor);
         } else if (strcmp(a, "--ssd-scale") == 0) {
-            rc = cli_parse_double(CMD, a, val, &sp.ssd_bandwidth_scale);
-            if (rc == 0 && !(sp.ssd_bandwidth_scale > 0)) {
-                cli_error(CMD, "--ssd-scale must be > 0");
-                rc = TIO_EXIT_USAGE;
-            }
+            rc = cli_parse_pos(CMD, a, val, &sp.ssd_bandwidth_scale);
         } else if (strcmp(a, "--warmup") == 0) {
             uint64_t w = 0;
             rc = cli_parse_u64(CMD, a, val, &w);
@@ -150,11 +142,7 @@ int cli_cmd_simulate(int argc, char **argv) {
             }
             sp.warmup_iterations = (uint32_t)w;
         } else if (strcmp(a, "--iterations-per-day") == 0) {
-            rc = cli_parse_double(CMD, a, val, &sp.iterations_per_day);
-            if (rc == 0 && sp.iterations_per_day < 0) {
-                cli_error(CMD, "--iterations-per-day must be >= 0");
-                rc = TIO_EXIT_USAGE;
-            }
+            rc = cli_parse_pos(CMD, a, val, &sp.iterations_per_day); /* omit: continuous */
         } else if (a[0] == '-') {
             cli_error(CMD, "unknown option '%s' (see --help)", a);
             return TIO_EXIT_USAGE;

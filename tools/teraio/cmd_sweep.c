@@ -32,8 +32,8 @@ static void usage(FILE *f) {
         "  -h, --help           this help\n\n"
         "examples:\n"
         "  teraio sweep llama3-8b.tio --hw paper-2xh100nvl\n"
-        "  teraio sweep llama3-70b.tio --hw paper-2xh100nvl --bandwidths 16,32,48GB/s --json\n\n"
-        "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+        "  teraio sweep llama3-70b.tio --hw paper-2xh100nvl --bandwidths 16,32,48GB/s "
+        "--json\n\n" TIO_CLI_EXIT_HELP);
 }
 
 /* "4,8,16GB/s": numbers without a unit take the unit of the last item. */
@@ -111,7 +111,7 @@ int cli_cmd_sweep(int argc, char **argv) {
         } else if (strcmp(a, "--bandwidths") == 0) {
             list = val;
         } else if (strcmp(a, "--capacity") == 0) {
-            rc = cli_parse_bytes(CMD, a, val, &sp.capacity_bytes);
+            rc = cli_parse_bytes_pos(CMD, a, val, &sp.capacity_bytes);
         } else if (strcmp(a, "--min-tensor") == 0) {
             rc = cli_parse_bytes(CMD, a, val, &min_tensor);
             if (rc == 0 && min_tensor == 0) {

@@ -35,8 +35,7 @@ static void usage(FILE *f) {
         "  teraio trace validate tests/data/example.json\n"
         "  teraio trace convert run.tio run.json\n"
         "  teraio trace convert edited.json run.tio --format binary\n"
-        "\n"
-        "exit codes: 0 ok, 1 usage, 2 invalid or unreadable input, 3 runtime failure\n",
+        "\n" TIO_CLI_EXIT_HELP,
         f);
 }
 
@@ -267,8 +266,7 @@ static int cmd_convert(const char *in, const char *out, int32_t format) {
     rc = tio_trace_save(tr, out, format);
     tio_trace_free(tr);
     if (rc < 0) {
-        int code = cli_fail(CMD, out, rc);
-        return code == TIO_EXIT_INPUT ? TIO_EXIT_RUNTIME : code; /* writing is not bad input */
+        return cli_fail(CMD, out, rc); /* an OUT the user named wrong is 2, a failed write 3 */
     }
     return TIO_EXIT_OK;
 }

@@ -48,12 +48,11 @@ static void usage(FILE *f) {
         int pad = 12 - (int)strlen(commands[i].name);
         (void)fprintf(f, "%*s %s\n", pad > 0 ? pad : 1, "", commands[i].help);
     }
-    (void)fprintf(f,
-                  "\nexamples:\n"
-                  "  teraio model --preset llama3-8b -o llama3-8b.tio\n"
-                  "  teraio analyze llama3-8b.tio\n"
-                  "  teraio simulate llama3-8b.tio --hw paper-2xh100nvl --policy teraio --json\n\n"
-                  "exit codes: 0 success, 1 usage error, 2 bad input, 3 runtime failure\n");
+    (void)fprintf(f, "\nexamples:\n"
+                     "  teraio model --preset llama3-8b -o llama3-8b.tio\n"
+                     "  teraio analyze llama3-8b.tio\n"
+                     "  teraio simulate llama3-8b.tio --hw paper-2xh100nvl --policy teraio "
+                     "--json\n\n" TIO_CLI_EXIT_HELP);
 }
 
 int main(int argc, char **argv) {

@@ -20,7 +20,7 @@
 /* JSON format: the "format" and "version" members, and the largest document we parse (bytes). */
 #define TIO_TRACE_JSON_FORMAT  "teraio-trace"
 #define TIO_TRACE_JSON_VERSION 1
-#define TIO_TRACE_JSON_MAX     (UINT64_C(1) << 32) /* 4 GiB */
+#define TIO_TRACE_JSON_MAX     (UINT64_C(1) << 30) /* 1 GiB */
 
 /* tio_trace_load reads whole files up to this size (bytes). */
 #define TIO_TRACE_FILE_MAX (UINT64_C(1) << 36) /* 64 GiB */

@@ -6,12 +6,6 @@
  * 1 GiB) and must end with exit 2 (bad input) and a message naming the file: never a signal, a
  * timeout, a runtime failure or success. The runs go in parallel (a pool of 16) so that the test
  * stays short: about 2 s when every case behaves.
- *
- * Cases known to fail because of the file loaders (trace, plan and hardware readers that do not
- * yet check the kind and size of what they open) are listed in `loader_xfail`: they are
- * reported as "xfail", never counted as passed, and a listed case that passes fails the test
- * (outside ASan builds, where the memory bound is not exact) so that the list is emptied when
- * the loaders are fixed.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -64,41 +58,6 @@ static const struct input inputs[] = {
     { "/dev/zero", "character device /dev/zero" },
     { "loop", "symlink loop" },
     { "zero-link", "symlink to /dev/zero" },
-};
-
-/*
- * Failing because of the loaders (the READ side of issue 20), "command|input" as in the
- * output. Each is expected to turn into exit 2 with a message naming the file once the trace,
- * plan and hardware loaders check what they open before reading it.
- */
-static const char *const loader_xfail[] = {
-    "trace info %F|oversized",
-    "trace info %F|fifo",
-    "trace validate %F|oversized",
-    "trace validate %F|fifo",
-    "trace convert %F %O|oversized",
-    "trace convert %F %O|fifo",
-    "analyze %F|oversized",
-    "analyze %F|fifo",
-    "plan %F --hw paper-2xh100nvl|oversized",
-    "plan %F --hw paper-2xh100nvl|fifo",
-    "plan %T --hw %F|adir",
-    "plan %T --hw %F|fifo",
-    "simulate %F --hw paper-2xh100nvl --policy none|oversized",
-    "simulate %F --hw paper-2xh100nvl --policy none|fifo",
-    "simulate %T --hw paper-2xh100nvl --plan %F|oversized",
-    "simulate %T --hw paper-2xh100nvl --plan %F|adir",
-    "simulate %T --hw paper-2xh100nvl --plan %F|fifo",
-    "simulate %T --hw paper-2xh100nvl --plan %F|/dev/zero",
-    "simulate %T --hw paper-2xh100nvl --plan %F|zero-link",
-    "simulate %T --hw %F --policy none|adir",
-    "simulate %T --hw %F --policy none|fifo",
-    "sweep %F --hw paper-2xh100nvl --bandwidths 1GB/s|oversized",
-    "sweep %F --hw paper-2xh100nvl --bandwidths 1GB/s|fifo",
-    "hw show %F|adir",
-    "hw show %F|fifo",
-    "compare --paper --models llama3-8b --systems ideal --hw %F|adir",
-    "compare --paper --models llama3-8b --systems ideal --hw %F|fifo",
 };
 
 struct run {
@@ -216,17 +175,6 @@ static void collect(struct run *r) {
     close(r->out_fd);
 }
 
-static int is_xfail(const char *label) {
-    for (size_t i = 0; i < sizeof loader_xfail / sizeof loader_xfail[0]; i++) {
-        if (loader_xfail[i] && strcmp(loader_xfail[i], label) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static int n_xfail;
-
 /* What went wrong with one run, or NULL when it behaved. */
 static const char *verdict(const struct run *r, int st, char *why, size_t len) {
     const char *base = strrchr(r->path, '/') ? strrchr(r->path, '/') + 1 : r->path;
@@ -254,20 +202,8 @@ static const char *verdict(const struct run *r, int st, char *why, size_t len) {
 static void judge(struct run *r, int st) {
     char why[256];
     const char *bad = verdict(r, st, why, sizeof why);
-    int xf = is_xfail(r->label);
-    if (bad && xf) {
-        n_xfail++;
-        printf("  xfail (loader) %s: %s\n", r->label, bad);
-    } else if (bad) {
+    if (bad) {
         TIO_T_FAIL("%s: %s; output:\n%s", r->label, bad, r->out);
-    } else if (xf) {
-#ifdef TIO_ASAN
-        /* ASan's soft RSS limit is checked by a background thread, so a loader that reads a
-         * 3 GiB file may finish before it bites: the list is enforced by the other builds. */
-        printf("  xpass %s (not enforced under ASan)\n", r->label);
-#else
-        TIO_T_FAIL("%s now passes: remove it from loader_xfail", r->label);
-#endif
     }
 }
 
@@ -373,6 +309,5 @@ int main(void) {
     if (system(cmd) != 0) { /* NOLINT(concurrency-mt-unsafe): single-threaded test */
         printf("cannot remove %s\n", dir);
     }
-    printf("%d expected failures (loader cases, not counted as passed)\n", n_xfail);
     return tio_test_done();
 }

@@ -63,7 +63,8 @@ struct tio_sim_params {
     double host_latency_s;       /* per-request latency of host<->GPU copies (default 10 us) */
     double iterations_per_day;   /* for drive life; 0 = continuous training (default 0) */
     uint32_t bins;               /* bandwidth-over-time bins over the ideal iteration time
-                                    (default 400) */
+                                    (default 400; at most 2 x bins are kept, see
+                                    tio_sim_bandwidth_bins) */
     int32_t record_timeline;     /* 1: keep per-transfer events for tio_sim_write_timeline
                                     (default 0; per-kernel series are always kept) */
     /* Baseline parameters (docs/baselines.md gives their sources and the calibration). */
@@ -169,7 +170,9 @@ TIO_API const double *tio_sim_kernel_stall_s(const struct tio_sim *sim);
 TIO_API const uint64_t *tio_sim_kernel_gpu_bytes(const struct tio_sim *sim);
 
 /* Bandwidth over time: *n bins of *bin_s seconds each; bandwidth of channel c in bin i is
- * out[i * TIO_SIM_CHANNEL_COUNT + c], bytes/s. Owned by the sim. */
+ * out[i * TIO_SIM_CHANNEL_COUNT + c], bytes/s. Owned by the sim. Bins start ideal_s / bins
+ * wide and double in width (pairs merged) while the measured iteration would need more than
+ * 2 x bins of them, so *n <= 2 x bins whatever the simulated time. */
 TIO_API const double *tio_sim_bandwidth_bins(const struct tio_sim *sim, size_t *n, double *bin_s);
 
 /* Exports. JSON summary (the keys of `teraio simulate --json`) to a stream; CSV series

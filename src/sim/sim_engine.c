@@ -472,10 +472,34 @@ static void allocate_rates(struct eng *e) {
     }
 }
 
+/*
+ * Bandwidth bins cover the measured iteration. They start ideal_s / bins wide; when the
+ * iteration runs past 2 * bins of them (a slow link stretches it far beyond the ideal), pairs
+ * are merged and the width doubles. So the series holds at most 2 * bins bins whatever the
+ * simulated time (memory bounded by the parameters, not by the clock).
+ */
+static void bins_coarsen(struct tio_sim *sim) {
+    size_t n = (sim->n_bins + 1) / 2;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
+            double hi =
+                2 * i + 1 < sim->n_bins ? sim->bins[(2 * i + 1) * TIO_SIM_CHANNEL_COUNT + c] : 0.0;
+            sim->bins[i * TIO_SIM_CHANNEL_COUNT + c] =
+                sim->bins[2 * i * TIO_SIM_CHANNEL_COUNT + c] + hi;
+        }
+    }
+    sim->n_bins = n;
+    sim->bin_s *= 2.0;
+}
+
 static int bins_add(struct eng *e, int c, double a, double b, double rate) {
     struct tio_sim *sim = e->sim;
     a -= e->t0;
     b -= e->t0;
+    double max_bins = 2.0 * (double)e->p->bins;
+    while (b / sim->bin_s >= max_bins) {
+        bins_coarsen(sim);
+    }
     size_t last = (size_t)(b / sim->bin_s);
     if (last >= sim->n_bins) {
         size_t need = (last + 1) * TIO_SIM_CHANNEL_COUNT;
@@ -861,28 +885,59 @@ static int eng_init(struct eng *e) {
     return 0;
 }
 
-static double next_event(const struct eng *e) {
-    double tn = INFINITY;
+/* The earliest pending event, as next_event() found it. */
+struct event {
+    double t;
+    int kind;    /* EV_* */
+    uint32_t id; /* EV_DATA: the transfer whose data finishes */
+};
+enum { EV_NONE = 0, EV_CPU, EV_KERNEL, EV_DATA, EV_LAT };
+
+/*
+ * Find the earliest pending event. process_events() handles this event whatever the rounding of
+ * the clock: at large times (a double's spacing is 3.6e-12 s at 2^14 s) a short transfer's end
+ * rounds to the current time, and a test "is it done?" on the remaining bytes would never
+ * become true. So every step handles at least one event, and the number of steps is bounded
+ * by the number of events, which the trace bounds (step_budget()).
+ */
+static struct event next_event(const struct eng *e) {
+    struct event ev = { .t = INFINITY, .kind = EV_NONE, .id = NONE32 };
     if (e->running) {
-        tn = e->in_cpu ? e->t_cpu_end : e->t_end;
+        ev.t = e->in_cpu ? e->t_cpu_end : e->t_end;
+        ev.kind = e->in_cpu ? EV_CPU : EV_KERNEL;
     }
     for (int q = 0; q < NQ; q++) {
         uint32_t id = e->qhead[q];
         if (id != NONE32 && e->xf[id].rate > 0.0) {
             double td = e->t + TIO_MAX(e->xf[id].remaining, 0.0) / e->xf[id].rate;
-            tn = TIO_MIN(tn, td);
+            if (td < ev.t) {
+                ev.t = td;
+                ev.kind = EV_DATA;
+                ev.id = id;
+            }
         }
     }
     for (size_t i = 0; i < e->n_lat; i++) {
-        tn = TIO_MIN(tn, e->xf[e->lat[i]].t_lat_done);
+        if (e->xf[e->lat[i]].t_lat_done < ev.t) {
+            ev.t = e->xf[e->lat[i]].t_lat_done;
+            ev.kind = EV_LAT;
+        }
     }
-    return tn;
+    return ev;
 }
 
-/* Handle everything due at time e->t. */
-static int process_events(struct eng *e) {
+/*
+ * Handle everything due at time e->t, and at least `ev` (the event the clock was advanced to).
+ * Latency ends and kernel ends compare stored times with the clock exactly (the clock was set
+ * to the event's own time); only a transfer's remaining bytes carry rounding, so the transfer
+ * that set the clock is finished explicitly.
+ */
+static int process_events(struct eng *e, const struct event *ev) {
     const double eps = 1e-12;
     int rc;
+    if (ev->kind == EV_DATA) {
+        e->xf[ev->id].remaining = 0.0;
+    }
     /* transfers whose data is done enter their latency phase */
     for (int q = 0; q < NQ; q++) {
         uint32_t id = e->qhead[q];
@@ -925,6 +980,23 @@ static int process_events(struct eng *e) {
     return 0;
 }
 
+/*
+ * An upper bound on the engine's steps, from the trace alone. Each step handles at least one
+ * event (process_events), and the events are: per kernel run, the end of its host part and its
+ * end; per transfer, its data and its latency. Transfers per iteration: the plan's moves, one
+ * demand fetch per use, and evictions, which need a tensor on the GPU (a birth at a use, an
+ * arrival of a fetch, a global at start, an offload kept). So a run of I iterations has fewer
+ * than 2 I N + 2 (4 I (moves + uses) + tensors) events; the budget doubles that. Exceeding it
+ * means an engine bug, reported as an error instead of a hang.
+ */
+static uint64_t step_budget(const struct eng *e) {
+    const struct sim_view *v = e->v;
+    uint64_t iters = e->total / (e->N ? e->N : 1);
+    uint64_t uses = v->use_offset[v->n_kernels];
+    uint64_t xfers = 4 * iters * ((uint64_t)v->n_moves + uses) + (uint64_t)v->n_tensors;
+    return 2 * (2 * e->total + 2 * xfers) + 64;
+}
+
 int sim_engine_run(const struct sim_view *v,
                    const struct tio_hw *hw,
                    const struct tio_sim_params *p,
@@ -943,7 +1015,17 @@ int sim_engine_run(const struct sim_view *v,
     if (v->n_kernels == 0) {
         goto done;
     }
+    uint64_t budget = step_budget(&e), steps = 0;
     while (e.g < e.total) {
+        if (++steps > budget) {
+            rc = tio_set_error(TIO_ENOMEM,
+                               "sim: step limit of %llu events exceeded at kernel %llu of "
+                               "iteration %llu (an engine bug: please report it with the trace "
+                               "and plan)",
+                               (unsigned long long)budget, (unsigned long long)(e.g % e.N),
+                               (unsigned long long)(e.g / e.N));
+            break;
+        }
         if (!e.running) {
             rc = try_start(&e);
             if (rc < 0 || e.oom) {
@@ -951,8 +1033,8 @@ int sim_engine_run(const struct sim_view *v,
             }
         }
         allocate_rates(&e);
-        double tn = next_event(&e);
-        if (!isfinite(tn)) {
+        struct event ev = next_event(&e);
+        if (ev.kind == EV_NONE) {
             /* nothing runs and nothing is in flight, yet the kernel cannot start */
             uint64_t need = 0;
             TIO_LOG_DEBUG("sim: stuck at kernel %llu: %zu transfers, %zu latency, %zu queued for "
@@ -969,11 +1051,11 @@ int sim_engine_run(const struct sim_view *v,
             set_oom(&e, need);
             break;
         }
-        rc = advance(&e, tn);
+        rc = advance(&e, ev.t);
         if (rc < 0) {
             break;
         }
-        rc = process_events(&e);
+        rc = process_events(&e, &ev);
         if (rc < 0) {
             break;
         }

@@ -4,6 +4,7 @@
  * latencies 0 unless said.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include <teraio/sim.h>
 #include <teraio/teraio.h>
@@ -613,6 +614,95 @@ TIO_TEST(demand_eviction_for_short_plans) {
     tio_trace_free(tr);
 }
 
+/*
+ * Far in simulated time: a first kernel of the longest duration a trace allows (2^44 ns,
+ * ~4.9 h) puts the measured iteration beyond 2^15 s, where a double's spacing (7.3e-12 s) is
+ * coarser than the engine's old completion tolerance: a transfer's end rounded to the current
+ * time and the loop spun without advancing. Sixteen weights of odd sizes are fetched before
+ * and offloaded after their kernel on rates that divide nothing evenly. The run must finish
+ * (alarm: a hang fails the test) with every byte moved and the ideal time kept.
+ */
+TIO_TEST(far_in_time_finishes) {
+    enum { NW = 16 };
+    struct tspec ts[NW + 1];
+    struct kspec ks[NW + 1];
+    memset(ks, 0, sizeof ks);
+    for (int i = 0; i < NW; i++) {
+        ts[i] = (struct tspec){ 1000003 + 7919 * (uint64_t)i, W, G };
+        ks[i + 1] = (struct kspec){ 0.013, 0, { i, -1, 0, 0, 0, 0 } };
+    }
+    ts[NW] = (struct tspec){ 100, ACT, 0 };
+    ks[0] = (struct kspec){ (double)TIO_TRACE_MAX_DURATION * 1e-6, 0, { NW, -1, 0, 0, 0, 0 } };
+    struct tio_trace *tr = mk(ts, NW + 1, ks, NW + 1, NULL);
+    CHECK(tr != NULL);
+    struct tio_hw hw = test_hw(UINT64_C(1) << 30);
+    hw.pcie_h2d_Bps = hw.pcie_d2h_Bps = 53e9;
+    hw.ssd_read_Bps = 6.7e9;
+    hw.ssd_write_Bps = 6.5e9;
+    hw.ssd_efficiency = 16.0 / 26.0;
+    hw.ssd_latency_s = 20e-6;
+    struct tio_move m[2 * NW];
+    size_t n = 0;
+    for (uint32_t i = 0; i < NW; i++) {
+        int tier = (i % 2) ? TIO_TIER_HOST : TIO_TIER_SSD;
+        m[n++] = mv(i, tier, TIO_TIER_GPU, i, i + 1, 0);
+        m[n++] = mv(i, TIO_TIER_GPU, tier, i + 1 < NW ? i + 2 : NW, NW, 0);
+    }
+    hw.host_offload_cap_bytes = UINT64_C(1) << 30;
+    alarm(60);
+    struct tio_sim_result r;
+    CHECK_OK(run(tr, &hw, m, n, NULL, &r, NULL));
+    alarm(0);
+    CHECK_EQ_I(r.oom, 0);
+    CHECK(r.iteration_s >= r.ideal_s);
+    CHECK(r.ideal_s > 17592.0);
+    uint64_t ssd_bytes = 0;
+    for (int i = 0; i < NW; i += 2) {
+        ssd_bytes += ts[i].bytes;
+    }
+    CHECK_EQ_U(r.bytes[TIO_SIM_SSD_READ], ssd_bytes);
+    CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], ssd_bytes);
+    tio_trace_free(tr);
+}
+
+/*
+ * Bandwidth bins are bounded by the parameters, not by simulated time: w (3e6 B) must leave
+ * the GPU before k1 can allocate y and come back for k2, over a 1000 B/s link, which makes
+ * the iteration ~12000 times the ideal one; the series keeps at most 2 x bins bins (widened by
+ * merging pairs), and the bins still add up to the bytes moved.
+ */
+TIO_TEST(bins_bounded_on_slow_link) {
+    struct tspec ts[] = { { 3000000, W, G }, { 3000000, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 500, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
+    struct tio_hw hw = test_hw(5000000);
+    hw.pcie_h2d_Bps = hw.pcie_d2h_Bps = 1000;
+    hw.host_offload_cap_bytes = UINT64_C(1) << 30;
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, 0),
+                            mv(0, TIO_TIER_HOST, TIO_TIER_GPU, 2, 2, 0) };
+    struct tio_sim_params p = test_params();
+    struct tio_sim *sim = NULL;
+    CHECK_OK(tio_sim_run(tr, &hw, m, 2, &p, &sim));
+    if (sim) {
+        struct tio_sim_result r;
+        tio_sim_get_result(sim, &r);
+        /* k1 waits 3000 s for w's offload (memory), k2 3000 s for its prefetch (data) */
+        CHECK(r.iteration_s > 5999.0);
+        size_t nb = 0;
+        double bin_s = 0;
+        const double *b = tio_sim_bandwidth_bins(sim, &nb, &bin_s);
+        CHECK(nb >= 1 && nb <= 2 * (size_t)p.bins);
+        CHECK(bin_s * 2.0 * (double)p.bins >= r.iteration_s); /* widened to fit */
+        double h2d = 0;
+        for (size_t i = 0; i < nb; i++) {
+            h2d += b[i * TIO_SIM_CHANNEL_COUNT + TIO_SIM_PCIE_H2D] * bin_s;
+        }
+        CHECK_NEAR(h2d, 3000000.0, 1.0);
+    }
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(ideal_is_sum_of_durations);
     RUN(none_reports_oom_kernel);
@@ -628,5 +718,7 @@ int main(void) {
     RUN(zero_models);
     RUN(zero_layer_streaming);
     RUN(demand_eviction_for_short_plans);
+    RUN(far_in_time_finishes);
+    RUN(bins_bounded_on_slow_link);
     return tio_test_done();
 }

@@ -434,7 +434,8 @@ class Offloader:
             trace_path, plan_path = os.path.join(d, "step.tio"), os.path.join(d, "step.plan")
             self._trace.save(trace_path)
             self._plan.save(plan_path)
-            r = _core.simulate(trace_path, hw=hw_path, plan=plan_path)
+            # the executor offloads on demand where the plan falls short: so does the model
+            r = _core.simulate(trace_path, hw=hw_path, plan=plan_path, demand_evict=True)
         value = float(r["iteration_s"])
         self._prediction = (self._plan, value)
         return value
@@ -487,6 +488,10 @@ class Offloader:
             "ssd_write_Bps": self.ssd_write_Bps if self.ssd_dirs else 1.0,
             "ssd_efficiency": 1.0,
             "ssd_latency_s": 1e-4,
+            # measured rates: no mixed-load curve or write-cache model for the probed directory
+            "ssd_mixed_Bps": 0.0,
+            "ssd_write_cache_bytes": 0,
+            "ssd_sustained_write_Bps": 0.0,
             "host_memory_bytes": max(self.host_memory, 1 << 30),
             "host_offload_cap_bytes": self.host_memory,
             "host_memory_Bps": self.host_Bps,

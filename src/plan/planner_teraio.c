@@ -53,8 +53,12 @@ struct planner {
     int variant;
     size_t n;
     int64_t cap;
+    /* Slot capacity and use per channel. The two SSD channels share one array (the SSD's
+     * time, seconds): used[SSD_W] == used[SSD_R]; unit[c] converts bytes to the slot's unit
+     * (1 for the PCIe channels, ssd_mix / rate for the SSD ones). */
     double *used[TIO_CH_COUNT];
     double *capk[TIO_CH_COUNT];
+    double unit[TIO_CH_COUNT];
     uint32_t *fnext[TIO_CH_COUNT]; /* DSU: next slot >= k with room (forward channels) */
     uint32_t *bprev[TIO_CH_COUNT]; /* DSU on k + 1: previous slot <= k with room (backward) */
     double *tprefix;               /* [n + 1] prefix sums of tau */
@@ -94,8 +98,18 @@ static int is_paper(int variant) {
 
 /* ---- slots --------------------------------------------------------------------------------- */
 
+/* Free capacity of slot k of channel ch, in bytes of that channel's direction. */
 static double slot_free(const struct planner *p, int ch, size_t k) {
-    return p->capk[ch][k] - p->used[ch][k];
+    return (p->capk[ch][k] - p->used[ch][k]) / p->unit[ch];
+}
+
+static int is_ssd_ch(int ch) {
+    return ch == TIO_CH_SSD_W || ch == TIO_CH_SSD_R;
+}
+
+/* Deposit `bytes` in slot k of channel ch. */
+static void slot_take(struct planner *p, int ch, size_t k, double bytes) {
+    p->used[ch][k] += bytes * p->unit[ch];
 }
 
 /* Root of k in a path-compressed "next non-full slot" forest. fnext links a full slot k to
@@ -113,7 +127,7 @@ static uint32_t dsu_find(uint32_t *parent, uint32_t k) {
     return r;
 }
 
-static void mark_if_full(struct planner *p, int ch, size_t k) {
+static void mark_one(struct planner *p, int ch, size_t k) {
     if (slot_free(p, ch, k) < FULL_EPS) {
         if (p->fnext[ch]) {
             p->fnext[ch][k] = (uint32_t)(k + 1);
@@ -121,6 +135,17 @@ static void mark_if_full(struct planner *p, int ch, size_t k) {
         if (p->bprev[ch]) {
             p->bprev[ch][k + 1] = (uint32_t)k;
         }
+    }
+}
+
+/* Mark slot k full in the "next slot with room" forests of ch (both SSD directions when ch is
+ * an SSD channel: they share the slot). */
+static void mark_if_full(struct planner *p, int ch, size_t k) {
+    if (is_ssd_ch(ch)) {
+        mark_one(p, TIO_CH_SSD_W, k);
+        mark_one(p, TIO_CH_SSD_R, k);
+    } else {
+        mark_one(p, ch, k);
     }
 }
 
@@ -166,10 +191,10 @@ walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int 
         if (f >= FULL_EPS) {
             double take = TIO_MIN(f, rem);
             if (reserve) {
-                p->used[prim][k] += take;
+                slot_take(p, prim, k, take);
                 mark_if_full(p, prim, k);
                 if (sec >= 0) {
-                    p->used[sec][k] += take;
+                    slot_take(p, sec, k, take);
                     mark_if_full(p, sec, k);
                 }
             }
@@ -211,10 +236,10 @@ walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int 
         if (f >= FULL_EPS) {
             double take = TIO_MIN(f, rem);
             if (reserve) {
-                p->used[prim][k] += take;
+                slot_take(p, prim, k, take);
                 mark_if_full(p, prim, k);
                 if (sec >= 0) {
-                    p->used[sec][k] += take;
+                    slot_take(p, sec, k, take);
                     mark_if_full(p, sec, k);
                 }
             }
@@ -725,6 +750,10 @@ static void relax_prefetches(struct planner *p, uint8_t *dropped) {
 /* ---- setup and main loop ------------------------------------------------------------------- */
 
 static void planner_free(struct planner *p) {
+    if (p->used[TIO_CH_SSD_R] == p->used[TIO_CH_SSD_W]) {
+        p->used[TIO_CH_SSD_R] = NULL; /* shared with SSD_W */
+        p->capk[TIO_CH_SSD_R] = NULL;
+    }
     for (int c = 0; c < TIO_CH_COUNT; c++) {
         tio_free(p->used[c]);
         tio_free(p->capk[c]);
@@ -768,16 +797,24 @@ static int planner_init(struct planner *p,
         (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) && (!params || params->clean_copies);
     double bw_w = p->use_ssd ? m->bw[TIO_CH_SSD_W] : m->bw[TIO_CH_D2H];
     double bw_r = p->use_ssd ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
-    p->cost_per_byte = 1.0 / bw_w + 1.0 / bw_r;
+    p->cost_per_byte = (1.0 / bw_w + 1.0 / bw_r) * (p->use_ssd ? m->ssd_mix : 1.0);
     p->eps = (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) ? PICK_EPS : 0;
     for (int c = 0; c < TIO_CH_COUNT; c++) {
-        p->used[c] = tio_calloc(n, sizeof(double));
-        p->capk[c] = tio_malloc(n * sizeof(double));
-        if (!p->used[c] || !p->capk[c]) {
-            return TIO_ENOMEM;
-        }
-        for (size_t k = 0; k < n; k++) {
-            p->capk[c][k] = m->bw[c] * m->tau[k];
+        int shared = is_ssd_ch(c) && p->use_ssd;
+        p->unit[c] = shared ? m->ssd_mix / m->bw[c] : 1.0;
+        if (c == TIO_CH_SSD_R && shared) {
+            p->used[c] = p->used[TIO_CH_SSD_W]; /* one budget for reads and writes */
+            p->capk[c] = p->capk[TIO_CH_SSD_W];
+        } else {
+            p->used[c] = tio_calloc(n, sizeof(double));
+            p->capk[c] = tio_malloc(n * sizeof(double));
+            if (!p->used[c] || !p->capk[c]) {
+                return TIO_ENOMEM;
+            }
+            for (size_t k = 0; k < n; k++) {
+                /* bytes for PCIe, seconds of the array's time for the shared SSD slot */
+                p->capk[c][k] = shared ? m->tau[k] : m->bw[c] * m->tau[k];
+            }
         }
         int fwd = c == TIO_CH_SSD_W || c == TIO_CH_D2H;
         if (fwd) {
@@ -797,8 +834,10 @@ static int planner_init(struct planner *p,
                 p->bprev[c][k] = (uint32_t)k;
             }
         }
+    }
+    for (int c = 0; c < TIO_CH_COUNT; c++) {
         for (size_t k = 0; k < n; k++) {
-            mark_if_full(p, c, k); /* zero-length kernels have no room at all */
+            mark_one(p, c, k); /* zero-length kernels have no room at all */
         }
     }
     p->mod_size = 1;
@@ -926,7 +965,7 @@ static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan
             .deadline = dl,
             .bytes = q->bytes,
         };
-        double bw = pk->tier == TIO_TIER_SSD ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
+        double bw = pk->tier == TIO_TIER_SSD ? m->bw[TIO_CH_SSD_R] / m->ssd_mix : m->bw[TIO_CH_H2D];
         if (ext_time(p, pk->pre, q->end) < URGENT_SLACK * (double)q->bytes / bw) {
             pre.flags |= TIO_MOVE_URGENT;
         }

@@ -341,6 +341,7 @@ int sim_zero_build(struct sim_view *v,
         v->host_static_bytes = need > 0 ? (uint64_t)need : 0;
     }
     v->host_limit_bytes = hw->host_memory_bytes / gpus;
+    v->host_capped = 1;
     /* GPU-side working buffers of ZeRO-3 at DeepSpeed's defaults: stage3_max_live_parameters
      * 1e9 + stage3_prefetch_bucket_size 5e8 fp16 values, reduce_bucket_size 5e8 fp16 values */
     const uint64_t zero_gpu_buffers = (uint64_t)((1e9 + 5e8) * 2.0 + 5e8 * 2.0);

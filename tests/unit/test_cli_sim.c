@@ -122,10 +122,24 @@ TIO_TEST(simulate_plan_capacity_and_min_tensor) {
     CHECK_EQ_I(run(a), 2);
     snprintf(a, sizeof a,
              "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 16GB/s --min-tensor 1MiB "
-             "--json",
+             "--json --demand-evict",
              big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"oom\": false"));
+    /* plan-only (the default): at 0.7 GB the plan falls short, and that is an OOM, not a
+     * silent rescue by on-demand eviction, which is an explicit option */
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 0.7GB --json", big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": true"));
+    CHECK(has("\"demand_evicted_bytes\": 0"));
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 0.7GB --json "
+             "--demand-evict",
+             big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    CHECK(!has("\"demand_evicted_bytes\": 0,"));
 }
 
 TIO_TEST(simulate_exit_codes) {
@@ -151,7 +165,9 @@ TIO_TEST(simulate_exit_codes) {
 TIO_TEST(sweep_json) {
     char a[2048];
     snprintf(a, sizeof a,
-             "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 1,4,16GB/s --json", big);
+             "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 1,4,16GB/s --json "
+             "--demand-evict",
+             big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"points\""));
     CHECK(has("\"bandwidth_Bps\": 1e+09"));

@@ -549,7 +549,7 @@ TIO_TEST(verify_rejects_bad_plans) {
     CHECK_OK(tio_plan_add_move(p, &pre));
     CHECK_OK(tio_plan_finish(p));
     CHECK_RC(tio_plan_verify(p, tr, &hw, NULL, NULL), TIO_EPLAN);
-    CHECK_ERR_HAS("ssd-write");
+    CHECK_ERR_HAS("channel ssd:");
     tio_plan_free(p);
     tio_trace_free(tr);
 }

@@ -203,6 +203,18 @@ TIO_TEST(compare_usage_and_json) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         CHECK(has(keys[i]));
     }
+    /* teraio-ssd offloads to the SSDs only (host cap 0), teraio-mixed gets the paper's host
+     * budget for Llama3-8B, 85 GB per GPU; every row says whether its plan stands on its own,
+     * and --demand-evict adds on-demand eviction as a column of its own */
+    CHECK_EQ_I(run("compare --paper --models llama3-8b --systems teraio-ssd,teraio-mixed --json "
+                   "--demand-evict"),
+               0);
+    CHECK(has("\"system\": \"teraio-ssd\", \"tokens_per_s\""));
+    CHECK(has("\"host_cap_bytes\": 0"));
+    CHECK(has("\"host_cap_bytes\": 85000000000"));
+    CHECK(has("\"plan_feasible\": "));
+    CHECK(has("\"fraction_demand_evict\": "));
+    CHECK(has("\"demand_evicted_bytes\": "));
 }
 
 int main(void) {

@@ -311,8 +311,8 @@ int tio_plan_verify(const struct tio_plan *plan,
     for (size_t i = 0; i < nm; i++) {
         const struct tio_move *q = &mv[i];
         int off = q->from == TIO_TIER_GPU;
-        if (off && (q->flags & TIO_MOVE_CLEAN)) {
-            continue;
+        if ((off && (q->flags & TIO_MOVE_CLEAN)) || (q->flags & TIO_MOVE_STALL)) {
+            continue; /* no write; or planned beyond the bandwidth, stating the stall */
         }
         int tier = off ? q->to : q->from;
         int chs[2] = { -1, -1 };

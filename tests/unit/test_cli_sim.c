@@ -126,20 +126,26 @@ TIO_TEST(simulate_plan_capacity_and_min_tensor) {
              big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"oom\": false"));
-    /* plan-only (the default): at 0.7 GB the plan falls short, and that is an OOM, not a
-     * silent rescue by on-demand eviction, which is an explicit option */
+    /* plan-only (the default): at 0.7 GB Algorithm 1's plan falls short, and that is an OOM,
+     * not a silent rescue by on-demand eviction, which is an explicit option */
     snprintf(a, sizeof a,
-             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 0.7GB --json", big);
+             "simulate %s --hw paper-2xh100nvl --policy teraio-paper --capacity 0.7GB --json", big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"oom\": true"));
     CHECK(has("\"demand_evicted_bytes\": 0"));
     snprintf(a, sizeof a,
-             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 0.7GB --json "
+             "simulate %s --hw paper-2xh100nvl --policy teraio-paper --capacity 0.7GB --json "
              "--demand-evict",
              big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"oom\": false"));
     CHECK(!has("\"demand_evicted_bytes\": 0,"));
+    /* our planner plans the stalls itself (overcommit): plan-only, no eviction on demand */
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 0.7GB --json", big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    CHECK(has("\"demand_evicted_bytes\": 0,"));
 }
 
 TIO_TEST(simulate_exit_codes) {

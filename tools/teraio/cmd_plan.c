@@ -28,6 +28,8 @@ static void plan_usage(FILE *f) {
         "  --json                print the summary as JSON on stdout\n"
         "  --no-early-prefetch   keep prefetches at their latest start\n"
         "  --no-clean-copies     rewrite every offload even if an identical copy is stored\n"
+        "  --no-overcommit       keep every move within the bandwidth (the plan may then be\n"
+        "                        infeasible) instead of planning stalls to fit memory\n"
         "  --capacity SIZE       override the GPU memory (e.g. 80GiB)\n"
         "  --reserve SIZE        override the GPU reserve kept free\n"
         "  --host-cap SIZE       override the host-memory cap for offloading (0 = SSD only)\n"
@@ -99,6 +101,8 @@ int cli_cmd_plan(int argc, char **argv) {
             pp.early_prefetch = 0;
         } else if (strcmp(a, "--no-clean-copies") == 0) {
             pp.clean_copies = 0;
+        } else if (strcmp(a, "--no-overcommit") == 0) {
+            pp.overcommit = 0;
         } else if (strcmp(a, "--capacity") == 0) {
             NEED_VALUE();
             if ((rc = cli_parse_bytes(CMD, a, val, &capacity)) != 0) {

@@ -11,8 +11,8 @@
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
 #define TIO_SIM_CPU_ADAM_PER_CORE 2.4e8
 #define TIO_SIM_ZERO_PREFETCH     0
-#define TIO_SIM_ZERO_OFFLOAD_BPS  2.25e9
-#define TIO_SIM_ZERO_INFINITY_BPS 3.1e9
+#define TIO_SIM_ZERO_OFFLOAD_BPS  6.1e9
+#define TIO_SIM_ZERO_INFINITY_BPS 12.5e9
 
 struct tio_sim_params tio_sim_params_default(void) {
     struct tio_sim_params p;
@@ -30,7 +30,7 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.zero_prefetch_layers = TIO_SIM_ZERO_PREFETCH;
     p.zero_offload_fetch_Bps = TIO_SIM_ZERO_OFFLOAD_BPS;
     p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
-    p.zero_bytes_scale = 0.5;
+    p.zero_bytes_scale = 1.0; /* FP32, as the paper ran every system (PAPER.md s.9.1) */
     p.zero_layers = 0;
     p.label = NULL;
     p.demand_evict = 0;

@@ -478,6 +478,8 @@ TIO_TEST(zero_models) {
     struct tio_trace *tr = mk(ts, 4, ks, 3, NULL);
     struct tio_hw hw = test_hw(4100000000);
     struct tio_sim_params p = test_params();
+    CHECK_NEAR(p.zero_bytes_scale, 1.0, 0); /* FP32 by default, as the paper ran */
+    p.zero_bytes_scale = 0.5;               /* this test: the mixed-precision what-if */
     p.cpu_adam_params_per_core_s = 1e6;
     p.policy = "zero-offload";
     struct tio_sim *sim = NULL;
@@ -504,8 +506,9 @@ TIO_TEST(zero_models) {
     }
     tio_sim_free(sim);
     /* ZeRO-Infinity keeps activations on the GPU: x at fp16 is 5e6 B; with 6e6 B of GPU memory
-     * left after ZeRO-3's 4e9 B of buffers, x plus w (2e6) and g (2e6) cannot fit -> GPU OOM */
-    hw = test_hw(4006000000);
+     * left after ZeRO-3's reduce bucket (5e8 values, 1e9 B at fp16), x plus w (2e6) and g (2e6)
+     * cannot fit -> GPU OOM */
+    hw = test_hw(1006000000);
     p.policy = "zero-infinity";
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
@@ -518,9 +521,32 @@ TIO_TEST(zero_models) {
     if (sim) {
         tio_sim_get_result(sim, &r);
         CHECK_EQ_I(r.oom, 0);
-        /* optimizer phase: max(CPU Adam 250 ms, 12e6 B read / 1e9 = 12 ms, 14e6 B written =
-         * 14 ms) = 250 ms; one layer group <= prefetch depth: parameters stay resident */
+        /* optimizer phase: max(CPU Adam 250 ms, 12e6 B read / 1e9 + 14e6 B written / 1e9 on
+         * the shared SSD budget = 26 ms) = 250 ms; one layer group <= prefetch depth:
+         * parameters stay resident */
         CHECK_NEAR(r.iteration_s, 270 * MS, 1e-9);
+    }
+    tio_sim_free(sim);
+    /* FP32 (the default): ZeRO-3's reduce bucket is 5e8 values x 4 B = 2e9 B; w, g 4e6 B each
+     * and x 10e6 B fit in 2.1e9 B. The gradient copied to the host is 4e6 B; host 24 B/param.
+     * With 1.9e9 B the bucket alone does not fit: GPU OOM. */
+    p.zero_bytes_scale = 1.0;
+    p.policy = "zero-offload";
+    hw = test_hw(2100000000);
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    if (sim) {
+        tio_sim_get_result(sim, &r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 270 * MS, 1e-9);
+        CHECK_EQ_U(r.bytes[TIO_SIM_PCIE_D2H], 4000000);
+        CHECK_EQ_U(r.host_peak_bytes, 24000000);
+    }
+    tio_sim_free(sim);
+    hw = test_hw(1900000000);
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    if (sim) {
+        tio_sim_get_result(sim, &r);
+        CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
     }
     tio_sim_free(sim);
     tio_trace_free(tr);
@@ -551,6 +577,7 @@ TIO_TEST(zero_layer_streaming) {
     struct tio_hw hw = test_hw(4100000000);
     struct tio_sim_params p = test_params();
     p.policy = "zero-offload";
+    p.zero_bytes_scale = 0.5; /* fp16 what-if: the numbers below are fp16 bytes */
     p.zero_prefetch_layers = 0;
     p.zero_offload_fetch_Bps = 1e8;
     p.cpu_adam_params_per_core_s = 1e15; /* no optimizer kernel: keep the CPU step negligible */

@@ -604,6 +604,24 @@ static int advance(struct eng *e, double t1) {
     return 0;
 }
 
+/*
+ * An offload of a tensor whose previous offload is still running and was told to keep it (a
+ * kernel used it meanwhile, or its prefetch came): the plan sends it away again, so the running
+ * transfer frees it after all instead of keeping it. Skipping the move would leave the tensor
+ * on the GPU for the whole of its next idle period, which the plan counts as free memory (with
+ * slow, overcommitted offloads this happens often). Unless the move is CLEAN (the copy being
+ * written is still current), the use in between may have changed the tensor: the write starts
+ * over.
+ */
+static void rekeep_offload(struct eng *e, uint32_t t, const struct tio_move *m) {
+    struct tstate *s = &e->ts[t];
+    struct xfer *x = &e->xf[s->xfer];
+    s->keep = 0;
+    if (!(m->flags & TIO_MOVE_CLEAN) && !x->in_lat) {
+        x->remaining = (double)e->v->bytes[t];
+    }
+}
+
 /* Issue the plan's moves triggered at kernel k of the current iteration. */
 static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
     const struct sim_view *v = e->v;
@@ -631,6 +649,8 @@ static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
         } else if (m->from == TIO_TIER_GPU) {
             if (s->state == ST_GPU) {
                 rc = offload(e, t, m->to, (m->flags & TIO_MOVE_CLEAN) != 0, urgent, dl);
+            } else if (s->state == ST_OFFLOADING && s->keep) {
+                rekeep_offload(e, t, m);
             } else if (e->measuring) {
                 e->sim->r.n_moves_skipped++;
             }

@@ -738,6 +738,33 @@ TIO_TEST(ssd_write_cache_then_sustained_rate) {
     tio_trace_free(tr);
 }
 
+/*
+ * A tensor used while its offload still runs is kept on the GPU; when the plan then offloads it
+ * again, the running offload frees it after all (the write starts over: the use may have
+ * changed it). w (4 MB) is used by k0, k2 and k5, y (4 MB) by k4; capacity 4.5 MB; 1 ms
+ * kernels, SSD 1 GB/s. Offload w at k1 (1-5 ms); its prefetch at k2 finds it still offloading
+ * (kept); k2 runs on it; offload again at k3 (t = 3): the write restarts, done at 7; k4 waits
+ * for that memory, runs 7-8; prefetch at k5 8-12, k5 12-13: 13 ms, 2 + 4 MB written. Skipping
+ * the second offload would leave w on the GPU and k4 out of memory.
+ */
+TIO_TEST(offload_of_a_kept_tensor_frees_it) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 }, { 100, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 1, 0, { 2, -1 } }, { 1, 0, { 0, -1 } },
+                          { 1, 0, { 2, -1 } }, { 1, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 3, ks, 6, NULL);
+    struct tio_hw hw = test_hw(4500000);
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
+                            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 2, 2, 0),
+                            mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 3, 4, 0),
+                            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 5, 5, 0) };
+    struct tio_sim_result r;
+    CHECK_OK(run(tr, &hw, m, 4, NULL, &r, NULL));
+    CHECK_EQ_I(r.oom, 0);
+    CHECK_NEAR(r.iteration_s, 13 * MS, 1e-9);
+    CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 6000000);
+    tio_trace_free(tr);
+}
+
 /* Host memory caps hold for plans too: a plan holding 4 MB on the host with a 3 MB cap is a
  * host OOM (3 MB: 1 MB over); teraio-ssd's cap of 0 admits no host move at all. */
 TIO_TEST(host_cap_enforced_for_plans) {
@@ -866,6 +893,7 @@ int main(void) {
     RUN(ssd_reads_and_writes_share_one_budget);
     RUN(ssd_write_cache_then_sustained_rate);
     RUN(host_cap_enforced_for_plans);
+    RUN(offload_of_a_kept_tensor_frees_it);
     RUN(far_in_time_finishes);
     RUN(bins_bounded_on_slow_link);
     return tio_test_done();

@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <teraio/status.h>
 
@@ -121,6 +123,41 @@ static inline int tio_test_run_cli(const char *args, char *out, size_t outlen) {
     out[n] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * tio_test_bounded: run fn(arg) in a child process limited to `seconds` of wall time (alarm)
+ * and, except under AddressSanitizer (which reserves terabytes of address space), to `mib` MiB
+ * of address space; returns fn's result (its exit status), or -1 if the child was killed (a
+ * hang or a blown memory limit) or could not start. For hostile-input tests.
+ */
+static inline int tio_test_bounded(int (*fn)(void *), void *arg, unsigned mib, unsigned seconds) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        return -1;
+    }
+    if (pid == 0) {
+#if !defined(__SANITIZE_ADDRESS__)
+        struct rlimit rl = { .rlim_cur = (rlim_t)mib << 20, .rlim_max = (rlim_t)mib << 20 };
+        (void)setrlimit(RLIMIT_AS, &rl);
+#else
+        (void)mib;
+#endif
+        alarm(seconds);
+        int r = fn(arg);
+        fflush(stdout);
+        _exit(r & 0xff);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+    }
+    if (WIFEXITED(st)) {
+        return WEXITSTATUS(st);
+    }
+    printf("  child killed by signal %d (a hang or a memory limit)\n",
+           WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+    return -1;
 }
 
 static inline int tio_test_done(void) {

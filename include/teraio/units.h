@@ -6,8 +6,9 @@
  *     char buf[32];
  *     tio_format_bytes(cap, buf, sizeof buf);              // "94.0 GiB"
  *
- * Decimal prefixes (k, K, M, G, T, P with optional B) are powers of 1000, binary ones (KiB, MiB,
- * GiB, TiB, PiB) powers of 1024. A bare number is bytes (bytes/s for rates, seconds for times).
+ * Decimal prefixes (k, K, M, G, T, P, E with optional B) are powers of 1000, binary ones (KiB,
+ * MiB, GiB, TiB, PiB, EiB) powers of 1024; every unit tio_format_bytes prints parses back. A bare
+ * number is bytes (bytes/s for rates, seconds for times).
  */
 #ifndef TERAIO_UNITS_H
 #define TERAIO_UNITS_H

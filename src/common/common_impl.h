@@ -66,4 +66,26 @@ static inline int tio_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_mul_overflow(a, b, out) ? -1 : 0;
 }
 
+/*
+ * Input files of the loaders (file.c). tio_input_open stats `path` and refuses, before opening
+ * it for reading, anything but a regular file (a directory is -EISDIR; a FIFO, device or
+ * socket TIO_EINVAL, so nothing ever blocks) and files above max_bytes (TIO_EFORMAT); it never
+ * waits for a writer. tio_input_read reads exactly len bytes at off (a file that shrank is
+ * TIO_EFORMAT); tio_input_read_all the whole file (its size at open) into a tio_malloc'd,
+ * NUL-terminated buffer. `what` ("trace", "plan", "hw") and `path` prefix every detail and
+ * must outlive the struct.
+ */
+struct tio_input {
+    int fd;
+    uint64_t size; /* bytes, at open */
+    const char *what, *path;
+};
+int tio_input_open(const char *what, const char *path, uint64_t max_bytes, struct tio_input *in);
+int tio_input_read(struct tio_input *in, uint64_t off, void *buf, size_t len);
+int tio_input_read_all(struct tio_input *in, void **data, size_t *len);
+void tio_input_close(struct tio_input *in);
+/* tio_input_looks_textual: 1 unless the first byte after leading whitespace in p[0..n) is a
+ * control or non-ASCII byte (a zero-filled or binary file is not JSON: refuse it unread). */
+int tio_input_looks_textual(const unsigned char *p, size_t n);
+
 #endif

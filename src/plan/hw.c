@@ -12,6 +12,9 @@
 #include "common/common_impl.h"
 #include "plan/planner_impl.h"
 
+/* The largest hardware description file read (bytes); real ones are under 4 KiB. */
+#define HW_FILE_MAX (UINT64_C(1) << 20)
+
 /* Decimal units, as vendors quote them. */
 #define GB  1e9
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -235,10 +238,29 @@ static int check_nonneg(const char *field, double v) {
     return 0;
 }
 
+/* Names are printed to terminals and reports: no control characters (an escape sequence in a
+ * hardware file must not reach the terminal). */
 static int check_name(const char *field, const char *s) {
     if (memchr(s, '\0', TIO_HW_NAME_MAX) == NULL) {
         return tio_set_error(TIO_EINVAL, "hw: %s: not NUL-terminated within %d bytes", field,
                              TIO_HW_NAME_MAX);
+    }
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            return tio_set_error(TIO_EINVAL,
+                                 "hw: %s: control character 0x%02x at byte %zu (names must be "
+                                 "printable)",
+                                 field, *p, (size_t)(p - (const unsigned char *)s));
+        }
+    }
+    return 0;
+}
+
+/* A byte count no machine has: capacities above it are refused as absurd. */
+static int check_bytes_max(const char *field, uint64_t v) {
+    if (v > TIO_PLAN_MAX_CAPACITY) {
+        return tio_set_error(TIO_EINVAL, "hw: %s: %llu is above the limit of 2^60 bytes (1 EiB)",
+                             field, (unsigned long long)v);
     }
     return 0;
 }
@@ -256,6 +278,10 @@ int tio_hw_validate(const struct tio_hw *hw) {
     }
     if (hw->gpu_memory_bytes == 0) {
         return tio_set_error(TIO_EINVAL, "hw: gpu_memory_bytes: must be > 0 (got 0)");
+    }
+    if ((rc = check_bytes_max("gpu_memory_bytes", hw->gpu_memory_bytes)) < 0 ||
+        (rc = check_bytes_max("host_memory_bytes", hw->host_memory_bytes)) < 0) {
+        return rc;
     }
     if (hw->gpu_reserve_bytes >= hw->gpu_memory_bytes) {
         return tio_set_error(
@@ -520,9 +546,27 @@ static int apply_json(const json_t *root, const char *path, struct tio_hw *out, 
         /* Name it after the file (basename without directories). */
         const char *slash = strrchr(path, '/');
         (void)snprintf(hw.name, sizeof hw.name, "%s", slash ? slash + 1 : path);
+        for (char *c = hw.name; *c; c++) {
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+                *c = '?'; /* a file name may hold anything; the name is printed */
+            }
+        }
     }
     *out = hw;
     return 0;
+}
+
+/* Parse a hardware description held in memory; `path` names it in errors. */
+static int
+parse_text(const void *text, size_t len, const char *path, struct tio_hw *out, int depth) {
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path, err.line, err.column, err.text);
+    }
+    int rc = apply_json(root, path, out, depth);
+    json_decref(root);
+    return rc;
 }
 
 static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth) {
@@ -536,24 +580,37 @@ static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth)
     if (find_preset(path_or_preset)) {
         return tio_hw_preset(path_or_preset, out);
     }
-    FILE *f = fopen(path_or_preset, "rb");
-    if (!f) {
-        int e = errno;
-        if (e == ENOENT && !strchr(path_or_preset, '/') && !strchr(path_or_preset, '.')) {
-            struct tio_hw dummy;
-            return tio_hw_preset(path_or_preset, &dummy); /* lists the presets */
-        }
-        return tio_set_error(-e, "hw: cannot open '%s'", path_or_preset);
+    /* A regular file of at most HW_FILE_MAX bytes (never a FIFO or a device: tio_input_open) */
+    struct tio_input in;
+    int rc = tio_input_open("hw", path_or_preset, HW_FILE_MAX, &in);
+    if (rc == -ENOENT && !strchr(path_or_preset, '/') && !strchr(path_or_preset, '.')) {
+        struct tio_hw dummy;
+        return tio_hw_preset(path_or_preset, &dummy); /* lists the presets */
     }
-    json_error_t err;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
-    (void)fclose(f);
-    if (!root) {
-        return tio_set_error(TIO_EFORMAT, "hw: %s:%d:%d: %s", path_or_preset, err.line, err.column,
-                             err.text);
+    if (rc < 0) {
+        return rc;
     }
-    int rc = apply_json(root, path_or_preset, out, depth);
-    json_decref(root);
+    void *text = NULL;
+    size_t len = 0;
+    rc = tio_input_read_all(&in, &text, &len);
+    tio_input_close(&in);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = parse_text(text, len, path_or_preset, out, depth);
+    tio_free(text);
+    return rc;
+}
+
+int tio_hw_parse_json(const void *text, size_t len, const char *name, struct tio_hw *out) {
+    struct tio_hw hw = tio_hw_default();
+    int rc = parse_text(text, len, name, &hw, 0);
+    if (rc == 0) {
+        rc = tio_hw_validate(&hw);
+    }
+    if (rc == 0) {
+        *out = hw;
+    }
     return rc;
 }
 

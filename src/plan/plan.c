@@ -317,12 +317,21 @@ int tio_plan_check_trace(const struct tio_plan *plan, const struct tio_trace *tr
         return tio_set_error(TIO_EPLAN, "plan has %llu kernels, the trace %zu",
                              (unsigned long long)plan->n_kernels, tio_trace_kernel_count(trace));
     }
-    size_t nt = tio_trace_tensor_count(trace);
+    struct tio_trace_view tv;
+    tio_trace_get_view(trace, &tv);
     for (size_t i = 0; i < plan->n_moves; i++) {
-        if (plan->moves[i].tensor >= nt) {
+        const struct tio_move *m = &plan->moves[i];
+        if (m->tensor >= tv.n_tensors) {
             return tio_set_error(TIO_EPLAN,
                                  "plan: move %zu: tensor %u out of range (n_tensors %zu)", i,
-                                 plan->moves[i].tensor, nt);
+                                 m->tensor, tv.n_tensors);
+        }
+        /* the trace hash covers the sizes, but a plan file can be edited */
+        if (m->bytes != tv.tensor_bytes[m->tensor]) {
+            return tio_set_error(TIO_EPLAN,
+                                 "plan: move %zu: %llu bytes, but tensor %u has %llu in the trace",
+                                 i, (unsigned long long)m->bytes, m->tensor,
+                                 (unsigned long long)tv.tensor_bytes[m->tensor]);
         }
     }
     return 0;

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,11 @@
 #define PLAN_HEADER     200u
 #define PLAN_RECORD     40u
 #define PLAN_JSON_LIMIT (UINT64_C(1) << 31) /* refuse JSON plans above 2 GiB */
+/* The largest file tio_plan_load opens: a binary plan of TIO_PLAN_MAX_MOVES moves. */
+#define PLAN_BINARY_LIMIT                                                           \
+    (PLAN_HEADER + (uint64_t)TIO_PLAN_MAX_MOVES * PLAN_RECORD + 4 > PLAN_JSON_LIMIT \
+         ? PLAN_HEADER + (uint64_t)TIO_PLAN_MAX_MOVES * PLAN_RECORD + 4             \
+         : PLAN_JSON_LIMIT)
 
 static void put32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) {
@@ -135,6 +141,25 @@ static int finish_loaded(struct tio_plan *p, const struct tio_plan_summary *s) {
     if (s->feasible != 0 && s->feasible != 1) {
         return tio_set_error(TIO_EFORMAT, "plan: summary.feasible must be 0 or 1 (got %d)",
                              s->feasible);
+    }
+    if (!isfinite(s->planning_seconds) || s->planning_seconds < 0) {
+        return tio_set_error(TIO_EFORMAT, "plan: summary.planning_seconds %g is not a time >= 0",
+                             s->planning_seconds);
+    }
+    if (s->capacity_bytes > TIO_PLAN_MAX_CAPACITY) {
+        return tio_set_error(TIO_EFORMAT,
+                             "plan: summary.capacity_bytes %llu is above the limit of 2^60 bytes",
+                             (unsigned long long)s->capacity_bytes);
+    }
+    if (s->feasible && s->shortfall_bytes != 0) {
+        return tio_set_error(TIO_EFORMAT,
+                             "plan: summary: feasible, yet shortfall_bytes is %llu (must be 0)",
+                             (unsigned long long)s->shortfall_bytes);
+    }
+    if (s->shortfall_kernel >= p->n_kernels) {
+        return tio_set_error(
+            TIO_EFORMAT, "plan: summary.shortfall_kernel %llu outside [0, n_kernels %llu)",
+            (unsigned long long)s->shortfall_kernel, (unsigned long long)p->n_kernels);
     }
     size_t off = 0;
     for (size_t i = 0; i < p->n_moves; i++) {
@@ -326,6 +351,22 @@ json_u64(const json_t *obj, const char *key, const char *where, uint64_t max, ui
     return 0;
 }
 
+/* Unknown members are errors (a typo must not be silently ignored): `allowed` ends with NULL. */
+static int check_members(const json_t *obj, const char *const *allowed, const char *where) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
+        const char *const *a = allowed;
+        while (*a && strcmp(*a, key) != 0) {
+            a++;
+        }
+        if (!*a) {
+            return tio_set_error(TIO_EFORMAT, "plan: %s: unknown member \"%.64s\"", where, key);
+        }
+    }
+    return 0;
+}
+
 static int tier_parse(const json_t *v, const char *where, const char *key, int32_t *out) {
     const char *s = json_is_string(v) ? json_string_value(v) : NULL;
     for (int32_t t = 0; s && t < TIO_TIER_COUNT; t++) {
@@ -342,12 +383,32 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if (!json_is_object(o)) {
         return tio_set_error(TIO_EFORMAT, "plan: top level must be a JSON object");
     }
+    static const char *const top_keys[] = { "format",    "version", "policy", "trace_hash",
+                                            "n_kernels", "summary", "moves",  NULL };
+    static const char *const sum_keys[] = { "n_moves",
+                                            "n_offloads",
+                                            "feasible",
+                                            "planning_seconds",
+                                            "capacity_bytes",
+                                            "planned_peak_bytes",
+                                            "shortfall_bytes",
+                                            "shortfall_kernel",
+                                            "host_peak_bytes",
+                                            "ssd_peak_bytes",
+                                            "bytes_to_ssd",
+                                            "bytes_to_host",
+                                            NULL };
+    static const char *const move_keys[] = { "tensor",   "from",  "to",    "trigger",
+                                             "deadline", "bytes", "flags", NULL };
     const json_t *fmt = json_object_get(o, "format");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "teraio-plan") != 0) {
         return tio_set_error(TIO_EFORMAT, "plan: \"format\" must be \"teraio-plan\"");
     }
     uint64_t version = 0, nk = 0, hash = 0;
     int rc;
+    if ((rc = check_members(o, top_keys, "top level")) < 0) {
+        return rc;
+    }
     if ((rc = json_u64(o, "version", "header", UINT32_MAX, &version)) < 0) {
         return rc;
     }
@@ -376,6 +437,9 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if (!json_is_object(sum)) {
         return tio_set_error(TIO_EFORMAT, "plan: \"summary\" must be an object");
     }
+    if ((rc = check_members(sum, sum_keys, "summary")) < 0) {
+        return rc;
+    }
     struct tio_plan *p = NULL;
     if (tio_plan_new(hash, nk, json_string_value(pol), &p) < 0) {
         return tio_plan_rewrap(TIO_EFORMAT, "", "");
@@ -398,6 +462,9 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
         uint64_t t = 0;
         if (!json_is_object(j)) {
             rc = tio_set_error(TIO_EFORMAT, "plan: %s: must be an object", where);
+            goto fail;
+        }
+        if ((rc = check_members(j, move_keys, where)) < 0) {
             goto fail;
         }
         if ((rc = json_u64(j, "tensor", where, UINT32_MAX, &t)) < 0 ||
@@ -584,38 +651,57 @@ int tio_plan_load_mem(const void *data, size_t len, int32_t format, struct tio_p
     return rc;
 }
 
+/*
+ * Only a regular file is read (tio_input_open), and its size is checked before its bytes: a
+ * binary plan must be exactly header + n_moves records + CRC with n_moves within the limit, a
+ * JSON plan at most PLAN_JSON_LIMIT bytes of text.
+ */
 int tio_plan_load(const char *path, int32_t format, struct tio_plan **out) {
     if (!path || !out) {
         return tio_set_error(TIO_EINVAL, "plan: NULL argument");
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        return tio_set_error(-errno, "plan: cannot open '%s'", path);
+    *out = NULL;
+    struct tio_input in;
+    int rc = tio_input_open("plan", path, PLAN_BINARY_LIMIT, &in);
+    if (rc < 0) {
+        return rc;
     }
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (tio_grow((void **)&buf, &cap, len + 65536, 1) < 0) {
-            rc = TIO_ENOMEM;
-            break;
+    unsigned char head[PLAN_HEADER];
+    size_t nh = (size_t)TIO_MIN(in.size, (uint64_t)sizeof head);
+    rc = tio_input_read(&in, 0, head, nh);
+    int binary = format == TIO_PLAN_FORMAT_BINARY ||
+                 (format == TIO_PLAN_FORMAT_AUTO && nh >= 8 && memcmp(head, PLAN_MAGIC, 8) == 0);
+    if (rc == 0 && binary && nh == sizeof head) {
+        uint64_t n = get64(head + 32);
+        if (n > TIO_PLAN_MAX_MOVES || PLAN_HEADER + n * PLAN_RECORD + 4 != in.size) {
+            rc = tio_set_error(TIO_EFORMAT,
+                               "plan: '%s': n_moves %llu in the header does not match the file "
+                               "size %llu (limit %llu moves)",
+                               path, (unsigned long long)n, (unsigned long long)in.size,
+                               (unsigned long long)TIO_PLAN_MAX_MOVES);
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                rc = tio_set_error(-EIO, "plan: read error on '%s'", path);
-            }
-            break;
-        }
-        if (len > PLAN_JSON_LIMIT + PLAN_HEADER + TIO_PLAN_MAX_MOVES * PLAN_RECORD) {
-            rc = tio_set_error(TIO_EFORMAT, "plan: '%s' is too large", path);
-            break;
+    } else if (rc == 0 && !binary) {
+        if (in.size > PLAN_JSON_LIMIT) {
+            rc = tio_set_error(TIO_EFORMAT,
+                               "plan: '%s' is %llu bytes: not a binary plan, and above the JSON "
+                               "limit of %llu bytes",
+                               path, (unsigned long long)in.size,
+                               (unsigned long long)PLAN_JSON_LIMIT);
+        } else if (!tio_input_looks_textual(head, nh)) {
+            rc = tio_set_error(TIO_EFORMAT,
+                               "plan: '%s' is neither a binary plan (no TIOPLAN magic) nor JSON "
+                               "text",
+                               path);
         }
     }
-    (void)fclose(f);
+    void *buf = NULL;
+    size_t len = 0;
     if (rc == 0) {
-        rc = tio_plan_load_mem(buf ? (const void *)buf : "", len, format, out);
+        rc = tio_input_read_all(&in, &buf, &len);
+    }
+    tio_input_close(&in);
+    if (rc == 0) {
+        rc = tio_plan_load_mem(buf, len, format, out);
         if (rc < 0) {
             char ctx[300];
             (void)snprintf(ctx, sizeof ctx, " (in %s)", path);

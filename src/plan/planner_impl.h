@@ -11,6 +11,8 @@
 
 #define TIO_PLAN_POLICY_MAX 64
 #define TIO_PLAN_MAX_MOVES  (UINT64_C(1) << 32)
+/* The largest GPU capacity a plan (and a hardware description) may name: 2^60 bytes, 1 EiB. */
+#define TIO_PLAN_MAX_CAPACITY (UINT64_C(1) << 60)
 
 struct tio_plan {
     char policy[TIO_PLAN_POLICY_MAX];
@@ -24,6 +26,10 @@ struct tio_plan {
 
 /* tio_plan_rewrap: set the error detail to prefix + the current detail + suffix (copies the
  * detail first: tio_set_error must not read its own buffer). Returns rc. */
+/* tio_hw_parse_json: a hardware description from JSON text in memory (what tio_hw_load does
+ * with a file's contents; `name` stands for the path in errors and the default name), then
+ * tio_hw_validate. A "base" still names a preset or a file. For the fuzzer. */
+int tio_hw_parse_json(const void *text, size_t len, const char *name, struct tio_hw *out);
 int tio_plan_rewrap(int rc, const char *prefix, const char *suffix);
 
 /* tio_plan_check_move: validate one move against n_kernels; `i` names it in the detail. */

@@ -345,13 +345,14 @@ static int check_meta(const unsigned char *p, const struct layout *l) {
     return 0;
 }
 
-static int parse_header(const unsigned char *buf, size_t len, struct layout *l) {
+/* The header's fixed fields, for an input of `len` bytes whose first 80 are at buf. */
+static int header_fixed(const unsigned char *buf, uint64_t len) {
     if (len < TIO_TRACE_MAGIC_LEN || memcmp(buf, TIO_TRACE_MAGIC, TIO_TRACE_MAGIC_LEN) != 0) {
         return tio_set_error(TIO_EFORMAT, "trace: not a binary teraio trace (bad magic)");
     }
     if (len < TIO_TRACE_HEADER_BYTES + CRC_BYTES) {
-        return tio_set_error(TIO_EFORMAT, "trace: header: truncated (%zu bytes, need at least %u)",
-                             len, TIO_TRACE_HEADER_BYTES + CRC_BYTES);
+        return tio_set_error(TIO_EFORMAT, "trace: header: truncated (%llu bytes, need at least %u)",
+                             (unsigned long long)len, TIO_TRACE_HEADER_BYTES + CRC_BYTES);
     }
     uint32_t version = get_u32(buf + H_VERSION);
     if (version != TIO_TRACE_BIN_VERSION) {
@@ -366,17 +367,15 @@ static int parse_header(const unsigned char *buf, size_t len, struct layout *l) 
     }
     uint64_t fb = get_u64(buf + H_FILE_BYTES);
     if (fb != len) {
-        return tio_set_error(TIO_EFORMAT,
-                             "trace: header: file_bytes %llu but the input has %zu bytes%s",
-                             (unsigned long long)fb, len, fb > len ? " (truncated)" : "");
+        return tio_set_error(
+            TIO_EFORMAT, "trace: header: file_bytes %llu but the input has %llu bytes%s",
+            (unsigned long long)fb, (unsigned long long)len, fb > len ? " (truncated)" : "");
     }
-    uint32_t stored = get_u32(buf + len - CRC_BYTES);
-    uint32_t computed = tio_crc32c(0, buf, len - CRC_BYTES);
-    if (stored != computed) {
-        return tio_set_error(TIO_EFORMAT,
-                             "trace: checksum mismatch (stored 0x%08x, computed 0x%08x)", stored,
-                             computed);
-    }
+    return 0;
+}
+
+/* The header's counts: within the limits and consistent with the input length. */
+static int header_counts(const unsigned char *buf, size_t len, struct layout *l) {
     l->n_kernels = get_u64(buf + H_N_KERNELS);
     l->n_tensors = get_u64(buf + H_N_TENSORS);
     l->n_uses = get_u64(buf + H_N_USES);
@@ -401,6 +400,34 @@ static int parse_header(const unsigned char *buf, size_t len, struct layout *l) 
                              (unsigned long long)l->file_bytes, len);
     }
     return 0;
+}
+
+static int parse_header(const unsigned char *buf, size_t len, struct layout *l) {
+    int rc = header_fixed(buf, len);
+    if (rc < 0) {
+        return rc;
+    }
+    uint32_t stored = get_u32(buf + len - CRC_BYTES);
+    uint32_t computed = tio_crc32c(0, buf, len - CRC_BYTES);
+    if (stored != computed) {
+        return tio_set_error(TIO_EFORMAT,
+                             "trace: checksum mismatch (stored 0x%08x, computed 0x%08x)", stored,
+                             computed);
+    }
+    return header_counts(buf, len, l);
+}
+
+int tio_trace_binary_precheck(const void *header, uint64_t len) {
+    int rc = header_fixed(header, len);
+    if (rc < 0) {
+        return rc;
+    }
+    if (len > SIZE_MAX) {
+        return tio_set_error(TIO_ENOMEM, "trace: %llu bytes do not fit in memory",
+                             (unsigned long long)len);
+    }
+    struct layout l = { 0 };
+    return header_counts(header, (size_t)len, &l);
 }
 
 int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out) {

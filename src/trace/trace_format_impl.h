@@ -29,6 +29,11 @@
 int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out);
 int tio_trace_read_json(const void *data, size_t len, struct tio_trace **out);
 
+/* tio_trace_binary_precheck: check a binary trace's header (its first TIO_TRACE_HEADER_BYTES
+ * bytes) against the length of the whole input, before the rest is read: magic, version,
+ * file_bytes == len, counts within the limits and consistent with len. 0 or TIO_E*. */
+int tio_trace_binary_precheck(const void *header, uint64_t len);
+
 /* Writers: serialize a finished trace into a tio_malloc'd buffer (*data, *len). 0 or TIO_E*. */
 int tio_trace_write_binary(const struct tio_trace *tr, void **data, size_t *len);
 int tio_trace_write_json(const struct tio_trace *tr, void **data, size_t *len);

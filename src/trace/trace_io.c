@@ -94,63 +94,46 @@ int tio_trace_load_mem(const void *data, size_t len, int32_t format, struct tio_
     }
 }
 
-/* Read a whole regular file into a tio_malloc'd buffer. */
+/*
+ * Read a trace file into a tio_malloc'd buffer. Only a regular file is opened (never a FIFO or
+ * a device: tio_input_open), and its first bytes are checked before the rest is read: a binary
+ * trace's header must describe exactly this file within the limits, and a JSON one must fit
+ * TIO_TRACE_JSON_MAX and start like text, so a huge sparse or garbage file is refused unread.
+ */
 static int read_file(const char *path, void **data, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return tio_set_error(-e, "trace: cannot open '%s'", path);
+    struct tio_input in;
+    int rc = tio_input_open("trace", path, TIO_TRACE_FILE_MAX, &in);
+    if (rc < 0) {
+        return rc;
     }
-    int rc = 0;
-    unsigned char *buf = NULL;
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        tio_set_error(rc, "trace: cannot stat '%s'", path);
-        goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = tio_set_error(-EISDIR, "trace: '%s' is a directory", path);
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = tio_set_error(TIO_EINVAL, "trace: '%s' is not a regular file", path);
-        goto out;
-    }
-    /* The largest valid binary trace (2^28 kernels, 2^28 tensors, 2^32 uses) is ~33 GB. */
-    if ((uint64_t)st.st_size > TIO_TRACE_FILE_MAX) {
-        rc = tio_set_error(TIO_ENOMEM, "trace: '%s' is %lld bytes, larger than 64 GiB", path,
-                           (long long)st.st_size);
-        goto out;
-    }
-    size_t size = (size_t)st.st_size;
-    buf = tio_malloc(size ? size : 1);
-    if (!buf) {
-        rc = tio_set_error(TIO_ENOMEM, "trace: cannot allocate %zu bytes for '%s'", size, path);
-        goto out;
-    }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, buf + got, size - got);
-        if (n < 0 && errno == EINTR) {
-            continue;
+    unsigned char head[TIO_TRACE_HEADER_BYTES];
+    size_t nh = (size_t)TIO_MIN(in.size, (uint64_t)sizeof head);
+    rc = tio_input_read(&in, 0, head, nh);
+    if (rc == 0 && is_binary(head, nh) && nh == sizeof head) {
+        rc = tio_trace_binary_precheck(head, in.size);
+    } else if (rc == 0 && !is_binary(head, nh)) {
+        if (in.size > TIO_TRACE_JSON_MAX) {
+            rc = tio_set_error(TIO_EFORMAT,
+                               "trace: '%s' is %llu bytes: not a binary trace (no " TIO_TRACE_MAGIC
+                               " magic), and above the JSON limit of %llu bytes",
+                               path, (unsigned long long)in.size,
+                               (unsigned long long)TIO_TRACE_JSON_MAX);
+        } else if (!tio_input_looks_textual(head, nh)) {
+            rc = tio_set_error(TIO_EFORMAT,
+                               "trace: '%s' is neither a binary trace (no " TIO_TRACE_MAGIC
+                               " magic) nor JSON text",
+                               path);
         }
-        if (n < 0) {
-            rc = -errno;
-            tio_set_error(rc, "trace: reading '%s'", path);
-            goto out;
-        }
-        if (n == 0) {
-            break; /* the file shrank; parse what we have (the reader will complain) */
-        }
-        got += (size_t)n;
     }
-    *data = buf;
-    *len = got;
-    buf = NULL;
-out:
-    tio_free(buf);
-    close(fd);
+    if (rc == 0) {
+        rc = tio_input_read_all(&in, data, len);
+    }
+    if (rc < 0 && !strstr(tio_last_error(), path)) {
+        char ctx[300];
+        (void)snprintf(ctx, sizeof ctx, "%s", tio_last_error());
+        rc = tio_set_error(rc, "%s (in %s)", ctx, path);
+    }
+    tio_input_close(&in);
     return rc;
 }
 

@@ -6,8 +6,9 @@
  *    "kernels": [{"name": "aten::mm", "duration_ns": 120000, "flags": ["backward"],
  *                 "uses": [[0, "r"], [1, "w"]]}]}
  *
- * The reader parses with jansson (duplicate keys rejected, input size capped), then checks the
- * type and range of every member, rejects unknown members (typos must not be silently
+ * The reader parses one piece at a time with jansson (see "struct jdoc": memory stays a small
+ * multiple of the input; duplicate keys rejected, input size capped), then checks the type and
+ * range of every member, rejects unknown members (typos must not be silently
  * ignored), and names the offending member by its JSON path in the error. The writer is a
  * plain buffer printer: one tensor or kernel per line, deterministic output.
  */
@@ -303,67 +304,64 @@ static int read_meta(struct tio_trace *tr, json_t *meta) {
     return 0;
 }
 
-static int read_tensors(struct tio_trace *tr, json_t *arr) {
+/* Tensor t from its JSON object o. */
+static int read_tensor(struct tio_trace *tr, json_t *o, size_t t) {
     static const char *const allowed[] = {
         "id", "bytes", "kind", "global", "pinned", "name", NULL
     };
-    size_t n = json_array_size(arr);
-    for (size_t t = 0; t < n; t++) {
-        json_t *o = json_array_get(arr, t);
-        if (!json_is_object(o)) {
-            return tio_set_error(TIO_EFORMAT, "trace: tensors[%zu]: must be an object", t);
-        }
-        int rc = check_members(o, allowed, "tensors", t);
-        uint64_t id = t, bytes = 0;
-        int global = 0, pinned = 0;
-        if (rc == 0) {
-            rc = get_uint(o, "id", 0, UINT64_MAX >> 1, "tensors", t, &id);
-        }
-        if (rc == 0 && id != t) {
-            rc = tio_set_error(TIO_EFORMAT,
-                               "trace: tensors[%zu].id: %llu, expected %zu (ids are "
-                               "array positions)",
-                               t, (unsigned long long)id, t);
-        }
-        if (rc == 0) {
-            rc = get_uint(o, "bytes", 1, TIO_TRACE_MAX_BYTES, "tensors", t, &bytes);
-        }
-        if (rc == 0 && bytes == 0) {
-            rc = tio_set_error(TIO_EFORMAT, "trace: tensors[%zu].bytes: must be at least 1", t);
-        }
-        json_t *kind = json_object_get(o, "kind");
-        int k = 0;
-        if (rc == 0 && !json_is_string(kind)) {
-            rc = tio_set_error(TIO_EFORMAT, "trace: tensors[%zu].kind: %s", t,
-                               kind ? "must be a string" : "missing");
-        }
-        if (rc == 0 && (k = tio_tensor_kind_parse(json_string_value(kind))) < 0) {
-            rc = tio_set_error(TIO_EFORMAT,
-                               "trace: tensors[%zu].kind: unknown kind '%s' (weight, grad, "
-                               "optim_state, activation, temp, input, other)",
-                               t, json_string_value(kind));
-        }
-        if (rc == 0) {
-            rc = get_bool(o, "global", "tensors", t, &global);
-        }
-        if (rc == 0) {
-            rc = get_bool(o, "pinned", "tensors", t, &pinned);
-        }
-        uint32_t name = TIO_NO_NAME;
-        if (rc == 0) {
-            rc = get_name(tr, o, "tensors", t, &name);
-        }
-        if (rc < 0) {
-            return rc;
-        }
-        tr->tensor_bytes[t] = bytes;
-        tr->tensor_kind[t] = k;
-        tr->tensor_flags[t] = (global ? (uint32_t)TIO_TENSOR_GLOBAL : 0u) |
-                              (pinned ? (uint32_t)TIO_TENSOR_PINNED : 0u);
-        tr->tensor_name[t] = name;
-        tr->tensor_last_kernel[t] = UINT32_MAX;
-        tr->n_tensors = t + 1;
+    if (!json_is_object(o)) {
+        return tio_set_error(TIO_EFORMAT, "trace: tensors[%zu]: must be an object", t);
     }
+    int rc = check_members(o, allowed, "tensors", t);
+    uint64_t id = t, bytes = 0;
+    int global = 0, pinned = 0;
+    if (rc == 0) {
+        rc = get_uint(o, "id", 0, UINT64_MAX >> 1, "tensors", t, &id);
+    }
+    if (rc == 0 && id != t) {
+        rc = tio_set_error(TIO_EFORMAT,
+                           "trace: tensors[%zu].id: %llu, expected %zu (ids are "
+                           "array positions)",
+                           t, (unsigned long long)id, t);
+    }
+    if (rc == 0) {
+        rc = get_uint(o, "bytes", 1, TIO_TRACE_MAX_BYTES, "tensors", t, &bytes);
+    }
+    if (rc == 0 && bytes == 0) {
+        rc = tio_set_error(TIO_EFORMAT, "trace: tensors[%zu].bytes: must be at least 1", t);
+    }
+    json_t *kind = json_object_get(o, "kind");
+    int k = 0;
+    if (rc == 0 && !json_is_string(kind)) {
+        rc = tio_set_error(TIO_EFORMAT, "trace: tensors[%zu].kind: %s", t,
+                           kind ? "must be a string" : "missing");
+    }
+    if (rc == 0 && (k = tio_tensor_kind_parse(json_string_value(kind))) < 0) {
+        rc = tio_set_error(TIO_EFORMAT,
+                           "trace: tensors[%zu].kind: unknown kind '%s' (weight, grad, "
+                           "optim_state, activation, temp, input, other)",
+                           t, json_string_value(kind));
+    }
+    if (rc == 0) {
+        rc = get_bool(o, "global", "tensors", t, &global);
+    }
+    if (rc == 0) {
+        rc = get_bool(o, "pinned", "tensors", t, &pinned);
+    }
+    uint32_t name = TIO_NO_NAME;
+    if (rc == 0) {
+        rc = get_name(tr, o, "tensors", t, &name);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    tr->tensor_bytes[t] = bytes;
+    tr->tensor_kind[t] = k;
+    tr->tensor_flags[t] =
+        (global ? (uint32_t)TIO_TENSOR_GLOBAL : 0u) | (pinned ? (uint32_t)TIO_TENSOR_PINNED : 0u);
+    tr->tensor_name[t] = name;
+    tr->tensor_last_kernel[t] = UINT32_MAX;
+    tr->n_tensors = t + 1;
     return 0;
 }
 
@@ -443,115 +441,346 @@ static int read_uses(struct tio_trace *tr, json_t *uses, size_t k, uint32_t *sta
     return 0;
 }
 
-static int read_kernels(struct tio_trace *tr, json_t *arr) {
+/* Kernel k from its JSON object o; stamp[t] == k + 1 marks tensors k already uses. */
+static int read_kernel(struct tio_trace *tr, json_t *o, size_t k, uint32_t *stamp) {
     static const char *const allowed[] = { "name", "duration_ns", "flags", "uses", NULL };
-    size_t n = json_array_size(arr);
-    uint32_t *stamp = tio_calloc(tr->n_tensors ? tr->n_tensors : 1, sizeof *stamp);
-    if (!stamp) {
-        return tio_set_error(TIO_ENOMEM, "trace: out of memory");
+    if (!json_is_object(o)) {
+        return tio_set_error(TIO_EFORMAT, "trace: kernels[%zu]: must be an object", k);
     }
-    int rc = 0;
-    tr->kernel_use_offset[0] = 0;
-    for (size_t k = 0; k < n && rc == 0; k++) {
-        json_t *o = json_array_get(arr, k);
-        if (!json_is_object(o)) {
-            rc = tio_set_error(TIO_EFORMAT, "trace: kernels[%zu]: must be an object", k);
-            break;
-        }
-        uint64_t dur = 0;
-        uint32_t flags = 0, name = TIO_NO_NAME;
-        json_t *uses = json_object_get(o, "uses");
-        rc = check_members(o, allowed, "kernels", k);
-        if (rc == 0) {
-            rc = get_uint(o, "duration_ns", 1, TIO_TRACE_MAX_DURATION, "kernels", k, &dur);
-        }
-        if (rc == 0) {
-            rc = read_kernel_flags(o, k, &flags);
-        }
-        if (rc == 0) {
-            rc = get_name(tr, o, "kernels", k, &name);
-        }
-        if (rc == 0 && !json_is_array(uses)) {
-            rc = tio_set_error(TIO_EFORMAT, "trace: kernels[%zu].uses: %s", k,
-                               uses ? "must be an array of [tensor, mode] pairs" : "missing");
-        }
-        if (rc == 0) {
-            rc = read_uses(tr, uses, k, stamp);
-        }
-        if (rc == 0) {
-            tr->kernel_duration_ns[k] = dur;
-            tr->kernel_flags[k] = flags;
-            tr->kernel_name[k] = name;
-            tr->kernel_use_offset[k + 1] = tr->n_uses;
-            tr->n_kernels = k + 1;
-        }
+    uint64_t dur = 0;
+    uint32_t flags = 0, name = TIO_NO_NAME;
+    json_t *uses = json_object_get(o, "uses");
+    int rc = check_members(o, allowed, "kernels", k);
+    if (rc == 0) {
+        rc = get_uint(o, "duration_ns", 1, TIO_TRACE_MAX_DURATION, "kernels", k, &dur);
     }
-    tio_free(stamp);
+    if (rc == 0) {
+        rc = read_kernel_flags(o, k, &flags);
+    }
+    if (rc == 0) {
+        rc = get_name(tr, o, "kernels", k, &name);
+    }
+    if (rc == 0 && !json_is_array(uses)) {
+        rc = tio_set_error(TIO_EFORMAT, "trace: kernels[%zu].uses: %s", k,
+                           uses ? "must be an array of [tensor, mode] pairs" : "missing");
+    }
+    if (rc == 0 && tr->n_uses + json_array_size(uses) > TIO_TRACE_MAX_USES) {
+        rc = tio_set_error(TIO_EFORMAT, "trace: kernels[%zu].uses: more than %llu uses in all", k,
+                           (unsigned long long)TIO_TRACE_MAX_USES);
+    }
+    if (rc == 0) { /* the uses are not counted ahead: the columns grow (amortised doubling) */
+        rc = tio_trace_reserve(tr, 0, 0, tr->n_uses + json_array_size(uses));
+    }
+    if (rc == 0) {
+        rc = read_uses(tr, uses, k, stamp);
+    }
+    if (rc == 0) {
+        tr->kernel_duration_ns[k] = dur;
+        tr->kernel_flags[k] = flags;
+        tr->kernel_name[k] = name;
+        tr->kernel_use_offset[k + 1] = tr->n_uses;
+        tr->n_kernels = k + 1;
+    }
     return rc;
 }
 
-/* Top-level checks and sizing: reserve the columns at their exact sizes before filling them. */
-static int read_root(json_t *root, struct tio_trace **out) {
-    static const char *const allowed[] = {
-        "format", "version", "meta", "tensors", "kernels", NULL
-    };
-    if (!json_is_object(root)) {
+/*
+ * The document is read one piece at a time so that memory stays a small multiple of the input
+ * (a whole-document tree took 12-24x the file): a scanner walks the top-level object and the
+ * "tensors" and "kernels" arrays, checking their punctuation, and hands each member value and
+ * each array element to jansson on its own. Every byte still goes through jansson's parser
+ * except the structural characters the scanner consumes.
+ */
+struct jdoc {
+    const char *p;
+    size_t n;
+};
+
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static size_t skip_ws(const struct jdoc *d, size_t i) {
+    while (i < d->n && is_ws(d->p[i])) {
+        i++;
+    }
+    return i;
+}
+
+/* A syntax error at byte `at`, reported by line and column like jansson's. */
+static int syntax_error(const struct jdoc *d, size_t at, const char *what) {
+    int line = 1, col = 0;
+    for (size_t i = 0; i < at && i < d->n; i++) {
+        if (d->p[i] == '\n') {
+            line++;
+            col = 0;
+        } else {
+            col++;
+        }
+    }
+    return tio_set_error(TIO_EFORMAT, "trace: JSON: line %d, column %d: %s", line, col, what);
+}
+
+/* One past the end of the value starting at i (not whitespace), or 0 if it does not end:
+ * strings to their closing quote, objects and arrays to their matching bracket (jansson
+ * checks what lies between), scalars to the next delimiter. */
+static size_t value_end(const struct jdoc *d, size_t i) {
+    const char *p = d->p;
+    if (i >= d->n) {
+        return 0;
+    }
+    if (p[i] == '{' || p[i] == '[' || p[i] == '"') {
+        size_t depth = 0;
+        for (; i < d->n; i++) {
+            char c = p[i];
+            if (c == '"') {
+                for (i++; i < d->n && p[i] != '"'; i++) {
+                    i += p[i] == '\\';
+                }
+                if (i >= d->n) {
+                    return 0;
+                }
+                if (depth == 0) {
+                    return i + 1;
+                }
+            } else if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                if (--depth == 0) {
+                    return i + 1;
+                }
+            }
+        }
+        return 0;
+    }
+    size_t s = i;
+    while (i < d->n && !is_ws(p[i]) && p[i] != ',' && p[i] != ']' && p[i] != '}') {
+        i++;
+    }
+    return i > s ? i : 0;
+}
+
+/* jansson on the piece [a, b); errors are placed in the whole document. */
+static int parse_piece(const struct jdoc *d, size_t a, size_t b, json_t **out) {
+    json_error_t err;
+    *out = json_loadb(d->p + a, b - a, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
+    if (!*out) {
+        return syntax_error(d, a + (size_t)(err.position > 0 ? err.position - 1 : 0), err.text);
+    }
+    return 0;
+}
+
+/* Walk the array value at [a, b): count its elements, or (fn set) parse and hand each to fn. */
+typedef int (*elem_fn)(struct tio_trace *tr, json_t *o, size_t i, void *ctx);
+static int each_element(
+    const struct jdoc *d, size_t a, elem_fn fn, struct tio_trace *tr, void *ctx, size_t *count) {
+    size_t i = skip_ws(d, a + 1), k = 0;
+    int rc = 0;
+    if (i < d->n && d->p[i] == ']') {
+        *count = 0;
+        return 0;
+    }
+    for (;;) {
+        size_t e = value_end(d, i);
+        if (e == 0) {
+            return syntax_error(d, i, "a value expected");
+        }
+        if (fn) {
+            json_t *o = NULL;
+            if ((rc = parse_piece(d, i, e, &o)) < 0) {
+                return rc;
+            }
+            rc = fn(tr, o, k, ctx);
+            json_decref(o);
+            if (rc < 0) {
+                return rc;
+            }
+        }
+        k++;
+        i = skip_ws(d, e);
+        if (i < d->n && d->p[i] == ',') {
+            i = skip_ws(d, i + 1);
+            continue;
+        }
+        if (i < d->n && d->p[i] == ']') {
+            break;
+        }
+        return syntax_error(d, i, "',' or ']' expected");
+    }
+    *count = k;
+    return 0;
+}
+
+static int tensor_fn(struct tio_trace *tr, json_t *o, size_t t, void *ctx) {
+    (void)ctx;
+    return read_tensor(tr, o, t);
+}
+
+static int kernel_fn(struct tio_trace *tr, json_t *o, size_t k, void *ctx) {
+    return read_kernel(tr, o, k, ctx);
+}
+
+enum { M_FORMAT, M_VERSION, M_META, M_TENSORS, M_KERNELS, M_COUNT };
+static const char *const member_names[M_COUNT] = { "format", "version", "meta", "tensors",
+                                                   "kernels" };
+
+/* Scan the top-level object: where each member's value starts and ends (0, 0 if absent). */
+static int scan_root(const struct jdoc *d, size_t at[M_COUNT][2]) {
+    memset(at, 0, sizeof(size_t) * 2 * M_COUNT);
+    size_t i = skip_ws(d, 0);
+    if (i >= d->n) {
+        return syntax_error(d, i, "'{' expected near end of file");
+    }
+    if (d->p[i] != '{') {
         return tio_set_error(TIO_EFORMAT, "trace: JSON: the document must be an object");
     }
-    int rc = check_members(root, allowed, "top level", SIZE_MAX);
+    i = skip_ws(d, i + 1);
+    if (i < d->n && d->p[i] == '}') {
+        i++;
+    } else {
+        for (;;) {
+            if (i >= d->n || d->p[i] != '"') {
+                return syntax_error(d, i, "string or '}' expected");
+            }
+            size_t ke = value_end(d, i);
+            json_t *key = NULL;
+            if (ke == 0) {
+                return syntax_error(d, i, "unterminated string");
+            }
+            int rc = parse_piece(d, i, ke, &key);
+            if (rc < 0) {
+                return rc;
+            }
+            int m = 0;
+            while (m < M_COUNT && strcmp(json_string_value(key), member_names[m]) != 0) {
+                m++;
+            }
+            if (m == M_COUNT) {
+                char shown[68];
+                size_t j = 0;
+                for (const char *c = json_string_value(key); *c && j < 64; c++) {
+                    char ch = *c;
+                    if ((unsigned char)ch < 0x20) {
+                        ch = '?'; /* the key is printed to a terminal */
+                    }
+                    shown[j++] = ch;
+                }
+                shown[j] = '\0';
+                json_decref(key);
+                return tio_set_error(TIO_EFORMAT, "trace: top level: unknown member '%s'", shown);
+            }
+            json_decref(key);
+            if (at[m][1] != 0) {
+                return syntax_error(d, i, "duplicate object key");
+            }
+            i = skip_ws(d, ke);
+            if (i >= d->n || d->p[i] != ':') {
+                return syntax_error(d, i, "':' expected");
+            }
+            i = skip_ws(d, i + 1);
+            size_t ve = value_end(d, i);
+            if (ve == 0) {
+                return syntax_error(d, i, "a value expected");
+            }
+            at[m][0] = i;
+            at[m][1] = ve;
+            i = skip_ws(d, ve);
+            if (i < d->n && d->p[i] == ',') {
+                i = skip_ws(d, i + 1);
+                continue;
+            }
+            if (i < d->n && d->p[i] == '}') {
+                i++;
+                break;
+            }
+            return syntax_error(d, i, "',' or '}' expected");
+        }
+    }
+    i = skip_ws(d, i);
+    if (i != d->n) {
+        return syntax_error(d, i, "end of file expected");
+    }
+    return 0;
+}
+
+/* Top-level checks and sizing, then the members in dependency order (tensors first). */
+static int read_root(const struct jdoc *d, struct tio_trace **out) {
+    size_t at[M_COUNT][2];
+    int rc = scan_root(d, at);
     if (rc < 0) {
         return rc;
     }
-    json_t *fmt = json_object_get(root, "format");
+    json_t *fmt = NULL, *ver = NULL, *meta = NULL;
+    if (at[M_FORMAT][1] && (rc = parse_piece(d, at[M_FORMAT][0], at[M_FORMAT][1], &fmt)) < 0) {
+        return rc;
+    }
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), TIO_TRACE_JSON_FORMAT) != 0) {
-        return tio_set_error(TIO_EFORMAT,
-                             "trace: format: %s, expected \"" TIO_TRACE_JSON_FORMAT "\"",
-                             fmt ? "wrong value" : "missing");
+        rc = tio_set_error(TIO_EFORMAT, "trace: format: %s, expected \"" TIO_TRACE_JSON_FORMAT "\"",
+                           fmt ? "wrong value" : "missing");
     }
-    json_t *ver = json_object_get(root, "version");
+    json_decref(fmt);
+    if (rc < 0) {
+        return rc;
+    }
+    if (at[M_VERSION][1] && (rc = parse_piece(d, at[M_VERSION][0], at[M_VERSION][1], &ver)) < 0) {
+        return rc;
+    }
     if (!json_is_integer(ver)) {
-        return tio_set_error(TIO_EFORMAT, "trace: version: %s",
-                             ver ? "must be an integer" : "missing");
+        rc = tio_set_error(TIO_EFORMAT, "trace: version: %s",
+                           ver ? "must be an integer" : "missing");
+    } else if (json_integer_value(ver) != TIO_TRACE_JSON_VERSION) {
+        rc = tio_set_error(TIO_EVERSION, "trace: version %lld not supported (this build reads %d)",
+                           (long long)json_integer_value(ver), TIO_TRACE_JSON_VERSION);
     }
-    if (json_integer_value(ver) != TIO_TRACE_JSON_VERSION) {
-        return tio_set_error(TIO_EVERSION,
-                             "trace: version %lld not supported (this build reads %d)",
-                             (long long)json_integer_value(ver), TIO_TRACE_JSON_VERSION);
+    json_decref(ver);
+    if (rc < 0) {
+        return rc;
     }
-    json_t *tensors = json_object_get(root, "tensors"), *kernels = json_object_get(root, "kernels");
-    if (!json_is_array(tensors)) {
-        return tio_set_error(TIO_EFORMAT, "trace: tensors: %s",
-                             tensors ? "must be an array" : "missing");
+    static const char *const arrays[2] = { "tensors", "kernels" };
+    size_t count[2] = { 0, 0 };
+    for (int a = 0; a < 2; a++) {
+        size_t *v = at[a == 0 ? M_TENSORS : M_KERNELS];
+        if (!v[1] || d->p[v[0]] != '[') {
+            return tio_set_error(TIO_EFORMAT, "trace: %s: %s", arrays[a],
+                                 v[1] ? "must be an array" : "missing");
+        }
+        if ((rc = each_element(d, v[0], NULL, NULL, NULL, &count[a])) < 0) {
+            return rc;
+        }
     }
-    if (!json_is_array(kernels)) {
-        return tio_set_error(TIO_EFORMAT, "trace: kernels: %s",
-                             kernels ? "must be an array" : "missing");
-    }
-    size_t nt = json_array_size(tensors), nk = json_array_size(kernels), nu = 0;
+    size_t nt = count[0], nk = count[1];
     if (nt > TIO_TRACE_MAX_TENSORS || nk > TIO_TRACE_MAX_KERNELS) {
         return tio_set_error(TIO_EFORMAT, "trace: %zu tensors / %zu kernels exceed the limits", nt,
                              nk);
     }
-    for (size_t k = 0; k < nk; k++) {
-        nu += json_array_size(json_object_get(json_array_get(kernels, k), "uses"));
-    }
-    if (nu > TIO_TRACE_MAX_USES) {
-        return tio_set_error(TIO_EFORMAT, "trace: %zu uses exceed the limit", nu);
-    }
-    /* Every counted element is a parsed JSON value, so these sizes are bounded by the input. */
-    struct tio_trace_params params = { .kernels_hint = nk, .tensors_hint = nt, .uses_hint = nu };
+    /* Every counted element is a value of the input, so these sizes are bounded by it. */
+    struct tio_trace_params params = { .kernels_hint = nk, .tensors_hint = nt, .uses_hint = 0 };
     struct tio_trace *tr = NULL;
     rc = tio_trace_new(&params, &tr);
     if (rc < 0) {
         return rc;
     }
-    rc = read_meta(tr, json_object_get(root, "meta"));
-    if (rc == 0) {
-        rc = read_tensors(tr, tensors);
+    uint32_t *stamp = NULL;
+    if (at[M_META][1]) {
+        rc = parse_piece(d, at[M_META][0], at[M_META][1], &meta);
     }
     if (rc == 0) {
-        rc = read_kernels(tr, kernels);
+        rc = read_meta(tr, meta);
     }
+    json_decref(meta);
+    size_t n = 0;
+    if (rc == 0) {
+        rc = each_element(d, at[M_TENSORS][0], tensor_fn, tr, NULL, &n);
+    }
+    if (rc == 0) {
+        stamp = tio_calloc(tr->n_tensors ? tr->n_tensors : 1, sizeof *stamp);
+        rc = stamp ? 0 : tio_set_error(TIO_ENOMEM, "trace: out of memory");
+    }
+    if (rc == 0) {
+        tr->kernel_use_offset[0] = 0;
+        rc = each_element(d, at[M_KERNELS][0], kernel_fn, tr, stamp, &n);
+    }
+    tio_free(stamp);
     if (rc == 0) {
         rc = tio_trace_finish(tr);
     }
@@ -569,13 +798,6 @@ int tio_trace_read_json(const void *data, size_t len, struct tio_trace **out) {
                              "trace: JSON input of %zu bytes exceeds the limit of %llu", len,
                              (unsigned long long)TIO_TRACE_JSON_MAX);
     }
-    json_error_t err;
-    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &err);
-    if (!root) {
-        return tio_set_error(TIO_EFORMAT, "trace: JSON: line %d, column %d: %s", err.line,
-                             err.column, err.text);
-    }
-    int rc = read_root(root, out);
-    json_decref(root);
-    return rc;
+    struct jdoc d = { data, len };
+    return read_root(&d, out);
 }

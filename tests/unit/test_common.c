@@ -40,6 +40,17 @@ TIO_TEST(parse_bytes) {
     CHECK_RC(tio_parse_bytes("-1GB", &v), TIO_EINVAL);
     CHECK_RC(tio_parse_bytes("", &v), TIO_EINVAL);
     CHECK_RC(tio_parse_bytes("99999999999PiB", &v), TIO_EINVAL);
+    /* exbibytes: tio_format_bytes prints "EiB", so it must parse */
+    CHECK_OK(tio_parse_bytes("3EiB", &v));
+    CHECK_EQ_U(v, UINT64_C(3) << 60);
+    CHECK_OK(tio_parse_bytes("2 EB", &v));
+    CHECK_EQ_U(v, UINT64_C(2000000000000000000));
+    char buf[32];
+    CHECK_STR(tio_format_bytes(UINT64_C(3) << 60, buf, sizeof buf), "3.00 EiB");
+    CHECK_OK(tio_parse_bytes(buf, &v));
+    CHECK_EQ_U(v, UINT64_C(3) << 60);
+    CHECK_RC(tio_parse_bytes("16EiB", &v), TIO_EINVAL); /* 2^64 */
+    CHECK_ERR_HAS("too large");
 }
 
 TIO_TEST(parse_rate_and_duration) {

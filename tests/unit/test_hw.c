@@ -162,6 +162,34 @@ TIO_TEST(json_errors_name_the_field) {
     CHECK_ERR_HAS("gpu_reserve_bytes");
 }
 
+/* Names reach terminals and reports: control characters are refused (an escape sequence in a
+ * hardware file must not be echoed raw), a name taken from a file name is made printable, and
+ * capacities above 2^60 bytes are refused as absurd. */
+TIO_TEST(names_printable_and_capacities_sane) {
+    struct tio_hw hw;
+    CHECK_RC(tio_hw_load(write_file("n1.json", "{\"base\": \"cpu-ci\", \"name\": "
+                                               "\"x\\u001b]0;owned\\u0007\"}"),
+                         &hw),
+             TIO_EINVAL);
+    CHECK_ERR_HAS("name: control character 0x1b");
+    CHECK_RC(tio_hw_load(write_file("n2.json", "{\"base\": \"cpu-ci\", \"gpu\": \"h\\tx\"}"), &hw),
+             TIO_EINVAL);
+    CHECK_ERR_HAS("gpu: control character 0x09");
+    const char *odd = write_file("a\033[2Jb.json", "{\"base\": \"cpu-ci\"}");
+    CHECK_OK(tio_hw_load(odd, &hw));
+    CHECK_STR(hw.name, "a?[2Jb.json");
+    CHECK_RC(tio_hw_load(write_file("n3.json", "{\"base\": \"cpu-ci\", \"gpu_memory_bytes\": "
+                                               "\"2EiB\", \"host_memory_bytes\": \"4EiB\"}"),
+                         &hw),
+             TIO_EINVAL);
+    CHECK_ERR_HAS("gpu_memory_bytes");
+    CHECK_ERR_HAS("2^60");
+    hw = tio_hw_default();
+    hw.host_memory_bytes = UINT64_C(1) << 61;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("host_memory_bytes");
+}
+
 int main(void) {
     (void)snprintf(tmpdir, sizeof tmpdir, "/tmp/tio_test_hw_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -172,6 +200,7 @@ int main(void) {
     RUN(validate_names_bad_fields);
     RUN(json_units_and_base);
     RUN(json_errors_name_the_field);
+    RUN(names_printable_and_capacities_sane);
     char cmd[300];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) {

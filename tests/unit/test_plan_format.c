@@ -1,5 +1,6 @@
 /* Plan objects and files: validation of moves, sorting, binary/JSON round trips, corruption,
  * and the plan <-> trace hash check. */
+#include <math.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -263,6 +264,124 @@ TIO_TEST(trace_hash_mismatch_rejected) {
     tio_trace_free(tr2);
 }
 
+/* Save p with summary s as a binary plan and load it back: the loader's status. */
+static int reload_with_summary(struct tio_plan *p, const struct tio_plan_summary *s) {
+    char bin[512];
+    (void)snprintf(bin, sizeof bin, "%s/s.plan", tmpdir);
+    tio_plan_set_summary(p, s);
+    int rc = tio_plan_save(p, bin, TIO_PLAN_FORMAT_BINARY);
+    if (rc < 0) {
+        return rc;
+    }
+    struct tio_plan *q = NULL;
+    rc = tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &q);
+    tio_plan_free(q);
+    return rc;
+}
+
+/* A plan file's summary must be sane: a finite planning time, a capacity some machine could
+ * have, no shortfall in a feasible plan, a shortfall kernel inside the plan. */
+TIO_TEST(absurd_summaries_rejected) {
+    struct tio_plan *p = sample();
+    CHECK(p != NULL);
+    if (!p) {
+        return;
+    }
+    struct tio_plan_summary good;
+    tio_plan_get_summary(p, &good);
+    CHECK_OK(reload_with_summary(p, &good));
+    struct tio_plan_summary s = good;
+    s.planning_seconds = NAN;
+    CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
+    CHECK_ERR_HAS("planning_seconds");
+    s.planning_seconds = -INFINITY;
+    CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
+    CHECK_ERR_HAS("planning_seconds");
+    s = good;
+    s.capacity_bytes = UINT64_C(1) << 62;
+    CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
+    CHECK_ERR_HAS("capacity_bytes");
+    s = good;
+    s.shortfall_bytes = 5;
+    CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
+    CHECK_ERR_HAS("shortfall_bytes");
+    s = good;
+    s.feasible = 0;
+    s.shortfall_bytes = 5;
+    s.shortfall_kernel = 10; /* n_kernels is 10 */
+    CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
+    CHECK_ERR_HAS("shortfall_kernel");
+    s.shortfall_kernel = 9;
+    CHECK_OK(reload_with_summary(p, &s));
+    tio_plan_free(p);
+}
+
+/* Unknown members anywhere in a JSON plan are errors naming the member (typos must not be
+ * silently ignored). */
+TIO_TEST(json_unknown_members_rejected) {
+#define DOC                                                                     \
+    "{\"format\":\"teraio-plan\",\"version\":1,\"policy\":\"x\",%s"             \
+    "\"trace_hash\":\"00000000000000ff\",\"n_kernels\":10,"                     \
+    "\"summary\":{%s\"n_moves\":1,\"n_offloads\":1,\"feasible\":true,"          \
+    "\"planning_seconds\":0,\"capacity_bytes\":0,\"planned_peak_bytes\":0,"     \
+    "\"shortfall_bytes\":0,\"shortfall_kernel\":0,\"host_peak_bytes\":0,"       \
+    "\"ssd_peak_bytes\":0,\"bytes_to_ssd\":0,\"bytes_to_host\":0},"             \
+    "\"moves\":[{%s\"tensor\":0,\"from\":\"gpu\",\"to\":\"ssd\",\"trigger\":1," \
+    "\"deadline\":4,\"bytes\":8,\"flags\":[]}]}"
+    char text[2048];
+    struct tio_plan *p = NULL;
+    (void)snprintf(text, sizeof text, DOC, "", "", "");
+    CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p));
+    tio_plan_free(p);
+    p = NULL;
+    (void)snprintf(text, sizeof text, DOC, "\"capacity\":5,", "", "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("unknown member \"capacity\"");
+    (void)snprintf(text, sizeof text, DOC, "", "\"feasable\":true,", "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("summary: unknown member \"feasable\"");
+    (void)snprintf(text, sizeof text, DOC, "", "", "\"urgent\":true,");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("move 0: unknown member \"urgent\"");
+#undef DOC
+}
+
+/* A move's size must be its tensor's size in the trace (the hash covers the trace, not an
+ * edited plan file). */
+TIO_TEST(move_bytes_must_match_trace) {
+    struct tio_trace *tr = NULL;
+    uint32_t t, k;
+    CHECK_OK(tio_trace_new(NULL, &tr));
+    CHECK_OK(tio_trace_add_tensor(tr, 1 << 20, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "w", &t));
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(tio_trace_add_kernel(tr, "k", 1000, 0, &k));
+        if (i == 0 || i == 3) {
+            CHECK_OK(tio_trace_add_use(tr, t, TIO_USE_READ));
+        }
+    }
+    CHECK_OK(tio_trace_finish(tr));
+    uint64_t h;
+    CHECK_OK(tio_trace_hash(tr, &h));
+    for (int wrong = 0; wrong < 2; wrong++) {
+        struct tio_plan *p = NULL;
+        CHECK_OK(tio_plan_new(h, 4, "teraio", &p));
+        uint64_t b = wrong ? 4096 : 1 << 20;
+        struct tio_move ms[] = { mv(0, TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, b),
+                                 mv(0, TIO_TIER_HOST, TIO_TIER_GPU, 2, 3, b) };
+        CHECK_OK(tio_plan_add_move(p, &ms[0]));
+        CHECK_OK(tio_plan_add_move(p, &ms[1]));
+        CHECK_OK(tio_plan_finish(p));
+        if (wrong) {
+            CHECK_RC(tio_plan_check_trace(p, tr), TIO_EPLAN);
+            CHECK_ERR_HAS("4096 bytes, but tensor 0 has 1048576");
+        } else {
+            CHECK_OK(tio_plan_check_trace(p, tr));
+        }
+        tio_plan_free(p);
+    }
+    tio_trace_free(tr);
+}
+
 int main(void) {
     (void)snprintf(tmpdir, sizeof tmpdir, "/tmp/tio_test_planfmt_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -273,6 +392,9 @@ int main(void) {
     RUN(round_trips);
     RUN(json_errors_name_the_field);
     RUN(trace_hash_mismatch_rejected);
+    RUN(absurd_summaries_rejected);
+    RUN(json_unknown_members_rejected);
+    RUN(move_bytes_must_match_trace);
     char cmd[300];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) {

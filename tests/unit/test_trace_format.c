@@ -1,5 +1,6 @@
 /* Trace file formats: binary and JSON round trips, and rejection of malformed input. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -809,6 +810,72 @@ TIO_TEST(json_size_overflow) {
     free(text);
 }
 
+/* Peak resident memory of this process so far (VmHWM), bytes; 0 if unknown. */
+static uint64_t peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmHWM: %" SCNu64 " kB", &kb) == 1) {
+            break;
+        }
+    }
+    if (f) {
+        fclose(f);
+    }
+    return kb * 1024;
+}
+
+struct json_mem {
+    const void *text;
+    size_t len;
+};
+
+/* Child: load the JSON text and report whether the peak grew by less than 4x its size. */
+static int json_load_measured(void *arg) {
+    const struct json_mem *m = arg;
+    uint64_t before = peak_rss(); /* a forked child starts at the parent's resident size */
+    struct tio_trace *tr = NULL;
+    int rc = tio_trace_load_mem(m->text, m->len, TIO_TRACE_FORMAT_JSON, &tr);
+    uint64_t grew = peak_rss() - before;
+    tio_trace_free(tr);
+    printf("  JSON of %zu bytes: peak grew by %" PRIu64 " bytes (%.1fx)\n", m->len, grew,
+           (double)grew / (double)m->len);
+#if defined(__SANITIZE_ADDRESS__)
+    return rc == 0 ? 0 : 1; /* redzones and the free quarantine inflate the peak */
+#else
+    return rc == 0 && before > 0 && grew < 4 * (uint64_t)m->len ? 0 : 1;
+#endif
+}
+
+/*
+ * Loading a JSON trace takes a small multiple of its size (it took 12-24x when the whole
+ * document was parsed into one tree): here ~10 MB of JSON must grow the peak by under 4x.
+ */
+TIO_TEST(json_memory_bounded) {
+    struct tio_trace *tr = NULL;
+    CHECK_OK(tio_trace_new(NULL, &tr));
+    enum { NT = 20000, NK = 80000 };
+    for (uint32_t t = 0; t < NT; t++) {
+        CHECK_OK(tio_trace_add_tensor(tr, 4096 + t, TIO_TENSOR_ACTIVATION, 0, NULL, NULL));
+    }
+    for (uint32_t k = 0; k < NK; k++) {
+        CHECK_OK(tio_trace_add_kernel(tr, "aten::mm", 1000 + k, 0, NULL));
+        for (uint32_t u = 0; u < 4; u++) {
+            CHECK_OK(tio_trace_add_use(tr, (k / 3 + u * 5003) % NT, TIO_USE_READ));
+        }
+    }
+    CHECK_OK(tio_trace_finish(tr));
+    void *text = NULL;
+    size_t len = 0;
+    CHECK_OK(tio_trace_save_mem(tr, TIO_TRACE_FORMAT_JSON, &text, &len));
+    tio_trace_free(tr);
+    struct json_mem m = { text, len };
+    CHECK(len > 8000000);
+    CHECK_EQ_I(tio_test_bounded(json_load_measured, &m, 4096, 60), 0);
+    tio_free(text);
+}
+
 TIO_TEST(json_fixture_loads) {
     const char *dir = getenv("TIO_TEST_DATA");
     if (!dir) {
@@ -858,5 +925,6 @@ int main(void) {
     RUN(json_rejects_bad_kernels);
     RUN(json_size_overflow);
     RUN(json_fixture_loads);
+    RUN(json_memory_bounded);
     return tio_test_done();
 }

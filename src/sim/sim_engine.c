@@ -679,7 +679,10 @@ static int lru_evict(struct eng *e, uint64_t need) {
         struct tstate *s = &e->ts[t];
         if (s->state == ST_GPU && s->stamp != stamp && !(e->v->tflags[t] & SV_PINNED)) {
             uint64_t b = e->v->bytes[t];
-            int to = (e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
+            /* LRU uses the host cap; a plan's evictions go to the SSDs where there are some:
+             * the host budget is the plan's, which counts on it for its own moves */
+            int host_ok = e->v->lru || e->hw->ssd_count == 0;
+            int to = (host_ok && e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
             if (e->measuring) {
                 e->sim->r.n_demand_evictions++;
                 e->sim->r.demand_evicted_bytes += b;

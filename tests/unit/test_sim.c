@@ -609,15 +609,18 @@ TIO_TEST(zero_layer_streaming) {
 
 /*
  * A plan that leaves memory short (here: no moves at all, same trace as
- * feasible_plan_stays_under_capacity). With demand eviction (default) the runtime evicts the
+ * feasible_plan_stays_under_capacity). With demand eviction (--demand-evict) the runtime evicts the
  * idle w when k1 cannot allocate y (4 ms to the SSD), then fetches w on demand for k2 (4 ms):
- * the same 20 ms as the explicit plan. Without it, OOM at kernel 1.
+ * the same 20 ms as the explicit plan. Plan-only (the default): OOM at kernel 1.
  */
 TIO_TEST(demand_eviction_for_short_plans) {
     struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 } };
     struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 10, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
     struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
     struct tio_hw hw = test_hw(5000000);
+    /* host room to spare: a plan's evictions still go to the SSD (the host budget is the
+     * plan's) */
+    hw.host_offload_cap_bytes = 100000000;
     struct tio_sim_params p = test_params();
     CHECK_EQ_I(p.demand_evict, 0); /* plan-only by default */
     p.demand_evict = 1;
@@ -630,6 +633,8 @@ TIO_TEST(demand_eviction_for_short_plans) {
         CHECK_NEAR(r.iteration_s, 20 * MS, 1e-9);
         CHECK_EQ_U(r.n_demand_evictions, 1);
         CHECK_EQ_U(r.demand_evicted_bytes, 4000000);
+        CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 4000000);
+        CHECK_EQ_U(r.host_peak_bytes, 0);
         CHECK_EQ_U(r.n_demand_fetches, 1);
         CHECK(r.gpu_peak_bytes <= 5000000);
     }

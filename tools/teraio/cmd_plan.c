@@ -248,8 +248,9 @@ int cli_cmd_plan(int argc, char **argv) {
     if (!s.feasible && strcmp(tio_plan_policy(plan), "ideal") != 0) {
         char a[32];
         cli_error(CMD,
-                  "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); the "
-                  "remaining overflow becomes stalls",
+                  "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); "
+                  "simulated plan-only, that kernel runs out of memory (--demand-evict: it "
+                  "stalls for evictions instead)",
                   strict ? "error" : "warning", (unsigned long long)s.shortfall_bytes,
                   tio_format_bytes(s.shortfall_bytes, a, sizeof a),
                   (unsigned long long)s.shortfall_kernel, kname ? kname : "unnamed");

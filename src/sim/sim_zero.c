@@ -332,8 +332,8 @@ int sim_zero_build(struct sim_view *v,
          * overlaps them): mix x (read / R + write / W). */
         double wr_b = 12.0 + (scale < 1.0 ? 4.0 * scale : 0.0);
         double mix = tio_hw_ssd_mix_factor(hw);
-        double io = ssd_r > 0 && ssd_w > 0 ? mix * (12.0 * params / ssd_r + wr_b * params / ssd_w)
-                                           : 0.0;
+        double io =
+            ssd_r > 0 && ssd_w > 0 ? mix * (12.0 * params / ssd_r + wr_b * params / ssd_w) : 0.0;
         t_opt = TIO_MAX(t_adam, io);
         /* host: fp32 gradient partition + 18 parameter buffers of 540M values + 4 optimizer
          * swap buffers (Table 4) */

@@ -782,9 +782,11 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
         mod_mark(p, q->start, q->end, ++p->n_commits);
         return 0;
     }
-    int tier, clean;
-    uint64_t a;
-    (void)overcommit_window(p, q, &tier, &clean, &a);
+    int tier = TIO_TIER_SSD, clean = 0;
+    uint64_t a = 0;
+    if (!overcommit_window(p, q, &tier, &clean, &a)) {
+        return 0; /* scored > 0 just before, so not reached; kept for the analyzer */
+    }
     ext_add(&p->mem, p->n, a, q->end - 1, -s);
     mod_mark(p, q->start, q->end, ++p->n_commits);
     if (tier == TIO_TIER_HOST) {

@@ -417,9 +417,13 @@ class Offloader:
         """The simulator's time for one step of the profiled trace under the plan, on the
         hardware this Offloader plans for (the measured SSD and host bandwidths, the host tier,
         memory_budget as the device's memory, the profiled operator times): what a step should
-        take once planned, to set beside the measured one. None before there is a plan. Computed
-        once per plan (a temporary directory holds the files the simulator reads)."""
+        take once planned, to set beside the measured one. None before there is a plan, and when
+        the SSD rates are unknown (ssd_bandwidth="auto" with a loaded plan: the probe that
+        measures them runs only before planning). Computed once per plan (a temporary directory
+        holds the files the simulator reads)."""
         if self._plan is None or self._trace is None:
+            return None
+        if self.ssd_dirs and not (self.ssd_read_Bps > 0 and self.ssd_write_Bps > 0):
             return None
         if self._prediction is not None and self._prediction[0] is self._plan:
             return self._prediction[1]

@@ -47,6 +47,14 @@ struct tio_hw {
     uint32_t cpu_cores;              /* host cores (CPU Adam in the ZeRO models) */
     double server_price_usd;         /* price of the server as configured (0 = unknown) */
     double ssd_price_usd;            /* price of all the SSDs (0 = unknown) */
+    /* Added after the first API freeze (fields only grow at the end). The SSD array has one
+     * bandwidth budget shared by reads and writes (docs/hardware.md, "SSD model"): */
+    double ssd_mixed_Bps;           /* per-SSD read + write throughput under a 50/50 sequential
+                                       mix, bytes/s; 0 = time sharing (the harmonic mean of
+                                       ssd_read_Bps and ssd_write_Bps) */
+    uint64_t ssd_write_cache_bytes; /* per-SSD write cache (pSLC), bytes; 0 = none modelled */
+    double ssd_sustained_write_Bps; /* per-SSD write rate once the cache is full, bytes/s (also
+                                       the rate the cache drains at); 0 = ssd_write_Bps */
 };
 
 /* tio_hw_default: the paper's server (same as preset "paper-2xh100nvl"). */
@@ -75,9 +83,24 @@ TIO_API TIO_MUST_CHECK int tio_hw_validate(const struct tio_hw *hw);
 /* tio_hw_to_json: JSON text (tio_malloc'd, caller tio_frees) with every field. */
 TIO_API TIO_MUST_CHECK int tio_hw_to_json(const struct tio_hw *hw, char **json);
 
-/* Derived rates: the SSD array's sustained read / write bandwidth per GPU, bytes/s. */
+/* Derived rates: the SSD array's read / write bandwidth per GPU when it does only that,
+ * ssd_count x rate x ssd_efficiency, bytes/s. */
 TIO_API double tio_hw_ssd_read_Bps(const struct tio_hw *hw);
 TIO_API double tio_hw_ssd_write_Bps(const struct tio_hw *hw);
+
+/*
+ * tio_hw_ssd_mix_factor: the shared budget's mixing penalty k = H / M, H the harmonic mean of
+ * ssd_read_Bps and ssd_write_Bps, M = ssd_mixed_Bps (1 when ssd_mixed_Bps is 0). Reading r
+ * bytes/s and writing w bytes/s at once takes the array's whole budget when
+ * k x (r / read + w / write) = 1 (read, write: tio_hw_ssd_read_Bps, tio_hw_ssd_write_Bps); one
+ * direction alone costs 1 / read or 1 / write per byte.
+ */
+TIO_API double tio_hw_ssd_mix_factor(const struct tio_hw *hw);
+
+/* tio_hw_ssd_sustained_write_Bps: the array's write rate once every drive's cache is full:
+ * min(ssd_count x ssd_sustained_write_Bps, tio_hw_ssd_write_Bps); the array's write rate when
+ * no sustained rate or no cache is given. */
+TIO_API double tio_hw_ssd_sustained_write_Bps(const struct tio_hw *hw);
 
 /* tio_hw_plan_capacity: gpu_memory_bytes - gpu_reserve_bytes, the line planners keep under. */
 TIO_API uint64_t tio_hw_plan_capacity(const struct tio_hw *hw);

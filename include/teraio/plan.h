@@ -39,7 +39,9 @@ enum tio_move_flag {
     TIO_MOVE_URGENT = 1u << 0, /* a kernel would wait for it: serve before normal moves */
     TIO_MOVE_WRAPS = 1u << 1,  /* deadline is in the next iteration */
     TIO_MOVE_CLEAN = 1u << 2,  /* offload may skip the write: an identical copy is stored */
-    TIO_MOVE_FLAGS_ALL = (1u << 3) - 1
+    TIO_MOVE_STALL = 1u << 3,  /* planned beyond the bandwidth the kernels' time offers, to
+                                  keep memory under the capacity: compute waits for it */
+    TIO_MOVE_FLAGS_ALL = (1u << 4) - 1
 };
 
 /* One migration (a record). Offload: from GPU to HOST/SSD. Prefetch: from HOST/SSD to GPU. */
@@ -89,10 +91,15 @@ struct tio_plan_params {
                              offload to the same tier is flagged TIO_MOVE_CLEAN and reserves
                              no write bandwidth (teraio, teraio-mixed, teraio-ssd only;
                              default 1). The executor / simulator then skips the write. */
+    int32_t overcommit;   /* 1: when no move fits the bandwidth and memory is still over the
+                             capacity, plan moves beyond the bandwidth (TIO_MOVE_STALL: compute
+                             waits for them) until memory fits (teraio, teraio-mixed,
+                             teraio-ssd only; default 1). 0: the plan stays within the
+                             bandwidth and may be infeasible. */
 };
 
 /* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB,
- * clean_copies 1. */
+ * clean_copies 1, overcommit 1. */
 TIO_API struct tio_plan_params tio_plan_params_default(void);
 
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */

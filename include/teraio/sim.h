@@ -124,8 +124,14 @@ struct tio_sim_result {
     uint64_t oom_bytes;                     /* bytes needed beyond the capacity */
     double sim_wall_s;                      /* wall time of the simulation itself */
     /* Added after the first API freeze (fields only grow at the end): */
-    uint64_t n_moves_clean; /* offloads that wrote nothing: an identical copy was stored
-                               (TIO_MOVE_CLEAN); counted in neither issued nor skipped */
+    uint64_t n_moves_clean;         /* offloads that wrote nothing: an identical copy was stored
+                                       (TIO_MOVE_CLEAN); counted in neither issued nor skipped */
+    uint64_t demand_evicted_bytes;  /* bytes of the evictions the plan did not ask for */
+    uint64_t ssd_cache_start_bytes; /* bytes in the SSD write caches when the measured
+                                       iteration began (steady state, docs/simulator.md) */
+    uint64_t ssd_cache_end_bytes;   /* ... and when it ended */
+    int32_t ssd_cache_full;         /* 1: the steady state of continuous training has the
+                                       write caches full (writes at the sustained rate) */
 };
 
 struct tio_sim;

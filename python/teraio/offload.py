@@ -421,9 +421,13 @@ class Offloader:
         """The simulator's time for one step of the profiled trace under the plan, on the
         hardware this Offloader plans for (the measured SSD and host bandwidths, the host tier,
         memory_budget as the device's memory, the profiled operator times): what a step should
-        take once planned, to set beside the measured one. None before there is a plan. Computed
-        once per plan (a temporary directory holds the files the simulator reads)."""
+        take once planned, to set beside the measured one. None before there is a plan, and when
+        the SSD rates are unknown (ssd_bandwidth="auto" with a loaded plan: the probe that
+        measures them runs only before planning). Computed once per plan (a temporary directory
+        holds the files the simulator reads)."""
         if self._plan is None or self._trace is None:
+            return None
+        if self.ssd_dirs and not (self.ssd_read_Bps > 0 and self.ssd_write_Bps > 0):
             return None
         if self._prediction is not None and self._prediction[0] is self._plan:
             return self._prediction[1]
@@ -438,7 +442,8 @@ class Offloader:
             trace_path, plan_path = os.path.join(d, "step.tio"), os.path.join(d, "step.plan")
             self._trace.save(trace_path)
             self._plan.save(plan_path)
-            r = _core.simulate(trace_path, hw=hw_path, plan=plan_path)
+            # the executor offloads on demand where the plan falls short: so does the model
+            r = _core.simulate(trace_path, hw=hw_path, plan=plan_path, demand_evict=True)
         value = float(r["iteration_s"])
         self._prediction = (self._plan, value)
         return value
@@ -491,6 +496,10 @@ class Offloader:
             "ssd_write_Bps": self.ssd_write_Bps if self.ssd_dirs else 1.0,
             "ssd_efficiency": 1.0,
             "ssd_latency_s": 1e-4,
+            # measured rates: no mixed-load curve or write-cache model for the probed directory
+            "ssd_mixed_Bps": 0.0,
+            "ssd_write_cache_bytes": 0,
+            "ssd_sustained_write_Bps": 0.0,
             "host_memory_bytes": max(self.host_memory, 1 << 30),
             "host_offload_cap_bytes": self.host_memory,
             "host_memory_Bps": self.host_Bps,

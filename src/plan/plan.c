@@ -54,6 +54,7 @@ struct tio_plan_params tio_plan_params_default(void) {
         .bandwidth_scale = 1.0,
         .min_tensor_bytes = UINT64_C(1) << 20,
         .clean_copies = 1,
+        .overcommit = 1,
     };
     return p;
 }

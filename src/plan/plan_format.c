@@ -263,7 +263,7 @@ static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out
 
 /* ---- JSON ---------------------------------------------------------------------------------- */
 
-static const char *const flag_names[] = { "urgent", "wraps", "clean" };
+static const char *const flag_names[] = { "urgent", "wraps", "clean", "stall" };
 
 static json_t *plan_to_json(const struct tio_plan *p) {
     json_t *o = json_object();

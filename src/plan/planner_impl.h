@@ -79,7 +79,10 @@ struct tio_pmodel {
     struct tio_pperiod *periods;
     size_t n_periods;
     uint64_t capacity;       /* tio_hw_plan_capacity */
-    double bw[TIO_CH_COUNT]; /* bytes/s per channel (scaled); SSD channels 0 without SSDs */
+    double bw[TIO_CH_COUNT]; /* bytes/s per channel (scaled); SSD channels 0 without SSDs;
+                                the SSD rates are each direction alone */
+    double ssd_mix;          /* tio_hw_ssd_mix_factor: SSD reads and writes share one budget,
+                                a byte costs ssd_mix / bw[SSD_R or SSD_W] of the array's time */
     int gds;
     double ssd_latency_s;
     uint64_t host_cap;  /* bytes */

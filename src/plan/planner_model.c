@@ -44,6 +44,7 @@ int tio_pmodel_build(const struct tio_trace *trace,
     m->bw[TIO_CH_SSD_R] = hw->ssd_count ? tio_hw_ssd_read_Bps(hw) * scale : 0;
     m->bw[TIO_CH_D2H] = hw->pcie_d2h_Bps * scale;
     m->bw[TIO_CH_H2D] = hw->pcie_h2d_Bps * scale;
+    m->ssd_mix = tio_hw_ssd_mix_factor(hw);
     m->gds = hw->gds;
     m->ssd_latency_s = hw->ssd_latency_s;
     m->host_cap = hw->host_offload_cap_bytes;

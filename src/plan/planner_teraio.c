@@ -45,6 +45,8 @@ struct pick {
     uint32_t period;
     int32_t tier;
     int clean;
+    uint8_t stall_off, stall_pre; /* overcommitted: the move has no room in the slots, compute
+                                     waits for it (TIO_MOVE_STALL) */
     uint64_t off, pre;
 };
 
@@ -53,8 +55,12 @@ struct planner {
     int variant;
     size_t n;
     int64_t cap;
+    /* Slot capacity and use per channel. The two SSD channels share one array (the SSD's
+     * time, seconds): used[SSD_W] == used[SSD_R]; unit[c] converts bytes to the slot's unit
+     * (1 for the PCIe channels, ssd_mix / rate for the SSD ones). */
     double *used[TIO_CH_COUNT];
     double *capk[TIO_CH_COUNT];
+    double unit[TIO_CH_COUNT];
     uint32_t *fnext[TIO_CH_COUNT]; /* DSU: next slot >= k with room (forward channels) */
     uint32_t *bprev[TIO_CH_COUNT]; /* DSU on k + 1: previous slot <= k with room (backward) */
     double *tprefix;               /* [n + 1] prefix sums of tau */
@@ -94,8 +100,18 @@ static int is_paper(int variant) {
 
 /* ---- slots --------------------------------------------------------------------------------- */
 
+/* Free capacity of slot k of channel ch, in bytes of that channel's direction. */
 static double slot_free(const struct planner *p, int ch, size_t k) {
-    return p->capk[ch][k] - p->used[ch][k];
+    return (p->capk[ch][k] - p->used[ch][k]) / p->unit[ch];
+}
+
+static int is_ssd_ch(int ch) {
+    return ch == TIO_CH_SSD_W || ch == TIO_CH_SSD_R;
+}
+
+/* Deposit `bytes` in slot k of channel ch. */
+static void slot_take(struct planner *p, int ch, size_t k, double bytes) {
+    p->used[ch][k] += bytes * p->unit[ch];
 }
 
 /* Root of k in a path-compressed "next non-full slot" forest. fnext links a full slot k to
@@ -113,7 +129,7 @@ static uint32_t dsu_find(uint32_t *parent, uint32_t k) {
     return r;
 }
 
-static void mark_if_full(struct planner *p, int ch, size_t k) {
+static void mark_one(struct planner *p, int ch, size_t k) {
     if (slot_free(p, ch, k) < FULL_EPS) {
         if (p->fnext[ch]) {
             p->fnext[ch][k] = (uint32_t)(k + 1);
@@ -121,6 +137,17 @@ static void mark_if_full(struct planner *p, int ch, size_t k) {
         if (p->bprev[ch]) {
             p->bprev[ch][k + 1] = (uint32_t)k;
         }
+    }
+}
+
+/* Mark slot k full in the "next slot with room" forests of ch (both SSD directions when ch is
+ * an SSD channel: they share the slot). */
+static void mark_if_full(struct planner *p, int ch, size_t k) {
+    if (is_ssd_ch(ch)) {
+        mark_one(p, TIO_CH_SSD_W, k);
+        mark_one(p, TIO_CH_SSD_R, k);
+    } else {
+        mark_one(p, ch, k);
     }
 }
 
@@ -166,10 +193,10 @@ walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int 
         if (f >= FULL_EPS) {
             double take = TIO_MIN(f, rem);
             if (reserve) {
-                p->used[prim][k] += take;
+                slot_take(p, prim, k, take);
                 mark_if_full(p, prim, k);
                 if (sec >= 0) {
-                    p->used[sec][k] += take;
+                    slot_take(p, sec, k, take);
                     mark_if_full(p, sec, k);
                 }
             }
@@ -211,10 +238,10 @@ walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int 
         if (f >= FULL_EPS) {
             double take = TIO_MIN(f, rem);
             if (reserve) {
-                p->used[prim][k] += take;
+                slot_take(p, prim, k, take);
                 mark_if_full(p, prim, k);
                 if (sec >= 0) {
-                    p->used[sec][k] += take;
+                    slot_take(p, sec, k, take);
                     mark_if_full(p, sec, k);
                 }
             }
@@ -599,6 +626,7 @@ static int commit(struct planner *p, uint32_t pi, const struct eval *e) {
     pk->period = pi;
     pk->tier = e->tier;
     pk->clean = e->clean;
+    pk->stall_off = pk->stall_pre = 0;
     pk->off = e->off;
     pk->pre = e->pre;
     p->n_picks++;
@@ -653,6 +681,158 @@ static int update_clean(struct planner *p, uint32_t picked, int tier, const uint
     size_t first = key - base; /* local index of the segment's first use */
     for (uint32_t k = pos + 1; k < hi && rc == 0; k++) {
         rc = rekey(p, p->period_of_use[base + (first + k) % cnt], alive);
+    }
+    return rc;
+}
+
+/*
+ * Overcommit (ours): when no move fits the bandwidth any more and memory is still over the
+ * capacity, keep memory under it with moves the kernels' time has no room for. A tensor can
+ * be away over at most [start + 1, end - 1) of its idle period ([start, end - 1) with a clean
+ * copy): offload issued right after its last use, prefetch just before its next. Candidates:
+ * every period not yet picked, with that whole window, and every pick of the main loop, whose
+ * bandwidth-limited window [off, pre) widens to it (the side that widens becomes a stall move).
+ * The compute stream then waits for memory and data where the bandwidth falls short (a stall
+ * the plan states, TIO_MOVE_STALL) instead of running out of memory or leaving the runtime to
+ * evict on demand. Ranked by the capped benefit of the memory they free per byte moved (the
+ * main loop's measure, over fixed windows), by lazy greedy with the main loop's eps: benefits
+ * only fall as memory falls, so stale keys are upper bounds. Host memory (within the cap over
+ * the whole period; faster than the SSDs) is used for new periods when the policy allows it.
+ */
+#define OC_PICK 0x80000000u /* cand.version: the candidate widens pick (version & ~OC_PICK) */
+
+/* The widest window of period q on a tier chosen for it: [*a, end - 1). 0 if empty. */
+static int overcommit_window(
+    struct planner *p, const struct tio_pperiod *q, int *tier, int *clean, uint64_t *a) {
+    if (p->use_host && host_allowed(p, q)) {
+        *tier = TIO_TIER_HOST;
+    } else if (p->use_ssd) {
+        *tier = TIO_TIER_SSD;
+    } else {
+        return 0;
+    }
+    *clean = has_clean_copy(p, q, *tier);
+    *a = *clean ? q->start : q->start + 1;
+    return q->end >= 1 && q->end - 1 > *a;
+}
+
+/* Memory a widened pick frees beyond its window, per byte. */
+static double widen_score(struct planner *p, const struct pick *pk) {
+    const struct tio_pperiod *q = &p->m->periods[pk->period];
+    int64_t s = (int64_t)q->bytes;
+    uint64_t a = pk->clean ? q->start : q->start + 1;
+    double b = 0;
+    if (a < pk->off) {
+        b += ext_benefit(p, a, pk->off, s);
+    }
+    if (q->end >= 1 && pk->pre < q->end - 1) {
+        b += ext_benefit(p, pk->pre, q->end - 1, s);
+    }
+    return b / (double)s;
+}
+
+static double oc_score(struct planner *p, const struct cand *c) {
+    if (c->version & OC_PICK) {
+        return widen_score(p, &p->picks[c->version & ~OC_PICK]);
+    }
+    const struct tio_pperiod *q = &p->m->periods[c->period];
+    int tier, clean;
+    uint64_t a;
+    if (!overcommit_window(p, q, &tier, &clean, &a)) {
+        return 0;
+    }
+    return ext_benefit(p, a, q->end - 1, (int64_t)q->bytes) / (double)q->bytes;
+}
+
+static int oc_push(struct planner *p, double key, uint32_t period, uint32_t version) {
+    if (tio_grow((void **)&p->heap, &p->cap_heap, p->n_heap + 1, sizeof *p->heap) < 0) {
+        return TIO_ENOMEM;
+    }
+    size_t i = p->n_heap++;
+    struct cand c = { key, period, version };
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!cand_better(p, c.key, c.period, p->heap[up].key, p->heap[up].period)) {
+            break;
+        }
+        p->heap[i] = p->heap[up];
+        i = up;
+    }
+    p->heap[i] = c;
+    return 0;
+}
+
+static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
+    const struct tio_pmodel *m = p->m;
+    const struct tio_pperiod *q = &m->periods[c->period];
+    int64_t s = (int64_t)q->bytes;
+    if (c->version & OC_PICK) {
+        struct pick *pk = &p->picks[c->version & ~OC_PICK];
+        uint64_t a = pk->clean ? q->start : q->start + 1;
+        if (a < pk->off) {
+            ext_add(&p->mem, p->n, a, pk->off, -s);
+            pk->off = a;
+            pk->stall_off = 1;
+        }
+        if (pk->pre < q->end - 1) {
+            ext_add(&p->mem, p->n, pk->pre, q->end - 1, -s);
+            pk->pre = q->end - 1;
+            pk->stall_pre = 1;
+        }
+        mod_mark(p, q->start, q->end, ++p->n_commits);
+        return 0;
+    }
+    int tier = TIO_TIER_SSD, clean = 0;
+    uint64_t a = 0;
+    if (!overcommit_window(p, q, &tier, &clean, &a)) {
+        return 0; /* scored > 0 just before, so not reached; kept for the analyzer */
+    }
+    ext_add(&p->mem, p->n, a, q->end - 1, -s);
+    mod_mark(p, q->start, q->end, ++p->n_commits);
+    if (tier == TIO_TIER_HOST) {
+        ext_add(&p->host, p->n, q->start, q->end, s);
+    }
+    if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
+        return TIO_ENOMEM;
+    }
+    struct pick *pk = &p->picks[p->n_picks++];
+    pk->period = c->period;
+    pk->tier = tier;
+    pk->clean = clean;
+    pk->stall_off = pk->stall_pre = 1;
+    pk->off = a;
+    pk->pre = q->end - 1;
+    alive[c->period] = 0;
+    return update_clean(p, c->period, tier, alive);
+}
+
+static int overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
+    const struct tio_pmodel *m = p->m;
+    p->n_heap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < m->n_periods && rc == 0; i++) {
+        if (!taken[i]) {
+            struct cand c = { 0, (uint32_t)i, 0 };
+            double sc = oc_score(p, &c);
+            rc = sc > 0 ? oc_push(p, sc, (uint32_t)i, 0) : 0;
+        }
+    }
+    for (size_t i = 0; i < p->n_picks && rc == 0; i++) {
+        struct cand c = { 0, p->picks[i].period, OC_PICK | (uint32_t)i };
+        double sc = oc_score(p, &c);
+        rc = sc > 0 ? oc_push(p, sc, c.period, c.version) : 0;
+    }
+    while (rc == 0 && p->n_heap > 0 && tio_stree_max(&p->mem, 0, p->n) > p->cap) {
+        struct cand c = heap_pop(p);
+        double sc = oc_score(p, &c);
+        if (!(sc > 0)) {
+            continue; /* frees nothing over the line any more (and never will again) */
+        }
+        if (p->n_heap > 0 && sc < (1.0 - p->eps) * p->heap[0].key) {
+            rc = oc_push(p, sc, c.period, c.version); /* fell behind: re-queue, fresh score */
+            continue;
+        }
+        rc = oc_apply(p, &c, alive);
     }
     return rc;
 }
@@ -725,6 +905,10 @@ static void relax_prefetches(struct planner *p, uint8_t *dropped) {
 /* ---- setup and main loop ------------------------------------------------------------------- */
 
 static void planner_free(struct planner *p) {
+    if (p->used[TIO_CH_SSD_R] == p->used[TIO_CH_SSD_W]) {
+        p->used[TIO_CH_SSD_R] = NULL; /* shared with SSD_W */
+        p->capk[TIO_CH_SSD_R] = NULL;
+    }
     for (int c = 0; c < TIO_CH_COUNT; c++) {
         tio_free(p->used[c]);
         tio_free(p->capk[c]);
@@ -768,16 +952,24 @@ static int planner_init(struct planner *p,
         (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) && (!params || params->clean_copies);
     double bw_w = p->use_ssd ? m->bw[TIO_CH_SSD_W] : m->bw[TIO_CH_D2H];
     double bw_r = p->use_ssd ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
-    p->cost_per_byte = 1.0 / bw_w + 1.0 / bw_r;
+    p->cost_per_byte = (1.0 / bw_w + 1.0 / bw_r) * (p->use_ssd ? m->ssd_mix : 1.0);
     p->eps = (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) ? PICK_EPS : 0;
     for (int c = 0; c < TIO_CH_COUNT; c++) {
-        p->used[c] = tio_calloc(n, sizeof(double));
-        p->capk[c] = tio_malloc(n * sizeof(double));
-        if (!p->used[c] || !p->capk[c]) {
-            return TIO_ENOMEM;
-        }
-        for (size_t k = 0; k < n; k++) {
-            p->capk[c][k] = m->bw[c] * m->tau[k];
+        int shared = is_ssd_ch(c) && p->use_ssd;
+        p->unit[c] = shared ? m->ssd_mix / m->bw[c] : 1.0;
+        if (c == TIO_CH_SSD_R && shared) {
+            p->used[c] = p->used[TIO_CH_SSD_W]; /* one budget for reads and writes */
+            p->capk[c] = p->capk[TIO_CH_SSD_W];
+        } else {
+            p->used[c] = tio_calloc(n, sizeof(double));
+            p->capk[c] = tio_malloc(n * sizeof(double));
+            if (!p->used[c] || !p->capk[c]) {
+                return TIO_ENOMEM;
+            }
+            for (size_t k = 0; k < n; k++) {
+                /* bytes for PCIe, seconds of the array's time for the shared SSD slot */
+                p->capk[c][k] = shared ? m->tau[k] : m->bw[c] * m->tau[k];
+            }
         }
         int fwd = c == TIO_CH_SSD_W || c == TIO_CH_D2H;
         if (fwd) {
@@ -797,8 +989,10 @@ static int planner_init(struct planner *p,
                 p->bprev[c][k] = (uint32_t)k;
             }
         }
+    }
+    for (int c = 0; c < TIO_CH_COUNT; c++) {
         for (size_t k = 0; k < n; k++) {
-            mark_if_full(p, c, k); /* zero-length kernels have no room at all */
+            mark_one(p, c, k); /* zero-length kernels have no room at all */
         }
     }
     p->mod_size = 1;
@@ -903,7 +1097,7 @@ static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan
             .tensor = q->tensor,
             .from = TIO_TIER_GPU,
             .to = pk->tier,
-            .flags = pk->clean ? TIO_MOVE_CLEAN : 0,
+            .flags = (pk->clean ? TIO_MOVE_CLEAN : 0) | (pk->stall_off ? TIO_MOVE_STALL : 0),
             .trigger = q->start,
             .deadline = pk->off,
             .bytes = q->bytes,
@@ -922,11 +1116,12 @@ static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan
             .tensor = q->tensor,
             .from = pk->tier,
             .to = TIO_TIER_GPU,
+            .flags = pk->stall_pre ? TIO_MOVE_STALL : 0,
             .trigger = trig,
             .deadline = dl,
             .bytes = q->bytes,
         };
-        double bw = pk->tier == TIO_TIER_SSD ? m->bw[TIO_CH_SSD_R] : m->bw[TIO_CH_H2D];
+        double bw = pk->tier == TIO_TIER_SSD ? m->bw[TIO_CH_SSD_R] / m->ssd_mix : m->bw[TIO_CH_H2D];
         if (ext_time(p, pk->pre, q->end) < URGENT_SLACK * (double)q->bytes / bw) {
             pre.flags |= TIO_MOVE_URGENT;
         }
@@ -1012,7 +1207,7 @@ int tio_planner_teraio(const struct tio_pmodel *m,
                        struct tio_plan *plan) {
     struct planner p;
     int rc = planner_init(&p, m, params, variant);
-    uint8_t *alive = NULL, *dropped = NULL;
+    uint8_t *alive = NULL, *dropped = NULL, *taken = NULL;
     struct cand *stash = NULL;
     size_t n_stash = 0, cap_stash = 0;
     if (rc < 0) {
@@ -1020,7 +1215,8 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     }
     rc = TIO_ENOMEM;
     alive = tio_calloc(m->n_periods ? m->n_periods : 1, 1);
-    if (!alive) {
+    taken = tio_calloc(m->n_periods ? m->n_periods : 1, 1);
+    if (!alive || !taken) {
         goto out;
     }
     /* Candidates: periods long enough for a round trip on the fastest allowed path, with some
@@ -1115,9 +1311,14 @@ int tio_planner_teraio(const struct tio_pmodel *m,
             goto out;
         }
         alive[best_pi] = 0;
+        taken[best_pi] = 1;
         if ((rc = update_clean(&p, best_pi, best_e.tier, alive)) < 0) {
             goto out;
         }
+    }
+    if ((variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) && params->overcommit &&
+        tio_stree_max(&p.mem, 0, p.n) > p.cap && (rc = overcommit(&p, taken, alive)) < 0) {
+        goto out;
     }
     dropped = tio_calloc(p.n_picks ? p.n_picks : 1, 1);
     if (!dropped) {
@@ -1133,6 +1334,7 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     rc = summarize(&p, dropped, plan);
 out:
     tio_free(alive);
+    tio_free(taken);
     tio_free(dropped);
     tio_free(stash);
     planner_free(&p);

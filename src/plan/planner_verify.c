@@ -73,9 +73,15 @@ static int job_cmp(const void *x, const void *y) {
     return (a->due > b->due) - (a->due < b->due);
 }
 
-/* EDF over `reps` unrolled iterations on one channel. */
-static int
-edf_channel(const struct tio_pmodel *m, int ch, const char *name, struct job *jobs, size_t nj) {
+/* EDF over the unrolled iterations on one channel: each kernel k offers rate x tau_k of
+ * capacity, in the jobs' unit (bytes, or seconds of the SSD array's shared time, rate 1);
+ * `tol` is what a job may miss by (rounding of 16 bytes in the jobs' unit). */
+static int edf_channel(const struct tio_pmodel *m,
+                       double rate,
+                       double tol,
+                       const char *name,
+                       struct job *jobs,
+                       size_t nj) {
     if (nj == 0) {
         return 0;
     }
@@ -93,17 +99,17 @@ edf_channel(const struct tio_pmodel *m, int ch, const char *name, struct job *jo
         }
         while (h.n > 0 && jobs[h.a[0]].due <= k) {
             struct job *j = &jobs[h.a[0]];
-            if (j->rem > 16.0 + 1e-9 * j->rem) {
+            if (j->rem > tol + 1e-9 * j->rem) {
                 rc = tio_set_error(TIO_EPLAN,
                                    "plan: channel %s: a move released at kernel %llu misses its "
                                    "deadline %llu by %.0f bytes (slots over capacity)",
                                    name, (unsigned long long)(j->release % n),
-                                   (unsigned long long)(j->due % n), j->rem);
+                                   (unsigned long long)(j->due % n), j->rem * 16.0 / tol);
                 break;
             }
             jpop(&h, jobs);
         }
-        double cap = m->bw[ch] * m->tau[k % n];
+        double cap = rate * m->tau[k % n];
         while (rc == 0 && cap > 0 && h.n > 0) {
             struct job *j = &jobs[h.a[0]];
             double take = TIO_MIN(cap, j->rem);
@@ -305,8 +311,8 @@ int tio_plan_verify(const struct tio_plan *plan,
     for (size_t i = 0; i < nm; i++) {
         const struct tio_move *q = &mv[i];
         int off = q->from == TIO_TIER_GPU;
-        if (off && (q->flags & TIO_MOVE_CLEAN)) {
-            continue;
+        if ((off && (q->flags & TIO_MOVE_CLEAN)) || (q->flags & TIO_MOVE_STALL)) {
+            continue; /* no write; or planned beyond the bandwidth, stating the stall */
         }
         int tier = off ? q->to : q->from;
         int chs[2] = { -1, -1 };
@@ -320,16 +326,23 @@ int tio_plan_verify(const struct tio_plan *plan,
             if (chs[c] < 0) {
                 continue;
             }
+            /* SSD reads and writes share the array's time: one job list, in seconds */
+            int list = chs[c] == TIO_CH_SSD_R ? TIO_CH_SSD_W : chs[c];
+            double amount = (double)q->bytes;
+            if (list == TIO_CH_SSD_W) {
+                amount *= m.ssd_mix / m.bw[chs[c]];
+            }
             for (uint64_t r = 0; r < 3; r++) {
-                jobs[chs[c]][nj[chs[c]]++] =
-                    (struct job){ q->trigger + r * n, q->deadline + r * n, (double)q->bytes };
+                jobs[list][nj[list]++] =
+                    (struct job){ q->trigger + r * n, q->deadline + r * n, amount };
             }
         }
     }
-    static const char *const names[TIO_CH_COUNT] = { "ssd-write", "ssd-read", "pcie-d2h",
-                                                     "pcie-h2d" };
+    static const char *const names[TIO_CH_COUNT] = { "ssd", "ssd-read", "pcie-d2h", "pcie-h2d" };
     for (int c = 0; c < TIO_CH_COUNT && rc == 0; c++) {
-        rc = edf_channel(&m, c, names[c], jobs[c], nj[c]);
+        double rate = c == TIO_CH_SSD_W ? 1.0 : m.bw[c];
+        double tol = c == TIO_CH_SSD_W ? 16.0 * m.ssd_mix / TIO_MAX(m.bw[TIO_CH_SSD_R], 1.0) : 16.0;
+        rc = edf_channel(&m, rate, tol, names[c], jobs[c], nj[c]);
     }
 out:
     for (int c = 0; c < TIO_CH_COUNT; c++) {

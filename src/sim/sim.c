@@ -11,8 +11,8 @@
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
 #define TIO_SIM_CPU_ADAM_PER_CORE 2.4e8
 #define TIO_SIM_ZERO_PREFETCH     0
-#define TIO_SIM_ZERO_OFFLOAD_BPS  2.25e9
-#define TIO_SIM_ZERO_INFINITY_BPS 3.1e9
+#define TIO_SIM_ZERO_OFFLOAD_BPS  6.1e9
+#define TIO_SIM_ZERO_INFINITY_BPS 12.5e9
 
 struct tio_sim_params tio_sim_params_default(void) {
     struct tio_sim_params p;
@@ -30,10 +30,10 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.zero_prefetch_layers = TIO_SIM_ZERO_PREFETCH;
     p.zero_offload_fetch_Bps = TIO_SIM_ZERO_OFFLOAD_BPS;
     p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
-    p.zero_bytes_scale = 0.5;
+    p.zero_bytes_scale = 1.0; /* FP32, as the paper ran every system (PAPER.md s.9.1) */
     p.zero_layers = 0;
     p.label = NULL;
-    p.demand_evict = 1;
+    p.demand_evict = 0;
     return p;
 }
 
@@ -291,6 +291,34 @@ static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_
     return 0;
 }
 
+/*
+ * Run the engine in the steady state of continuous training. The SSDs' write caches start
+ * empty; when the measured iteration ends with more in them than it began with, every
+ * iteration adds to them, so a long run fills them: the run is repeated with them full (the
+ * drives then write at their sustained rate except after pauses that drain the cache).
+ */
+static int run_steady(struct sim_view *v,
+                      const struct tio_hw *hw,
+                      const struct tio_sim_params *p,
+                      struct tio_sim *sim) {
+    v->cache_level0 = 0.0;
+    double bin_s = sim->bin_s;
+    int rc = sim_engine_run(v, hw, p, sim);
+    if (rc < 0 || sim->r.oom || hw->ssd_count == 0 || hw->ssd_write_cache_bytes == 0 ||
+        !(hw->ssd_sustained_write_Bps > 0) ||
+        sim->r.ssd_cache_end_bytes <= sim->r.ssd_cache_start_bytes + (UINT64_C(1) << 20)) {
+        return rc;
+    }
+    memset(&sim->r, 0, sizeof sim->r);
+    sim->n_bins = 0;
+    sim->bin_s = bin_s;
+    sim->n_spans = 0;
+    v->cache_level0 = (double)hw->ssd_count * (double)hw->ssd_write_cache_bytes;
+    rc = sim_engine_run(v, hw, p, sim);
+    sim->r.ssd_cache_full = 1;
+    return rc;
+}
+
 static void finish_result(struct tio_sim *sim,
                           const struct sim_view *v,
                           const struct tio_trace *trace,
@@ -309,7 +337,7 @@ static void finish_result(struct tio_sim *sim,
     if (v->host_static_bytes > r->host_peak_bytes) {
         r->host_peak_bytes = v->host_static_bytes;
     }
-    if (!r->oom && v->host_limit_bytes && r->host_peak_bytes > v->host_limit_bytes) {
+    if (!r->oom && v->host_capped && r->host_peak_bytes > v->host_limit_bytes) {
         r->oom = TIO_SIM_OOM_HOST;
         r->oom_kernel = 0;
         r->oom_bytes = r->host_peak_bytes - v->host_limit_bytes;
@@ -406,24 +434,28 @@ int tio_sim_run(const struct tio_trace *trace,
         v.capacity = UINT64_MAX;
     } else if (strcmp(policy, "lru") == 0) {
         v.lru = 1;
+        v.host_capped = 1; /* offloads and evictions stay within the per-GPU host cap */
+        v.host_limit_bytes = hw->host_offload_cap_bytes;
     } else if (strcmp(policy, "zero-offload") == 0 || strcmp(policy, "zero-infinity") == 0) {
         rc = sim_zero_build(&v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
     } else if (strcmp(policy, "plan") == 0) {
         rc = sim_view_set_moves(&v, moves, n_moves);
         v.demand_evict = p.demand_evict != 0;
+        v.host_capped = 1; /* a plan holding more host memory than the cap is a host OOM */
+        v.host_limit_bytes = hw->host_offload_cap_bytes;
     }
     if (rc < 0) {
         goto fail;
     }
     sim->bin_s = v.ideal_s > 0 ? v.ideal_s / (double)p.bins : 1.0;
-    if (v.host_limit_bytes && v.host_static_bytes > v.host_limit_bytes) {
+    if (v.host_capped && v.host_static_bytes > v.host_limit_bytes) {
         /* the policy cannot even start: DeepSpeed allocates its host buffers at init */
         sim->r.capacity_bytes = v.capacity;
         sim->r.oom = TIO_SIM_OOM_HOST;
         sim->r.oom_bytes = v.host_static_bytes - v.host_limit_bytes;
         sim->r.host_peak_bytes = v.host_static_bytes;
     } else {
-        rc = sim_engine_run(&v, hw, &p, sim);
+        rc = run_steady(&v, hw, &p, sim);
         if (rc < 0) {
             goto fail;
         }

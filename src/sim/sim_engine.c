@@ -80,6 +80,13 @@ struct eng {
     double t;
     double bw[TIO_SIM_CHANNEL_COUNT];
     double ssd_lat, host_lat;
+    /* SSD array: one budget shared by reads and writes; a write cache (ssd_cache_*) */
+    double ssd_mix; /* tio_hw_ssd_mix_factor: cost multiplier when both directions run */
+    double ssd_Bps[TIO_SIM_CHANNEL_COUNT]; /* the array's read / write rate alone (hardware) */
+    double cache_cap;        /* bytes the array's write caches hold (0: not modelled) */
+    double cache_level;      /* bytes in them now */
+    double cache_drain_Bps;  /* the sustained (post-cache) rate, which also drains the cache */
+    double cache_level_meas; /* level when the measured iteration began */
     struct tstate *ts;
     struct xfer *xf;
     size_t n_xf, cap_xf;
@@ -449,13 +456,33 @@ static void allocate_rates(struct eng *e) {
     }
     double cap[TIO_SIM_CHANNEL_COUNT];
     memcpy(cap, e->bw, sizeof cap);
+    if (e->cache_cap > 0 && e->cache_level >= e->cache_cap) {
+        cap[TIO_SIM_SSD_WRITE] = TIO_MIN(cap[TIO_SIM_SSD_WRITE], e->cache_drain_Bps);
+    }
+    /* The SSD array's time is one budget (ssd_time, 1 = all of it): a byte read costs
+     * 1 / bw[read] of it, a byte written 1 / bw[write], both times ssd_mix when reads and
+     * writes are in flight together (docs/simulator.md, "Channels and bandwidth"). */
+    const uint32_t rd = 1u << TIO_SIM_SSD_READ, wr = 1u << TIO_SIM_SSD_WRITE;
+    uint32_t ssd_dirs = 0;
+    for (int i = 0; i < n; i++) {
+        ssd_dirs |= path_mask[e->xf[heads[i]].path] & (rd | wr);
+    }
+    double mix = ssd_dirs == (rd | wr) ? e->ssd_mix : 1.0;
+    double ssd_time = 1.0;
     for (int i = 0; i < n; i++) {
         struct xfer *x = &e->xf[heads[i]];
         double r = INFINITY;
+        int ssd_c = -1;
         for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
             if (path_mask[x->path] & (1u << c)) {
                 r = TIO_MIN(r, cap[c]);
+                if (c == TIO_SIM_SSD_READ || c == TIO_SIM_SSD_WRITE) {
+                    ssd_c = c;
+                }
             }
+        }
+        if (ssd_c >= 0 && e->ssd_Bps[ssd_c] > 0) {
+            r = TIO_MIN(r, ssd_time * e->ssd_Bps[ssd_c] / mix);
         }
         if (!(r > 0.0)) {
             r = 0.0;
@@ -465,6 +492,9 @@ static void allocate_rates(struct eng *e) {
             if (path_mask[x->path] & (1u << c)) {
                 cap[c] -= r;
             }
+        }
+        if (ssd_c >= 0 && e->ssd_Bps[ssd_c] > 0) {
+            ssd_time = TIO_MAX(0.0, ssd_time - r * mix / e->ssd_Bps[ssd_c]);
         }
         if (r > 0.0 && x->t_first < 0) {
             x->t_first = e->t;
@@ -544,6 +574,11 @@ static int advance(struct eng *e, double t1) {
             }
         }
     }
+    if (e->cache_cap > 0) {
+        /* the write caches fill with what is written and drain at the sustained rate */
+        double lvl = e->cache_level + (chan_rate[TIO_SIM_SSD_WRITE] - e->cache_drain_Bps) * dt;
+        e->cache_level = TIO_MIN(e->cache_cap, TIO_MAX(0.0, lvl));
+    }
     if (e->measuring) {
         struct tio_sim_result *r = &e->sim->r;
         int any = 0;
@@ -567,6 +602,24 @@ static int advance(struct eng *e, double t1) {
     }
     e->t = t1;
     return 0;
+}
+
+/*
+ * An offload of a tensor whose previous offload is still running and was told to keep it (a
+ * kernel used it meanwhile, or its prefetch came): the plan sends it away again, so the running
+ * transfer frees it after all instead of keeping it. Skipping the move would leave the tensor
+ * on the GPU for the whole of its next idle period, which the plan counts as free memory (with
+ * slow, overcommitted offloads this happens often). Unless the move is CLEAN (the copy being
+ * written is still current), the use in between may have changed the tensor: the write starts
+ * over.
+ */
+static void rekeep_offload(struct eng *e, uint32_t t, const struct tio_move *m) {
+    struct tstate *s = &e->ts[t];
+    struct xfer *x = &e->xf[s->xfer];
+    s->keep = 0;
+    if (!(m->flags & TIO_MOVE_CLEAN) && !x->in_lat) {
+        x->remaining = (double)e->v->bytes[t];
+    }
 }
 
 /* Issue the plan's moves triggered at kernel k of the current iteration. */
@@ -596,6 +649,8 @@ static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
         } else if (m->from == TIO_TIER_GPU) {
             if (s->state == ST_GPU) {
                 rc = offload(e, t, m->to, (m->flags & TIO_MOVE_CLEAN) != 0, urgent, dl);
+            } else if (s->state == ST_OFFLOADING && s->keep) {
+                rekeep_offload(e, t, m);
             } else if (e->measuring) {
                 e->sim->r.n_moves_skipped++;
             }
@@ -624,9 +679,13 @@ static int lru_evict(struct eng *e, uint64_t need) {
         struct tstate *s = &e->ts[t];
         if (s->state == ST_GPU && s->stamp != stamp && !(e->v->tflags[t] & SV_PINNED)) {
             uint64_t b = e->v->bytes[t];
-            int to = (e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
+            /* LRU uses the host cap; a plan's evictions go to the SSDs where there are some:
+             * the host budget is the plan's, which counts on it for its own moves */
+            int host_ok = e->v->lru || e->hw->ssd_count == 0;
+            int to = (host_ok && e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
             if (e->measuring) {
                 e->sim->r.n_demand_evictions++;
+                e->sim->r.demand_evicted_bytes += b;
             }
             int rc = offload(e, t, to, 1, 1, UINT64_MAX);
             if (rc < 0) {
@@ -656,6 +715,7 @@ static int try_start(struct eng *e) {
             if (e->g == e->g0) {
                 e->measuring = 1;
                 e->t0 = e->t;
+                e->cache_level_meas = e->cache_level;
                 note_gpu(e);
                 note_host(e);
             }
@@ -836,6 +896,14 @@ static int eng_init(struct eng *e) {
         (double)hw->ssd_count * hw->ssd_read_Bps * eff * p->ssd_bandwidth_scale;
     e->bw[TIO_SIM_SSD_WRITE] =
         (double)hw->ssd_count * hw->ssd_write_Bps * eff * p->ssd_bandwidth_scale;
+    e->ssd_mix = tio_hw_ssd_mix_factor(hw);
+    if (hw->ssd_count > 0 && hw->ssd_write_cache_bytes > 0 && hw->ssd_sustained_write_Bps > 0) {
+        e->cache_cap = (double)hw->ssd_count * (double)hw->ssd_write_cache_bytes;
+        e->cache_drain_Bps = tio_hw_ssd_sustained_write_Bps(hw) * p->ssd_bandwidth_scale;
+        e->cache_level = TIO_MIN(TIO_MAX(v->cache_level0, 0.0), e->cache_cap);
+    }
+    e->ssd_Bps[TIO_SIM_SSD_READ] = e->bw[TIO_SIM_SSD_READ];
+    e->ssd_Bps[TIO_SIM_SSD_WRITE] = e->bw[TIO_SIM_SSD_WRITE];
     e->bw[TIO_SIM_PCIE_H2D] = hw->pcie_h2d_Bps * p->pcie_bandwidth_scale;
     e->bw[TIO_SIM_PCIE_D2H] = hw->pcie_d2h_Bps * p->pcie_bandwidth_scale;
     for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
@@ -891,7 +959,7 @@ struct event {
     int kind;    /* EV_* */
     uint32_t id; /* EV_DATA: the transfer whose data finishes */
 };
-enum { EV_NONE = 0, EV_CPU, EV_KERNEL, EV_DATA, EV_LAT };
+enum { EV_NONE = 0, EV_CPU, EV_KERNEL, EV_DATA, EV_LAT, EV_CACHE };
 
 /*
  * Find the earliest pending event. process_events() handles this event whatever the rounding of
@@ -923,6 +991,23 @@ static struct event next_event(const struct eng *e) {
             ev.kind = EV_LAT;
         }
     }
+    if (e->cache_cap > 0 && e->cache_level < e->cache_cap) {
+        /* the SSD write caches fill up: from then on the drives write at the sustained rate */
+        double w = 0.0;
+        for (int q = 0; q < NQ; q++) {
+            uint32_t id = e->qhead[q];
+            if (id != NONE32 && (path_mask[e->xf[id].path] & (1u << TIO_SIM_SSD_WRITE))) {
+                w += e->xf[id].rate;
+            }
+        }
+        if (w > e->cache_drain_Bps) {
+            double tf = e->t + (e->cache_cap - e->cache_level) / (w - e->cache_drain_Bps);
+            if (tf < ev.t) {
+                ev.t = tf;
+                ev.kind = EV_CACHE;
+            }
+        }
+    }
     return ev;
 }
 
@@ -937,6 +1022,8 @@ static int process_events(struct eng *e, const struct event *ev) {
     int rc;
     if (ev->kind == EV_DATA) {
         e->xf[ev->id].remaining = 0.0;
+    } else if (ev->kind == EV_CACHE) {
+        e->cache_level = e->cache_cap; /* whatever the rounding: the next rates see it full */
     }
     /* transfers whose data is done enter their latency phase */
     for (int q = 0; q < NQ; q++) {
@@ -994,7 +1081,13 @@ static uint64_t step_budget(const struct eng *e) {
     uint64_t iters = e->total / (e->N ? e->N : 1);
     uint64_t uses = v->use_offset[v->n_kernels];
     uint64_t xfers = 4 * iters * ((uint64_t)v->n_moves + uses) + (uint64_t)v->n_tensors;
-    return 2 * (2 * e->total + 2 * xfers) + 64;
+    uint64_t events = 2 * e->total + 2 * xfers;
+    /* the SSD caches fill at most once after each other event (the level falls below full
+     * only when rates change, which happens at events) */
+    if (e->cache_cap > 0) {
+        events *= 2;
+    }
+    return 2 * events + 64;
 }
 
 int sim_engine_run(const struct sim_view *v,
@@ -1073,6 +1166,8 @@ int sim_engine_run(const struct sim_view *v,
         for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
             r->bytes[c] = (uint64_t)llround(e.bytes_acc[c]);
         }
+        r->ssd_cache_start_bytes = (uint64_t)llround(e.cache_level_meas);
+        r->ssd_cache_end_bytes = (uint64_t)llround(e.cache_level);
         rc = 0;
     }
 done:

@@ -67,6 +67,14 @@ int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
                   (unsigned long long)r->n_moves_late, (unsigned long long)r->n_demand_fetches);
     (void)fprintf(f, "  \"demand_evictions\": %llu,\n", (unsigned long long)r->n_demand_evictions);
     (void)fprintf(f, "  \"moves_clean\": %llu,\n", (unsigned long long)r->n_moves_clean);
+    (void)fprintf(f, "  \"demand_evicted_bytes\": %llu,\n",
+                  (unsigned long long)r->demand_evicted_bytes);
+    (void)fprintf(f,
+                  "  \"ssd_cache_full\": %s,\n  \"ssd_cache_start_bytes\": %llu,\n"
+                  "  \"ssd_cache_end_bytes\": %llu,\n",
+                  r->ssd_cache_full ? "true" : "false",
+                  (unsigned long long)r->ssd_cache_start_bytes,
+                  (unsigned long long)r->ssd_cache_end_bytes);
     (void)fprintf(f, "  \"sim_wall_s\": %.6g\n}\n", jnum(r->sim_wall_s));
     return ferror(f) ? tio_set_error(-EIO, "sim: writing the JSON summary failed") : 0;
 }

@@ -49,8 +49,10 @@ struct sim_view {
     double ideal_s;    /* sum of the trace's kernel durations */
     uint64_t host_static_bytes; /* host memory the policy holds besides offloads (per GPU) */
     uint64_t host_limit_bytes;  /* per-GPU host memory available to the policy */
+    int host_capped;            /* 1: host_limit_bytes is enforced (a host OOM beyond it) */
     double chan_cap_Bps[TIO_SIM_CHANNEL_COUNT]; /* > 0: the policy reaches at most this rate on
                                                    the channel (ZeRO's effective fetch rate) */
+    double cache_level0; /* bytes in the SSD array's write caches when the run starts */
 };
 
 /* One transfer event kept for the timeline. */

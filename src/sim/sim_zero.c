@@ -2,7 +2,8 @@
  * Event models of DeepSpeed ZeRO-Offload and ZeRO-Infinity on the simulator's engine. Every
  * assumption, its source and the calibration of the free parameters: docs/baselines.md.
  *
- * Both: fp16 parameters, gradients and activations (bytes scaled by zero_bytes_scale), the
+ * Both: the trace's precision (the paper trains in FP32; zero_bytes_scale scales the bytes of
+ * parameters, gradients and activations for mixed-precision what-ifs), the
  * optimizer states never on the GPU, the GPU optimizer kernels replaced by a host phase (CPU
  * Adam) at the position of the first optimizer kernel, gradients copied to the host after their
  * last backward use. Activations always stay on the GPU.
@@ -325,13 +326,19 @@ int sim_zero_build(struct sim_view *v,
     double ssd_w = (double)hw->ssd_count * hw->ssd_write_Bps * eff * p->ssd_bandwidth_scale;
     double t_opt;
     if (infinity) {
-        /* m, v and fp32 master weights (12 B/param) read and written back, fp16 params written */
-        double rd = ssd_r > 0 ? 12.0 * params / ssd_r : 0.0;
-        double wr = ssd_w > 0 ? 14.0 * params / ssd_w : 0.0;
-        t_opt = TIO_MAX(t_adam, TIO_MAX(rd, wr));
-        /* host: fp32 gradient partition + 18 parameter buffers of 540M fp16 values + 4
-         * optimizer swap buffers (Table 4) */
-        v->host_static_bytes = (uint64_t)(4.0 * params) + (uint64_t)(18.0 * 540e6 * 2.0) +
+        /* m, v and the fp32 weights (12 B/param) read and written back; in mixed precision
+         * (scale < 1) the fp32 master copy is separate and the low-precision parameters are
+         * written too. Reads and writes share the array's budget (pipeline_read/write
+         * overlaps them): mix x (read / R + write / W). */
+        double wr_b = 12.0 + (scale < 1.0 ? 4.0 * scale : 0.0);
+        double mix = tio_hw_ssd_mix_factor(hw);
+        double io =
+            ssd_r > 0 && ssd_w > 0 ? mix * (12.0 * params / ssd_r + wr_b * params / ssd_w) : 0.0;
+        t_opt = TIO_MAX(t_adam, io);
+        /* host: fp32 gradient partition + 18 parameter buffers of 540M values + 4 optimizer
+         * swap buffers (Table 4) */
+        v->host_static_bytes = (uint64_t)(4.0 * params) +
+                               (uint64_t)(18.0 * 540e6 * dtype_bytes * scale) +
                                (uint64_t)(4.0 * 16.0 * 1e8);
     } else {
         t_opt = t_adam; /* updates the host partition in place: nothing to copy back */
@@ -341,9 +348,13 @@ int sim_zero_build(struct sim_view *v,
         v->host_static_bytes = need > 0 ? (uint64_t)need : 0;
     }
     v->host_limit_bytes = hw->host_memory_bytes / gpus;
-    /* GPU-side working buffers of ZeRO-3 at DeepSpeed's defaults: stage3_max_live_parameters
-     * 1e9 + stage3_prefetch_bucket_size 5e8 fp16 values, reduce_bucket_size 5e8 fp16 values */
-    const uint64_t zero_gpu_buffers = (uint64_t)((1e9 + 5e8) * 2.0 + 5e8 * 2.0);
+    v->host_capped = 1;
+    /* GPU-side working buffer of ZeRO-3 at DeepSpeed's defaults: reduce_bucket_size 5e8
+     * values in the training precision. stage3_max_live_parameters (1e9) and
+     * stage3_prefetch_bucket_size (5e8) bound the parameters fetched to the GPU, which this
+     * model simulates as tensors (a layer at a time): subtracting them too would count those
+     * parameters twice. */
+    const uint64_t zero_gpu_buffers = (uint64_t)(5e8 * dtype_bytes * scale);
     if (v->capacity != UINT64_MAX) {
         v->capacity = v->capacity > zero_gpu_buffers ? v->capacity - zero_gpu_buffers : 0;
     }

@@ -40,6 +40,14 @@ TIO_TEST(bench_io_json) {
     snprintf(args, sizeof args, "bench-io --dir %s --size 4MiB --block 64KiB --rw read", g_dir);
     CHECK_EQ_I(run(args, out, sizeof out), 0);
     CHECK(strstr(out, "read 4.00 MiB") != NULL);
+    /* the 50/50 point of the mixed curve: 8 tensors, 4 read (written first) and 4 written */
+    snprintf(args, sizeof args,
+             "bench-io --dir %s --size 8MiB --block 1MiB --depth 4 --backend posix --rw mixed "
+             "--verify --json",
+             g_dir);
+    CHECK_EQ_I(run(args, out, sizeof out), 0);
+    CHECK(strstr(out, "\"rw\": \"mixed\"") && strstr(out, "\"bytes\": 8388608"));
+    CHECK(strstr(out, "\"read_bytes\": 4194304") && strstr(out, "\"write_bytes\": 4194304"));
     CHECK_EQ_I(io_dir_entries(g_dir), 0);
 }
 

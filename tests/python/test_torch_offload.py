@@ -150,6 +150,8 @@ def test_save_and_load_plan_skips_profiling(tmp_path, fast_dir, baseline):
     rep = off2.report()
     assert rep["steps_profiled"] == 0
     assert rep["steps_offloaded"] == STEPS - 1
+    # the SSD rates were never probed (no planning here): no prediction, and no error
+    assert rep["predicted_step_s"] is None
     assert losses == baseline[0]
     assert param_digest(model) == baseline[1]
 

@@ -122,10 +122,30 @@ TIO_TEST(simulate_plan_capacity_and_min_tensor) {
     CHECK_EQ_I(run(a), 2);
     snprintf(a, sizeof a,
              "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 16GB/s --min-tensor 1MiB "
-             "--json",
+             "--json --demand-evict",
              big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"oom\": false"));
+    /* plan-only (the default): at 0.7 GB Algorithm 1's plan falls short, and that is an OOM,
+     * not a silent rescue by on-demand eviction, which is an explicit option */
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio-paper --capacity 0.7GB --json", big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": true"));
+    CHECK(has("\"demand_evicted_bytes\": 0"));
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio-paper --capacity 0.7GB --json "
+             "--demand-evict",
+             big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    CHECK(!has("\"demand_evicted_bytes\": 0,"));
+    /* our planner plans the stalls itself (overcommit): plan-only, no eviction on demand */
+    snprintf(a, sizeof a,
+             "simulate %s --hw paper-2xh100nvl --policy teraio --capacity 0.7GB --json", big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    CHECK(has("\"demand_evicted_bytes\": 0,"));
 }
 
 TIO_TEST(simulate_exit_codes) {
@@ -151,7 +171,9 @@ TIO_TEST(simulate_exit_codes) {
 TIO_TEST(sweep_json) {
     char a[2048];
     snprintf(a, sizeof a,
-             "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 1,4,16GB/s --json", big);
+             "sweep %s --hw paper-2xh100nvl --capacity 1.2GB --bandwidths 1,4,16GB/s --json "
+             "--demand-evict",
+             big);
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"points\""));
     CHECK(has("\"bandwidth_Bps\": 1e+09"));
@@ -187,6 +209,18 @@ TIO_TEST(compare_usage_and_json) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         CHECK(has(keys[i]));
     }
+    /* teraio-ssd offloads to the SSDs only (host cap 0), teraio-mixed gets the paper's host
+     * budget for Llama3-8B, 85 GB per GPU; every row says whether its plan stands on its own,
+     * and --demand-evict adds on-demand eviction as a column of its own */
+    CHECK_EQ_I(run("compare --paper --models llama3-8b --systems teraio-ssd,teraio-mixed --json "
+                   "--demand-evict"),
+               0);
+    CHECK(has("\"system\": \"teraio-ssd\", \"tokens_per_s\""));
+    CHECK(has("\"host_cap_bytes\": 0"));
+    CHECK(has("\"host_cap_bytes\": 85000000000"));
+    CHECK(has("\"plan_feasible\": "));
+    CHECK(has("\"fraction_demand_evict\": "));
+    CHECK(has("\"demand_evicted_bytes\": "));
 }
 
 int main(void) {

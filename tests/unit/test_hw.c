@@ -165,6 +165,45 @@ TIO_TEST(json_errors_name_the_field) {
 /* Names reach terminals and reports: control characters are refused (an escape sequence in a
  * hardware file must not be echoed raw), a name taken from a file name is made printable, and
  * capacities above 2^60 bytes are refused as absurd. */
+/* The SSD model's fields: the paper preset's cache and sustained rate (990 PRO data sheet),
+ * the mixing factor and the derived rates by hand, validation, and a JSON round trip. */
+TIO_TEST(ssd_model_fields) {
+    struct tio_hw hw = tio_hw_default();
+    CHECK_EQ_U(hw.ssd_write_cache_bytes, 216000000000ull);
+    CHECK_NEAR(hw.ssd_sustained_write_Bps, 1.4e9, 0);
+    CHECK_NEAR(hw.ssd_mixed_Bps, 0, 0);
+    CHECK_NEAR(tio_hw_ssd_mix_factor(&hw), 1.0, 0); /* time sharing */
+    /* 4 drives x 1.4 GB/s = 5.6 GB/s, below the array's 4 x 6.5 x 16/26 = 16 GB/s */
+    CHECK_NEAR(tio_hw_ssd_sustained_write_Bps(&hw), 5.6e9, 1e-3);
+    /* read 6, write 3 GB/s: harmonic mean 4 GB/s; a 50/50 mix measured at 3 GB/s -> k = 4/3 */
+    hw.ssd_read_Bps = 6e9;
+    hw.ssd_write_Bps = 3e9;
+    hw.ssd_mixed_Bps = 3e9;
+    CHECK_OK(tio_hw_validate(&hw));
+    CHECK_NEAR(tio_hw_ssd_mix_factor(&hw), 4.0 / 3.0, 1e-12);
+    /* no cache: the sustained rate is the array's write rate */
+    hw.ssd_write_cache_bytes = 0;
+    CHECK_NEAR(tio_hw_ssd_sustained_write_Bps(&hw), tio_hw_ssd_write_Bps(&hw), 0);
+    hw.ssd_mixed_Bps = 9.5e9; /* above read + write */
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("ssd_mixed_Bps");
+    hw = tio_hw_default();
+    hw.ssd_sustained_write_Bps = -1;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("ssd_sustained_write_Bps");
+    const char *p = write_file("ssd.json", "{\"ssd_mixed_Bps\": \"5GB/s\", "
+                                           "\"ssd_write_cache_bytes\": \"100GB\", "
+                                           "\"ssd_sustained_write_Bps\": \"2GB/s\"}");
+    CHECK_OK(tio_hw_load(p, &hw));
+    CHECK_NEAR(hw.ssd_mixed_Bps, 5e9, 0);
+    CHECK_EQ_U(hw.ssd_write_cache_bytes, 100000000000ull);
+    CHECK_NEAR(hw.ssd_sustained_write_Bps, 2e9, 0);
+    char *json = NULL;
+    CHECK_OK(tio_hw_to_json(&hw, &json));
+    CHECK(json && strstr(json, "\"ssd_write_cache_bytes\": 100000000000") != NULL);
+    tio_free(json);
+}
+
 TIO_TEST(names_printable_and_capacities_sane) {
     struct tio_hw hw;
     CHECK_RC(tio_hw_load(write_file("n1.json", "{\"base\": \"cpu-ci\", \"name\": "
@@ -200,6 +239,7 @@ int main(void) {
     RUN(validate_names_bad_fields);
     RUN(json_units_and_base);
     RUN(json_errors_name_the_field);
+    RUN(ssd_model_fields);
     RUN(names_printable_and_capacities_sane);
     char cmd[300];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -166,8 +166,10 @@ TIO_TEST(host_fallback_by_hand) {
     /* ... and has 1 ms of slack for a 1 ms transfer: URGENT */
     CHECK(n == 2 && check_move(&m[1], 0, TIO_TIER_HOST, TIO_TIER_GPU, 8, 9, TIO_MOVE_URGENT));
     tio_plan_free(p);
-    /* SSD only: nothing viable -> infeasible, shortfall 90 MB first at kernel 4 */
+    /* SSD only, within the bandwidth (no overcommit): nothing viable -> infeasible, shortfall
+     * 90 MB first at kernel 4 */
     pp.policy = "teraio-ssd";
+    pp.overcommit = 0;
     CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
     tio_plan_get_summary(p, &s);
     CHECK_EQ_I(s.feasible, 0);
@@ -175,13 +177,48 @@ TIO_TEST(host_fallback_by_hand) {
     CHECK_EQ_U(s.shortfall_kernel, 4);
     CHECK_EQ_U(s.n_moves, 0);
     tio_plan_free(p);
-    /* a host cap below W's size: same */
+    /* with overcommit (the default) the plan meets the capacity with moves the slots have no
+     * room for, flagged STALL: W leaves over [2, 8) (offload issued at k1 after its use at k0,
+     * prefetch at k8 before its use at k9; X's window [5, 5) is empty; early prefetch is still
+     * off). The prefetch's slack (1 ms) is under 1.5 x 100 MB / 20 GB/s: URGENT; the offload's
+     * deadline kernel k2 has room (0 + 100 <= 170): not urgent. */
+    pp.overcommit = 1;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 1);
+    CHECK_EQ_U(s.planned_peak_bytes, 160 * MB);
+    m = tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 2);
+    if (n == 2) {
+        CHECK(check_move(&m[0], 0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, TIO_MOVE_STALL));
+        CHECK(check_move(&m[1], 0, TIO_TIER_SSD, TIO_TIER_GPU, 8, 9,
+                         TIO_MOVE_STALL | TIO_MOVE_URGENT));
+    }
+    CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL)); /* stall moves state their overrun */
+    tio_plan_free(p);
+    /* a host cap below W's size: the same without overcommit ... */
     hw.host_offload_cap_bytes = 50 * MB;
     pp.policy = "teraio-mixed";
+    pp.overcommit = 0;
     CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
     tio_plan_get_summary(p, &s);
     CHECK_EQ_I(s.feasible, 0);
     CHECK_EQ_U(s.shortfall_bytes, 90 * MB);
+    tio_plan_free(p);
+    /* ... and with it, W goes to the SSD (the host cannot hold it) */
+    pp.overcommit = 1;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 1);
+    CHECK_EQ_U(s.host_peak_bytes, 0);
+    m = tio_plan_moves(p, &n);
+    CHECK(n == 2 && m[0].to == TIO_TIER_SSD && (m[0].flags & TIO_MOVE_STALL));
+    tio_plan_free(p);
+    /* the paper's Algorithm 1 stays as printed: infeasible, no stall moves */
+    pp.policy = "teraio-paper";
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 0);
     tio_plan_free(p);
     tio_trace_free(tr);
 }
@@ -549,7 +586,7 @@ TIO_TEST(verify_rejects_bad_plans) {
     CHECK_OK(tio_plan_add_move(p, &pre));
     CHECK_OK(tio_plan_finish(p));
     CHECK_RC(tio_plan_verify(p, tr, &hw, NULL, NULL), TIO_EPLAN);
-    CHECK_ERR_HAS("ssd-write");
+    CHECK_ERR_HAS("channel ssd:");
     tio_plan_free(p);
     tio_trace_free(tr);
 }

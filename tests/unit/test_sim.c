@@ -360,6 +360,7 @@ TIO_TEST(host_tier_uses_pcie_only) {
     struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 10, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
     struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
     struct tio_hw hw = test_hw(UINT64_C(1) << 30);
+    hw.host_offload_cap_bytes = 4000000; /* exactly what the plan holds */
     struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, 0),
                             mv(0, TIO_TIER_HOST, TIO_TIER_GPU, 2, 2, 0) };
     struct tio_sim_result r;
@@ -477,6 +478,8 @@ TIO_TEST(zero_models) {
     struct tio_trace *tr = mk(ts, 4, ks, 3, NULL);
     struct tio_hw hw = test_hw(4100000000);
     struct tio_sim_params p = test_params();
+    CHECK_NEAR(p.zero_bytes_scale, 1.0, 0); /* FP32 by default, as the paper ran */
+    p.zero_bytes_scale = 0.5;               /* this test: the mixed-precision what-if */
     p.cpu_adam_params_per_core_s = 1e6;
     p.policy = "zero-offload";
     struct tio_sim *sim = NULL;
@@ -503,8 +506,9 @@ TIO_TEST(zero_models) {
     }
     tio_sim_free(sim);
     /* ZeRO-Infinity keeps activations on the GPU: x at fp16 is 5e6 B; with 6e6 B of GPU memory
-     * left after ZeRO-3's 4e9 B of buffers, x plus w (2e6) and g (2e6) cannot fit -> GPU OOM */
-    hw = test_hw(4006000000);
+     * left after ZeRO-3's reduce bucket (5e8 values, 1e9 B at fp16), x plus w (2e6) and g (2e6)
+     * cannot fit -> GPU OOM */
+    hw = test_hw(1006000000);
     p.policy = "zero-infinity";
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
@@ -517,9 +521,32 @@ TIO_TEST(zero_models) {
     if (sim) {
         tio_sim_get_result(sim, &r);
         CHECK_EQ_I(r.oom, 0);
-        /* optimizer phase: max(CPU Adam 250 ms, 12e6 B read / 1e9 = 12 ms, 14e6 B written =
-         * 14 ms) = 250 ms; one layer group <= prefetch depth: parameters stay resident */
+        /* optimizer phase: max(CPU Adam 250 ms, 12e6 B read / 1e9 + 14e6 B written / 1e9 on
+         * the shared SSD budget = 26 ms) = 250 ms; one layer group <= prefetch depth:
+         * parameters stay resident */
         CHECK_NEAR(r.iteration_s, 270 * MS, 1e-9);
+    }
+    tio_sim_free(sim);
+    /* FP32 (the default): ZeRO-3's reduce bucket is 5e8 values x 4 B = 2e9 B; w, g 4e6 B each
+     * and x 10e6 B fit in 2.1e9 B. The gradient copied to the host is 4e6 B; host 24 B/param.
+     * With 1.9e9 B the bucket alone does not fit: GPU OOM. */
+    p.zero_bytes_scale = 1.0;
+    p.policy = "zero-offload";
+    hw = test_hw(2100000000);
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    if (sim) {
+        tio_sim_get_result(sim, &r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 270 * MS, 1e-9);
+        CHECK_EQ_U(r.bytes[TIO_SIM_PCIE_D2H], 4000000);
+        CHECK_EQ_U(r.host_peak_bytes, 24000000);
+    }
+    tio_sim_free(sim);
+    hw = test_hw(1900000000);
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    if (sim) {
+        tio_sim_get_result(sim, &r);
+        CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
     }
     tio_sim_free(sim);
     tio_trace_free(tr);
@@ -550,6 +577,7 @@ TIO_TEST(zero_layer_streaming) {
     struct tio_hw hw = test_hw(4100000000);
     struct tio_sim_params p = test_params();
     p.policy = "zero-offload";
+    p.zero_bytes_scale = 0.5; /* fp16 what-if: the numbers below are fp16 bytes */
     p.zero_prefetch_layers = 0;
     p.zero_offload_fetch_Bps = 1e8;
     p.cpu_adam_params_per_core_s = 1e15; /* no optimizer kernel: keep the CPU step negligible */
@@ -581,16 +609,21 @@ TIO_TEST(zero_layer_streaming) {
 
 /*
  * A plan that leaves memory short (here: no moves at all, same trace as
- * feasible_plan_stays_under_capacity). With demand eviction (default) the runtime evicts the
+ * feasible_plan_stays_under_capacity). With demand eviction (--demand-evict) the runtime evicts the
  * idle w when k1 cannot allocate y (4 ms to the SSD), then fetches w on demand for k2 (4 ms):
- * the same 20 ms as the explicit plan. Without it, OOM at kernel 1.
+ * the same 20 ms as the explicit plan. Plan-only (the default): OOM at kernel 1.
  */
 TIO_TEST(demand_eviction_for_short_plans) {
     struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 } };
     struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 10, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
     struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
     struct tio_hw hw = test_hw(5000000);
+    /* host room to spare: a plan's evictions still go to the SSD (the host budget is the
+     * plan's) */
+    hw.host_offload_cap_bytes = 100000000;
     struct tio_sim_params p = test_params();
+    CHECK_EQ_I(p.demand_evict, 0); /* plan-only by default */
+    p.demand_evict = 1;
     struct tio_sim *sim = NULL;
     struct tio_sim_result r;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
@@ -599,6 +632,9 @@ TIO_TEST(demand_eviction_for_short_plans) {
         CHECK_EQ_I(r.oom, 0);
         CHECK_NEAR(r.iteration_s, 20 * MS, 1e-9);
         CHECK_EQ_U(r.n_demand_evictions, 1);
+        CHECK_EQ_U(r.demand_evicted_bytes, 4000000);
+        CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 4000000);
+        CHECK_EQ_U(r.host_peak_bytes, 0);
         CHECK_EQ_U(r.n_demand_fetches, 1);
         CHECK(r.gpu_peak_bytes <= 5000000);
     }
@@ -611,6 +647,147 @@ TIO_TEST(demand_eviction_for_short_plans) {
         CHECK_EQ_U(r.oom_kernel, 1);
     }
     tio_sim_free(sim);
+    tio_trace_free(tr);
+}
+
+/*
+ * The SSD array has one budget for reads and writes. Globals a (used by k2) and b (used by
+ * k3), 4 MB each; k0 10 ms, k1..k3 1 ms; 1 GB/s per direction alone. a is offloaded during k0
+ * (alone: done at 4 ms). At k1 (t = 10 ms) b's offload and a's prefetch are issued, the
+ * offload first: it takes the whole budget, a gets nothing. At 11 ms k2 waits for a: its
+ * prefetch turns urgent and takes the whole budget, 4 ms: k2 starts at 15 ms (with separate
+ * read and write channels it would start at 14). b's offload resumes at 15 and ends at 18; k3
+ * (16 ms) finds b still on the GPU (its prefetch keeps it): iteration 17 ms.
+ * With ssd_mixed_Bps = 1.5 GB/s (k = 1 GB/s / 1.5 GB/s = 2/3, both directions in flight):
+ * 10-11 ms b writes at 1 GB/s (its channel's limit) using 2/3 of the budget, a reads at
+ * (1/3) / (2/3) GB/s = 0.5 GB/s: 0.5 MB; from 11 a reads 3.5 MB at 1 GB/s: k2 at 14.5 ms.
+ */
+TIO_TEST(ssd_reads_and_writes_share_one_budget) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, W, G }, { 100, ACT, 0 } };
+    struct kspec ks[] = {
+        { 10, 0, { 2, -1 } }, { 1, 0, { 2, -1 } }, { 1, 0, { 0, -1 } }, { 1, 0, { 1, -1 } }
+    };
+    struct tio_trace *tr = mk(ts, 3, ks, 4, NULL);
+    struct tio_hw hw = test_hw(UINT64_C(1) << 30);
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 0, 1, 0),
+                            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 1, 2, 0),
+                            mv(1, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
+                            mv(1, TIO_TIER_SSD, TIO_TIER_GPU, 2, 3, 0) };
+    struct tio_sim_result r;
+    struct tio_sim *sim = NULL;
+    CHECK_OK(run(tr, &hw, m, 4, NULL, &r, &sim));
+    CHECK_EQ_I(r.oom, 0);
+    CHECK_NEAR(r.ideal_s, 13 * MS, 1e-12);
+    CHECK_NEAR(r.iteration_s, 17 * MS, 1e-9);
+    if (sim) {
+        CHECK_NEAR(tio_sim_kernel_start_s(sim)[2], 15 * MS, 1e-9);
+    }
+    tio_sim_free(sim);
+    sim = NULL;
+    hw.ssd_mixed_Bps = 1.5e9;
+    CHECK_OK(run(tr, &hw, m, 4, NULL, &r, &sim));
+    if (sim) {
+        CHECK_NEAR(tio_sim_kernel_start_s(sim)[2], 14.5 * MS, 1e-9);
+    }
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+}
+
+/*
+ * The write cache. w (4 MB, global) is used by k0 and k3, y (4 MB) by k2; capacity 4.5 MB, so
+ * k2 waits for w's offload (issued at k1) to free its memory; w's prefetch is issued at k3,
+ * which waits 4 ms for it. Kernels 1 ms each. 1 SSD, 1 GB/s each way.
+ * (a) cache 2 MB, sustained 0.25 GB/s. Warm-up: the offload (from 1 ms) fills the cache at a
+ *     net 0.75 GB/s, full at 1 + 8/3 ms with 8/3 MB written; the other 4/3 MB take 16/3 ms:
+ *     done at 9; k2 9-10, prefetch 10-14, k3 14-15; the cache drains 6 ms x 0.25 = 1.5 MB to
+ *     0.5 MB. Measured iteration (from 15): k0 drains it to 0.25 MB; the offload fills 1.75 MB
+ *     in 7/3 ms, then 5/3 MB at 0.25 GB/s = 20/3 ms: 9 ms of writing, done at 25; k2 25-26,
+ *     prefetch 26-30, k3 30-31: 16 ms; the cache ends at 0.5 MB as it began: steady.
+ * (b) cache 8 MB, sustained 0.5 GB/s: the 4 MB fit; the cache drains to 0 by the end of each
+ *     iteration: 1 + 4 + 1 + 4 + 1 = 11 ms, 4 ms of writing.
+ * (c) cache 8 MB, sustained 0.1 GB/s: from empty the cache gains 2.9 MB per iteration, so
+ *     continuous training fills it and the run is repeated from full. Warm-up: 7.9 MB after
+ *     k0; 0.1 MB in 1/9 ms, 3.8889 MB at 0.1 GB/s: done at 40; k2 40-41, prefetch 41-45, k3
+ *     45-46; the cache drains to 7.4 MB. Measured (from 46): k0 leaves 7.3 MB; 0.7 MB in 7/9
+ *     ms, 3.2222 MB at 0.1 GB/s = 32.222 ms: 33 ms of writing, done at 80; k2 80-81,
+ *     prefetch 81-85, k3 85-86: 40 ms.
+ */
+TIO_TEST(ssd_write_cache_then_sustained_rate) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 }, { 100, ACT, 0 } };
+    struct kspec ks[] = {
+        { 1, 0, { 0, -1 } }, { 1, 0, { 2, -1 } }, { 1, 0, { 1, -1 } }, { 1, 0, { 0, -1 } }
+    };
+    struct tio_trace *tr = mk(ts, 3, ks, 4, NULL);
+    struct tio_hw hw = test_hw(4500000);
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
+                            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 3, 3, 0) };
+    struct tio_sim_result r;
+    hw.ssd_write_cache_bytes = 2000000;
+    hw.ssd_sustained_write_Bps = 0.25e9;
+    CHECK_OK(run(tr, &hw, m, 2, NULL, &r, NULL));
+    CHECK_EQ_I(r.oom, 0);
+    CHECK_NEAR(r.iteration_s, 16 * MS, 1e-9);
+    CHECK_NEAR(r.busy_s[TIO_SIM_SSD_WRITE], 9 * MS, 1e-9);
+    CHECK_EQ_I(r.ssd_cache_full, 0);
+    hw.ssd_write_cache_bytes = 8000000;
+    hw.ssd_sustained_write_Bps = 0.5e9;
+    CHECK_OK(run(tr, &hw, m, 2, NULL, &r, NULL));
+    CHECK_NEAR(r.iteration_s, 11 * MS, 1e-9);
+    CHECK_NEAR(r.busy_s[TIO_SIM_SSD_WRITE], 4 * MS, 1e-9);
+    CHECK_EQ_I(r.ssd_cache_full, 0);
+    hw.ssd_sustained_write_Bps = 0.1e9;
+    CHECK_OK(run(tr, &hw, m, 2, NULL, &r, NULL));
+    CHECK_EQ_I(r.ssd_cache_full, 1);
+    CHECK_NEAR(r.iteration_s, 40 * MS, 1e-9);
+    CHECK_NEAR(r.busy_s[TIO_SIM_SSD_WRITE], 33 * MS, 1e-9);
+    tio_trace_free(tr);
+}
+
+/*
+ * A tensor used while its offload still runs is kept on the GPU; when the plan then offloads it
+ * again, the running offload frees it after all (the write starts over: the use may have
+ * changed it). w (4 MB) is used by k0, k2 and k5, y (4 MB) by k4; capacity 4.5 MB; 1 ms
+ * kernels, SSD 1 GB/s. Offload w at k1 (1-5 ms); its prefetch at k2 finds it still offloading
+ * (kept); k2 runs on it; offload again at k3 (t = 3): the write restarts, done at 7; k4 waits
+ * for that memory, runs 7-8; prefetch at k5 8-12, k5 12-13: 13 ms, 2 + 4 MB written. Skipping
+ * the second offload would leave w on the GPU and k4 out of memory.
+ */
+TIO_TEST(offload_of_a_kept_tensor_frees_it) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 }, { 100, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 1, 0, { 2, -1 } }, { 1, 0, { 0, -1 } },
+                          { 1, 0, { 2, -1 } }, { 1, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 3, ks, 6, NULL);
+    struct tio_hw hw = test_hw(4500000);
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
+                            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 2, 2, 0),
+                            mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 3, 4, 0),
+                            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 5, 5, 0) };
+    struct tio_sim_result r;
+    CHECK_OK(run(tr, &hw, m, 4, NULL, &r, NULL));
+    CHECK_EQ_I(r.oom, 0);
+    CHECK_NEAR(r.iteration_s, 13 * MS, 1e-9);
+    CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 6000000);
+    tio_trace_free(tr);
+}
+
+/* Host memory caps hold for plans too: a plan holding 4 MB on the host with a 3 MB cap is a
+ * host OOM (3 MB: 1 MB over); teraio-ssd's cap of 0 admits no host move at all. */
+TIO_TEST(host_cap_enforced_for_plans) {
+    struct tspec ts[] = { { 4000000, W, G }, { 100, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 10, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
+    struct tio_hw hw = test_hw(UINT64_C(1) << 30);
+    hw.host_offload_cap_bytes = 3000000;
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, 0),
+                            mv(0, TIO_TIER_HOST, TIO_TIER_GPU, 2, 2, 0) };
+    struct tio_sim_result r;
+    CHECK_OK(run(tr, &hw, m, 2, NULL, &r, NULL));
+    CHECK_EQ_I(r.oom, TIO_SIM_OOM_HOST);
+    CHECK_EQ_U(r.oom_bytes, 1000000);
+    CHECK_NEAR(r.iteration_s, 0, 0);
+    hw.host_offload_cap_bytes = 0;
+    CHECK_OK(run(tr, &hw, m, 2, NULL, &r, NULL));
+    CHECK_EQ_I(r.oom, TIO_SIM_OOM_HOST);
     tio_trace_free(tr);
 }
 
@@ -718,6 +895,10 @@ int main(void) {
     RUN(zero_models);
     RUN(zero_layer_streaming);
     RUN(demand_eviction_for_short_plans);
+    RUN(ssd_reads_and_writes_share_one_budget);
+    RUN(ssd_write_cache_then_sustained_rate);
+    RUN(host_cap_enforced_for_plans);
+    RUN(offload_of_a_kept_tensor_frees_it);
     RUN(far_in_time_finishes);
     RUN(bins_bounded_on_slow_link);
     return tio_test_done();

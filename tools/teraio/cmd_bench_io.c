@@ -32,7 +32,11 @@ static void usage(FILE *f) {
         "  --size BYTES      bytes moved in the timed phase (default 1GiB)\n"
         "  --block BYTES     tensor (request) size (default 4MiB)\n"
         "  --depth N         requests in flight (default 16)\n"
-        "  --rw read|write   timed phase (read: the data is written first, untimed)\n"
+        "  --rw read|write|mixed  timed phase (read: the data is written first, untimed;\n"
+        "                    mixed: half of it is written first, then reads of it alternate\n"
+        "                    with writes of new tensors, 50/50: bytes_per_s is reads plus\n"
+        "                    writes, the ssd_mixed_Bps of docs/hardware.md for the whole\n"
+        "                    directory set; divide by the drives behind it)\n"
         "  --backend NAME    auto (default), uring, posix, cufile, cuda, null\n"
         "  --chunk BYTES     stripe chunk (default: the block size, at most 1GiB)\n"
         "  --verify          CRC32C per chunk (computed on write, checked on read)\n"
@@ -49,8 +53,9 @@ static void usage(FILE *f) {
         "  --json            print one JSON object (bytes_per_s, cpu_s_per_gib, ...)\n\n"
         "examples:\n"
         "  teraio bench-io --dir /mnt/nvme0/tio --size 2GiB --block 16MiB --depth 8\n"
-        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read "
-        "--json\n\n" TIO_CLI_EXIT_HELP);
+        "  teraio bench-io --dir /mnt/nvme0 --dir /mnt/nvme1 --rw read --json\n"
+        "  teraio bench-io --dir /mnt/nvme0/tio --size 8GiB --block 16MiB --rw "
+        "mixed\n\n" TIO_CLI_EXIT_HELP);
 }
 
 static double cpu_now(void) {
@@ -66,10 +71,17 @@ static double wall_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Move n tensors of `block` bytes with `depth` in flight; 0 or a status. */
+enum { PH_READ = 0, PH_WRITE = 1, PH_MIXED = 2 };
+
+/*
+ * Move n tensors of `block` bytes with `depth` in flight; 0 or a status. PH_MIXED alternates
+ * reads of tensors [0, n_pre) (written before) with writes of new tensors from n_pre on, so
+ * reads and writes share the device half and half: the 50/50 point of its mixed curve.
+ */
 static int run_phase(struct tio_engine *e,
                      int write,
                      uint64_t n,
+                     uint64_t n_pre,
                      uint64_t block,
                      uint32_t depth,
                      unsigned char **bufs,
@@ -87,9 +99,11 @@ static int run_phase(struct tio_engine *e,
             uint32_t slot = free_slots[--nfree];
             /* tag: slot in the low 32 bits, tensor in the high */
             uint64_t tag = (next << 32) | slot;
-            rc = write ? tio_engine_write(e, next, bufs[slot], block, mem, TIO_TIER_SSD,
-                                          TIO_PRIO_NORMAL, tag)
-                       : tio_engine_read(e, next, bufs[slot], block, mem, TIO_PRIO_NORMAL, tag);
+            int w = write == PH_MIXED ? (int)(next & 1) : write;
+            uint64_t id = write != PH_MIXED ? next : w ? n_pre + next / 2 : (next / 2) % n_pre;
+            rc = w ? tio_engine_write(e, id, bufs[slot], block, mem, TIO_TIER_SSD, TIO_PRIO_NORMAL,
+                                      tag)
+                   : tio_engine_read(e, id, bufs[slot], block, mem, TIO_PRIO_NORMAL, tag);
             if (rc == -EAGAIN) {
                 free_slots[nfree++] = slot;
                 rc = 0;
@@ -192,8 +206,8 @@ int cli_cmd_bench_io(int argc, char **argv) {
         cli_error(cmd, "--dir is required (the directory to benchmark, e.g. on an NVMe SSD)");
         return TIO_EXIT_USAGE;
     }
-    if (strcmp(rw, "read") != 0 && strcmp(rw, "write") != 0) {
-        cli_error(cmd, "--rw must be read or write, not '%s'", rw);
+    if (strcmp(rw, "read") != 0 && strcmp(rw, "write") != 0 && strcmp(rw, "mixed") != 0) {
+        cli_error(cmd, "--rw must be read, write or mixed, not '%s'", rw);
         return TIO_EXIT_USAGE;
     }
     if (!block || block % 4096 || block > (UINT64_C(1) << 32)) {
@@ -283,22 +297,27 @@ int cli_cmd_bench_io(int argc, char **argv) {
         }
     }
     tio_free(pattern);
-    int reading = !strcmp(rw, "read");
-    if (rc == 0 && reading)
-        rc = run_phase(e, 1, n, block, (uint32_t)depth, bufs, mem); /* prefill, untimed */
+    int reading = !strcmp(rw, "read"), mixed = !strcmp(rw, "mixed");
+    uint64_t n_pre = mixed ? (n + 1) / 2 : n; /* tensors the timed reads read */
+    if (rc == 0 && (reading || mixed))        /* prefill, untimed */
+        rc = run_phase(e, PH_WRITE, n_pre, 0, block, (uint32_t)depth, bufs, mem);
     if (rc == 0 && warmup && !reading) {
         /* Write the whole swap file once, untimed: the n tensors plus `depth` more that fill
          * the room rewrites in flight use, then drop those. A timed rewrite's new copy then
          * lands on blocks written before (as fio rewrites its laid-out file), not on
          * unwritten extents the file system must convert, which costs large writes at high
          * depth (depth x block of never-written space) a tenth or more of their bandwidth. */
-        rc = run_phase(e, 1, n + depth, block, (uint32_t)depth, bufs, mem);
+        rc = run_phase(e, PH_WRITE, n + depth, 0, block, (uint32_t)depth, bufs, mem);
         for (uint64_t i = n; rc == 0 && i < n + depth; i++)
             rc = tio_engine_drop(e, i);
     }
     double w0 = wall_now(), c0 = cpu_now();
     if (rc == 0)
-        rc = run_phase(e, !reading, n, block, (uint32_t)depth, bufs, mem);
+        rc = run_phase(e,
+                       mixed     ? PH_MIXED
+                       : reading ? PH_READ
+                                 : PH_WRITE,
+                       n, n_pre, block, (uint32_t)depth, bufs, mem);
     double wall = wall_now() - w0, cpu = cpu_now() - c0;
     struct tio_engine_stats st;
     (void)tio_engine_stats(e, &st);
@@ -310,12 +329,17 @@ int cli_cmd_bench_io(int argc, char **argv) {
     }
     tio_free(bufs);
     if (rc < 0) {
-        int code = cli_fail(cmd, reading ? "reading" : "writing", rc);
+        int code = cli_fail(cmd,
+                            mixed     ? "reading and writing"
+                            : reading ? "reading"
+                                      : "writing",
+                            rc);
         tio_engine_free(e);
         return code;
     }
     tio_engine_free(e);
     uint64_t bytes = n * block;
+    uint64_t wbytes = mixed ? n / 2 * block : reading ? 0 : bytes;
     double bps = wall > 0 ? (double)bytes / wall : 0.0;
     double gib = (double)bytes / (double)(UINT64_C(1) << 30);
     double cpu_gib = gib > 0 ? cpu / gib : 0.0;
@@ -329,11 +353,13 @@ int cli_cmd_bench_io(int argc, char **argv) {
         }
         printf(
             "], \"block\": %llu, \"chunk\": %llu, \"depth\": %llu, \"bytes\": %llu, "
+            "\"read_bytes\": %llu, \"write_bytes\": %llu, "
             "\"seconds\": %.6f, \"bytes_per_s\": %.1f, \"cpu_s\": %.6f, \"cpu_s_per_gib\": %.6f, "
             "\"ops\": %llu, \"staged_bytes\": %llu, \"short_transfers\": %llu, \"buffers\": "
             "\"%s\"}\n",
             (unsigned long long)block, (unsigned long long)chunk, (unsigned long long)depth,
-            (unsigned long long)bytes, wall, bps, cpu, cpu_gib, (unsigned long long)st.ops_issued,
+            (unsigned long long)bytes, (unsigned long long)(bytes - wbytes),
+            (unsigned long long)wbytes, wall, bps, cpu, cpu_gib, (unsigned long long)st.ops_issued,
             (unsigned long long)st.staged_bytes, (unsigned long long)st.short_transfers,
             device_mem    ? "device"
             : small_pages ? "small-pages"

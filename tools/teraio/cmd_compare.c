@@ -72,12 +72,34 @@ struct row {
     int oom;
     const char *oom_kind;
     uint32_t micro_batch;
+    int plan_feasible;             /* the plan's verdict (1 for the simulator's baselines) */
+    uint64_t host_cap_bytes;       /* per-GPU host memory the system may offload to */
+    double fraction_demand_evict;  /* --demand-evict: with on-demand eviction (-1: not run) */
+    uint64_t demand_evicted_bytes; /* ... bytes it evicted beyond the plan */
 };
+
+/*
+ * Host memory each system may use per GPU (PAPER.md s.9.2, s.9.7, s.9.8). TeraIO-Mixed gets
+ * ZeRO-Infinity's host budget: 170 GB for Llama3-8B and 770 GB for Llama3-70B over the two
+ * GPUs; the paper gives none for Granite-8B, a model of the same size as Llama3-8B, which
+ * gets Llama3-8B's. TeraIO-SSD runs on the 128 GB server and offloads to the SSDs only. The
+ * ZeRO models size their own host memory against host_memory_bytes / gpus.
+ */
+static uint64_t host_budget(const char *sys, const char *model, const struct tio_hw *hw) {
+    if (strcmp(sys, "teraio-ssd") == 0 || strcmp(sys, "teraio-paper-ssd") == 0) {
+        return 0;
+    }
+    if (strncmp(sys, "zero-", 5) == 0 || strcmp(hw->name, "paper-2xh100nvl") != 0) {
+        return hw->host_offload_cap_bytes;
+    }
+    return strcmp(model, "llama3-70b") == 0 ? UINT64_C(385000000000) : UINT64_C(85000000000);
+}
 
 static void usage(FILE *f) {
     (void)fprintf(
         f,
-        "usage: teraio compare --paper [--json] [--systems LIST] [--models LIST] [--hw HW]\n\n"
+        "usage: teraio compare --paper [--json] [--systems LIST] [--models LIST] [--hw HW]\n"
+        "                      [--demand-evict]\n\n"
         "Run the paper's evaluation matrix in simulation (PAPER.md s.9.1): Llama3-8B bs32/64/128\n"
         "@2048 and bs64 @1024/2048/4096; Granite-8B bs32/64/128 @4096 and bs64 @2048/4096/8192;\n"
         "Llama3-70B bs8/16/32 @2048 and bs16 @2048/3072/4096, each trace from `teraio model`\n"
@@ -89,7 +111,13 @@ static void usage(FILE *f) {
         "                       teraio-ssd,teraio-mixed,teraio-paper,g10)\n"
         "  --models LIST        restrict to these models (llama3-8b,granite-code-8b,llama3-70b)\n"
         "  --hw HW              the server (default paper-2xh100nvl; teraio-ssd uses\n"
-        "                       paper-2xh100nvl-128g, the cheaper server of Table 3)\n"
+        "                       paper-2xh100nvl-128g, the cheaper server of Table 3, and no\n"
+        "                       host memory; on the paper's server the planned systems get\n"
+        "                       the paper's host budget: 85 GB per GPU for the 8B models,\n"
+        "                       385 GB for Llama3-70B)\n"
+        "  --demand-evict       also simulate each plan with on-demand eviction where it falls\n"
+        "                       short, as its own column (default: plan-only; an infeasible\n"
+        "                       plan is reported as such)\n"
         "  --json               {\"rows\": [{model, batch, seq, system, tokens_per_s,\n"
         "                       fraction_of_ideal, oom, ...}], \"summary\": {system:\n"
         "                       {mean_fraction_of_ideal, mean_speedup_vs_best_zero, ...}},\n"
@@ -162,7 +190,7 @@ static int gen(const struct cfg *c,
 }
 
 int cli_cmd_compare(int argc, char **argv) {
-    int json = 0, paper = 0;
+    int json = 0, paper = 0, demand_col = 0;
     const char *systems[MAX_SYS], *models[MAX_SYS];
     size_t n_sys = TIO_CLI_ARRAY_LEN(all_systems), n_models = 0;
     char sbuf[512], mbuf[512];
@@ -181,6 +209,8 @@ int cli_cmd_compare(int argc, char **argv) {
             json = 1;
         } else if (strcmp(a, "--paper") == 0) {
             paper = 1;
+        } else if (strcmp(a, "--demand-evict") == 0) {
+            demand_col = 1;
         } else if (strcmp(a, "--zero-offload-fetch") == 0 ||
                    strcmp(a, "--zero-infinity-fetch") == 0 || strcmp(a, "--cpu-adam") == 0 ||
                    strcmp(a, "--zero-prefetch") == 0) {
@@ -286,7 +316,11 @@ int cli_cmd_compare(int argc, char **argv) {
             r->c = c;
             r->sys = sys;
             r->micro_batch = mb0;
-            const struct tio_hw *hw = strcmp(sys, "teraio-ssd") == 0 ? &hw128 : &hw1t;
+            struct tio_hw hwc = strcmp(sys, "teraio-ssd") == 0 ? hw128 : hw1t;
+            hwc.host_offload_cap_bytes = host_budget(sys, c->model, &hwc);
+            const struct tio_hw *hw = &hwc;
+            r->host_cap_bytes = hwc.host_offload_cap_bytes;
+            r->fraction_demand_evict = -1;
             if (cli_stderr_is_tty()) {
                 (void)fprintf(stderr, "\r%-16s bs%-4u seq%-5u %-14s", c->model, c->batch, c->seq,
                               sys);
@@ -304,7 +338,8 @@ int cli_cmd_compare(int argc, char **argv) {
             }
             for (;;) {
                 struct tio_sim *sim = NULL;
-                rc = cli_sim_policy(ztr ? ztr : tr, hw, sys, 0, &sp, &sim);
+                rc = cli_sim_policy_feasible(ztr ? ztr : tr, hw, sys, 0, &sp, &sim,
+                                             &r->plan_feasible);
                 if (rc < 0) {
                     tio_trace_free(ztr);
                     tio_trace_free(tr);
@@ -334,6 +369,23 @@ int cli_cmd_compare(int argc, char **argv) {
                 }
             }
             tio_trace_free(ztr);
+            if (demand_col && !zero && !tio_sim_policy_is_builtin(sys)) {
+                /* the same plan with on-demand eviction where it falls short: its own column */
+                struct tio_sim_params sd = sp;
+                sd.demand_evict = 1;
+                struct tio_sim *sim = NULL;
+                rc = cli_sim_policy(tr, hw, sys, 0, &sd, &sim);
+                if (rc < 0) {
+                    tio_trace_free(tr);
+                    code = cli_fail(CMD, sys, rc);
+                    goto out;
+                }
+                struct tio_sim_result res;
+                tio_sim_get_result(sim, &res);
+                tio_sim_free(sim);
+                r->fraction_demand_evict = res.oom ? 0 : ideal_s / res.iteration_s;
+                r->demand_evicted_bytes = res.demand_evicted_bytes;
+            }
         }
         tio_trace_free(tr);
     }
@@ -393,10 +445,16 @@ int cli_cmd_compare(int argc, char **argv) {
             (void)printf(
                 "  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
                 "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
-                "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u}%s\n",
+                "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u, \"plan_feasible\": %s, "
+                "\"host_cap_bytes\": %llu",
                 r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
                 r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
-                i + 1 < n_rows ? "," : "");
+                r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes);
+            if (r->fraction_demand_evict >= 0) {
+                (void)printf(", \"fraction_demand_evict\": %.6f, \"demand_evicted_bytes\": %llu",
+                             r->fraction_demand_evict, (unsigned long long)r->demand_evicted_bytes);
+            }
+            (void)printf("}%s\n", i + 1 < n_rows ? "," : "");
         }
         (void)printf("],\n\"summary\": {\n");
         for (size_t s = 0; s < n_sys; s++) {
@@ -438,8 +496,9 @@ int cli_cmd_compare(int argc, char **argv) {
             for (size_t s = 0; s < n_sys; s++) {
                 const struct row *r = &rows[i + s];
                 if (r->oom) {
-                    (void)printf(" %15s",
-                                 strcmp(r->oom_kind, "host") == 0 ? "OOM(host)" : "OOM(gpu)");
+                    (void)printf(" %15s", strcmp(r->oom_kind, "host") == 0 ? "OOM(host)"
+                                          : r->plan_feasible               ? "OOM(gpu)"
+                                                                           : "infeasible");
                 } else {
                     char cell[32];
                     (void)snprintf(cell, sizeof cell, "%.0f t/s %3.0f%%", r->tokens_per_s,
@@ -448,6 +507,20 @@ int cli_cmd_compare(int argc, char **argv) {
                 }
             }
             (void)printf("\n");
+            if (demand_col) {
+                (void)printf("%-16s %11s", "  +demand-evict", "");
+                for (size_t s = 0; s < n_sys; s++) {
+                    const struct row *r = &rows[i + s];
+                    char cell[32] = "-";
+                    if (r->fraction_demand_evict > 0) {
+                        (void)snprintf(cell, sizeof cell, "%3.0f%% %4.0fGB",
+                                       100 * r->fraction_demand_evict,
+                                       (double)r->demand_evicted_bytes / 1e9);
+                    }
+                    (void)printf(" %15s", cell);
+                }
+                (void)printf("\n");
+            }
         }
         (void)printf("\n%-16s %10s %10s %10s %12s\n", "system", "mean/ideal", "vs best", "OOM runs",
                      "tok/s/k$");

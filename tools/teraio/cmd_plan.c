@@ -28,6 +28,8 @@ static void plan_usage(FILE *f) {
         "  --json                print the summary as JSON on stdout\n"
         "  --no-early-prefetch   keep prefetches at their latest start\n"
         "  --no-clean-copies     rewrite every offload even if an identical copy is stored\n"
+        "  --no-overcommit       keep every move within the bandwidth (the plan may then be\n"
+        "                        infeasible) instead of planning stalls to fit memory\n"
         "  --capacity SIZE       override the GPU memory (e.g. 80GiB)\n"
         "  --reserve SIZE        override the GPU reserve kept free\n"
         "  --host-cap SIZE       override the host-memory cap for offloading (0 = SSD only)\n"
@@ -98,6 +100,8 @@ int cli_cmd_plan(int argc, char **argv) {
             pp.early_prefetch = 0;
         } else if (strcmp(a, "--no-clean-copies") == 0) {
             pp.clean_copies = 0;
+        } else if (strcmp(a, "--no-overcommit") == 0) {
+            pp.overcommit = 0;
         } else if (strcmp(a, "--capacity") == 0) {
             NEED_VALUE();
             if ((rc = cli_parse_bytes_pos(CMD, a, val, &capacity)) != 0) {
@@ -243,8 +247,9 @@ int cli_cmd_plan(int argc, char **argv) {
     if (!s.feasible && strcmp(tio_plan_policy(plan), "ideal") != 0) {
         char a[32];
         cli_error(CMD,
-                  "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); the "
-                  "remaining overflow becomes stalls",
+                  "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); "
+                  "simulated plan-only, that kernel runs out of memory (--demand-evict: it "
+                  "stalls for evictions instead)",
                   strict ? "error" : "warning", (unsigned long long)s.shortfall_bytes,
                   tio_format_bytes(s.shortfall_bytes, a, sizeof a),
                   (unsigned long long)s.shortfall_kernel, kname ? kname : "unnamed");

@@ -30,7 +30,20 @@ int cli_sim_policy(const struct tio_trace *tr,
                    uint64_t min_tensor_bytes,
                    const struct tio_sim_params *sp,
                    struct tio_sim **out) {
+    return cli_sim_policy_feasible(tr, hw, policy, min_tensor_bytes, sp, out, NULL);
+}
+
+int cli_sim_policy_feasible(const struct tio_trace *tr,
+                            const struct tio_hw *hw,
+                            const char *policy,
+                            uint64_t min_tensor_bytes,
+                            const struct tio_sim_params *sp,
+                            struct tio_sim **out,
+                            int *plan_feasible) {
     struct tio_sim_params p = *sp;
+    if (plan_feasible) {
+        *plan_feasible = 1;
+    }
     if (tio_sim_policy_is_builtin(policy)) {
         p.policy = policy;
         return tio_sim_run(tr, hw, NULL, 0, &p, out);
@@ -49,6 +62,11 @@ int cli_sim_policy(const struct tio_trace *tr,
     int rc = tio_plan_make(tr, &h, &pp, &plan);
     if (rc < 0) {
         return rc;
+    }
+    if (plan_feasible) {
+        struct tio_plan_summary ps;
+        tio_plan_get_summary(plan, &ps);
+        *plan_feasible = ps.feasible != 0;
     }
     rc = cli_sim_plan(tr, hw, plan, sp, out);
     tio_plan_free(plan);

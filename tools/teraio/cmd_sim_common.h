@@ -15,6 +15,16 @@ int cli_sim_policy(const struct tio_trace *tr,
                    const struct tio_sim_params *sp,
                    struct tio_sim **out);
 
+/* cli_sim_policy, and *plan_feasible (may be NULL): the plan's own verdict (1 for a simulator
+ * baseline, which has no plan). */
+int cli_sim_policy_feasible(const struct tio_trace *tr,
+                            const struct tio_hw *hw,
+                            const char *policy,
+                            uint64_t min_tensor_bytes,
+                            const struct tio_sim_params *sp,
+                            struct tio_sim **out,
+                            int *plan_feasible);
+
 /* Simulate a plan: its moves, or the baseline its policy names when it holds none. */
 int cli_sim_plan(const struct tio_trace *tr,
                  const struct tio_hw *hw,

@@ -32,8 +32,11 @@ static void usage(FILE *f) {
         "  --ssd-scale X        multiply the SSD array bandwidth by X (default 1)\n"
         "  --warmup N           warm-up iterations before the measured one (default 1)\n"
         "  --iterations-per-day N   drive life at N iterations a day (default: continuous)\n"
-        "  --no-demand-evict    a plan that leaves memory short is OOM where it happens\n"
-        "                       (default: the runtime evicts idle tensors on demand, a stall)\n"
+        "  --demand-evict       when a plan leaves memory short, evict idle tensors on\n"
+        "                       demand (LRU, a stall; counted in demand_evictions and\n"
+        "                       demand_evicted_bytes). Default: plan-only, such a plan is OOM\n"
+        "                       where it happens\n"
+        "  --no-demand-evict    plan-only (the default)\n"
         "  -h, --help           this help\n\n"
         "JSON keys: iteration_s, ideal_s, fraction_of_ideal, stall_s, tokens_per_s, oom,\n"
         "gpu_peak_bytes, host_peak_bytes, ssd_bytes_written, ... (docs/simulator.md).\n"
@@ -112,6 +115,9 @@ int cli_cmd_simulate(int argc, char **argv) {
             continue;
         } else if (strcmp(a, "--no-demand-evict") == 0) {
             sp.demand_evict = 0;
+            continue;
+        } else if (strcmp(a, "--demand-evict") == 0) {
+            sp.demand_evict = 1;
             continue;
         } else if (a[0] == '-' && a[1] != '\0' && !val) {
             cli_error(CMD, "%s needs a value (see --help)", a);

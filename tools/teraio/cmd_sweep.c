@@ -27,6 +27,8 @@ static void usage(FILE *f) {
         "                       4,8,12,16,24,32,48,64GB/s; a unit on the last applies to all)\n"
         "  --capacity BYTES     GPU capacity (default: memory - reserve of HW)\n"
         "  --min-tensor SIZE    never move tensors smaller than SIZE (planner default 1MiB)\n"
+        "  --demand-evict       where a plan leaves memory short, evict idle tensors on demand\n"
+        "                       (default: plan-only, such a point is OOM)\n"
         "  --json               JSON on stdout: {\"policy\", \"points\": [{\"bandwidth_Bps\",\n"
         "                       \"fraction_of_ideal\", \"iteration_s\", \"oom\"}]}\n"
         "  -h, --help           this help\n\n"
@@ -101,6 +103,9 @@ int cli_cmd_sweep(int argc, char **argv) {
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
             continue;
+        } else if (strcmp(a, "--demand-evict") == 0) {
+            sp.demand_evict = 1;
+            continue;
         } else if (a[0] == '-' && a[1] != '\0' && !val) {
             cli_error(CMD, "%s needs a value (see --help)", a);
             return TIO_EXIT_USAGE;
@@ -163,6 +168,8 @@ int cli_cmd_sweep(int argc, char **argv) {
         struct tio_hw h = hw;
         double eff = h.ssd_efficiency > 0 ? h.ssd_efficiency : 1.0;
         h.ssd_read_Bps = h.ssd_write_Bps = bws[i] / ((double)h.ssd_count * eff);
+        h.ssd_write_cache_bytes = 0; /* Figure 3's model: a bandwidth, no drive caches */
+        h.ssd_mixed_Bps = 0;
         if (h.pcie_h2d_Bps < bws[i]) {
             h.pcie_h2d_Bps = bws[i];
         }

@@ -334,6 +334,9 @@ static PyObject *rtplan_make(PyObject *cls, PyObject *args) {
     HWU(host_memory_bytes)
     HWU(host_offload_cap_bytes)
     HWF(host_memory_Bps)
+    HWF(ssd_mixed_Bps)
+    HWU(ssd_write_cache_bytes)
+    HWF(ssd_sustained_write_Bps)
 #undef HWU
 #undef HWF
     uint64_t ssd_count = hw.ssd_count, gds = (uint64_t)hw.gds;

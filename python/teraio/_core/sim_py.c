@@ -35,33 +35,36 @@ static PyObject *result_dict(const struct tio_sim *sim) {
         return NULL;
     }
     static const char *const oom_names[] = { "none", "gpu", "host" };
-    int bad = set_num(d, "policy", PyUnicode_FromString(tio_sim_policy(sim))) ||
-              set_num(d, "iteration_s", PyFloat_FromDouble(r.iteration_s)) ||
-              set_num(d, "ideal_s", PyFloat_FromDouble(r.ideal_s)) ||
-              set_num(d, "fraction_of_ideal", PyFloat_FromDouble(r.fraction_of_ideal)) ||
-              set_num(d, "stall_s", PyFloat_FromDouble(r.stall_s)) ||
-              set_num(d, "stall_data_s", PyFloat_FromDouble(r.stall_data_s)) ||
-              set_num(d, "stall_memory_s", PyFloat_FromDouble(r.stall_memory_s)) ||
-              set_num(d, "cpu_s", PyFloat_FromDouble(r.cpu_s)) ||
-              set_num(d, "overlap_s", PyFloat_FromDouble(r.overlap_s)) ||
-              set_num(d, "io_busy_s", PyFloat_FromDouble(r.io_busy_s)) ||
-              set_num(d, "tokens_per_s", PyFloat_FromDouble(r.tokens_per_s)) ||
-              set_num(d, "oom", PyBool_FromLong(r.oom != 0)) ||
-              set_num(d, "oom_kind", PyUnicode_FromString(oom_names[r.oom % 3])) ||
-              set_num(d, "oom_kernel",
-                      r.oom ? PyLong_FromUnsignedLongLong(r.oom_kernel) : Py_NewRef(Py_None)) ||
-              set_num(d, "oom_bytes", PyLong_FromUnsignedLongLong(r.oom_bytes)) ||
-              set_num(d, "capacity_bytes", PyLong_FromUnsignedLongLong(r.capacity_bytes)) ||
-              set_num(d, "gpu_peak_bytes", PyLong_FromUnsignedLongLong(r.gpu_peak_bytes)) ||
-              set_num(d, "host_peak_bytes", PyLong_FromUnsignedLongLong(r.host_peak_bytes)) ||
-              set_num(d, "ssd_bytes_written", PyLong_FromUnsignedLongLong(r.ssd_bytes_written)) ||
-              set_num(d, "drive_life_years", PyFloat_FromDouble(r.drive_life_years)) ||
-              set_num(d, "moves_issued", PyLong_FromUnsignedLongLong(r.n_moves_issued)) ||
-              set_num(d, "moves_skipped", PyLong_FromUnsignedLongLong(r.n_moves_skipped)) ||
-              set_num(d, "moves_clean", PyLong_FromUnsignedLongLong(r.n_moves_clean)) ||
-              set_num(d, "moves_late", PyLong_FromUnsignedLongLong(r.n_moves_late)) ||
-              set_num(d, "demand_fetches", PyLong_FromUnsignedLongLong(r.n_demand_fetches)) ||
-              set_num(d, "demand_evictions", PyLong_FromUnsignedLongLong(r.n_demand_evictions));
+    int bad =
+        set_num(d, "policy", PyUnicode_FromString(tio_sim_policy(sim))) ||
+        set_num(d, "iteration_s", PyFloat_FromDouble(r.iteration_s)) ||
+        set_num(d, "ideal_s", PyFloat_FromDouble(r.ideal_s)) ||
+        set_num(d, "fraction_of_ideal", PyFloat_FromDouble(r.fraction_of_ideal)) ||
+        set_num(d, "stall_s", PyFloat_FromDouble(r.stall_s)) ||
+        set_num(d, "stall_data_s", PyFloat_FromDouble(r.stall_data_s)) ||
+        set_num(d, "stall_memory_s", PyFloat_FromDouble(r.stall_memory_s)) ||
+        set_num(d, "cpu_s", PyFloat_FromDouble(r.cpu_s)) ||
+        set_num(d, "overlap_s", PyFloat_FromDouble(r.overlap_s)) ||
+        set_num(d, "io_busy_s", PyFloat_FromDouble(r.io_busy_s)) ||
+        set_num(d, "tokens_per_s", PyFloat_FromDouble(r.tokens_per_s)) ||
+        set_num(d, "oom", PyBool_FromLong(r.oom != 0)) ||
+        set_num(d, "oom_kind", PyUnicode_FromString(oom_names[r.oom % 3])) ||
+        set_num(d, "oom_kernel",
+                r.oom ? PyLong_FromUnsignedLongLong(r.oom_kernel) : Py_NewRef(Py_None)) ||
+        set_num(d, "oom_bytes", PyLong_FromUnsignedLongLong(r.oom_bytes)) ||
+        set_num(d, "capacity_bytes", PyLong_FromUnsignedLongLong(r.capacity_bytes)) ||
+        set_num(d, "gpu_peak_bytes", PyLong_FromUnsignedLongLong(r.gpu_peak_bytes)) ||
+        set_num(d, "host_peak_bytes", PyLong_FromUnsignedLongLong(r.host_peak_bytes)) ||
+        set_num(d, "ssd_bytes_written", PyLong_FromUnsignedLongLong(r.ssd_bytes_written)) ||
+        set_num(d, "drive_life_years", PyFloat_FromDouble(r.drive_life_years)) ||
+        set_num(d, "moves_issued", PyLong_FromUnsignedLongLong(r.n_moves_issued)) ||
+        set_num(d, "moves_skipped", PyLong_FromUnsignedLongLong(r.n_moves_skipped)) ||
+        set_num(d, "moves_clean", PyLong_FromUnsignedLongLong(r.n_moves_clean)) ||
+        set_num(d, "moves_late", PyLong_FromUnsignedLongLong(r.n_moves_late)) ||
+        set_num(d, "demand_fetches", PyLong_FromUnsignedLongLong(r.n_demand_fetches)) ||
+        set_num(d, "demand_evictions", PyLong_FromUnsignedLongLong(r.n_demand_evictions)) ||
+        set_num(d, "demand_evicted_bytes", PyLong_FromUnsignedLongLong(r.demand_evicted_bytes)) ||
+        set_num(d, "ssd_cache_full", PyBool_FromLong(r.ssd_cache_full != 0));
     PyObject *bytes = bad ? NULL : PyDict_New();
     PyObject *peak = bad ? NULL : PyDict_New();
     bad = bad || !bytes || !peak;
@@ -127,12 +130,14 @@ static int run_sim(const struct tio_trace *tr,
 
 static PyObject *py_simulate(PyObject *mod, PyObject *args, PyObject *kwds) {
     (void)mod;
-    static char *kwlist[] = { "trace", "hw", "policy", "plan", "capacity", "warmup", NULL };
+    static char *kwlist[] = { "trace",    "hw",     "policy",       "plan",
+                              "capacity", "warmup", "demand_evict", NULL };
     PyObject *trace = NULL;
     const char *hw_name = "paper-2xh100nvl", *policy = NULL, *plan_path = NULL, *cap = NULL;
     unsigned int warmup = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|szzzI", kwlist, &trace, &hw_name, &policy,
-                                     &plan_path, &cap, &warmup)) {
+    int demand_evict = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|szzzIp", kwlist, &trace, &hw_name, &policy,
+                                     &plan_path, &cap, &warmup, &demand_evict)) {
         return NULL;
     }
     if ((policy == NULL) == (plan_path == NULL)) {
@@ -141,6 +146,7 @@ static PyObject *py_simulate(PyObject *mod, PyObject *args, PyObject *kwds) {
     }
     struct tio_sim_params sp = tio_sim_params_default();
     sp.warmup_iterations = warmup;
+    sp.demand_evict = demand_evict;
     if (cap) {
         int rc = tio_parse_bytes(cap, &sp.capacity_bytes);
         if (rc < 0) {
@@ -190,7 +196,8 @@ static PyObject *py_simulate(PyObject *mod, PyObject *args, PyObject *kwds) {
 
 static PyMethodDef sim_methods[] = {
     { "simulate", (PyCFunction)(void (*)(void))py_simulate, METH_VARARGS | METH_KEYWORDS,
-      "simulate(trace, hw='paper-2xh100nvl', policy=None, plan=None, capacity=None, warmup=1)"
+      "simulate(trace, hw='paper-2xh100nvl', policy=None, plan=None, capacity=None, warmup=1, "
+      "demand_evict=False)"
       " -> dict with the keys of `teraio simulate --json`." },
     { NULL, NULL, 0, NULL }
 };

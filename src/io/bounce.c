@@ -39,7 +39,7 @@ int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, u
 }
 
 void tio_bounce_fini(struct tio_bounce_set *b) {
-    for (uint32_t i = 0; i < b->n; i++) {
+    for (uint32_t i = 0; b->bufs && b->streams && i < b->n; i++) {
         (void)b->cu->stream_destroy(b->streams[i]);
         (void)b->cu->free_host(b->bufs[i]);
     }

@@ -6,6 +6,11 @@
 // the capsule teraio._core._block_cache_api. Requests below min_bytes, and any the cache
 // cannot serve, go to the allocator that was installed before (PyTorch's default). Every
 // block carries its own deleter, so blocks handed out stay valid after uninstall().
+//
+// c10's raw interface (raw_allocate / raw_deallocate: oneDNN's scratchpads, exact GELU,
+// bfloat16 matmuls, convolutions) frees a pointer through the allocator's raw_deleter() alone,
+// with no DataPtr to say who made it: raw_release asks the cache first and hands any pointer
+// that is not one of its blocks to the previous allocator's raw deleter.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -25,7 +30,16 @@ std::atomic<uint64_t> g_fallbacks{0};
 constexpr uint8_t kPriority = 100;
 
 void release_block(void *p) {
-    g_api->release(p);
+    (void)g_api->release(p);
+}
+
+c10::DeleterFnPtr g_prev_raw = nullptr;  // g_prev->raw_deleter(), read once at install
+
+void raw_release(void *p) {
+    if (!p || g_api->release(p) == 0) {
+        return;
+    }
+    g_prev_raw(p);  // a fallback block: raw_deleter() offers raw_release only when this is set
 }
 
 struct BlockCacheAllocator final : c10::Allocator {
@@ -37,6 +51,9 @@ struct BlockCacheAllocator final : c10::Allocator {
             g_fallbacks.fetch_add(1, std::memory_order_relaxed);
         }
         return g_prev->allocate(n);
+    }
+    c10::DeleterFnPtr raw_deleter() const override {
+        return g_prev_raw ? &raw_release : nullptr;
     }
     void copy_data(void *dest, const void *src, std::size_t count) const override {
         default_copy_data(dest, src, count);
@@ -74,6 +91,7 @@ PyObject *install(PyObject *, PyObject *args) {
         Py_RETURN_TRUE;
     }
     g_prev = cur;
+    g_prev_raw = cur->raw_deleter();
     c10::SetCPUAllocator(&g_alloc, kPriority);
     if (c10::GetCPUAllocator() != &g_alloc) {  // a higher-priority allocator is in place
         Py_RETURN_FALSE;

@@ -1,0 +1,135 @@
+"""teraio.Offloader refuses what cannot work before anything is updated, and when it cannot, says
+in which state it left the model.
+
+A budget below what one operator needs, or SSD directories without room for what the budget
+forces out, is refused when the Offloader is made (a parameter larger than the budget) or in the
+profiled step when the optimizer is about to step (before optimizer.step() updates anything:
+parameters and optimizer states are exactly as before that step). What can only be known once
+the whole step is recorded (a budget given as a fraction of its peak) is raised at its end, and
+the error says that the step's update stands.
+"""
+import hashlib
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import teraio  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402
+from train_llama_tiny import PRESETS  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
+                                reason="teraio built without the runtime")
+
+
+def _setup():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**PRESETS["tiny"])
+    m = LlamaTiny(cfg, seed=0)
+    return cfg, m, torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+
+def _digest(m, opt):
+    h = hashlib.sha256()
+    for p in m.parameters():
+        h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        for k, v in sorted(opt.state.get(p, {}).items()):
+            h.update(k.encode())
+            h.update(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _step(cfg, m, opt, off, i):
+    with off.step():
+        m.loss(make_batch(cfg, 2, 32, i)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("budget", [1.5, 1.0, 2.0, 100.25, True, float("nan"), float("inf")])
+def test_float_budget_is_a_fraction_or_refused(tmp_path, budget):
+    _, m, opt = _setup()
+    with pytest.raises(ValueError, match=r"memory_budget: expected bytes .* fraction"):
+        teraio.Offloader(m, opt, memory_budget=budget, ssd_dirs=[str(tmp_path)])
+
+
+def test_whole_float_bytes_and_fractions_are_accepted(tmp_path):
+    _, m, opt = _setup()
+    off = teraio.Offloader(m, opt, memory_budget=8e9, ssd_dirs=[str(tmp_path)])
+    assert off.budget == 8_000_000_000 and off.budget_fraction is None
+    off.close()
+    off = teraio.Offloader(m, opt, memory_budget=0.25, ssd_dirs=[str(tmp_path)])
+    assert off.budget_fraction == 0.25
+    off.close()
+
+
+def test_budget_below_a_parameter_is_refused_when_made(tmp_path):
+    _, m, opt = _setup()  # embed.weight, head.weight: 512 x 128 float32 = 256 KiB
+    with pytest.raises(ValueError, match=r"memory_budget: 64.0 KiB is below the parameter "
+                                         r"(embed|head).weight alone"):
+        teraio.Offloader(m, opt, memory_budget="64KiB", ssd_dirs=[str(tmp_path)])
+
+
+def test_budget_too_small_is_refused_before_the_update(tmp_path):
+    # above every parameter, below what the forward pass and each update use at once: refused
+    # in the profiled step when the optimizer is about to step, before it changed anything
+    cfg, m, opt = _setup()
+    off = teraio.Offloader(m, opt, memory_budget="300KiB", ssd_dirs=[str(tmp_path)],
+                           ssd_bandwidth="1GB/s")
+    _step(cfg, m, opt, off, 0)  # warm-up (creates the optimizer states)
+    before = _digest(m, opt)
+    with pytest.raises(ValueError) as e:
+        _step(cfg, m, opt, off, 1)
+    msg = str(e.value)
+    print("\nerror:", msg)
+    assert msg.startswith("memory_budget: 300 KiB is below"), msg
+    assert "before optimizer.step() updated anything" in msg, msg
+    off.restore()
+    assert _digest(m, opt) == before
+    off.close()
+
+
+def test_full_ssd_dirs_are_refused_before_the_update(tmp_path, monkeypatch):
+    # the directories report no free space: what the budget forces out cannot go anywhere
+    cfg, m, opt = _setup()
+    off = teraio.Offloader(m, opt, memory_budget=4 << 20, ssd_dirs=[str(tmp_path)],
+                           ssd_bandwidth="1GB/s", bounded_unplanned=False,
+                           min_tensor_bytes="16KiB")
+    _step(cfg, m, opt, off, 0)
+    before = _digest(m, opt)
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, st):
+            self.f_frsize, self.f_bavail = st.f_frsize, 0
+
+    monkeypatch.setattr(os, "statvfs", lambda d: Full(real(d)))
+    with pytest.raises(teraio.Error) as e:
+        _step(cfg, m, opt, off, 1)
+    msg = str(e.value)
+    print("\nerror:", msg)
+    assert "ssd_dirs" in msg and "free" in msg and "before optimizer.step()" in msg, msg
+    off.restore()
+    assert _digest(m, opt) == before
+    off.close()
+
+
+def test_too_small_fraction_says_the_update_stands(tmp_path):
+    # a fraction of the peak is only known once the whole profiled step ran: the error comes
+    # after its update and says so
+    cfg, m, opt = _setup()
+    off = teraio.Offloader(m, opt, memory_budget=0.02, ssd_dirs=[str(tmp_path)],
+                           ssd_bandwidth="1GB/s")
+    _step(cfg, m, opt, off, 0)
+    with pytest.raises(ValueError) as e:
+        _step(cfg, m, opt, off, 1)
+    msg = str(e.value)
+    print("\nerror:", msg)
+    assert "memory_budget" in msg and "that update stands" in msg, msg
+    off.close()

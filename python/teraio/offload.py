@@ -192,6 +192,8 @@ def _torch_alloc():
     try:
         from teraio import _torch_alloc
     except ImportError:
+        _torch_alloc = None
+    if getattr(_torch_alloc, "torch_version", None) is None:  # a source folder, not the module
         return None
     import torch
 
@@ -205,6 +207,15 @@ def _torch_alloc():
 
 
 _WARNED = set()
+
+
+def _torch_alloc_missing():
+    """Whether teraio._torch_alloc was not built at all (not: built for another PyTorch)."""
+    try:
+        from teraio import _torch_alloc
+    except ImportError:
+        return True
+    return getattr(_torch_alloc, "torch_version", None) is None
 
 
 def _warn_once(message: str) -> None:
@@ -834,6 +845,13 @@ class Offloader:
             return False
         ta = _torch_alloc()
         if ta is None:
+            if _torch_alloc_missing():
+                _warn_once("teraio._torch_alloc is not in this installation of teraio (PyTorch "
+                           "was not importable when it was built, as under pip's default build "
+                           "isolation): cpu_allocator is off, glibc's mmap threshold applies "
+                           "instead (slower on CPU: docs/user-guide.md, 'Memory on CPU'); "
+                           "reinstall with PyTorch installed first: pip install "
+                           "--no-build-isolation .")
             return False
         # the process's cache (made once); the bounds are set here whether it is new or not:
         # nothing kept hot before the first planned step, whose warm-up and profiled steps'

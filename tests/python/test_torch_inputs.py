@@ -215,6 +215,31 @@ def test_allocator_built_for_another_torch_is_not_installed(tmp_path, monkeypatc
     off.close()
 
 
+@pytest.mark.parametrize("shape", ["absent", "namespace"])
+def test_allocator_not_built_falls_back_with_a_warning(tmp_path, monkeypatch, shape):
+    """Built without PyTorch importable (pip's build isolation): teraio._torch_alloc is absent,
+    or, from an older wheel, its source folder is an empty namespace package. The Offloader
+    still works: a warning says how to get the allocator, and the threshold applies."""
+    import types
+
+    calls = _threshold_calls(monkeypatch)
+    mod = None
+    if shape == "namespace":
+        mod = types.ModuleType("teraio._torch_alloc")
+        mod.__path__ = [str(tmp_path)]
+    monkeypatch.setitem(sys.modules, "teraio._torch_alloc", mod)  # None: ImportError
+    monkeypatch.delattr(teraio, "_torch_alloc", raising=False)
+    monkeypatch.setattr(teraio.offload, "_WARNED", set())
+    m, o = _model()
+    with pytest.warns(RuntimeWarning, match=r"teraio._torch_alloc is not in this installation.*"
+                                            r"--no-build-isolation"):
+        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    rep = off.report()
+    assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] == 65536
+    assert calls == [65536]
+    off.close()
+
+
 def test_refused_offloader_leaves_malloc_alone(tmp_path, monkeypatch):
     calls = _threshold_calls(monkeypatch)
     ta = _torch_alloc()

@@ -175,8 +175,9 @@ _ALLOC_USERS = [0]
 
 
 def _alloc_user_gone():
-    """An Offloader that installed the allocator closed or was collected: the last one puts
-    PyTorch's allocator back and unmaps the kept blocks (those in use stay valid)."""
+    """An Offloader that installed the allocator closed or was collected: the last one hands
+    every request back to PyTorch's allocator and unmaps the kept blocks (those in use stay
+    valid)."""
     _ALLOC_USERS[0] -= 1
     if _ALLOC_USERS[0] == 0:
         ta = _torch_alloc()
@@ -276,8 +277,8 @@ class Offloader:
         never hold the cache above the peak its live blocks reached in the planned steps. So
         the memory teraio saves leaves the process without making the rest of training fault
         in fresh pages, as glibc's mmap threshold does (docs/user-guide.md, "Memory on CPU").
-        Installed for the whole process when the Offloader is made, put back when the last
-        such Offloader closes; tensors allocated before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
+        Installed for the whole process when the Offloader is made, passing every request to
+        PyTorch's own again when the last such Offloader closes; tensors allocated before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
         at install time); without it, or with False, cpu_mmap_threshold applies.
         report()["cpu_allocator"] has the cache's counters (None: not in use).
     cpu_cache_bytes: with cpu_allocator, freed blocks the cache may keep resident beyond that

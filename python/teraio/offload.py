@@ -129,6 +129,13 @@ def _dynamo_tls():
     return tls if tls is not None and hasattr(tls, "skip_reasons") else None
 
 
+def _local_nbytes(t):
+    """Bytes of t's own storage view: a DTensor's (FSDP2) local shard, not the whole."""
+    local = getattr(t, "_local_tensor", None)
+    t = local if local is not None else t
+    return t.numel() * t.element_size()
+
+
 def _after_update(e, updated):
     """e (ValueError or teraio.Error from planning at the end of a profiled step), saying in
     which state the step left the model."""
@@ -439,7 +446,7 @@ class Offloader:
         if not self.budget or model is None:
             return
         try:
-            big = max(((p.numel() * p.element_size(), n) for n, p in model.named_parameters()),
+            big = max(((_local_nbytes(p), n) for n, p in model.named_parameters()),
                       default=(0, None))
         except Exception:  # noqa: BLE001 - a model without named_parameters()
             return
@@ -474,23 +481,21 @@ class Offloader:
         note = ("; raised before optimizer.step() updated anything: the parameters and "
                 "optimizer states are as before this step, its gradients are in .grad "
                 "(zero them before retrying the batch)")
+        # an update reads a tensor of the parameter's size (its gradient, or what was computed
+        # from it) in the operator that writes the parameter: at least parameter + gradient
         need, what = 0, None
         if self.optimizer is not None:
             for g in self.optimizer.param_groups:
                 for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    n = p.numel() * p.element_size() + p.grad.numel() * p.grad.element_size()
-                    for v in self.optimizer.state.get(p, {}).values():
-                        if hasattr(v, "untyped_storage") and v.dim() > 0:
-                            n += v.numel() * v.element_size()
-                    if n > need:
-                        need, what = n, tuple(p.shape)
+                    if p.grad is not None:
+                        n = _local_nbytes(p) + _local_nbytes(p.grad)
+                        if n > need:
+                            need, what = n, tuple(p.shape)
         if need > self.budget:
             raise ValueError(
                 f"memory_budget: {_core.format_bytes(self.budget)} is below what the optimizer "
-                f"uses at once to update the parameter of shape {what}: "
-                f"{_core.format_bytes(need)} (parameter, gradient, optimizer states): raise "
+                f"uses at once to update the parameter of shape {what}: at least "
+                f"{_core.format_bytes(need)} (the parameter and its gradient): raise "
                 f"memory_budget to at least {_core.format_bytes(need)}" + note)
         try:
             self._check_program(prog)

@@ -76,11 +76,16 @@ def test_budget_below_a_parameter_is_refused_when_made(tmp_path):
         teraio.Offloader(m, opt, memory_budget="64KiB", ssd_dirs=[str(tmp_path)])
 
 
-def test_budget_too_small_is_refused_before_the_update(tmp_path):
-    # above every parameter, below what the forward pass and each update use at once: refused
-    # in the profiled step when the optimizer is about to step, before it changed anything
+@pytest.mark.parametrize("budget,what", [
+    ("300KiB", "the optimizer uses at once to update the parameter of shape (512, 128)"),
+    ("600KiB", "operator"),  # its working set plus the tensors never moved
+])
+def test_budget_too_small_is_refused_before_the_update(tmp_path, budget, what):
+    # above every parameter, below what an update (300 KiB) or an operator of the forward and
+    # backward passes (600 KiB) uses at once: refused in the profiled step when the optimizer
+    # is about to step, before it changed anything
     cfg, m, opt = _setup()
-    off = teraio.Offloader(m, opt, memory_budget="300KiB", ssd_dirs=[str(tmp_path)],
+    off = teraio.Offloader(m, opt, memory_budget=budget, ssd_dirs=[str(tmp_path)],
                            ssd_bandwidth="1GB/s")
     _step(cfg, m, opt, off, 0)  # warm-up (creates the optimizer states)
     before = _digest(m, opt)
@@ -88,7 +93,7 @@ def test_budget_too_small_is_refused_before_the_update(tmp_path):
         _step(cfg, m, opt, off, 1)
     msg = str(e.value)
     print("\nerror:", msg)
-    assert msg.startswith("memory_budget: 300 KiB is below"), msg
+    assert msg.startswith(f"memory_budget: {budget[:3]} KiB is below what {what}"), msg
     assert "before optimizer.step() updated anything" in msg, msg
     off.restore()
     assert _digest(m, opt) == before

@@ -471,7 +471,7 @@ class Offloader:
     def _check_before_update(self):
         """In a profiled step, when the optimizer is about to step: the checks planning makes
         at the end of the step, on what ran so far (forward and backward) and on what each
-        parameter's update will use (parameter, gradient, optimizer states). A ValueError here
+        parameter's update will use (at least the parameter and its gradient). A ValueError here
         leaves the parameters and optimizer states as they were before the step; the step's
         gradients are in .grad."""
         drv = self._driver

@@ -129,6 +129,15 @@ def _dynamo_tls():
     return tls if tls is not None and hasattr(tls, "skip_reasons") else None
 
 
+def _attempt(fn):
+    """fn(); the exception it raised instead of raising it (None: it worked)."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - reported with the step's own failure
+        return e
+    return None
+
+
 def _local_nbytes(t):
     """Bytes of t's own storage view: a DTensor's (FSDP2) local shard, not the whole."""
     local = getattr(t, "_local_tensor", None)
@@ -902,7 +911,7 @@ class Offloader:
                                "Offloader was made (this step did not start). " + _COMPILE_HELP)
         globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
-        self._opt_ran = False
+        self._opt_ran = self._in_optim = False
         state = self._step_state = self._choose(globals_)
         if state == "profile" and self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:
             self._measure_ssd()  # an SSD that fails fails here, before anything of the step ran
@@ -949,6 +958,7 @@ class Offloader:
         if watch:  # Dynamo lists the frames it skips: a compiled one would say "dispatch mode"
             tls.skip_reasons = []
         self._dynamo_skips = tls.skip_reasons if watch else None
+        failure = lost = None
         try:
             if driver is None:
                 yield self
@@ -956,6 +966,9 @@ class Offloader:
                 with StepMode(driver):
                     yield self
             ok = True
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             self._driver = None
             if watch:
@@ -965,7 +978,7 @@ class Offloader:
                     driver.end()
                     bounded.end_step(collect_globals(self._gmodel, self.optimizer))
                 else:
-                    bounded.restore()
+                    lost = _attempt(bounded.restore)
             elif driver is not None and driver.record:
                 if ok:
                     driver.end()  # trailing free markers; CUDA event times
@@ -973,14 +986,34 @@ class Offloader:
                 if ok:
                     driver.end()
                 elif not driver.passthrough:
-                    try:
-                        driver.restore()  # an exception in the step: bring everything back
-                    except _Error:
-                        pass
+                    lost = _attempt(driver.restore)  # an exception: bring everything back
+            if failure is not None:
+                self._note_failure(failure, lost)
             if ok:
                 self._check_dynamo("this step ran eagerly to its end; its optimizer update "
                                    "stands" if self._opt_ran else "this step ran eagerly")
                 self._finish_step(state, driver)
+
+    def _note_failure(self, exc, lost):
+        """Say on the exception that ended a step (a note under its traceback) in which state
+        the step left the model and optimizer."""
+        if self._in_optim:
+            phase = ("during optimizer.step(): some parameters and optimizer states may be "
+                     "updated and others not: reload them from a checkpoint before going on")
+        elif self._opt_ran:
+            phase = "after optimizer.step(): this step's update stands"
+        else:
+            phase = ("before optimizer.step(): the parameters and optimizer states are as "
+                     "before this step (its gradients may be in .grad)")
+        self._in_optim = False  # its post-hook did not run
+        msg = f"teraio: the step failed {phase}; "
+        if lost is None:
+            msg += "every tensor teraio had offloaded is back in memory"
+        else:
+            msg += (f"bringing the offloaded tensors back failed too ({lost}): some parameters "
+                    "or optimizer states hold no data: reload them from a checkpoint")
+        if hasattr(exc, "add_note"):
+            exc.add_note(msg)
 
     # ---- one plan per kind of step ---------------------------------------------------------------
     def _true_nbytes(self, st):

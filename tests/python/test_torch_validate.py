@@ -35,13 +35,18 @@ def _setup():
     return cfg, m, torch.optim.AdamW(m.parameters(), lr=1e-3)
 
 
+def _bytes(t):
+    # a copy: Tensor.numpy() makes the storage it shares non-resizable (teraio releases them)
+    return t.detach().clone().view(-1).view(torch.uint8).numpy().tobytes()
+
+
 def _digest(m, opt):
     h = hashlib.sha256()
     for p in m.parameters():
-        h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        h.update(_bytes(p))
         for k, v in sorted(opt.state.get(p, {}).items()):
             h.update(k.encode())
-            h.update(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+            h.update(_bytes(v))
     return h.hexdigest()
 
 
@@ -137,4 +142,80 @@ def test_too_small_fraction_says_the_update_stands(tmp_path):
     msg = str(e.value)
     print("\nerror:", msg)
     assert "memory_budget" in msg and "that update stands" in msg, msg
+    off.close()
+
+
+class _Boom(Exception):
+    pass
+
+
+class _HalfThenFail(torch.optim.SGD):
+    """SGD that, once armed, updates half of the parameters and then fails."""
+
+    armed = False
+
+    def step(self, closure=None):
+        if not self.armed:
+            return super().step(closure)
+        with torch.no_grad():
+            ps = [p for g in self.param_groups for p in g["params"]]
+            for p in ps[: len(ps) // 2]:
+                p.add_(p.grad, alpha=-0.1)
+        raise _Boom("the update failed half-way")
+
+
+@pytest.mark.parametrize("where", ["before", "during", "after", "restore"])
+def test_a_failing_step_says_which_state_it_left(tmp_path, monkeypatch, where):
+    """An exception inside a planned step (offloaded tensors in flight) carries a note that says
+    whether the optimizer's update happened, and whether every offloaded tensor came back."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**PRESETS["tiny"])
+    m = LlamaTiny(cfg, seed=0)
+    opt = _HalfThenFail(m.parameters(), lr=0.1, momentum=0.9)
+    off = teraio.Offloader(m, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                           min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")
+    for i in range(3):  # warm-up, profiled, planned
+        _step(cfg, m, opt, off, i)
+    assert off.report()["steps_offloaded"] == 1 and off.report()["bytes_offloaded"] > 0
+    off.restore()
+    before = _digest(m, opt)
+    if where == "restore":  # the step fails, and so does bringing its tensors back
+        from teraio.torch import _mode
+
+        def broken(self):
+            raise teraio.Error(-5, "engine read: injected")
+
+        monkeypatch.setattr(_mode.StepDriver, "restore", broken)
+    opt.armed = where == "during"
+    with pytest.raises(_Boom) as e:
+        with off.step():
+            m.loss(make_batch(cfg, 2, 32, 3)).backward()
+            if where in ("before", "restore"):
+                raise _Boom("before the update")
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            raise _Boom("after the update")
+    notes = " ".join(getattr(e.value, "__notes__", []))
+    print("\nnote:", notes)
+    if where == "before":
+        assert "failed before optimizer.step(): the parameters and optimizer states are as " \
+               "before this step" in notes, notes
+        assert "every tensor teraio had offloaded is back in memory" in notes, notes
+        off.restore()
+        assert _digest(m, opt) == before
+    elif where == "during":
+        assert "failed during optimizer.step(): some parameters and optimizer states may be " \
+               "updated" in notes, notes
+    elif where == "after":
+        assert "failed after optimizer.step(): this step's update stands" in notes, notes
+        off.restore()
+        assert _digest(m, opt) != before
+    else:
+        assert "bringing the offloaded tensors back failed too (" in notes and \
+               "injected" in notes and "reload them from a checkpoint" in notes, notes
+        monkeypatch.undo()
+    if where != "restore":
+        opt.armed = False
+        _step(cfg, m, opt, off, 4)  # training goes on (the state is what the note said)
+        assert not off._in_optim
     off.close()

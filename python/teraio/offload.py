@@ -1145,7 +1145,7 @@ class Offloader:
         for kind, t, nb in acts:
             st = by_id.get(t)
             if st is None:  # died while stored (its owner dropped it): read into scratch memory
-                st = by_id[t] = torch.UntypedStorage(nb)
+                st = by_id[t] = torch.UntypedStorage(nb, device="cuda" if self._cuda else "cpu")
             st.resize_(nb)
             self._runtime.bind(t, st.data_ptr())
         self._runtime.restore_finish()

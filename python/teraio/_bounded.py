@@ -316,7 +316,7 @@ class BoundedRecorder(StepDriver):
         for i, (name, st, kind) in enumerate(globals_):
             nb = bounded.true_nbytes(st)  # an offloaded global's storage has 0 bytes now
             if nb != self.prog.tensors[i][0]:
-                self.prog.tensors[i] = (nb, kind, F_GLOBAL, name)
+                self.prog.tensors[i] = (nb, kind, self.prog.tensors[i][2], name)
 
     def _timed(self, func, args, kwargs, k):
         self.busy = True

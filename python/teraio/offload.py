@@ -1146,7 +1146,8 @@ class Offloader:
             st = by_id.get(t)
             if st is None:  # died while stored (its owner dropped it): read into scratch memory
                 st = by_id[t] = torch.UntypedStorage(nb, device="cuda" if self._cuda else "cpu")
-            st.resize_(nb)
+            if st.nbytes() != nb:  # else never released (a failed release): memory still there
+                st.resize_(nb)
             self._runtime.bind(t, st.data_ptr())
         self._runtime.restore_finish()
 

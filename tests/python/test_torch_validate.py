@@ -219,3 +219,47 @@ def test_a_failing_step_says_which_state_it_left(tmp_path, monkeypatch, where):
         _step(cfg, m, opt, off, 4)  # training goes on (the state is what the note said)
         assert not off._in_optim
     off.close()
+
+
+def test_a_parameter_shared_with_numpy_is_never_moved(tmp_path):
+    """Tensor.numpy() makes the storage it shares non-resizable: such a parameter is pinned
+    when the step is profiled (training stays bitwise, the rest is offloaded); one made so after
+    the plan fails with an error that says what happened and what to do instead."""
+    def run(offload, share):
+        cfg, m, opt = _setup()
+        view = m.head.weight.detach().numpy() if share else None  # noqa: F841 - kept alive
+        off = teraio.Offloader(m, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                               min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s") \
+            if offload else None
+        for i in range(4):
+            if off is None:
+                m.loss(make_batch(cfg, 2, 32, i)).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            else:
+                _step(cfg, m, opt, off, i)
+        rep = None
+        if off is not None:
+            off.restore()
+            rep = off.report()
+            off.close()
+        return _digest(m, opt), rep
+
+    ref, _ = run(False, False)
+    got, rep = run(True, True)
+    assert got == ref
+    assert rep["steps_offloaded"] == 2 and rep["bytes_offloaded"] > 0, rep
+
+    cfg, m, opt = _setup()
+    off = teraio.Offloader(m, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                           min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")
+    for i in range(3):
+        _step(cfg, m, opt, off, i)
+    off.restore()
+    for p in m.parameters():  # after the plan: every parameter's and optimizer state's storage
+        for v in [p] + [v for v in opt.state[p].values() if v.dim()]:
+            v.detach().numpy()
+    with pytest.raises(RuntimeError, match=r"teraio cannot release tensor \d+ .*non-resizable "
+                                           r"after the plan was made.*clone\(\)\.numpy\(\)"):
+        _step(cfg, m, opt, off, 3)
+    off.close()

@@ -63,3 +63,6 @@ fi
 
 step "pytest"
 python -m pytest -q tests/python
+
+step "packaging: python -m build and pip install . (build isolation) in fresh venvs"
+bash scripts/check_package.sh

@@ -285,12 +285,15 @@ class BoundedMemory:
             elif not e.resident and cd not in gl:
                 self._load(e, st)
 
-    def hand_over(self, globals_, runtime):
-        """The first planned step begins: offloaded globals become the executor's copies."""
+    def hand_over(self, globals_, runtime, prog):
+        """The first planned step begins: offloaded globals become the executor's copies. A
+        copy goes only to the plan's tensor of its size (globals_ are in the plan's order);
+        anything else is brought back."""
         self._flush_dead()
         for i, (_, st, _) in enumerate(globals_):
             e = self.ent.get(st._cdata)
-            if e is not None and e.ref() is st and not e.resident:
+            if e is not None and e.ref() is st and not e.resident and \
+                    i < prog.n_globals and prog.tensors[i][0] == e.nb:
                 try:
                     runtime.adopt(i, e.eid)
                 except Exception:  # noqa: BLE001 - e.g. pinned in the trace: bring it back below
@@ -323,7 +326,7 @@ class BoundedRecorder(StepDriver):
         for i, (name, st, kind) in enumerate(globals_):
             nb = bounded.true_nbytes(st)  # an offloaded global's storage has 0 bytes now
             if nb != self.prog.tensors[i][0]:
-                self.prog.tensors[i] = (nb, kind, F_GLOBAL, name)
+                self.prog.tensors[i] = (nb, kind, self.prog.tensors[i][2], name)
 
     def _timed(self, func, args, kwargs, k):
         self.busy = True

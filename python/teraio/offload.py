@@ -30,6 +30,7 @@ from teraio import _core
 _Error = _core.Error
 
 
+MAX_PLANS = 16  # plans kept, one per kind of step (Offloader._step_key), least recently used go
 PROBE_BYTES = 64 << 20  # ssd_bandwidth="auto": bytes written and read back once
 PROBE_ID = (1 << 63) - 1  # its engine tensor id: runtime ids count up from 0 (id_base = generation
 # << 32), the bounded warm-up's from 1 << 62 (_bounded.ID_BASE)
@@ -71,6 +72,90 @@ def _warn(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
+def _budget_arg(v):
+    """memory_budget as (fraction, bytes): a float in (0, 1) is a fraction of the profiled
+    peak, an int or a size string is bytes. Any other float is refused rather than rounded (1.5
+    would be 1 byte): bytes as a float only where they are a whole number of MiB (8e9)."""
+    hint = ("memory_budget: expected bytes (an int, or a size string like '8GiB') or a fraction "
+            f"of the profiled peak as a float in (0, 1), got {v!r}")
+    if isinstance(v, bool):
+        raise ValueError(hint)
+    if isinstance(v, float):
+        if 0 < v < 1:
+            return v, 0
+        if not (v >= 1 << 20 and v.is_integer()):
+            raise ValueError(hint)
+        v = int(v)
+    n = _bytes(v, "memory_budget")
+    if n <= 0:
+        raise ValueError("memory_budget: must be > 0 bytes or a fraction in (0, 1) of "
+                         "the profiled peak (e.g. memory_budget='8GiB' or 0.5)")
+    return None, n
+
+
+_COMPILE_HELP = (
+    "torch.compile does not work under teraio.Offloader: Dynamo compiles nothing while the "
+    "Offloader's TorchDispatchMode is active (the code runs eagerly), and compiled kernels "
+    "would use tensors the Offloader moves without it seeing them. Train the uncompiled module "
+    "under the Offloader (torch.compile(m) returns a wrapper: pass m, or wrapper._orig_mod; "
+    "m.compile() compiles in place: build the module again without it), or keep "
+    "torch.compile and leave memory to activation checkpointing "
+    "(torch.utils.checkpoint) instead of teraio")
+
+
+def _compiled_module(model):
+    """The name of a torch.compile'd module in model (torch.compile(m)'s OptimizedModule, or
+    one compiled in place with m.compile()), or None."""
+    if model is None or "torch._dynamo" not in sys.modules:  # nothing compiled without Dynamo
+        return None
+    try:
+        mods = list(model.named_modules())
+    except Exception:  # noqa: BLE001 - a model without named_modules()
+        return None
+    for name, m in mods:
+        if (type(m).__name__ == "OptimizedModule" and hasattr(m, "_orig_mod")) or \
+                getattr(m, "_compiled_call_impl", None) is not None:
+            return name or type(model).__name__
+    return None
+
+
+def _dynamo_tls():
+    """Dynamo's thread-local state, where it lists the frames it skipped (None: no Dynamo
+    loaded, or a PyTorch without that list)."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    ef = sys.modules.get("torch._dynamo.eval_frame")
+    tls = getattr(ef, "dynamo_tls", None)
+    return tls if tls is not None and hasattr(tls, "skip_reasons") else None
+
+
+def _attempt(fn):
+    """fn(); the exception it raised instead of raising it (None: it worked)."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - reported with the step's own failure
+        return e
+    return None
+
+
+def _local_nbytes(t):
+    """Bytes of t's own storage view: a DTensor's (FSDP2) local shard, not the whole."""
+    local = getattr(t, "_local_tensor", None)
+    t = local if local is not None else t
+    return t.numel() * t.element_size()
+
+
+def _after_update(e, updated):
+    """e (ValueError or teraio.Error from planning at the end of a profiled step), saying in
+    which state the step left the model."""
+    note = ("; raised at the end of the profiled step, after its optimizer.step(): that update "
+            "stands (do not apply this batch again)" if updated else
+            "; raised at the end of the profiled step")
+    if isinstance(e, _Error) and len(e.args) >= 2:
+        return _Error(e.args[0], str(e.args[1]) + note)
+    return type(e)(str(e) + note)
+
+
 def _mmap_threshold_arg(v):
     """cpu_mmap_threshold as bytes (None stays None, "auto" stays "auto"), within what glibc
     accepts."""
@@ -106,8 +191,9 @@ _ALLOC_USERS = [0]
 
 
 def _alloc_user_gone():
-    """An Offloader that installed the allocator closed or was collected: the last one puts
-    PyTorch's allocator back and unmaps the kept blocks (those in use stay valid)."""
+    """An Offloader that installed the allocator closed or was collected: the last one hands
+    every request back to PyTorch's allocator and unmaps the kept blocks (those in use stay
+    valid)."""
     _ALLOC_USERS[0] -= 1
     if _ALLOC_USERS[0] == 0:
         ta = _torch_alloc()
@@ -123,6 +209,8 @@ def _torch_alloc():
     try:
         from teraio import _torch_alloc
     except ImportError:
+        _torch_alloc = None
+    if getattr(_torch_alloc, "torch_version", None) is None:  # a source folder, not the module
         return None
     import torch
 
@@ -136,6 +224,15 @@ def _torch_alloc():
 
 
 _WARNED = set()
+
+
+def _torch_alloc_missing():
+    """Whether teraio._torch_alloc was not built at all (not: built for another PyTorch)."""
+    try:
+        from teraio import _torch_alloc
+    except ImportError:
+        return True
+    return getattr(_torch_alloc, "torch_version", None) is None
 
 
 def _warn_once(message: str) -> None:
@@ -200,8 +297,8 @@ class Offloader:
         never hold the cache above the peak its live blocks reached in the planned steps. So
         the memory teraio saves leaves the process without making the rest of training fault
         in fresh pages, as glibc's mmap threshold does (docs/user-guide.md, "Memory on CPU").
-        Installed for the whole process when the Offloader is made, put back when the last
-        such Offloader closes; tensors allocated before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
+        Installed for the whole process when the Offloader is made, passing every request to
+        PyTorch's own again when the last such Offloader closes; tensors allocated before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
         at install time); without it, or with False, cpu_mmap_threshold applies.
         report()["cpu_allocator"] has the cache's counters (None: not in use).
     cpu_cache_bytes: with cpu_allocator, freed blocks the cache may keep resident beyond that
@@ -239,15 +336,11 @@ class Offloader:
         from teraio.torch import _fsdp  # FSDP2: what collect_globals reads; refuses TP DTensors
 
         self._gmodel = _fsdp.globals_model(model, warmup_steps)
-        self.budget_fraction = None
-        if isinstance(memory_budget, float) and 0 < memory_budget < 1:
-            self.budget_fraction = memory_budget  # of the profiled unconstrained peak
-            self.budget = 0
-        else:
-            self.budget = _bytes(memory_budget, "memory_budget")
-            if self.budget <= 0:
-                raise ValueError("memory_budget: must be > 0 bytes or a fraction in (0, 1) of "
-                                 "the profiled peak (e.g. memory_budget='8GiB' or 0.5)")
+        compiled = _compiled_module(model)
+        if compiled is not None:
+            raise ValueError(f"model: {compiled} is compiled with torch.compile. " + _COMPILE_HELP)
+        self.budget_fraction, self.budget = _budget_arg(memory_budget)
+        self._check_budget_params(model)
         self.host_memory = _bytes(host_memory, "host_memory")
         # FSDP resizes the storages of its parameters itself: those must stay resizable; and
         # PyTorch must have UntypedStorage._swap_data_ptr_ (2.13 has it, 2.11 does not)
@@ -313,9 +406,20 @@ class Offloader:
         self._movable = ()
         self._generation = 0
         self._driver = None
-        self._state = "warmup"
         self._steps = 0
-        self._since = 0
+        # plans by kind of step (_step_key), least recently used first; the current one's key
+        import collections
+
+        self._plans = collections.OrderedDict()
+        self._cur_key = None
+        self._key = None
+        self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
+        self._profiled = {}  # steps profiled so far per kind of step
+        self._opt_seen = {}  # (globals, steps since the optimizer stepped) -> [stepped, did not]
+        self._since_opt = 0
+        self._opt_ran = False
+        self._step_state = None  # the running step's ("warmup", "profile", "execute")
+        self._rt_globals = {}  # the executor's globals: storage -> (weak reference, tensor id)
         self._in_optim = False
         self._stats_done = {}
         self._counts = dict(steps_profiled=0, steps_offloaded=0, steps_diverged=0,
@@ -341,7 +445,99 @@ class Offloader:
         self.cpu_mmap_threshold = self._tune_malloc(model, mmap_threshold)
 
     def _set_optim(self, v):
+        if v and not self._opt_ran and self._driver is not None:
+            self._check_dynamo("raised before optimizer.step() updated anything; this step's "
+                               "gradients are in .grad")
+            self._check_before_update()
         self._in_optim = v
+        if v:
+            self._opt_ran = True
+
+    # ---- validation before anything is updated ---------------------------------------------
+    def _check_budget_params(self, model):
+        """An absolute budget below the largest parameter can never hold an operator that
+        uses it: refused when the Offloader is made."""
+        if not self.budget or model is None:
+            return
+        try:
+            big = max(((_local_nbytes(p), n) for n, p in model.named_parameters()),
+                      default=(0, None))
+        except Exception:  # noqa: BLE001 - a model without named_parameters()
+            return
+        if big[0] > self.budget:
+            raise ValueError(
+                f"memory_budget: {_core.format_bytes(self.budget)} is below the parameter "
+                f"{big[1]} alone ({_core.format_bytes(big[0])}): raise memory_budget (at "
+                f"least a few times the largest parameter)")
+
+    def _check_dynamo(self, state):
+        """RuntimeError if Dynamo skipped a compiled frame in this step because of the
+        Offloader's dispatch mode (a torch.compile'd function or module called inside it)."""
+        skips = getattr(self, "_dynamo_skips", None)
+        if not skips:
+            return
+        hit = next((r for r in skips if "dispatch mode" in r), None)
+        if hit is not None:
+            skips.clear()
+            raise RuntimeError(f"torch.compile'd code was called inside off.step() and ran "
+                               f"uncompiled ({hit.split(': ')[0]}; {state}). " + _COMPILE_HELP)
+
+    def _check_before_update(self):
+        """In a profiled step, when the optimizer is about to step: the checks planning makes
+        at the end of the step, on what ran so far (forward and backward) and on what each
+        parameter's update will use (at least the parameter and its gradient). A ValueError here
+        leaves the parameters and optimizer states as they were before the step; the step's
+        gradients are in .grad."""
+        drv = self._driver
+        if drv is None or self._step_state != "profile" or self.budget_fraction is not None:
+            return
+        prog = drv.prog
+        note = ("; raised before optimizer.step() updated anything: the parameters and "
+                "optimizer states are as before this step, its gradients are in .grad "
+                "(zero them before retrying the batch)")
+        # an update reads a tensor of the parameter's size (its gradient, or what was computed
+        # from it) in the operator that writes the parameter: at least parameter + gradient
+        need, what = 0, None
+        if self.optimizer is not None:
+            for g in self.optimizer.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None:
+                        n = _local_nbytes(p) + _local_nbytes(p.grad)
+                        if n > need:
+                            need, what = n, tuple(p.shape)
+        if need > self.budget:
+            raise ValueError(
+                f"memory_budget: {_core.format_bytes(self.budget)} is below what the optimizer "
+                f"uses at once to update the parameter of shape {what}: at least "
+                f"{_core.format_bytes(need)} (the parameter and its gradient): raise "
+                f"memory_budget to at least {_core.format_bytes(need)}" + note)
+        try:
+            self._check_program(prog)
+        except ValueError as e:
+            raise ValueError(str(e) + note) from None
+        if self.ssd_dirs:
+            self._check_ssd_room(prog, note)
+
+    def _check_ssd_room(self, prog, note):
+        """The SSD space any plan needs at least: what must leave memory at the peak and does
+        not fit the host tier."""
+        need = prog.peak_resident() - self.budget - self.host_memory
+        if need <= 0:
+            return
+        free = 0
+        for d in self.ssd_dirs:
+            try:
+                st = os.statvfs(d)
+                free += st.f_bavail * st.f_frsize
+            except OSError:
+                return
+        es = self._engine.stats()  # room reserved earlier in this engine's own files
+        free += max(0, es["ssd_capacity_bytes"] - es["ssd_used_bytes"])
+        if free < need:
+            raise _Error(-28, f"ssd_dirs: {self.ssd_dirs} have {_core.format_bytes(free)} free, "
+                              f"the budget needs at least {_core.format_bytes(need)} offloaded "
+                              "beyond host_memory: free space there, add directories, or raise "
+                              "host_memory / memory_budget" + note)
 
     # ---- steps without a plan, kept within the budget ------------------------------------------
     def _bounded_ok(self):
@@ -466,7 +662,7 @@ class Offloader:
             (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()])
         prog.n_globals = int(trace.meta("n_globals") or 0)
         self._trace, self._plan, self._prog = trace, plan, prog
-        self._loaded_plan = True
+        self._loaded = (trace, plan, prog)
 
     def _check_globals(self, globals_, where):
         prog = self._prog
@@ -559,25 +755,7 @@ class Offloader:
             self._measure_ssd()
         if self.budget_fraction is not None:
             self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
-        ws = prog.working_sets()
-        if ws:
-            kmax = max(range(len(ws)), key=ws.__getitem__)
-            if ws[kmax] > self.budget:
-                raise ValueError(
-                    f"memory_budget: {_core.format_bytes(self.budget)} is below the working set "
-                    f"of operator {kmax} ({prog.kernels[kmax][0]}: "
-                    f"{_core.format_bytes(ws[kmax])}, the tensors it uses at once): raise "
-                    f"memory_budget to at least {_core.format_bytes(ws[kmax])}")
-            need, kmax, fixed = self._min_budget(prog)
-            if need > self.budget:
-                raise ValueError(
-                    f"memory_budget: {_core.format_bytes(self.budget)} is below what operator "
-                    f"{kmax} ({prog.kernels[kmax][0]}) needs resident: "
-                    f"{_core.format_bytes(need)}, its working set plus "
-                    f"{_core.format_bytes(fixed)} of live tensors teraio never moves (smaller "
-                    f"than min_tensor_bytes={_core.format_bytes(self.min_tensor_bytes)}, or "
-                    f"inputs and communication buffers): raise memory_budget to at least "
-                    f"{_core.format_bytes(need)} or lower min_tensor_bytes")
+        self._check_program(prog)
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
         trace = _core.RtTrace.build(prog.tensors, prog.kernels, meta)
         plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
@@ -589,6 +767,29 @@ class Offloader:
                   f"{s['shortfall_kernel']}); the executor offloads on demand where it must")
         self._trace, self._plan, self._prog = trace, plan, prog
         self._counts["replans"] += 1
+
+    def _check_program(self, prog):
+        """ValueError if the budget cannot hold an operator of prog (recorded so far)."""
+        ws = prog.working_sets()
+        if not ws:
+            return
+        kmax = max(range(len(ws)), key=ws.__getitem__)
+        if ws[kmax] > self.budget:
+            raise ValueError(
+                f"memory_budget: {_core.format_bytes(self.budget)} is below the working set "
+                f"of operator {kmax} ({prog.kernels[kmax][0]}: "
+                f"{_core.format_bytes(ws[kmax])}, the tensors it uses at once): raise "
+                f"memory_budget to at least {_core.format_bytes(ws[kmax])}")
+        need, kmax, fixed = self._min_budget(prog)
+        if need > self.budget:
+            raise ValueError(
+                f"memory_budget: {_core.format_bytes(self.budget)} is below what operator "
+                f"{kmax} ({prog.kernels[kmax][0]}) needs resident: "
+                f"{_core.format_bytes(need)}, its working set plus "
+                f"{_core.format_bytes(fixed)} of live tensors teraio never moves (smaller "
+                f"than min_tensor_bytes={_core.format_bytes(self.min_tensor_bytes)}, or "
+                f"inputs and communication buffers): raise memory_budget to at least "
+                f"{_core.format_bytes(need)} or lower min_tensor_bytes")
 
     def _movable_ids(self, prog):
         """Tensors the executor may move: big enough and not pinned (inputs, buffers of
@@ -713,6 +914,13 @@ class Offloader:
             return False
         ta = _torch_alloc()
         if ta is None:
+            if _torch_alloc_missing():
+                _warn_once("teraio._torch_alloc is not in this installation of teraio (PyTorch "
+                           "was not importable when it was built, as under pip's default build "
+                           "isolation): cpu_allocator is off, glibc's mmap threshold applies "
+                           "instead (slower on CPU: docs/user-guide.md, 'Memory on CPU'); "
+                           "reinstall with PyTorch installed first: pip install "
+                           "--no-build-isolation .")
             return False
         # the process's cache (made once); the bounds are set here whether it is new or not:
         # nothing kept hot before the first planned step, whose warm-up and profiled steps'
@@ -751,17 +959,21 @@ class Offloader:
         """Context manager around one training step (forward, backward, optimizer step)."""
         from teraio.torch._mode import StepDriver, StepMode, collect_globals
 
+        compiled = _compiled_module(self.model)
+        if compiled is not None:
+            raise RuntimeError(f"model: {compiled} was compiled with torch.compile after the "
+                               "Offloader was made (this step did not start). " + _COMPILE_HELP)
         globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
-        state = self._state
-        if state == "warmup" and self._steps >= self.warmup_steps:
-            state = "execute" if self._prog is not None else "profile"
-            if self._prog is not None:
-                self._check_globals(globals_, "plan")
+        self._opt_ran = self._in_optim = False
+        state = self._step_state = self._choose(globals_)
+        if state == "profile" and self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:
+            self._measure_ssd()  # an SSD that fails fails here, before anything of the step ran
         if state == "execute" and self._runtime is None:
             self._start_runtime()
+            self._bind_globals(globals_)
             if self._bounded is not None:  # offloaded globals stay offloaded: the executor's now
-                self._bounded.hand_over(globals_, self._runtime)
+                self._bounded.hand_over(globals_, self._runtime, self._prog)
                 self._bounded_stop()
         if state == "execute":
             self._set_prefault(self.cpu_prefault)
@@ -786,6 +998,7 @@ class Offloader:
                 driver = StepDriver(globals_, record=True, split_foreach=self.split_foreach,
                                     cuda=self._cuda, in_optim=lambda: self._in_optim)
             else:
+                self._bind_globals(globals_)
                 driver = StepDriver(globals_, record=False, program=self._prog,
                                     runtime=self._runtime, movable=self._movable,
                                     offload_at=self._offload_at,
@@ -794,6 +1007,12 @@ class Offloader:
                 driver.aligned_storages = self.aligned_storages and not self._cuda
         self._driver = driver
         ok = False
+        tls = _dynamo_tls()
+        watch = tls is not None and tls.skip_reasons is None
+        if watch:  # Dynamo lists the frames it skips: a compiled one would say "dispatch mode"
+            tls.skip_reasons = []
+        self._dynamo_skips = tls.skip_reasons if watch else None
+        failure = lost = None
         try:
             if driver is None:
                 yield self
@@ -801,14 +1020,19 @@ class Offloader:
                 with StepMode(driver):
                     yield self
             ok = True
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             self._driver = None
+            if watch:
+                tls.skip_reasons = None
             if bounded is not None:
                 if ok:
                     driver.end()
                     bounded.end_step(collect_globals(self._gmodel, self.optimizer))
                 else:
-                    bounded.restore()
+                    lost = _attempt(bounded.restore)
             elif driver is not None and driver.record:
                 if ok:
                     driver.end()  # trailing free markers; CUDA event times
@@ -816,65 +1040,168 @@ class Offloader:
                 if ok:
                     driver.end()
                 elif not driver.passthrough:
-                    try:
-                        driver.restore()  # an exception in the step: bring everything back
-                    except _Error:
-                        pass
+                    lost = _attempt(driver.restore)  # an exception: bring everything back
+            if failure is not None:
+                self._note_failure(failure, lost)
             if ok:
+                self._check_dynamo("this step ran eagerly to its end; its optimizer update "
+                                   "stands" if self._opt_ran else "this step ran eagerly")
                 self._finish_step(state, driver)
+
+    def _note_failure(self, exc, lost):
+        """Say on the exception that ended a step (a note under its traceback) in which state
+        the step left the model and optimizer."""
+        if self._in_optim:
+            phase = ("during optimizer.step(): some parameters and optimizer states may be "
+                     "updated and others not: reload them from a checkpoint before going on")
+        elif self._opt_ran:
+            phase = "after optimizer.step(): this step's update stands"
+        else:
+            phase = ("before optimizer.step(): the parameters and optimizer states are as "
+                     "before this step (its gradients may be in .grad)")
+        self._in_optim = False  # its post-hook did not run
+        msg = f"teraio: the step failed {phase}; "
+        if lost is None:
+            msg += "every tensor teraio had offloaded is back in memory"
+        else:
+            msg += (f"bringing the offloaded tensors back failed too ({lost}): some parameters "
+                    "or optimizer states hold no data: reload them from a checkpoint")
+        if hasattr(exc, "add_note"):
+            exc.add_note(msg)
+
+    # ---- one plan per kind of step ---------------------------------------------------------------
+    def _true_nbytes(self, st):
+        """A global's size, offloaded or not (an offloaded storage has 0 bytes now)."""
+        nb = st.nbytes()
+        if nb:
+            return nb
+        if self._bounded is not None:
+            return self._bounded.true_nbytes(st)
+        hit = self._rt_globals.get(st._cdata)
+        if hit is not None and hit[0]() is st and self._prog is not None:
+            return self._prog.tensors[hit[1]][0]
+        return 0
+
+    def _step_key(self, globals_):
+        """What tells kinds of steps apart before they run: the global tensors that exist at the
+        start (parameters, the gradients accumulated so far, optimizer states: their count,
+        sizes and kinds) and whether the optimizer is expected to step, predicted from the
+        steps seen with the same globals and the same number of steps since it last did
+        (gradient accumulation over several steps is periodic; a step skipped on overflow is
+        rare, and mispredicted once)."""
+        sig = tuple((self._true_nbytes(st), kind) for _, st, kind in globals_)
+        seen = self._opt_seen.get((sig, self._since_opt))
+        opt = True if self.optimizer is not None and seen is None else bool(
+            seen and seen[0] >= seen[1])
+        return sig, opt
+
+    def _choose(self, globals_):
+        """The state of the step about to run ("warmup", "profile" or "execute"); switches to
+        the plan made for this kind of step, or brings everything back to profile a new one."""
+        self._key = None
+        if self._steps < self.warmup_steps:
+            return "warmup"
+        key = self._key = self._step_key(globals_)
+        if self._loaded is not None:  # a plan loaded from a file: for the first step after warm-up
+            self._check_globals(globals_, "plan")
+            self._plans[key] = self._loaded
+            self._loaded = None
+        entry = self._plans.get(key)
+        if entry is not None:
+            self._plans.move_to_end(key)
+            if self._cur_key != key:
+                self._restore_runtime()  # the current executor's tensors come back: another plan
+                self._drop_runtime()
+                self._trace, self._plan, self._prog = entry
+                self._cur_key = key
+            return "execute"
+        if self._runtime is not None:  # a new kind of step: profiled (the budget kept reactively)
+            self._restore_runtime()
+            self._drop_runtime()
+        self._cur_key = None
+        return "profile"
 
     def _diverged_before(self, reason):
         self._restore_runtime()
         self._note_divergence(reason)
 
-    def _note_divergence(self, reason):
+    def _note_divergence(self, reason, mispredicted=False):
+        """A step left its plan: it was brought back. A step whose optimizer did not do what
+        was predicted (accumulation, a skipped step) keeps the plan: the next step of this
+        kind uses its own. Any other reason (shapes, control flow) drops the plan, so that
+        the next step of this kind is profiled again."""
         self.last_divergence = reason
         self._counts["steps_diverged"] += 1
+        keep = mispredicted and self._cur_key is not None
         _warn(f"teraio: step {self._steps}: {reason}; this step ran without offloading "
-              "(every tensor was brought back) and the next step re-profiles")
+              "(every tensor was brought back)" + (
+                  "" if keep else " and the next step of this kind re-profiles"))
         self._drop_runtime()
+        if not keep and self._cur_key is not None:
+            self._plans.pop(self._cur_key, None)
+        self._cur_key = None
         self._prog = self._plan = self._trace = None
 
     def _finish_step(self, state, driver):
         self._steps += 1
+        key = self._key
+        mispredicted = key is not None and key[1] != self._opt_ran
+        if key is not None:  # what the optimizer did after this many steps since it last stepped
+            seen = self._opt_seen.setdefault((key[0], self._since_opt), [0, 0])
+            seen[0 if self._opt_ran else 1] += 1
+            key = (key[0], self._opt_ran)  # the kind of step this one turned out to be
+        self._since_opt = 0 if self._opt_ran or self.optimizer is None else min(
+            self._since_opt + 1, 64)
         if state == "warmup":
             self._counts["steps_passthrough"] += 1
             return
         if state == "profile":
             self._counts["steps_profiled"] += 1
-            self._since += 1
-            if self._since >= self.profile_steps:
-                self._since = 0
+            n = self._profiled.get(key, 0) + 1
+            self._profiled[key] = n
+            if n >= self.profile_steps:
+                self._profiled.pop(key, None)
                 from teraio.torch._fsdp import pin_owned
 
                 pin_owned(self._gmodel, driver)  # FSDP2's own buffers: never moved
-                self._make_plan(driver.prog)
-                self._state = "execute"
-            else:
-                self._state = "profile"
+                self._drop_runtime()
+                try:
+                    self._make_plan(driver.prog)
+                except (ValueError, _Error) as e:
+                    raise _after_update(e, self._opt_ran) from None
+                self._plans[key] = (self._trace, self._plan, self._prog)
+                self._cur_key = key
+                while len(self._plans) > MAX_PLANS:
+                    self._plans.popitem(last=False)
             return
         if driver.diverged:
-            self._note_divergence(driver.diverged)
-            self._state = "profile"
+            self._note_divergence(driver.diverged, mispredicted)
             return
         self._counts["steps_offloaded"] += 1
-        self._state = "execute"
 
     def _detect_device(self, globals_):
         self._cuda = bool(globals_) and globals_[0][1].device.type == "cuda"
 
     # ---- outside steps ------------------------------------------------------------------------
+    def _bind_globals(self, globals_):
+        """The executor's globals by tensor id (its plan's order), for _restore_runtime: the
+        globals collected later may be others (a gradient that appeared, a state that went)."""
+        self._rt_globals = {st._cdata: (weakref.ref(st), i)
+                            for i, (_, st, _) in enumerate(globals_)}
+
     def _restore_runtime(self):
         if self._runtime is None:
             return
-        from teraio.torch._mode import collect_globals
+        import torch
 
-        by_id = {i: st for i, (_, st, _) in enumerate(collect_globals(self._gmodel,
-                                                                         self.optimizer))}
+        by_id = {i: ref() for ref, i in self._rt_globals.values()}
         acts = self._runtime.restore_begin()
         for kind, t, nb in acts:
-            st = by_id[t]
-            st.resize_(nb)
+            st = by_id.get(t)
+            if st is None:  # died while stored (its owner dropped it): read into scratch memory
+                st = by_id[t] = torch.UntypedStorage(nb, device="cuda" if self._cuda else "cpu")
+            if st.nbytes() != nb:  # else never released (a failed release): memory still there
+                st.resize_(nb)
             self._runtime.bind(t, st.data_ptr())
         self._runtime.restore_finish()
 

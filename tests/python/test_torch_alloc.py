@@ -202,3 +202,35 @@ print(json.dumps(dict(same=[losses, param_digest(model)] == [plain_losses,
     assert res["on"]["cache"]["prefaulted_bytes"] > 0
     assert res["off"]["cache"]["prefaulted_bytes"] == 0
     assert res["on"]["cache"]["resized_hits"] > 0
+
+
+_RAW_AFTER_UNINSTALL = r"""
+import json, torch
+import teraio._core as core, teraio._torch_alloc as ta
+assert core.block_cache_enable()
+assert ta.install(1 << 20)
+x = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(3))
+small = torch.randn(64, 64).to_mkldnn()    # 16 KiB: from PyTorch's allocator, raw interface
+m = x.to_mkldnn()                          # ideep's 4 MiB buffer: c10's raw interface, the cache
+r = {"m_in_use": core.block_cache_stats()["in_use_bytes"]}
+r["uninstalled"] = ta.uninstall() and not ta.installed()
+after = torch.randn(1024, 1024).to_mkldnn()  # made after: PyTorch's allocator again
+r["same"] = bool(torch.equal(m.to_dense(), x))
+u0 = core.block_cache_stats()["in_use_bytes"]
+del m, small, after                        # freed through c10's allocator of now: no free()
+r["released"] = u0 - core.block_cache_stats()["in_use_bytes"]
+r["reinstalled"] = ta.install(1 << 20) and ta.installed()
+print(json.dumps(r))
+"""
+
+
+def test_raw_interface_blocks_freed_after_uninstall():
+    """oneDNN/ideep memory (c10's raw_allocate) made while the cache serves and freed after
+    uninstall() goes back to the cache, and PyTorch's own to PyTorch (it aborted with
+    'free(): invalid pointer' when uninstall() put the previous allocator back in c10)."""
+    r = _py(_RAW_AFTER_UNINSTALL)
+    assert r["m_in_use"] >= 2 * (4 << 20)  # x and m's buffer
+    assert r["uninstalled"] is True
+    assert r["same"] is True
+    assert r["released"] == 4 << 20
+    assert r["reinstalled"] is True

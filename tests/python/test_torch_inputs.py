@@ -62,13 +62,15 @@ def test_nowhere_to_offload():
 
 
 def test_budget_below_largest_operator(tmp_path):
-    # 4 KiB cannot hold even one operator's tensors: the error names the operator and the size
-    # to raise the budget to, and comes at the end of the profiled step (before any offload).
+    # 4 KiB cannot hold even one parameter: refused when the Offloader is made, naming the
+    # parameter and its size (budgets that hold every parameter but not an operator's working
+    # set are refused in the profiled step, before its optimizer update: test_torch_validate.py)
     steps_done = []
-    with pytest.raises(ValueError, match=r"memory_budget: .* below the working set of operator"):
+    with pytest.raises(ValueError, match=r"memory_budget: 4.00 KiB is below the parameter "
+                                         r"\S+ alone \(256 KiB\)"):
         train("tiny", 4, offload=dict(memory_budget=4096, ssd_dirs=[str(tmp_path)]),
               on_step=lambda i, off: steps_done.append(i))
-    assert steps_done == [0]  # the warm-up step ran; the profiled step raised on exit
+    assert steps_done == []
 
 
 def test_plan_from_another_model(tmp_path):
@@ -206,6 +208,31 @@ def test_allocator_built_for_another_torch_is_not_installed(tmp_path, monkeypatc
     monkeypatch.setattr(teraio.offload, "_WARNED", set())
     m, o = _model()
     with pytest.warns(RuntimeWarning, match="built against PyTorch 1.0.0.*reinstall teraio"):
+        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    rep = off.report()
+    assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] == 65536
+    assert calls == [65536]
+    off.close()
+
+
+@pytest.mark.parametrize("shape", ["absent", "namespace"])
+def test_allocator_not_built_falls_back_with_a_warning(tmp_path, monkeypatch, shape):
+    """Built without PyTorch importable (pip's build isolation): teraio._torch_alloc is absent,
+    or, from an older wheel, its source folder is an empty namespace package. The Offloader
+    still works: a warning says how to get the allocator, and the threshold applies."""
+    import types
+
+    calls = _threshold_calls(monkeypatch)
+    mod = None
+    if shape == "namespace":
+        mod = types.ModuleType("teraio._torch_alloc")
+        mod.__path__ = [str(tmp_path)]
+    monkeypatch.setitem(sys.modules, "teraio._torch_alloc", mod)  # None: ImportError
+    monkeypatch.delattr(teraio, "_torch_alloc", raising=False)
+    monkeypatch.setattr(teraio.offload, "_WARNED", set())
+    m, o = _model()
+    with pytest.warns(RuntimeWarning, match=r"teraio._torch_alloc is not in this installation.*"
+                                            r"--no-build-isolation"):
         off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
     rep = off.report()
     assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] == 65536

@@ -162,8 +162,8 @@ static void *api_alloc(uint64_t n) {
     return g_bc && tio_bcache_alloc(g_bc, n, &p) == 0 ? p : NULL;
 }
 
-static void api_release(void *p) {
-    (void)tio_bcache_release(g_bc, p);
+static int api_release(void *p) {
+    return g_bc ? tio_bcache_release(g_bc, p) : -ENOENT;
 }
 
 static const struct tio_torch_alloc_api block_cache_api = {

@@ -6,6 +6,16 @@
 // the capsule teraio._core._block_cache_api. Requests below min_bytes, and any the cache
 // cannot serve, go to the allocator that was installed before (PyTorch's default). Every
 // block carries its own deleter, so blocks handed out stay valid after uninstall().
+//
+// uninstall() does not put the previous allocator back in c10: it stops serving and passes
+// every request to it. Memory from the raw interface is freed through whatever allocator c10
+// has at that time (an ideep tensor made while the cache served, freed after): the previous
+// allocator's raw deleter would free() a block of the cache, this one's tells them apart.
+//
+// c10's raw interface (raw_allocate / raw_deallocate: oneDNN's scratchpads, exact GELU,
+// bfloat16 matmuls, convolutions) frees a pointer through the allocator's raw_deleter() alone,
+// with no DataPtr to say who made it: raw_release asks the cache first and hands any pointer
+// that is not one of its blocks to the previous allocator's raw deleter.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -22,21 +32,35 @@ const tio_torch_alloc_api *g_api = nullptr;
 c10::Allocator *g_prev = nullptr;
 std::atomic<uint64_t> g_min_bytes{1u << 20};
 std::atomic<uint64_t> g_fallbacks{0};
+std::atomic<bool> g_serving{false};  // install()ed and not uninstall()ed: blocks from the cache
 constexpr uint8_t kPriority = 100;
 
 void release_block(void *p) {
-    g_api->release(p);
+    (void)g_api->release(p);
+}
+
+c10::DeleterFnPtr g_prev_raw = nullptr;  // g_prev->raw_deleter(), read once at install
+
+void raw_release(void *p) {
+    if (!p || g_api->release(p) == 0) {
+        return;
+    }
+    g_prev_raw(p);  // a fallback block: raw_deleter() offers raw_release only when this is set
 }
 
 struct BlockCacheAllocator final : c10::Allocator {
     c10::DataPtr allocate(size_t n) override {
-        if (n >= g_min_bytes.load(std::memory_order_relaxed)) {
+        if (n >= g_min_bytes.load(std::memory_order_relaxed) &&
+            g_serving.load(std::memory_order_relaxed)) {
             if (void *p = g_api->alloc(n)) {
                 return {p, p, &release_block, c10::Device(c10::DeviceType::CPU)};
             }
             g_fallbacks.fetch_add(1, std::memory_order_relaxed);
         }
         return g_prev->allocate(n);
+    }
+    c10::DeleterFnPtr raw_deleter() const override {
+        return g_prev_raw ? &raw_release : nullptr;
     }
     void copy_data(void *dest, const void *src, std::size_t count) const override {
         default_copy_data(dest, src, count);
@@ -70,27 +94,31 @@ PyObject *install(PyObject *, PyObject *args) {
     }
     g_min_bytes.store(min_bytes, std::memory_order_relaxed);
     c10::Allocator *cur = c10::GetCPUAllocator();
-    if (cur == &g_alloc) {
+    if (cur == &g_alloc) {  // installed before (perhaps uninstall()ed since): serve again
+        g_serving.store(true, std::memory_order_relaxed);
         Py_RETURN_TRUE;
     }
     g_prev = cur;
+    g_prev_raw = cur->raw_deleter();
     c10::SetCPUAllocator(&g_alloc, kPriority);
     if (c10::GetCPUAllocator() != &g_alloc) {  // a higher-priority allocator is in place
         Py_RETURN_FALSE;
     }
+    g_serving.store(true, std::memory_order_relaxed);
     Py_RETURN_TRUE;
 }
 
 PyObject *uninstall(PyObject *, PyObject *) {
-    if (c10::GetCPUAllocator() != &g_alloc || !g_prev) {
+    if (c10::GetCPUAllocator() != &g_alloc || !g_serving.load(std::memory_order_relaxed)) {
         Py_RETURN_FALSE;
     }
-    c10::SetCPUAllocator(g_prev, kPriority);
+    g_serving.store(false, std::memory_order_relaxed);  // see the top of this file
     Py_RETURN_TRUE;
 }
 
 PyObject *installed(PyObject *, PyObject *) {
-    return PyBool_FromLong(c10::GetCPUAllocator() == &g_alloc);
+    return PyBool_FromLong(c10::GetCPUAllocator() == &g_alloc &&
+                           g_serving.load(std::memory_order_relaxed));
 }
 
 PyObject *fallbacks(PyObject *, PyObject *) {
@@ -103,7 +131,8 @@ PyMethodDef methods[] = {
      "more from teraio's block cache (enable it first: teraio._core.block_cache_enable); False "
      "if an allocator of higher priority is in place."},
     {"uninstall", uninstall, METH_NOARGS,
-     "uninstall() -> bool: put the previous CPU allocator back (blocks handed out stay valid)."},
+     "uninstall() -> bool: pass every request to the previous CPU allocator again (blocks "
+     "handed out stay valid)."},
     {"installed", installed, METH_NOARGS, "installed() -> bool: whether it is PyTorch's now."},
     {"fallbacks", fallbacks, METH_NOARGS,
      "fallbacks() -> int: requests the cache could not serve (given to the previous allocator)."},

@@ -208,6 +208,19 @@ def materialize_aligned(st, nb):
     st._swap_data_ptr_(src)
 
 
+def _fixed(st):
+    """A storage whose memory cannot be released: not resizable (Tensor.numpy() makes the
+    storage it shares so) and not teraio's own IOBuffer. Recorded as pinned: never moved."""
+    return st.device.type == "cpu" and not st.resizable() and not (
+        st.nbytes() and _core().io_buffer_at(st.data_ptr()))
+
+
+_FIXED_HELP = ("teraio cannot release tensor {t} after offloading it ({e}): its storage was made "
+               "non-resizable after the plan was made; Tensor.numpy() does that to the storage "
+               "it shares: between steps use t.detach().clone().numpy() or t.tolist() instead "
+               "(a storage that is already non-resizable when a step is profiled is never moved)")
+
+
 def release_storage(st, discard=False):
     """Free a storage's memory, keeping the storage (its tensors become 0-byte views). One that
     holds an IOBuffer (materialize_aligned) cannot be resized: swapping in an empty storage hands
@@ -283,7 +296,8 @@ class StepDriver:
         for name, st, kind in globals_:
             tid = self._new_id(st)
             if record:
-                self.prog.tensors.append((st.nbytes(), kind, F_GLOBAL, name))
+                self.prog.tensors.append((st.nbytes(), kind,
+                                          F_GLOBAL | (F_PINNED if _fixed(st) else 0), name))
             if tid in self.movable:
                 self.st_by_id[tid] = st
         if record:
@@ -543,9 +557,14 @@ class StepDriver:
                 rt.forget(t)
                 continue
             if kind == 1:  # RT_RELEASE
-                release_storage(st, self.aligned_storages)
+                try:
+                    release_storage(st, self.aligned_storages)
+                except RuntimeError as e:
+                    raise RuntimeError(_FIXED_HELP.format(t=t, e=e)) from None
             else:  # RT_MATERIALIZE
-                if self.aligned_storages:
+                if st.nbytes() == nb:
+                    pass  # never released (a failed release): its memory is still there
+                elif self.aligned_storages:
                     materialize_aligned(st, nb)
                 else:
                     st.resize_(nb)

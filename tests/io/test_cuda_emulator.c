@@ -71,6 +71,38 @@ static void *opener_main(void *u) {
     return NULL;
 }
 
+/* ---- lag from the environment ----------------------------------------------------------- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void nop_fn(void *u) {
+    (void)u;
+}
+
+/* main sets FAKE_CUDA_LAG_US=2000 before the library's first call: 40 operations wait 0..2 ms
+ * each (about 40 ms in all; under 10 ms has a probability far below 1e-12) */
+TIO_TEST(lag_from_the_environment) {
+    void *s = NULL;
+    CHECK_EQ_I(fc.stream_create(&s, NON_BLOCKING), 0);
+    double t0 = now_s();
+    for (int i = 0; i < 40; i++)
+        CHECK_EQ_I(fc.launch_host_func(s, nop_fn, NULL), 0);
+    CHECK_EQ_I(fc.stream_synchronize(s), 0);
+    double dt = now_s() - t0;
+    printf("  40 operations at FAKE_CUDA_LAG_US=2000: %.1f ms\n", dt * 1e3);
+    CHECK(dt > 0.010);
+    fc.set_lag(0, 0); /* and the hook turns it off */
+    t0 = now_s();
+    for (int i = 0; i < 40; i++)
+        CHECK_EQ_I(fc.launch_host_func(s, nop_fn, NULL), 0);
+    CHECK_EQ_I(fc.stream_synchronize(s), 0);
+    printf("  40 operations without lag: %.1f ms\n", (now_s() - t0) * 1e3);
+    CHECK_EQ_I(fc.stream_destroy(s), 0);
+}
+
 /* ---- FIFO per stream --------------------------------------------------------------------- */
 #define FIFO_OPS 150
 struct fifo_log {
@@ -427,8 +459,10 @@ TIO_TEST(bad_handles) {
 }
 
 int main(void) {
+    setenv("FAKE_CUDA_LAG_US", "2000", 1); /* read at the first stream call */
     if (fake_cuda_load(&fc) < 0)
         return 1;
+    RUN(lag_from_the_environment);
     RUN(fifo_per_stream_under_lag);
     RUN(wait_event_holds_the_other_stream);
     RUN(events_order_streams_under_lag);

@@ -23,7 +23,8 @@
  * Environment: TIO_STREAM_SCHEDULES (default 1200; 120 under sanitizers), TIO_STREAM_SEED (first
  * seed, default 1), TIO_STREAM_LAG_US (every schedule's maximum delay per stream operation;
  * default: 0, 20, 100 or 300 us drawn per schedule), TIO_STREAM_VERBOSE=1 (print the actions and
- * kernels). A failure prints the seed of its schedule: rerun with TIO_STREAM_SEED=that and
+ * kernels), TIO_STREAM_STRICT=1 (a clean offload's release while a kernel using the memory is
+ * queued fails too). A failure prints the seed of its schedule: rerun with TIO_STREAM_SEED=that and
  * TIO_STREAM_SCHEDULES=1.
  */
 #include <pthread.h>
@@ -467,6 +468,7 @@ static void free_on_stream(struct caller *c, uint32_t t) {
 }
 
 static int g_verbose; /* TIO_STREAM_VERBOSE=1: print the actions and kernels */
+static int g_strict;  /* TIO_STREAM_STRICT=1: a clean release with queued users fails too */
 
 static uint64_t cleans(const struct caller *c) {
     struct tio_runtime_stats st;
@@ -489,7 +491,7 @@ static void apply(struct caller *c, const struct tio_rt_action *a, int n, int cl
                 return;
             }
             if (c->user[t] > atomic_load(&g_ran)) { /* a kernel using it has not run yet */
-                if (clean) {
+                if (clean && !g_strict) {
                     /* a clean offload (the stored copy is identical, no write) releases at once,
                      * while kernels queued earlier may still read the memory: stream-ordered
                      * reuse (PyTorch's caching allocator) makes that safe, so free it through
@@ -737,6 +739,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
 #endif
     uint64_t seed0 = env_u64("TIO_STREAM_SEED", 1);
     g_verbose = (int)env_u64("TIO_STREAM_VERBOSE", 0);
+    g_strict = (int)env_u64("TIO_STREAM_STRICT", 0);
     const char *lag_env = getenv("TIO_STREAM_LAG_US");
     long lag_us = lag_env && *lag_env ? strtol(lag_env, NULL, 10) : -1;
     uint64_t bad0 = fc.bad_accesses(), blocking0 = fc.blocking_copies();

@@ -9,16 +9,16 @@
  * freed first. When the compute stream runs a kernel, the kernel checks every input against the
  * content of the version program order says it must see (a pattern derived from the tensor and
  * the version) and writes the next version of its outputs. A RELEASE'd block is poisoned from
- * the host at once: its copy is complete, and no kernel still queued may use it (checked; the
- * one exception is a clean offload, which writes nothing and releases at once: it is freed
- * through the stream, which is safe with stream-ordered reuse). A freed intermediate's block is
- * poisoned by a host function queued on the stream (the caller frees it while its last kernel
- * may still be queued). Whatever the executor or the engine gets wrong in ordering (a write that
- * reads a tensor before its producer ran, a read that fills memory before its previous user ran
- * or that a kernel reads before it lands, memory released before its copy completed) shows up
- * as a kernel finding another version, poison or foreign bytes. The test also checks that the
- * training thread never synchronizes with the device while it drives the iterations and that
- * the engine never copies on the legacy stream or a blocking stream.
+ * the host at once: its copy is complete, and no kernel still queued may use it (checked). The
+ * exception is a clean offload, which writes nothing and releases at once: when a call made one,
+ * its releases are freed through the stream, which is safe with stream-ordered reuse. A freed
+ * intermediate's block is poisoned by a host function queued on the stream (the caller frees it
+ * while its last kernel may still be queued). Whatever the executor or the engine gets wrong in
+ * ordering (a write that reads a tensor before its producer ran, a read that fills memory before
+ * its previous user ran or that a kernel reads before it lands, memory released before its copy
+ * completed) shows up as a kernel finding another version, poison or foreign bytes. The test also
+ * checks that the training thread never synchronizes with the device while it drives the iterations
+ * and that the engine never copies on the legacy stream or a blocking stream.
  *
  * Environment: TIO_STREAM_SCHEDULES (default 1200; 120 under sanitizers), TIO_STREAM_SEED (first
  * seed, default 1), TIO_STREAM_LAG_US (every schedule's maximum delay per stream operation;
@@ -490,21 +490,22 @@ static void apply(struct caller *c, const struct tio_rt_action *a, int n, int cl
                 c->err = 1;
                 return;
             }
-            if (c->user[t] > atomic_load(&g_ran)) { /* a kernel using it has not run yet */
-                if (clean && !g_strict) {
-                    /* a clean offload (the stored copy is identical, no write) releases at once,
-                     * while kernels queued earlier may still read the memory: stream-ordered
-                     * reuse (PyTorch's caching allocator) makes that safe, so free it through
-                     * the stream */
-                    c->clean_queued++;
-                    free_on_stream(c, t);
-                    continue;
-                }
+            int queued = c->user[t] > atomic_load(&g_ran); /* a kernel using it has not run */
+            if (queued && (!clean || g_strict)) {
                 record_failure("seed %llu: tensor %u released while kernel #%llu that uses it has "
                                "not run",
                                (unsigned long long)c->seed, t, (unsigned long long)c->user[t]);
                 c->err = 1;
                 return;
+            }
+            if (clean) {
+                /* a clean offload (the stored copy is identical, no write) releases at once:
+                 * kernels queued earlier may still read the memory, and a read that filled it may
+                 * still be landing (the compute stream waits for it). Stream-ordered reuse
+                 * (PyTorch's caching allocator) makes both safe: free it through the stream. */
+                c->clean_queued += (uint64_t)queued;
+                free_on_stream(c, t);
+                continue;
             }
             /* nothing queued uses these bytes and its copy is complete: poison them now */
             memset(shadow(c->ptr[t], c->s->bytes[t]), 0xDB, c->s->bytes[t]);

@@ -380,6 +380,75 @@ TIO_TEST(memcpy_is_on_the_legacy_stream) {
     CHECK_EQ_I(fc.stream_destroy(n), 0);
 }
 
+/* ---- races between a host function and a copy ------------------------------------------ */
+struct race_probe {
+    void *dev;
+    size_t n;
+    int writes;
+    atomic_int seen, timed_out;
+    int wait; /* poll until a racing copy shows up (5 s at most) */
+};
+static void race_fn(void *u) {
+    struct race_probe *r = u;
+    for (int i = 0; i < 50000; i++) {
+        if (fc.racing_copies(r->dev, r->n, r->writes)) {
+            atomic_store(&r->seen, 1);
+            return;
+        }
+        if (!r->wait)
+            return;
+        struct timespec ts = { 0, 100000 };
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&r->timed_out, 1);
+}
+
+TIO_TEST(racing_copies_are_seen) {
+    void *a = NULL, *b = NULL, *ev = NULL, *d = NULL, *d2 = NULL;
+    size_t n = (size_t)64 << 20; /* a copy long enough to be caught running */
+    CHECK_EQ_I(fc.stream_create(&a, NON_BLOCKING), 0);
+    CHECK_EQ_I(fc.stream_create(&b, NON_BLOCKING), 0);
+    CHECK_EQ_I(fc.event_create(&ev, 0x2), 0);
+    CHECK_EQ_I(fc.malloc_device(&d, n), 0);
+    CHECK_EQ_I(fc.malloc_device(&d2, n), 0);
+    for (int rep = 0; rep < 3; rep++) {
+        /* unordered: b's host function sees a's copy into d running */
+        struct race_probe r = { d, n, 0, 0, 0, 1 };
+        struct gate g = { 0 };
+        CHECK_EQ_I(fc.launch_host_func(a, gate_fn, &g), 0);
+        CHECK_EQ_I(fc.memcpy_async(d, d2, n, 3, a), 0);
+        CHECK_EQ_I(fc.launch_host_func(b, race_fn, &r), 0);
+        atomic_store(&g.open, 1);
+        CHECK_EQ_I(fc.stream_synchronize(b), 0);
+        CHECK_EQ_I(fc.stream_synchronize(a), 0);
+        CHECK_EQ_I(atomic_load(&r.seen), 1);
+        /* ordered by an event: never */
+        struct race_probe r2 = { d, n, 1, 0, 0, 0 };
+        CHECK_EQ_I(fc.memcpy_async(d2, d, n, 3, a), 0);
+        CHECK_EQ_I(fc.event_record(ev, a), 0);
+        CHECK_EQ_I(fc.stream_wait_event(b, ev, 0), 0);
+        CHECK_EQ_I(fc.launch_host_func(b, race_fn, &r2), 0);
+        CHECK_EQ_I(fc.stream_synchronize(b), 0);
+        CHECK_EQ_I(atomic_load(&r2.seen), 0);
+        /* a reader does not race with a copy that only reads the same bytes */
+        struct race_probe r3 = { d, n, 0, 0, 0, 0 };
+        struct gate g3 = { 0 };
+        CHECK_EQ_I(fc.launch_host_func(a, gate_fn, &g3), 0);
+        CHECK_EQ_I(fc.memcpy_async(d2, d, n, 3, a), 0);
+        atomic_store(&g3.open, 1);
+        CHECK_EQ_I(fc.launch_host_func(b, race_fn, &r3), 0);
+        CHECK_EQ_I(fc.stream_synchronize(b), 0);
+        CHECK_EQ_I(fc.stream_synchronize(a), 0);
+        CHECK_EQ_I(atomic_load(&r3.seen), 0);
+        CHECK_EQ_I(atomic_load(&r.timed_out) + atomic_load(&g.timed_out), 0);
+    }
+    CHECK_EQ_I(fc.free_device(d), 0);
+    CHECK_EQ_I(fc.free_device(d2), 0);
+    CHECK_EQ_I(fc.event_destroy(ev), 0);
+    CHECK_EQ_I(fc.stream_destroy(a), 0);
+    CHECK_EQ_I(fc.stream_destroy(b), 0);
+}
+
 /* ---- memory ------------------------------------------------------------------------------ */
 TIO_TEST(free_synchronizes_and_poisons) {
     void *d = NULL, *n = NULL;
@@ -469,6 +538,7 @@ int main(void) {
     RUN(legacy_stream_synchronizes_with_blocking_streams);
     RUN(non_blocking_streams_are_exempt);
     RUN(memcpy_is_on_the_legacy_stream);
+    RUN(racing_copies_are_seen);
     RUN(free_synchronizes_and_poisons);
     RUN(bad_handles);
     return tio_test_done();

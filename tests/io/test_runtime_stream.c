@@ -342,7 +342,8 @@ static void pool_free(void *p, uint64_t len) {
 struct kuse {
     uint32_t t;
     int32_t mode;
-    uint64_t *w; /* the shadow of the tensor's device bytes */
+    void *dev;   /* the tensor's device bytes */
+    uint64_t *w; /* their shadow */
     uint64_t nw;
     uint64_t expect, write; /* versions */
 };
@@ -379,6 +380,15 @@ static atomic_uint_fast64_t g_ran;
 
 static void kernel_fn(void *arg) {
     struct kernel *kn = arg;
+    for (uint32_t j = 0; j < kn->n; j++) { /* a copy running unordered with this kernel? */
+        struct kuse *u = &kn->u[j];
+        if (fc.racing_copies(u->dev, u->nw * 8, (u->mode & TIO_USE_WRITE) != 0))
+            record_failure("seed %llu iteration %llu kernel %llu: tensor %u's memory is being "
+                           "copied %s by the engine while the kernel runs (no event orders them)",
+                           (unsigned long long)kn->seed, (unsigned long long)kn->iter,
+                           (unsigned long long)kn->k, u->t,
+                           u->mode & TIO_USE_WRITE ? "to or from" : "into");
+    }
     for (uint32_t j = 0; j < kn->n; j++) {
         struct kuse *u = &kn->u[j];
         if (!(u->mode & TIO_USE_READ))
@@ -411,11 +421,18 @@ static void kernel_fn(void *arg) {
 }
 
 struct poison {
+    uint64_t seed;
+    uint32_t t;
+    void *dev;
     uint64_t *w;
     uint64_t nw;
 };
 static void poison_fn(void *arg) {
     struct poison *p = arg;
+    if (fc.racing_copies(p->dev, p->nw * 8, 1))
+        record_failure("seed %llu: tensor %u's memory, freed on the stream, is being copied by the "
+                       "engine (no event orders them)",
+                       (unsigned long long)p->seed, p->t);
     for (uint64_t i = 0; i < p->nw; i++)
         p->w[i] = POISON;
     free(p);
@@ -457,6 +474,9 @@ static void free_on_stream(struct caller *c, uint32_t t) {
         caller_error(c, "free_on_stream", 0);
         return;
     }
+    p->seed = c->seed;
+    p->t = t;
+    p->dev = c->ptr[t];
     p->w = shadow(c->ptr[t], c->s->bytes[t]);
     p->nw = c->s->bytes[t] / 8;
     if (fc.launch_host_func(c->stream, poison_fn, p) != 0) {
@@ -549,6 +569,7 @@ static void launch(struct caller *c, uint64_t iter, uint32_t k) {
         }
         kn->u[i] = (struct kuse){ .t = t,
                                   .mode = mode,
+                                  .dev = c->ptr[t],
                                   .w = shadow(c->ptr[t], s->bytes[t]),
                                   .nw = s->bytes[t] / 8,
                                   .expect = c->version[t],
@@ -568,6 +589,31 @@ static void launch(struct caller *c, uint64_t iter, uint32_t k) {
         free(kn);
         caller_error(c, "cudaLaunchHostFunc", 0);
     }
+}
+
+/* A kernel that reads every global the caller holds (state resident), as code running after
+ * the step would (the optimizer, a checkpoint): after end_iteration and after the restore. */
+static void check_globals(struct caller *c, uint64_t iter, int all) {
+    struct kernel *kn = calloc(1, sizeof *kn);
+    if (!kn)
+        return;
+    *kn = (struct kernel){ .seed = c->seed, .iter = iter, .k = UINT64_MAX };
+    for (uint32_t g = 0; g < c->s->ng && kn->n < MAX_USES; g++) {
+        if (!c->ptr[g] || tio_runtime_tensor_state(c->rt, g) != 1) {
+            if (all)
+                record_failure("seed %llu: global %u is not resident after restore (state %d)",
+                               (unsigned long long)c->seed, g, tio_runtime_tensor_state(c->rt, g));
+            continue;
+        }
+        kn->u[kn->n++] = (struct kuse){ .t = g,
+                                        .mode = TIO_USE_READ,
+                                        .dev = c->ptr[g],
+                                        .w = shadow(c->ptr[g], c->s->bytes[g]),
+                                        .nw = c->s->bytes[g] / 8,
+                                        .expect = c->version[g] };
+    }
+    if (fc.launch_host_func(c->stream, kernel_fn, kn) != 0)
+        free(kn);
 }
 
 static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act, size_t cap) {
@@ -629,28 +675,8 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act
         return;
     }
     apply(c, act, n, cleans(c) != c0);
-}
-
-/* The globals' final versions, checked by one more kernel on the stream. */
-static void final_check(struct caller *c) {
-    struct kernel *kn = calloc(1, sizeof *kn);
-    if (!kn)
-        return;
-    *kn = (struct kernel){ .seed = c->seed, .iter = ITERS, .k = UINT64_MAX };
-    for (uint32_t g = 0; g < c->s->ng && kn->n < MAX_USES; g++) {
-        if (!c->ptr[g]) {
-            record_failure("seed %llu: global %u has no memory after restore",
-                           (unsigned long long)c->seed, g);
-            continue;
-        }
-        kn->u[kn->n++] = (struct kuse){ .t = g,
-                                        .mode = TIO_USE_READ,
-                                        .w = shadow(c->ptr[g], c->s->bytes[g]),
-                                        .nw = c->s->bytes[g] / 8,
-                                        .expect = c->version[g] };
-    }
-    if (fc.launch_host_func(c->stream, kernel_fn, kn) != 0)
-        free(kn);
+    if (!c->err)
+        check_globals(c, iter, 0); /* the step's reads are all visible after end_iteration */
 }
 
 struct totals {
@@ -703,7 +729,7 @@ static void run_schedule(const struct spec *s,
         if (!c.err && (rc = tio_runtime_restore_finish(c.rt)) < 0)
             caller_error(&c, "restore_finish", rc);
         if (!c.err)
-            final_check(&c);
+            check_globals(&c, ITERS, 1);
     }
     (void)fc.stream_synchronize(stream);
     struct tio_runtime_stats st;

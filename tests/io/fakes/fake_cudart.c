@@ -21,6 +21,11 @@
  * with cudaStreamNonBlocking are exempt. cudaMemcpy is a copy on the legacy stream that the
  * caller waits for. Bad stream or event handles give cudaErrorInvalidResourceHandle (400).
  *
+ * Races: fake_cuda_racing_copies tells a host function running on a stream (a test's kernel)
+ * whether a copy on another stream that writes (or, for a writer, reads) the same device bytes
+ * is running unordered with it: from the moment its dependencies are met (its delay included)
+ * until it completes.
+ *
  * Environment: FAKE_CUDA_DEVICES=n (device count, default 1), FAKE_CUDA_ERROR=e
  * (cudaGetDeviceCount fails with e, e.g. 35), FAKE_CUDA_LAG_US=max (default 0: no delay),
  * FAKE_CUDA_SEED=s. Test hooks: fake_cuda_set_lag, the fake_cuda_* counters below.
@@ -59,6 +64,7 @@ uint64_t fake_cuda_blocking_copies(void);
 uint64_t fake_cuda_bad_accesses(void);
 uint64_t fake_cuda_live_streams(void);
 uint64_t fake_cuda_device_bytes_in_use(void);
+uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes);
 
 /* ---- state ------------------------------------------------------------------------------- */
 /* One lock and one condition variable for everything: completions are broadcast. */
@@ -91,9 +97,8 @@ struct op {
     void *dst;
     const void *src;
     size_t n;
-    const unsigned char *dev; /* the device range a copy touches (checked when it runs) */
-    size_t dev_n;
-    const unsigned char *dev2;
+    const unsigned char *wdev; /* the device range a copy writes (NULL: host memory) */
+    const unsigned char *rdev; /* the device range a copy reads (NULL: host memory) */
     void (*fn)(void *);
     void *user;
     size_t n_deps;
@@ -104,6 +109,7 @@ struct stream {
     pthread_t th;
     uint32_t slot;
     int stop;
+    int active; /* the head's dependencies are met: it runs (after its delay) or is running */
     uint64_t rng;
     struct op *head, *tail;
 };
@@ -213,8 +219,7 @@ static int dev_live(const unsigned char *p, size_t n) {
 static void run_op(struct op *o) {
     if (o->kind == OP_COPY) {
         pthread_mutex_lock(&mu);
-        int ok =
-            (!o->dev || dev_live(o->dev, o->dev_n)) && (!o->dev2 || dev_live(o->dev2, o->dev_n));
+        int ok = (!o->wdev || dev_live(o->wdev, o->n)) && (!o->rdev || dev_live(o->rdev, o->n));
         pthread_mutex_unlock(&mu);
         if (ok)
             memmove(o->dst, o->src, o->n);
@@ -236,6 +241,7 @@ static void *worker(void *arg) {
         struct op *o = st->head;
         while (!deps_done(o))
             pthread_cond_wait(&cv, &mu);
+        st->active = 1;
         unsigned lag = atomic_load(&lag_max_us);
         uint64_t d = lag ? splitmix(&st->rng) % ((uint64_t)lag + 1) : 0;
         pthread_mutex_unlock(&mu);
@@ -243,6 +249,7 @@ static void *worker(void *arg) {
             sleep_us(d);
         run_op(o);
         pthread_mutex_lock(&mu);
+        st->active = 0;
         st->head = o->next;
         if (!st->head)
             st->tail = NULL;
@@ -414,6 +421,30 @@ uint64_t fake_cuda_live_streams(void) {
         n += slots[i].s != NULL;
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+static int overlaps(const unsigned char *a, size_t an, const unsigned char *b, size_t bn) {
+    return a && b && a < b + bn && b < a + an;
+}
+
+/* For a host function running on a stream: how many copies (on other streams) are running now,
+ * unordered with it, and touch device bytes [p, p+n) in a conflicting way: writing them (the
+ * caller reads them), or writing or reading them (writes != 0: the caller writes them). A copy
+ * counts from the moment its dependencies are met (its delay included) until it completes, so a
+ * missing event or wait shows up even when the bytes happen to come out right. */
+uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes) {
+    uint64_t hits = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < n_slots; i++) {
+        const struct stream *st = slots[i].s;
+        const struct op *o = st && st->active ? st->head : NULL;
+        if (!o || o->kind != OP_COPY)
+            continue;
+        hits +=
+            (uint64_t)(overlaps(o->wdev, o->n, p, n) || (writes && overlaps(o->rdev, o->n, p, n)));
+    }
+    pthread_mutex_unlock(&mu);
+    return hits;
 }
 
 uint64_t fake_cuda_device_bytes_in_use(void) {
@@ -605,9 +636,8 @@ static struct op *copy_op(uint32_t slot, void *dst, const void *src, size_t n, i
     o->dst = to_dev ? td : dst;
     o->src = from_dev ? ts : src;
     o->n = n;
-    o->dev = to_dev ? dst : (from_dev ? src : NULL);
-    o->dev2 = to_dev && from_dev ? src : NULL;
-    o->dev_n = n;
+    o->wdev = to_dev ? dst : NULL;
+    o->rdev = from_dev ? src : NULL;
     atomic_fetch_add(&memcpy_calls, 1);
     if (slot == 0 || !(slots[slot].flags & STREAM_NON_BLOCKING))
         atomic_fetch_add(&blocking_copies, 1);

@@ -87,8 +87,7 @@ static size_t n_allocs, cap_allocs, n_holes, cap_holes;
 
 static _Atomic uint64_t memcpy_calls, sync_calls, blocking_copies, bad_accesses, host_allocs;
 static _Thread_local uint64_t thread_sync_calls;
-static _Thread_local const struct op *cur_op; /* the host function this thread runs */
-static uint64_t completions;                  /* operations completed (under mu) */
+static uint64_t completions; /* operations completed (under mu) */
 /* What the host has seen complete (cudaStreamSynchronize, cudaEventSynchronize or a query that
  * answered 0, cudaDeviceSynchronize, cudaMemcpy, cudaFree): observed_vc[i] operations of slot i,
  * as one clock for every host thread (under mu). */
@@ -280,9 +279,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&mu);
         if (lag)
             sleep_us(d);
-        cur_op = o;
         run_op(o);
-        cur_op = NULL;
         pthread_mutex_lock(&mu);
         st->active = 0;
         completions++;
@@ -527,11 +524,16 @@ static int conflicts(const unsigned char *wdev,
  * queued or running copies and the last RING completed ones are checked. 0 outside a host
  * function. */
 uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes) {
-    const struct op *h = cur_op;
-    if (!h || h->slot >= MAX_VC)
-        return 0;
     uint64_t hits = 0;
     pthread_mutex_lock(&mu);
+    const struct op *h = NULL; /* the operation this stream thread runs: its stream's head */
+    for (size_t i = 0; i < n_slots && !h; i++)
+        if (slots[i].s && pthread_equal(slots[i].s->th, pthread_self()))
+            h = slots[i].s->head;
+    if (!h || h->slot >= MAX_VC) {
+        pthread_mutex_unlock(&mu);
+        return 0;
+    }
     for (size_t i = 0; i < n_slots; i++) { /* not completed: is it queued after h? */
         for (const struct op *o = slots[i].s ? slots[i].s->head : NULL; o; o = o->next)
             if (o->kind == OP_COPY && conflicts(o->wdev, o->rdev, o->n, p, n, writes) &&

@@ -39,6 +39,7 @@ struct fake_cuda {
     uint64_t (*bad_accesses)(void);
     uint64_t (*live_streams)(void);
     uint64_t (*memcpy_calls)(void);
+    uint64_t (*racing_copies)(const void *p, size_t n, int writes);
 };
 
 /* Fill *f from $TIO_CUDART_LIB; 0, or -1 with a message (the library or a symbol missing). */
@@ -76,6 +77,7 @@ static inline int fake_cuda_load(struct fake_cuda *f) {
         { "fake_cuda_bad_accesses", offsetof(struct fake_cuda, bad_accesses) },
         { "fake_cuda_live_streams", offsetof(struct fake_cuda, live_streams) },
         { "fake_cuda_memcpy_calls", offsetof(struct fake_cuda, memcpy_calls) },
+        { "fake_cuda_racing_copies", offsetof(struct fake_cuda, racing_copies) },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(lib, syms[i].name);

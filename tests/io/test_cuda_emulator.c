@@ -71,6 +71,39 @@ static void *opener_main(void *u) {
     return NULL;
 }
 
+/* ---- lag from the environment ----------------------------------------------------------- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void nop_fn(void *u) {
+    (void)u;
+}
+
+/* main sets FAKE_CUDA_LAG_US=2000 before the library's first call: 80 operations wait 0..500 us
+ * each at least (a stream's scale is 1/4, 1 or 3): about 20 ms in all at the least, under 5 ms
+ * has a probability far below 1e-12 */
+TIO_TEST(lag_from_the_environment) {
+    void *s = NULL;
+    CHECK_EQ_I(fc.stream_create(&s, NON_BLOCKING), 0);
+    double t0 = now_s();
+    for (int i = 0; i < 80; i++)
+        CHECK_EQ_I(fc.launch_host_func(s, nop_fn, NULL), 0);
+    CHECK_EQ_I(fc.stream_synchronize(s), 0);
+    double dt = now_s() - t0;
+    printf("  80 operations at FAKE_CUDA_LAG_US=2000: %.1f ms\n", dt * 1e3);
+    CHECK(dt > 0.005);
+    fc.set_lag(0, 0); /* and the hook turns it off */
+    t0 = now_s();
+    for (int i = 0; i < 80; i++)
+        CHECK_EQ_I(fc.launch_host_func(s, nop_fn, NULL), 0);
+    CHECK_EQ_I(fc.stream_synchronize(s), 0);
+    printf("  80 operations without lag: %.1f ms\n", (now_s() - t0) * 1e3);
+    CHECK_EQ_I(fc.stream_destroy(s), 0);
+}
+
 /* ---- FIFO per stream --------------------------------------------------------------------- */
 #define FIFO_OPS 150
 struct fifo_log {
@@ -348,6 +381,75 @@ TIO_TEST(memcpy_is_on_the_legacy_stream) {
     CHECK_EQ_I(fc.stream_destroy(n), 0);
 }
 
+/* ---- races between a host function and a copy ------------------------------------------ */
+struct race_probe {
+    void *dev;
+    size_t n;
+    int writes;
+    atomic_int seen, timed_out;
+    int wait; /* poll until a racing copy shows up (5 s at most) */
+};
+static void race_fn(void *u) {
+    struct race_probe *r = u;
+    for (int i = 0; i < 50000; i++) {
+        if (fc.racing_copies(r->dev, r->n, r->writes)) {
+            atomic_store(&r->seen, 1);
+            return;
+        }
+        if (!r->wait)
+            return;
+        struct timespec ts = { 0, 100000 };
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&r->timed_out, 1);
+}
+
+TIO_TEST(racing_copies_are_seen) {
+    void *a = NULL, *b = NULL, *ev = NULL, *d = NULL, *d2 = NULL;
+    size_t n = (size_t)64 << 20; /* a copy long enough to be caught running */
+    CHECK_EQ_I(fc.stream_create(&a, NON_BLOCKING), 0);
+    CHECK_EQ_I(fc.stream_create(&b, NON_BLOCKING), 0);
+    CHECK_EQ_I(fc.event_create(&ev, 0x2), 0);
+    CHECK_EQ_I(fc.malloc_device(&d, n), 0);
+    CHECK_EQ_I(fc.malloc_device(&d2, n), 0);
+    for (int rep = 0; rep < 3; rep++) {
+        /* unordered: b's host function sees a's copy into d running */
+        struct race_probe r = { d, n, 0, 0, 0, 1 };
+        struct gate g = { 0 };
+        CHECK_EQ_I(fc.launch_host_func(a, gate_fn, &g), 0);
+        CHECK_EQ_I(fc.memcpy_async(d, d2, n, 3, a), 0);
+        CHECK_EQ_I(fc.launch_host_func(b, race_fn, &r), 0);
+        atomic_store(&g.open, 1);
+        CHECK_EQ_I(fc.stream_synchronize(b), 0);
+        CHECK_EQ_I(fc.stream_synchronize(a), 0);
+        CHECK_EQ_I(atomic_load(&r.seen), 1);
+        /* ordered by an event: never */
+        struct race_probe r2 = { d, n, 1, 0, 0, 0 };
+        CHECK_EQ_I(fc.memcpy_async(d2, d, n, 3, a), 0);
+        CHECK_EQ_I(fc.event_record(ev, a), 0);
+        CHECK_EQ_I(fc.stream_wait_event(b, ev, 0), 0);
+        CHECK_EQ_I(fc.launch_host_func(b, race_fn, &r2), 0);
+        CHECK_EQ_I(fc.stream_synchronize(b), 0);
+        CHECK_EQ_I(atomic_load(&r2.seen), 0);
+        /* a reader does not race with a copy that only reads the same bytes */
+        struct race_probe r3 = { d, n, 0, 0, 0, 0 };
+        struct gate g3 = { 0 };
+        CHECK_EQ_I(fc.launch_host_func(a, gate_fn, &g3), 0);
+        CHECK_EQ_I(fc.memcpy_async(d2, d, n, 3, a), 0);
+        atomic_store(&g3.open, 1);
+        CHECK_EQ_I(fc.launch_host_func(b, race_fn, &r3), 0);
+        CHECK_EQ_I(fc.stream_synchronize(b), 0);
+        CHECK_EQ_I(fc.stream_synchronize(a), 0);
+        CHECK_EQ_I(atomic_load(&r3.seen), 0);
+        CHECK_EQ_I(atomic_load(&r.timed_out) + atomic_load(&g.timed_out), 0);
+    }
+    CHECK_EQ_I(fc.free_device(d), 0);
+    CHECK_EQ_I(fc.free_device(d2), 0);
+    CHECK_EQ_I(fc.event_destroy(ev), 0);
+    CHECK_EQ_I(fc.stream_destroy(a), 0);
+    CHECK_EQ_I(fc.stream_destroy(b), 0);
+}
+
 /* ---- memory ------------------------------------------------------------------------------ */
 TIO_TEST(free_synchronizes_and_poisons) {
     void *d = NULL, *n = NULL;
@@ -427,14 +529,17 @@ TIO_TEST(bad_handles) {
 }
 
 int main(void) {
+    setenv("FAKE_CUDA_LAG_US", "2000", 1); /* read at the first stream call */
     if (fake_cuda_load(&fc) < 0)
         return 1;
+    RUN(lag_from_the_environment);
     RUN(fifo_per_stream_under_lag);
     RUN(wait_event_holds_the_other_stream);
     RUN(events_order_streams_under_lag);
     RUN(legacy_stream_synchronizes_with_blocking_streams);
     RUN(non_blocking_streams_are_exempt);
     RUN(memcpy_is_on_the_legacy_stream);
+    RUN(racing_copies_are_seen);
     RUN(free_synchronizes_and_poisons);
     RUN(bad_handles);
     return tio_test_done();

@@ -12,7 +12,8 @@
  *
  * Streams. Every stream, the legacy default stream (NULL or cudaStreamLegacy) included, is a
  * worker thread running its queued operations in FIFO order, each after a random delay of 0..lag
- * microseconds (a seeded PRNG per stream). Operations: cudaMemcpyAsync, cudaLaunchHostFunc,
+ * microseconds (a seeded PRNG per stream; each stream scales lag by 1/4, 1 or 3, drawn from its
+ * seed, so streams also run ahead of one another). Operations: cudaMemcpyAsync, cudaLaunchHostFunc,
  * cudaEventRecord (a marker: the event completes when the work queued before it has) and
  * cudaStreamWaitEvent (later work waits for the record current at call time). Legacy stream
  * rules: an operation queued on the legacy stream starts only after every operation queued
@@ -20,6 +21,14 @@
  * stream starts only after every operation queued earlier on the legacy stream; streams created
  * with cudaStreamNonBlocking are exempt. cudaMemcpy is a copy on the legacy stream that the
  * caller waits for. Bad stream or event handles give cudaErrorInvalidResourceHandle (400).
+ *
+ * Races: every operation carries a vector clock (what it comes after: its stream's order, the
+ * legacy stream's rules, the events it waits for), and the host's synchronisations
+ * (cudaStreamSynchronize, cudaEventSynchronize, a query answering 0, cudaDeviceSynchronize,
+ * cudaMemcpy, cudaFree) are remembered. fake_cuda_racing_copies tells a host function running on
+ * a stream (a test's kernel) how many copies touching its device bytes in a conflicting way are
+ * ordered neither before it (nor seen complete by the host before it was queued) nor after it:
+ * a missing event or wait shows up even when the timing happened to leave the bytes right.
  *
  * Environment: FAKE_CUDA_DEVICES=n (device count, default 1), FAKE_CUDA_ERROR=e
  * (cudaGetDeviceCount fails with e, e.g. 35), FAKE_CUDA_LAG_US=max (default 0: no delay),
@@ -36,6 +45,7 @@
 
 #define FAKE_DEV_BYTES   (UINT64_C(1) << 32) /* reserved, never touched unless used */
 #define FAKE_CUDA_POISON 0xDB                /* freed device bytes */
+#define MAX_VC           64 /* vector clocks (happens-before) cover the first MAX_VC stream slots */
 
 enum {
     ERR_INVALID_VALUE = 1,
@@ -59,6 +69,7 @@ uint64_t fake_cuda_blocking_copies(void);
 uint64_t fake_cuda_bad_accesses(void);
 uint64_t fake_cuda_live_streams(void);
 uint64_t fake_cuda_device_bytes_in_use(void);
+uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes);
 
 /* ---- state ------------------------------------------------------------------------------- */
 /* One lock and one condition variable for everything: completions are broadcast. */
@@ -76,6 +87,11 @@ static size_t n_allocs, cap_allocs, n_holes, cap_holes;
 
 static _Atomic uint64_t memcpy_calls, sync_calls, blocking_copies, bad_accesses, host_allocs;
 static _Thread_local uint64_t thread_sync_calls;
+static uint64_t completions; /* operations completed (under mu) */
+/* What the host has seen complete (cudaStreamSynchronize, cudaEventSynchronize or a query that
+ * answered 0, cudaDeviceSynchronize, cudaMemcpy, cudaFree): observed_vc[i] operations of slot i,
+ * as one clock for every host thread (under mu). */
+static uint64_t observed_vc[MAX_VC];
 static _Atomic unsigned lag_max_us;
 static uint64_t lag_seed; /* under mu */
 static int lag_env_read;  /* under mu */
@@ -88,12 +104,16 @@ struct dep {
 struct op {
     struct op *next;
     int kind;
+    uint32_t slot;
+    uint64_t pos;            /* its position on its stream */
+    uint64_t seen[MAX_VC];   /* observed_vc when it was queued */
+    uint64_t vc[MAX_VC];     /* vc[i]: the operations of slot i it comes after */
+    const uint64_t *wait_vc; /* cudaStreamWaitEvent: the record's clock, merged at enqueue */
     void *dst;
     const void *src;
     size_t n;
-    const unsigned char *dev; /* the device range a copy touches (checked when it runs) */
-    size_t dev_n;
-    const unsigned char *dev2;
+    const unsigned char *wdev; /* the device range a copy writes (NULL: host memory) */
+    const unsigned char *rdev; /* the device range a copy reads (NULL: host memory) */
     void (*fn)(void *);
     void *user;
     size_t n_deps;
@@ -104,7 +124,9 @@ struct stream {
     pthread_t th;
     uint32_t slot;
     int stop;
+    int active; /* the head's dependencies are met: it runs (after its delay) or is running */
     uint64_t rng;
+    unsigned lag_quarters; /* this stream's maximum delay: lag_max_us * lag_quarters / 4 */
     struct op *head, *tail;
 };
 
@@ -116,6 +138,7 @@ struct slot {
     uint32_t gen;
     unsigned flags;
     uint64_t enqueued, completed;
+    uint64_t clock[MAX_VC]; /* the vector clock of its last queued operation */
 };
 static struct slot *slots;
 static size_t n_slots, cap_slots;
@@ -126,6 +149,7 @@ struct event {
     int recorded;
     uint32_t slot;
     uint64_t pos;
+    uint64_t vc[MAX_VC]; /* the record's vector clock */
 };
 static struct event *events;
 static size_t n_events, cap_events;
@@ -166,9 +190,12 @@ static int decode(const void *h, unsigned tag, uint32_t *idx, uint32_t *gen) {
     return 0;
 }
 
+/* Each stream lags by its own scale of the maximum (a quarter, once or three times, drawn from
+ * its seed), so that one stream runs well ahead of another in some schedules. */
 static void seed_stream(struct stream *st, uint32_t gen) {
+    static const unsigned quarters[] = { 1, 4, 4, 12 };
     st->rng = lag_seed ^ ((uint64_t)st->slot << 40) ^ ((uint64_t)gen << 20);
-    (void)splitmix(&st->rng);
+    st->lag_quarters = quarters[splitmix(&st->rng) % 4];
 }
 
 static void read_env_locked(void) {
@@ -213,8 +240,7 @@ static int dev_live(const unsigned char *p, size_t n) {
 static void run_op(struct op *o) {
     if (o->kind == OP_COPY) {
         pthread_mutex_lock(&mu);
-        int ok =
-            (!o->dev || dev_live(o->dev, o->dev_n)) && (!o->dev2 || dev_live(o->dev2, o->dev_n));
+        int ok = (!o->wdev || dev_live(o->wdev, o->n)) && (!o->rdev || dev_live(o->rdev, o->n));
         pthread_mutex_unlock(&mu);
         if (ok)
             memmove(o->dst, o->src, o->n);
@@ -224,6 +250,17 @@ static void run_op(struct op *o) {
         o->fn(o->user);
     }
 }
+
+/* The last copies completed, for the race check (under mu). */
+#define RING 1024
+static struct done_copy {
+    const unsigned char *wdev, *rdev;
+    size_t n;
+    uint32_t slot;
+    uint64_t pos;
+    uint64_t vc[MAX_VC];
+} ring[RING];
+static uint64_t ring_n;
 
 static void *worker(void *arg) {
     struct stream *st = arg;
@@ -236,13 +273,25 @@ static void *worker(void *arg) {
         struct op *o = st->head;
         while (!deps_done(o))
             pthread_cond_wait(&cv, &mu);
-        unsigned lag = atomic_load(&lag_max_us);
-        uint64_t d = lag ? splitmix(&st->rng) % ((uint64_t)lag + 1) : 0;
+        st->active = 1;
+        uint64_t lag = (uint64_t)atomic_load(&lag_max_us) * st->lag_quarters / 4;
+        uint64_t d = lag ? splitmix(&st->rng) % (lag + 1) : 0;
         pthread_mutex_unlock(&mu);
         if (lag)
             sleep_us(d);
         run_op(o);
         pthread_mutex_lock(&mu);
+        st->active = 0;
+        completions++;
+        if (o->kind == OP_COPY && (o->wdev || o->rdev)) {
+            struct done_copy *d = &ring[ring_n++ % RING];
+            d->wdev = o->wdev;
+            d->rdev = o->rdev;
+            d->n = o->n;
+            d->slot = o->slot;
+            d->pos = o->pos;
+            memcpy(d->vc, o->vc, sizeof d->vc);
+        }
         st->head = o->next;
         if (!st->head)
             st->tail = NULL;
@@ -321,9 +370,30 @@ static struct op *new_op(uint32_t slot, size_t extra) {
     return o;
 }
 
-/* Under mu: queue o on slot; returns its position (completed >= position: done). */
+static void vc_merge(uint64_t *into, const uint64_t *from) {
+    for (size_t i = 0; i < MAX_VC; i++)
+        into[i] = from[i] > into[i] ? from[i] : into[i];
+}
+
+/* Under mu: queue o on slot; returns its position (completed >= position: done). Its vector
+ * clock: the stream's, its legacy-stream dependencies' (each the other stream's last operation)
+ * and the awaited record's. */
 static uint64_t enqueue(uint32_t slot, struct op *o) {
     struct stream *st = slots[slot].s;
+    memcpy(o->vc, slots[slot].clock, sizeof o->vc);
+    for (size_t i = 0; i < o->n_deps; i++)
+        if (o->deps[i].slot < MAX_VC && !(o->wait_vc && i == o->n_deps - 1))
+            vc_merge(o->vc, slots[o->deps[i].slot].clock);
+    if (o->wait_vc)
+        vc_merge(o->vc, o->wait_vc);
+    o->wait_vc = NULL;
+    o->slot = slot;
+    o->pos = slots[slot].enqueued + 1;
+    memcpy(o->seen, observed_vc, sizeof o->seen);
+    if (slot < MAX_VC) {
+        o->vc[slot] = o->pos;
+        memcpy(slots[slot].clock, o->vc, sizeof o->vc);
+    }
     if (st->tail)
         st->tail->next = o;
     else
@@ -337,6 +407,19 @@ static uint64_t enqueue(uint32_t slot, struct op *o) {
 static void wait_pos(uint32_t slot, uint64_t pos) {
     while (slots[slot].completed < pos)
         pthread_cond_wait(&cv, &mu);
+}
+
+/* Under mu: the host saw the operations of clock vc complete. */
+static void observe(const uint64_t *vc) {
+    vc_merge(observed_vc, vc);
+}
+
+/* Under mu: wait until slot completes position pos, whose clock was vc, and observe it. */
+static void wait_observe(uint32_t slot, uint64_t pos, const uint64_t *vc) {
+    uint64_t copy[MAX_VC];
+    memcpy(copy, vc, sizeof copy); /* vc may change while we wait */
+    wait_pos(slot, pos);
+    observe(copy);
 }
 
 static void count_sync(void) {
@@ -353,10 +436,14 @@ static void device_sync_locked(void) {
             wait_pos((uint32_t)i, slots[i].enqueued);
         return;
     }
-    for (size_t i = 0; i < n; i++)
+    uint64_t vc[MAX_VC] = { 0 };
+    for (size_t i = 0; i < n; i++) {
         pos[i] = slots[i].enqueued;
+        vc_merge(vc, slots[i].clock);
+    }
     for (size_t i = 0; i < n; i++)
         wait_pos((uint32_t)i, pos[i]);
+    observe(vc);
     free(pos);
 }
 
@@ -414,6 +501,54 @@ uint64_t fake_cuda_live_streams(void) {
         n += slots[i].s != NULL;
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+static int overlaps(const unsigned char *a, size_t an, const unsigned char *b, size_t bn) {
+    return a && b && a < b + bn && b < a + an;
+}
+
+static int conflicts(const unsigned char *wdev,
+                     const unsigned char *rdev,
+                     size_t cn,
+                     const void *p,
+                     size_t n,
+                     int writes) {
+    return overlaps(wdev, cn, p, n) || (writes && overlaps(rdev, cn, p, n));
+}
+
+/* For a host function running on a stream (a test's kernel): how many copies touch device bytes
+ * [p, p+n) in a conflicting way (writing them; or reading them too, writes != 0: the caller
+ * writes them) without being ordered with the host function: neither before it (through the
+ * streams' order, events, the legacy stream's rules, or by completing before it was queued)
+ * nor after it. Such a copy is a race whether or not its timing happened to corrupt the bytes:
+ * queued or running copies and the last RING completed ones are checked. 0 outside a host
+ * function. */
+uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes) {
+    uint64_t hits = 0;
+    pthread_mutex_lock(&mu);
+    const struct op *h = NULL; /* the operation this stream thread runs: its stream's head */
+    for (size_t i = 0; i < n_slots && !h; i++)
+        if (slots[i].s && pthread_equal(slots[i].s->th, pthread_self()))
+            h = slots[i].s->head;
+    if (!h || h->slot >= MAX_VC) {
+        pthread_mutex_unlock(&mu);
+        return 0;
+    }
+    for (size_t i = 0; i < n_slots; i++) { /* not completed: is it queued after h? */
+        for (const struct op *o = slots[i].s ? slots[i].s->head : NULL; o; o = o->next)
+            if (o->kind == OP_COPY && conflicts(o->wdev, o->rdev, o->n, p, n, writes) &&
+                o->vc[h->slot] < h->pos)
+                hits++;
+    }
+    uint64_t first = ring_n > RING ? ring_n - RING : 0;
+    for (uint64_t k = first; k < ring_n; k++) { /* completed: before h, or seen by the host? */
+        const struct done_copy *d = &ring[k % RING];
+        if (conflicts(d->wdev, d->rdev, d->n, p, n, writes) && d->slot < MAX_VC &&
+            h->vc[d->slot] < d->pos && h->seen[d->slot] < d->pos)
+            hits++;
+    }
+    pthread_mutex_unlock(&mu);
+    return hits;
 }
 
 uint64_t fake_cuda_device_bytes_in_use(void) {
@@ -605,9 +740,8 @@ static struct op *copy_op(uint32_t slot, void *dst, const void *src, size_t n, i
     o->dst = to_dev ? td : dst;
     o->src = from_dev ? ts : src;
     o->n = n;
-    o->dev = to_dev ? dst : (from_dev ? src : NULL);
-    o->dev2 = to_dev && from_dev ? src : NULL;
-    o->dev_n = n;
+    o->wdev = to_dev ? dst : NULL;
+    o->rdev = from_dev ? src : NULL;
     atomic_fetch_add(&memcpy_calls, 1);
     if (slot == 0 || !(slots[slot].flags & STREAM_NON_BLOCKING))
         atomic_fetch_add(&blocking_copies, 1);
@@ -633,7 +767,8 @@ int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
     struct op *o = init_locked() < 0 ? NULL : copy_op(0, dst, src, n, kind, &err);
     if (o) {
         count_sync();
-        wait_pos(0, enqueue(0, o));
+        uint64_t pos = enqueue(0, o);
+        wait_observe(0, pos, slots[0].clock);
     }
     pthread_mutex_unlock(&mu);
     return o ? 0 : err;
@@ -729,9 +864,10 @@ int cudaStreamSynchronize(void *s) {
             return ERR_MEMORY_ALLOCATION;
         }
         count_sync();
-        wait_pos(0, enqueue(0, o));
+        uint64_t pos = enqueue(0, o);
+        wait_observe(0, pos, slots[0].clock);
     } else {
-        wait_pos((uint32_t)slot, slots[slot].enqueued);
+        wait_observe((uint32_t)slot, slots[slot].enqueued, slots[slot].clock);
     }
     pthread_mutex_unlock(&mu);
     return 0;
@@ -742,6 +878,8 @@ int cudaStreamQuery(void *s) {
     int64_t slot = stream_slot(s);
     int rc = slot < 0 ? ERR_INVALID_RESOURCE_HANDLE
                       : (slots[slot].completed >= slots[slot].enqueued ? 0 : ERR_NOT_READY);
+    if (rc == 0)
+        observe(slots[slot].clock);
     pthread_mutex_unlock(&mu);
     return rc;
 }
@@ -761,6 +899,7 @@ int cudaStreamWaitEvent(void *s, void *e, unsigned flags) {
             rc = ERR_MEMORY_ALLOCATION;
         } else {
             o->deps[o->n_deps++] = (struct dep){ ev->slot, ev->pos };
+            o->wait_vc = ev->vc;
             (void)enqueue((uint32_t)slot, o);
         }
     }
@@ -820,6 +959,7 @@ int cudaEventRecord(void *e, void *s) {
             ev->recorded = 1;
             ev->slot = (uint32_t)slot;
             ev->pos = enqueue((uint32_t)slot, o);
+            memcpy(ev->vc, o->vc, sizeof ev->vc);
         }
     }
     pthread_mutex_unlock(&mu);
@@ -831,6 +971,8 @@ int cudaEventQuery(void *e) {
     struct event *ev = event_of(e);
     int rc = !ev ? ERR_INVALID_RESOURCE_HANDLE
                  : (!ev->recorded || slots[ev->slot].completed >= ev->pos ? 0 : ERR_NOT_READY);
+    if (rc == 0 && ev->recorded)
+        observe(ev->vc);
     pthread_mutex_unlock(&mu);
     return rc;
 }
@@ -844,7 +986,7 @@ int cudaEventSynchronize(void *e) {
     }
     count_sync();
     if (ev->recorded)
-        wait_pos(ev->slot, ev->pos);
+        wait_observe(ev->slot, ev->pos, ev->vc);
     pthread_mutex_unlock(&mu);
     return 0;
 }

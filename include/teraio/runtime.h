@@ -104,9 +104,15 @@ struct tio_runtime_params {
      * event recorded on `stream` when it is issued: the engine moves no byte before the kernels
      * queued until then have run (a write never reads a tensor before its last user ran, a read
      * never fills memory that queued kernels still use). Memory is still released only once its
-     * copy is complete, and ready(k) returns once the reads kernel k needs are complete, so a
-     * kernel launched after it finds its inputs in place. 0 (default): the caller makes sure
-     * that no queued kernel uses a tensor the executor moves (it synchronizes before each call). */
+     * copy is complete; a clean offload (an identical copy already stored) writes nothing and is
+     * released at once, while kernels queued earlier may still read the memory: the caller must
+     * free it in stream order on `stream` (as PyTorch's caching allocator does: the block goes
+     * only to work queued later on the same stream), never to the host or another stream before
+     * the stream has passed that point. A read's bytes may land after it completes (host tier):
+     * the executor makes `stream` wait for them (cudaStreamWaitEvent) before the first kernel
+     * that uses the tensor, before its RELEASE, forget and the end of the iteration, so a kernel
+     * launched after ready(k) finds its inputs in place. 0 (default): the caller makes sure that
+     * no queued kernel uses a tensor the executor moves (it synchronizes before each call). */
     void *stream;
     int32_t stream_ordered;
 };

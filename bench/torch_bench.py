@@ -20,6 +20,9 @@
    (main_runq_s), its system time and minor page faults (main_sys_s, main_minflt) and the VM's
    steal time (steal_s: what the host took from this VM's vCPUs).
    --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME.
+   teraio's configurations also report the simulator's prediction of their step
+   (Offloader.predicted_step_s: the profiled trace and the plan on the hardware the Offloader
+   planned for) and its error against the measured median step (prediction_error).
    Every configuration runs with MALLOC_MMAP_THRESHOLD_=65536 (freed tensor memory goes back to
    the OS, so that RSS measures tensors); a mode name with "@glibc" appended (plain@glibc,
    teraio@glibc) runs that configuration with glibc's malloc defaults instead, what a user gets
@@ -345,6 +348,11 @@ def worker(cfg):
                                       "steps_offloaded", "steps_diverged")})
         out.update({k: r[k] for k in ("ssd_read_Bps", "ssd_write_Bps") if k in r})
         out["cpu_mmap_threshold"] = r.get("cpu_mmap_threshold")
+        # the simulator's step time for the profiled trace and the plan (Offloader's hardware)
+        pred = r.get("predicted_step_s")
+        if pred:
+            out["predicted_step_s"] = pred
+            out["prediction_error"] = pred / out["step_s"] - 1
     print(json.dumps(out))
 
 
@@ -462,6 +470,11 @@ def main():
             "vs_plain_min": base_min / lo if lo else 0,
             "tokens_per_s_median": a.batch * a.seq / med if med else 0,
             "steady_peak_rss_mib": [x["steady_peak_rss_mib"] for x in runs],
+            **({"predicted_step_s_median": statistics.median(
+                    x["predicted_step_s"] for x in runs),
+                "prediction_error_median": statistics.median(x["prediction_error"] for x in runs),
+                "prediction_error_rounds": [x["prediction_error"] for x in runs]}
+               if all("predicted_step_s" in x for x in runs) else {}),
             **{k: runs[-1][k] for k in ("peak_managed_bytes", "memory_budget",
                                         "unconstrained_peak_bytes") if k in runs[-1]}}),
             flush=True)

@@ -501,12 +501,14 @@ static int cand_better(const struct planner *p, double ka, uint32_t a, double kb
     return x->start < y->start;
 }
 
-static int heap_push(struct planner *p, double key, uint32_t period) {
+/* Push a candidate of `version` (the planner's heap; the overcommit pass keeps its own
+ * versions). */
+static int heap_push_version(struct planner *p, double key, uint32_t period, uint32_t version) {
     if (tio_grow((void **)&p->heap, &p->cap_heap, p->n_heap + 1, sizeof *p->heap) < 0) {
         return TIO_ENOMEM;
     }
     size_t i = p->n_heap++;
-    struct cand c = { key, period, p->version[period] };
+    struct cand c = { key, period, version };
     while (i > 0) {
         size_t up = (i - 1) / 2;
         if (!cand_better(p, c.key, c.period, p->heap[up].key, p->heap[up].period)) {
@@ -517,6 +519,10 @@ static int heap_push(struct planner *p, double key, uint32_t period) {
     }
     p->heap[i] = c;
     return 0;
+}
+
+static int heap_push(struct planner *p, double key, uint32_t period) {
+    return heap_push_version(p, key, period, p->version[period]);
 }
 
 static struct cand heap_pop(struct planner *p) {
@@ -744,24 +750,6 @@ static double oc_score(struct planner *p, const struct cand *c) {
     return ext_benefit(p, a, q->end - 1, (int64_t)q->bytes) / (double)q->bytes;
 }
 
-static int oc_push(struct planner *p, double key, uint32_t period, uint32_t version) {
-    if (tio_grow((void **)&p->heap, &p->cap_heap, p->n_heap + 1, sizeof *p->heap) < 0) {
-        return TIO_ENOMEM;
-    }
-    size_t i = p->n_heap++;
-    struct cand c = { key, period, version };
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!cand_better(p, c.key, c.period, p->heap[up].key, p->heap[up].period)) {
-            break;
-        }
-        p->heap[i] = p->heap[up];
-        i = up;
-    }
-    p->heap[i] = c;
-    return 0;
-}
-
 static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
     const struct tio_pmodel *m = p->m;
     const struct tio_pperiod *q = &m->periods[c->period];
@@ -814,13 +802,13 @@ static int overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
         if (!taken[i]) {
             struct cand c = { 0, (uint32_t)i, 0 };
             double sc = oc_score(p, &c);
-            rc = sc > 0 ? oc_push(p, sc, (uint32_t)i, 0) : 0;
+            rc = sc > 0 ? heap_push_version(p, sc, (uint32_t)i, 0) : 0;
         }
     }
     for (size_t i = 0; i < p->n_picks && rc == 0; i++) {
         struct cand c = { 0, p->picks[i].period, OC_PICK | (uint32_t)i };
         double sc = oc_score(p, &c);
-        rc = sc > 0 ? oc_push(p, sc, c.period, c.version) : 0;
+        rc = sc > 0 ? heap_push_version(p, sc, c.period, c.version) : 0;
     }
     while (rc == 0 && p->n_heap > 0 && tio_stree_max(&p->mem, 0, p->n) > p->cap) {
         struct cand c = heap_pop(p);
@@ -829,7 +817,8 @@ static int overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
             continue; /* frees nothing over the line any more (and never will again) */
         }
         if (p->n_heap > 0 && sc < (1.0 - p->eps) * p->heap[0].key) {
-            rc = oc_push(p, sc, c.period, c.version); /* fell behind: re-queue, fresh score */
+            rc = heap_push_version(p, sc, c.period,
+                                   c.version); /* fell behind: re-queue, fresh score */
             continue;
         }
         rc = oc_apply(p, &c, alive);

@@ -1,8 +1,10 @@
 """Hugging Face Trainer under teraio (teraio.hf.OffloadCallback): a tiny Llama built from a
 config (random weights, no downloads) trained on a synthetic dataset with
-gradient_accumulation_steps=2, with and without the callback; the logged losses and gradient
-norms and the final parameters must be bitwise equal, teraio must offload, and the tracked peak
-must stay within the budget. Each run is a fresh interpreter (the Offloader installs the
+gradient_accumulation_steps=2, evaluating and saving a checkpoint every 3 steps, with and without
+the callback; the logged losses, gradient norms and evaluation losses, the checkpoints (model and
+optimizer: the callback brings offloaded states back before the Trainer saves) and the final
+parameters must be bitwise equal, teraio must offload, and the tracked peak must stay within the
+budget. Each run is a fresh interpreter (the Offloader installs the
 process's CPU allocator). scripts/setup.sh installs transformers; without it this file skips."""
 import json
 import os
@@ -33,7 +35,9 @@ ds = [dict(input_ids=ids[i], labels=ids[i]) for i in range(len(ids))]
 # operator over every parameter and state, whose working set is the whole model)
 args = TrainingArguments(output_dir=os.path.join(out, "run"), per_device_train_batch_size=2,
                          gradient_accumulation_steps=2, max_steps=int(sys.argv[3]),
-                         learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to=[],
+                         learning_rate=1e-3, logging_steps=1, save_strategy="steps", save_steps=3,
+                         eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4,
+                         report_to=[],
                          use_cpu=True, seed=0, data_seed=0, disable_tqdm=True,
                          dataloader_num_workers=0, optim="adamw_torch")
 callbacks = []
@@ -41,19 +45,26 @@ if offload:
     from teraio.hf import OffloadCallback
     cb = OffloadCallback(memory_budget=0.5, min_tensor_bytes="16KiB", ssd_dirs=[out])
     callbacks.append(cb)
-trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=callbacks)
+trainer = Trainer(model=model, args=args, train_dataset=ds, eval_dataset=ds[:8],
+                  callbacks=callbacks)
 trainer.train()
 h = hashlib.sha256()
 for n, p in model.named_parameters():
     h.update(n.encode())
     h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-logs = [[e["loss"], e["grad_norm"]] for e in trainer.state.log_history if "loss" in e]
+logs = [[e["step"], e.get("loss"), e.get("grad_norm"), e.get("eval_loss")]
+        for e in trainer.state.log_history if "loss" in e or "eval_loss" in e]
+ckpts = {}
+for c in sorted(os.listdir(os.path.join(out, "run"))):
+    for f in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+        with open(os.path.join(out, "run", c, f), "rb") as fh:
+            ckpts[c + "/" + f] = hashlib.sha256(fh.read()).hexdigest()
 rep = None
 if offload:
     rep = {k: v for k, v in cb.offloader.report().items() if k not in ("plan", "engine")}
     rep["last_divergence"] = cb.offloader.last_divergence
     cb.close()
-print(json.dumps(dict(logs=logs, params=h.hexdigest(), report=rep)))
+print(json.dumps(dict(logs=logs, ckpts=ckpts, params=h.hexdigest(), report=rep)))
 """
 
 
@@ -73,8 +84,12 @@ def test_trainer_gradient_accumulation_bitwise_and_offloading():
     got = _run(True)
     rep = got["report"]
     print(f"\nplain  {plain['logs']}\nteraio {got['logs']}\nreport {rep}")
-    assert len(plain["logs"]) == STEPS
-    assert got["logs"] == plain["logs"]  # every step's loss and gradient norm, exactly
+    assert [x[0] for x in plain["logs"] if x[1] is not None] == list(range(1, STEPS + 1))
+    assert [x[0] for x in plain["logs"] if x[3] is not None] == [3, 6, STEPS]
+    assert got["logs"] == plain["logs"]  # every loss, gradient norm and eval loss, exactly
+    # checkpoints after steps 3 and 6 and at the end: model, optimizer states, scheduler
+    assert len(plain["ckpts"]) == 9, plain["ckpts"]
+    assert got["ckpts"] == plain["ckpts"]
     assert got["params"] == plain["params"]
     # 1 warm-up step, 1 profiled, the rest planned, none diverged
     assert rep["steps_profiled"] == 1 and rep["steps_offloaded"] == STEPS - 2, rep

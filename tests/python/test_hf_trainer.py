@@ -98,3 +98,10 @@ def test_trainer_gradient_accumulation_bitwise_and_offloading():
     assert 0 < rep["peak_managed_bytes"] <= rep["memory_budget"], rep
     assert rep["memory_budget"] * 2 <= rep["unconstrained_peak_bytes"] + 2, rep
     assert rep["unplanned_peak_bytes"] <= rep["memory_budget"], rep
+
+
+def test_callback_without_budget_is_refused():
+    from teraio.hf import OffloadCallback
+
+    with pytest.raises(TypeError, match="memory_budget is required"):
+        OffloadCallback(ssd_dirs=["/tmp"])

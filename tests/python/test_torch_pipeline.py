@@ -8,8 +8,7 @@ import contextlib
 import hashlib
 import os
 
-import pytest
-from _dist import dist, needs_gloo, spawn_ranks, torch
+from _dist import needs_gloo, spawn_ranks, torch
 
 import teraio  # noqa: E402
 

@@ -10,7 +10,10 @@ unwrapped from Accelerate's AcceleratedOptimizer) and brackets each optimizer st
 off.step(): from on_step_begin (before the first micro-batch's forward) to on_step_end (after
 optimizer.step(), the scheduler and zero_grad), so all gradient_accumulation_steps micro-batches
 and the update are one step to teraio. The Trainer fetches the micro-batches before
-on_step_begin, and logs, evaluates and saves after on_step_end, outside the step. Before a save,
+on_step_begin, and logs, evaluates and saves after on_step_end, outside the step. Where the
+number of batches per epoch is not a multiple of gradient_accumulation_steps, each epoch's last
+step has fewer micro-batches: the callback passes the number of micro-batches as the step's
+kind (Offloader.step(kind=...)), so that step gets its own plan. Before a save,
 an evaluation and the end of training (what the Trainer's flow decided in on_step_end) the
 callback calls off.restore(), so that the Trainer reads parameters that are all in memory.
 
@@ -35,6 +38,7 @@ class OffloadCallback(TrainerCallback):
         self.kwargs = kwargs
         self.offloader = None
         self._ctx = None
+        self._batches = None  # the training dataloader's batches per epoch, where it has a len
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
         import teraio
@@ -46,11 +50,27 @@ class OffloadCallback(TrainerCallback):
         # Accelerate wraps the optimizer; the Offloader hooks the real one's step()
         opt = getattr(optimizer, "optimizer", optimizer)
         self.offloader = teraio.Offloader(model, opt, **self.kwargs)
+        try:
+            self._batches = len(kw.get("train_dataloader"))
+        except TypeError:  # an iterable dataset (or none): every step is taken as a full one
+            self._batches = None
+
+    def _micro_batches(self, args, state):
+        """Micro-batches the coming optimizer step runs: gradient_accumulation_steps, fewer in an
+        epoch's last step (the Trainer's split: ceil(batches / accumulation) steps per epoch)."""
+        acc = max(1, int(args.gradient_accumulation_steps))
+        n = self._batches
+        if not n:
+            return acc
+        per_epoch = -(-n // acc)
+        if state.global_step % per_epoch == per_epoch - 1:
+            return n - acc * (per_epoch - 1)
+        return acc
 
     def on_step_begin(self, args, state, control, **kw):
         if self._ctx is not None:  # a step that never ended (train() raised): bring it back
             self._abort()
-        self._ctx = self.offloader.step()
+        self._ctx = self.offloader.step(kind=self._micro_batches(args, state))
         self._ctx.__enter__()
 
     def _exit(self):

@@ -1,6 +1,7 @@
 """Hugging Face Trainer under teraio (teraio.hf.OffloadCallback): a tiny Llama built from a
-config (random weights, no downloads) trained on a synthetic dataset with
-gradient_accumulation_steps=2, evaluating and saving a checkpoint every 3 steps, with and without
+config (random weights, no downloads) trained on a synthetic dataset of 7 batches for 2 epochs
+with gradient_accumulation_steps=2 (so each epoch ends with a step of 1 micro-batch, another kind
+of step with its own plan), evaluating and saving a checkpoint every 3 steps, with and without
 the callback; the logged losses, gradient norms and evaluation losses, the checkpoints (model and
 optimizer: the callback brings offloaded states back before the Trainer saves) and the final
 parameters must be bitwise equal, teraio must offload, and the tracked peak must stay within the
@@ -17,7 +18,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-STEPS = 8
+STEPS = 8  # 2 epochs of 4 optimizer steps: 2, 2, 2 and 1 micro-batches
+BUDGET = 4_800_000  # bytes; the unconstrained peak is ~9.7 MB
 
 _RUN = r"""
 import hashlib, json, os, sys
@@ -29,12 +31,12 @@ torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
 model = LlamaForCausalLM(cfg)
-ids = torch.randint(0, 512, (32, 32), generator=torch.Generator().manual_seed(1))
+ids = torch.randint(0, 512, (14, 32), generator=torch.Generator().manual_seed(1))
 ds = [dict(input_ids=ids[i], labels=ids[i]) for i in range(len(ids))]
 # optim="adamw_torch": foreach AdamW, split per parameter by teraio (the fused one is one
 # operator over every parameter and state, whose working set is the whole model)
 args = TrainingArguments(output_dir=os.path.join(out, "run"), per_device_train_batch_size=2,
-                         gradient_accumulation_steps=2, max_steps=int(sys.argv[3]),
+                         gradient_accumulation_steps=2, num_train_epochs=2,
                          learning_rate=1e-3, logging_steps=1, save_strategy="steps", save_steps=3,
                          eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4,
                          report_to=[],
@@ -43,7 +45,8 @@ args = TrainingArguments(output_dir=os.path.join(out, "run"), per_device_train_b
 callbacks = []
 if offload:
     from teraio.hf import OffloadCallback
-    cb = OffloadCallback(memory_budget=0.5, min_tensor_bytes="16KiB", ssd_dirs=[out])
+    cb = OffloadCallback(memory_budget=int(sys.argv[3]), min_tensor_bytes="16KiB",
+                         ssd_dirs=[out])
     callbacks.append(cb)
 trainer = Trainer(model=model, args=args, train_dataset=ds, eval_dataset=ds[:8],
                   callbacks=callbacks)
@@ -73,7 +76,7 @@ def _run(offload):
                                      else None) as d:
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    TOKENIZERS_PARALLELISM="false")
-        p = subprocess.run([sys.executable, "-c", _RUN, "1" if offload else "0", d, str(STEPS)],
+        p = subprocess.run([sys.executable, "-c", _RUN, "1" if offload else "0", d, str(BUDGET)],
                            capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stderr[-4000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -91,12 +94,15 @@ def test_trainer_gradient_accumulation_bitwise_and_offloading():
     assert len(plain["ckpts"]) == 9, plain["ckpts"]
     assert got["ckpts"] == plain["ckpts"]
     assert got["params"] == plain["params"]
-    # 1 warm-up step, 1 profiled, the rest planned, none diverged
-    assert rep["steps_profiled"] == 1 and rep["steps_offloaded"] == STEPS - 2, rep
+    # 1 warm-up step, 1 profiled of each kind (2 and 1 micro-batches), the rest planned, none
+    # diverged
+    assert rep["steps_profiled"] == 2 and rep["steps_offloaded"] == STEPS - 3, rep
     assert rep["steps_diverged"] == 0, rep
     assert rep["bytes_offloaded"] > 0, rep
     assert 0 < rep["peak_managed_bytes"] <= rep["memory_budget"], rep
-    assert rep["memory_budget"] * 2 <= rep["unconstrained_peak_bytes"] + 2, rep
+    # the budget binds: below 60% of the unconstrained peak of the last plan's kind (the
+    # 1-micro-batch step, the smaller of the two)
+    assert rep["memory_budget"] <= 0.6 * rep["unconstrained_peak_bytes"], rep
     assert rep["unplanned_peak_bytes"] <= rep["memory_budget"], rep
 
 

@@ -29,7 +29,10 @@ class OffloadCallback(TrainerCallback):
 
     kwargs: the Offloader's keyword arguments (memory_budget is required; ssd_dirs, host_memory,
     min_tensor_bytes, ...). After training, `.offloader` is the Offloader (report() has the
-    counters); it is closed by close() or when the callback is garbage-collected."""
+    counters); close() closes it. The Trainer has no event for an exception: if train() raises
+    inside a step, that step stays open (its dispatch mode active) until close(), which brings
+    every tensor back and ends it; `with OffloadCallback(...) as cb:` calls close() on the way
+    out."""
 
     def __init__(self, **kwargs):
         if "memory_budget" not in kwargs:
@@ -94,6 +97,13 @@ class OffloadCallback(TrainerCallback):
             self._exit()
         if self.offloader is not None:
             self.offloader.restore()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def close(self):
         """Restore everything and release the Offloader's engine (its swap files)."""

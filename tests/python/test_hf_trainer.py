@@ -111,3 +111,63 @@ def test_callback_without_budget_is_refused():
 
     with pytest.raises(TypeError, match="memory_budget is required"):
         OffloadCallback(ssd_dirs=["/tmp"])
+
+
+_FAIL = r"""
+import os, sys, torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,
+                          TrainingArguments)
+from teraio.hf import OffloadCallback
+
+out = sys.argv[1]
+cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+model = LlamaForCausalLM(cfg)
+ids = torch.randint(0, 512, (16, 32), generator=torch.Generator().manual_seed(1))
+ds = [dict(input_ids=x, labels=x) for x in ids]
+
+
+class Boom(TrainerCallback):  # raises inside the fourth step, a planned one
+    def on_pre_optimizer_step(self, args, state, control, **kw):
+        if state.global_step == 3:
+            raise KeyboardInterrupt("boom")
+
+
+args = TrainingArguments(output_dir=os.path.join(out, "run"), per_device_train_batch_size=2,
+                         gradient_accumulation_steps=2, max_steps=4, optim="adamw_torch",
+                         use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True)
+raised = False
+with OffloadCallback(memory_budget=0.5, min_tensor_bytes="16KiB", ssd_dirs=[out]) as cb:
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[cb, Boom()])
+    try:
+        trainer.train()
+    except KeyboardInterrupt:
+        raised = True
+        open_mode = type(_get_current_dispatch_mode()).__name__
+        rep = cb.offloader.report()
+print(raised, open_mode, rep["steps_offloaded"], rep["bytes_offloaded"])
+print(_get_current_dispatch_mode())
+opt = trainer.optimizer.optimizer
+short = [n for n, p in model.named_parameters()
+         if p.untyped_storage().nbytes() != p.numel() * p.element_size()]
+short += [k for p in model.parameters() for k, v in opt.state[p].items()
+          if v.untyped_storage().nbytes() != v.numel() * v.element_size()]
+print(short)
+"""
+
+
+def test_train_that_raises_inside_a_step_is_closed_by_the_callback(tmp_path):
+    """train() raising inside a planned step leaves that step open (the Trainer has no exception
+    event); leaving the callback's `with` brings every tensor back and ends the step."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    p = subprocess.run([sys.executable, "-c", _FAIL, str(tmp_path)], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stderr[-4000:]}"
+    lines = p.stdout.strip().splitlines()[-3:]
+    print("\n" + "\n".join(lines))
+    raised, open_mode, offloaded_steps, offloaded = lines[0].split()
+    assert raised == "True" and open_mode == "StepMode"  # the step was still open
+    assert int(offloaded_steps) >= 1 and int(offloaded) > 0  # it ran planned, offloading
+    assert lines[1] == "None"  # no dispatch mode after the with
+    assert lines[2] == "[]"  # every parameter and optimizer state has its bytes back

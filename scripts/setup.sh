@@ -2,7 +2,8 @@
 # Set up everything teraio needs on a fresh Debian 12 machine, idempotently:
 # Debian packages, a Python venv in .venv with the build tools, the C build in build/ and the
 # Python package (which builds teraio._core) installed into the venv.
-# Environment: TIO_SETUP_TORCH=1 also installs the pinned CPU PyTorch (torch==2.13.0).
+# Environment: TIO_SETUP_TORCH=1 also installs the pinned CPU PyTorch (torch==2.13.0) and the
+# pinned Hugging Face transformers + accelerate that teraio.hf's test runs its Trainer with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -27,9 +28,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 py_pkgs=(scikit-build-core cmake ninja numpy pytest matplotlib nvidia-cufile build)
-if [ "${TIO_SETUP_TORCH:-0}" = "1" ]; then py_pkgs+=("torch==2.13.0"); fi
+if [ "${TIO_SETUP_TORCH:-0}" = "1" ]; then
+    py_pkgs+=("torch==2.13.0" "transformers==5.24.0" "accelerate==1.15.0")
+fi
 if ! python -c "import scikit_build_core, numpy, pytest, matplotlib, nvidia.cu13, build" 2>/dev/null \
-   || { [ "${TIO_SETUP_TORCH:-0}" = "1" ] && ! python -c "import torch" 2>/dev/null; }; then
+   || { [ "${TIO_SETUP_TORCH:-0}" = "1" ] && ! python -c "import torch, transformers, accelerate" 2>/dev/null; }; then
     log "installing Python packages into .venv: ${py_pkgs[*]}"
     python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
     python -m pip install -q "${py_pkgs[@]}" 2>&1 | grep -v '^WARNING: Location' || true

@@ -413,6 +413,7 @@ class Offloader:
         self._plans = collections.OrderedDict()
         self._cur_key = None
         self._key = None
+        self._user_kind = None  # step(kind=...): part of the key
         self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
         self._profiled = {}  # steps profiled so far per kind of step
         self._opt_seen = {}  # (globals, steps since the optimizer stepped) -> [stepped, did not]
@@ -955,8 +956,17 @@ class Offloader:
 
     # ---- the step -------------------------------------------------------------------------
     @contextlib.contextmanager
-    def step(self):
-        """Context manager around one training step (forward, backward, optimizer step)."""
+    def step(self, kind=None):
+        """Context manager around one training step (forward, backward, optimizer step).
+
+        kind: optional, hashable: tells apart steps that look alike at their start but run
+        different operators (a Trainer's last step of an epoch with fewer micro-batches); each
+        kind gets its own plan, as for the kinds teraio tells apart itself (_step_key)."""
+        try:
+            hash(kind)
+        except TypeError:
+            raise TypeError(f"step(kind=...): expected a hashable value, got {kind!r}") from None
+        self._user_kind = kind
         from teraio.torch._mode import StepDriver, StepMode, collect_globals
 
         compiled = _compiled_module(self.model)
@@ -1093,7 +1103,7 @@ class Offloader:
         seen = self._opt_seen.get((sig, self._since_opt))
         opt = True if self.optimizer is not None and seen is None else bool(
             seen and seen[0] >= seen[1])
-        return sig, opt
+        return sig, opt, self._user_kind
 
     def _choose(self, globals_):
         """The state of the step about to run ("warmup", "profile" or "execute"); switches to
@@ -1149,7 +1159,7 @@ class Offloader:
         if key is not None:  # what the optimizer did after this many steps since it last stepped
             seen = self._opt_seen.setdefault((key[0], self._since_opt), [0, 0])
             seen[0 if self._opt_ran else 1] += 1
-            key = (key[0], self._opt_ran)  # the kind of step this one turned out to be
+            key = (key[0], self._opt_ran, key[2])  # the kind of step this one turned out to be
         self._since_opt = 0 if self._opt_ran or self.optimizer is None else min(
             self._since_opt + 1, 64)
         if state == "warmup":

@@ -96,6 +96,17 @@ def test_rank_in_ssd_dirs(tmp_path):
     assert off.ssd_dirs == [str(tmp_path / "r3")]
 
 
+def test_unhashable_step_kind(tmp_path):
+    m, o = _model()
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           cpu_allocator=False)
+    with pytest.raises(TypeError, match=r"step\(kind=\.\.\.\): expected a hashable value"):
+        with off.step(kind=[2]):
+            pass
+    assert off.report()["steps_passthrough"] == 0  # refused before the step started
+    off.close()
+
+
 @pytest.mark.parametrize("bw", ["fast", 0, -1, "0GB/s"])
 def test_bad_ssd_bandwidth(tmp_path, bw):
     m, o = _model()

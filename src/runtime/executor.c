@@ -216,25 +216,6 @@ push(struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind,
     return 0;
 }
 
-/* The event a read of t records once its copies are issued (the engine's `done`), created on
- * first use; NULL when not stream-ordered. */
-static void *landed_event(struct tio_runtime *rt, uint32_t t, int *rc) {
-    *rc = 0;
-    if (!rt->cu) {
-        return NULL;
-    }
-    int err =
-        rt->landed[t] ? 0 : rt->cu->event_create(&rt->landed[t], TIO_CUDA_EVENT_DISABLE_TIMING);
-    if (err) {
-        char d[96];
-        (void)snprintf(d, sizeof d, "cudaEventCreate of its done event: CUDA error %d", err);
-        fail(rt, TIO_ECUDA, "read", t, d);
-        *rc = sticky(rt);
-        return NULL;
-    }
-    return rt->landed[t];
-}
-
 /* A read of t completed with its bytes still on the way (TF_LANDING): make the compute stream
  * wait for them, so no kernel launched from now on (nor the caching allocator's next user of
  * the memory, once it is released) sees the memory before they land. */
@@ -283,32 +264,42 @@ static int releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
 }
 
 /*
- * The fence of a request on t: an event recorded on the compute stream now, so it completes once
- * every kernel queued so far has run (a write must not read t before its last user ran, nor a
- * read fill memory that queued kernels still use: the caching allocator hands a block back to its
- * stream as soon as its tensor is freed). NULL when not stream-ordered; on a CUDA error the
- * executor fails (sticky) and *rc says so.
+ * t's event in `slots` (rt->fence or rt->landed), created on first use and, with `record`,
+ * recorded on the compute stream now. NULL when not stream-ordered; on a CUDA error the executor
+ * fails (sticky), naming `what`, and *rc says so.
  */
-static void *fence_now(struct tio_runtime *rt, uint32_t t, int *rc) {
+static void *tensor_event(struct tio_runtime *rt,
+                          tio_cuda_event *slots,
+                          uint32_t t,
+                          int record,
+                          const char *what,
+                          int *rc) {
     *rc = 0;
     if (!rt->cu) {
         return NULL;
     }
-    int err = 0;
-    if (!rt->fence[t]) {
-        err = rt->cu->event_create(&rt->fence[t], TIO_CUDA_EVENT_DISABLE_TIMING);
-    }
-    if (!err) {
-        err = rt->cu->event_record(rt->fence[t], rt->stream);
+    int err = slots[t] ? 0 : rt->cu->event_create(&slots[t], TIO_CUDA_EVENT_DISABLE_TIMING);
+    if (!err && record) {
+        err = rt->cu->event_record(slots[t], rt->stream);
     }
     if (err) {
         char d[96];
-        (void)snprintf(d, sizeof d, "cudaEventCreate/Record of its fence: CUDA error %d", err);
-        fail(rt, TIO_ECUDA, "fence", t, d);
+        (void)snprintf(d, sizeof d, "cudaEventCreate/Record of its %s: CUDA error %d", what, err);
+        fail(rt, TIO_ECUDA, what, t, d);
         *rc = sticky(rt);
         return NULL;
     }
-    return rt->fence[t];
+    return slots[t];
+}
+
+/*
+ * The fence of a request on t: an event recorded on the compute stream now, so it completes once
+ * every kernel queued so far has run (a write must not read t before its last user ran, nor a
+ * read fill memory that queued kernels still use: the caching allocator hands a block back to its
+ * stream as soon as its tensor is freed).
+ */
+static void *fence_now(struct tio_runtime *rt, uint32_t t, int *rc) {
+    return tensor_event(rt, rt->fence, t, 1, "fence", rc);
 }
 
 /* Queue the write of t. soft: a full tier (-ENOSPC) is returned to the caller, not recorded as
@@ -542,7 +533,8 @@ demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, si
 static int submit_read(struct tio_runtime *rt, uint32_t t) {
     int rc;
     void *fence = fence_now(rt, t, &rc);
-    void *done = rc < 0 ? NULL : landed_event(rt, t, &rc);
+    /* the event the engine records once the read's copies are issued (`done`) */
+    void *done = rc < 0 ? NULL : tensor_event(rt, rt->landed, t, 0, "done event", &rc);
     if (rc < 0) {
         return rc;
     }

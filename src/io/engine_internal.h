@@ -1,0 +1,266 @@
+/*
+ * src/io/engine_internal.h - the migration engine's shared state (private; never installed).
+ *
+ * The engine (include/teraio/io.h) is split by job; read the files in this order:
+ *
+ *   engine_table.c   the tensor table (id -> stored / pending copy) and placement: striping
+ *                    over the swap files, extents, growing the files, the host tier's extents
+ *   engine_queue.c   requests: the two priority queues, pick() (fences), the completion ring,
+ *                    finishing and failing a request
+ *   engine_piece.c   pieces: cutting a request into transfers (<= TIO_IO_MAX_OP), staging
+ *                    through aligned buffers, short transfers, retries, CRC32C, the host tier's
+ *                    copies, and a backend result's completion
+ *   engine_drive.c   who drives the backend: the progress thread (two regimes) and callers
+ *                    (caller-driven completions), submit / reap, wake-ups
+ *   engine_setup.c   parameters, backend selection, tio_engine_new / tio_engine_free
+ *   engine.c         the public calls: reserve, write, read, drop, poll, wait, cancel, stats
+ *
+ * Hand-off rules between threads (each is repeated where it is enforced):
+ *
+ *  H1 `mu` guards every field of struct tio_engine below it except those marked otherwise,
+ *     and every tensor, placement and request. Code that runs with mu released (backend
+ *     calls, staging and host-tier copies, the CRC) touches only what H2-H5 give it.
+ *  H2 One thread at a time drives the backend (submits, reaps, uses batch/reqs/cqes and the
+ *     backend state): the progress thread, or with caller-driven completions whoever set
+ *     `driving` under mu (tio_eng_drive_begin / tio_eng_drive_end).
+ *  H3 A request is freed only by tio_eng_request_finish, under mu, when `inflight` is 0.
+ *     Whoever releases mu while using a request (a piece in the backend, a host-tier copy)
+ *     holds it through `inflight`, so it cannot be finished (and freed) meanwhile.
+ *  H4 The caller's buffer is read or written only while its request is active; its
+ *     completion is pushed last (tio_eng_request_finish), after which the engine never
+ *     touches the buffer again and the caller may free it.
+ *  H5 A staging buffer belongs to the op slot that took it from stage_free until that slot's
+ *     result is completed (tio_eng_complete_op), and only the driving thread copies into or
+ *     out of it.
+ *  H6 A stored copy (placement) is freed only when no request uses it: a write's new copy
+ *     replaces the old one when it completes; reads and a write of the same tensor exclude
+ *     each other (TIO_ESTATE), so `readers` and `pending` keep a placement alive.
+ */
+#ifndef TIO_IO_ENGINE_INTERNAL_H
+#define TIO_IO_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <teraio/io.h>
+
+#include "dl/cudart_shim.h"
+#include "io/backend.h"
+#include "io/extent.h"
+#include "io/swapfile.h"
+
+/* How often a request waiting for its fence (a CUDA event) is polled while nothing else wakes
+ * the thread that drives (a completion does): the delay it may add to a transfer's start. */
+#define TIO_FENCE_POLL_NS 50000
+
+/* Where a stored tensor's chunks are. */
+struct placement {
+    uint64_t bytes;   /* tensor size */
+    int32_t tier;     /* TIO_TIER_SSD or TIO_TIER_HOST */
+    uint32_t nchunks; /* ceil(bytes / chunk) */
+    uint32_t first;   /* directory of chunk 0 (chunk c is on (first + c) % ndirs) */
+    uint64_t *off;    /* per chunk: byte offset in the swap file / host pool */
+    uint32_t *crc;    /* per chunk CRC32C (verify on), else NULL */
+};
+
+struct tensor {
+    uint64_t id;
+    struct placement *stored;  /* readable copy, or NULL */
+    struct placement *pending; /* a write in flight */
+    uint32_t readers;          /* reads in flight */
+    struct tensor *next;       /* hash chain */
+};
+
+/* A transfer still to issue: bytes [pos, pos + len) of chunk `chunk`. */
+struct piece {
+    uint32_t chunk;
+    uint32_t attempts; /* failures so far */
+    uint64_t pos, len;
+};
+
+struct request {
+    uint64_t tag;
+    int32_t op, mem, prio;
+    unsigned char *buf;
+    uint64_t bytes;
+    struct tensor *t;
+    struct placement *pl; /* write: pl == t->pending; read: t->stored */
+    /* issue cursor */
+    uint32_t cur_chunk;
+    uint64_t cur_pos;
+    struct piece *redo; /* pieces to reissue first (short transfers, retries) */
+    size_t nredo, capredo;
+    uint64_t *chunk_left;    /* per chunk: bytes not yet transferred */
+    uint32_t *chunk_retries; /* per chunk: CRC retries */
+    uint32_t inflight;       /* pieces in the backend */
+    int64_t error;           /* first error (< 0) or 0 */
+    int canceled;
+    void *fence; /* cudaEvent_t that must complete before any byte moves (NULL: none) */
+    void *done;  /* read: cudaEvent_t recorded on copy_stream once every copy is issued; the
+                    host tier's device copies are then not waited for (NULL: they are) */
+    int queued;  /* in a priority queue */
+    struct request *qprev, *qnext;
+    struct request *aprev, *anext; /* all active requests (cancel by tag) */
+};
+
+struct op {
+    struct request *rq; /* NULL: free slot */
+    struct piece pc;
+    uint64_t io_len; /* bytes handed to the backend (padded when staged) */
+    int32_t stage;   /* staging buffer index or -1 */
+    int32_t file;
+    int32_t heavy; /* completing it copies out of staging or computes a CRC */
+};
+
+struct batch_item {
+    struct tio_io_req req;
+    unsigned char *copy_from; /* staged write: copy len bytes from here into req.buf */
+    uint64_t copy_len;
+};
+
+/* A caller blocked in tio_engine_wait until `min` completions are ready. */
+struct waiter {
+    size_t min;
+    int want_drive; /* caller-driven: would drive the backend when it is handed back */
+    struct waiter *next;
+};
+
+struct tio_engine {
+    /* H1: mu guards everything below that is not marked "set at creation" (read-only until
+     * tio_engine_free) or "driver only" (H2: the thread that drives the backend, with or
+     * without mu). */
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* progress thread waits for work (progress_loop regime) */
+    pthread_cond_t done_cv; /* callers wait for completions */
+    struct waiter *waiters; /* callers blocked in tio_engine_wait (their stack frames) */
+    pthread_t thread;       /* the progress thread (set at creation) */
+    int thread_started, stopping;
+    int in_reap; /* the driving thread is (about to be) blocked in ops->reap */
+    /* Caller-driven completions (backend has arm/park/unpark): the backend is driven by one
+     * thread at a time, the one that set `driving` under mu: a caller in tio_engine_wait or
+     * tio_engine_write/read, or the progress thread, which otherwise parks. */
+    int caller_drive; /* set at creation */
+    int driving;      /* a thread drives the backend */
+    int parked;       /* the progress thread is (about to be) in ops->park */
+    int park_idle;    /* ... with no timeout: nothing was in flight */
+    int wake_waiters; /* done_cv must be broadcast: the backend was handed back */
+
+    struct tio_engine_params p; /* copy; strings below owned (set at creation) */
+    char *backend_options;
+    const struct tio_io_backend_ops *ops; /* set at creation */
+    void *bst;                            /* backend state (driver only, H2) */
+
+    struct tio_swapfile *files; /* fd and dir set at creation; size and extents under mu */
+    uint32_t nfiles;
+    int *fds;
+    uint32_t next_dir;
+    uint64_t max_op; /* largest transfer handed to the backend (bytes; set at creation) */
+
+    unsigned char *host_pool;    /* host tier (set at creation; bytes: H3/H4 of a request) */
+    int host_pool_cuda;          /* allocated with cudaHostAlloc */
+    tio_cuda_stream copy_stream; /* non-blocking stream of the host tier's device copies */
+    int copy_stream_ok;
+    int fence_blocked; /* tio_eng_pick() passed over a request whose fence has not completed */
+    _Atomic int copy_pending; /* copies on copy_stream not waited for (reads with `done`);
+                                 atomic: used by the driver with mu released */
+    size_t host_locked;       /* bytes of host_pool under mlock (0: none) */
+    struct tio_extents host_ext;
+
+    unsigned char *stage_mem; /* depth buffers of stage_bytes, 4 KiB aligned; a buffer's bytes
+                                 belong to the op slot that holds it (H5) */
+    uint64_t stage_bytes;
+    int32_t *stage_free; /* free staging buffers (under mu) */
+    uint32_t nstage_free;
+
+    struct batch_item *batch; /* driver only (H2): scratch of depth entries each */
+    struct tio_io_req *reqs;
+    struct tio_io_cqe *cqes;
+
+    struct op *opv; /* depth slots: transfers in the backend */
+    uint32_t *op_free;
+    uint32_t nop_free;
+    uint32_t nheavy; /* ops in flight with heavy set */
+
+    struct tensor **buckets; /* the tensor table (engine_table.c) */
+    size_t nbuckets, ntensors;
+
+    struct request *qhead[TIO_PRIO_COUNT], *qtail[TIO_PRIO_COUNT];
+    struct request *active; /* every request not yet finished (H3) */
+
+    struct tio_completion *cq; /* ring of completions */
+    size_t cq_cap, cq_head, cq_count;
+    uint32_t outstanding; /* submitted, not yet reaped by the caller */
+
+    struct tio_engine_stats st;
+    double busy_since;
+    char last_error[512];
+};
+
+/* ---- engine_table.c: tensor table and placement (under mu) ---- */
+
+/* The tensor with this id, or NULL. */
+struct tensor *tio_eng_tensor_find(struct tio_engine *e, uint64_t id);
+/* The tensor with this id, created (empty) if absent; NULL when out of memory. */
+struct tensor *tio_eng_tensor_get(struct tio_engine *e, uint64_t id);
+/* Remove t from the table (and free it) if nothing references it any more. */
+void tio_eng_tensor_maybe_remove(struct tio_engine *e, struct tensor *t);
+/* Bytes of chunk c of pl (the last one may be short). */
+uint64_t tio_eng_chunk_len(const struct tio_engine *e, const struct placement *pl, uint32_t c);
+/* Swap file (directory index) of chunk c of pl. */
+uint32_t tio_eng_chunk_file(const struct tio_engine *e, const struct placement *pl, uint32_t c);
+/* Allocate a placement for `bytes` on `tier`. 0, -ENOSPC (detail names the tier), TIO_ENOMEM. */
+int tio_eng_placement_new(
+    struct tio_engine *e, uint64_t id, uint64_t bytes, int32_t tier, struct placement **out);
+/* Give pl's extents back and free it (NULL is fine). No request may use it (H6). */
+void tio_eng_placement_free(struct tio_engine *e, struct placement *pl);
+
+/* ---- engine_queue.c: requests, queues, completions (under mu) ---- */
+
+void tio_eng_queue_push(struct tio_engine *e, struct request *rq, int front);
+/* Must done_cv be broadcast because the backend was handed back? Clears the flag. */
+int tio_eng_done_wake_due(struct tio_engine *e);
+/* Release mu, then wake the waiters that may drive the backend now. */
+void tio_eng_unlock_signal(struct tio_engine *e);
+void tio_eng_request_free(struct request *rq);
+/* Finish a request whose pieces are all done or abandoned (inflight == 0): settle the tensor,
+ * count it, push its completion, free it (H3, H4). */
+void tio_eng_request_finish(struct tio_engine *e, struct request *rq);
+/* Record the request's first error with the tensor, chunk and place in last_error. */
+void tio_eng_request_fail(struct tio_engine *e,
+                          struct request *rq,
+                          int64_t err,
+                          uint32_t chunk,
+                          uint32_t attempts,
+                          const char *why);
+/* Does rq still have pieces to issue (and neither failed nor was canceled)? */
+int tio_eng_request_has_work(const struct request *rq);
+/* The request to serve next: urgent first, whose fence has completed; NULL if none. */
+struct request *tio_eng_pick(struct tio_engine *e);
+
+/* ---- engine_piece.c: pieces, staging, CRC, host tier ---- */
+
+/* Build up to `max` transfers from the queues into batch[] (under mu, by the driver). */
+uint32_t
+tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int copies);
+/* Handle one backend result for op slot `slot` (under mu, by the driver). */
+void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res);
+
+/* ---- engine_drive.c: driving the backend ---- */
+
+void *tio_eng_progress_main(void *arg);
+/* New work or a cancellation (under mu): wake whoever drives the backend. */
+void tio_eng_wake_progress(struct tio_engine *e, int urgent);
+/* A request was queued by a caller (under mu): submit it or tell whoever drives. */
+void tio_eng_kick(struct tio_engine *e, int urgent);
+/* Caller-driven: a waiter takes the backend and drives until min completions are ready,
+ * nothing is in flight or the deadline passes (then 1); tio_eng_drive_end hands it back. */
+int tio_eng_drive_wait(struct tio_engine *e,
+                       size_t min,
+                       int64_t timeout_ns,
+                       const struct timespec *deadline);
+void tio_eng_drive_end(struct tio_engine *e, const struct waiter *self, int copies);
+
+#endif

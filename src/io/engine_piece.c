@@ -1,0 +1,291 @@
+/*
+ * The engine's pieces: a request is cut into chunk pieces of at most TIO_IO_MAX_OP bytes,
+ * unaligned host buffers go through aligned staging buffers, a short transfer requeues the
+ * rest (0 bytes is -EIO), a failure is retried, and CRC32C is computed / checked per chunk.
+ * The driving thread (H2) builds a batch under mu and completes results under mu; the copies
+ * into and out of staging buffers and the host tier's copies run with mu released.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "common/common_impl.h"
+#include "io/engine_internal.h"
+
+static int redo_push(struct request *rq, struct piece pc) {
+    void *arr = rq->redo;
+    if (tio_grow(&arr, &rq->capredo, rq->nredo + 1, sizeof(*rq->redo)) < 0)
+        return TIO_ENOMEM;
+    rq->redo = arr;
+    rq->redo[rq->nredo++] = pc;
+    return 0;
+}
+
+/* Requeue every piece of chunk c (CRC mismatch). */
+static int redo_chunk(struct tio_engine *e, struct request *rq, uint32_t c, uint32_t attempts) {
+    uint64_t len = tio_eng_chunk_len(e, rq->pl, c);
+    rq->chunk_left[c] = len;
+    return redo_push(rq, (struct piece){ c, attempts, 0, len });
+}
+
+/* Next piece of rq (redo first, then the cursor), cut to at most `max` bytes. */
+static struct piece next_piece(struct tio_engine *e, struct request *rq) {
+    struct piece pc;
+    if (rq->nredo) {
+        pc = rq->redo[--rq->nredo];
+    } else {
+        uint32_t c = rq->cur_chunk;
+        pc = (struct piece){ c, 0, rq->cur_pos, tio_eng_chunk_len(e, rq->pl, c) - rq->cur_pos };
+    }
+    return pc;
+}
+
+/* Give back the part of a piece that was not issued. */
+static void piece_unissue(struct tio_engine *e, struct request *rq, struct piece pc) {
+    (void)e;
+    if (redo_push(rq, pc) < 0)
+        tio_eng_request_fail(e, rq, TIO_ENOMEM, pc.chunk, pc.attempts, "out of memory");
+}
+
+static void
+advance_cursor(struct tio_engine *e, struct request *rq, const struct piece *full, uint64_t used) {
+    /* called when `full` came from the cursor: move it past the issued bytes */
+    rq->cur_pos += used;
+    if (rq->cur_pos >= tio_eng_chunk_len(e, rq->pl, full->chunk)) {
+        rq->cur_chunk++;
+        rq->cur_pos = 0;
+    }
+}
+
+/* Host-tier transfer of one piece (done by the progress thread, mu released). */
+static int64_t host_copy(struct tio_engine *e, struct request *rq, const struct piece *pc) {
+    unsigned char *user = rq->buf + (uint64_t)pc->chunk * e->p.chunk_bytes + pc->pos;
+    unsigned char *pool = e->host_pool + rq->pl->off[pc->chunk] + pc->pos;
+    if (rq->mem == TIO_MEM_DEVICE) {
+        const struct tio_cudart_api *cu = tio_cudart();
+        if (!cu)
+            return TIO_EUNAVAIL;
+        if (!e->copy_stream_ok)
+            return TIO_EUNAVAIL;
+        /* on the engine's non-blocking stream: cudaMemcpy would run on the legacy default
+         * stream and so wait for every kernel queued there (and hold back the later ones) */
+        int err = rq->op == TIO_IO_OP_WRITE ? cu->memcpy_async(pool, user, (size_t)pc->len,
+                                                               TIO_CUDA_MEMCPY_D2H, e->copy_stream)
+                                            : cu->memcpy_async(user, pool, (size_t)pc->len,
+                                                               TIO_CUDA_MEMCPY_H2D, e->copy_stream);
+        if (!err && rq->op == TIO_IO_OP_READ && rq->done)
+            atomic_store(&e->copy_pending, 1); /* the caller waits on `done`, on its stream */
+        else if (!err)
+            err = cu->stream_synchronize(e->copy_stream);
+        return err ? TIO_ECUDA : (int64_t)pc->len;
+    }
+    if (rq->op == TIO_IO_OP_WRITE && atomic_exchange(&e->copy_pending, 0)) {
+        /* a copy still reading the pool may read these bytes (a dropped tensor's extent) */
+        const struct tio_cudart_api *cu = tio_cudart();
+        if (!cu || cu->stream_synchronize(e->copy_stream))
+            return TIO_ECUDA;
+    }
+    if (rq->op == TIO_IO_OP_WRITE)
+        memcpy(pool, user, (size_t)pc->len);
+    else
+        memcpy(user, pool, (size_t)pc->len);
+    return (int64_t)pc->len;
+}
+
+/* Account a chunk whose bytes have all arrived: CRC on write, verification on read. */
+static void chunk_done(struct tio_engine *e, struct request *rq, uint32_t c, uint32_t attempts) {
+    if (!rq->pl->crc || rq->mem != TIO_MEM_HOST || rq->pl->tier != TIO_TIER_SSD)
+        return;
+    const unsigned char *data = rq->buf + (uint64_t)c * e->p.chunk_bytes;
+    uint32_t crc = tio_crc32c(0, data, (size_t)tio_eng_chunk_len(e, rq->pl, c));
+    if (rq->op == TIO_IO_OP_WRITE) {
+        rq->pl->crc[c] = crc;
+        return;
+    }
+    if (crc == rq->pl->crc[c])
+        return;
+    e->st.crc_errors++;
+    if (rq->chunk_retries[c] < e->p.retries) {
+        rq->chunk_retries[c]++;
+        e->st.retries++;
+        if (redo_chunk(e, rq, c, attempts) == 0) {
+            tio_eng_queue_push(e, rq, 1);
+            return;
+        }
+    }
+    tio_eng_request_fail(e, rq, TIO_ECORRUPT, c, rq->chunk_retries[c] + 1,
+                         "CRC32C mismatch (data read back differs from what was written)");
+}
+
+static void
+piece_progress(struct tio_engine *e, struct request *rq, const struct piece *pc, uint64_t moved) {
+    rq->chunk_left[pc->chunk] -= moved;
+    if (moved < pc->len) {
+        struct piece rest = { pc->chunk, pc->attempts, pc->pos + moved, pc->len - moved };
+        if (redo_push(rq, rest) < 0)
+            tio_eng_request_fail(e, rq, TIO_ENOMEM, pc->chunk, pc->attempts, "out of memory");
+        else
+            tio_eng_queue_push(e, rq, 1);
+    } else if (rq->chunk_left[pc->chunk] == 0) {
+        chunk_done(e, rq, pc->chunk, pc->attempts);
+    }
+}
+
+/*
+ * Handle one backend result (under mu, by the driver). The slot's staging buffer is read
+ * (a staged read) before it is given back (H5), and the request is released from the piece's
+ * hold last (H3): finished here if nothing else of it is in flight or left to issue.
+ */
+void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
+    struct op *o = &e->opv[slot];
+    struct request *rq = o->rq;
+    struct piece pc = o->pc;
+    unsigned char *stage =
+        o->stage >= 0 ? e->stage_mem + (uint64_t)o->stage * e->stage_bytes : NULL;
+    rq->inflight--;
+    e->nheavy -= (uint32_t)o->heavy;
+    if (res > 0) {
+        uint64_t moved = TIO_MIN((uint64_t)res, pc.len);
+        if (moved < pc.len && e->files[o->file].direct) {
+            moved &= ~(uint64_t)(TIO_IO_ALIGN - 1); /* O_DIRECT resumes at an aligned offset */
+        }
+        if (stage && rq->op == TIO_IO_OP_READ && moved)
+            memcpy(rq->buf + (uint64_t)pc.chunk * e->p.chunk_bytes + pc.pos, stage, (size_t)moved);
+        if (moved < pc.len)
+            e->st.short_transfers++;
+        if (moved == 0) { /* a short transfer below the alignment: counts as a failure */
+            res = -EIO;
+        } else {
+            piece_progress(e, rq, &pc, moved);
+        }
+    }
+    if (res <= 0 && !rq->error) {
+        int64_t err = res == 0 ? -EIO : res;
+        if (rq->canceled && err == -ECANCELED) {
+            /* dropped by cancel */
+        } else if (pc.attempts < e->p.retries && !rq->canceled) {
+            pc.attempts++;
+            e->st.retries++;
+            if (redo_push(rq, pc) == 0)
+                tio_eng_queue_push(e, rq, 1);
+            else
+                tio_eng_request_fail(e, rq, TIO_ENOMEM, pc.chunk, pc.attempts, "out of memory");
+        } else {
+            tio_eng_request_fail(e, rq, rq->op == TIO_IO_OP_READ ? TIO_EIO : err, pc.chunk,
+                                 pc.attempts + 1,
+                                 res == 0 ? "transfer moved 0 bytes" : "transfer failed");
+        }
+    }
+    if (o->stage >= 0)
+        e->stage_free[e->nstage_free++] = o->stage;
+    o->rq = NULL;
+    e->op_free[e->nop_free++] = slot;
+    if (rq->inflight == 0 && !tio_eng_request_has_work(rq))
+        tio_eng_request_finish(e, rq);
+}
+
+/*
+ * Build up to `max` transfers from the queues into batch[] (under mu). Host-tier pieces are
+ * copied right here with mu released. Without `copies` (a caller submitting), a host-tier
+ * piece or a write that needs a staging copy ends the batch instead (left queued for the
+ * progress thread). Returns the number of transfers built.
+ */
+uint32_t
+tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int copies) {
+    uint32_t n = 0;
+    while (n < max && e->nop_free) {
+        struct request *rq = tio_eng_pick(e);
+        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !copies))
+            break;
+        int from_cursor = rq->nredo == 0;
+        struct piece pc = next_piece(e, rq);
+        if (rq->pl->tier == TIO_TIER_HOST) {
+            pc.len = TIO_MIN(pc.len, e->p.chunk_bytes);
+            if (from_cursor)
+                advance_cursor(e, rq, &pc, pc.len);
+            rq->inflight++; /* H3: holds rq (and its buffer, H4) while mu is released */
+            tio_eng_unlock_signal(e);
+            int64_t res = host_copy(e, rq, &pc);
+            pthread_mutex_lock(&e->mu);
+            rq->inflight--;
+            if (res < 0)
+                tio_eng_request_fail(e, rq, res, pc.chunk, 1, "host tier copy");
+            else
+                piece_progress(e, rq, &pc, (uint64_t)res);
+            if (rq->inflight == 0 && !tio_eng_request_has_work(rq))
+                tio_eng_request_finish(e, rq);
+            continue;
+        }
+        uint32_t fi = tio_eng_chunk_file(e, rq->pl, pc.chunk);
+        unsigned char *user = rq->buf + (uint64_t)pc.chunk * e->p.chunk_bytes + pc.pos;
+        uint64_t len = TIO_MIN(pc.len, e->max_op);
+        int staged = 0;
+        if (e->files[fi].direct && rq->mem == TIO_MEM_HOST) {
+            if ((uintptr_t)user % TIO_IO_ALIGN) {
+                staged = 1;
+            } else if (len % TIO_IO_ALIGN) {
+                if (len > TIO_IO_ALIGN)
+                    len &= ~(uint64_t)(TIO_IO_ALIGN - 1); /* aligned body now, tail staged */
+                else
+                    staged = 1;
+            }
+        } else if (e->files[fi].direct && len > TIO_IO_ALIGN && len % TIO_IO_ALIGN) {
+            /* device memory: the backend bounces unaligned pieces; keep those small */
+            len &= ~(uint64_t)(TIO_IO_ALIGN - 1);
+        }
+        if (staged && !copies && rq->op == TIO_IO_OP_WRITE) {
+            if (!from_cursor) /* a submitting caller copies nothing: leave it queued */
+                piece_unissue(e, rq, pc);
+            break;
+        }
+        if (staged) {
+            if (!e->nstage_free) { /* cannot happen: one stage per op slot */
+                piece_unissue(e, rq, pc);
+                break;
+            }
+            len = TIO_MIN(len, e->stage_bytes);
+        }
+        /* issue [pos, pos+len); give back the rest */
+        if (from_cursor) {
+            advance_cursor(e, rq, &pc, len);
+        } else if (len < pc.len) {
+            struct piece rest = { pc.chunk, pc.attempts, pc.pos + len, pc.len - len };
+            piece_unissue(e, rq, rest);
+        }
+        pc.len = len;
+        uint32_t slot = e->op_free[--e->nop_free];
+        struct op *o = &e->opv[slot];
+        o->rq = rq;
+        o->pc = pc;
+        o->file = (int32_t)fi;
+        o->stage = -1;
+        o->io_len = len;
+        struct batch_item *b = &batch[n++];
+        memset(b, 0, sizeof(*b));
+        b->req.user = slot;
+        b->req.op = rq->op;
+        b->req.mem = rq->mem;
+        b->req.file = (int32_t)fi;
+        b->req.off = rq->pl->off[pc.chunk] + pc.pos;
+        b->req.buf_index = -1;
+        b->req.buf = user;
+        if (staged) {
+            /* H5: the buffer is this slot's until tio_eng_complete_op gives it back */
+            o->stage = e->stage_free[--e->nstage_free];
+            o->io_len = (len + TIO_IO_ALIGN - 1) & ~(uint64_t)(TIO_IO_ALIGN - 1);
+            b->req.buf = e->stage_mem + (uint64_t)o->stage * e->stage_bytes;
+            b->req.buf_index = o->stage;
+            e->st.staged_bytes += len;
+            if (rq->op == TIO_IO_OP_WRITE) {
+                b->copy_from = user;
+                b->copy_len = len;
+            }
+        }
+        b->req.len = (uint32_t)o->io_len;
+        o->heavy = (staged && rq->op == TIO_IO_OP_READ) || rq->pl->crc != NULL;
+        e->nheavy += (uint32_t)o->heavy;
+        rq->inflight++; /* H3: the piece in the backend holds rq until its result completes */
+    }
+    return n;
+}

@@ -2,7 +2,7 @@
  * src/io/backend.h - the I/O backend interface of the migration engine (private).
  *
  * A backend moves bytes between a buffer and one of the engine's swap files. The engine core
- * (engine.c) owns files, extents, striping, staging, short transfers, retries and CRCs; a
+ * (engine_*.c) owns files, extents, striping, staging, short transfers, retries and CRCs; a
  * backend only queues transfers and reports their results, like a fio ioengine:
  *
  *     ops->init(&cfg, &st);                  // files are registered at init
@@ -21,7 +21,11 @@
  *   - res may be smaller than len (short transfer): the core resumes the rest. Backends never
  *     loop on short transfers themselves; 0 is reported as 0 (the core makes it -EIO).
  * Backends are driven by one thread at a time (the engine's progress thread, or a caller that
- * waits, see arm/park), except probe(), notify(), park() and unpark().
+ * waits, see arm/park), except probe(), notify(), park(), unpark() and mem_ok().
+ *
+ * The host tier is a backend too (backend_host.c, not in the registry: the engine makes one
+ * beside its SSD backend when it has a host tier). It holds cfg.pool_bytes of memory instead
+ * of files: a request's off is a byte offset in that pool and file is 0.
  */
 #ifndef TIO_IO_BACKEND_H
 #define TIO_IO_BACKEND_H
@@ -39,6 +43,14 @@
 
 enum tio_io_op { TIO_IO_OP_READ = 0, TIO_IO_OP_WRITE = 1 };
 
+/* tio_io_req.flags */
+enum tio_io_req_flag {
+    /* a device-memory read need not be complete when its result is reaped: the engine
+     * records the request's done event after its last piece (record_event), and the caller
+     * waits on that (backends without record_event ignore the flag) */
+    TIO_IO_REQ_NO_WAIT = 1u << 0,
+};
+
 struct tio_io_req {
     uint64_t user;     /* core cookie, returned untouched in tio_io_cqe.user */
     void *buf;         /* host or device pointer (mem) */
@@ -48,6 +60,7 @@ struct tio_io_req {
     int32_t mem;       /* enum tio_mem_kind */
     int32_t file;      /* index into cfg.fds */
     int32_t buf_index; /* index of a registered buffer containing buf, or -1 */
+    uint32_t flags;    /* TIO_IO_REQ_* bits (0: none) */
 };
 
 struct tio_io_cqe {
@@ -63,6 +76,7 @@ struct tio_io_config {
     int32_t direct;      /* files were opened with O_DIRECT */
     uint64_t max_op;     /* largest len the core will submit (<= TIO_IO_MAX_OP) */
     const char *options; /* tio_engine_params.backend_options (may be NULL) */
+    uint64_t pool_bytes; /* memory-tier backends (host): bytes of memory to hold; else 0 */
 };
 
 struct tio_io_backend_ops {
@@ -116,6 +130,14 @@ struct tio_io_backend_ops {
     int (*arm)(void *state, int on);
     void (*park)(void *state, int64_t timeout_ns);
     void (*unpark)(void *state);
+    /* (optional: default caps decides, TIO_IO_CAP_DEVICE_MEM for device memory) can this
+     * state move memory of kind `mem` (enum tio_mem_kind)? 1 or 0. For what init found (the
+     * host tier: a usable CUDA device); thread-safe, never blocks. */
+    int (*mem_ok)(void *state, int32_t mem);
+    /* (optional: default unsupported) record CUDA event `event` on the stream of the device
+     * copies submitted so far, so that it completes when they have (reads flagged
+     * TIO_IO_REQ_NO_WAIT). 0 or < 0 (TIO_ECUDA). */
+    int (*record_event)(void *state, void *event);
 };
 
 /* The registry (registry.c): every backend compiled in, in a static array. */
@@ -131,6 +153,8 @@ extern const struct tio_io_backend_ops tio_io_backend_null;
 extern const struct tio_io_backend_ops tio_io_backend_fault;
 extern const struct tio_io_backend_ops tio_io_backend_cuda;
 extern const struct tio_io_backend_ops tio_io_backend_cufile;
+/* The host tier (not in the registry; see above). */
+extern const struct tio_io_backend_ops tio_io_backend_host;
 #if defined(TIO_HAVE_URING)
 extern const struct tio_io_backend_ops tio_io_backend_uring;
 #endif

@@ -88,7 +88,7 @@ static int check_mem(struct tio_engine *e, int32_t mem, int32_t tier, const char
                              "engine %s: device memory needs the cufile or cuda backend (this "
                              "engine uses %s)",
                              what, e->ops->name);
-    if (tier == TIO_TIER_HOST && (!tio_cudart() || !e->copy_stream_ok))
+    if (tier == TIO_TIER_HOST && !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE))
         return tio_set_error(TIO_EUNAVAIL,
                              "engine %s: device memory to the host tier needs "
                              "cudart with a usable device when the engine was made: %s",
@@ -178,7 +178,7 @@ int tio_engine_write_fenced(struct tio_engine *e,
                              TIO_TIER_SSD, TIO_TIER_HOST);
     if (tier == TIO_TIER_SSD && !e->nfiles)
         return tio_set_error(TIO_EUNAVAIL, "engine write: no SSD directory configured");
-    if (tier == TIO_TIER_HOST && !e->host_pool)
+    if (tier == TIO_TIER_HOST && !e->host_bst)
         return tio_set_error(TIO_EUNAVAIL, "engine write: no host tier (host_tier_bytes is 0)");
     rc = check_mem(e, mem, tier, "write");
     if (rc < 0)
@@ -241,7 +241,7 @@ int tio_engine_read_fenced(struct tio_engine *e,
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
     if (rc == 0)
         rc = check_fence(fence, "read");
-    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !e->copy_stream_ok))
+    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE)))
         rc = tio_set_error(TIO_EINVAL,
                            "engine read: a done event needs device memory and a usable CUDA "
                            "device when the engine was made");

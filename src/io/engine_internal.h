@@ -99,8 +99,8 @@ struct request {
     int64_t error;           /* first error (< 0) or 0 */
     int canceled;
     void *fence; /* cudaEvent_t that must complete before any byte moves (NULL: none) */
-    void *done;  /* read: cudaEvent_t recorded on copy_stream once every copy is issued; the
-                    host tier's device copies are then not waited for (NULL: they are) */
+    void *done;  /* read: cudaEvent_t recorded by the host tier (record_event) once every copy
+                    is issued; its device copies are then not waited for (NULL: they are) */
     int queued;  /* in a priority queue */
     struct request *qprev, *qnext;
     struct request *aprev, *anext; /* all active requests (cancel by tag) */
@@ -159,15 +159,12 @@ struct tio_engine {
     uint32_t next_dir;
     uint64_t max_op; /* largest transfer handed to the backend (bytes; set at creation) */
 
-    unsigned char *host_pool;    /* host tier (set at creation; bytes: H3/H4 of a request) */
-    int host_pool_cuda;          /* allocated with cudaHostAlloc */
-    tio_cuda_stream copy_stream; /* non-blocking stream of the host tier's device copies */
-    int copy_stream_ok;
+    /* The host tier: a backend of its own (backend_host.c) that holds the pool; NULL without
+     * one (set at creation). Its state is driver only (H2), except mem_ok. */
+    const struct tio_io_backend_ops *host_ops;
+    void *host_bst;
+    struct tio_extents host_ext; /* the pool's extents */
     int fence_blocked; /* tio_eng_pick() passed over a request whose fence has not completed */
-    _Atomic int copy_pending; /* copies on copy_stream not waited for (reads with `done`);
-                                 atomic: used by the driver with mu released */
-    size_t host_locked;       /* bytes of host_pool under mlock (0: none) */
-    struct tio_extents host_ext;
 
     unsigned char *stage_mem; /* depth buffers of stage_bytes, 4 KiB aligned; a buffer's bytes
                                  belong to the op slot that holds it (H5) */
@@ -247,6 +244,8 @@ uint32_t
 tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int copies);
 /* Handle one backend result for op slot `slot` (under mu, by the driver). */
 void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res);
+/* Can the host tier take memory of kind mem (0 without a host tier)? Any thread. */
+int tio_eng_host_mem_ok(const struct tio_engine *e, int32_t mem);
 
 /* ---- engine_drive.c: driving the backend ---- */
 

@@ -58,39 +58,39 @@ advance_cursor(struct tio_engine *e, struct request *rq, const struct piece *ful
     }
 }
 
-/* Host-tier transfer of one piece (done by the progress thread, mu released). */
-static int64_t host_copy(struct tio_engine *e, struct request *rq, const struct piece *pc) {
-    unsigned char *user = rq->buf + (uint64_t)pc->chunk * e->p.chunk_bytes + pc->pos;
-    unsigned char *pool = e->host_pool + rq->pl->off[pc->chunk] + pc->pos;
-    if (rq->mem == TIO_MEM_DEVICE) {
-        const struct tio_cudart_api *cu = tio_cudart();
-        if (!cu)
-            return TIO_EUNAVAIL;
-        if (!e->copy_stream_ok)
-            return TIO_EUNAVAIL;
-        /* on the engine's non-blocking stream: cudaMemcpy would run on the legacy default
-         * stream and so wait for every kernel queued there (and hold back the later ones) */
-        int err = rq->op == TIO_IO_OP_WRITE ? cu->memcpy_async(pool, user, (size_t)pc->len,
-                                                               TIO_CUDA_MEMCPY_D2H, e->copy_stream)
-                                            : cu->memcpy_async(user, pool, (size_t)pc->len,
-                                                               TIO_CUDA_MEMCPY_H2D, e->copy_stream);
-        if (!err && rq->op == TIO_IO_OP_READ && rq->done)
-            atomic_store(&e->copy_pending, 1); /* the caller waits on `done`, on its stream */
-        else if (!err)
-            err = cu->stream_synchronize(e->copy_stream);
-        return err ? TIO_ECUDA : (int64_t)pc->len;
-    }
-    if (rq->op == TIO_IO_OP_WRITE && atomic_exchange(&e->copy_pending, 0)) {
-        /* a copy still reading the pool may read these bytes (a dropped tensor's extent) */
-        const struct tio_cudart_api *cu = tio_cudart();
-        if (!cu || cu->stream_synchronize(e->copy_stream))
-            return TIO_ECUDA;
-    }
-    if (rq->op == TIO_IO_OP_WRITE)
-        memcpy(pool, user, (size_t)pc->len);
-    else
-        memcpy(user, pool, (size_t)pc->len);
-    return (int64_t)pc->len;
+/*
+ * A host-tier piece, by the driver with mu released (H3: rq is held through inflight). The
+ * host tier is a synchronous backend (backend_host.c): it copies in submit, so the result is
+ * reaped at once. Returns the bytes moved or < 0.
+ */
+static int64_t host_piece(struct tio_engine *e, const struct request *rq, const struct piece *pc) {
+    struct tio_io_req r = {
+        .user = 0,
+        .buf = rq->buf + (uint64_t)pc->chunk * e->p.chunk_bytes + pc->pos,
+        .off = rq->pl->off[pc->chunk] + pc->pos,
+        .len = (uint32_t)pc->len,
+        .op = rq->op,
+        .mem = rq->mem,
+        .file = 0,
+        .buf_index = -1,
+        /* the caller waits on its done event, recorded when the request finishes */
+        .flags = rq->op == TIO_IO_OP_READ && rq->done ? TIO_IO_REQ_NO_WAIT : 0,
+    };
+    int rc = e->host_ops->submit(e->host_bst, &r, 1);
+    if (rc < 0)
+        return rc;
+    struct tio_io_cqe c;
+    if (rc != 1 || e->host_ops->reap(e->host_bst, 1, 1, 0, &c) != 1)
+        return -EIO; /* a synchronous backend has the result at once */
+    return c.res;
+}
+
+int tio_eng_host_mem_ok(const struct tio_engine *e, int32_t mem) {
+    if (!e->host_bst)
+        return 0;
+    if (e->host_ops->mem_ok)
+        return e->host_ops->mem_ok(e->host_bst, mem);
+    return mem == TIO_MEM_HOST || (e->host_ops->caps & TIO_IO_CAP_DEVICE_MEM);
 }
 
 /* Account a chunk whose bytes have all arrived: CRC on write, verification on read. */
@@ -201,12 +201,17 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
         int from_cursor = rq->nredo == 0;
         struct piece pc = next_piece(e, rq);
         if (rq->pl->tier == TIO_TIER_HOST) {
-            pc.len = TIO_MIN(pc.len, e->p.chunk_bytes);
-            if (from_cursor)
-                advance_cursor(e, rq, &pc, pc.len);
+            uint64_t len = TIO_MIN(pc.len, e->max_op); /* backends take 32-bit lengths */
+            if (from_cursor) {
+                advance_cursor(e, rq, &pc, len);
+            } else if (len < pc.len) {
+                piece_unissue(e, rq,
+                              (struct piece){ pc.chunk, pc.attempts, pc.pos + len, pc.len - len });
+            }
+            pc.len = len;
             rq->inflight++; /* H3: holds rq (and its buffer, H4) while mu is released */
             tio_eng_unlock_signal(e);
-            int64_t res = host_copy(e, rq, &pc);
+            int64_t res = host_piece(e, rq, &pc);
             pthread_mutex_lock(&e->mu);
             rq->inflight--;
             if (res < 0)

@@ -108,8 +108,8 @@ void tio_eng_request_finish(struct tio_engine *e, struct request *rq) {
     if (!res && rq->canceled)
         res = TIO_ECANCELED;
     if (rq->done) { /* after every copy of the request, on the stream that made them */
-        const struct tio_cudart_api *cu = tio_cudart();
-        if ((!cu || cu->event_record(rq->done, e->copy_stream)) && res == 0) {
+        if ((!e->host_ops->record_event || e->host_ops->record_event(e->host_bst, rq->done) < 0) &&
+            res == 0) {
             res = TIO_ECUDA;
             (void)snprintf(e->last_error, sizeof e->last_error,
                            "read of tensor %llu (tag %llu): cudaEventRecord of its done event "

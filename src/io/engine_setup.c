@@ -5,11 +5,9 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "common/common_impl.h"
 #include "io/engine_internal.h"
@@ -185,31 +183,21 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
     }
 
     if (e->p.host_tier_bytes) {
-        uint64_t hb = (e->p.host_tier_bytes + TIO_IO_ALIGN - 1) & ~(uint64_t)(TIO_IO_ALIGN - 1);
-        char why[200];
-        const struct tio_cudart_api *cu = tio_cudart_usable(why, sizeof why) ? tio_cudart() : NULL;
-        void *mem = NULL;
-        if (cu && cu->stream_create(&e->copy_stream, TIO_CUDA_STREAM_NON_BLOCKING) == 0)
-            e->copy_stream_ok = 1;
-        if (cu && cu->host_alloc(&mem, (size_t)hb, 0) == 0 && mem) {
-            e->host_pool_cuda = 1;
-        } else {
-            mem = tio_io_alloc((size_t)hb);
-            if (mem && mlock(mem, (size_t)hb) < 0)
-                TIO_LOG_INFO("engine: host tier of %llu bytes not locked (RLIMIT_MEMLOCK); "
-                             "pageable",
-                             (unsigned long long)hb);
-            else if (mem)
-                e->host_locked = (size_t)hb;
-        }
-        if (!mem) {
-            rc = tio_set_error(TIO_ENOMEM, "engine: cannot allocate a host tier of %llu bytes",
-                               (unsigned long long)hb);
+        /* the host tier is a backend of its own, beside the SSD one (backend_host.c) */
+        struct tio_io_config hcfg = {
+            .depth = 1,
+            .threads = 1,
+            .max_op = e->max_op,
+            .pool_bytes = (e->p.host_tier_bytes + TIO_IO_ALIGN - 1) & ~(uint64_t)(TIO_IO_ALIGN - 1),
+        };
+        rc = tio_io_backend_validate(&tio_io_backend_host);
+        if (rc == 0)
+            rc = tio_io_backend_host.init(&hcfg, &e->host_bst);
+        if (rc < 0)
             goto fail;
-        }
-        e->host_pool = mem;
+        e->host_ops = &tio_io_backend_host;
         tio_extents_init(&e->host_ext, TIO_IO_ALIGN);
-        rc = tio_extents_add(&e->host_ext, 0, hb);
+        rc = tio_extents_add(&e->host_ext, 0, hcfg.pool_bytes);
         if (rc < 0)
             goto fail;
     }
@@ -300,25 +288,8 @@ void tio_engine_free(struct tio_engine *e) {
     }
     for (uint32_t i = 0; i < e->nfiles; i++)
         tio_swapfile_close(&e->files[i]);
-    if (e->copy_stream_ok) {
-        const struct tio_cudart_api *cu = tio_cudart();
-        if (cu) {
-            (void)cu->stream_synchronize(e->copy_stream); /* reads not waited for (`done`) */
-            (void)cu->stream_destroy(e->copy_stream);
-        }
-    }
-    if (e->host_pool) {
-        if (e->host_pool_cuda) {
-            const struct tio_cudart_api *cu = tio_cudart();
-            if (cu)
-                (void)cu->free_host(e->host_pool);
-        } else {
-            /* the memory may be malloc's heap: a lock left on it would outlive the free and pin
-             * whatever malloc puts there next (and make MADV_DONTNEED on it fail) */
-            if (e->host_locked)
-                (void)munlock(e->host_pool, e->host_locked);
-            tio_free(e->host_pool);
-        }
+    if (e->host_bst) {
+        e->host_ops->fini(e->host_bst); /* waits for reads not waited for (`done`) */
         tio_extents_fini(&e->host_ext);
     }
     tio_free(e->stage_mem);

@@ -1,0 +1,194 @@
+/*
+ * The host tier as a backend: a pool of host memory (pinned with cudaHostAlloc when a CUDA
+ * device is usable, else page-aligned and locked with mlock where RLIMIT_MEMLOCK allows) that
+ * holds tensors instead of a swap file. A request's `off` is a byte offset in the pool.
+ *
+ * It is synchronous, like fio's psync engine: submit() makes the copy at once and keeps its
+ * result, reap() hands the results back. The engine submits one piece and reaps it at once,
+ * from the thread that drives, with the engine lock released, so host-tier copies interleave
+ * chunk by chunk with SSD work (engine_piece.c). It is not in the registry: the engine makes
+ * one beside its SSD backend when host_tier_bytes > 0.
+ *
+ * Device memory is copied with cudaMemcpyAsync on a non-blocking stream of the backend's own,
+ * then cudaStreamSynchronize on it: cudaMemcpy would run on the legacy default stream, which
+ * synchronizes with every blocking stream (PyTorch's compute included), so each copy would
+ * wait for every queued kernel and hold back later ones. A read flagged TIO_IO_REQ_NO_WAIT is
+ * not waited for: the engine records the request's done event on the stream (record_event)
+ * once every piece is copied, and the caller waits on that event.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common/common_impl.h"
+#include "dl/cudart_shim.h"
+#include "io/backend.h"
+
+struct host_state {
+    unsigned char *pool; /* pool_bytes of host memory */
+    uint64_t pool_bytes;
+    int pool_cuda;          /* allocated with cudaHostAlloc */
+    size_t locked;          /* bytes under mlock (0: none) */
+    tio_cuda_stream stream; /* non-blocking stream of the device copies */
+    int stream_ok;          /* set at init: device copies are possible */
+    /* copies on `stream` not waited for (reads with TIO_IO_REQ_NO_WAIT). Atomic: the thread
+     * that drives changes from one request to the next (the engine lock orders them too) */
+    _Atomic int copy_pending;
+    struct tio_io_cqe *done; /* results of submitted copies, not yet reaped */
+    uint32_t ndone, cap;
+};
+
+static int host_probe(char *reason, size_t len) {
+    (void)snprintf(reason, len, "host memory (the engine's host tier)");
+    return 1;
+}
+
+static void host_fini(void *state) {
+    struct host_state *h = state;
+    if (!h)
+        return;
+    const struct tio_cudart_api *cu = tio_cudart();
+    if (h->stream_ok && cu) {
+        (void)cu->stream_synchronize(h->stream); /* reads not waited for (NO_WAIT) */
+        (void)cu->stream_destroy(h->stream);
+    }
+    if (h->pool && h->pool_cuda) {
+        if (cu)
+            (void)cu->free_host(h->pool);
+    } else if (h->pool) {
+        /* the memory may be malloc's heap: a lock left on it would outlive the free and pin
+         * whatever malloc puts there next (and make MADV_DONTNEED on it fail) */
+        if (h->locked)
+            (void)munlock(h->pool, h->locked);
+        tio_free(h->pool);
+    }
+    tio_free(h->done);
+    tio_free(h);
+}
+
+static int host_init(const struct tio_io_config *cfg, void **state) {
+    if (!cfg->pool_bytes)
+        return tio_set_error(TIO_EINVAL, "host tier: pool_bytes is 0");
+    struct host_state *h = tio_calloc(1, sizeof(*h));
+    if (!h)
+        return TIO_ENOMEM;
+    h->cap = cfg->depth ? cfg->depth : 1;
+    h->done = tio_calloc(h->cap, sizeof(*h->done));
+    if (!h->done) {
+        host_fini(h);
+        return TIO_ENOMEM;
+    }
+    uint64_t hb = cfg->pool_bytes;
+    char why[200];
+    const struct tio_cudart_api *cu = tio_cudart_usable(why, sizeof why) ? tio_cudart() : NULL;
+    void *mem = NULL;
+    if (cu && cu->stream_create(&h->stream, TIO_CUDA_STREAM_NON_BLOCKING) == 0)
+        h->stream_ok = 1;
+    if (cu && cu->host_alloc(&mem, (size_t)hb, 0) == 0 && mem) {
+        h->pool_cuda = 1;
+    } else {
+        mem = tio_io_alloc((size_t)hb);
+        if (mem && mlock(mem, (size_t)hb) < 0)
+            TIO_LOG_INFO("engine: host tier of %llu bytes not locked (RLIMIT_MEMLOCK); pageable",
+                         (unsigned long long)hb);
+        else if (mem)
+            h->locked = (size_t)hb;
+    }
+    if (!mem) {
+        host_fini(h);
+        return tio_set_error(TIO_ENOMEM, "engine: cannot allocate a host tier of %llu bytes",
+                             (unsigned long long)hb);
+    }
+    h->pool = mem;
+    h->pool_bytes = hb;
+    *state = h;
+    return 0;
+}
+
+/* One copy between r->buf and the pool. Bytes moved or < 0. */
+static int64_t host_copy(struct host_state *h, const struct tio_io_req *r) {
+    if (r->off > h->pool_bytes || r->len > h->pool_bytes - r->off)
+        return -EINVAL; /* the engine's extents never do this */
+    unsigned char *pool = h->pool + r->off;
+    unsigned char *user = r->buf;
+    if (r->mem == TIO_MEM_DEVICE) {
+        const struct tio_cudart_api *cu = tio_cudart();
+        if (!cu || !h->stream_ok)
+            return TIO_EUNAVAIL;
+        /* on the backend's non-blocking stream: cudaMemcpy would run on the legacy default
+         * stream and so wait for every kernel queued there (and hold back the later ones) */
+        int err = r->op == TIO_IO_OP_WRITE
+                      ? cu->memcpy_async(pool, user, r->len, TIO_CUDA_MEMCPY_D2H, h->stream)
+                      : cu->memcpy_async(user, pool, r->len, TIO_CUDA_MEMCPY_H2D, h->stream);
+        if (!err && r->op == TIO_IO_OP_READ && (r->flags & TIO_IO_REQ_NO_WAIT)) {
+            atomic_store(&h->copy_pending, 1); /* the caller waits on its done event */
+        } else if (!err) {
+            err = cu->stream_synchronize(h->stream);
+        }
+        return err ? TIO_ECUDA : (int64_t)r->len;
+    }
+    if (r->op == TIO_IO_OP_WRITE && atomic_exchange(&h->copy_pending, 0)) {
+        /* a copy still reading the pool may read these bytes (a dropped tensor's extent) */
+        const struct tio_cudart_api *cu = tio_cudart();
+        if (!cu || cu->stream_synchronize(h->stream))
+            return TIO_ECUDA;
+    }
+    if (r->op == TIO_IO_OP_WRITE) {
+        memcpy(pool, user, r->len);
+    } else {
+        memcpy(user, pool, r->len);
+    }
+    return (int64_t)r->len;
+}
+
+static int host_submit(void *state, const struct tio_io_req *reqs, uint32_t n) {
+    struct host_state *h = state;
+    uint32_t k = 0;
+    while (k < n && h->ndone < h->cap) {
+        h->done[h->ndone].user = reqs[k].user;
+        h->done[h->ndone].res = host_copy(h, &reqs[k]);
+        h->ndone++;
+        k++;
+    }
+    return k ? (int)k : -EAGAIN;
+}
+
+static int
+host_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
+    struct host_state *h = state;
+    (void)min; /* every submitted copy is done: waiting cannot bring more */
+    (void)timeout_ns;
+    uint32_t k = TIO_MIN(max, h->ndone);
+    memcpy(out, h->done, k * sizeof(*out));
+    memmove(h->done, h->done + k, (h->ndone - k) * sizeof(*h->done));
+    h->ndone -= k;
+    return (int)k;
+}
+
+static int host_mem_ok(void *state, int32_t mem) {
+    const struct host_state *h = state;
+    return mem == TIO_MEM_HOST || (mem == TIO_MEM_DEVICE && h->stream_ok && tio_cudart());
+}
+
+static int host_record_event(void *state, void *event) {
+    struct host_state *h = state;
+    const struct tio_cudart_api *cu = tio_cudart();
+    if (!cu || !h->stream_ok || cu->event_record(event, h->stream))
+        return TIO_ECUDA;
+    return 0;
+}
+
+const struct tio_io_backend_ops tio_io_backend_host = {
+    .api_version = TIO_IO_BACKEND_API,
+    .name = "host",
+    .caps = TIO_IO_CAP_SYNC | TIO_IO_CAP_DEVICE_MEM,
+    .probe = host_probe,
+    .init = host_init,
+    .fini = host_fini,
+    .submit = host_submit,
+    .reap = host_reap,
+    .mem_ok = host_mem_ok,
+    .record_event = host_record_event,
+};

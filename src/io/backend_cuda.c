@@ -18,8 +18,9 @@ struct cuda_state {
 
 static int64_t cuda_do(void *ctx, const struct tio_io_req *r, uint32_t worker) {
     struct cuda_state *st = ctx;
-    if (r->file < 0 || (uint32_t)r->file >= st->nfds)
+    if (r->file < 0 || (uint32_t)r->file >= st->nfds) {
         return -EINVAL;
+    }
     int fd = st->fds[r->file];
     return r->mem == TIO_MEM_DEVICE ? tio_bounce_io(&st->bounce, fd, r, worker)
                                     : tio_posix_io(fd, r);
@@ -31,16 +32,19 @@ static int cuda_probe(char *reason, size_t len) {
 
 static int cuda_init(const struct tio_io_config *cfg, void **state) {
     char why[256];
-    if (!tio_cudart_usable(why, sizeof why))
+    if (!tio_cudart_usable(why, sizeof why)) {
         return tio_set_error(TIO_EUNAVAIL, "cuda backend: %s", why);
+    }
     struct cuda_state *st = tio_calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
         return TIO_ENOMEM;
+    }
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
     int rc = tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads);
-    if (rc >= 0)
+    if (rc >= 0) {
         rc = tio_pool_new(cfg->threads, cfg->depth, cuda_do, st, &st->pool);
+    }
     if (rc < 0) {
         tio_bounce_fini(&st->bounce);
         tio_free(st);

@@ -31,34 +31,40 @@ struct cufile_state {
 /* "auto", "on" or "off" from TIO_GDS (read once per init). */
 static int gds_policy(void) {
     const char *v = getenv("TIO_GDS"); /* NOLINT(concurrency-mt-unsafe): read at init */
-    if (v && !strcmp(v, "off"))
+    if (v && !strcmp(v, "off")) {
         return 0;
-    if (v && !strcmp(v, "on"))
+    }
+    if (v && !strcmp(v, "on")) {
         return 2;
+    }
     return 1;
 }
 
 static int64_t cufile_do(void *ctx, const struct tio_io_req *r, uint32_t worker) {
     struct cufile_state *st = ctx;
-    if (r->file < 0 || (uint32_t)r->file >= st->nfds)
+    if (r->file < 0 || (uint32_t)r->file >= st->nfds) {
         return -EINVAL;
+    }
     int fd = st->fds[r->file];
-    if (r->mem != TIO_MEM_DEVICE)
+    if (r->mem != TIO_MEM_DEVICE) {
         return tio_posix_io(fd, r);
+    }
     tio_cufile_handle h = st->handles[r->file];
     /* cuFile on an O_DIRECT file wants 4 KiB aligned offsets, sizes and buffers: the
      * (small) unaligned tail of a tensor goes through a bounce buffer instead */
     int unaligned = ((uintptr_t)r->buf | r->off | r->len) % TIO_IO_ALIGN != 0;
-    if (!h || (st->direct && unaligned))
+    if (!h || (st->direct && unaligned)) {
         return tio_bounce_io(&st->bounce, fd, r, worker);
+    }
     ssize_t n;
     do {
         errno = 0;
         n = r->op == TIO_IO_OP_WRITE ? st->cf->write(h, r->buf, r->len, (off_t)r->off, 0)
                                      : st->cf->read(h, r->buf, r->len, (off_t)r->off, 0);
     } while (n == -1 && errno == EINTR);
-    if (n >= 0)
+    if (n >= 0) {
         return (int64_t)n;
+    }
     /* -1 with errno for OS errors; other negative values are -CUfileOpError */
     return n == -1 ? (errno ? -errno : -EIO) : TIO_ECUFILE;
 }
@@ -93,12 +99,14 @@ static void cufile_fini(void *state);
 
 static int cufile_init(const struct tio_io_config *cfg, void **state) {
     char why[256];
-    if (cufile_probe(why, sizeof why) <= 0)
+    if (cufile_probe(why, sizeof why) <= 0) {
         return tio_set_error(TIO_EUNAVAIL, "cufile backend: %s", why);
+    }
     int policy = gds_policy();
     struct cufile_state *st = tio_calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
         return TIO_ENOMEM;
+    }
     st->cf = tio_cufile();
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
@@ -107,10 +115,11 @@ static int cufile_init(const struct tio_io_config *cfg, void **state) {
     int rc = st->handles ? 0 : TIO_ENOMEM;
     if (rc >= 0) {
         struct tio_cufile_error e = st->cf->driver_open();
-        if (e.err != TIO_CU_FILE_SUCCESS)
+        if (e.err != TIO_CU_FILE_SUCCESS) {
             rc = tio_set_error(TIO_ECUFILE, "cuFileDriverOpen: cufile error %d", e.err);
-        else
+        } else {
             st->driver_open = 1;
+        }
     }
     for (uint32_t i = 0; rc >= 0 && i < cfg->nfds; i++) {
         struct tio_cufile_descr d;
@@ -121,19 +130,22 @@ static int cufile_init(const struct tio_io_config *cfg, void **state) {
         struct tio_cufile_error e = st->cf->handle_register(&st->handles[i], &d);
         if (e.err != TIO_CU_FILE_SUCCESS) {
             st->handles[i] = NULL;
-            if (policy == 2)
+            if (policy == 2) {
                 rc = tio_set_error(TIO_ECUFILE,
                                    "cuFileHandleRegister(file %u): cufile error %d (TIO_GDS=on)", i,
                                    e.err);
-            else
+            } else {
                 TIO_LOG_INFO("cufile: file %u not registered (cufile error %d): POSIX fallback", i,
                              e.err);
+            }
         }
     }
-    if (rc >= 0)
+    if (rc >= 0) {
         rc = tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads);
-    if (rc >= 0)
+    }
+    if (rc >= 0) {
         rc = tio_pool_new(cfg->threads, cfg->depth, cufile_do, st, &st->pool);
+    }
     if (rc < 0) {
         cufile_fini(st);
         return rc;
@@ -147,11 +159,13 @@ static void cufile_fini(void *state) {
     tio_pool_free(st->pool);
     tio_bounce_fini(&st->bounce);
     for (uint32_t i = 0; st->handles && i < st->nfds; i++) {
-        if (st->handles[i])
+        if (st->handles[i]) {
             st->cf->handle_deregister(st->handles[i]);
+        }
     }
-    if (st->driver_open)
+    if (st->driver_open) {
         (void)st->cf->driver_close();
+    }
     tio_free(st->handles);
     tio_free(st);
 }

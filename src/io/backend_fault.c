@@ -38,8 +38,9 @@ static int in_window(const struct window *w, uint64_t n) {
 static int64_t fault_do(void *ctx, const struct tio_io_req *r, uint32_t worker) {
     struct fault_state *st = ctx;
     (void)worker;
-    if (r->file < 0 || (uint32_t)r->file >= st->nfds || r->mem != TIO_MEM_HOST)
+    if (r->file < 0 || (uint32_t)r->file >= st->nfds || r->mem != TIO_MEM_HOST) {
         return -EINVAL;
+    }
     if (st->delay_us) {
         struct timespec ts = { (time_t)(st->delay_us / 1000000),
                                (long)(st->delay_us % 1000000) * 1000 };
@@ -48,25 +49,31 @@ static int64_t fault_do(void *ctx, const struct tio_io_req *r, uint32_t worker) 
     uint64_t nop = atomic_fetch_add(&st->nops, 1) + 1;
     uint64_t nkind = r->op == TIO_IO_OP_WRITE ? atomic_fetch_add(&st->nwrites, 1) + 1
                                               : atomic_fetch_add(&st->nreads, 1) + 1;
-    if (r->op == TIO_IO_OP_WRITE && in_window(&st->write_fail, nkind))
+    if (r->op == TIO_IO_OP_WRITE && in_window(&st->write_fail, nkind)) {
         return -EIO;
-    if (r->op == TIO_IO_OP_READ && in_window(&st->read_fail, nkind))
+    }
+    if (r->op == TIO_IO_OP_READ && in_window(&st->read_fail, nkind)) {
         return -EIO;
-    if (in_window(&st->zero, nop))
+    }
+    if (in_window(&st->zero, nop)) {
         return 0;
+    }
     size_t len = r->len;
-    if (st->short_bytes && st->short_bytes < len)
+    if (st->short_bytes && st->short_bytes < len) {
         len = (size_t)st->short_bytes;
+    }
     int fd = st->fds[r->file];
     ssize_t n;
     do {
         n = r->op == TIO_IO_OP_WRITE ? pwrite(fd, r->buf, len, (off_t)r->off)
                                      : pread(fd, r->buf, len, (off_t)r->off);
     } while (n < 0 && errno == EINTR);
-    if (n < 0)
+    if (n < 0) {
         return -errno;
-    if (n > 0 && r->op == TIO_IO_OP_READ && in_window(&st->corrupt, nkind))
+    }
+    if (n > 0 && r->op == TIO_IO_OP_READ && in_window(&st->corrupt, nkind)) {
         ((unsigned char *)r->buf)[0] ^= 0x5a;
+    }
     return (int64_t)n;
 }
 
@@ -78,8 +85,9 @@ static int fault_probe(char *reason, size_t len) {
 
 static int get_window(const char *opt, const char *key, const char *count_key, struct window *w) {
     int rc = tio_io_option_u64(opt, key, &w->first);
-    if (rc < 0)
+    if (rc < 0) {
         return rc;
+    }
     w->count = 1;
     rc = tio_io_option_u64(opt, count_key, &w->count);
     return rc < 0 ? rc : 0;
@@ -87,24 +95,31 @@ static int get_window(const char *opt, const char *key, const char *count_key, s
 
 static int fault_init(const struct tio_io_config *cfg, void **state) {
     struct fault_state *st = tio_calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
         return TIO_ENOMEM;
+    }
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
     const char *o = cfg->options;
     int rc = get_window(o, "write_fail", "write_fail_count", &st->write_fail);
-    if (rc >= 0)
+    if (rc >= 0) {
         rc = get_window(o, "read_fail", "read_fail_count", &st->read_fail);
-    if (rc >= 0)
+    }
+    if (rc >= 0) {
         rc = get_window(o, "corrupt", "corrupt_count", &st->corrupt);
-    if (rc >= 0)
+    }
+    if (rc >= 0) {
         rc = get_window(o, "zero", "zero_count", &st->zero);
-    if (rc >= 0)
+    }
+    if (rc >= 0) {
         rc = tio_io_option_u64(o, "short", &st->short_bytes);
-    if (rc >= 0)
+    }
+    if (rc >= 0) {
         rc = tio_io_option_u64(o, "delay_us", &st->delay_us);
-    if (rc >= 0)
+    }
+    if (rc >= 0) {
         rc = tio_pool_new(cfg->threads, cfg->depth, fault_do, st, &st->pool);
+    }
     if (rc < 0) {
         tio_free(st);
         return rc;

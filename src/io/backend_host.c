@@ -47,21 +47,24 @@ static int host_probe(char *reason, size_t len) {
 
 static void host_fini(void *state) {
     struct host_state *h = state;
-    if (!h)
+    if (!h) {
         return;
+    }
     const struct tio_cudart_api *cu = tio_cudart();
     if (h->stream_ok && cu) {
         (void)cu->stream_synchronize(h->stream); /* reads not waited for (NO_WAIT) */
         (void)cu->stream_destroy(h->stream);
     }
     if (h->pool && h->pool_cuda) {
-        if (cu)
+        if (cu) {
             (void)cu->free_host(h->pool);
+        }
     } else if (h->pool) {
         /* the memory may be malloc's heap: a lock left on it would outlive the free and pin
          * whatever malloc puts there next (and make MADV_DONTNEED on it fail) */
-        if (h->locked)
+        if (h->locked) {
             (void)munlock(h->pool, h->locked);
+        }
         tio_free(h->pool);
     }
     tio_free(h->done);
@@ -69,11 +72,13 @@ static void host_fini(void *state) {
 }
 
 static int host_init(const struct tio_io_config *cfg, void **state) {
-    if (!cfg->pool_bytes)
+    if (!cfg->pool_bytes) {
         return tio_set_error(TIO_EINVAL, "host tier: pool_bytes is 0");
+    }
     struct host_state *h = tio_calloc(1, sizeof(*h));
-    if (!h)
+    if (!h) {
         return TIO_ENOMEM;
+    }
     h->cap = cfg->depth ? cfg->depth : 1;
     h->done = tio_calloc(h->cap, sizeof(*h->done));
     if (!h->done) {
@@ -84,17 +89,19 @@ static int host_init(const struct tio_io_config *cfg, void **state) {
     char why[200];
     const struct tio_cudart_api *cu = tio_cudart_usable(why, sizeof why) ? tio_cudart() : NULL;
     void *mem = NULL;
-    if (cu && cu->stream_create(&h->stream, TIO_CUDA_STREAM_NON_BLOCKING) == 0)
+    if (cu && cu->stream_create(&h->stream, TIO_CUDA_STREAM_NON_BLOCKING) == 0) {
         h->stream_ok = 1;
+    }
     if (cu && cu->host_alloc(&mem, (size_t)hb, 0) == 0 && mem) {
         h->pool_cuda = 1;
     } else {
         mem = tio_io_alloc((size_t)hb);
-        if (mem && mlock(mem, (size_t)hb) < 0)
+        if (mem && mlock(mem, (size_t)hb) < 0) {
             TIO_LOG_INFO("engine: host tier of %llu bytes not locked (RLIMIT_MEMLOCK); pageable",
                          (unsigned long long)hb);
-        else if (mem)
+        } else if (mem) {
             h->locked = (size_t)hb;
+        }
     }
     if (!mem) {
         host_fini(h);
@@ -109,14 +116,16 @@ static int host_init(const struct tio_io_config *cfg, void **state) {
 
 /* One copy between r->buf and the pool. Bytes moved or < 0. */
 static int64_t host_copy(struct host_state *h, const struct tio_io_req *r) {
-    if (r->off > h->pool_bytes || r->len > h->pool_bytes - r->off)
+    if (r->off > h->pool_bytes || r->len > h->pool_bytes - r->off) {
         return -EINVAL; /* the engine's extents never do this */
+    }
     unsigned char *pool = h->pool + r->off;
     unsigned char *user = r->buf;
     if (r->mem == TIO_MEM_DEVICE) {
         const struct tio_cudart_api *cu = tio_cudart();
-        if (!cu || !h->stream_ok)
+        if (!cu || !h->stream_ok) {
             return TIO_EUNAVAIL;
+        }
         /* on the backend's non-blocking stream: cudaMemcpy would run on the legacy default
          * stream and so wait for every kernel queued there (and hold back the later ones) */
         int err = r->op == TIO_IO_OP_WRITE
@@ -132,8 +141,9 @@ static int64_t host_copy(struct host_state *h, const struct tio_io_req *r) {
     if (r->op == TIO_IO_OP_WRITE && atomic_exchange(&h->copy_pending, 0)) {
         /* a copy still reading the pool may read these bytes (a dropped tensor's extent) */
         const struct tio_cudart_api *cu = tio_cudart();
-        if (!cu || cu->stream_synchronize(h->stream))
+        if (!cu || cu->stream_synchronize(h->stream)) {
             return TIO_ECUDA;
+        }
     }
     if (r->op == TIO_IO_OP_WRITE) {
         memcpy(pool, user, r->len);
@@ -175,8 +185,9 @@ static int host_mem_ok(void *state, int32_t mem) {
 static int host_record_event(void *state, void *event) {
     struct host_state *h = state;
     const struct tio_cudart_api *cu = tio_cudart();
-    if (!cu || !h->stream_ok || cu->event_record(event, h->stream))
+    if (!cu || !h->stream_ok || cu->event_record(event, h->stream)) {
         return TIO_ECUDA;
+    }
     return 0;
 }
 

@@ -32,8 +32,9 @@ static int null_probe(char *reason, size_t len) {
 
 static int null_init(const struct tio_io_config *cfg, void **state) {
     struct null_state *st = tio_calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
         return TIO_ENOMEM;
+    }
     st->cap = cfg->depth;
     st->ring = tio_calloc(st->cap, sizeof(*st->ring));
     if (!st->ring) {
@@ -56,8 +57,9 @@ static int null_submit(void *state, const struct tio_io_req *reqs, uint32_t n) {
     for (; k < n && st->count < st->cap; k++) {
         uint64_t prev = atomic_load(&null_max_len);
         while (reqs[k].len > prev &&
-               !atomic_compare_exchange_weak(&null_max_len, &prev, reqs[k].len))
+               !atomic_compare_exchange_weak(&null_max_len, &prev, reqs[k].len)) {
             ;
+        }
         atomic_fetch_add(&null_total, reqs[k].len);
         st->ring[(st->head + st->count) % st->cap] =
             (struct tio_io_cqe){ reqs[k].user, reqs[k].len };

@@ -18,8 +18,9 @@ struct posix_state {
 static int64_t posix_do(void *ctx, const struct tio_io_req *r, uint32_t worker) {
     struct posix_state *st = ctx;
     (void)worker;
-    if (r->file < 0 || (uint32_t)r->file >= st->nfds || r->mem != TIO_MEM_HOST)
+    if (r->file < 0 || (uint32_t)r->file >= st->nfds || r->mem != TIO_MEM_HOST) {
         return -EINVAL;
+    }
     int fd = st->fds[r->file];
     ssize_t n;
     do {
@@ -36,8 +37,9 @@ static int posix_probe(char *reason, size_t len) {
 
 static int posix_init(const struct tio_io_config *cfg, void **state) {
     struct posix_state *st = tio_calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
         return TIO_ENOMEM;
+    }
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
     int rc = tio_pool_new(cfg->threads, cfg->depth, posix_do, st, &st->pool);

@@ -48,8 +48,9 @@ static int uring_probe(char *reason, size_t len) {
     struct io_uring_probe *p = io_uring_get_probe_ring(&ring);
     int ok = p && io_uring_opcode_supported(p, IORING_OP_READ) &&
              io_uring_opcode_supported(p, IORING_OP_WRITE);
-    if (p)
+    if (p) {
         io_uring_free_probe(p);
+    }
     io_uring_queue_exit(&ring);
     if (!ok) {
         (void)snprintf(reason, len, "io_uring lacks IORING_OP_READ/WRITE (kernel < 5.6)");
@@ -62,8 +63,9 @@ static int uring_probe(char *reason, size_t len) {
 /* Queue the read of the wake eventfd (submitted with the next io_uring_submit). */
 static int arm_wake(struct uring_state *st) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
-    if (!sqe)
+    if (!sqe) {
         return -EAGAIN;
+    }
     io_uring_prep_read(sqe, st->wake_fd, &st->wake_val, sizeof st->wake_val, 0);
     io_uring_sqe_set_data64(sqe, URING_WAKE_USER);
     return 0;
@@ -73,8 +75,9 @@ static void uring_fini(void *state);
 
 static int uring_init(const struct tio_io_config *cfg, void **state) {
     struct uring_state *st = tio_calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
         return TIO_ENOMEM;
+    }
     /* one entry more than the core keeps in flight: the armed wake read */
     int rc = io_uring_queue_init(cfg->depth + 1, &st->ring, 0);
     if (rc < 0) {
@@ -85,8 +88,9 @@ static int uring_init(const struct tio_io_config *cfg, void **state) {
     st->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (st->wake_fd < 0 || arm_wake(st) < 0 || io_uring_submit(&st->ring) < 0) {
         int err = st->wake_fd < 0 ? -errno : TIO_EUNAVAIL;
-        if (st->wake_fd >= 0)
+        if (st->wake_fd >= 0) {
             close(st->wake_fd);
+        }
         io_uring_queue_exit(&st->ring);
         tio_free(st);
         return tio_set_error(err, "io_uring: cannot arm the wake-up eventfd");
@@ -113,8 +117,9 @@ static int uring_init(const struct tio_io_config *cfg, void **state) {
     }
     st->fds = cfg->fds;
     st->nfds = cfg->nfds;
-    if (cfg->nfds && io_uring_register_files(&st->ring, cfg->fds, cfg->nfds) == 0)
+    if (cfg->nfds && io_uring_register_files(&st->ring, cfg->fds, cfg->nfds) == 0) {
         st->files_registered = 1;
+    }
     *state = st;
     return 0;
 }
@@ -124,36 +129,42 @@ static void uring_fini(void *state) {
     /* drain what is still in flight so the kernel no longer touches the buffers */
     struct io_uring_cqe *cqe;
     while (io_uring_cq_ready(&st->ring) || io_uring_sq_ready(&st->ring)) {
-        if (io_uring_wait_cqe(&st->ring, &cqe) < 0)
+        if (io_uring_wait_cqe(&st->ring, &cqe) < 0) {
             break;
+        }
         io_uring_cqe_seen(&st->ring, cqe);
     }
     io_uring_queue_exit(&st->ring); /* also drops registrations and the armed wake read */
     close(st->wake_fd);
-    if (st->cq_fd >= 0)
+    if (st->cq_fd >= 0) {
         close(st->cq_fd);
+    }
     tio_free(st);
 }
 
 static int uring_register_bufs(void *state, void *const *bufs, const uint64_t *lens, uint32_t n) {
     struct uring_state *st = state;
     struct iovec *iov = tio_calloc(n, sizeof(*iov));
-    if (!iov)
+    if (!iov) {
         return TIO_ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
+    }
+    for (uint32_t i = 0; i < n; i++) {
         iov[i] = (struct iovec){ bufs[i], (size_t)lens[i] };
+    }
     int rc = io_uring_register_buffers(&st->ring, iov, n);
     tio_free(iov);
-    if (rc < 0)
+    if (rc < 0) {
         return rc; /* e.g. RLIMIT_MEMLOCK too small: the core runs unregistered */
+    }
     st->bufs_registered = 1;
     return 0;
 }
 
 static void uring_unregister_bufs(void *state) {
     struct uring_state *st = state;
-    if (st->bufs_registered)
+    if (st->bufs_registered) {
         (void)io_uring_unregister_buffers(&st->ring);
+    }
     st->bufs_registered = 0;
 }
 
@@ -162,26 +173,31 @@ static int uring_submit(void *state, const struct tio_io_req *reqs, uint32_t n) 
     uint32_t k = 0;
     for (; k < n; k++) {
         const struct tio_io_req *r = &reqs[k];
-        if (r->mem != TIO_MEM_HOST || r->file < 0 || (uint32_t)r->file >= st->nfds)
+        if (r->mem != TIO_MEM_HOST || r->file < 0 || (uint32_t)r->file >= st->nfds) {
             break; /* the core never sends these: caps has no DEVICE_MEM */
+        }
         struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
-        if (!sqe)
+        if (!sqe) {
             break;
+        }
         int fd = st->files_registered ? r->file : st->fds[r->file];
         int fixed_buf = st->bufs_registered && r->buf_index >= 0;
         if (r->op == TIO_IO_OP_WRITE) {
-            if (fixed_buf)
+            if (fixed_buf) {
                 io_uring_prep_write_fixed(sqe, fd, r->buf, r->len, r->off, r->buf_index);
-            else
+            } else {
                 io_uring_prep_write(sqe, fd, r->buf, r->len, r->off);
+            }
         } else {
-            if (fixed_buf)
+            if (fixed_buf) {
                 io_uring_prep_read_fixed(sqe, fd, r->buf, r->len, r->off, r->buf_index);
-            else
+            } else {
                 io_uring_prep_read(sqe, fd, r->buf, r->len, r->off);
+            }
         }
-        if (st->files_registered)
+        if (st->files_registered) {
             sqe->flags |= IOSQE_FIXED_FILE;
+        }
         io_uring_sqe_set_data64(sqe, r->user);
     }
     if (k) {
@@ -189,8 +205,9 @@ static int uring_submit(void *state, const struct tio_io_req *reqs, uint32_t n) 
         do {
             rc = io_uring_submit(&st->ring);
         } while (rc == -EINTR);
-        if (rc < 0)
+        if (rc < 0) {
             return rc;
+        }
     }
     return (k || !n) ? (int)k : -EAGAIN;
 }
@@ -203,8 +220,9 @@ uring_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct t
         struct io_uring_cqe *cqe = NULL;
         int rc = io_uring_peek_cqe(&st->ring, &cqe);
         if (rc == -EAGAIN) {
-            if (got >= min)
+            if (got >= min) {
                 break;
+            }
             if (timeout_ns < 0) {
                 rc = io_uring_wait_cqe(&st->ring, &cqe);
             } else {
@@ -212,18 +230,21 @@ uring_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct t
                                                 .tv_nsec = timeout_ns % 1000000000 };
                 rc = io_uring_wait_cqe_timeout(&st->ring, &cqe, &ts);
             }
-            if (rc == -ETIME || rc == -EINTR || rc == -EAGAIN)
+            if (rc == -ETIME || rc == -EINTR || rc == -EAGAIN) {
                 break;
-            if (rc < 0)
+            }
+            if (rc < 0) {
                 return got ? (int)got : rc;
+            }
         }
         uint64_t user = io_uring_cqe_get_data64(cqe);
         int32_t res = cqe->res;
         io_uring_cqe_seen(&st->ring, cqe);
         if (user == URING_WAKE_USER) {
             /* notify(): re-arm and return what we have, so the core looks at new work */
-            if (arm_wake(st) == 0)
+            if (arm_wake(st) == 0) {
                 (void)io_uring_submit(&st->ring);
+            }
             (void)res;
             break;
         }
@@ -241,11 +262,13 @@ static void uring_notify(void *state) {
 
 static int uring_arm(void *state, int on) {
     struct uring_state *st = state;
-    if (st->cq_fd < 0)
+    if (st->cq_fd < 0) {
         return -ENOTSUP;
+    }
     (void)io_uring_cq_eventfd_toggle(&st->ring, on != 0);
-    if (!on)
+    if (!on) {
         return 0;
+    }
     /* the kernel posts a CQE, then reads the flag; we write the flag, then read the CQ tail:
      * a full fence here so that at least one side sees the other (park() also has a timeout) */
     atomic_thread_fence(memory_order_seq_cst);

@@ -80,8 +80,9 @@ tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint
         ssize_t n;
         if (r->op == TIO_IO_OP_WRITE) {
             int err = copy_on(b, w, bounce, dev + done, piece, TIO_CUDA_MEMCPY_D2H);
-            if (err != 0)
+            if (err != 0) {
                 return done ? (int64_t)done : TIO_ECUDA;
+            }
             memset(bounce + piece, 0, io_len - piece);
             do {
                 n = pwrite(fd, bounce, io_len, off);
@@ -93,16 +94,19 @@ tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint
             if (n > 0) {
                 size_t got = TIO_MIN((size_t)n, piece);
                 int err = copy_on(b, w, dev + done, bounce, got, TIO_CUDA_MEMCPY_H2D);
-                if (err != 0)
+                if (err != 0) {
                     return done ? (int64_t)done : TIO_ECUDA;
+                }
             }
         }
-        if (n < 0)
+        if (n < 0) {
             return done ? (int64_t)done : -errno;
+        }
         size_t moved = TIO_MIN((size_t)n, piece);
         done += moved;
-        if (moved < piece)
+        if (moved < piece) {
             break; /* short: the core resumes the rest */
+        }
     }
     return (int64_t)done;
 }

@@ -16,12 +16,14 @@
 #include "io/engine_internal.h"
 
 int tio_engine_reserve(struct tio_engine *e, uint64_t bytes) {
-    if (!e)
+    if (!e) {
         return tio_set_error(TIO_EINVAL, "engine: NULL engine");
-    if (!e->nfiles)
+    }
+    if (!e->nfiles) {
         return bytes ? tio_set_error(-ENOSPC, "engine: reserve %llu bytes: no SSD directory",
                                      (unsigned long long)bytes)
                      : 0;
+    }
     uint64_t nch = (bytes + e->p.chunk_bytes - 1) / e->p.chunk_bytes;
     uint64_t per_dir = (nch + e->nfiles - 1) / e->nfiles * e->p.chunk_bytes;
     per_dir = TIO_MIN(per_dir, (bytes + TIO_IO_ALIGN - 1) & ~(uint64_t)(TIO_IO_ALIGN - 1));
@@ -30,8 +32,9 @@ int tio_engine_reserve(struct tio_engine *e, uint64_t bytes) {
     /* check every directory first so that a shortage changes nothing */
     for (uint32_t i = 0; i < e->nfiles && rc == 0; i++) {
         struct tio_swapfile *sf = &e->files[i];
-        if (sf->size >= per_dir || !e->p.preallocate)
+        if (sf->size >= per_dir || !e->p.preallocate) {
             continue;
+        }
         uint64_t delta = per_dir - sf->size, avail = tio_swapfile_fs_available(sf);
         if (avail < delta) {
             char a[32], b[32], c[32];
@@ -63,36 +66,45 @@ static int check_submit(struct tio_engine *e,
                         int32_t mem,
                         int32_t priority,
                         const char *what) {
-    if (!e)
+    if (!e) {
         return tio_set_error(TIO_EINVAL, "engine %s: NULL engine", what);
-    if (!bytes)
+    }
+    if (!bytes) {
         return tio_set_error(TIO_EINVAL, "engine %s: bytes is 0 (zero-byte transfers are errors)",
                              what);
-    if (!ptr)
+    }
+    if (!ptr) {
         return tio_set_error(TIO_EINVAL, "engine %s: ptr is NULL", what);
-    if (mem != TIO_MEM_HOST && mem != TIO_MEM_DEVICE)
+    }
+    if (mem != TIO_MEM_HOST && mem != TIO_MEM_DEVICE) {
         return tio_set_error(TIO_EINVAL, "engine %s: mem %d is not a memory kind", what, mem);
-    if (priority != TIO_PRIO_NORMAL && priority != TIO_PRIO_URGENT)
+    }
+    if (priority != TIO_PRIO_NORMAL && priority != TIO_PRIO_URGENT) {
         return tio_set_error(TIO_EINVAL, "engine %s: priority %d is not urgent or normal", what,
                              priority);
-    if ((uintptr_t)ptr > UINTPTR_MAX - bytes)
+    }
+    if ((uintptr_t)ptr > UINTPTR_MAX - bytes) {
         return tio_set_error(TIO_EINVAL, "engine %s: ptr + bytes overflows", what);
+    }
     return 0;
 }
 
 static int check_mem(struct tio_engine *e, int32_t mem, int32_t tier, const char *what) {
-    if (mem != TIO_MEM_DEVICE)
+    if (mem != TIO_MEM_DEVICE) {
         return 0;
-    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_IO_CAP_DEVICE_MEM))
+    }
+    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_IO_CAP_DEVICE_MEM)) {
         return tio_set_error(TIO_EUNAVAIL,
                              "engine %s: device memory needs the cufile or cuda backend (this "
                              "engine uses %s)",
                              what, e->ops->name);
-    if (tier == TIO_TIER_HOST && !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE))
+    }
+    if (tier == TIO_TIER_HOST && !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE)) {
         return tio_set_error(TIO_EUNAVAIL,
                              "engine %s: device memory to the host tier needs "
                              "cudart with a usable device when the engine was made: %s",
                              what, tio_cudart_reason());
+    }
     return 0;
 }
 
@@ -109,16 +121,18 @@ static int enqueue(struct tio_engine *e,
                    void *fence,
                    void *done) {
     struct request *rq = tio_calloc(1, sizeof(*rq));
-    if (!rq)
+    if (!rq) {
         return TIO_ENOMEM;
+    }
     rq->chunk_left = tio_malloc(pl->nchunks * sizeof(*rq->chunk_left));
     rq->chunk_retries = tio_calloc(pl->nchunks, sizeof(*rq->chunk_retries));
     if (!rq->chunk_left || !rq->chunk_retries) {
         tio_eng_request_free(rq);
         return TIO_ENOMEM;
     }
-    for (uint32_t c = 0; c < pl->nchunks; c++)
+    for (uint32_t c = 0; c < pl->nchunks; c++) {
         rq->chunk_left[c] = tio_eng_chunk_len(e, pl, c);
+    }
     rq->tag = tag;
     rq->fence = fence;
     rq->done = done;
@@ -130,8 +144,9 @@ static int enqueue(struct tio_engine *e,
     rq->t = t;
     rq->pl = pl;
     rq->anext = e->active;
-    if (e->active)
+    if (e->active) {
         e->active->aprev = rq;
+    }
     e->active = rq;
     tio_eng_queue_push(e, rq, 0);
     e->outstanding++;
@@ -142,10 +157,21 @@ static int enqueue(struct tio_engine *e,
 
 /* A fence needs cudart (its events are queried by the engine's threads). */
 static int check_fence(const void *fence, const char *what) {
-    if (fence && !tio_cudart())
+    if (fence && !tio_cudart()) {
         return tio_set_error(TIO_EUNAVAIL, "engine %s: a fence needs cudart: %s", what,
                              tio_cudart_reason());
+    }
     return 0;
+}
+
+/* A write's buffer as the request's (shared with reads) pointer type: the engine only reads
+ * it (a union rather than a cast through an integer, which hides it from the optimizer). */
+static void *writable(const void *ptr) {
+    union {
+        const void *c;
+        void *m;
+    } u = { .c = ptr };
+    return u.m;
 }
 
 int tio_engine_write(struct tio_engine *e,
@@ -169,20 +195,26 @@ int tio_engine_write_fenced(struct tio_engine *e,
                             uint64_t tag,
                             void *fence) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "write");
-    if (rc == 0)
+    if (rc == 0) {
         rc = check_fence(fence, "write");
-    if (rc < 0)
+    }
+    if (rc < 0) {
         return rc;
-    if (tier != TIO_TIER_SSD && tier != TIO_TIER_HOST)
+    }
+    if (tier != TIO_TIER_SSD && tier != TIO_TIER_HOST) {
         return tio_set_error(TIO_EINVAL, "engine write: tier %d is not SSD (%d) or HOST (%d)", tier,
                              TIO_TIER_SSD, TIO_TIER_HOST);
-    if (tier == TIO_TIER_SSD && !e->nfiles)
+    }
+    if (tier == TIO_TIER_SSD && !e->nfiles) {
         return tio_set_error(TIO_EUNAVAIL, "engine write: no SSD directory configured");
-    if (tier == TIO_TIER_HOST && !e->host_bst)
+    }
+    if (tier == TIO_TIER_HOST && !e->host_bst) {
         return tio_set_error(TIO_EUNAVAIL, "engine write: no host tier (host_tier_bytes is 0)");
+    }
     rc = check_mem(e, mem, tier, "write");
-    if (rc < 0)
+    if (rc < 0) {
         return rc;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->outstanding >= e->p.max_requests) {
         uint32_t o = e->outstanding;
@@ -206,15 +238,16 @@ int tio_engine_write_fenced(struct tio_engine *e,
     rc = tio_eng_placement_new(e, tensor_id, bytes, tier, &pl);
     if (rc >= 0) {
         t->pending = pl;
-        rc = enqueue(e, t, pl, TIO_IO_OP_WRITE, (void *)(uintptr_t)ptr, bytes, mem, priority, tag,
-                     fence, NULL);
+        rc = enqueue(e, t, pl, TIO_IO_OP_WRITE, writable(ptr), bytes, mem, priority, tag, fence,
+                     NULL);
         if (rc < 0) {
             t->pending = NULL;
             tio_eng_placement_free(e, pl);
         }
     }
-    if (rc < 0)
+    if (rc < 0) {
         tio_eng_tensor_maybe_remove(e, t);
+    }
     tio_eng_unlock_signal(e); /* kick may have completed requests */
     return rc;
 }
@@ -239,14 +272,17 @@ int tio_engine_read_fenced(struct tio_engine *e,
                            void *fence,
                            void *done) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
-    if (rc == 0)
+    if (rc == 0) {
         rc = check_fence(fence, "read");
-    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE)))
+    }
+    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE))) {
         rc = tio_set_error(TIO_EINVAL,
                            "engine read: a done event needs device memory and a usable CUDA "
                            "device when the engine was made");
-    if (rc < 0)
+    }
+    if (rc < 0) {
         return rc;
+    }
     pthread_mutex_lock(&e->mu);
     struct tensor *t = tio_eng_tensor_find(e, tensor_id);
     if (!t || !t->stored) {
@@ -267,34 +303,37 @@ int tio_engine_read_fenced(struct tio_engine *e,
                              (unsigned long long)bytes);
     }
     rc = check_mem(e, mem, t->stored->tier, "read");
-    if (rc >= 0 && e->outstanding >= e->p.max_requests)
+    if (rc >= 0 && e->outstanding >= e->p.max_requests) {
         rc = tio_set_error(-EAGAIN,
                            "engine read: %u requests outstanding (max_requests); reap "
                            "completions first",
                            e->outstanding);
+    }
     if (rc >= 0) {
         t->readers++;
         rc = enqueue(e, t, t->stored, TIO_IO_OP_READ, ptr, bytes, mem, priority, tag, fence, done);
-        if (rc < 0)
+        if (rc < 0) {
             t->readers--;
+        }
     }
     tio_eng_unlock_signal(e); /* kick may have completed requests */
     return rc;
 }
 
 int tio_engine_drop(struct tio_engine *e, uint64_t tensor_id) {
-    if (!e)
+    if (!e) {
         return tio_set_error(TIO_EINVAL, "engine drop: NULL engine");
+    }
     pthread_mutex_lock(&e->mu);
     struct tensor *t = tio_eng_tensor_find(e, tensor_id);
     int rc = 0;
-    if (!t || !t->stored)
+    if (!t || !t->stored) {
         rc = tio_set_error(TIO_ENOTFOUND, "engine drop: tensor %llu is not stored",
                            (unsigned long long)tensor_id);
-    else if (t->pending || t->readers) /* H6: a request still uses the stored copy */
+    } else if (t->pending || t->readers) { /* H6: a request still uses the stored copy */
         rc = tio_set_error(TIO_ESTATE, "engine drop: tensor %llu has a request in flight",
                            (unsigned long long)tensor_id);
-    else {
+    } else {
         tio_eng_placement_free(e, t->stored);
         t->stored = NULL;
         tio_eng_tensor_maybe_remove(e, t);
@@ -307,8 +346,9 @@ int tio_engine_tensor_info(struct tio_engine *e,
                            uint64_t tensor_id,
                            uint64_t *bytes,
                            int32_t *tier) {
-    if (!e)
+    if (!e) {
         return tio_set_error(TIO_EINVAL, "engine: NULL engine");
+    }
     pthread_mutex_lock(&e->mu);
     struct tensor *t = tio_eng_tensor_find(e, tensor_id);
     int rc = 0;
@@ -316,10 +356,12 @@ int tio_engine_tensor_info(struct tio_engine *e,
         rc = tio_set_error(TIO_ENOTFOUND, "engine: tensor %llu is not stored",
                            (unsigned long long)tensor_id);
     } else {
-        if (bytes)
+        if (bytes) {
             *bytes = t->stored->bytes;
-        if (tier)
+        }
+        if (tier) {
             *tier = t->stored->tier;
+        }
     }
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -337,8 +379,9 @@ static size_t take_completions(struct tio_engine *e, struct tio_completion *out,
 }
 
 int tio_engine_poll(struct tio_engine *e, struct tio_completion *out, size_t max) {
-    if (!e || (max && !out))
+    if (!e || (max && !out)) {
         return tio_set_error(TIO_EINVAL, "engine poll: NULL argument");
+    }
     pthread_mutex_lock(&e->mu);
     size_t k = take_completions(e, out, max);
     pthread_mutex_unlock(&e->mu);
@@ -347,12 +390,15 @@ int tio_engine_poll(struct tio_engine *e, struct tio_completion *out, size_t max
 
 int tio_engine_wait(
     struct tio_engine *e, struct tio_completion *out, size_t min, size_t max, int64_t timeout_ns) {
-    if (!e || (max && !out))
+    if (!e || (max && !out)) {
         return tio_set_error(TIO_EINVAL, "engine wait: NULL argument");
-    if (min > max)
+    }
+    if (min > max) {
         return tio_set_error(TIO_EINVAL, "engine wait: min %zu > max %zu", min, max);
-    if (max > INT32_MAX)
+    }
+    if (max > INT32_MAX) {
         max = INT32_MAX;
+    }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     if (timeout_ns >= 0) {
@@ -375,10 +421,12 @@ int tio_engine_wait(
              * thread that would then wake us */
             int timed_out = tio_eng_drive_wait(e, min, timeout_ns, &deadline);
             tio_eng_drive_end(e, &self, 1);
-            if (timed_out)
+            if (timed_out) {
                 break;
-            if (e->cq_count >= min || e->p.queue_depth - e->nop_free)
+            }
+            if (e->cq_count >= min || e->p.queue_depth - e->nop_free) {
                 continue;
+            }
             /* nothing in flight: our completions went to another thread; wait below until
              * a completion arrives or the backend is handed back with work to drive */
         }
@@ -387,16 +435,19 @@ int tio_engine_wait(
          * (Only waiters that found the backend busy were, and one that found nothing in
          * flight slept through later requests while the progress thread carried them.) */
         self.want_drive = e->caller_drive;
-        if (tio_eng_done_wake_due(e)) /* completions we reaped may meet another waiter's min */
+        if (tio_eng_done_wake_due(e)) { /* completions we reaped may meet another waiter's min */
             pthread_cond_broadcast(&e->done_cv);
+        }
         int rc = timeout_ns < 0 ? pthread_cond_wait(&e->done_cv, &e->mu)
                                 : pthread_cond_timedwait(&e->done_cv, &e->mu, &deadline);
-        if (rc == ETIMEDOUT)
+        if (rc == ETIMEDOUT) {
             break;
+        }
     }
     struct waiter **pp = &e->waiters;
-    while (*pp != &self)
+    while (*pp != &self) {
         pp = &(*pp)->next;
+    }
     *pp = self.next;
     size_t k = take_completions(e, out, max);
     tio_eng_unlock_signal(e);
@@ -404,8 +455,9 @@ int tio_engine_wait(
 }
 
 int tio_engine_cancel(struct tio_engine *e, uint64_t tag) {
-    if (!e)
+    if (!e) {
         return tio_set_error(TIO_EINVAL, "engine cancel: NULL engine");
+    }
     int n = 0;
     pthread_mutex_lock(&e->mu);
     struct request *rq = e->active;
@@ -414,22 +466,25 @@ int tio_engine_cancel(struct tio_engine *e, uint64_t tag) {
         if (rq->tag == tag && !rq->canceled) {
             rq->canceled = 1;
             n++;
-            if (rq->inflight == 0)
+            if (rq->inflight == 0) {
                 tio_eng_request_finish(e, rq); /* nothing in the backend: complete it now */
+            }
         }
         rq = next;
     }
     tio_eng_wake_progress(e, 1);
     tio_eng_unlock_signal(e);
-    if (!n)
+    if (!n) {
         return tio_set_error(TIO_ENOTFOUND, "engine cancel: no outstanding request with tag %llu",
                              (unsigned long long)tag);
+    }
     return n;
 }
 
 int tio_engine_stats(struct tio_engine *e, struct tio_engine_stats *out) {
-    if (!e || !out)
+    if (!e || !out) {
         return tio_set_error(TIO_EINVAL, "engine stats: NULL argument");
+    }
     pthread_mutex_lock(&e->mu);
     *out = e->st;
     out->ssd_capacity_bytes = 0;
@@ -445,12 +500,14 @@ int tio_engine_stats(struct tio_engine *e, struct tio_engine_stats *out) {
     out->inflight_ops = e->p.queue_depth - e->nop_free;
     size_t stored = 0;
     for (size_t i = 0; i < e->nbuckets; i++) {
-        for (struct tensor *t = e->buckets[i]; t; t = t->next)
+        for (struct tensor *t = e->buckets[i]; t; t = t->next) {
             stored += t->stored != NULL;
+        }
     }
     out->tensors = stored;
-    if (out->inflight_ops)
+    if (out->inflight_ops) {
         out->busy_s += tio_now_s() - e->busy_since;
+    }
     pthread_mutex_unlock(&e->mu);
     return 0;
 }
@@ -458,8 +515,9 @@ int tio_engine_stats(struct tio_engine *e, struct tio_engine_stats *out) {
 const char *tio_engine_last_error(struct tio_engine *e) {
     /* the progress thread may overwrite e->last_error at any time: hand out a copy */
     static _Thread_local char copy[sizeof(((struct tio_engine *)0)->last_error)];
-    if (!e)
+    if (!e) {
         return "";
+    }
     pthread_mutex_lock(&e->mu);
     memcpy(copy, e->last_error, sizeof copy);
     pthread_mutex_unlock(&e->mu);

@@ -45,15 +45,18 @@ static uint32_t drive_submit(struct tio_engine *e, int copies) {
     /* cancel requests: ask the backend to drop their queued transfers */
     if (e->ops->cancel) {
         for (uint32_t s = 0; s < depth; s++) {
-            if (e->opv[s].rq && e->opv[s].rq->canceled)
+            if (e->opv[s].rq && e->opv[s].rq->canceled) {
                 (void)e->ops->cancel(e->bst, s);
+            }
         }
     }
     uint32_t n = tio_eng_build_batch(e, batch, depth, copies);
-    if (!n)
+    if (!n) {
         return 0;
-    if (depth - e->nop_free == n) /* was idle */
+    }
+    if (depth - e->nop_free == n) { /* was idle */
         e->busy_since = tio_now_s();
+    }
     /* mu released: batch/reqs/cqes and the backend are ours (H2), each staging buffer is its op
      * slot's (H5), each request is held by its pieces (H3) */
     tio_eng_unlock_signal(e);
@@ -79,15 +82,17 @@ static uint32_t drive_submit(struct tio_engine *e, int copies) {
             /* the backend is full: make room by reaping one result */
             int k = e->ops->reap(e->bst, 1, depth, -1, cqes);
             pthread_mutex_lock(&e->mu);
-            for (int i = 0; i < k; i++)
+            for (int i = 0; i < k; i++) {
                 tio_eng_complete_op(e, (uint32_t)cqes[i].user, cqes[i].res);
+            }
             tio_eng_unlock_signal(e);
             continue;
         }
         /* submit failed as a whole: fail these transfers */
         pthread_mutex_lock(&e->mu);
-        for (uint32_t i = done; i < n; i++)
+        for (uint32_t i = done; i < n; i++) {
             tio_eng_complete_op(e, (uint32_t)reqs[i].user, rc);
+        }
         tio_eng_unlock_signal(e);
         break;
     }
@@ -108,10 +113,12 @@ static int drive_reap(struct tio_engine *e, int64_t timeout_ns) {
     int k = e->ops->reap(e->bst, timeout_ns == 0 ? 0 : 1, depth, timeout_ns, e->cqes);
     pthread_mutex_lock(&e->mu);
     e->in_reap = 0;
-    for (int i = 0; i < k; i++)
+    for (int i = 0; i < k; i++) {
         tio_eng_complete_op(e, (uint32_t)e->cqes[i].user, e->cqes[i].res);
-    if (k > 0 && depth - e->nop_free == 0)
+    }
+    if (k > 0 && depth - e->nop_free == 0) {
         e->st.busy_s += tio_now_s() - e->busy_since;
+    }
     return k;
 }
 
@@ -123,14 +130,17 @@ static int queued_work(const struct tio_engine *e) {
 static void progress_loop(struct tio_engine *e) {
     uint32_t depth = e->p.queue_depth;
     for (;;) {
-        if (drive_submit(e, 1))
+        if (drive_submit(e, 1)) {
             continue;
+        }
         uint32_t inflight = depth - e->nop_free;
         if (inflight == 0) {
-            if (e->stopping && !e->active)
+            if (e->stopping && !e->active) {
                 break;
-            if (tio_eng_done_wake_due(e))
+            }
+            if (tio_eng_done_wake_due(e)) {
                 pthread_cond_broadcast(&e->done_cv);
+            }
             if (e->fence_blocked) { /* poll the fences: nobody signals a CUDA event */
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
@@ -172,11 +182,13 @@ void tio_eng_drive_end(struct tio_engine *e, const struct waiter *self, int copi
     uint32_t inflight;
     int ready = 0;
     for (;;) {
-        while (queued_work(e) && drive_submit(e, copies))
+        while (queued_work(e) && drive_submit(e, copies)) {
             ;
+        }
         inflight = e->p.queue_depth - e->nop_free;
-        if (!inflight || e->ops->arm(e->bst, 1) <= 0)
+        if (!inflight || e->ops->arm(e->bst, 1) <= 0) {
             break;
+        }
         if (!copies && e->nheavy) { /* completions that copy or CRC: the progress thread's */
             ready = 1;
             break;
@@ -199,8 +211,9 @@ void tio_eng_drive_end(struct tio_engine *e, const struct waiter *self, int copi
      * one of them takes the backend (a waiter never sleeps on done_cv while transfers are in
      * flight and nobody reaps them; the parked progress thread only wakes on the eventfd) */
     if (inflight || queued_work(e)) {
-        for (const struct waiter *w = e->waiters; w; w = w->next)
+        for (const struct waiter *w = e->waiters; w; w = w->next) {
             e->wake_waiters |= w != self && w->want_drive;
+        }
     }
 }
 
@@ -224,8 +237,9 @@ static void progress_park_loop(struct tio_engine *e) {
                 int k = depth - e->nop_free ? drive_reap(e, 0) : 0;
                 /* one pass only while a caller waits: it is woken by the hand-back below and
                  * drives the rest (waiter rule 2 in docs/engine.md) */
-                if ((!n && k <= 0) || e->waiters)
+                if ((!n && k <= 0) || e->waiters) {
                     break;
+                }
             }
             uint32_t inflight = depth - e->nop_free;
             if (e->stopping && !e->active && !inflight) {
@@ -233,10 +247,11 @@ static void progress_park_loop(struct tio_engine *e) {
                 break;
             }
             tio_eng_drive_end(e, NULL, 1);
-            if (depth - e->nop_free == 0 && !queued_work(e))
+            if (depth - e->nop_free == 0 && !queued_work(e)) {
                 park_ns = -1; /* idle: whoever queues work unparks us */
-            else if (e->fence_blocked)
+            } else if (e->fence_blocked) {
                 park_ns = TIO_FENCE_POLL_NS;
+            }
         }
         e->park_idle = park_ns < 0;
         e->parked = 1;
@@ -250,10 +265,11 @@ static void progress_park_loop(struct tio_engine *e) {
 void *tio_eng_progress_main(void *arg) {
     struct tio_engine *e = arg;
     pthread_mutex_lock(&e->mu);
-    if (e->caller_drive)
+    if (e->caller_drive) {
         progress_park_loop(e);
-    else
+    } else {
         progress_loop(e);
+    }
     tio_eng_unlock_signal(e);
     return NULL;
 }
@@ -266,8 +282,9 @@ void *tio_eng_progress_main(void *arg) {
  */
 void tio_eng_wake_progress(struct tio_engine *e, int urgent) {
     uint32_t inflight = e->p.queue_depth - e->nop_free;
-    if (e->in_reap && e->ops->notify && (urgent || inflight * 2 < e->p.queue_depth))
+    if (e->in_reap && e->ops->notify && (urgent || inflight * 2 < e->p.queue_depth)) {
         e->ops->notify(e->bst);
+    }
     if (!e->caller_drive) {
         pthread_cond_signal(&e->work_cv);
     } else if (e->parked && !e->driving) {
@@ -312,8 +329,9 @@ int tio_eng_drive_wait(struct tio_engine *e,
     drive_begin(e);
     for (;;) {
         (void)drive_submit(e, 1);
-        if (e->cq_count >= min || e->p.queue_depth == e->nop_free)
+        if (e->cq_count >= min || e->p.queue_depth == e->nop_free) {
             return 0;
+        }
         int64_t left = -1;
         if (timeout_ns >= 0) {
             left = ns_until(deadline);

@@ -15,8 +15,9 @@
 
 static int redo_push(struct request *rq, struct piece pc) {
     void *arr = rq->redo;
-    if (tio_grow(&arr, &rq->capredo, rq->nredo + 1, sizeof(*rq->redo)) < 0)
+    if (tio_grow(&arr, &rq->capredo, rq->nredo + 1, sizeof(*rq->redo)) < 0) {
         return TIO_ENOMEM;
+    }
     rq->redo = arr;
     rq->redo[rq->nredo++] = pc;
     return 0;
@@ -44,8 +45,9 @@ static struct piece next_piece(struct tio_engine *e, struct request *rq) {
 /* Give back the part of a piece that was not issued. */
 static void piece_unissue(struct tio_engine *e, struct request *rq, struct piece pc) {
     (void)e;
-    if (redo_push(rq, pc) < 0)
+    if (redo_push(rq, pc) < 0) {
         tio_eng_request_fail(e, rq, TIO_ENOMEM, pc.chunk, pc.attempts, "out of memory");
+    }
 }
 
 static void
@@ -77,34 +79,40 @@ static int64_t host_piece(struct tio_engine *e, const struct request *rq, const 
         .flags = rq->op == TIO_IO_OP_READ && rq->done ? TIO_IO_REQ_NO_WAIT : 0,
     };
     int rc = e->host_ops->submit(e->host_bst, &r, 1);
-    if (rc < 0)
+    if (rc < 0) {
         return rc;
+    }
     struct tio_io_cqe c;
-    if (rc != 1 || e->host_ops->reap(e->host_bst, 1, 1, 0, &c) != 1)
+    if (rc != 1 || e->host_ops->reap(e->host_bst, 1, 1, 0, &c) != 1) {
         return -EIO; /* a synchronous backend has the result at once */
+    }
     return c.res;
 }
 
 int tio_eng_host_mem_ok(const struct tio_engine *e, int32_t mem) {
-    if (!e->host_bst)
+    if (!e->host_bst) {
         return 0;
-    if (e->host_ops->mem_ok)
+    }
+    if (e->host_ops->mem_ok) {
         return e->host_ops->mem_ok(e->host_bst, mem);
+    }
     return mem == TIO_MEM_HOST || (e->host_ops->caps & TIO_IO_CAP_DEVICE_MEM);
 }
 
 /* Account a chunk whose bytes have all arrived: CRC on write, verification on read. */
 static void chunk_done(struct tio_engine *e, struct request *rq, uint32_t c, uint32_t attempts) {
-    if (!rq->pl->crc || rq->mem != TIO_MEM_HOST || rq->pl->tier != TIO_TIER_SSD)
+    if (!rq->pl->crc || rq->mem != TIO_MEM_HOST || rq->pl->tier != TIO_TIER_SSD) {
         return;
+    }
     const unsigned char *data = rq->buf + (uint64_t)c * e->p.chunk_bytes;
     uint32_t crc = tio_crc32c(0, data, (size_t)tio_eng_chunk_len(e, rq->pl, c));
     if (rq->op == TIO_IO_OP_WRITE) {
         rq->pl->crc[c] = crc;
         return;
     }
-    if (crc == rq->pl->crc[c])
+    if (crc == rq->pl->crc[c]) {
         return;
+    }
     e->st.crc_errors++;
     if (rq->chunk_retries[c] < e->p.retries) {
         rq->chunk_retries[c]++;
@@ -123,10 +131,11 @@ piece_progress(struct tio_engine *e, struct request *rq, const struct piece *pc,
     rq->chunk_left[pc->chunk] -= moved;
     if (moved < pc->len) {
         struct piece rest = { pc->chunk, pc->attempts, pc->pos + moved, pc->len - moved };
-        if (redo_push(rq, rest) < 0)
+        if (redo_push(rq, rest) < 0) {
             tio_eng_request_fail(e, rq, TIO_ENOMEM, pc->chunk, pc->attempts, "out of memory");
-        else
+        } else {
             tio_eng_queue_push(e, rq, 1);
+        }
     } else if (rq->chunk_left[pc->chunk] == 0) {
         chunk_done(e, rq, pc->chunk, pc->attempts);
     }
@@ -150,10 +159,12 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
         if (moved < pc.len && e->files[o->file].direct) {
             moved &= ~(uint64_t)(TIO_IO_ALIGN - 1); /* O_DIRECT resumes at an aligned offset */
         }
-        if (stage && rq->op == TIO_IO_OP_READ && moved)
+        if (stage && rq->op == TIO_IO_OP_READ && moved) {
             memcpy(rq->buf + (uint64_t)pc.chunk * e->p.chunk_bytes + pc.pos, stage, (size_t)moved);
-        if (moved < pc.len)
+        }
+        if (moved < pc.len) {
             e->st.short_transfers++;
+        }
         if (moved == 0) { /* a short transfer below the alignment: counts as a failure */
             res = -EIO;
         } else {
@@ -167,22 +178,25 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
         } else if (pc.attempts < e->p.retries && !rq->canceled) {
             pc.attempts++;
             e->st.retries++;
-            if (redo_push(rq, pc) == 0)
+            if (redo_push(rq, pc) == 0) {
                 tio_eng_queue_push(e, rq, 1);
-            else
+            } else {
                 tio_eng_request_fail(e, rq, TIO_ENOMEM, pc.chunk, pc.attempts, "out of memory");
+            }
         } else {
             tio_eng_request_fail(e, rq, rq->op == TIO_IO_OP_READ ? TIO_EIO : err, pc.chunk,
                                  pc.attempts + 1,
                                  res == 0 ? "transfer moved 0 bytes" : "transfer failed");
         }
     }
-    if (o->stage >= 0)
+    if (o->stage >= 0) {
         e->stage_free[e->nstage_free++] = o->stage;
+    }
     o->rq = NULL;
     e->op_free[e->nop_free++] = slot;
-    if (rq->inflight == 0 && !tio_eng_request_has_work(rq))
+    if (rq->inflight == 0 && !tio_eng_request_has_work(rq)) {
         tio_eng_request_finish(e, rq);
+    }
 }
 
 /*
@@ -196,8 +210,9 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
     uint32_t n = 0;
     while (n < max && e->nop_free) {
         struct request *rq = tio_eng_pick(e);
-        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !copies))
+        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !copies)) {
             break;
+        }
         int from_cursor = rq->nredo == 0;
         struct piece pc = next_piece(e, rq);
         if (rq->pl->tier == TIO_TIER_HOST) {
@@ -214,12 +229,14 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
             int64_t res = host_piece(e, rq, &pc);
             pthread_mutex_lock(&e->mu);
             rq->inflight--;
-            if (res < 0)
+            if (res < 0) {
                 tio_eng_request_fail(e, rq, res, pc.chunk, 1, "host tier copy");
-            else
+            } else {
                 piece_progress(e, rq, &pc, (uint64_t)res);
-            if (rq->inflight == 0 && !tio_eng_request_has_work(rq))
+            }
+            if (rq->inflight == 0 && !tio_eng_request_has_work(rq)) {
                 tio_eng_request_finish(e, rq);
+            }
             continue;
         }
         uint32_t fi = tio_eng_chunk_file(e, rq->pl, pc.chunk);
@@ -230,18 +247,20 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
             if ((uintptr_t)user % TIO_IO_ALIGN) {
                 staged = 1;
             } else if (len % TIO_IO_ALIGN) {
-                if (len > TIO_IO_ALIGN)
+                if (len > TIO_IO_ALIGN) {
                     len &= ~(uint64_t)(TIO_IO_ALIGN - 1); /* aligned body now, tail staged */
-                else
+                } else {
                     staged = 1;
+                }
             }
         } else if (e->files[fi].direct && len > TIO_IO_ALIGN && len % TIO_IO_ALIGN) {
             /* device memory: the backend bounces unaligned pieces; keep those small */
             len &= ~(uint64_t)(TIO_IO_ALIGN - 1);
         }
         if (staged && !copies && rq->op == TIO_IO_OP_WRITE) {
-            if (!from_cursor) /* a submitting caller copies nothing: leave it queued */
+            if (!from_cursor) { /* a submitting caller copies nothing: leave it queued */
                 piece_unissue(e, rq, pc);
+            }
             break;
         }
         if (staged) {

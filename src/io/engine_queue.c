@@ -10,8 +10,9 @@
 #include "io/engine_internal.h"
 
 void tio_eng_queue_push(struct tio_engine *e, struct request *rq, int front) {
-    if (rq->queued)
+    if (rq->queued) {
         return;
+    }
     int q = rq->prio;
     rq->qprev = rq->qnext = NULL;
     if (!e->qhead[q]) {
@@ -29,17 +30,20 @@ void tio_eng_queue_push(struct tio_engine *e, struct request *rq, int front) {
 }
 
 static void queue_remove(struct tio_engine *e, struct request *rq) {
-    if (!rq->queued)
+    if (!rq->queued) {
         return;
+    }
     int q = rq->prio;
-    if (rq->qprev)
+    if (rq->qprev) {
         rq->qprev->qnext = rq->qnext;
-    else
+    } else {
         e->qhead[q] = rq->qnext;
-    if (rq->qnext)
+    }
+    if (rq->qnext) {
         rq->qnext->qprev = rq->qprev;
-    else
+    } else {
         e->qtail[q] = rq->qprev;
+    }
     rq->queued = 0;
 }
 
@@ -49,8 +53,9 @@ static int push_completion(struct tio_engine *e, uint64_t tag, int64_t res) {
         size_t ncap = e->cq_cap ? e->cq_cap * 2 : 64;
         struct tio_completion *n = tio_malloc(ncap * sizeof(*n));
         TIO_ASSERT(n != NULL); /* sized at init for max_requests: only grows past that */
-        for (size_t i = 0; i < e->cq_count; i++)
+        for (size_t i = 0; i < e->cq_count; i++) {
             n[i] = e->cq[(e->cq_head + i) % e->cq_cap];
+        }
         tio_free(e->cq);
         e->cq = n;
         e->cq_cap = ncap;
@@ -58,8 +63,9 @@ static int push_completion(struct tio_engine *e, uint64_t tag, int64_t res) {
     }
     e->cq[(e->cq_head + e->cq_count) % e->cq_cap] = (struct tio_completion){ tag, res };
     e->cq_count++;
-    if (e->waiters) /* (no system call when nobody sleeps on done_cv: a driving waiter) */
+    if (e->waiters) { /* (no system call when nobody sleeps on done_cv: a driving waiter) */
         pthread_cond_broadcast(&e->done_cv);
+    }
     return 0;
 }
 
@@ -69,8 +75,9 @@ static int push_completion(struct tio_engine *e, uint64_t tag, int64_t res) {
  * deferred to the unlock let a waiter among several sleep through to its deadline.)
  */
 int tio_eng_done_wake_due(struct tio_engine *e) {
-    if (!e->wake_waiters)
+    if (!e->wake_waiters) {
         return 0;
+    }
     e->wake_waiters = 0;
     return e->waiters != NULL;
 }
@@ -79,8 +86,9 @@ int tio_eng_done_wake_due(struct tio_engine *e) {
 void tio_eng_unlock_signal(struct tio_engine *e) {
     int wake = tio_eng_done_wake_due(e);
     pthread_mutex_unlock(&e->mu);
-    if (wake)
+    if (wake) {
         pthread_cond_broadcast(&e->done_cv);
+    }
 }
 
 void tio_eng_request_free(struct request *rq) {
@@ -98,15 +106,18 @@ void tio_eng_request_free(struct request *rq) {
 void tio_eng_request_finish(struct tio_engine *e, struct request *rq) {
     TIO_ASSERT(rq->inflight == 0);
     queue_remove(e, rq);
-    if (rq->aprev)
+    if (rq->aprev) {
         rq->aprev->anext = rq->anext;
-    else
+    } else {
         e->active = rq->anext;
-    if (rq->anext)
+    }
+    if (rq->anext) {
         rq->anext->aprev = rq->aprev;
+    }
     int64_t res = rq->error;
-    if (!res && rq->canceled)
+    if (!res && rq->canceled) {
         res = TIO_ECANCELED;
+    }
     if (rq->done) { /* after every copy of the request, on the stream that made them */
         if ((!e->host_ops->record_event || e->host_ops->record_event(e->host_bst, rq->done) < 0) &&
             res == 0) {
@@ -131,14 +142,16 @@ void tio_eng_request_finish(struct tio_engine *e, struct request *rq) {
         t->pending = NULL;
     } else {
         t->readers--;
-        if (res == 0)
+        if (res == 0) {
             e->st.bytes_read += rq->bytes;
+        }
     }
     tio_eng_tensor_maybe_remove(e, t);
-    if (res == TIO_ECANCELED)
+    if (res == TIO_ECANCELED) {
         e->st.requests_canceled++;
-    else if (res < 0)
+    } else if (res < 0) {
         e->st.requests_failed++;
+    }
     e->st.requests_completed++;
     /* H4: from here on the caller may free or reuse rq->buf (it may reap the completion as
      * soon as mu is released): nothing of this request is touched after this point */
@@ -152,8 +165,9 @@ void tio_eng_request_fail(struct tio_engine *e,
                           uint32_t chunk,
                           uint32_t attempts,
                           const char *why) {
-    if (rq->error)
+    if (rq->error) {
         return;
+    }
     rq->error = err;
     const char *where = "host tier";
     char loc[300] = "";
@@ -175,16 +189,18 @@ void tio_eng_request_fail(struct tio_engine *e,
 }
 
 int tio_eng_request_has_work(const struct request *rq) {
-    if (rq->error || rq->canceled)
+    if (rq->error || rq->canceled) {
         return 0;
+    }
     return rq->nredo > 0 || rq->cur_chunk < rq->pl->nchunks;
 }
 
 /* Has rq's fence completed? 1 yes (the fence is then forgotten), 0 not yet (fence_blocked is
  * set: whoever drives polls again soon), -1 the query failed (the request has failed). */
 static int fence_passed(struct tio_engine *e, struct request *rq) {
-    if (!rq->fence)
+    if (!rq->fence) {
         return 1;
+    }
     const struct tio_cudart_api *cu = tio_cudart();
     int err = cu ? cu->event_query(rq->fence) : -1;
     if (err == 0) {
@@ -207,15 +223,17 @@ struct request *tio_eng_pick(struct tio_engine *e) {
         struct request *rq = e->qhead[q];
         while (rq) {
             struct request *next = rq->qnext;
-            if (tio_eng_request_has_work(rq) && fence_passed(e, rq) > 0)
+            if (tio_eng_request_has_work(rq) && fence_passed(e, rq) > 0) {
                 return rq;
+            }
             if (tio_eng_request_has_work(rq)) { /* waiting for its fence */
                 rq = next;
                 continue;
             }
             queue_remove(e, rq);
-            if (rq->inflight == 0)
+            if (rq->inflight == 0) {
                 tio_eng_request_finish(e, rq);
+            }
             rq = next;
         }
     }

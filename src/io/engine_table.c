@@ -18,16 +18,18 @@ static size_t bucket_of(const struct tio_engine *e, uint64_t id) {
 
 struct tensor *tio_eng_tensor_find(struct tio_engine *e, uint64_t id) {
     for (struct tensor *t = e->buckets[bucket_of(e, id)]; t; t = t->next) {
-        if (t->id == id)
+        if (t->id == id) {
             return t;
+        }
     }
     return NULL;
 }
 
 struct tensor *tio_eng_tensor_get(struct tio_engine *e, uint64_t id) {
     struct tensor *t = tio_eng_tensor_find(e, id);
-    if (t)
+    if (t) {
         return t;
+    }
     if (e->ntensors + 1 > e->nbuckets) { /* rehash at load factor 1 */
         size_t nb = e->nbuckets * 2;
         struct tensor **b = tio_calloc(nb, sizeof(struct tensor *));
@@ -48,8 +50,9 @@ struct tensor *tio_eng_tensor_get(struct tio_engine *e, uint64_t id) {
         }
     }
     t = tio_calloc(1, sizeof(*t));
-    if (!t)
+    if (!t) {
         return NULL;
+    }
     t->id = id;
     size_t h = bucket_of(e, id);
     t->next = e->buckets[h];
@@ -60,11 +63,13 @@ struct tensor *tio_eng_tensor_get(struct tio_engine *e, uint64_t id) {
 
 /* Remove t from the table if nothing references it any more. */
 void tio_eng_tensor_maybe_remove(struct tio_engine *e, struct tensor *t) {
-    if (t->stored || t->pending || t->readers)
+    if (t->stored || t->pending || t->readers) {
         return;
+    }
     struct tensor **pp = &e->buckets[bucket_of(e, t->id)];
-    while (*pp != t)
+    while (*pp != t) {
         pp = &(*pp)->next;
+    }
     *pp = t->next;
     e->ntensors--;
     tio_free(t);
@@ -84,11 +89,13 @@ uint32_t tio_eng_chunk_file(const struct tio_engine *e, const struct placement *
 }
 
 void tio_eng_placement_free(struct tio_engine *e, struct placement *pl) {
-    if (!pl)
+    if (!pl) {
         return;
+    }
     for (uint32_t c = 0; c < pl->nchunks; c++) {
-        if (pl->off[c] == UINT64_MAX)
+        if (pl->off[c] == UINT64_MAX) {
             continue;
+        }
         int rc;
         if (pl->tier == TIO_TIER_HOST) {
             rc = c == 0 ? tio_extents_free(&e->host_ext, pl->off[0], pl->bytes) : 0;
@@ -109,8 +116,9 @@ static int grow_for(struct tio_engine *e, uint32_t fi, uint64_t need) {
     /* grow in steps of 64 chunks (at most 1 GiB unless needed) to keep fallocate rare */
     uint64_t step = TIO_MAX(need, TIO_MIN(64 * e->p.chunk_bytes, (uint64_t)1 << 30));
     int rc = tio_swapfile_grow(sf, sf->size + step, e->p.preallocate);
-    if (rc < 0 && step > need)
+    if (rc < 0 && step > need) {
         rc = tio_swapfile_grow(sf, sf->size + need, e->p.preallocate);
+    }
     return rc;
 }
 
@@ -118,26 +126,30 @@ static int grow_for(struct tio_engine *e, uint32_t fi, uint64_t need) {
 int tio_eng_placement_new(
     struct tio_engine *e, uint64_t id, uint64_t bytes, int32_t tier, struct placement **out) {
     uint64_t nch = (bytes + e->p.chunk_bytes - 1) / e->p.chunk_bytes;
-    if (nch > UINT32_MAX)
+    if (nch > UINT32_MAX) {
         return tio_set_error(TIO_EINVAL, "engine: tensor %llu: too many chunks",
                              (unsigned long long)id);
+    }
     struct placement *pl = tio_calloc(1, sizeof(*pl));
-    if (!pl)
+    if (!pl) {
         return TIO_ENOMEM;
+    }
     pl->bytes = bytes;
     pl->tier = tier;
     pl->nchunks = (uint32_t)nch;
     pl->off = tio_malloc(nch * sizeof(*pl->off));
-    if (e->p.verify)
+    if (e->p.verify) {
         pl->crc = tio_calloc(nch, sizeof(*pl->crc));
+    }
     if (!pl->off || (e->p.verify && !pl->crc)) {
         tio_free(pl->off);
         tio_free(pl->crc);
         tio_free(pl);
         return TIO_ENOMEM;
     }
-    for (uint32_t c = 0; c < pl->nchunks; c++)
+    for (uint32_t c = 0; c < pl->nchunks; c++) {
         pl->off[c] = UINT64_MAX;
+    }
     int rc = 0;
     if (tier == TIO_TIER_HOST) {
         uint64_t off;
@@ -152,8 +164,9 @@ int tio_eng_placement_new(
                                tio_format_bytes(avail, b, sizeof b),
                                (unsigned long long)tio_extents_largest(&e->host_ext));
         } else {
-            for (uint32_t c = 0; c < pl->nchunks; c++)
+            for (uint32_t c = 0; c < pl->nchunks; c++) {
                 pl->off[c] = off + (uint64_t)c * e->p.chunk_bytes;
+            }
         }
     } else {
         pl->first = e->next_dir++ % e->nfiles; /* rotate so small tensors spread too */
@@ -165,8 +178,9 @@ int tio_eng_placement_new(
                 /* the rest of this tensor's chunks on this directory, at most */
                 uint64_t left = (pl->nchunks - c + e->nfiles - 1) / e->nfiles;
                 rc = grow_for(e, fi, TIO_MAX(left * e->p.chunk_bytes, len));
-                if (rc >= 0)
+                if (rc >= 0) {
                     rc = tio_extents_alloc(&e->files[fi].ext, len, &pl->off[c]);
+                }
                 if (rc < 0) {
                     char detail[400];
                     (void)snprintf(detail, sizeof detail, "%s", tio_last_error());

@@ -45,10 +45,12 @@ static void *worker_main(void *arg) {
     tio_free(arg);
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->q_count && !p->stopping)
+        while (!p->q_count && !p->stopping) {
             pthread_cond_wait(&p->work_cv, &p->mu);
-        if (!p->q_count && p->stopping)
+        }
+        if (!p->q_count && p->stopping) {
             break;
+        }
         struct tio_io_req r = p->queue[p->q_head];
         p->q_head = (p->q_head + 1) % p->capacity;
         p->q_count--;
@@ -63,26 +65,30 @@ static void *worker_main(void *arg) {
 
 int tio_pool_new(
     uint32_t threads, uint32_t capacity, tio_pool_fn fn, void *ctx, struct tio_pool **out) {
-    if (!threads || !capacity || !fn)
+    if (!threads || !capacity || !fn) {
         return tio_set_error(TIO_EINVAL, "io pool: threads %u, capacity %u", threads, capacity);
+    }
     struct tio_pool *p = tio_calloc(1, sizeof(*p));
-    if (!p)
+    if (!p) {
         return TIO_ENOMEM;
+    }
     p->fn = fn;
     p->ctx = ctx;
     p->capacity = capacity;
     p->queue = tio_calloc(capacity, sizeof(*p->queue));
     p->done = tio_calloc(capacity, sizeof(*p->done));
     p->threads = tio_calloc(threads, sizeof(*p->threads));
-    if (!p->queue || !p->done || !p->threads)
+    if (!p->queue || !p->done || !p->threads) {
         goto fail;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
     for (uint32_t i = 0; i < threads; i++) {
         struct worker_arg *wa = tio_malloc(sizeof(*wa));
-        if (!wa)
+        if (!wa) {
             break;
+        }
         *wa = (struct worker_arg){ p, i };
         if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
             tio_free(wa);
@@ -105,14 +111,16 @@ fail:
 }
 
 void tio_pool_free(struct tio_pool *p) {
-    if (!p)
+    if (!p) {
         return;
+    }
     pthread_mutex_lock(&p->mu);
     p->stopping = 1;
     pthread_cond_broadcast(&p->work_cv);
     pthread_mutex_unlock(&p->mu);
-    for (uint32_t i = 0; i < p->nthreads; i++)
+    for (uint32_t i = 0; i < p->nthreads; i++) {
         pthread_join(p->threads[i], NULL);
+    }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work_cv);
     pthread_cond_destroy(&p->done_cv);
@@ -131,8 +139,9 @@ int tio_pool_submit(struct tio_pool *p, const struct tio_io_req *reqs, uint32_t 
         p->q_count++;
     }
     p->outstanding += k;
-    if (k)
+    if (k) {
         pthread_cond_broadcast(&p->work_cv);
+    }
     pthread_mutex_unlock(&p->mu);
     return (k || !n) ? (int)k : -EAGAIN;
 }
@@ -150,8 +159,9 @@ int tio_pool_reap(
     while (p->d_count < min && !p->kicks) {
         int rc = timeout_ns < 0 ? pthread_cond_wait(&p->done_cv, &p->mu)
                                 : pthread_cond_timedwait(&p->done_cv, &p->mu, &deadline);
-        if (rc == ETIMEDOUT)
+        if (rc == ETIMEDOUT) {
             break;
+        }
     }
     p->kicks = 0;
     uint32_t k = p->d_count < max ? p->d_count : max;
@@ -177,11 +187,13 @@ int tio_pool_cancel(struct tio_pool *p, uint64_t user) {
     pthread_mutex_lock(&p->mu);
     for (uint32_t i = 0; i < p->q_count; i++) {
         uint32_t at = (p->q_head + i) % p->capacity;
-        if (p->queue[at].user != user)
+        if (p->queue[at].user != user) {
             continue;
+        }
         /* close the gap by shifting the later entries down */
-        for (uint32_t j = i; j + 1 < p->q_count; j++)
+        for (uint32_t j = i; j + 1 < p->q_count; j++) {
             p->queue[(p->q_head + j) % p->capacity] = p->queue[(p->q_head + j + 1) % p->capacity];
+        }
         p->q_count--;
         push_done(p, user, -ECANCELED);
         rc = 0;

@@ -26,34 +26,40 @@ const struct tio_io_backend_ops *tio_io_backend_at(size_t i) {
 
 const struct tio_io_backend_ops *tio_io_backend_find(const char *name) {
     for (size_t i = 0; i < TIO_ARRAY_LEN(registry); i++) {
-        if (!strcmp(registry[i]->name, name))
+        if (!strcmp(registry[i]->name, name)) {
             return registry[i];
+        }
     }
     return NULL;
 }
 
 int tio_io_backend_validate(const struct tio_io_backend_ops *ops) {
-    if (ops->api_version != TIO_IO_BACKEND_API)
+    if (ops->api_version != TIO_IO_BACKEND_API) {
         return tio_set_error(TIO_EINVAL, "io backend %s: api_version %u, expected %u",
                              ops->name ? ops->name : "?", ops->api_version, TIO_IO_BACKEND_API);
+    }
     if (!ops->name || strlen(ops->name) >= 16 || !ops->probe || !ops->init || !ops->fini ||
-        !ops->submit || !ops->reap)
+        !ops->submit || !ops->reap) {
         return tio_set_error(TIO_EINVAL, "io backend %s: a required member is missing",
                              ops->name ? ops->name : "?");
-    if (!ops->register_bufs != !ops->unregister_bufs)
+    }
+    if (!ops->register_bufs != !ops->unregister_bufs) {
         return tio_set_error(TIO_EINVAL, "io backend %s: register_bufs without unregister_bufs",
                              ops->name);
-    if (!ops->arm != !ops->park || !ops->arm != !ops->unpark)
+    }
+    if (!ops->arm != !ops->park || !ops->arm != !ops->unpark) {
         return tio_set_error(TIO_EINVAL, "io backend %s: arm, park and unpark go together",
                              ops->name);
+    }
     return 0;
 }
 
 int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
     size_t n = 0;
     for (size_t i = 0; i < TIO_ARRAY_LEN(registry); i++, n++) {
-        if (n >= max)
+        if (n >= max) {
             continue;
+        }
         const struct tio_io_backend_ops *ops = registry[i];
         struct tio_io_backend_info *b = &out[n];
         memset(b, 0, sizeof(*b));
@@ -64,8 +70,9 @@ int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
             continue;
         }
         b->score = ops->probe(b->reason, sizeof b->reason);
-        if (b->score < 0)
+        if (b->score < 0) {
             b->score = 0;
+        }
         b->available = b->score > 0;
     }
 #if !defined(TIO_HAVE_URING)
@@ -82,8 +89,9 @@ int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
 }
 
 int tio_io_option_u64(const char *options, const char *key, uint64_t *out) {
-    if (!options || !*options)
+    if (!options || !*options) {
         return 0;
+    }
     size_t klen = strlen(key);
     const char *p = options;
     while (*p) {
@@ -92,21 +100,24 @@ int tio_io_option_u64(const char *options, const char *key, uint64_t *out) {
         if (len > klen && !strncmp(p, key, klen) && p[klen] == '=') {
             char buf[32];
             size_t vlen = len - klen - 1;
-            if (vlen == 0 || vlen >= sizeof buf)
+            if (vlen == 0 || vlen >= sizeof buf) {
                 return tio_set_error(TIO_EINVAL, "backend option %s: bad value", key);
+            }
             memcpy(buf, p + klen + 1, vlen);
             buf[vlen] = 0;
             char *e = NULL;
             errno = 0;
             unsigned long long v = strtoull(buf, &e, 0);
-            if (errno || *e || buf[0] == '-')
+            if (errno || *e || buf[0] == '-') {
                 return tio_set_error(TIO_EINVAL, "backend option %s=%s: not a number", key, buf);
+            }
             *out = v;
             return 1;
         }
         p += len;
-        if (*p == ',')
+        if (*p == ',') {
             p++;
+        }
     }
     return 0;
 }

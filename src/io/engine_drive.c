@@ -21,13 +21,14 @@
 
 #if defined(TIO_ASAN)
 static void asan_check(const struct tio_io_req *r) {
-    if (r->mem != TIO_MEM_HOST)
+    if (r->mem != TIO_MEM_HOST) {
         return;
+    }
     void *bad = __asan_region_is_poisoned(r->buf, r->len);
     if (bad) {
         TIO_LOG_ERROR("engine: buffer %p+%u handed to the kernel is poisoned at %p", r->buf, r->len,
                       bad);
-        TIO_ASSERT(!"I/O buffer not addressable");
+        TIO_ASSERT(bad == NULL); /* an I/O buffer that is not addressable */
     }
 }
 #endif
@@ -35,7 +36,7 @@ static void asan_check(const struct tio_io_req *r) {
 /*
  * Submit what the queues hold, as far as op slots allow (under mu, by the thread that drives
  * the backend; mu is released around staging copies and the backend call). `copies`: see
- * build_batch. Returns the number of transfers issued.
+ * tio_eng_build_batch. Returns the number of transfers issued.
  */
 static uint32_t drive_submit(struct tio_engine *e, int copies) {
     uint32_t depth = e->p.queue_depth;

@@ -51,8 +51,9 @@ def spawn_ranks(body, out_dir, world=2):
             # Seen in ~1 of 15 runs of the FSDP2 file on the 2-core machine, with and without
             # teraio's page discards: a rank aborts with "terminate called without an active
             # exception" (a joinable C++ thread destroyed: gloo/c10d), no Python error. Retried
-            # once, loudly; a second abort, or any other death, fails the test. Open question:
-            # see the closing notes of sessions 7-8; faulthandler above prints the stacks.
+            # once, loudly; a second abort, or any other death, fails the test. Open question
+            # (docs/decisions.md, released CPU storages under FSDP); faulthandler above prints
+            # the stacks.
             if attempt == 2 or e.signal_name != "SIGABRT":
                 raise
             msg = (f"spawn_ranks: rank {e.error_index} aborted (SIGABRT) on attempt 1; "

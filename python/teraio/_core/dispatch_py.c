@@ -17,13 +17,12 @@
 #include <stdarg.h>
 #include <time.h>
 
+#include <teraio/trace.h>
+
 #include "core.h"
 
-enum { USE_R = 1, USE_W = 2, USE_RW = 3 };
-enum { KIND_ACT = 3, KIND_INPUT = 5 };
-enum { F_PINNED = 2 };
-enum { K_COMM = 1, K_OPTIM = 2 };
-enum { KF_CHECK_OFFLOAD = 1, KF_RELEASE = 2 }; /* per-kernel flags from the driver */
+/* Per-kernel flags from the driver (the kflags bytes of configure), exported under these names. */
+enum { OPFAST_CHECK_OFFLOAD = 1, OPFAST_RELEASE = 2 };
 
 /* Spec tuple per operator (made by _mode._make_spec, cached in a dict shared by all steps). */
 enum { SP_ARGS, SP_RETS_W, SP_COMM, SP_NAME, SP_FOREACH, SP_OP, SP_LEN };
@@ -43,7 +42,7 @@ typedef struct {
     PyObject *runtime;              /* the executor (execution) */
     PyObject *in_optim;             /* callable() -> bool (recording) */
     PyObject *last_k;               /* dict: tensor id -> last kernel (recording) */
-    PyObject *kflags;               /* bytes: KF_* per kernel (execution) */
+    PyObject *kflags;               /* bytes: OPFAST_* per kernel (execution) */
     PyObject *movable;              /* set of tensor ids the plan moves (execution) */
     PyObject *dead_set;             /* set: driver.dead (execution) */
     PyObject *st_by_id, *weak_by_id; /* dicts: driver.st_by_id, driver.weak_by_id */
@@ -271,8 +270,9 @@ static int tensor_id(
     }
     *tid = id;
     if (self->record) {
-        PyObject *e = Py_BuildValue("(LiiO)", nb, is_output ? KIND_ACT : KIND_INPUT,
-                                    is_output ? 0 : F_PINNED, Py_None);
+        PyObject *e =
+            Py_BuildValue("(LiiO)", nb, is_output ? TIO_TENSOR_ACTIVATION : TIO_TENSOR_INPUT,
+                          is_output ? 0 : TIO_TENSOR_PINNED, Py_None);
         int rc = e ? PyList_Append(self->tensors, e) : -1;
         Py_XDECREF(e);
         Py_DECREF(st);
@@ -348,7 +348,7 @@ output_use(OpFastObject *self, PyObject *t, PyObject *func, Py_ssize_t j, PyObje
     }
     if (rc == 2 ||
         (rc == 1 && j < PyTuple_GET_SIZE(rets_w) && PyTuple_GET_ITEM(rets_w, j) == Py_True)) {
-        return add_use(self, (long)tid, USE_W);
+        return add_use(self, (long)tid, TIO_USE_WRITE);
     }
     return 0;
 }
@@ -400,7 +400,7 @@ static int record_kernel(OpFastObject *self, PyObject *name, int comm, long long
         PyTuple_SET_ITEM(flat, (Py_ssize_t)(2 * i), t);
         PyTuple_SET_ITEM(flat, (Py_ssize_t)(2 * i + 1), m);
     }
-    int flags = comm ? K_COMM : 0;
+    int flags = comm ? TIO_KERNEL_COMM : 0;
     PyObject *opt = PyObject_CallNoArgs(self->in_optim);
     int in_opt = opt ? PyObject_IsTrue(opt) : -1;
     Py_XDECREF(opt);
@@ -408,7 +408,7 @@ static int record_kernel(OpFastObject *self, PyObject *name, int comm, long long
         Py_DECREF(flat);
         return -1;
     }
-    flags |= in_opt ? K_OPTIM : 0;
+    flags |= in_opt ? TIO_KERNEL_OPTIM : 0;
     if (comm) {
         PyObject *r = PyObject_CallMethodOneArg(self->driver, s_pin, flat);
         if (!r) {
@@ -466,7 +466,7 @@ static int finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses,
     Py_DECREF(r);
     long long k = self->k;
     if (k < PyBytes_GET_SIZE(self->kflags) &&
-        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & KF_RELEASE)) {
+        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & OPFAST_RELEASE)) {
         r = PyObject_CallMethodOneArg(self->driver, s_release, kl);
         if (!r) {
             return -1;
@@ -514,7 +514,7 @@ static int collect_inputs(OpFastObject *self, PyObject *argplan, PyObject *args,
             if (rc < 0) {
                 return rc;
             }
-            if (rc > 0 && add_use(self, (long)tid, w ? USE_RW : USE_R) < 0) {
+            if (rc > 0 && add_use(self, (long)tid, w ? TIO_USE_READ_WRITE : TIO_USE_READ) < 0) {
                 return -1;
             }
         }
@@ -558,7 +558,7 @@ static int check_and_prepare(
         }
     }
     if (k < PyBytes_GET_SIZE(self->kflags) &&
-        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & KF_CHECK_OFFLOAD)) {
+        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & OPFAST_CHECK_OFFLOAD)) {
         PyObject *why = PyObject_CallMethodOneArg(self->driver, s_check_offloads, kl);
         if (!why) {
             return -1;
@@ -605,12 +605,13 @@ static int flush_deaths(OpFastObject *self) {
             if (ti >= 0 && ti < PyList_GET_SIZE(self->tensors)) {
                 PyObject *te = PyList_GET_ITEM(self->tensors, ti);
                 if (PyTuple_Check(te) && PyTuple_GET_SIZE(te) > 2 &&
-                    (PyLong_AsLong(PyTuple_GET_ITEM(te, 2)) & F_PINNED)) {
+                    (PyLong_AsLong(PyTuple_GET_ITEM(te, 2)) & TIO_TENSOR_PINNED)) {
                     continue;
                 }
             }
             if (last < self->k - 1) {
-                PyObject *e = Py_BuildValue("(Oii(Oi))", self->free_kernel, 1, 0, tid, USE_W);
+                PyObject *e =
+                    Py_BuildValue("(Oii(Oi))", self->free_kernel, 1, 0, tid, TIO_USE_WRITE);
                 if (!e || PyList_Append(self->kernels, e) < 0) {
                     Py_XDECREF(e);
                     goto fail;
@@ -1011,7 +1012,8 @@ static PyMethodDef opfast_methods[] = {
     { "id_of", (PyCFunction)opfast_id_of, METH_O, "id_of(tensor) -> id or None" },
     { "configure", (PyCFunction)opfast_configure, METH_VARARGS,
       "configure(record, tensors, kernels, runtime, in_optim, last_k, kflags, movable, "
-      "split_foreach)" },
+      "split_foreach, dead_set, st_by_id, weak_by_id, free_kernel); kflags: OPFAST_* bits per "
+      "kernel" },
     { "dispatch", (PyCFunction)(void (*)(void))opfast_dispatch, METH_FASTCALL,
       "dispatch(func, args, kwargs) -> result" },
     { "one", (PyCFunction)(void (*)(void))opfast_one, METH_FASTCALL,
@@ -1061,7 +1063,9 @@ int tio_py_add_dispatch(PyObject *m) {
         }
     }
     if (PyType_Ready(&OpFastType) < 0 ||
-        PyModule_AddObjectRef(m, "OpFast", (PyObject *)&OpFastType) < 0) {
+        PyModule_AddObjectRef(m, "OpFast", (PyObject *)&OpFastType) < 0 ||
+        PyModule_AddIntConstant(m, "OPFAST_CHECK_OFFLOAD", OPFAST_CHECK_OFFLOAD) < 0 ||
+        PyModule_AddIntConstant(m, "OPFAST_RELEASE", OPFAST_RELEASE) < 0) {
         return -1;
     }
     return 0;

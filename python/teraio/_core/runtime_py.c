@@ -966,7 +966,8 @@ int tio_py_add_runtime(PyObject *m) {
         }
     }
     if (PyModule_AddIntConstant(m, "RT_RELEASE", TIO_RT_RELEASE) < 0 ||
-        PyModule_AddIntConstant(m, "RT_MATERIALIZE", TIO_RT_MATERIALIZE) < 0) {
+        PyModule_AddIntConstant(m, "RT_MATERIALIZE", TIO_RT_MATERIALIZE) < 0 ||
+        PyModule_AddStringConstant(m, "RUNTIME_FREE_KERNEL", TIO_RUNTIME_FREE_KERNEL) < 0) {
         return -1;
     }
     return 0;

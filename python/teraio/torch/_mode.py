@@ -18,14 +18,17 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from teraio import _core as _c
 from teraio.torch._fsdp import has_subclass
 
-# enum values of include/teraio/trace.h
-KIND_WEIGHT, KIND_GRAD, KIND_OPTIM, KIND_ACT, KIND_TEMP, KIND_INPUT, KIND_OTHER = range(7)
-F_GLOBAL, F_PINNED = 1, 2
-K_COMM, K_OPTIM, K_BACKWARD = 1, 2, 4
-USE_R, USE_W, USE_RW = 1, 2, 3
-FREE_KERNEL = "teraio::free"  # TIO_RUNTIME_FREE_KERNEL: an intermediate freed after its last use
+# enums of include/teraio/trace.h and runtime.h, by name from teraio._core
+KIND_WEIGHT, KIND_GRAD, KIND_OPTIM = _c.TENSOR_WEIGHT, _c.TENSOR_GRAD, _c.TENSOR_OPTIM_STATE
+KIND_ACT, KIND_TEMP, KIND_INPUT, KIND_OTHER = (_c.TENSOR_ACTIVATION, _c.TENSOR_TEMP,
+                                               _c.TENSOR_INPUT, _c.TENSOR_OTHER)
+F_GLOBAL, F_PINNED = _c.TENSOR_GLOBAL, _c.TENSOR_PINNED
+K_COMM, K_OPTIM, K_BACKWARD = _c.KERNEL_COMM, _c.KERNEL_OPTIM, _c.KERNEL_BACKWARD
+USE_R, USE_W, USE_RW = _c.USE_READ, _c.USE_WRITE, _c.USE_READ_WRITE
+FREE_KERNEL = _c.RUNTIME_FREE_KERNEL  # an intermediate freed after its last use
 
 _COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
 
@@ -653,10 +656,10 @@ class FastStepDriver(StepDriver):
             flags = bytearray(len(self.prog.kernels))
             for k in self.offload_at:
                 if 0 <= k < len(flags):
-                    flags[k] |= 1
+                    flags[k] |= _c.OPFAST_CHECK_OFFLOAD
             for k in self.release_at:
                 if 0 <= k < len(flags):
-                    flags[k] |= 2
+                    flags[k] |= _c.OPFAST_RELEASE
             kflags = bytes(flags)
         self.fast.configure(record, self.prog.tensors, self.prog.kernels, runtime,
                             self.in_optim, self.last_k, kflags, frozenset(self.movable),

@@ -3,7 +3,7 @@ once, with a warning; one that aborts every time fails the test."""
 import os
 
 import pytest
-from _dist import needs_gloo, spawn_ranks
+from _dist import aborted_ranks, needs_gloo, spawn_ranks
 
 
 def _abort_once(rank, world, init, out_dir):
@@ -34,3 +34,23 @@ def test_a_rank_that_always_aborts_fails(tmp_path):
     with pytest.warns(RuntimeWarning, match="retrying once"):
         with pytest.raises(mp.ProcessExitedException, match="SIGABRT"):
             spawn_ranks(_abort_always, tmp_path)
+
+
+class _Dead:
+    def __init__(self, exitcode):
+        self.exitcode = exitcode
+        self.joined = False
+
+    def join(self):
+        self.joined = True
+
+
+def test_the_aborted_rank_is_found_whichever_failure_the_join_saw_first():
+    # The race the spawn helper met: rank 1 aborts, rank 0 then raises ("Connection closed by
+    # peer", exit status 1), and the join reports rank 0's exception because it is listed
+    # first. The abort is still found, by the exit statuses of all ranks.
+    procs = [_Dead(1), _Dead(-6)]
+    assert aborted_ranks(procs) == [1]
+    assert all(p.joined for p in procs)
+    assert aborted_ranks([_Dead(1), _Dead(-15)]) == []
+    assert aborted_ranks([_Dead(0), _Dead(0)]) == []

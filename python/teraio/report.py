@@ -411,10 +411,10 @@ RANK_REPORT_FORMAT = "teraio-rank-report"
 _REPORT_KEYS = ("bytes_offloaded", "peak_managed_bytes", "memory_budget")
 
 
-def rank_report(off, step_s=None) -> dict:
+def rank_report(off, step_s=None, extra=None) -> dict:
     """`off.report()` with where it ran: format, rank, local_rank, world_size, host, and the
     wall time of each step (`step_s`: seconds per step, measured by the caller around
-    `with off.step():`; None: not measured)."""
+    `with off.step():`; None: not measured); `extra`: more keys (JSON values) to add."""
     import socket
 
     from teraio import _ranks
@@ -431,18 +431,19 @@ def rank_report(off, step_s=None) -> dict:
     rep.update(format=RANK_REPORT_FORMAT, rank=off.rank, local_rank=_ranks.local_rank(off.rank),
                world_size=int(os.environ.get("WORLD_SIZE", world)), host=socket.gethostname(),
                step_s=[float(t) for t in step_s] if step_s is not None else None)
+    rep.update(extra or {})
     return rep
 
 
-def write_rank_report(off, path, step_s=None) -> str:
-    """Write rank_report(off, step_s) as JSON to `path` ("{rank}" and "{local_rank}" are
-    replaced; its folder is made); returns the path written."""
+def write_rank_report(off, path, step_s=None, extra=None) -> str:
+    """Write rank_report(off, step_s, extra) as JSON to `path` ("{rank}" and "{local_rank}"
+    are replaced; its folder is made); returns the path written."""
     from teraio import _ranks
 
     out = Path(_ranks.expand(path, off.rank, "report path"))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(rank_report(off, step_s), indent=1, default=str) + "\n")
+    tmp.write_text(json.dumps(rank_report(off, step_s, extra), indent=1, default=str) + "\n")
     os.replace(tmp, out)
     return str(out)
 

@@ -98,8 +98,24 @@ class OffloadTrainer(Trainer):
     def __init__(self, config: Config):
         self.offloader = None
         self.step_s = []
+        self.logged = []
         super().__init__(config)
+        self.record_metrics()
         self.make_offloader()
+
+    def record_metrics(self):
+        """Keep what TorchTitan logs each step, (step, loss, max loss, gradient norm), in
+        `.logged` and the report (called by __init__): runs with and without teraio compare
+        them bit for bit (scripts/gpu_validate.sh, phase titan)."""
+        mp = self.metrics_processor
+        log = mp.log
+
+        def logged(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw):
+            self.logged.append([int(step), float(global_avg_loss), float(global_max_loss),
+                                float(grad_norm)])
+            return log(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw)
+
+        mp.log = logged
 
     def make_offloader(self):
         """The Offloader over this rank's model part and its optimizer (called by __init__)."""
@@ -139,9 +155,11 @@ class OffloadTrainer(Trainer):
         return False
 
     def train_step(self, data_iterator):
-        if self.offloader is None:
-            return super().train_step(data_iterator)
         t0 = time.perf_counter()
+        if self.offloader is None:
+            super().train_step(data_iterator)
+            self.step_s.append(time.perf_counter() - t0)
+            return
         with self.offloader.step():
             super().train_step(data_iterator)
         self.step_s.append(time.perf_counter() - t0)
@@ -153,24 +171,38 @@ class OffloadTrainer(Trainer):
         if self._reads_parameters_after(self.step):
             self.offloader.restore()
 
+    def _report_path(self) -> str:
+        return self.config.teraio.report or os.path.join(self.config.dump_folder, "teraio",
+                                                         "rank{rank}.json")
+
     def write_report(self) -> str | None:
-        """This rank's report (teraio.report.write_rank_report); returns its path."""
-        if self.offloader is None:
-            return None
+        """This rank's report (teraio.report.write_rank_report, with `titan_steps`: what
+        TorchTitan logged each step) to --teraio.report; returns its path. Without teraio
+        (--teraio.enable false) only {"titan_steps": ...} is written, for comparisons."""
         from teraio import report
 
-        path = self.config.teraio.report or os.path.join(self.config.dump_folder, "teraio",
-                                                         "rank{rank}.json")
-        out = report.write_rank_report(self.offloader, path, step_s=self.step_s)
+        extra = {"titan_steps": self.logged}
+        if self.offloader is None:
+            import json
+
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            out = _ranks.expand(self._report_path(), rank, "--teraio.report")
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            with open(out, "w") as f:
+                json.dump(dict(extra, rank=rank, step_s=self.step_s), f)
+        else:
+            out = report.write_rank_report(self.offloader, self._report_path(),
+                                           step_s=self.step_s, extra=extra)
         logger.info(f"teraio: report written to {out}")
         return out
 
     def close(self) -> None:
-        if self.offloader is not None:
-            try:
+        try:
+            if self.offloader is not None:
                 self.offloader.restore()
-                self.write_report()
-            finally:
+            self.write_report()
+        finally:
+            if self.offloader is not None:
                 self.offloader.close()
                 self.offloader = None
         super().close()

@@ -65,7 +65,9 @@ def _config(tmp_path, use_teraio, args=()):
                                       "llama3_debugmodel", "--training.steps", str(STEPS),
                                       "--training.seq_len", str(SEQ),
                                       "--training.local_batch_size", str(BATCH),
-                                      "--dump_folder", str(tmp_path / "out"), *args])
+                                      "--dump_folder",
+                                      str(tmp_path / ("teraio" if use_teraio else "plain")),
+                                      *args])
     cfg.teraio.enable = use_teraio
     # the "spmd_types" backend builds a CUDA device mesh: on CPU, TorchTitan's plain one
     cfg.parallelism.spmd_backend = "partial_dtensor"
@@ -102,6 +104,8 @@ def _trainer(cfg):
     tr.lr_schedulers = cfg.lr_scheduler.build(optimizers=tr.optimizers,
                                               training_steps=cfg.training.steps)
     tr.metrics_processor = _Metrics()
+    tr.logged = []
+    tr.record_metrics()
     tr.checkpointer = _Checkpointer()
     tr.device = torch.device("cpu")
     tr.gradient_accumulation_steps = 1
@@ -196,7 +200,7 @@ def test_titan_steps_bitwise_with_teraio(runs):
     # AdamW states: bit for bit
     assert off["logged"] == plain["logged"]
     assert off["digest"] == plain["digest"]
-    assert plain["report"] is None and not plain["step_s"]
+    assert plain["report"] is None and len(plain["step_s"]) == STEPS
     # 1 warm-up, 1 profiled, the rest offloaded within the budget
     assert rep["steps_offloaded"] == STEPS - 2 and rep["steps_diverged"] == 0, rep
     assert rep["bytes_offloaded"] > 0 and rep["engine"]["bytes_written"] > 0, rep
@@ -207,11 +211,16 @@ def test_titan_steps_bitwise_with_teraio(runs):
 
 def test_titan_rank_report(runs):
     d, _, off = runs
-    path = d / "out" / "teraio" / "rank0.json"  # the default: <dump_folder>/teraio/rank{rank}
+    path = d / "teraio" / "teraio" / "rank0.json"  # default: <dump_folder>/teraio/rank{rank}
     rep = json.loads(path.read_text())
     assert rep["format"] == "teraio-rank-report" and rep["rank"] == 0
     assert rep["step_s"] == off["step_s"] and len(rep["step_s"]) == STEPS
     assert rep["bytes_offloaded"] == off["report"]["bytes_offloaded"]
+    # what TorchTitan logged each step, in both runs' files: what the GPU recipe compares
+    plain = json.loads((d / "plain" / "teraio" / "rank0.json").read_text())
+    assert "format" not in plain and len(plain["step_s"]) == STEPS
+    want = [[s, loss, mx, g] for s, loss, mx, g, _ in off["logged"]]
+    assert rep["titan_steps"] == plain["titan_steps"] == want
     agg = report.aggregate([str(path)])
     assert agg["total"]["budget_held"] and agg["total"]["bytes_offloaded"] > 0
     # closed: the Offloader is gone and the parameters are plain tensors again

@@ -10,6 +10,7 @@ through OffloadTrainer.train_step: bitwise against the same steps through TorchT
 Trainer.train_step, with bytes offloaded, the budget held and the rank report written."""
 import hashlib
 import json
+import math
 import os
 import time
 
@@ -185,6 +186,9 @@ def test_config_registry():
     assert isinstance(cfg.dataloader, titan.SyntheticDataLoader.Config)
     assert titan._budget("0.5") == 0.5 and titan._budget("8GiB") == "8GiB"
     assert titan._budget("1000000") == 1000000
+    off = ConfigManager().parse_args(["--module", "teraio.titan", "--config",
+                                      "llama3_debugmodel_flex", "--teraio.no-enable"])
+    assert off.teraio.enable is False and isinstance(off, titan.OffloadTrainer.Config)
 
 
 def test_titan_steps_bitwise_with_teraio(runs):
@@ -233,3 +237,32 @@ def test_refuses_several_model_parts(tmp_path):
     tr.model_parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
     with pytest.raises(ValueError, match=r"2 model parts .*\(1F1B, GPipe\)"):
         tr.make_offloader()
+
+
+def test_gpu_titan_summary(runs, tmp_path):
+    """scripts/gpu_titan_summary.py (the GPU recipe's table) on this file's real reports: the
+    teraio run as both of the recipe's teraio runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    d, _, _ = runs
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
+                          "gpu_titan_summary.py")
+    for name, src in (("plain", "plain"), ("host", "teraio"), ("ssd", "teraio")):
+        (tmp_path / name).mkdir()
+        shutil.copy(d / src / "teraio" / "rank0.json", tmp_path / name / "rank0.json")
+    p = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
+    print(p.stdout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"titan plain: {STEPS} steps")
+    assert "IDENTICAL" in lines[1] and "IDENTICAL" in lines[2] and lines[3] == "titan: ok"
+    # a loss one bit off, and a missing run, fail it
+    rep = json.loads((tmp_path / "ssd" / "rank0.json").read_text())
+    rep["titan_steps"][-1][1] = math.nextafter(rep["titan_steps"][-1][1], math.inf)
+    (tmp_path / "ssd" / "rank0.json").write_text(json.dumps(rep))
+    (tmp_path / "host" / "rank0.json").unlink()
+    p = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
+    assert p.returncode == 1 and "DIFFERENT" in p.stdout and "titan host: no result" in p.stdout
+    assert p.stdout.splitlines()[-1] == "titan: FAILED"

@@ -77,12 +77,18 @@ class TeraioConfig:
 
 
 def _budget(v: str):
-    """"0.5" -> 0.5 (a fraction), "8GiB" or "1000000" -> itself (the Offloader parses it)."""
+    """"0.5" -> 0.5 (a fraction), "1000000" -> 1000000 (bytes), "8GiB" -> itself (the
+    Offloader parses sizes and names what it cannot parse)."""
     try:
         f = float(v)
     except ValueError:
         return v
-    return f if 0 < f < 1 else int(f)
+    if 0 < f < 1:
+        return f
+    if f >= 1 and f.is_integer():
+        return int(f)
+    raise ValueError(f"--teraio.memory_budget: {v!r} is neither a fraction in (0, 1) nor a "
+                     "whole number of bytes (or a size like '8GiB')")
 
 
 class OffloadTrainer(Trainer):

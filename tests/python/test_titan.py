@@ -186,6 +186,9 @@ def test_config_registry():
     assert isinstance(cfg.dataloader, titan.SyntheticDataLoader.Config)
     assert titan._budget("0.5") == 0.5 and titan._budget("8GiB") == "8GiB"
     assert titan._budget("1000000") == 1000000
+    for bad in ("1.5", "0", "-2", "nan"):
+        with pytest.raises(ValueError, match="--teraio.memory_budget: .* neither a fraction"):
+            titan._budget(bad)
     off = ConfigManager().parse_args(["--module", "teraio.titan", "--config",
                                       "llama3_debugmodel_flex", "--teraio.no-enable"])
     assert off.teraio.enable is False and isinstance(off, titan.OffloadTrainer.Config)

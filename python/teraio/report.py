@@ -420,7 +420,7 @@ def rank_report(off, step_s=None, extra=None) -> dict:
     from teraio import _ranks
 
     rep = dict(off.report())
-    world = 1
+    world = None
     try:
         import torch.distributed as dist
 
@@ -428,8 +428,13 @@ def rank_report(off, step_s=None, extra=None) -> dict:
             world = dist.get_world_size()
     except ImportError:  # pragma: no cover - the Offloader needs torch
         pass
+    if world is None:  # no process group: what the launcher said, else one process
+        try:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+        except ValueError:
+            world = None
     rep.update(format=RANK_REPORT_FORMAT, rank=off.rank, local_rank=_ranks.local_rank(off.rank),
-               world_size=int(os.environ.get("WORLD_SIZE", world)), host=socket.gethostname(),
+               world_size=world, host=socket.gethostname(),
                step_s=[float(t) for t in step_s] if step_s is not None else None)
     rep.update(extra or {})
     return rep

@@ -52,7 +52,8 @@ class TeraioConfig:
     """The Offloader's options (`--teraio.<name>` on TorchTitan's command line)."""
 
     enable: bool = True
-    """Run each train step under a teraio.Offloader (False: TorchTitan's own Trainer)."""
+    """Run each train step under a teraio.Offloader (--teraio.no-enable: TorchTitan's own
+    train step, still recording what it logs)."""
 
     memory_budget: str = "0.5"
     """Tracked tensor bytes to stay under: a size ("8GiB") or a fraction in (0, 1) of the
@@ -184,7 +185,8 @@ class OffloadTrainer(Trainer):
     def write_report(self) -> str | None:
         """This rank's report (teraio.report.write_rank_report, with `titan_steps`: what
         TorchTitan logged each step) to --teraio.report; returns its path. Without teraio
-        (--teraio.enable false) only {"titan_steps": ...} is written, for comparisons."""
+        (--teraio.no-enable) only {"titan_steps": ..., "rank", "step_s"} is written, for
+        comparisons."""
         from teraio import report
 
         extra = {"titan_steps": self.logged}

@@ -2,12 +2,8 @@
 # Set up everything teraio needs on a fresh Debian 12 machine, idempotently:
 # Debian packages, a Python venv in .venv with the build tools, the C build in build/ and the
 # Python package (which builds teraio._core) installed into the venv.
-# Environment: TIO_SETUP_TORCH=1 also installs the pinned CPU PyTorch (torch==2.13.0), the
-# pinned Hugging Face transformers + accelerate that teraio.hf's test runs its Trainer with, and
-# the pinned TorchTitan that teraio.titan's test drives: torchtitan itself with --no-deps (its
-# metadata asks for wandb, which nothing here imports), and the packages it imports, in the same
-# pip run as torch==2.13.0 so that none of them replaces torch (triton: TorchTitan imports it
-# at import time, also on CPU).
+# Environment: TIO_SETUP_TORCH=1 also installs the pinned CPU PyTorch (torch==2.13.0) and the
+# pinned Hugging Face transformers + accelerate that teraio.hf's test runs its Trainer with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -33,22 +29,13 @@ fi
 . .venv/bin/activate
 py_pkgs=(scikit-build-core cmake ninja numpy pytest matplotlib nvidia-cufile build)
 if [ "${TIO_SETUP_TORCH:-0}" = "1" ]; then
-    py_pkgs+=("torch==2.13.0" "transformers==5.24.0" "accelerate==1.15.0"
-              "triton==3.9.0" "datasets==4.7.0" "tyro==1.0.17" "spmd_types==0.2.3"
-              "torchdata==0.11.0" "tensorboard==2.21.0" "einops==0.8.2"
-              "torch_checkpointing==0.1.1")
+    py_pkgs+=("torch==2.13.0" "transformers==5.24.0" "accelerate==1.15.0")
 fi
-torch_mods="torch, transformers, accelerate, triton, datasets, tyro, spmd_types, torchdata, tensorboard, einops, torch_checkpointing"
 if ! python -c "import scikit_build_core, numpy, pytest, matplotlib, nvidia.cu13, build" 2>/dev/null \
-   || { [ "${TIO_SETUP_TORCH:-0}" = "1" ] && ! python -c "import $torch_mods" 2>/dev/null; }; then
+   || { [ "${TIO_SETUP_TORCH:-0}" = "1" ] && ! python -c "import torch, transformers, accelerate" 2>/dev/null; }; then
     log "installing Python packages into .venv: ${py_pkgs[*]}"
     python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
     python -m pip install -q "${py_pkgs[@]}" 2>&1 | grep -v '^WARNING: Location' || true
-fi
-if [ "${TIO_SETUP_TORCH:-0}" = "1" ] \
-   && ! python -c "import importlib.metadata as m; assert m.version('torchtitan') == '0.3.0'" 2>/dev/null; then
-    log "installing torchtitan==0.3.0 into .venv (--no-deps: its dependencies are above)"
-    python -m pip install -q --no-deps "torchtitan==0.3.0" 2>&1 | grep -v '^WARNING: Location' || true
 fi
 
 log "building the C library, CLI and tests (build/)"

@@ -17,7 +17,8 @@
 #       run must run out of memory), trained with the host and SSD tiers, its step time beside
 #       the simulator's prediction for the profiled trace (Offloader.predicted_step_s).
 #
-# PHASES (default "env train"; "build", "ctest", "io" and "cpu" are extra) picks what runs:
+# PHASES (default "env train"; "build", "ctest", "io", "cpu" and "titan" are extra) picks what
+# runs:
 #   env    the machine: GPU, driver, disks, GPUDirect Storage (nvidia-fs), compilers
 #   build  libteraio and the CLI (CMake, Release) in $TIO_GPU_BUILD (default /tmp/tio-gpu-build)
 #   ctest  the C test suite; with a GPU the cuda and cufile backends run their conformance tests
@@ -31,6 +32,18 @@
 #          the step time and teraio's counters (scripts/gpu_train_summary.py; TIO_GPU_RUNS,
 #          one "NAME ARGS..." per line, replaces the list of runs)
 #   cpu    bench/torch_bench.py on this machine's CPU: plain against teraio at 50% of the peak
+#   titan  TorchTitan 0.3 (not in the default phases; meant to fit in about 3 minutes on an
+#          H100): its Llama 3 debug model trained by TorchTitan's own launcher and trainer
+#          through teraio.titan (torchrun -m torchtitan.train --module teraio.titan --config
+#          llama3_debugmodel), once without teraio, then at 50% of the peak with the pinned
+#          host tier and with the SSD tier; prints each run's rank summary (teraio report) as
+#          it goes, then compares what TorchTitan logged each step (loss, gradient norm) bit
+#          for bit with the plain run (scripts/gpu_titan_summary.py), all also into
+#          summary.txt. Needs the torchtitan package and the packages it imports: installed
+#          from PyPI (torchtitan with --no-deps, the installed torch kept) where missing, or
+#          from TIO_TITAN_WHEELS=DIR (wheels fetched elsewhere with pip download) where nothing
+#          can be downloaded. TIO_TITAN_STEPS (10) and TIO_TITAN_ARGS (more TorchTitan or
+#          --teraio.* options, e.g. --config llama3_debugmodel_flex) size it.
 #
 # Every phase writes OUTDIR/<phase>.log; the train phase writes OUTDIR/train.json (one object
 # per run) and OUTDIR/summary.txt. Exit status: 0 when every phase that ran passed.
@@ -220,6 +233,54 @@ summarize() {
     "$PY" "$ROOT/scripts/gpu_train_summary.py" "$1"
 }
 
+# TorchTitan through teraio.titan. Results go to fd 3 (the script's stdout) and summary.txt as
+# they come, the rest to titan.log. One run per line: NAME TorchTitan/teraio options.
+TITAN_RUNS="plain --teraio.no-enable
+host --teraio.memory_budget 0.5 --teraio.host_memory 4GiB
+ssd --teraio.memory_budget 0.5 --teraio.ssd_dirs $SSD/titan"
+
+phase_titan() {
+    say() { printf '%s\n' "$*" | tee -a "$OUTDIR/summary.txt" >&3; }
+    "$PY" -c "import teraio._core" 2>/dev/null ||
+        "$PY" -m pip install -q --no-build-isolation --no-deps "$ROOT" || return 1
+    if ! "$PY" -c "import torchtitan.trainer" 2>/dev/null; then
+        if [ -n "${TIO_TITAN_WHEELS:-}" ]; then
+            "$PY" -m pip install -q --no-index --no-deps "$TIO_TITAN_WHEELS"/*.whl || return 1
+        else # torch stays the installed one: pinned in the same pip run
+            local tv
+            tv=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])') || return 1
+            "$PY" -m pip install -q --no-deps torchtitan==0.3.0 &&
+                "$PY" -m pip install -q "torch==$tv" tyro spmd_types==0.2.3 torchdata \
+                    tensorboard einops torch_checkpointing "datasets<4.8" || return 1
+        fi
+    fi
+    "$PY" -c "import torchtitan.trainer" || { say "titan: torchtitan does not import"; return 1; }
+    local d=$OUTDIR/titan steps=${TIO_TITAN_STEPS:-10} name args rc=0 t0
+    rm -rf "$d" "${SSD:?}/titan" && mkdir -p "$d" "$SSD/titan"
+    while read -r name args; do
+        [ -n "$name" ] || continue
+        echo "--- titan $name: $args ($(date -u +%H:%M:%S))"
+        t0=$SECONDS
+        # shellcheck disable=SC2086 # split on purpose
+        if "$PY" -m torch.distributed.run --standalone --nproc_per_node 1 -m torchtitan.train \
+            --module teraio.titan --config llama3_debugmodel --training.steps "$steps" \
+            --debug.seed 42 --debug.deterministic --dump_folder "$d/$name" \
+            --teraio.report "$d/$name/rank{rank}.json" $args ${TIO_TITAN_ARGS:-} </dev/null; then
+            say "titan $name: ran in $((SECONDS - t0)) s"
+            if [ "$name" != plain ]; then
+                "$PY" -m teraio.report "$d/$name"/rank*.json | sed 's/^/    /' |
+                    tee -a "$OUTDIR/summary.txt" >&3
+            fi
+        else
+            say "titan $name: FAILED after $((SECONDS - t0)) s (see titan.log)"
+            rc=1
+        fi
+    done <<<"$TITAN_RUNS"
+    "$PY" "$ROOT/scripts/gpu_titan_summary.py" "$d" | tee -a "$OUTDIR/summary.txt" >&3
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    return $rc
+}
+
 setup_deps
 has env && run_phase env phase_env
 has build && run_phase build phase_build
@@ -227,6 +288,7 @@ has ctest && run_phase ctest phase_ctest
 has io && run_phase io phase_io
 has train && run_phase train phase_train
 has cpu && run_phase cpu phase_cpu
+has titan && { exec 3>&1; run_phase titan phase_titan; }
 [ -f "$OUTDIR/train-summary.txt" ] && tee -a "$OUTDIR/summary.txt" <"$OUTDIR/train-summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "failed phases: ${failed[*]}"

@@ -269,7 +269,8 @@ class Offloader:
         that fraction of the unconstrained peak measured in the profiled step. On CPU the
         tracked bytes are the process's tensor memory; on CUDA the device's.
     ssd_dirs: directories for the SSD tier (one per NVMe); "{rank}" is replaced by the
-        torch.distributed rank. They must exist and be writable.
+        torch.distributed rank, "{local_rank}" by the rank on this node ($LOCAL_RANK, else the
+        rank). They must exist and be writable.
     host_memory: bytes of the pinned host tier (0: SSD only).
     policy: planner policy ("teraio", "teraio-ssd", "teraio-mixed", ...; see teraio/plan.h).
     plan: path of a plan saved by save_plan(); skips profiling if it matches the model.
@@ -352,9 +353,11 @@ class Offloader:
         self.cpu_prefault = _prefault_arg(cpu_prefault)
         self._prefault_on = False
         self.rank = _rank() if rank is None else int(rank)
-        self.ssd_dirs = [str(d).replace("{rank}", str(self.rank)) for d in (ssd_dirs or ())]
         if isinstance(ssd_dirs, (str, bytes)):
             raise ValueError("ssd_dirs: expected a list of directories, got a string")
+        from teraio import _ranks  # "{rank}", "{local_rank}"
+
+        self.ssd_dirs = [_ranks.expand(d, self.rank, "ssd_dirs") for d in (ssd_dirs or ())]
         for d in self.ssd_dirs:
             if not os.path.isdir(d):
                 raise ValueError(f"ssd_dirs: {d!r} does not exist or is not a directory: "

@@ -1,10 +1,16 @@
-"""teraio report: plots and an HTML page explaining where time and memory go.
+"""teraio report: plots and an HTML page explaining where time and memory go, and the summary
+of a multi-rank run's Offloader reports.
 
-Every number in the report comes from the teraio CLI's own ``--json`` / ``--csv`` outputs
+Every number in the trace report comes from the teraio CLI's own ``--json`` / ``--csv`` outputs
 (``teraio analyze``, ``simulate``, ``sweep``), so the report always agrees with the tools.
 
     python -m teraio.report TRACE --hw paper-2xh100nvl -o report/
     teraio report TRACE --hw paper-2xh100nvl -o report/      # the same, from the C CLI
+
+Each rank of a distributed run writes its Offloader's report with write_rank_report(); given
+those files, the same command prints one row per rank and the totals (aggregate()):
+
+    teraio report out/rank0.json out/rank1.json [--json]
 """
 from __future__ import annotations
 
@@ -396,25 +402,290 @@ def make_report(trace: str, hw: str, out_dir: str | Path, plan: str | None = Non
     return page.write(out)
 
 
+# ---------------------------------------------------------------------------------------------
+# Rank reports: one Offloader report per rank, aggregated into one summary
+# ---------------------------------------------------------------------------------------------
+
+RANK_REPORT_FORMAT = "teraio-rank-report"
+# the keys every Offloader.report() has; a JSON object without them is no rank report
+_REPORT_KEYS = ("bytes_offloaded", "peak_managed_bytes", "memory_budget")
+
+
+def rank_report(off, step_s=None, extra=None) -> dict:
+    """`off.report()` with where it ran: format, rank, local_rank, world_size, host, and the
+    wall time of each step (`step_s`: seconds per step, measured by the caller around
+    `with off.step():`; None: not measured); `extra`: more keys (JSON values) to add."""
+    import socket
+
+    from teraio import _ranks
+
+    rep = dict(off.report())
+    world = None
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            world = dist.get_world_size()
+    except ImportError:  # pragma: no cover - the Offloader needs torch
+        pass
+    if world is None:  # no process group: what the launcher said, else one process
+        try:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+        except ValueError:
+            world = None
+    rep.update(format=RANK_REPORT_FORMAT, rank=off.rank, local_rank=_ranks.local_rank(off.rank),
+               world_size=world, host=socket.gethostname(),
+               step_s=[float(t) for t in step_s] if step_s is not None else None)
+    rep.update(extra or {})
+    return rep
+
+
+def write_rank_report(off, path, step_s=None, extra=None) -> str:
+    """Write rank_report(off, step_s, extra) as JSON to `path` ("{rank}" and "{local_rank}"
+    are replaced; its folder is made); returns the path written."""
+    from teraio import _ranks
+
+    out = Path(_ranks.expand(path, off.rank, "report path"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(rank_report(off, step_s, extra), indent=1, default=str) + "\n")
+    os.replace(tmp, out)
+    return str(out)
+
+
+def _is_rank_report(obj) -> bool:
+    return isinstance(obj, dict) and (obj.get("format") == RANK_REPORT_FORMAT
+                                      or all(k in obj for k in _REPORT_KEYS))
+
+
+def load_rank_report(path) -> dict | None:
+    """The rank report in `path`; None where the file is JSON but no rank report (e.g. a JSON
+    trace). Raises ReportError (code 2) for a file that cannot be read or is not JSON."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ReportError(f"{path}: cannot read: {e.strerror}", code=2) from None
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise ReportError(f"{path}: not JSON ({e})", code=2) from None
+    return obj if _is_rank_report(obj) else None
+
+
+def _maybe_rank_report(path: str) -> dict | None:
+    """The rank report in `path`, or None for what is a trace (not .json, or too big to be a
+    report: JSON traces can be gigabytes, which this does not parse twice)."""
+    try:
+        small = path.endswith(".json") and os.path.getsize(path) < (64 << 20)
+    except OSError:  # missing: the trace report's own step names it
+        return None
+    return load_rank_report(path) if small else None
+
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if n == 0 else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
+def _num(rep, key, where, kind=int):
+    v = rep.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ReportError(f"{where}: {key} is {v!r}, expected a non-negative number", code=2)
+    return kind(v)
+
+
+def aggregate(reports) -> dict:
+    """One summary of several ranks' reports (dicts, or paths of files that write_rank_report
+    wrote or that hold an Offloader.report() as JSON).
+
+    Returns {"ranks": [one row per rank, by rank], "total": {...}}. A row: rank, local_rank,
+    host, source, steps (planned steps, steps_offloaded), bytes_offloaded, bytes_prefetched,
+    ssd_bytes_written, peak_managed_bytes (planned steps), unplanned_peak_bytes (warm-up and
+    profiled steps), memory_budget, peak_fraction (the higher peak / budget), budget_held
+    (both peaks <= budget), stall_s, steps_diverged, step_s_median and step_s_max (None
+    without step times). The total: ranks, hosts, the sums of bytes_offloaded,
+    bytes_prefetched, ssd_bytes_written, stall_s and steps_diverged; the max of
+    peak_managed_bytes, unplanned_peak_bytes, peak_fraction, stall_s (stall_s_max) and
+    step_s_median (step_s_median_max: the slowest rank, which sets the pace of a synchronous
+    run); budget_held if every rank held its budget. Raises ReportError (code 2) for no
+    reports, a file that is no rank report, or a rank that appears twice."""
+    reports = list(reports)
+    if not reports:
+        raise ReportError("no rank reports given", code=2)
+    rows = []
+    for i, r in enumerate(reports):
+        where = f"report {i}"
+        if not isinstance(r, dict):
+            where = str(r)
+            r = load_rank_report(r)
+            if r is None:
+                raise ReportError(f"{where}: not an Offloader report (no {', '.join(_REPORT_KEYS)}"
+                                  "; each rank writes one with teraio.report.write_rank_report)",
+                                  code=2)
+        elif not _is_rank_report(r):
+            raise ReportError(f"{where}: not an Offloader report (no "
+                              f"{', '.join(_REPORT_KEYS)})", code=2)
+        budget = _num(r, "memory_budget", where)
+        peak = _num(r, "peak_managed_bytes", where)
+        upeak = _num(r, "unplanned_peak_bytes", where)
+        steps = r.get("step_s")
+        if steps is not None and (not isinstance(steps, list) or not all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) for t in steps)):
+            raise ReportError(f"{where}: step_s is {steps!r}, expected a list of seconds", code=2)
+        rank = r.get("rank")
+        rows.append({
+            "rank": rank if isinstance(rank, int) else None,
+            "local_rank": r.get("local_rank"),
+            "host": r.get("host"),
+            "source": where,
+            "steps": _num(r, "steps_offloaded", where),
+            "bytes_offloaded": _num(r, "bytes_offloaded", where),
+            "bytes_prefetched": _num(r, "bytes_prefetched", where),
+            "ssd_bytes_written": _num(r.get("engine") or {}, "bytes_written", where),
+            "peak_managed_bytes": peak,
+            "unplanned_peak_bytes": upeak,
+            "memory_budget": budget,
+            "peak_fraction": max(peak, upeak) / budget if budget else None,
+            "budget_held": bool(budget) and max(peak, upeak) <= budget,
+            "stall_s": _num(r, "stall_s", where, float),
+            "steps_diverged": _num(r, "steps_diverged", where),
+            "step_s_median": _median(steps) if steps else None,
+            "step_s_max": max(steps) if steps else None,
+        })
+    seen = {}
+    for row in rows:
+        if row["rank"] is not None:
+            if row["rank"] in seen:
+                raise ReportError(f"rank {row['rank']} appears twice ({seen[row['rank']]} and "
+                                  f"{row['source']})", code=2)
+            seen[row["rank"]] = row["source"]
+    order = {id(row): i for i, row in enumerate(rows)}
+    rows.sort(key=lambda row: (row["rank"] is None, row["rank"] or 0, order[id(row)]))
+
+    def mx(key):
+        vals = [row[key] for row in rows if row[key] is not None]
+        return max(vals) if vals else None
+
+    total = {
+        "ranks": len(rows),
+        "hosts": len({row["host"] for row in rows if row["host"] is not None}),
+        "bytes_offloaded": sum(row["bytes_offloaded"] for row in rows),
+        "bytes_prefetched": sum(row["bytes_prefetched"] for row in rows),
+        "ssd_bytes_written": sum(row["ssd_bytes_written"] for row in rows),
+        "stall_s": sum(row["stall_s"] for row in rows),
+        "stall_s_max": mx("stall_s"),
+        "steps_diverged": sum(row["steps_diverged"] for row in rows),
+        "peak_managed_bytes": mx("peak_managed_bytes"),
+        "unplanned_peak_bytes": mx("unplanned_peak_bytes"),
+        "peak_fraction": mx("peak_fraction"),
+        "budget_held": all(row["budget_held"] for row in rows),
+        "step_s_median_max": mx("step_s_median"),
+    }
+    return {"ranks": rows, "total": total}
+
+
+def format_aggregate(agg: dict) -> str:
+    """The summary as a text table: one row per rank, then the totals."""
+    from teraio import format_bytes
+
+    def b(v):
+        return format_bytes(int(v))
+
+    def s(v):
+        return "-" if v is None else f"{v:.3f}"
+
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.0f}%"
+
+    head = ["rank", "host", "steps", "offloaded", "prefetched", "peak", "budget", "peak/budget",
+            "held", "stall s", "step s (median)"]
+    table = [head]
+    for r in agg["ranks"]:
+        rank = "?" if r["rank"] is None else str(r["rank"])
+        if r["local_rank"] is not None and r["rank"] is not None:
+            rank += f" ({r['local_rank']})"
+        table.append([rank, str(r["host"] or "-"), str(r["steps"]), b(r["bytes_offloaded"]),
+                      b(r["bytes_prefetched"]),
+                      b(max(r["peak_managed_bytes"], r["unplanned_peak_bytes"])),
+                      b(r["memory_budget"]), pct(r["peak_fraction"]),
+                      "yes" if r["budget_held"] else "NO", s(r["stall_s"]),
+                      s(r["step_s_median"])])
+    t = agg["total"]
+    peak = max(t["peak_managed_bytes"] or 0, t["unplanned_peak_bytes"] or 0)
+    hosts = f"{t['hosts']} host" + ("s" if t["hosts"] != 1 else "")
+    table.append(["total", hosts, "", b(t["bytes_offloaded"]),
+                  b(t["bytes_prefetched"]), f"max {b(peak)}", "", f"max {pct(t['peak_fraction'])}",
+                  "all" if t["budget_held"] else "NO", s(t["stall_s"]),
+                  f"max {s(t['step_s_median_max'])}"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in
+                       enumerate(zip(row, widths))).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
+    note = (f"{t['ranks']} ranks; peak: the higher of the planned steps' and the warm-up/profiled "
+            f"steps' tracked peak; stall: time the training thread waited for teraio")
+    if t["steps_diverged"]:
+        note += f"; {t['steps_diverged']} steps diverged from their plan (ran unplanned)"
+    return "\n".join(lines) + "\n" + note + "\n"
+
+
+def aggregate_main(paths: list[str], as_json: bool, out: str | None) -> int:
+    agg = aggregate(paths)
+    if out:
+        d = Path(out)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "ranks.json").write_text(json.dumps(agg, indent=1) + "\n")
+            (d / "ranks.txt").write_text(format_aggregate(agg))
+        except OSError as e:
+            raise ReportError(f"{out}: cannot write the summary: {e.strerror}", code=2) from None
+    print(json.dumps(agg, indent=1) if as_json else format_aggregate(agg), end="\n" if as_json
+          else "")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = _Parser(
         prog="teraio report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Plots and an HTML page for a trace, a plan and a hardware description.",
-        epilog="example: teraio report llama3-8b.tio --hw paper-2xh100nvl -o report/\n\n"
+        description="Plots and an HTML page for a trace, a plan and a hardware description; "
+                    "or, given the rank reports of a distributed run (JSON files from "
+                    "teraio.report.write_rank_report), one row per rank and the totals.",
+        epilog="examples: teraio report llama3-8b.tio --hw paper-2xh100nvl -o report/\n"
+               "          teraio report out/rank0.json out/rank1.json [--json]\n\n"
                "exit codes (every command): 0 success; 1 usage error; 2 bad input or output\n"
                "path (the step that failed said which); 3 runtime failure (see\n"
                "docs/user-guide.md#exit-codes)")
-    ap.add_argument("trace", help="trace file (.tio or .json)")
+    ap.add_argument("inputs", nargs="+", metavar="trace | rank-report",
+                    help="one trace file (.tio or .json), or rank reports (.json)")
+    ap.add_argument("--json", action="store_true",
+                    help="rank reports: print the summary as JSON")
     ap.add_argument("--hw", default="paper-2xh100nvl", help="hardware preset or JSON file")
     ap.add_argument("--plan", help="a plan file to show beside the policies")
     ap.add_argument("--policies", default="ideal,zero-offload,zero-infinity,teraio-ssd,"
                     "teraio-mixed", help="comma-separated systems to simulate")
     ap.add_argument("--no-sweep", action="store_true", help="skip the bandwidth sweep")
-    ap.add_argument("-o", "--out", default="report", help="output folder (default: report)")
+    ap.add_argument("-o", "--out", help="output folder (default: report; rank reports: "
+                    "ranks.json and ranks.txt there, nothing without -o)")
     a = ap.parse_args(argv)
     try:
-        index = make_report(a.trace, a.hw, a.out, plan=a.plan,
+        ranks = [_maybe_rank_report(p) for p in a.inputs]
+        if any(r is not None for r in ranks):
+            bad = [p for p, r in zip(a.inputs, ranks) if r is None]
+            if bad:
+                load_rank_report(bad[0])  # a file that cannot be read or parsed says so
+                raise ReportError(f"{bad[0]}: not an Offloader rank report; give one trace, or "
+                                  "only rank reports", code=2)
+            return aggregate_main(a.inputs, a.json, a.out)
+        if len(a.inputs) > 1:
+            raise ReportError(f"{len(a.inputs)} inputs and none is a rank report: give one "
+                              "trace, or rank reports", code=2)
+        if a.json:
+            raise ReportError("--json is for rank reports (a trace's report is a folder)",
+                              code=1)
+        index = make_report(a.inputs[0], a.hw, a.out or "report", plan=a.plan,
                             policies=[p for p in a.policies.split(",") if p],
                             do_sweep=not a.no_sweep)
     except ReportError as e:

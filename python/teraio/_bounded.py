@@ -11,7 +11,8 @@ inside the optimizer, the tensors the optimizer already updated in this step, mo
 operators, then the least recently used. Synchronous and
 conservative: these steps get slower, not larger. Globals still offloaded when the first planned
 step starts are handed to the executor (tio_runtime_adopt_stored), so that step does not bring
-them back either. See docs/runtime.md.
+them back either; and an executor that goes (a switch to another plan, or to a step without a
+plan) hands its stored globals here (tio_runtime_give_stored). See docs/runtime.md.
 """
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ class BoundedMemory:
         self.peak_resident = 0    # tracked bytes actually resident, max after each operator
         self.clock = 0
         self.max_out = 0  # largest tracked output bytes of one operator: room made before each
+        # per operator: its output bytes over its largest input that is not a global (what scales
+        # with the batch's shape), the most seen: a step of a new, larger shape makes room for
+        # its outputs by that ratio, where max_out (learnt on smaller shapes) falls short
+        self.out_ratio: dict = {}
+        self._op = None  # (operator, its largest non-global input bytes) between before and after
         self.next_eid = ID_BASE
         self.stats = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
         self.discard = False  # release_storage(discard=...): the Offloader's aligned_storages
@@ -220,6 +226,7 @@ class BoundedMemory:
         self.clock += 1
         keep = set()
         load = []
+        inb = 0
         for t, w in _iter_args(func, args, kwargs):
             st = t.untyped_storage()
             e = self._entry(st)
@@ -233,8 +240,14 @@ class BoundedMemory:
                 e.clean = False
             if in_optim:
                 e.optim_used = True
+            if e.name is None and e.nb > inb:
+                inb = e.nb
+        self._op = (func, inb)
+        room = self.max_out
+        if inb:
+            room = max(room, int(self.out_ratio.get(func, 0.0) * inb))
         # room for what comes back and for the outputs, before anything is allocated
-        self._make_room(keep, in_optim, self.max_out + sum(e.nb for e, _ in load))
+        self._make_room(keep, in_optim, room + sum(e.nb for e, _ in load))
         for e, st in load:
             self._load(e, st)
         self.peak_resident = max(self.peak_resident, self.resident)
@@ -256,6 +269,10 @@ class BoundedMemory:
             if in_optim:
                 e.optim_used = True
         self.max_out = max(self.max_out, made)
+        func, inb = self._op or (None, 0)
+        if inb and made:
+            self.out_ratio[func] = max(self.out_ratio.get(func, 0.0), made / inb)
+        self._op = None
         self.peak_resident = max(self.peak_resident, self.resident)
         self._make_room(keep, in_optim)
 
@@ -284,6 +301,30 @@ class BoundedMemory:
                 self._remove(cd, e)
             elif not e.resident and cd not in gl:
                 self._load(e, st)
+
+    def adopt(self, st, nb, eid, name=None):
+        """Storage st's contents (nb bytes) are in the engine as eid, handed over by an executor
+        that is going (a switch between plans): tracked as offloaded, read back when an
+        operator uses it; this object owns (and drops) the copy from now on. A storage that
+        still holds its memory (a failed release) stays resident, its copy clean."""
+        if st is None:  # died while stored: nothing to bring back
+            self.engine.drop(eid)
+            return
+        self._flush_dead()
+        cd = st._cdata
+        old = self.ent.get(cd)
+        if old is not None:
+            self._remove(cd, old)
+        e = _Entry(weakref.ref(st, lambda r, cd=cd: self._died(cd, r)), nb, self.clock)
+        e.eid = eid
+        e.clean = True
+        e.name = name
+        e.resident = st.nbytes() == nb
+        self.ent[cd] = e
+        self.live += nb
+        if e.resident:
+            self.resident += nb
+        self.peak_live = max(self.peak_live, self.live)
 
     def hand_over(self, globals_, runtime, prog):
         """The first planned step begins: offloaded globals become the executor's copies. A

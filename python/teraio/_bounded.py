@@ -19,8 +19,10 @@ from __future__ import annotations
 import time
 import weakref
 
-from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _flat_out, _iter_args,
-                                release_storage)
+import torch
+
+from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _arg_plan, _flat_out,
+                                _iter_args, release_storage)
 
 ID_BASE = 1 << 62
 GRACE = 32  # operators  # engine ids of this module's copies (executors use generation << 32 + id)
@@ -58,6 +60,69 @@ def error_in(ex, context):
 def _io_error(ex, what, e):
     """An engine error of a warm-up or profiled step, naming the tensor it was moving."""
     return error_in(ex, f"{what} {e.what()} in a step without a plan (warm-up or profiling)")
+
+
+_META_CACHE: dict = {}
+
+
+def _meta_key(v):
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype)
+    if isinstance(v, (list, tuple)):
+        return tuple(_meta_key(x) for x in v)
+    if v is None or isinstance(v, (bool, int, float, str, torch.dtype, torch.device,
+                                   torch.layout, torch.memory_format)):
+        return v
+    raise TypeError(type(v).__name__)  # a Generator, a ProcessGroup...: not estimated
+
+
+def _to_meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype,
+                                   device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_meta(x) for x in v)
+    if isinstance(v, torch.device):
+        return torch.device("meta")
+    return v
+
+
+def new_output_bytes(func, args, kwargs, min_bytes):
+    """Bytes of the new storages (>= min_bytes) operator func will return, from its meta
+    kernel run on meta copies of the arguments (no memory, no computation), cached by the
+    arguments' shapes; None where that cannot be known (no meta kernel, data-dependent shapes,
+    a generator or a process group among the arguments, a factory without a device)."""
+    try:
+        key = (func, _meta_key(args), _meta_key(tuple(sorted(kwargs.items()))))
+    except TypeError:
+        return None
+    hit = _META_CACHE.get(key, False)
+    if hit is not False:
+        return hit
+    n = None
+    try:
+        has_tensor = any(isinstance(x, torch.Tensor) for x in _flat_out(list(args), []))
+        kw = dict(kwargs)
+        if "device" in kw:
+            kw["device"] = torch.device("meta")
+        elif not has_tensor:
+            raise TypeError("a factory without a device")  # would allocate on the CPU
+        out = func(*_to_meta(tuple(args)), **_to_meta(kw))
+        aliased = [r.alias_info is not None for r in func._schema.returns]
+        n = 0
+        for i, o in enumerate(out if isinstance(out, (list, tuple)) else [out]):
+            if i < len(aliased) and aliased[i]:
+                continue
+            for t in _flat_out(o, []):
+                nb = t.untyped_storage().nbytes()
+                if nb >= min_bytes:
+                    n += nb
+    except Exception:  # noqa: BLE001 - no meta kernel, data-dependent shape: unknown
+        n = None
+    if len(_META_CACHE) > 8192:
+        _META_CACHE.clear()
+    _META_CACHE[key] = n
+    return n
 
 
 class BoundedMemory:
@@ -227,11 +292,16 @@ class BoundedMemory:
         keep = set()
         load = []
         inb = 0
+        comm = _arg_plan(func)[2]
         for t, w in _iter_args(func, args, kwargs):
             st = t.untyped_storage()
             e = self._entry(st)
             if e is None:
                 continue
+            if comm:  # a collective (DDP's bucket allreduce) may use it after it returns
+                e.fixed = True
+                if not e.resident and id(e) not in keep:
+                    load.append((e, st))
             if id(e) not in keep and not e.resident and not e.fixed:
                 load.append((e, st))
             keep.add(id(e))
@@ -243,9 +313,11 @@ class BoundedMemory:
             if e.name is None and e.nb > inb:
                 inb = e.nb
         self._op = (func, inb)
-        room = self.max_out
-        if inb:
-            room = max(room, int(self.out_ratio.get(func, 0.0) * inb))
+        room = new_output_bytes(func, args, kwargs, self.min_bytes)
+        if room is None:  # not known beforehand: the most an operator made, or by this one's ratio
+            room = self.max_out
+            if inb:
+                room = max(room, int(self.out_ratio.get(func, 0.0) * inb))
         # room for what comes back and for the outputs, before anything is allocated
         self._make_room(keep, in_optim, room + sum(e.nb for e, _ in load))
         for e, st in load:
@@ -255,12 +327,15 @@ class BoundedMemory:
 
     def after(self, out, keep, in_optim):
         made = 0
+        comm = self._op is not None and _arg_plan(self._op[0])[2]
         for o in _flat_out(out, []):
             st = o.untyped_storage()
             known = self.ent.get(st._cdata)
             e = self._entry(st)
             if e is None:
                 continue
+            if comm:
+                e.fixed = True
             if known is not e:
                 made += e.nb
             keep.add(id(e))

@@ -12,9 +12,11 @@ Steps: `warmup_steps` run first (optimizer state is created lazily), the next `p
 recorded (operators, tensors, times), then a plan is made by the C planner and every following
 step executes it through the C executor and migration engine. The steps before the plan are kept
 within the budget reactively (teraio/_bounded.py); the executor keeps the budget where the plan
-cannot (demand offloads). A step whose
-operator sequence differs from the plan (new shapes, data-dependent control flow) brings every
-tensor back, runs without offloading, warns, and the next step re-profiles.
+cannot (demand offloads). Each kind of step has its own plan, chosen at the step's first
+operator (its shapes: a new sequence length is a new kind, profiled once); a switch between plans
+leaves offloaded tensors where they are. A step whose operator sequence differs from its plan
+(data-dependent control flow, shapes that change later in the step) brings every tensor back,
+runs without offloading, warns, and the next step of that kind re-profiles.
 See docs/runtime.md.
 """
 from __future__ import annotations
@@ -637,10 +639,15 @@ class Offloader:
 
     # ---- steps without a plan, kept within the budget ------------------------------------------
     def _bounded_ok(self):
+        """Whether steps without a plan are kept within the budget (bounded_unplanned): on one
+        process, and under DDP on CPU (the tensors of its collectives, the gradient buckets,
+        are never moved: an allreduce may still be using them after its operator returned).
+        Not under FSDP (it resizes its parameters' storages itself) nor DDP on CUDA (its
+        collectives run on their own streams)."""
         if not self.bounded_unplanned:
             return False
         if type(self.model).__name__ == "DistributedDataParallel":
-            return False
+            return not self._cuda
         try:
             import torch.distributed as dist
 

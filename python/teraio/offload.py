@@ -1112,6 +1112,10 @@ class Offloader:
                 tls.skip_reasons = None
             if self._cur is None:  # no operator ran (or the choice itself failed)
                 state, driver, bounded = "empty", None, None
+                if not ok:  # the choice failed part-way: what it handed over comes back
+                    lost = _attempt(self._restore_runtime)
+                    if self._bounded is not None:
+                        lost = lost or _attempt(self._bounded.restore)
             else:
                 state, driver, bounded = self._cur
             if bounded is not None:

@@ -87,6 +87,24 @@ def _to_meta(v):
     return v
 
 
+def meta_outputs(func, args, kwargs):
+    """The (shape, dtype) of each tensor operator func returns, from its meta kernel run on
+    meta copies of the arguments; None where that cannot be known (as new_output_bytes)."""
+    try:
+        _meta_key(args)
+        _meta_key(tuple(kwargs.values()))
+        has_tensor = any(isinstance(x, torch.Tensor) for x in _flat_out(list(args), []))
+        kw = dict(kwargs)
+        if "device" in kw:
+            kw["device"] = torch.device("meta")
+        elif not has_tensor:
+            return None  # a factory without a device would allocate on the CPU
+        out = func(*_to_meta(tuple(args)), **_to_meta(kw))
+        return tuple((tuple(t.shape), str(t.dtype)) for t in _flat_out(out, []))
+    except Exception:  # noqa: BLE001 - no meta kernel, a generator argument: unknown
+        return None
+
+
 def new_output_bytes(func, args, kwargs, min_bytes):
     """Bytes of the new storages (>= min_bytes) operator func will return, from its meta
     kernel run on meta copies of the arguments (no memory, no computation), cached by the

@@ -284,11 +284,30 @@ def _arg_sig(v):
     return type(v).__name__
 
 
+def _tensor_sig(v):
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), str(v.dtype))
+    if isinstance(v, (list, tuple)):
+        return tuple(_tensor_sig(x) for x in v)
+    return None
+
+
 def _op_signature(func, args, kwargs):
-    """A step's signature: its first operator (after views of parameters) and the shapes of
-    its arguments."""
+    """A step's signature: its first operator (after views of parameters), the shapes of its
+    tensor arguments and of its outputs (from its meta kernel: a slice of a corpus at another
+    offset is the same signature, another length is not); where the outputs cannot be known
+    without running it (a generator argument), its integer arguments (sizes) instead."""
+    from teraio._bounded import meta_outputs
+
+    kwargs = kwargs or {}
+    out = meta_outputs(func, args, kwargs)
+    if out is not None:
+        return (str(func), tuple(_tensor_sig(a) for a in args),
+                tuple(sorted((k, _tensor_sig(v)) for k, v in kwargs.items())), out)
     return (str(func), tuple(_arg_sig(a) for a in args),
-            tuple(sorted((k, _arg_sig(v)) for k, v in (kwargs or {}).items())))
+            tuple(sorted((k, _arg_sig(v)) for k, v in kwargs.items())))
 
 
 def _sig_text(sig):
@@ -300,9 +319,9 @@ def _sig_text(sig):
 
 class _Pending:
     """The driver of a step until its first operator: that operator's signature selects the
-    plan (Offloader._start_step), then the chosen driver takes over. Views of resident
-    parameters and other globals before it (a Linear's weight.t()) run untouched: they move no
-    memory and say nothing of the step's shapes."""
+    plan (Offloader._start_step), then the chosen driver takes over. Views of resident tensors
+    before it (a Linear's weight.t(), x.view(...), a slice of a corpus at the step's offset) run
+    untouched: they move no memory, and a view's shape may vary where the step's does not."""
 
     passthrough = False
     record = False
@@ -313,7 +332,7 @@ class _Pending:
         self.gl = {st._cdata for _, st, _ in globals_}
         self.mode = None
 
-    def _view_of_globals(self, func, args, kwargs):
+    def _resident_view(self, func, args, kwargs):
         if not getattr(func, "is_view", False):
             return False
         import torch
@@ -322,15 +341,14 @@ class _Pending:
 
         seen = False
         for t, w in _iter_args(func, args, kwargs):
-            st = t.untyped_storage()
-            if w or st._cdata not in self.gl or st.nbytes() == 0:
+            if w or t.untyped_storage().nbytes() == 0:
                 return False
             seen = True
-        return seen and all(not isinstance(v, torch.Tensor) or v.untyped_storage()._cdata
-                            in self.gl for v in kwargs.values())
+        return seen and all(not isinstance(v, torch.Tensor) or v.untyped_storage().nbytes()
+                            for v in kwargs.values())
 
     def dispatch(self, func, args, kwargs):
-        if self._view_of_globals(func, args, kwargs):
+        if self._resident_view(func, args, kwargs):
             return func(*args, **kwargs)
         off = self.off
         driver = off._start_step(self.globals_, _op_signature(func, args, kwargs))

@@ -71,10 +71,12 @@ struct tio_sim_params {
     double cpu_adam_params_per_core_s; /* CPU Adam throughput per core, parameters/s */
     uint32_t zero_prefetch_layers;     /* ZeRO: layers fetched ahead of compute (0: a layer's
                                           parameters are fetched when it starts) */
-    double zero_offload_fetch_Bps;     /* ZeRO-Offload: effective host->GPU parameter fetch
-                                          rate (calibrated) */
-    double zero_infinity_fetch_Bps;    /* ZeRO-Infinity: effective NVMe->GPU parameter fetch
-                                          rate (calibrated) */
+    double zero_offload_fetch_Bps;     /* ZeRO (both): host->GPU byte rate of DeepSpeed's
+                                          parameter fetch path (calibrated); ZeRO-Infinity
+                                          reads into host buffers first, then takes the same
+                                          path */
+    double zero_infinity_fetch_Bps;    /* ZeRO-Infinity: cap on its NVMe read leg (default
+                                          +inf: the SSD array's own rate) */
     double zero_bytes_scale;           /* ZeRO's bytes per value / the trace's (fp16 vs fp32:
                                           0.5) for parameters, gradients and activations */
     uint32_t zero_layers;              /* layer count for layer-granular fetches; 0 = from the
@@ -85,7 +87,11 @@ struct tio_sim_params {
                                           flight frees it, evict idle tensors on demand (the
                                           paper's runtime stalls "waiting for more inactive
                                           tensors to leave the GPU"); 0 = report OOM there
-                                          (default 1) */
+                                          (default 0) */
+    /* Added after the first API freeze (fields only grow at the end): */
+    double zero_fetch_overhead_s; /* ZeRO (both): fixed cost of fetching one partitioned
+                                     parameter tensor (a submodule's hook, its all-gather, the
+                                     stream synchronisation), on the fetch path (calibrated) */
 };
 
 /* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */

@@ -9,10 +9,10 @@
 #include "sim/sim_impl.h"
 
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
-#define TIO_SIM_CPU_ADAM_PER_CORE 2.4e8
-#define TIO_SIM_ZERO_PREFETCH     0
-#define TIO_SIM_ZERO_OFFLOAD_BPS  6.1e9
-#define TIO_SIM_ZERO_INFINITY_BPS 12.5e9
+#define TIO_SIM_CPU_ADAM_PER_CORE   2.4e8
+#define TIO_SIM_ZERO_PREFETCH       0
+#define TIO_SIM_ZERO_FETCH_BPS      20e9
+#define TIO_SIM_ZERO_FETCH_OVERHEAD 7.6e-3
 
 struct tio_sim_params tio_sim_params_default(void) {
     struct tio_sim_params p;
@@ -28,8 +28,9 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.record_timeline = 0;
     p.cpu_adam_params_per_core_s = TIO_SIM_CPU_ADAM_PER_CORE;
     p.zero_prefetch_layers = TIO_SIM_ZERO_PREFETCH;
-    p.zero_offload_fetch_Bps = TIO_SIM_ZERO_OFFLOAD_BPS;
-    p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
+    p.zero_offload_fetch_Bps = TIO_SIM_ZERO_FETCH_BPS;
+    p.zero_infinity_fetch_Bps = HUGE_VAL; /* no cap beyond the SSD array's rate */
+    p.zero_fetch_overhead_s = TIO_SIM_ZERO_FETCH_OVERHEAD;
     p.zero_bytes_scale = 1.0; /* FP32, as the paper ran every system (PAPER.md s.9.1) */
     p.zero_layers = 0;
     p.label = NULL;
@@ -245,7 +246,9 @@ static int check_params(const struct tio_sim_params *p) {
     }
     if (!(p->host_latency_s >= 0) || !(p->cpu_adam_params_per_core_s > 0) ||
         !(p->zero_bytes_scale > 0) || p->iterations_per_day < 0 ||
-        !(p->zero_offload_fetch_Bps > 0) || !(p->zero_infinity_fetch_Bps > 0)) {
+        !(p->zero_offload_fetch_Bps > 0) || !(p->zero_infinity_fetch_Bps > 0) ||
+        !(p->zero_fetch_overhead_s >= 0) || !isfinite(p->zero_fetch_overhead_s) ||
+        !isfinite(p->zero_offload_fetch_Bps)) {
         return tio_set_error(TIO_EINVAL, "sim: params: negative latency, rate or scale");
     }
     return 0;

@@ -157,8 +157,10 @@ static void usage(FILE *f) {
         "                       {mean_fraction_of_ideal, mean_speedup_vs_best_zero, ...}},\n"
         "                       \"per_model\": ..., \"paper\": ...}\n"
         "ZeRO model knobs (calibrated defaults, docs/baselines.md):\n"
-        "  --zero-offload-fetch RATE  --zero-infinity-fetch RATE  --cpu-adam PARAMS_PER_CORE_S\n"
-        "  --zero-prefetch LAYERS\n"
+        "  --zero-offload-fetch RATE (host->GPU fetch rate, both ZeRO systems)\n"
+        "  --zero-fetch-overhead SECONDS (per parameter tensor fetched, both)\n"
+        "  --zero-infinity-fetch RATE (cap on ZeRO-Infinity's NVMe reads; default none)\n"
+        "  --cpu-adam PARAMS_PER_CORE_S  --zero-prefetch LAYERS\n"
         "  -h, --help           this help\n\n"
         "examples:\n"
         "  teraio compare --paper\n"
@@ -248,12 +250,17 @@ int cli_cmd_compare(int argc, char **argv) {
             demand_col = 1;
         } else if (strcmp(a, "--zero-offload-fetch") == 0 ||
                    strcmp(a, "--zero-infinity-fetch") == 0 || strcmp(a, "--cpu-adam") == 0 ||
-                   strcmp(a, "--zero-prefetch") == 0) {
+                   strcmp(a, "--zero-prefetch") == 0 || strcmp(a, "--zero-fetch-overhead") == 0) {
             int rc2;
             if (strcmp(a, "--zero-offload-fetch") == 0) {
                 rc2 = cli_parse_rate(CMD, a, val, &sp.zero_offload_fetch_Bps);
             } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
                 rc2 = cli_parse_rate(CMD, a, val, &sp.zero_infinity_fetch_Bps);
+            } else if (strcmp(a, "--zero-fetch-overhead") == 0) {
+                sp.zero_fetch_overhead_s = 0;
+                rc2 = val && strcmp(val, "0") == 0
+                          ? 0
+                          : cli_parse_duration_pos(CMD, a, val, &sp.zero_fetch_overhead_s);
             } else if (strcmp(a, "--cpu-adam") == 0) {
                 rc2 = cli_parse_pos(CMD, a, val, &sp.cpu_adam_params_per_core_s);
             } else {

@@ -693,8 +693,9 @@ class Offloader:
             "ssd_write_Bps": self.ssd_write_Bps if self.ssd_dirs else 1.0,
             "ssd_efficiency": 1.0,
             "ssd_latency_s": 1e-4,
-            # measured rates: no mixed-load curve or write-cache model for the probed directory
-            "ssd_mixed_Bps": 0.0,
+            # the probe's reads and writes at once (docs/hardware.md, "SSD model"); no
+            # write-cache model for the probed directory
+            "ssd_mixed_Bps": self._ssd_mixed_Bps(),
             "ssd_write_cache_bytes": 0,
             "ssd_sustained_write_Bps": 0.0,
             "host_memory_bytes": max(self.host_memory, 1 << 30),
@@ -702,6 +703,13 @@ class Offloader:
             "host_memory_Bps": self.host_Bps,
             "gds": 0,
         }
+
+    def _ssd_mixed_Bps(self):
+        """Per-directory read + write rate with both directions at once, as measured by the
+        probe (0: not measured, the model time-shares reads and writes), at most read + write
+        (what the hardware description accepts)."""
+        m = (self.ssd_measured or {}).get("mixed_Bps", 0.0)
+        return min(m, self.ssd_read_Bps + self.ssd_write_Bps) if self.ssd_dirs and m > 0 else 0.0
 
     def _policy(self):
         if self.policy != "teraio":
@@ -735,11 +743,16 @@ class Offloader:
             t1 = time.perf_counter()
             self._engine.read(eid, ptr, n)
             t2 = time.perf_counter()
+            # both directions at once, as training moves them: read the probe back while a
+            # second one is written (n bytes each); the simulator's shared SSD budget takes
+            # this as the drive's mixed point (ssd_mixed_Bps)
+            t3, t4 = self._probe_mixed(eid, ptr, n, tier)
             self._engine.drop(eid)
             ndirs = max(1, len(self.ssd_dirs))
             self.ssd_write_Bps = n / max(t1 - t0, 1e-9) / ndirs
             self.ssd_read_Bps = n / max(t2 - t1, 1e-9) / ndirs
             self.ssd_measured = {"write_Bps": self.ssd_write_Bps, "read_Bps": self.ssd_read_Bps,
+                                 "mixed_Bps": 2 * n / max(t4 - t3, 1e-9) / ndirs,
                                  "probe_bytes": n}
         except _Error as e:  # the SSD path training would use fails: say so now
             from teraio._bounded import error_in
@@ -747,6 +760,43 @@ class Offloader:
             raise error_in(e, f"measuring the SSD directories {self.ssd_dirs} for "
                               f"ssd_bandwidth='auto' ({n >> 20} MiB written and read "
                               f"back)") from None
+        finally:
+            del view
+            buf.close()
+
+    def _probe_mixed(self, eid, ptr, n, tier):
+        """Read n bytes of eid back into ptr while writing n other bytes (id eid - 1) from a
+        second buffer, on two threads (the engine is thread-safe and releases the GIL); returns
+        the start and end times of the two together."""
+        import ctypes
+        import mmap
+        import threading
+        import time
+
+        buf = mmap.mmap(-1, n)
+        view = ctypes.c_char.from_buffer(buf)
+        err = []
+
+        def write():
+            try:
+                self._engine.write(eid - 1, ctypes.addressof(view), n, tier)
+            except BaseException as e:  # noqa: BLE001 - raised in the caller below
+                err.append(e)
+
+        try:
+            ctypes.memset(ctypes.addressof(view), 0xA5, n)
+            th = threading.Thread(target=write, name="teraio-ssd-probe")
+            t0 = time.perf_counter()
+            th.start()
+            try:
+                self._engine.read(eid, ptr, n)
+            finally:
+                th.join()  # the buffer below is closed only after the write is done
+            t1 = time.perf_counter()
+            if err:
+                raise err[0]
+            self._engine.drop(eid - 1)
+            return t0, t1
         finally:
             del view
             buf.close()

@@ -522,8 +522,8 @@ int tio_sim_run(const struct tio_trace *trace,
     struct sim_view v;
     int host_oom = 0;
     int rc = sim_stage_open(trace, hw, moves, n_moves, &p, &sim, &v, &host_oom);
-    if (rc < 0) {
-        return rc;
+    if (rc < 0 || !sim) { /* sim_stage_open gives a sim whenever it returns 0 */
+        return rc < 0 ? rc : tio_set_error(TIO_ESTATE, "sim: no simulation was set up");
     }
     if (!host_oom) {
         struct sim_view *vp = &v;

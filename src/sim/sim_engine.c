@@ -1338,13 +1338,16 @@ int sim_engine_run_group(const struct sim_view *const *v,
     if (n == 0 || n > SIM_MAX_STAGES) {
         return tio_set_error(TIO_EINVAL, "sim: %zu stages (1 to %d)", n, SIM_MAX_STAGES);
     }
-    struct eng e[SIM_MAX_STAGES];
+    struct eng *e = tio_calloc(n, sizeof *e);
     struct eng_group grp = { .e = e, .n = n, .n_links = n_links };
-    memset(e, 0, sizeof e);
     int rc = 0;
+    if (!e) {
+        return TIO_ENOMEM;
+    }
     if (n_links) {
         grp.links = tio_calloc(n_links, sizeof *grp.links);
         if (!grp.links) {
+            tio_free(e);
             return TIO_ENOMEM;
         }
     }
@@ -1391,6 +1394,7 @@ done:
         tio_free(grp.links[l].msg);
     }
     tio_free(grp.links);
+    tio_free(e);
     return rc;
 }
 

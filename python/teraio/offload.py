@@ -743,16 +743,16 @@ class Offloader:
             t1 = time.perf_counter()
             self._engine.read(eid, ptr, n)
             t2 = time.perf_counter()
-            # both directions at once, as training moves them: read the probe back while a
-            # second one is written (n bytes each); the simulator's shared SSD budget takes
-            # this as the drive's mixed point (ssd_mixed_Bps)
-            t3, t4 = self._probe_mixed(eid, ptr, n, tier)
+            # both directions at once, as training moves them: half the probe read back while
+            # the other half is written; the simulator's shared SSD budget takes this as the
+            # drive's mixed point (ssd_mixed_Bps)
+            t3, t4, nmix = self._probe_mixed(eid, ptr, n, tier)
             self._engine.drop(eid)
             ndirs = max(1, len(self.ssd_dirs))
             self.ssd_write_Bps = n / max(t1 - t0, 1e-9) / ndirs
             self.ssd_read_Bps = n / max(t2 - t1, 1e-9) / ndirs
             self.ssd_measured = {"write_Bps": self.ssd_write_Bps, "read_Bps": self.ssd_read_Bps,
-                                 "mixed_Bps": 2 * n / max(t4 - t3, 1e-9) / ndirs,
+                                 "mixed_Bps": nmix / max(t4 - t3, 1e-9) / ndirs,
                                  "probe_bytes": n}
         except _Error as e:  # the SSD path training would use fails: say so now
             from teraio._bounded import error_in
@@ -765,41 +765,36 @@ class Offloader:
             buf.close()
 
     def _probe_mixed(self, eid, ptr, n, tier):
-        """Read n bytes of eid back into ptr while writing n other bytes (id eid - 1) from a
-        second buffer, on two threads (the engine is thread-safe and releases the GIL); returns
-        the start and end times of the two together."""
-        import ctypes
-        import mmap
+        """Both directions at once, in the probe's own buffer (no more memory than the probe):
+        store its first half (id eid - 2), then read it back into that half while its second
+        half is written (id eid - 1), on two threads (the engine is thread-safe and releases
+        the GIL). Returns the start and end of the two transfers together and their bytes."""
         import threading
         import time
 
-        buf = mmap.mmap(-1, n)
-        view = ctypes.c_char.from_buffer(buf)
+        h = n // 2
         err = []
 
         def write():
             try:
-                self._engine.write(eid - 1, ctypes.addressof(view), n, tier)
+                self._engine.write(eid - 1, ptr + h, h, tier)
             except BaseException as e:  # noqa: BLE001 - raised in the caller below
                 err.append(e)
 
+        self._engine.write(eid - 2, ptr, h, tier)
+        th = threading.Thread(target=write, name="teraio-ssd-probe")
+        t0 = time.perf_counter()
+        th.start()
         try:
-            ctypes.memset(ctypes.addressof(view), 0xA5, n)
-            th = threading.Thread(target=write, name="teraio-ssd-probe")
-            t0 = time.perf_counter()
-            th.start()
-            try:
-                self._engine.read(eid, ptr, n)
-            finally:
-                th.join()  # the buffer below is closed only after the write is done
-            t1 = time.perf_counter()
-            if err:
-                raise err[0]
-            self._engine.drop(eid - 1)
-            return t0, t1
+            self._engine.read(eid - 2, ptr, h)
         finally:
-            del view
-            buf.close()
+            th.join()  # the caller frees the buffer only after the write is done
+        t1 = time.perf_counter()
+        if err:
+            raise err[0]
+        self._engine.drop(eid - 1)
+        self._engine.drop(eid - 2)
+        return t0, t1, 2 * h
 
     def _make_plan(self, prog):
         if self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:

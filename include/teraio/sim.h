@@ -71,10 +71,12 @@ struct tio_sim_params {
     double cpu_adam_params_per_core_s; /* CPU Adam throughput per core, parameters/s */
     uint32_t zero_prefetch_layers;     /* ZeRO: layers fetched ahead of compute (0: a layer's
                                           parameters are fetched when it starts) */
-    double zero_offload_fetch_Bps;     /* ZeRO-Offload: effective host->GPU parameter fetch
-                                          rate (calibrated) */
-    double zero_infinity_fetch_Bps;    /* ZeRO-Infinity: effective NVMe->GPU parameter fetch
-                                          rate (calibrated) */
+    double zero_offload_fetch_Bps;     /* ZeRO (both): host->GPU byte rate of DeepSpeed's
+                                          parameter fetch path (calibrated); ZeRO-Infinity
+                                          reads into host buffers first, then takes the same
+                                          path */
+    double zero_infinity_fetch_Bps;    /* ZeRO-Infinity: cap on its NVMe read leg (default
+                                          +inf: the SSD array's own rate) */
     double zero_bytes_scale;           /* ZeRO's bytes per value / the trace's (fp16 vs fp32:
                                           0.5) for parameters, gradients and activations */
     uint32_t zero_layers;              /* layer count for layer-granular fetches; 0 = from the
@@ -85,7 +87,11 @@ struct tio_sim_params {
                                           flight frees it, evict idle tensors on demand (the
                                           paper's runtime stalls "waiting for more inactive
                                           tensors to leave the GPU"); 0 = report OOM there
-                                          (default 1) */
+                                          (default 0) */
+    /* Added after the first API freeze (fields only grow at the end): */
+    double zero_fetch_overhead_s; /* ZeRO (both): fixed cost of fetching one partitioned
+                                     parameter tensor (a submodule's hook, its all-gather, the
+                                     stream synchronisation), on the fetch path (calibrated) */
 };
 
 /* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */
@@ -132,6 +138,15 @@ struct tio_sim_result {
     uint64_t ssd_cache_end_bytes;   /* ... and when it ended */
     int32_t ssd_cache_full;         /* 1: the steady state of continuous training has the
                                        write caches full (writes at the sustained rate) */
+    /* Pipeline stages simulated together (tio_sim_run_pipeline); 0 for a stage alone: */
+    uint32_t pipeline_stages; /* stages coupled (0: this trace was simulated alone) */
+    uint32_t pipeline_stage;  /* this stage's index */
+    uint32_t oom_stage;       /* with oom: the stage that ran out of memory (every stage's
+                                 result reports the pipeline's OOM) */
+    double stage_end_s;       /* this stage's last kernel ends this long after the iteration's
+                                 start (iteration_s is the makespan over the stages) */
+    double pipeline_wait_s;   /* its receives' time beyond their transfer (waiting for the
+                                 peer stage) plus the wait from stage_end_s to the makespan */
 };
 
 struct tio_sim;
@@ -149,6 +164,31 @@ TIO_API TIO_MUST_CHECK int tio_sim_run(const struct tio_trace *trace,
                                        size_t n_moves,
                                        const struct tio_sim_params *params,
                                        struct tio_sim **out);
+
+/*
+ * tio_sim_run_pipeline: simulate the n_stages stages of a pipeline together (docs/simulator.md,
+ * "Pipeline stages"): traces[i] is stage i's trace (in stage order), moves[i] / n_moves[i] its
+ * plan's moves (moves and n_moves may be NULL for a built-in policy), each stage on its own
+ * copy of `hw` (one GPU with its PCIe link, SSDs and host share; capacity_bytes[i], when the
+ * array is given and the entry is not 0, is stage i's GPU capacity instead of
+ * params->capacity_bytes: each stage's plan may be made for its own). The stages' send and receive
+ * kernels (nccl:send/recv, c10d.send/recv_) couple them: the n-th message a stage sends on a
+ * link is the n-th its peer receives, and a receive ends at max(its start + the send kernel's
+ * duration, the send's end). Every iteration starts when all stages have finished the previous
+ * one. out[i] (n_stages entries) gets stage i's results: iteration_s is the coupled makespan,
+ * ideal_s the coupled makespan with unlimited memory, the same in every stage's result; an OOM
+ * in any stage is reported by all (oom_stage). Returns 0; TIO_EINVAL (fewer than 2 or more than
+ * 64 stages, sends and receives that do not pair up, a deadlock: names the stage), or
+ * tio_sim_run's errors prefixed with the stage.
+ */
+TIO_API TIO_MUST_CHECK int tio_sim_run_pipeline(const struct tio_trace *const *traces,
+                                                const struct tio_move *const *moves,
+                                                const size_t *n_moves,
+                                                size_t n_stages,
+                                                const struct tio_hw *hw,
+                                                const struct tio_sim_params *params,
+                                                const uint64_t *capacity_bytes,
+                                                struct tio_sim **out);
 
 /* tio_sim_free: accepts NULL. */
 TIO_API void tio_sim_free(struct tio_sim *sim);

@@ -22,7 +22,7 @@ from pathlib import Path
 from teraio import report
 
 # The paper's settings (PAPER.md s.9.1): fp32, AdamW, 2-stage pipeline on 2x H100 NVL,
-# GPU 0's trace. One configuration per model for the demo; `teraio compare --paper` runs all.
+# both stages simulated together. One configuration per model for the demo; `teraio compare --paper` runs all.
 PAPER_RUNS = [
     {"name": "llama3-8b", "preset": "llama3-8b", "batch": 64, "seq": 2048},
     {"name": "llama3-70b", "preset": "llama3-70b", "batch": 16, "seq": 2048},
@@ -93,12 +93,12 @@ def part_simulation(out: Path) -> dict:
     print("  paper: TeraIO 80.7% of ideal on average (59.7% on Llama3-70B) and 1.47x ZeRO; "
           "ZeRO-Offload OOM on Llama3-70B; ZeRO-Infinity 43.0% on Llama3-70B")
     print("\nWhat this simulation models: SSD reads and writes sharing one budget, the drives'\n"
-          "write cache and sustained rate, each system's host-memory budget, ZeRO in FP32\n"
-          "fitted to the paper's measured points, plans replayed on their own (an infeasible\n"
-          "plan is reported, never rescued). What it does not: kernels slowed by transfers,\n"
-          "allocator fragmentation, software overheads, the second pipeline stage (only GPU 0's\n"
-          "stage is simulated). So teraio's numbers are optimistic, most on Llama3-70B;\n"
-          "docs/bench/sim.md has the whole matrix and where it departs from the paper.")
+          "write cache and sustained rate, each system's host-memory budget, both pipeline\n"
+          "stages together (a stall in one delays the other), ZeRO in FP32 fitted to the\n"
+          "paper's measured points, plans replayed on their own (an infeasible plan is\n"
+          "reported, never rescued). What it does not: kernels slowed by transfers, allocator\n"
+          "fragmentation, software overheads. So teraio's numbers are optimistic, most on\n"
+          "Llama3-70B; docs/bench/sim.md has the whole matrix and where it departs from the paper.")
     return res
 
 

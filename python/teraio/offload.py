@@ -816,8 +816,9 @@ class Offloader:
             "ssd_write_Bps": self.ssd_write_Bps if self.ssd_dirs else 1.0,
             "ssd_efficiency": 1.0,
             "ssd_latency_s": 1e-4,
-            # measured rates: no mixed-load curve or write-cache model for the probed directory
-            "ssd_mixed_Bps": 0.0,
+            # the probe's reads and writes at once (docs/hardware.md, "SSD model"); no
+            # write-cache model for the probed directory
+            "ssd_mixed_Bps": self._ssd_mixed_Bps(),
             "ssd_write_cache_bytes": 0,
             "ssd_sustained_write_Bps": 0.0,
             "host_memory_bytes": max(self.host_memory, 1 << 30),
@@ -825,6 +826,13 @@ class Offloader:
             "host_memory_Bps": self.host_Bps,
             "gds": 0,
         }
+
+    def _ssd_mixed_Bps(self):
+        """Per-directory read + write rate with both directions at once, as measured by the
+        probe (0: not measured, the model time-shares reads and writes), at most read + write
+        (what the hardware description accepts)."""
+        m = (self.ssd_measured or {}).get("mixed_Bps", 0.0)
+        return min(m, self.ssd_read_Bps + self.ssd_write_Bps) if self.ssd_dirs and m > 0 else 0.0
 
     def _policy(self):
         if self.policy != "teraio":
@@ -858,11 +866,16 @@ class Offloader:
             t1 = time.perf_counter()
             self._engine.read(eid, ptr, n)
             t2 = time.perf_counter()
+            # both directions at once, as training moves them: half the probe read back while
+            # the other half is written; the simulator's shared SSD budget takes this as the
+            # drive's mixed point (ssd_mixed_Bps)
+            t3, t4, nmix = self._probe_mixed(eid, ptr, n, tier)
             self._engine.drop(eid)
             ndirs = max(1, len(self.ssd_dirs))
             self.ssd_write_Bps = n / max(t1 - t0, 1e-9) / ndirs
             self.ssd_read_Bps = n / max(t2 - t1, 1e-9) / ndirs
             self.ssd_measured = {"write_Bps": self.ssd_write_Bps, "read_Bps": self.ssd_read_Bps,
+                                 "mixed_Bps": nmix / max(t4 - t3, 1e-9) / ndirs,
                                  "probe_bytes": n}
         except _Error as e:  # the SSD path training would use fails: say so now
             from teraio._bounded import error_in
@@ -873,6 +886,38 @@ class Offloader:
         finally:
             del view
             buf.close()
+
+    def _probe_mixed(self, eid, ptr, n, tier):
+        """Both directions at once, in the probe's own buffer (no more memory than the probe):
+        store its first half (id eid - 2), then read it back into that half while its second
+        half is written (id eid - 1), on two threads (the engine is thread-safe and releases
+        the GIL). Returns the start and end of the two transfers together and their bytes."""
+        import threading
+        import time
+
+        h = n // 2
+        err = []
+
+        def write():
+            try:
+                self._engine.write(eid - 1, ptr + h, h, tier)
+            except BaseException as e:  # noqa: BLE001 - raised in the caller below
+                err.append(e)
+
+        self._engine.write(eid - 2, ptr, h, tier)
+        th = threading.Thread(target=write, name="teraio-ssd-probe")
+        t0 = time.perf_counter()
+        th.start()
+        try:
+            self._engine.read(eid - 2, ptr, h)
+        finally:
+            th.join()  # the caller frees the buffer only after the write is done
+        t1 = time.perf_counter()
+        if err:
+            raise err[0]
+        self._engine.drop(eid - 1)
+        self._engine.drop(eid - 2)
+        return t0, t1, 2 * h
 
     def _make_plan(self, prog):
         if self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:

@@ -9,10 +9,10 @@
 #include "sim/sim_impl.h"
 
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
-#define TIO_SIM_CPU_ADAM_PER_CORE 2.4e8
-#define TIO_SIM_ZERO_PREFETCH     0
-#define TIO_SIM_ZERO_OFFLOAD_BPS  6.1e9
-#define TIO_SIM_ZERO_INFINITY_BPS 12.5e9
+#define TIO_SIM_CPU_ADAM_PER_CORE   2.4e8
+#define TIO_SIM_ZERO_PREFETCH       0
+#define TIO_SIM_ZERO_FETCH_BPS      20e9
+#define TIO_SIM_ZERO_FETCH_OVERHEAD 7.6e-3
 
 struct tio_sim_params tio_sim_params_default(void) {
     struct tio_sim_params p;
@@ -28,8 +28,9 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.record_timeline = 0;
     p.cpu_adam_params_per_core_s = TIO_SIM_CPU_ADAM_PER_CORE;
     p.zero_prefetch_layers = TIO_SIM_ZERO_PREFETCH;
-    p.zero_offload_fetch_Bps = TIO_SIM_ZERO_OFFLOAD_BPS;
-    p.zero_infinity_fetch_Bps = TIO_SIM_ZERO_INFINITY_BPS;
+    p.zero_offload_fetch_Bps = TIO_SIM_ZERO_FETCH_BPS;
+    p.zero_infinity_fetch_Bps = HUGE_VAL; /* no cap beyond the SSD array's rate */
+    p.zero_fetch_overhead_s = TIO_SIM_ZERO_FETCH_OVERHEAD;
     p.zero_bytes_scale = 1.0; /* FP32, as the paper ran every system (PAPER.md s.9.1) */
     p.zero_layers = 0;
     p.label = NULL;
@@ -139,6 +140,8 @@ void sim_view_fini(struct sim_view *v) {
     tio_free(v->first_use);
     tio_free(v->last_use);
     tio_free(v->moves);
+    tio_free(v->p2p);
+    tio_free(v->p2p_link);
     memset(v, 0, sizeof *v);
 }
 
@@ -243,7 +246,9 @@ static int check_params(const struct tio_sim_params *p) {
     }
     if (!(p->host_latency_s >= 0) || !(p->cpu_adam_params_per_core_s > 0) ||
         !(p->zero_bytes_scale > 0) || p->iterations_per_day < 0 ||
-        !(p->zero_offload_fetch_Bps > 0) || !(p->zero_infinity_fetch_Bps > 0)) {
+        !(p->zero_offload_fetch_Bps > 0) || !(p->zero_infinity_fetch_Bps > 0) ||
+        !(p->zero_fetch_overhead_s >= 0) || !isfinite(p->zero_fetch_overhead_s) ||
+        !isfinite(p->zero_offload_fetch_Bps)) {
         return tio_set_error(TIO_EINVAL, "sim: params: negative latency, rate or scale");
     }
     return 0;
@@ -295,35 +300,66 @@ static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_
  * Run the engine in the steady state of continuous training. The SSDs' write caches start
  * empty; when the measured iteration ends with more in them than it began with, every
  * iteration adds to them, so a long run fills them: the run is repeated with them full (the
- * drives then write at their sustained rate except after pauses that drain the cache).
+ * drives then write at their sustained rate except after pauses that drain the cache). Coupled
+ * stages (n > 1) each have their own drives: those whose caches grew start full in the repeat.
  */
-static int run_steady(struct sim_view *v,
-                      const struct tio_hw *hw,
-                      const struct tio_sim_params *p,
-                      struct tio_sim *sim) {
-    v->cache_level0 = 0.0;
-    double bin_s = sim->bin_s;
-    int rc = sim_engine_run(v, hw, p, sim);
-    if (rc < 0 || sim->r.oom || hw->ssd_count == 0 || hw->ssd_write_cache_bytes == 0 ||
-        !(hw->ssd_sustained_write_Bps > 0) ||
-        sim->r.ssd_cache_end_bytes <= sim->r.ssd_cache_start_bytes + (UINT64_C(1) << 20)) {
+int sim_run_steady(struct sim_view *const *v,
+                   size_t n,
+                   size_t n_links,
+                   const struct tio_hw *hw,
+                   const struct tio_sim_params *p,
+                   struct tio_sim *const *sims,
+                   struct sim_stage_out *out) {
+    double bin_s[SIM_MAX_STAGES];
+    int grew[SIM_MAX_STAGES] = { 0 };
+    if (n == 0 || n > SIM_MAX_STAGES) {
+        return tio_set_error(TIO_EINVAL, "sim: %zu stages (1 to %d)", n, SIM_MAX_STAGES);
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i]->cache_level0 = 0.0;
+        bin_s[i] = sims[i]->bin_s;
+    }
+    int rc = sim_engine_run_group((const struct sim_view *const *)v, n, n_links, hw, p, sims, out);
+    if (rc < 0 || hw->ssd_count == 0 || hw->ssd_write_cache_bytes == 0 ||
+        !(hw->ssd_sustained_write_Bps > 0)) {
         return rc;
     }
-    memset(&sim->r, 0, sizeof sim->r);
-    sim->n_bins = 0;
-    sim->bin_s = bin_s;
-    sim->n_spans = 0;
-    v->cache_level0 = (double)hw->ssd_count * (double)hw->ssd_write_cache_bytes;
-    rc = sim_engine_run(v, hw, p, sim);
-    sim->r.ssd_cache_full = 1;
+    int any = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sims[i]->r.oom) {
+            return rc;
+        }
+        grew[i] =
+            sims[i]->r.ssd_cache_end_bytes > sims[i]->r.ssd_cache_start_bytes + (UINT64_C(1) << 20);
+        any |= grew[i];
+    }
+    if (!any) {
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct tio_sim *sim = sims[i];
+        uint64_t cap = sim->r.capacity_bytes;
+        memset(&sim->r, 0, sizeof sim->r);
+        sim->r.capacity_bytes = cap;
+        sim->n_bins = 0;
+        sim->bin_s = bin_s[i];
+        sim->n_spans = 0;
+        if (grew[i]) {
+            v[i]->cache_level0 = (double)hw->ssd_count * (double)hw->ssd_write_cache_bytes;
+        }
+    }
+    rc = sim_engine_run_group((const struct sim_view *const *)v, n, n_links, hw, p, sims, out);
+    for (size_t i = 0; i < n; i++) {
+        sims[i]->r.ssd_cache_full = grew[i];
+    }
     return rc;
 }
 
-static void finish_result(struct tio_sim *sim,
-                          const struct sim_view *v,
-                          const struct tio_trace *trace,
-                          const struct tio_hw *hw,
-                          const struct tio_sim_params *p) {
+void sim_finish_result(struct tio_sim *sim,
+                       const struct sim_view *v,
+                       const struct tio_trace *trace,
+                       const struct tio_hw *hw,
+                       const struct tio_sim_params *p) {
     struct tio_sim_result *r = &sim->r;
     r->ideal_s = v->ideal_s;
     const char *tok = tio_trace_get_meta(trace, "tokens_per_iteration");
@@ -350,7 +386,9 @@ static void finish_result(struct tio_sim *sim,
         return;
     }
     for (size_t k = 0; k < v->n_kernels; k++) {
-        sim->k_dur_s[k] = v->dur_s[k] + v->cpu_s[k];
+        if (!v->p2p || v->p2p[k] != SIM_P2P_RECV) { /* a coupled receive's is its own */
+            sim->k_dur_s[k] = v->dur_s[k] + v->cpu_s[k];
+        }
         r->cpu_s += v->cpu_s[k];
     }
     r->stall_s += r->cpu_s;
@@ -381,16 +419,22 @@ static void finish_result(struct tio_sim *sim,
     }
 }
 
-int tio_sim_run(const struct tio_trace *trace,
-                const struct tio_hw *hw,
-                const struct tio_move *moves,
-                size_t n_moves,
-                const struct tio_sim_params *params,
-                struct tio_sim **out) {
-    if (!trace || !hw || !out || (n_moves && !moves)) {
-        return tio_set_error(TIO_EINVAL, "sim: NULL argument");
-    }
+/*
+ * One trace's simulation before the run: checks, the sim with its series, the view for the
+ * policy (a plan's moves, a baseline's rewriting). *host_oom = 1 when the policy's static host
+ * memory already exceeds its cap (the result is set; nothing to run).
+ */
+int sim_stage_open(const struct tio_trace *trace,
+                   const struct tio_hw *hw,
+                   const struct tio_move *moves,
+                   size_t n_moves,
+                   const struct tio_sim_params *params,
+                   struct tio_sim **out,
+                   struct sim_view *v,
+                   int *host_oom) {
+    memset(v, 0, sizeof *v);
     *out = NULL;
+    *host_oom = 0;
     if (!tio_trace_is_finished(trace)) {
         return tio_set_error(TIO_ESTATE, "sim: trace is not finished");
     }
@@ -410,68 +454,91 @@ int tio_sim_run(const struct tio_trace *trace,
                              "zero-infinity; others need a plan)",
                              policy);
     }
-    double t_wall = tio_now_s();
     struct tio_sim *sim = tio_calloc(1, sizeof *sim);
     if (!sim) {
         return TIO_ENOMEM;
     }
     (void)snprintf(sim->policy, sizeof sim->policy, "%s",
                    strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
-    struct sim_view v;
-    rc = sim_view_init(&v, trace);
+    rc = sim_view_init(v, trace);
     if (rc < 0) {
         tio_free(sim);
         return rc;
     }
-    rc = keep_series(sim, trace, v.n_kernels);
+    rc = keep_series(sim, trace, v->n_kernels);
     if (rc < 0) {
         goto fail;
     }
     uint64_t cap =
         p.capacity_bytes ? p.capacity_bytes : hw->gpu_memory_bytes - hw->gpu_reserve_bytes;
-    v.capacity = cap;
+    v->capacity = cap;
     if (strcmp(policy, "ideal") == 0) {
-        v.capacity = UINT64_MAX;
+        v->capacity = UINT64_MAX;
     } else if (strcmp(policy, "lru") == 0) {
-        v.lru = 1;
-        v.host_capped = 1; /* offloads and evictions stay within the per-GPU host cap */
-        v.host_limit_bytes = hw->host_offload_cap_bytes;
+        v->lru = 1;
+        v->host_capped = 1; /* offloads and evictions stay within the per-GPU host cap */
+        v->host_limit_bytes = hw->host_offload_cap_bytes;
     } else if (strcmp(policy, "zero-offload") == 0 || strcmp(policy, "zero-infinity") == 0) {
-        rc = sim_zero_build(&v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
+        rc = sim_zero_build(v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
     } else if (strcmp(policy, "plan") == 0) {
-        rc = sim_view_set_moves(&v, moves, n_moves);
-        v.demand_evict = p.demand_evict != 0;
-        v.host_capped = 1; /* a plan holding more host memory than the cap is a host OOM */
-        v.host_limit_bytes = hw->host_offload_cap_bytes;
+        rc = sim_view_set_moves(v, moves, n_moves);
+        v->demand_evict = p.demand_evict != 0;
+        v->host_capped = 1; /* a plan holding more host memory than the cap is a host OOM */
+        v->host_limit_bytes = hw->host_offload_cap_bytes;
     }
     if (rc < 0) {
         goto fail;
     }
-    sim->bin_s = v.ideal_s > 0 ? v.ideal_s / (double)p.bins : 1.0;
-    if (v.host_capped && v.host_static_bytes > v.host_limit_bytes) {
+    sim->bin_s = v->ideal_s > 0 ? v->ideal_s / (double)p.bins : 1.0;
+    sim->r.capacity_bytes = strcmp(policy, "ideal") == 0 ? cap : v->capacity;
+    if (v->host_capped && v->host_static_bytes > v->host_limit_bytes) {
         /* the policy cannot even start: DeepSpeed allocates its host buffers at init */
-        sim->r.capacity_bytes = v.capacity;
         sim->r.oom = TIO_SIM_OOM_HOST;
-        sim->r.oom_bytes = v.host_static_bytes - v.host_limit_bytes;
-        sim->r.host_peak_bytes = v.host_static_bytes;
-    } else {
-        rc = run_steady(&v, hw, &p, sim);
+        sim->r.oom_bytes = v->host_static_bytes - v->host_limit_bytes;
+        sim->r.host_peak_bytes = v->host_static_bytes;
+        *host_oom = 1;
+    }
+    *out = sim;
+    return 0;
+fail:
+    sim_view_fini(v);
+    tio_sim_free(sim);
+    return rc;
+}
+
+int tio_sim_run(const struct tio_trace *trace,
+                const struct tio_hw *hw,
+                const struct tio_move *moves,
+                size_t n_moves,
+                const struct tio_sim_params *params,
+                struct tio_sim **out) {
+    if (!trace || !hw || !out || (n_moves && !moves)) {
+        return tio_set_error(TIO_EINVAL, "sim: NULL argument");
+    }
+    *out = NULL;
+    struct tio_sim_params p = params ? *params : tio_sim_params_default();
+    double t_wall = tio_now_s();
+    struct tio_sim *sim = NULL;
+    struct sim_view v;
+    int host_oom = 0;
+    int rc = sim_stage_open(trace, hw, moves, n_moves, &p, &sim, &v, &host_oom);
+    if (rc < 0 || !sim) { /* sim_stage_open gives a sim whenever it returns 0 */
+        return rc < 0 ? rc : tio_set_error(TIO_ESTATE, "sim: no simulation was set up");
+    }
+    if (!host_oom) {
+        struct sim_view *vp = &v;
+        rc = sim_run_steady(&vp, 1, 0, hw, &p, &sim, NULL);
         if (rc < 0) {
-            goto fail;
+            sim_view_fini(&v);
+            tio_sim_free(sim);
+            return rc;
         }
     }
-    if (strcmp(policy, "ideal") == 0) {
-        sim->r.capacity_bytes = cap;
-    }
-    finish_result(sim, &v, trace, hw, &p);
+    sim_finish_result(sim, &v, trace, hw, &p);
     sim_view_fini(&v);
     sim->r.sim_wall_s = tio_now_s() - t_wall;
     *out = sim;
     return 0;
-fail:
-    sim_view_fini(&v);
-    tio_sim_free(sim);
-    return rc;
 }
 
 void tio_sim_free(struct tio_sim *sim) {

@@ -70,8 +70,12 @@ struct tstate {
     uint64_t stamp; /* kernel seq of the last check (used by the kernel being started) */
 };
 
+struct eng_group;
+
 struct eng {
     const struct sim_view *v;
+    struct eng_group *grp; /* the stages simulated together (one for a stage alone) */
+    size_t stage;          /* this engine's index in grp */
     const struct tio_sim_params *p;
     const struct tio_hw *hw;
     struct tio_sim *sim;
@@ -121,6 +125,32 @@ struct eng {
     uint64_t oom_kernel, oom_bytes;
     uint32_t oom_iter;
     double bytes_acc[TIO_SIM_CHANNEL_COUNT]; /* bytes moved in the measured iteration */
+    /* pipeline coupling (docs/simulator.md, "Pipeline stages") */
+    int recv_pending;   /* the running kernel is a receive whose message has not been sent */
+    uint32_t recv_link; /* ... on this link */
+    double recv_t0;     /* ... and started receiving at this time */
+    int at_barrier;     /* waiting for the other stages to finish the previous iteration */
+    size_t *recv_next;  /* [n_links] messages of each link this stage has received */
+    double pipe_wait_s; /* measured: receive time beyond the transfer (waiting for the peer) */
+};
+
+/* One message on a link: when its send kernel ended and how long that kernel took (the time
+ * the receive needs at least: docs/simulator.md). */
+struct pipe_msg {
+    double t_end, dur;
+};
+
+/* A directed link between two stages: the messages sent so far, in order. */
+struct pipe_link {
+    struct pipe_msg *msg;
+    size_t n, cap;
+};
+
+struct eng_group {
+    struct eng *e; /* [n] */
+    size_t n;
+    struct pipe_link *links; /* [n_links] */
+    size_t n_links;
 };
 
 static int q_of(const struct xfer *x) {
@@ -704,11 +734,63 @@ static void set_oom(struct eng *e, uint64_t need) {
     e->oom_bytes = e->gpu_used + need > e->v->capacity ? e->gpu_used + need - e->v->capacity : need;
 }
 
+/*
+ * A receive kernel of a coupled stage: once the next message on its link has been sent, the
+ * receive ends at max(its start + the send kernel's duration, the send's end) (the rule of the
+ * trace generator's 1F1B replay, docs/model.md). Until then its end is unknown (infinite).
+ */
+static void pipe_receive(struct eng *e) {
+    if (!e->recv_pending) {
+        return;
+    }
+    const struct pipe_link *l = &e->grp->links[e->recv_link];
+    size_t i = e->recv_next[e->recv_link];
+    if (i >= l->n) {
+        return;
+    }
+    e->recv_next[e->recv_link]++;
+    e->recv_pending = 0;
+    double own = e->recv_t0 + l->msg[i].dur;
+    e->t_end = TIO_MAX(own, l->msg[i].t_end);
+    if (e->measuring) {
+        uint64_t k = e->g % e->N;
+        e->pipe_wait_s += e->t_end - own;
+        e->sim->k_dur_s[k] = e->v->cpu_s[k] + (e->t_end - e->recv_t0);
+    }
+}
+
+/* A send kernel of a coupled stage has ended: its message is on the link. */
+static int pipe_send(struct eng *e, uint64_t k) {
+    struct pipe_link *l = &e->grp->links[e->v->p2p_link[k]];
+    if (tio_grow((void **)&l->msg, &l->cap, l->n + 1, sizeof *l->msg) < 0) {
+        return TIO_ENOMEM;
+    }
+    l->msg[l->n].t_end = e->t;
+    l->msg[l->n].dur = e->v->dur_s[k];
+    l->n++;
+    return 0;
+}
+
 /* Try to start kernel g. Returns <0 error, else 0 (e->running tells whether it started). */
 static int try_start(struct eng *e) {
     const struct sim_view *v = e->v;
     uint64_t k = e->g % e->N;
     uint64_t iter_base = e->g - k;
+    if (k == 0 && e->grp->n > 1 && e->g > 0) {
+        /* coupled stages: an iteration starts when every stage has finished the previous one */
+        uint64_t it = e->g / e->N;
+        for (size_t i = 0; i < e->grp->n; i++) {
+            const struct eng *o = &e->grp->e[i];
+            if (o->N > 0 && o->g / o->N < it) {
+                e->at_barrier = 1;
+                return 0;
+            }
+        }
+        if (e->at_barrier) { /* the wait lies between iterations: not a stall of kernel 0 */
+            e->at_barrier = 0;
+            e->t_ready = e->t;
+        }
+    }
     if (e->issued_g != e->g) {
         if (k == 0) {
             e->move_pos = 0;
@@ -859,12 +941,26 @@ static int try_start(struct eng *e) {
     e->in_cpu = v->cpu_s[k] > 0.0;
     e->t_cpu_end = e->t + v->cpu_s[k];
     e->t_end = e->t_cpu_end + v->dur_s[k];
+    if (v->p2p && v->p2p[k] == SIM_P2P_RECV) {
+        /* ends when its message has arrived: pipe_receive() sets the end */
+        e->recv_pending = 1;
+        e->recv_link = v->p2p_link[k];
+        e->recv_t0 = e->t_cpu_end;
+        e->t_end = INFINITY;
+        pipe_receive(e);
+    }
     return 0;
 }
 
-static void end_kernel(struct eng *e) {
+static int end_kernel(struct eng *e) {
     const struct sim_view *v = e->v;
     uint64_t k = e->g % e->N;
+    if (v->p2p && v->p2p[k] == SIM_P2P_SEND) {
+        int rc = pipe_send(e, k);
+        if (rc < 0) {
+            return rc;
+        }
+    }
     if (!v->skip_uses[k]) {
         for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
             uint32_t t = v->use_tensor[u];
@@ -885,6 +981,7 @@ static void end_kernel(struct eng *e) {
     e->in_cpu = 0;
     e->g++;
     e->t_ready = e->t;
+    return 0;
 }
 
 static int eng_init(struct eng *e) {
@@ -1058,7 +1155,10 @@ static int process_events(struct eng *e, const struct event *ev) {
         e->in_cpu = 0;
     }
     if (e->running && !e->in_cpu && e->t_end <= e->t + eps) {
-        end_kernel(e);
+        rc = end_kernel(e);
+        if (rc < 0) {
+            return rc;
+        }
         rc = mq_grant(e);
         if (rc < 0) {
             return rc;
@@ -1090,90 +1190,217 @@ static uint64_t step_budget(const struct eng *e) {
     return 2 * events + 64;
 }
 
+/* The result of one engine after its run (or its group's). */
+static void eng_result(struct eng *e) {
+    struct tio_sim_result *r = &e->sim->r;
+    if (e->oom) {
+        r->oom = e->oom;
+        r->oom_kernel = e->oom_kernel;
+        r->oom_bytes = e->oom_bytes;
+        r->oom_iteration = e->oom_iter;
+    } else {
+        r->iteration_s = e->t - e->t0;
+    }
+    for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
+        r->bytes[c] = (uint64_t)llround(e->bytes_acc[c]);
+    }
+    r->ssd_cache_start_bytes = (uint64_t)llround(e->cache_level_meas);
+    r->ssd_cache_end_bytes = (uint64_t)llround(e->cache_level);
+}
+
+static void eng_fini(struct eng *e) {
+    tio_free(e->ts);
+    tio_free(e->xf);
+    tio_free(e->mq);
+    tio_free(e->lat);
+    tio_free(e->recv_next);
+}
+
+/* Nothing runs and nothing is in flight in any stage, yet a kernel cannot start: a stage
+ * stuck for memory is OOM; stages that all wait for each other are a deadlock (an error). */
+static int group_stuck(struct eng_group *grp) {
+    for (size_t i = 0; i < grp->n; i++) {
+        struct eng *e = &grp->e[i];
+        if (e->g >= e->total || e->recv_pending || e->at_barrier) {
+            continue;
+        }
+        TIO_LOG_DEBUG("sim: stuck at kernel %llu: %zu transfers, %zu latency, %zu queued for "
+                      "memory, gpu %llu / %llu",
+                      (unsigned long long)e->g, e->n_active, e->n_lat, e->mq_len,
+                      (unsigned long long)e->gpu_used, (unsigned long long)e->v->capacity);
+        set_oom(e, 0);
+        return 0;
+    }
+    for (size_t i = 0; i < grp->n; i++) {
+        const struct eng *e = &grp->e[i];
+        if (e->recv_pending) {
+            return tio_set_error(TIO_EINVAL,
+                                 "sim: pipeline deadlock: stage %zu waits at kernel %llu of "
+                                 "iteration %llu for a message that no stage sends (the stages' "
+                                 "send and receive orders do not match)",
+                                 i, (unsigned long long)(e->g % e->N),
+                                 (unsigned long long)(e->g / e->N));
+        }
+    }
+    return tio_set_error(TIO_EINVAL, "sim: pipeline deadlock between the stages");
+}
+
+/*
+ * Run the engines of a group in lockstep: every step, each stage that has not finished starts
+ * what it can, the earliest event over all stages sets the common clock, every stage advances
+ * to it and handles what is due. A stage alone (n = 1) runs exactly as it always has.
+ */
+static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
+    size_t n = grp->n;
+    struct event evs[SIM_MAX_STAGES];
+    uint64_t budget = 0, steps = 0;
+    for (size_t i = 0; i < n; i++) {
+        budget += step_budget(&grp->e[i]);
+    }
+    (void)p;
+    for (;;) {
+        int active = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct eng *e = &grp->e[i];
+            if (e->g >= e->total) {
+                continue;
+            }
+            active = 1;
+            pipe_receive(e);
+            if (!e->running) {
+                int rc = try_start(e);
+                if (rc < 0) {
+                    return rc;
+                }
+                if (e->oom) {
+                    return 0;
+                }
+            }
+        }
+        if (!active) {
+            return 0;
+        }
+        if (++steps > budget) {
+            const struct eng *e = &grp->e[0];
+            return tio_set_error(TIO_ENOMEM,
+                                 "sim: step limit of %llu events exceeded at kernel %llu of "
+                                 "iteration %llu (an engine bug: please report it with the trace "
+                                 "and plan)",
+                                 (unsigned long long)budget, (unsigned long long)(e->g % e->N),
+                                 (unsigned long long)(e->g / e->N));
+        }
+        double t = INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            struct eng *e = &grp->e[i];
+            evs[i].t = INFINITY;
+            evs[i].kind = EV_NONE;
+            if (e->g >= e->total) {
+                continue;
+            }
+            allocate_rates(e);
+            evs[i] = next_event(e);
+            t = TIO_MIN(t, evs[i].t);
+        }
+        if (isinf(t)) {
+            return group_stuck(grp);
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct eng *e = &grp->e[i];
+            if (e->g >= e->total) {
+                continue;
+            }
+            int rc = advance(e, t);
+            if (rc < 0) {
+                return rc;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct eng *e = &grp->e[i];
+            if (e->g >= e->total) {
+                continue;
+            }
+            const struct event none = { .t = t, .kind = EV_NONE, .id = NONE32 };
+            int rc = process_events(e, evs[i].t <= t ? &evs[i] : &none);
+            if (rc < 0) {
+                return rc;
+            }
+        }
+    }
+}
+
+int sim_engine_run_group(const struct sim_view *const *v,
+                         size_t n,
+                         size_t n_links,
+                         const struct tio_hw *hw,
+                         const struct tio_sim_params *p,
+                         struct tio_sim *const *sims,
+                         struct sim_stage_out *out) {
+    if (n == 0 || n > SIM_MAX_STAGES) {
+        return tio_set_error(TIO_EINVAL, "sim: %zu stages (1 to %d)", n, SIM_MAX_STAGES);
+    }
+    struct eng *e = tio_calloc(n, sizeof *e);
+    struct eng_group grp = { .e = e, .n = n, .n_links = n_links };
+    int rc = 0;
+    if (!e) {
+        return TIO_ENOMEM;
+    }
+    if (n_links) {
+        grp.links = tio_calloc(n_links, sizeof *grp.links);
+        if (!grp.links) {
+            tio_free(e);
+            return TIO_ENOMEM;
+        }
+    }
+    int any_kernels = 0;
+    for (size_t i = 0; i < n; i++) {
+        e[i].v = v[i];
+        e[i].p = p;
+        e[i].hw = hw;
+        e[i].sim = sims[i];
+        e[i].grp = &grp;
+        e[i].stage = i;
+        rc = eng_init(&e[i]);
+        if (rc < 0) {
+            goto done;
+        }
+        if (n_links) {
+            e[i].recv_next = tio_calloc(n_links, sizeof *e[i].recv_next);
+            if (!e[i].recv_next) {
+                rc = TIO_ENOMEM;
+                goto done;
+            }
+        }
+        any_kernels |= v[i]->n_kernels > 0;
+    }
+    if (any_kernels) {
+        rc = group_run(&grp, p);
+    }
+    if (rc >= 0) {
+        for (size_t i = 0; i < n; i++) {
+            eng_result(&e[i]);
+            if (out) {
+                out[i].end_s = e[i].t - e[i].t0;
+                out[i].wait_s = e[i].pipe_wait_s;
+                out[i].oom = e[i].oom;
+            }
+        }
+        rc = 0;
+    }
+done:
+    for (size_t i = 0; i < n; i++) {
+        eng_fini(&e[i]);
+    }
+    for (size_t l = 0; l < n_links; l++) {
+        tio_free(grp.links[l].msg);
+    }
+    tio_free(grp.links);
+    tio_free(e);
+    return rc;
+}
+
 int sim_engine_run(const struct sim_view *v,
                    const struct tio_hw *hw,
                    const struct tio_sim_params *p,
                    struct tio_sim *sim) {
-    struct eng e;
-    memset(&e, 0, sizeof e);
-    e.v = v;
-    e.p = p;
-    e.hw = hw;
-    e.sim = sim;
-    int rc = eng_init(&e);
-    if (rc < 0) {
-        goto done;
-    }
-    sim->r.capacity_bytes = v->capacity;
-    if (v->n_kernels == 0) {
-        goto done;
-    }
-    uint64_t budget = step_budget(&e), steps = 0;
-    while (e.g < e.total) {
-        if (++steps > budget) {
-            rc = tio_set_error(TIO_ENOMEM,
-                               "sim: step limit of %llu events exceeded at kernel %llu of "
-                               "iteration %llu (an engine bug: please report it with the trace "
-                               "and plan)",
-                               (unsigned long long)budget, (unsigned long long)(e.g % e.N),
-                               (unsigned long long)(e.g / e.N));
-            break;
-        }
-        if (!e.running) {
-            rc = try_start(&e);
-            if (rc < 0 || e.oom) {
-                break;
-            }
-        }
-        allocate_rates(&e);
-        struct event ev = next_event(&e);
-        if (ev.kind == EV_NONE) {
-            /* nothing runs and nothing is in flight, yet the kernel cannot start */
-            uint64_t need = 0;
-            TIO_LOG_DEBUG("sim: stuck at kernel %llu: %zu transfers, %zu latency, %zu queued for "
-                          "memory, gpu %llu / %llu",
-                          (unsigned long long)e.g, e.n_active, e.n_lat, e.mq_len,
-                          (unsigned long long)e.gpu_used, (unsigned long long)v->capacity);
-            for (int q = 0; q < NQ; q++) {
-                if (e.qhead[q] != NONE32) {
-                    TIO_LOG_DEBUG("sim: queue %d head tensor %u rate %g remaining %g", q,
-                                  e.xf[e.qhead[q]].tensor, e.xf[e.qhead[q]].rate,
-                                  e.xf[e.qhead[q]].remaining);
-                }
-            }
-            set_oom(&e, need);
-            break;
-        }
-        rc = advance(&e, ev.t);
-        if (rc < 0) {
-            break;
-        }
-        rc = process_events(&e, &ev);
-        if (rc < 0) {
-            break;
-        }
-    }
-    if (rc >= 0) {
-        struct tio_sim_result *r = &sim->r;
-        if (e.oom) {
-            r->oom = e.oom;
-            r->oom_kernel = e.oom_kernel;
-            r->oom_bytes = e.oom_bytes;
-            r->oom_iteration = e.oom_iter;
-        } else {
-            r->iteration_s = e.t - e.t0;
-        }
-        for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-            r->bytes[c] = (uint64_t)llround(e.bytes_acc[c]);
-        }
-        r->ssd_cache_start_bytes = (uint64_t)llround(e.cache_level_meas);
-        r->ssd_cache_end_bytes = (uint64_t)llround(e.cache_level);
-        rc = 0;
-    }
-done:
-    tio_free(e.ts);
-    tio_free(e.xf);
-    tio_free(e.mq);
-    tio_free(e.lat);
-    return rc;
+    return sim_engine_run_group(&v, 1, 0, hw, p, &sim, NULL);
 }

@@ -75,6 +75,16 @@ int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
                   r->ssd_cache_full ? "true" : "false",
                   (unsigned long long)r->ssd_cache_start_bytes,
                   (unsigned long long)r->ssd_cache_end_bytes);
+    if (r->pipeline_stages > 0) {
+        (void)fprintf(f,
+                      "  \"pipeline_stages\": %u,\n  \"pipeline_stage\": %u,\n"
+                      "  \"stage_end_s\": %.9g,\n  \"pipeline_wait_s\": %.9g,\n",
+                      r->pipeline_stages, r->pipeline_stage, jnum(r->stage_end_s),
+                      jnum(r->pipeline_wait_s));
+        if (r->oom) {
+            (void)fprintf(f, "  \"oom_stage\": %u,\n", r->oom_stage);
+        }
+    }
     (void)fprintf(f, "  \"sim_wall_s\": %.6g\n}\n", jnum(r->sim_wall_s));
     return ferror(f) ? tio_set_error(-EIO, "sim: writing the JSON summary failed") : 0;
 }

@@ -53,6 +53,23 @@ struct sim_view {
     double chan_cap_Bps[TIO_SIM_CHANNEL_COUNT]; /* > 0: the policy reaches at most this rate on
                                                    the channel (ZeRO's effective fetch rate) */
     double cache_level0; /* bytes in the SSD array's write caches when the run starts */
+    /* pipeline coupling (sim_pipeline.c); NULL for a stage simulated alone */
+    uint8_t *p2p;       /* [N] SIM_P2P_*: the kernel sends or receives a message */
+    uint32_t *p2p_link; /* [N] the link it sends on or receives from */
+};
+
+/* What a kernel of a coupled pipeline stage does (sim_view.p2p). */
+enum { SIM_P2P_NONE = 0, SIM_P2P_SEND = 1, SIM_P2P_RECV = 2 };
+
+/* At most this many pipeline stages are simulated together. */
+#define SIM_MAX_STAGES 64
+
+/* Per stage, after a group run: its own end in the measured iteration (from the common start),
+ * the time its receives waited for their messages, and its OOM kind (0 none). */
+struct sim_stage_out {
+    double end_s;
+    double wait_s;
+    int oom;
 };
 
 /* One transfer event kept for the timeline. */
@@ -96,6 +113,41 @@ int sim_engine_run(const struct sim_view *v,
                    const struct tio_hw *hw,
                    const struct tio_sim_params *p,
                    struct tio_sim *sim);
+
+/* sim_engine_run_group: run n views together, coupled by their p2p kernels over n_links
+ * directed links (a receive ends once the matching send has; an iteration starts when every
+ * stage has finished the previous one). sims[i] gets stage i's results; out (may be NULL) the
+ * per-stage ends and waits. n = 1 without links is sim_engine_run. */
+int sim_engine_run_group(const struct sim_view *const *v,
+                         size_t n,
+                         size_t n_links,
+                         const struct tio_hw *hw,
+                         const struct tio_sim_params *p,
+                         struct tio_sim *const *sims,
+                         struct sim_stage_out *out);
+
+/* sim.c: one stage's sim and view before the run (sim_stage_open), the steady-state run of
+ * one or more coupled stages (sim_run_steady), and the summary after it (sim_finish_result). */
+int sim_stage_open(const struct tio_trace *trace,
+                   const struct tio_hw *hw,
+                   const struct tio_move *moves,
+                   size_t n_moves,
+                   const struct tio_sim_params *params,
+                   struct tio_sim **out,
+                   struct sim_view *v,
+                   int *host_oom);
+int sim_run_steady(struct sim_view *const *v,
+                   size_t n,
+                   size_t n_links,
+                   const struct tio_hw *hw,
+                   const struct tio_sim_params *p,
+                   struct tio_sim *const *sims,
+                   struct sim_stage_out *out);
+void sim_finish_result(struct tio_sim *sim,
+                       const struct sim_view *v,
+                       const struct tio_trace *trace,
+                       const struct tio_hw *hw,
+                       const struct tio_sim_params *p);
 
 /* ZeRO views (sim_zero.c). */
 int sim_zero_build(struct sim_view *v,

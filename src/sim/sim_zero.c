@@ -13,6 +13,7 @@
  * from/to NVMe during CPU Adam, overlapped (pipeline_read/write).
  */
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,15 @@ static long layer_of(const char *name) {
     return -1;
 }
 
+/* DeepSpeed's stage3_param_persistence_threshold (PAPER.md Table 4: the default, 100K):
+ * parameters with fewer values are not partitioned; they stay on the GPU and are never
+ * fetched. */
+#define ZERO_PERSISTENCE_VALUES 1e5
+
+static int zero_persistent(const struct tio_trace_view *tv, size_t t, double dtype_bytes) {
+    return (double)tv->tensor_bytes[t] / dtype_bytes < ZERO_PERSISTENCE_VALUES;
+}
+
 struct zev {
     uint32_t group;
     uint64_t k;      /* first kernel of the event */
@@ -63,6 +73,7 @@ static int weight_groups(const struct sim_view *v,
                          const struct tio_trace *trace,
                          const struct tio_trace_view *tv,
                          uint32_t layers,
+                         double dtype_bytes,
                          uint32_t *group,
                          uint32_t *n_groups) {
     size_t T = v->n_tensors;
@@ -70,7 +81,8 @@ static int weight_groups(const struct sim_view *v,
     size_t named = 0, n_w = 0;
     for (size_t t = 0; t < T; t++) {
         group[t] = UINT32_MAX;
-        if (tv->tensor_kind[t] != TIO_TENSOR_WEIGHT || v->first_use[t] == UINT64_MAX) {
+        if (tv->tensor_kind[t] != TIO_TENSOR_WEIGHT || v->first_use[t] == UINT64_MAX ||
+            zero_persistent(tv, t, dtype_bytes)) {
             continue;
         }
         n_w++;
@@ -130,6 +142,7 @@ static int stream_moves(struct sim_view *v,
                         int tier,
                         const struct tio_trace *trace,
                         const struct tio_trace_view *tv,
+                        double dtype_bytes,
                         const struct tio_sim_params *p,
                         struct tio_move **mv,
                         size_t *n_mv,
@@ -150,7 +163,7 @@ static int stream_moves(struct sim_view *v,
     uint32_t n_groups = 0;
     int rc = group ? 0 : TIO_ENOMEM;
     if (rc == 0) {
-        rc = weight_groups(v, trace, tv, layers, group, &n_groups);
+        rc = weight_groups(v, trace, tv, layers, dtype_bytes, group, &n_groups);
     }
     if (rc < 0 || n_groups == 0) {
         goto done;
@@ -358,11 +371,28 @@ int sim_zero_build(struct sim_view *v,
     if (v->capacity != UINT64_MAX) {
         v->capacity = v->capacity > zero_gpu_buffers ? v->capacity - zero_gpu_buffers : 0;
     }
-    /* the parameter fetch path reaches only the calibrated effective rate */
-    if (infinity) {
+    /* The parameter fetch path (docs/baselines.md, "parameter fetch"): DeepSpeed fetches each
+     * submodule's partitioned parameters in its hook, tensor by tensor, each at a fixed cost
+     * (hook, all-gather, synchronisation) plus its bytes at the host->GPU rate; ZeRO-Infinity
+     * first reads them from NVMe into pinned host buffers (the "extra hop", PAPER.md s.9.3),
+     * pipelined with that copy through its 18 buffers (Table 4). Fetched one after another, n
+     * tensors of B bytes take n x overhead + B / rate: the path runs at mean / (overhead + mean /
+     * rate), mean = B / n over the tensors streamed. */
+    double fetched_b = 0, fetched_n = 0;
+    for (size_t t = 0; t < T; t++) {
+        if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT && v->first_use[t] != UINT64_MAX &&
+            !zero_persistent(&tv, t, dtype_bytes)) {
+            fetched_b += (double)v->bytes[t];
+            fetched_n += 1;
+        }
+    }
+    if (fetched_n > 0) {
+        double mean = fetched_b / fetched_n;
+        v->chan_cap_Bps[TIO_SIM_PCIE_H2D] =
+            mean / (p->zero_fetch_overhead_s + mean / p->zero_offload_fetch_Bps);
+    }
+    if (infinity && isfinite(p->zero_infinity_fetch_Bps)) {
         v->chan_cap_Bps[TIO_SIM_SSD_READ] = p->zero_infinity_fetch_Bps;
-    } else {
-        v->chan_cap_Bps[TIO_SIM_PCIE_H2D] = p->zero_offload_fetch_Bps;
     }
     if (N > 0) {
         v->cpu_s[k_opt < N ? k_opt : 0] += t_opt;
@@ -397,12 +427,12 @@ int sim_zero_build(struct sim_view *v,
          * NVMe (Infinity) and is fetched layer by layer */
         int tier = infinity ? TIO_TIER_SSD : TIO_TIER_HOST;
         for (size_t t = 0; t < T; t++) {
-            if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT) {
+            if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT && !zero_persistent(&tv, t, dtype_bytes)) {
                 v->tflags[t] |= SV_INIT_OFF | (infinity ? 0 : SV_HOSTCOPY);
                 v->init_tier[t] = (uint8_t)tier;
             }
         }
-        rc = stream_moves(v, tier, trace, &tv, p, &mv, &n_mv, &cap_mv);
+        rc = stream_moves(v, tier, trace, &tv, dtype_bytes, p, &mv, &n_mv, &cap_mv);
     }
     if (rc == 0) {
         rc = sim_view_set_moves(v, mv, n_mv);

@@ -223,6 +223,72 @@ TIO_TEST(compare_usage_and_json) {
     CHECK(has("\"demand_evicted_bytes\": "));
 }
 
+/* The value after "key": in the output (or -1). */
+static double num_after(const char *key) {
+    const char *p = strstr(out, key);
+    return p ? strtod(p + strlen(key), NULL) : -1.0;
+}
+
+/*
+ * The two stages of the tiny model's 2-stage pipeline simulated together: with unlimited
+ * memory the coupled makespan is the generator's own 1F1B makespan (`teraio model --json`,
+ * ideal_iteration_s, from its separate replay of the schedule); plans given per stage; the
+ * stages out of order, and one plan for two traces, are errors.
+ */
+TIO_TEST(simulate_pipeline_stages) {
+    char a[4096], t0[400], t1[400], p0[400], p1[400];
+    snprintf(t0, sizeof t0, "%s/s0.tio", tmp);
+    snprintf(t1, sizeof t1, "%s/s1.tio", tmp);
+    snprintf(p0, sizeof p0, "%s/s0.plan", tmp);
+    snprintf(p1, sizeof p1, "%s/s1.plan", tmp);
+    snprintf(a, sizeof a, "model --preset tiny --pp 2 --rank 0 --json -o %s", t0);
+    CHECK_EQ_I(run(a), 0);
+    double ideal = num_after("\"ideal_iteration_s\": ");
+    CHECK(ideal > 0);
+    snprintf(a, sizeof a, "model --preset tiny --pp 2 --rank 1 -o %s", t1);
+    CHECK_EQ_I(run(a), 0);
+    snprintf(a, sizeof a, "simulate %s %s --hw cpu-ci --policy ideal --json", t0, t1);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"pipeline_stages\": 2"));
+    CHECK(has("\"stages\": ["));
+    CHECK(has("\"pipeline_stage\": 1"));
+    CHECK(has("\"pipeline_wait_s\": "));
+    CHECK_NEAR(num_after("\"iteration_s\": "), ideal, 2e-6); /* model JSON: 6 decimals */
+    CHECK_NEAR(num_after("\"fraction_of_ideal\": "), 1.0, 1e-9);
+    /* each stage planned on its own for its own capacity (0.7 MB and 0.95 MB), then simulated
+     * together from the plan files, each at the capacity its plan was made for */
+    snprintf(a, sizeof a,
+             "plan %s --hw cpu-ci --policy teraio --capacity 0.7MB --reserve 0 --min-tensor 1KiB "
+             "-o %s",
+             t0, p0);
+    CHECK_EQ_I(run(a), 0);
+    snprintf(a, sizeof a,
+             "plan %s --hw cpu-ci --policy teraio --capacity 0.95MB --reserve 0 --min-tensor 1KiB "
+             "-o %s",
+             t1, p1);
+    CHECK_EQ_I(run(a), 0);
+    snprintf(a, sizeof a, "simulate %s %s --hw cpu-ci --plan %s --plan %s --json", t0, t1, p0, p1);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"pipeline_stages\": 2"));
+    CHECK(has("\"capacity_bytes\": 700000"));
+    CHECK(has("\"capacity_bytes\": 950000"));
+    CHECK(has("\"oom\": false"));
+    double it = num_after("\"iteration_s\": ");
+    CHECK(it >= ideal - 2e-6);
+    snprintf(a, sizeof a, "simulate %s %s --hw cpu-ci --plan %s --plan %s", t0, t1, p0, p1);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("coupled makespan"));
+    CHECK(has("stage 1 "));
+    snprintf(a, sizeof a, "simulate %s %s --hw cpu-ci --policy ideal", t1, t0);
+    CHECK(run(a) != 0);
+    CHECK(has("give the traces in stage order"));
+    snprintf(a, sizeof a, "simulate %s %s --hw cpu-ci --plan %s", t0, t1, p0);
+    CHECK_EQ_I(run(a), 1); /* usage */
+    CHECK(has("2 traces and 1 --plan"));
+    snprintf(a, sizeof a, "simulate %s %s --hw cpu-ci --policy ideal --csv %s/c", t0, t1, tmp);
+    CHECK_EQ_I(run(a), 1); /* usage */
+}
+
 int main(void) {
     if (!getenv("TIO_CLI") || !*getenv("TIO_CLI")) {
         TIO_SKIP("TIO_CLI not set (CLI not built)");
@@ -238,6 +304,7 @@ int main(void) {
     RUN(simulate_oom_and_plan);
     RUN(simulate_plan_capacity_and_min_tensor);
     RUN(simulate_exit_codes);
+    RUN(simulate_pipeline_stages);
     RUN(sweep_json);
     RUN(compare_usage_and_json);
     char cmd[600];

@@ -76,7 +76,40 @@ struct row {
     uint64_t host_cap_bytes;       /* per-GPU host memory the system may offload to */
     double fraction_demand_evict;  /* --demand-evict: with on-demand eviction (-1: not run) */
     uint64_t demand_evicted_bytes; /* ... bytes it evicted beyond the plan */
+    uint32_t stages;               /* pipeline stages simulated together (1: one GPU's trace) */
 };
+
+/* The preset's pipeline stages (1 without pipeline parallelism). */
+static uint32_t preset_stages(const char *model) {
+    struct tio_model_params mp;
+    if (tio_model_preset(model, &mp) < 0 || mp.pp < 1 || mp.dp != 1 || mp.tp != 1) {
+        return 1;
+    }
+    return mp.pp > CLI_MAX_STAGES ? 1 : mp.pp;
+}
+
+/* Simulate `sys` on the stages (n = 1: one trace alone, else coupled); fills res (stage 0's
+ * result, which carries the coupled makespan) and *feasible. */
+static int sim_stages(struct tio_trace *const *tr,
+                      uint32_t n,
+                      const struct tio_hw *hw,
+                      const char *sys,
+                      const struct tio_sim_params *sp,
+                      struct tio_sim_result *res,
+                      int *feasible) {
+    struct tio_sim *sims[CLI_MAX_STAGES] = { NULL };
+    int rc = n == 1 ? cli_sim_policy_feasible(tr[0], hw, sys, 0, sp, &sims[0], feasible)
+                    : cli_sim_pipeline((const struct tio_trace *const *)tr, n, hw, NULL, sys, 0, sp,
+                                       sims, feasible);
+    if (rc < 0) {
+        return rc;
+    }
+    tio_sim_get_result(sims[0], res);
+    for (uint32_t i = 0; i < n; i++) {
+        tio_sim_free(sims[i]);
+    }
+    return 0;
+}
 
 /*
  * Host memory each system may use per GPU (PAPER.md s.9.2, s.9.7, s.9.8). TeraIO-Mixed gets
@@ -102,8 +135,9 @@ static void usage(FILE *f) {
         "                      [--demand-evict]\n\n"
         "Run the paper's evaluation matrix in simulation (PAPER.md s.9.1): Llama3-8B bs32/64/128\n"
         "@2048 and bs64 @1024/2048/4096; Granite-8B bs32/64/128 @4096 and bs64 @2048/4096/8192;\n"
-        "Llama3-70B bs8/16/32 @2048 and bs16 @2048/3072/4096, each trace from `teraio model`\n"
-        "(rank 0, the first pipeline stage). Every system on the same trace and simulator.\n"
+        "Llama3-70B bs8/16/32 @2048 and bs16 @2048/3072/4096, each trace from `teraio model`:\n"
+        "both stages of the 2-stage pipeline, simulated together (the iteration is their coupled\n"
+        "makespan). Every system on the same traces and simulator.\n"
         "The ZeRO baselines get the largest micro-batch (halving from the preset's) that fits\n"
         "GPU memory, as the paper tuned them per run.\n\n"
         "  --paper              the paper's matrix (required)\n"
@@ -123,8 +157,10 @@ static void usage(FILE *f) {
         "                       {mean_fraction_of_ideal, mean_speedup_vs_best_zero, ...}},\n"
         "                       \"per_model\": ..., \"paper\": ...}\n"
         "ZeRO model knobs (calibrated defaults, docs/baselines.md):\n"
-        "  --zero-offload-fetch RATE  --zero-infinity-fetch RATE  --cpu-adam PARAMS_PER_CORE_S\n"
-        "  --zero-prefetch LAYERS\n"
+        "  --zero-offload-fetch RATE (host->GPU fetch rate, both ZeRO systems)\n"
+        "  --zero-fetch-overhead SECONDS (per parameter tensor fetched, both)\n"
+        "  --zero-infinity-fetch RATE (cap on ZeRO-Infinity's NVMe reads; default none)\n"
+        "  --cpu-adam PARAMS_PER_CORE_S  --zero-prefetch LAYERS\n"
         "  -h, --help           this help\n\n"
         "examples:\n"
         "  teraio compare --paper\n"
@@ -157,12 +193,13 @@ static int has(const char *const *list, size_t n, const char *s) {
     return 0;
 }
 
-/* The trace of one configuration: the preset's layout (TeraIO: 2-stage 1F1B), or tensor
- * parallelism over the server's GPUs for the ZeRO baselines (PAPER.md s.8: "ZeRO baselines
- * used tensor parallelism"). */
+/* The trace of one configuration: stage `rank` of the preset's layout (TeraIO: 2-stage 1F1B),
+ * or tensor parallelism over the server's GPUs for the ZeRO baselines (PAPER.md s.8: "ZeRO
+ * baselines used tensor parallelism"; rank 0). */
 static int gen(const struct cfg *c,
                uint32_t micro_batch,
                uint32_t tp,
+               uint32_t rank,
                struct tio_trace **tr,
                uint32_t *mb_out) {
     struct tio_model_params mp;
@@ -177,7 +214,7 @@ static int gen(const struct cfg *c,
     }
     mp.global_batch = c->batch;
     mp.seq_len = c->seq;
-    mp.rank = 0;
+    mp.rank = rank;
     mp.grad_accum = 0;
     if (micro_batch) {
         mp.micro_batch = micro_batch;
@@ -213,12 +250,17 @@ int cli_cmd_compare(int argc, char **argv) {
             demand_col = 1;
         } else if (strcmp(a, "--zero-offload-fetch") == 0 ||
                    strcmp(a, "--zero-infinity-fetch") == 0 || strcmp(a, "--cpu-adam") == 0 ||
-                   strcmp(a, "--zero-prefetch") == 0) {
+                   strcmp(a, "--zero-prefetch") == 0 || strcmp(a, "--zero-fetch-overhead") == 0) {
             int rc2;
             if (strcmp(a, "--zero-offload-fetch") == 0) {
                 rc2 = cli_parse_rate(CMD, a, val, &sp.zero_offload_fetch_Bps);
             } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
                 rc2 = cli_parse_rate(CMD, a, val, &sp.zero_infinity_fetch_Bps);
+            } else if (strcmp(a, "--zero-fetch-overhead") == 0) {
+                sp.zero_fetch_overhead_s = 0;
+                rc2 = val && strcmp(val, "0") == 0
+                          ? 0
+                          : cli_parse_duration_pos(CMD, a, val, &sp.zero_fetch_overhead_s);
             } else if (strcmp(a, "--cpu-adam") == 0) {
                 rc2 = cli_parse_pos(CMD, a, val, &sp.cpu_adam_params_per_core_s);
             } else {
@@ -302,20 +344,41 @@ int cli_cmd_compare(int argc, char **argv) {
         if (n_models && !has(models, n_models, c->model)) {
             continue;
         }
-        struct tio_trace *tr = NULL;
-        uint32_t mb0 = 0;
-        rc = gen(c, 0, 1, &tr, &mb0);
-        if (rc < 0) {
-            code = cli_fail(CMD, c->model, rc);
-            goto out;
+        /* every pipeline stage's trace: the planned systems run them coupled */
+        struct tio_trace *trs[CLI_MAX_STAGES] = { NULL };
+        uint32_t n_st = preset_stages(c->model), mb0 = 0;
+        for (uint32_t st = 0; st < n_st; st++) {
+            rc = gen(c, 0, 1, st, &trs[st], &mb0);
+            if (rc < 0) {
+                for (uint32_t j = 0; j < st; j++) {
+                    tio_trace_free(trs[j]);
+                }
+                code = cli_fail(CMD, c->model, rc);
+                goto out;
+            }
         }
+        struct tio_trace *tr = trs[0];
+        /* the ideal: the coupled makespan with unlimited memory (a stage's kernels alone) */
         double ideal_s = (double)tio_trace_total_duration_ns(tr) * 1e-9;
+        if (n_st > 1) {
+            struct tio_sim_result ir;
+            rc = sim_stages(trs, n_st, &hw1t, "ideal", &sp, &ir, NULL);
+            if (rc < 0) {
+                for (uint32_t j = 0; j < n_st; j++) {
+                    tio_trace_free(trs[j]);
+                }
+                code = cli_fail(CMD, c->model, rc);
+                goto out;
+            }
+            ideal_s = ir.ideal_s;
+        }
         for (size_t si = 0; si < n_sys; si++) {
             const char *sys = systems[si];
             struct row *r = &rows[n_rows++];
             r->c = c;
             r->sys = sys;
             r->micro_batch = mb0;
+            r->stages = 1;
             struct tio_hw hwc = strcmp(sys, "teraio-ssd") == 0 ? hw128 : hw1t;
             hwc.host_offload_cap_bytes = host_budget(sys, c->model, &hwc);
             const struct tio_hw *hw = &hwc;
@@ -329,26 +392,23 @@ int cli_cmd_compare(int argc, char **argv) {
             struct tio_trace *ztr = NULL;
             uint32_t mb = mb0;
             if (zero) {
-                rc = gen(c, mb0, hw->gpus > 1 ? hw->gpus : 2, &ztr, &mb);
+                rc = gen(c, mb0, hw->gpus > 1 ? hw->gpus : 2, 0, &ztr, &mb);
                 if (rc < 0) {
-                    tio_trace_free(tr);
                     code = cli_fail(CMD, c->model, rc);
-                    goto out;
+                    goto cfg_fail;
                 }
+            } else {
+                r->stages = n_st;
             }
             for (;;) {
-                struct tio_sim *sim = NULL;
-                rc = cli_sim_policy_feasible(ztr ? ztr : tr, hw, sys, 0, &sp, &sim,
-                                             &r->plan_feasible);
+                struct tio_sim_result res;
+                rc = zero ? sim_stages(&ztr, 1, hw, sys, &sp, &res, &r->plan_feasible)
+                          : sim_stages(trs, n_st, hw, sys, &sp, &res, &r->plan_feasible);
                 if (rc < 0) {
                     tio_trace_free(ztr);
-                    tio_trace_free(tr);
                     code = cli_fail(CMD, sys, rc);
-                    goto out;
+                    goto cfg_fail;
                 }
-                struct tio_sim_result res;
-                tio_sim_get_result(sim, &res);
-                tio_sim_free(sim);
                 r->micro_batch = mb;
                 r->oom = res.oom != 0;
                 r->oom_kind = res.oom == TIO_SIM_OOM_HOST ? "host" : res.oom ? "gpu" : "none";
@@ -361,11 +421,10 @@ int cli_cmd_compare(int argc, char **argv) {
                 }
                 tio_trace_free(ztr);
                 ztr = NULL;
-                rc = gen(c, mb / 2, hw->gpus > 1 ? hw->gpus : 2, &ztr, &mb);
+                rc = gen(c, mb / 2, hw->gpus > 1 ? hw->gpus : 2, 0, &ztr, &mb);
                 if (rc < 0) {
-                    tio_trace_free(tr);
                     code = cli_fail(CMD, c->model, rc);
-                    goto out;
+                    goto cfg_fail;
                 }
             }
             tio_trace_free(ztr);
@@ -373,21 +432,26 @@ int cli_cmd_compare(int argc, char **argv) {
                 /* the same plan with on-demand eviction where it falls short: its own column */
                 struct tio_sim_params sd = sp;
                 sd.demand_evict = 1;
-                struct tio_sim *sim = NULL;
-                rc = cli_sim_policy(tr, hw, sys, 0, &sd, &sim);
-                if (rc < 0) {
-                    tio_trace_free(tr);
-                    code = cli_fail(CMD, sys, rc);
-                    goto out;
-                }
                 struct tio_sim_result res;
-                tio_sim_get_result(sim, &res);
-                tio_sim_free(sim);
+                rc = sim_stages(trs, n_st, hw, sys, &sd, &res, NULL);
+                if (rc < 0) {
+                    code = cli_fail(CMD, sys, rc);
+                    goto cfg_fail;
+                }
                 r->fraction_demand_evict = res.oom ? 0 : ideal_s / res.iteration_s;
+                /* bytes evicted: the stage's own (stage 0: the pipeline's first GPU) */
                 r->demand_evicted_bytes = res.demand_evicted_bytes;
             }
         }
-        tio_trace_free(tr);
+        for (uint32_t j = 0; j < n_st; j++) {
+            tio_trace_free(trs[j]);
+        }
+        continue;
+    cfg_fail:
+        for (uint32_t j = 0; j < n_st; j++) {
+            tio_trace_free(trs[j]);
+        }
+        goto out;
     }
     if (cli_stderr_is_tty()) {
         (void)fprintf(stderr, "\r%60s\r", "");
@@ -446,10 +510,11 @@ int cli_cmd_compare(int argc, char **argv) {
                 "  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
                 "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
                 "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u, \"plan_feasible\": %s, "
-                "\"host_cap_bytes\": %llu",
+                "\"host_cap_bytes\": %llu, \"stages\": %u",
                 r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
                 r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
-                r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes);
+                r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes,
+                r->stages);
             if (r->fraction_demand_evict >= 0) {
                 (void)printf(", \"fraction_demand_evict\": %.6f, \"demand_evicted_bytes\": %llu",
                              r->fraction_demand_evict, (unsigned long long)r->demand_evicted_bytes);

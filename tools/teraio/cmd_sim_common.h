@@ -32,4 +32,20 @@ int cli_sim_plan(const struct tio_trace *tr,
                  const struct tio_sim_params *sp,
                  struct tio_sim **out);
 
+/* At most this many pipeline stages on the command line. */
+#define CLI_MAX_STAGES 64
+
+/* The stages of a pipeline (trs in stage order) simulated together (tio_sim_run_pipeline): with
+ * plans (one per stage), their moves; else `policy`, a built-in baseline or planned per stage
+ * now. out gets n results; *plan_feasible (may be NULL): every stage's plan is feasible. */
+int cli_sim_pipeline(const struct tio_trace *const *trs,
+                     size_t n,
+                     const struct tio_hw *hw,
+                     const struct tio_plan *const *plans,
+                     const char *policy,
+                     uint64_t min_tensor_bytes,
+                     const struct tio_sim_params *sp,
+                     struct tio_sim **out,
+                     int *plan_feasible);
+
 #endif

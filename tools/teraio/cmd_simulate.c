@@ -1,4 +1,5 @@
 /* teraio simulate: replay a trace with a plan or a policy on a hardware model. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,12 +14,16 @@ static const char *const CMD = "simulate";
 static void usage(FILE *f) {
     (void)fprintf(
         f,
-        "usage: teraio simulate TRACE --hw HW (--plan PLAN | --policy P) [options]\n\n"
+        "usage: teraio simulate TRACE... --hw HW (--plan PLAN... | --policy P) [options]\n\n"
         "Replay one training iteration (after a warm-up one) on a hardware model: a compute\n"
-        "stream that waits for tensors and memory, and SSD read/write and PCIe channels.\n\n"
-        "  TRACE                a trace file (.tio or .json)\n"
+        "stream that waits for tensors and memory, and SSD read/write and PCIe channels.\n"
+        "Several traces are the stages of a pipeline, in stage order (`teraio model --rank R`,\n"
+        "or the trace each stage's Offloader saved): simulated together, each on its own GPU,\n"
+        "coupled by their send/receive kernels; the iteration is the coupled makespan.\n\n"
+        "  TRACE                a trace file (.tio or .json); one per pipeline stage\n"
         "  --hw HW              hardware preset name or JSON file (teraio hw list)\n"
-        "  --plan PLAN          a plan file from `teraio plan`\n"
+        "  --plan PLAN          a plan file from `teraio plan` (or Offloader.save_plan); with\n"
+        "                       several traces, one --plan per trace, in the same order\n"
         "  --policy P           plan now with P, or simulate a built-in baseline: ideal, none,\n"
         "                       lru, zero-offload, zero-infinity (teraio, teraio-ssd,\n"
         "                       teraio-mixed, teraio-paper, g10 are planned first)\n"
@@ -40,12 +45,17 @@ static void usage(FILE *f) {
         "  -h, --help           this help\n\n"
         "JSON keys: iteration_s, ideal_s, fraction_of_ideal, stall_s, tokens_per_s, oom,\n"
         "gpu_peak_bytes, host_peak_bytes, ssd_bytes_written, ... (docs/simulator.md).\n"
-        "Running out of memory is a result (\"oom\": true), not an error.\n\n"
+        "Running out of memory is a result (\"oom\": true), not an error. A pipeline prints\n"
+        "the coupled iteration_s, ideal_s, fraction_of_ideal, tokens_per_s, oom and \"stages\":\n"
+        "each stage's keys plus stage_end_s and pipeline_wait_s (no --csv or --timeline).\n\n"
         "examples:\n"
         "  teraio simulate run.tio --hw paper-2xh100nvl --policy teraio-mixed\n"
         "  teraio simulate run.tio --hw my.json --plan run.plan --json --timeline run.trace.json\n"
         "  teraio simulate run.tio --hw paper-2xh100nvl --policy "
-        "zero-infinity\n\n" TIO_CLI_EXIT_HELP);
+        "zero-infinity\n"
+        "  teraio simulate r0.tio r1.tio --hw paper-2xh100nvl --policy teraio-mixed\n"
+        "  teraio simulate s0.trace s1.trace --hw my.json --plan s0.plan --plan s1.plan --json\n"
+        "\n" TIO_CLI_EXIT_HELP);
 }
 
 static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
@@ -97,7 +107,19 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
         (unsigned long long)r.n_demand_fetches, (unsigned long long)r.n_demand_evictions);
 }
 
+static int simulate_pipeline(const char *const *trace_paths,
+                             size_t n,
+                             const char *hw_name,
+                             const char *const *plan_paths,
+                             size_t n_plans,
+                             const char *policy,
+                             uint64_t min_tensor,
+                             struct tio_sim_params *sp,
+                             int json);
+
 int cli_cmd_simulate(int argc, char **argv) {
+    const char *trace_paths[CLI_MAX_STAGES], *plan_paths[CLI_MAX_STAGES];
+    size_t n_traces = 0, n_plans = 0;
     const char *trace_path = NULL, *hw_name = NULL, *plan_path = NULL, *policy = NULL;
     const char *csv_dir = NULL, *timeline = NULL;
     int json = 0;
@@ -125,6 +147,11 @@ int cli_cmd_simulate(int argc, char **argv) {
         } else if (strcmp(a, "--hw") == 0) {
             hw_name = val;
         } else if (strcmp(a, "--plan") == 0) {
+            if (n_plans == CLI_MAX_STAGES) {
+                cli_error(CMD, "at most %d --plan", CLI_MAX_STAGES);
+                return TIO_EXIT_USAGE;
+            }
+            plan_paths[n_plans++] = val;
             plan_path = val;
         } else if (strcmp(a, "--policy") == 0) {
             policy = val;
@@ -152,11 +179,13 @@ int cli_cmd_simulate(int argc, char **argv) {
         } else if (a[0] == '-') {
             cli_error(CMD, "unknown option '%s' (see --help)", a);
             return TIO_EXIT_USAGE;
-        } else if (!trace_path) {
-            trace_path = a;
+        } else if (n_traces < CLI_MAX_STAGES) {
+            trace_paths[n_traces++] = a;
+            trace_path = trace_paths[0];
             continue;
         } else {
-            cli_error(CMD, "unexpected argument '%s' (see --help)", a);
+            cli_error(CMD, "unexpected argument '%s': at most %d traces (see --help)", a,
+                      CLI_MAX_STAGES);
             return TIO_EXIT_USAGE;
         }
         if (rc) {
@@ -172,6 +201,20 @@ int cli_cmd_simulate(int argc, char **argv) {
     if (!trace_path || !hw_name || (!plan_path && !policy) || (plan_path && policy)) {
         cli_error(CMD, "need TRACE, --hw and exactly one of --plan or --policy (see --help)");
         return TIO_EXIT_USAGE;
+    }
+    if (n_plans && n_plans != n_traces) {
+        cli_error(CMD, "%zu traces and %zu --plan: give one plan per trace, in the same order",
+                  n_traces, n_plans);
+        return TIO_EXIT_USAGE;
+    }
+    if (n_traces > 1) {
+        if (csv_dir || timeline) {
+            cli_error(CMD, "--csv and --timeline take one trace; simulate a pipeline's stages "
+                           "without them");
+            return TIO_EXIT_USAGE;
+        }
+        return simulate_pipeline(trace_paths, n_traces, hw_name, plan_paths, n_plans, policy,
+                                 min_tensor, &sp, json);
     }
     struct tio_hw hw;
     int rc = tio_hw_load(hw_name, &hw);
@@ -229,5 +272,121 @@ int cli_cmd_simulate(int argc, char **argv) {
 out:
     tio_sim_free(sim);
     tio_trace_free(tr);
+    return code;
+}
+
+static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const struct tio_hw *hw) {
+    struct tio_sim_result r;
+    tio_sim_get_result(sims[0], &r);
+    char a[32], b[32], c[32], d[32];
+    (void)printf("pipeline          %zu stages, %s on %s (each stage its own GPU)\n", n,
+                 tio_sim_policy(sims[0]), hw->name);
+    if (r.oom) {
+        (void)printf("OUT OF MEMORY     stage %u, %s at kernel %llu (iteration %u): %s over\n",
+                     r.oom_stage, r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
+                     (unsigned long long)r.oom_kernel, r.oom_iteration,
+                     tio_format_bytes(r.oom_bytes, a, sizeof a));
+        (void)printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+        return;
+    }
+    (void)printf("iteration         %s coupled makespan (ideal %s, %.1f%% of ideal)\n",
+                 tio_format_duration(r.iteration_s, a, sizeof a),
+                 tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
+    if (r.tokens_per_s > 0) {
+        (void)printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
+    }
+    for (size_t i = 0; i < n; i++) {
+        tio_sim_get_result(sims[i], &r);
+        (void)printf("stage %-3zu         ends at %s; stalls %s; waits for the other stages %s; "
+                     "GPU peak %s\n",
+                     i, tio_format_duration(r.stage_end_s, a, sizeof a),
+                     tio_format_duration(r.stall_s, b, sizeof b),
+                     tio_format_duration(r.pipeline_wait_s, c, sizeof c),
+                     tio_format_bytes(r.gpu_peak_bytes, d, sizeof d));
+    }
+}
+
+static int write_pipeline_json(struct tio_sim *const *sims, size_t n) {
+    struct tio_sim_result r;
+    tio_sim_get_result(sims[0], &r);
+    (void)printf("{\n  \"pipeline_stages\": %zu,\n  \"policy\": \"%s\",\n", n,
+                 tio_sim_policy(sims[0]));
+    (void)printf("  \"iteration_s\": %.9g,\n  \"ideal_s\": %.9g,\n  \"fraction_of_ideal\": %.6f,\n",
+                 r.iteration_s, r.ideal_s, r.fraction_of_ideal);
+    (void)printf("  \"tokens_per_s\": %.6f,\n  \"oom\": %s,\n", r.tokens_per_s,
+                 r.oom ? "true" : "false");
+    if (r.oom) {
+        (void)printf("  \"oom_stage\": %u,\n", r.oom_stage);
+    } else {
+        (void)printf("  \"oom_stage\": null,\n");
+    }
+    (void)printf("  \"stages\": [\n");
+    for (size_t i = 0; i < n; i++) {
+        int rc = tio_sim_write_json(sims[i], stdout);
+        if (rc < 0) {
+            return rc;
+        }
+        (void)printf("%s", i + 1 < n ? ",\n" : "");
+    }
+    (void)printf("  ]\n}\n");
+    return ferror(stdout) ? tio_set_error(-EIO, "writing the JSON summary failed") : 0;
+}
+
+static int simulate_pipeline(const char *const *trace_paths,
+                             size_t n,
+                             const char *hw_name,
+                             const char *const *plan_paths,
+                             size_t n_plans,
+                             const char *policy,
+                             uint64_t min_tensor,
+                             struct tio_sim_params *sp,
+                             int json) {
+    struct tio_hw hw;
+    int rc = tio_hw_load(hw_name, &hw);
+    if (rc < 0) {
+        return cli_fail(CMD, hw_name, rc);
+    }
+    struct tio_trace *tr[CLI_MAX_STAGES] = { NULL };
+    struct tio_plan *pl[CLI_MAX_STAGES] = { NULL };
+    struct tio_sim *sims[CLI_MAX_STAGES] = { NULL };
+    int code = TIO_EXIT_OK;
+    for (size_t i = 0; i < n; i++) {
+        rc = tio_trace_load(trace_paths[i], TIO_TRACE_FORMAT_AUTO, &tr[i]);
+        if (rc < 0) {
+            code = cli_fail(CMD, trace_paths[i], rc);
+            goto out;
+        }
+        if (n_plans) {
+            rc = tio_plan_load(plan_paths[i], TIO_PLAN_FORMAT_AUTO, &pl[i]);
+            if (rc >= 0) {
+                rc = tio_plan_check_trace(pl[i], tr[i]);
+            }
+            if (rc < 0) {
+                code = cli_fail(CMD, plan_paths[i], rc);
+                goto out;
+            }
+        }
+    }
+    rc = cli_sim_pipeline((const struct tio_trace *const *)tr, n, &hw,
+                          n_plans ? (const struct tio_plan *const *)pl : NULL, policy, min_tensor,
+                          sp, sims, NULL);
+    if (rc < 0) {
+        code = cli_fail(CMD, "pipeline", rc);
+        goto out;
+    }
+    if (json) {
+        rc = write_pipeline_json(sims, n);
+        if (rc < 0) {
+            code = cli_fail(CMD, "writing results", rc);
+        }
+    } else {
+        print_pipeline_human(sims, n, &hw);
+    }
+out:
+    for (size_t i = 0; i < n; i++) {
+        tio_sim_free(sims[i]);
+        tio_plan_free(pl[i]);
+        tio_trace_free(tr[i]);
+    }
     return code;
 }

@@ -121,7 +121,7 @@ static int tab_grow(struct tio_bcache *c) {
     uint32_t n = c->tabn ? c->tabn * 2 : 64;
     int32_t *t = tio_calloc(n, sizeof *t);
     if (!t) {
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "block cache: out of memory for %u table slots", n);
     }
     tio_free(c->tab);
     c->tab = t;
@@ -260,7 +260,8 @@ int32_t bc_class_index(struct tio_bcache *c, uint64_t cap, int32_t unaligned, in
         return -1;
     }
     if (tio_grow((void **)&c->c, &c->capc, (size_t)c->nc + 1, sizeof *c->c) < 0) {
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "block cache: out of memory for %d size classes",
+                             (int)c->nc + 1);
     }
     struct cls *k = &c->c[c->nc];
     k->cap = cap;
@@ -276,7 +277,8 @@ static int32_t new_slot(struct tio_bcache *c) {
         return i;
     }
     if (tio_grow((void **)&c->b, &c->capb, (size_t)c->nb + 1, sizeof *c->b) < 0) {
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "block cache: out of memory for %d blocks",
+                             (int)c->nb + 1);
     }
     return c->nb++;
 }
@@ -307,7 +309,12 @@ int bc_map_new(struct tio_bcache *c, uint64_t cap, int32_t k, int32_t *out) {
     while (c->p.max_mapped_bytes && c->s.mapped_bytes + cap > c->p.max_mapped_bytes) {
         int32_t v = c->cold_age.head >= 0 ? c->cold_age.head : c->hot_age.head;
         if (v < 0) {
-            return -ENOMEM;
+            return tio_set_error(TIO_ENOMEM,
+                                 "block cache: a block of %llu bytes would map %llu bytes, over "
+                                 "max_mapped_bytes %llu",
+                                 (unsigned long long)cap,
+                                 (unsigned long long)(c->s.mapped_bytes + cap),
+                                 (unsigned long long)c->p.max_mapped_bytes);
         }
         bc_unmap_kept(c, v);
     }
@@ -324,7 +331,8 @@ int bc_map_new(struct tio_bcache *c, uint64_t cap, int32_t k, int32_t *out) {
     char *a = bc_map_block(c, cap);
     if (!a) {
         bc_free_slot(c, i);
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "block cache: mmap of %llu bytes failed",
+                             (unsigned long long)cap);
     }
     struct blk *b = &c->b[i];
     memset(b, 0, sizeof *b);

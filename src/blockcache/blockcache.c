@@ -36,7 +36,7 @@ struct tio_bcache_params tio_bcache_params_default(void) {
 
 int tio_bcache_new(const struct tio_bcache_params *params, struct tio_bcache **out) {
     if (!out) {
-        return -EINVAL;
+        return tio_set_error(TIO_EINVAL, "tio_bcache_new: out is NULL");
     }
     *out = NULL;
 #if !defined(__linux__)
@@ -45,19 +45,19 @@ int tio_bcache_new(const struct tio_bcache_params *params, struct tio_bcache **o
 #else
     struct tio_bcache *c = tio_calloc(1, sizeof *c);
     if (!c) {
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "tio_bcache_new: out of memory");
     }
     c->p = params ? *params : tio_bcache_params_default();
     c->free_slot = -1;
     c->hot_age.head = c->hot_age.tail = c->cold_age.head = c->cold_age.tail = -1;
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         tio_free(c);
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "tio_bcache_new: pthread_mutex_init failed");
     }
     if (pthread_cond_init(&c->cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
         tio_free(c);
-        return -ENOMEM;
+        return tio_set_error(TIO_ENOMEM, "tio_bcache_new: pthread_cond_init failed");
     }
     bc_register(c);
     *out = c;
@@ -105,12 +105,14 @@ static int32_t take_kept(struct tio_bcache *c, struct cls *k) {
 
 int tio_bcache_alloc(struct tio_bcache *c, uint64_t bytes, void **out) {
     if (!c || !out) {
-        return -EINVAL;
+        return tio_set_error(TIO_EINVAL, "tio_bcache_alloc: %s is NULL", c ? "out" : "the cache");
     }
     *out = NULL;
     uint64_t cap = tio_bcache_class_size(bytes);
     if (!cap || cap > SIZE_MAX / 2) {
-        return -EINVAL;
+        return tio_set_error(TIO_EINVAL,
+                             "tio_bcache_alloc: bytes %llu: a block is 1 byte to 2^62 bytes",
+                             (unsigned long long)bytes);
     }
     char *slack = NULL; /* resident pages past what was asked for, handed back below */
     uint64_t slack_len = 0;
@@ -172,7 +174,7 @@ static int32_t find_in_use(const struct tio_bcache *c, const void *p) {
 
 int tio_bcache_release(struct tio_bcache *c, void *p) {
     if (!c) {
-        return -ENOENT;
+        return TIO_ENOTFOUND;
     }
     pthread_mutex_lock(&c->mu);
     int32_t i = find_in_use(c, p);
@@ -185,16 +187,16 @@ int tio_bcache_release(struct tio_bcache *c, void *p) {
         bc_prefault_kick(c);
     }
     pthread_mutex_unlock(&c->mu);
-    return i >= 0 ? 0 : -ENOENT;
+    return i >= 0 ? 0 : TIO_ENOTFOUND;
 }
 
 int tio_bcache_discard(struct tio_bcache *c, void *p) {
     if (!c) {
-        return -ENOENT;
+        return TIO_ENOTFOUND;
     }
     pthread_mutex_lock(&c->mu);
     int32_t i = find_in_use(c, p);
-    int rc = i >= 0 ? bc_drop_pages(c->b[i].addr, c->b[i].cap) : -ENOENT;
+    int rc = i >= 0 ? bc_drop_pages(c->b[i].addr, c->b[i].cap) : TIO_ENOTFOUND;
     if (rc == 0) {
         c->b[i].discarded = 1; /* cold on release */
         c->s.discarded_bytes += c->b[i].cap;

@@ -163,7 +163,7 @@ static void *api_alloc(uint64_t n) {
 }
 
 static int api_release(void *p) {
-    return g_bc ? tio_bcache_release(g_bc, p) : -ENOENT;
+    return g_bc ? tio_bcache_release(g_bc, p) : TIO_ENOTFOUND;
 }
 
 static const struct tio_torch_alloc_api block_cache_api = {

@@ -25,14 +25,12 @@
 
 #include <teraio/hw.h>
 #include <teraio/status.h>
+#include <teraio/tier.h>
 #include <teraio/trace.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Where a tensor lives. Stored as int32_t. */
-enum tio_tier { TIO_TIER_GPU = 0, TIO_TIER_HOST = 1, TIO_TIER_SSD = 2, TIO_TIER_COUNT };
 
 /* Move flags (uint32_t bit set). */
 enum tio_move_flag {
@@ -154,9 +152,6 @@ tio_plan_save(const struct tio_plan *plan, const char *path, int32_t format);
 TIO_API TIO_MUST_CHECK int tio_plan_load(const char *path, int32_t format, struct tio_plan **out);
 TIO_API TIO_MUST_CHECK int
 tio_plan_load_mem(const void *data, size_t len, int32_t format, struct tio_plan **out);
-
-/* tio_tier_name: "gpu", "host", "ssd". */
-TIO_API const char *tio_tier_name(int32_t tier);
 
 #ifdef __cplusplus
 }

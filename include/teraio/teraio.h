@@ -11,6 +11,9 @@
  *   io.h        the migration engine: async tensor I/O to SSDs and host memory
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
  *   sim.h       the simulator: replay a trace and a plan or baseline on a hardware model
+ *   runtime.h   the plan executor: runs a plan's moves on the engine around each kernel
+ *   blockcache.h  large host blocks for CPU tensors, kept for reuse by size
+ *   tier.h      the memory tiers plans and the engine share (GPU, host, SSD)
  *   units.h     "94GiB", "6.5GB/s"
  *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
  *
@@ -28,8 +31,10 @@
 #include <teraio/log.h>
 #include <teraio/model.h>
 #include <teraio/plan.h>
+#include <teraio/runtime.h>
 #include <teraio/sim.h>
 #include <teraio/status.h>
+#include <teraio/tier.h>
 #include <teraio/trace.h>
 #include <teraio/units.h>
 #include <teraio/version.h>

@@ -14,6 +14,7 @@
  *   runtime.h   the plan executor: runs a plan's moves on the engine around each kernel
  *   blockcache.h  large host blocks for CPU tensors, kept for reuse by size
  *   tier.h      the memory tiers plans and the engine share (GPU, host, SSD)
+ *   device.h    CUDA device buffers through the library's runtime loader (tools, tests)
  *   units.h     "94GiB", "6.5GB/s"
  *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
  *
@@ -26,6 +27,7 @@
 #include <teraio/analysis.h>
 #include <teraio/assert.h>
 #include <teraio/blockcache.h>
+#include <teraio/device.h>
 #include <teraio/hw.h>
 #include <teraio/io.h>
 #include <teraio/log.h>

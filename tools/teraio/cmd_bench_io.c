@@ -10,11 +10,12 @@
 #include <time.h>
 
 #include <teraio/alloc.h>
+#include <teraio/device.h>
 #include <teraio/io.h>
+#include <teraio/status.h>
 #include <teraio/units.h>
 
 #include "cli.h"
-#include "dl/cudart_shim.h"
 
 #define MAX_DIRS 64
 
@@ -226,12 +227,10 @@ int cli_cmd_bench_io(int argc, char **argv) {
         cli_error(cmd, "--device-mem and --small-pages exclude each other");
         return TIO_EXIT_USAGE;
     }
-    const struct tio_cudart_api *cu = NULL;
     if (device_mem) {
         char why[256];
-        cu = tio_cudart();
-        if (!cu || !tio_cudart_usable(why, sizeof why)) {
-            cli_error(cmd, "--device-mem needs a CUDA device: %s", cu ? why : tio_cudart_reason());
+        if (!tio_device_usable(why, sizeof why)) {
+            cli_error(cmd, "--device-mem needs a CUDA device: %s", why);
             return TIO_EXIT_RUNTIME;
         }
     }
@@ -265,10 +264,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
     unsigned char *pattern = NULL; /* device memory: filled from one host block */
     if (bufs && device_mem) {
         void *d = NULL;
-        int err = cu->malloc_device(&d, depth * block);
-        if (err) {
-            cli_error(cmd, "cudaMalloc of %llu bytes: %s", (unsigned long long)depth * block,
-                      cu->get_error_string(err));
+        rc = tio_device_alloc(depth * block, &d);
+        if (rc < 0) {
+            cli_error(cmd, "%s", tio_last_error());
             tio_free(bufs);
             tio_engine_free(e);
             return TIO_EXIT_RUNTIME;
@@ -290,10 +288,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
         for (uint64_t j = 0; j < block; j += 4096) /* touch and fill */
             memset(fill + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
         if (device_mem) {
-            int err = cu->memcpy(bufs[i], pattern, block, TIO_CUDA_MEMCPY_H2D);
-            if (err)
-                rc = tio_set_error(TIO_EIO, "cudaMemcpy to device memory: %s",
-                                   cu->get_error_string(err));
+            rc = tio_device_copy_from_host(bufs[i], pattern, block);
         }
     }
     tio_free(pattern);
@@ -322,8 +317,7 @@ int cli_cmd_bench_io(int argc, char **argv) {
     struct tio_engine_stats st;
     (void)tio_engine_stats(e, &st);
     if (device_mem) {
-        if (arena)
-            (void)cu->free_device(arena);
+        tio_device_free(arena);
     } else {
         tio_free(arena);
     }

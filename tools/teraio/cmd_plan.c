@@ -9,7 +9,6 @@
 #include <teraio/units.h>
 
 #include "cli.h"
-#include "plan/planner_impl.h"
 
 static const char *const CMD = "plan";
 

@@ -309,11 +309,11 @@ int bc_map_new(struct tio_bcache *c, uint64_t cap, int32_t k, int32_t *out) {
     while (c->p.max_mapped_bytes && c->s.mapped_bytes + cap > c->p.max_mapped_bytes) {
         int32_t v = c->cold_age.head >= 0 ? c->cold_age.head : c->hot_age.head;
         if (v < 0) {
+            uint64_t total = c->s.mapped_bytes + cap;
             return tio_set_error(TIO_ENOMEM,
                                  "block cache: a block of %llu bytes would map %llu bytes, over "
                                  "max_mapped_bytes %llu",
-                                 (unsigned long long)cap,
-                                 (unsigned long long)(c->s.mapped_bytes + cap),
+                                 (unsigned long long)cap, (unsigned long long)total,
                                  (unsigned long long)c->p.max_mapped_bytes);
         }
         bc_unmap_kept(c, v);

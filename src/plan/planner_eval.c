@@ -201,6 +201,7 @@ struct cand pt_heap_pop(struct planner *p) {
  * Commit numbers only grow, so "assign T to a range" is "raise to T" and a node's max is the
  * max of its own tag and its children: no push-down needed. */
 
+// NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
 static void
 mod_mark_rec(struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r, uint32_t t) {
     if (r <= lo || hi <= l) {
@@ -228,6 +229,7 @@ mod_max_rec(const struct planner *p, size_t x, size_t lo, size_t hi, size_t l, s
     uint32_t a = mod_max_rec(p, 2 * x, lo, mid, l, r), b = mod_max_rec(p, 2 * x + 1, mid, hi, l, r);
     return TIO_MAX(p->mod_tag[x], TIO_MAX(a, b));
 }
+// NOLINTEND(misc-no-recursion)
 
 /* Extended range [a, b) (length <= n) as one or two pieces. */
 void pt_mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t) {

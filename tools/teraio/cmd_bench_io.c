@@ -89,11 +89,13 @@ static int run_phase(struct tio_engine *e,
                      enum tio_mem_kind mem) {
     uint64_t next = 0, done = 0;
     uint32_t *free_slots = tio_malloc(depth * sizeof(*free_slots));
-    if (!free_slots)
+    if (!free_slots) {
         return TIO_ENOMEM;
+    }
     uint32_t nfree = depth;
-    for (uint32_t i = 0; i < depth; i++)
+    for (uint32_t i = 0; i < depth; i++) {
         free_slots[i] = i;
+    }
     int rc = 0;
     while (done < n && rc == 0) {
         while (next < n && nfree) {
@@ -110,12 +112,14 @@ static int run_phase(struct tio_engine *e,
                 rc = 0;
                 break;
             }
-            if (rc < 0)
+            if (rc < 0) {
                 break;
+            }
             next++;
         }
-        if (rc < 0)
+        if (rc < 0) {
             break;
+        }
         struct tio_completion c[64];
         int k = tio_engine_wait(e, c, 1, 64, -1);
         if (k < 0) {
@@ -134,8 +138,9 @@ static int run_phase(struct tio_engine *e,
     /* drain what is still in flight after an error */
     while (rc < 0 && next > done) {
         struct tio_completion c;
-        if (tio_engine_wait(e, &c, 1, 1, -1) <= 0)
+        if (tio_engine_wait(e, &c, 1, 1, -1) <= 0) {
             break;
+        }
         done++;
     }
     tio_free(free_slots);
@@ -171,8 +176,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
                 is_flag = 1;
             }
         }
-        if (is_flag)
+        if (is_flag) {
             continue;
+        }
         if (!v) {
             cli_error(cmd, "option %s needs a value (see teraio bench-io --help)", a);
             return TIO_EXIT_USAGE;
@@ -200,8 +206,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
             cli_error(cmd, "unknown option '%s' (see teraio bench-io --help)", a);
             return TIO_EXIT_USAGE;
         }
-        if (rc)
+        if (rc) {
             return rc;
+        }
     }
     if (!ndirs) {
         cli_error(cmd, "--dir is required (the directory to benchmark, e.g. on an NVMe SSD)");
@@ -235,8 +242,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
         }
     }
     enum tio_mem_kind mem = device_mem ? TIO_MEM_DEVICE : TIO_MEM_HOST;
-    if (!chunk)
+    if (!chunk) {
         chunk = block < (UINT64_C(1) << 30) ? block : (UINT64_C(1) << 30);
+    }
     uint64_t n = size / block;
     if (depth * block > (UINT64_C(16) << 30)) {
         cli_error(cmd, "--depth x --block needs more than 16GiB of buffers");
@@ -256,8 +264,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
     p.ssd_reserve_bytes = n * block + depth * block;
     struct tio_engine *e = NULL;
     int rc = tio_engine_new(&p, &e);
-    if (rc < 0)
+    if (rc < 0) {
         return cli_fail(cmd, "creating the engine", rc);
+    }
     /* one arena, sliced: 1 MiB blocks then share huge pages too */
     unsigned char **bufs = tio_calloc(depth, sizeof(*bufs));
     unsigned char *arena = NULL;
@@ -276,17 +285,20 @@ int cli_cmd_bench_io(int argc, char **argv) {
     } else if (bufs) {
         arena = small_pages ? tio_aligned_alloc(4096, depth * block) : tio_io_alloc(depth * block);
 #if defined(__linux__) && defined(MADV_NOHUGEPAGE)
-        if (arena && small_pages)
+        if (arena && small_pages) {
             (void)madvise(arena, depth * block, MADV_NOHUGEPAGE);
+        }
 #endif
     }
-    if (!bufs || !arena || (device_mem && !pattern))
+    if (!bufs || !arena || (device_mem && !pattern)) {
         rc = TIO_ENOMEM;
+    }
     for (uint64_t i = 0; rc == 0 && i < depth; i++) {
         bufs[i] = arena + i * block;
         unsigned char *fill = device_mem ? pattern : bufs[i];
-        for (uint64_t j = 0; j < block; j += 4096) /* touch and fill */
+        for (uint64_t j = 0; j < block; j += 4096) { /* touch and fill */
             memset(fill + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
+        }
         if (device_mem) {
             rc = tio_device_copy_from_host(bufs[i], pattern, block);
         }
@@ -294,8 +306,9 @@ int cli_cmd_bench_io(int argc, char **argv) {
     tio_free(pattern);
     int reading = !strcmp(rw, "read"), mixed = !strcmp(rw, "mixed");
     uint64_t n_pre = mixed ? (n + 1) / 2 : n; /* tensors the timed reads read */
-    if (rc == 0 && (reading || mixed))        /* prefill, untimed */
+    if (rc == 0 && (reading || mixed)) {      /* prefill, untimed */
         rc = run_phase(e, PH_WRITE, n_pre, 0, block, (uint32_t)depth, bufs, mem);
+    }
     if (rc == 0 && warmup && !reading) {
         /* Write the whole swap file once, untimed: the n tensors plus `depth` more that fill
          * the room rewrites in flight use, then drop those. A timed rewrite's new copy then
@@ -303,16 +316,18 @@ int cli_cmd_bench_io(int argc, char **argv) {
          * unwritten extents the file system must convert, which costs large writes at high
          * depth (depth x block of never-written space) a tenth or more of their bandwidth. */
         rc = run_phase(e, PH_WRITE, n + depth, 0, block, (uint32_t)depth, bufs, mem);
-        for (uint64_t i = n; rc == 0 && i < n + depth; i++)
+        for (uint64_t i = n; rc == 0 && i < n + depth; i++) {
             rc = tio_engine_drop(e, i);
+        }
     }
     double w0 = wall_now(), c0 = cpu_now();
-    if (rc == 0)
+    if (rc == 0) {
         rc = run_phase(e,
                        mixed     ? PH_MIXED
                        : reading ? PH_READ
                                  : PH_WRITE,
                        n, n_pre, block, (uint32_t)depth, bufs, mem);
+    }
     double wall = wall_now() - w0, cpu = cpu_now() - c0;
     struct tio_engine_stats st;
     (void)tio_engine_stats(e, &st);

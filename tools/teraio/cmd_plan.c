@@ -70,7 +70,8 @@ int cli_cmd_plan(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             plan_usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(a, "--hw") == 0) {
+        }
+        if (strcmp(a, "--hw") == 0) {
             NEED_VALUE();
             hw_name = val;
         } else if (strcmp(a, "--policy") == 0) {

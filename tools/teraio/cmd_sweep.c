@@ -100,7 +100,8 @@ int cli_cmd_sweep(int argc, char **argv) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(a, "--json") == 0) {
+        }
+        if (strcmp(a, "--json") == 0) {
             json = 1;
             continue;
         } else if (strcmp(a, "--demand-evict") == 0) {

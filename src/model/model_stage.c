@@ -90,6 +90,22 @@ static void set_scope(struct gen *g, uint32_t mb, const char *tag, uint32_t laye
     }
 }
 
+/* A pipeline receive of `act` bytes into a new tensor (kind, name nm): the kernel lasts the
+ * wait the schedule replay found (waits[mb]; NULL: the transfer alone), and what exceeds the
+ * transfer counts as waiting. The new tensor. */
+static uint32_t recv_from_stage(
+    struct gen *g, uint32_t mb, uint64_t act, int32_t kind, const char *nm, const double *waits) {
+    set_scope(g, mb, "recv", NONE);
+    uint32_t x = mg_ten(g, act, kind, 0, nm);
+    mg_kb(g, "nccl:recv", C_COMM, 0);
+    g->kfixed_s = waits ? waits[mb] : mg_p2p_s(g, act);
+    mg_u(g, x, W);
+    uint64_t ns = mg_ke(g);
+    uint64_t base = (uint64_t)llround(mg_p2p_s(g, act) * 1e9);
+    g->wait_ns += ns > base ? ns - base : 0;
+    return x;
+}
+
 void mg_fwd_mb(struct gen *g, uint32_t mb) {
     uint32_t slot = ring_slot(g, mb);
     uint64_t act = g->T * g->h * g->e;
@@ -108,14 +124,7 @@ void mg_fwd_mb(struct gen *g, uint32_t mb) {
         (void)mg_ke(g);
         mg_allreduce(g, x, g->tp); /* vocab-parallel embedding */
     } else {
-        set_scope(g, mb, "recv", NONE);
-        x = mg_ten(g, act, TIO_TENSOR_ACTIVATION, 0, "x");
-        mg_kb(g, "nccl:recv", C_COMM, 0);
-        g->kfixed_s = g->recv_f ? g->recv_f[mb] : mg_p2p_s(g, act);
-        mg_u(g, x, W);
-        uint64_t ns = mg_ke(g);
-        uint64_t base = (uint64_t)llround(mg_p2p_s(g, act) * 1e9);
-        g->wait_ns += ns > base ? ns - base : 0;
+        x = recv_from_stage(g, mb, act, TIO_TENSOR_ACTIVATION, "x", g->recv_f);
     }
     for (uint32_t l = 0; l < g->nlayers; l++) {
         set_scope(g, mb, "", g->first_layer + l);
@@ -179,14 +188,7 @@ void mg_bwd_mb(struct gen *g, uint32_t mb) {
         mg_allreduce(g, gno, g->tp);
         gy = mg_rmsnorm_bwd(g, "norm", gno, hs->x, hs->rstd, hs->nr, g->normf_par, NONE, "g.x");
     } else {
-        set_scope(g, mb, "recv", NONE);
-        gy = mg_ten(g, act, k_tmp, 0, "g.y");
-        mg_kb(g, "nccl:recv", C_COMM, 0);
-        g->kfixed_s = g->recv_b ? g->recv_b[mb] : mg_p2p_s(g, act);
-        mg_u(g, gy, W);
-        uint64_t ns = mg_ke(g);
-        uint64_t base = (uint64_t)llround(mg_p2p_s(g, act) * 1e9);
-        g->wait_ns += ns > base ? ns - base : 0;
+        gy = recv_from_stage(g, mb, act, k_tmp, "g.y", g->recv_b);
     }
     for (uint32_t l = g->nlayers; l-- > 0;) {
         const struct blk *s = &g->saved[(size_t)slot * g->nlayers + l];

@@ -70,6 +70,28 @@ static void tier_channels(int tier, int offload, int *prim, int *sec) {
     }
 }
 
+/* Take up to rem bytes from slot k of channel prim (and of sec when sec >= 0: the tighter of
+ * the two), reserving them when reserve is set. The bytes taken, or -1 if the slot is full. */
+static double slot_fill(struct planner *p, int prim, int sec, size_t k, double rem, int reserve) {
+    double f = slot_free(p, prim, k);
+    if (sec >= 0) {
+        f = TIO_MIN(f, slot_free(p, sec, k));
+    }
+    if (!(f >= FULL_EPS)) {
+        return -1;
+    }
+    double take = TIO_MIN(f, rem);
+    if (reserve) {
+        slot_take(p, prim, k, take);
+        mark_if_full(p, prim, k);
+        if (sec >= 0) {
+            slot_take(p, sec, k, take);
+            mark_if_full(p, sec, k);
+        }
+    }
+    return take;
+}
+
 /*
  * Forward walk over extended kernels [a, b): spread `bytes` over the free write capacity.
  * Returns the extended kernel during which the last byte moves, or NONE. reserve: commit.
@@ -93,20 +115,8 @@ pt_walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, i
             break;
         }
         k = j;
-        double f = slot_free(p, prim, k);
-        if (sec >= 0) {
-            f = TIO_MIN(f, slot_free(p, sec, k));
-        }
-        if (f >= FULL_EPS) {
-            double take = TIO_MIN(f, rem);
-            if (reserve) {
-                slot_take(p, prim, k, take);
-                mark_if_full(p, prim, k);
-                if (sec >= 0) {
-                    slot_take(p, sec, k, take);
-                    mark_if_full(p, sec, k);
-                }
-            }
+        double take = slot_fill(p, prim, sec, k, rem, reserve);
+        if (take >= 0) {
             rem -= take;
             if (rem < FULL_EPS) {
                 return x;
@@ -138,20 +148,8 @@ pt_walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, i
             break;
         }
         size_t k = j1 - 1;
-        double f = slot_free(p, prim, k);
-        if (sec >= 0) {
-            f = TIO_MIN(f, slot_free(p, sec, k));
-        }
-        if (f >= FULL_EPS) {
-            double take = TIO_MIN(f, rem);
-            if (reserve) {
-                slot_take(p, prim, k, take);
-                mark_if_full(p, prim, k);
-                if (sec >= 0) {
-                    slot_take(p, sec, k, take);
-                    mark_if_full(p, sec, k);
-                }
-            }
+        double take = slot_fill(p, prim, sec, k, rem, reserve);
+        if (take >= 0) {
             rem -= take;
             if (rem < FULL_EPS) {
                 return x - 1;

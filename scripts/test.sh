@@ -17,9 +17,14 @@ cmake -S . -B build -G Ninja -DTIO_WERROR=ON >/dev/null
 cmake --build build --parallel "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
-step "clang-tidy (.clang-tidy; warnings-as-errors classes fail the run)"
-git ls-files 'src/*.c' 'tools/*.c' | xargs -P "$jobs" -n 8 clang-tidy -p build --quiet \
-    >build/clang-tidy.log 2>&1 || true
+step "clang-tidy (.clang-tidy; a warning of the configured checks fails the run)"
+# Every warning is an error, except in the files matched below, which still have warnings of
+# other classes: there only the WarningsAsErrors classes of .clang-tidy fail the run.
+tidy_lax='^src/io/|^src/runtime/executor\.c$|^src/sim/sim_engine\.c$|^tools/teraio/cmd_(compare|simulate)\.c$'
+git ls-files 'src/*.c' 'tools/*.c' | grep -Ev "$tidy_lax" | xargs -P "$jobs" -n 8 \
+    clang-tidy -p build --quiet --warnings-as-errors='*' >build/clang-tidy.log 2>&1 || true
+git ls-files 'src/*.c' 'tools/*.c' | grep -E "$tidy_lax" | xargs -P "$jobs" -n 8 \
+    clang-tidy -p build --quiet >>build/clang-tidy.log 2>&1 || true
 if grep -E "error:" build/clang-tidy.log; then echo "clang-tidy: errors above"; exit 1; fi
 echo "clang-tidy: no errors ($(grep -c 'warning:' build/clang-tidy.log || true) warnings in build/clang-tidy.log)"
 

@@ -150,7 +150,7 @@ static PyObject *discard_pages(PyObject *mod, PyObject *args) {
     }
     if (madvise((void *)(uintptr_t)lo, (size_t)(hi - lo), MADV_DONTNEED) != 0) {
         return PyErr_Format(PyExc_OSError, "discard_pages: madvise(%llu bytes): %s",
-                            (unsigned long long)(hi - lo), strerror(errno));
+                            (unsigned long long)(hi - lo), tio_strerror(-errno));
     }
     return PyLong_FromUnsignedLongLong(hi - lo);
 }

@@ -90,6 +90,15 @@ static void set_scope(struct gen *g, uint32_t mb, const char *tag, uint32_t laye
     }
 }
 
+/* A pipeline send of tensor t (`act` bytes) to the next or previous stage. */
+static void send_to_stage(struct gen *g, uint32_t mb, uint64_t act, uint32_t t) {
+    set_scope(g, mb, "send", NONE);
+    mg_kb(g, "nccl:send", C_COMM, 0);
+    g->kfixed_s = mg_p2p_s(g, act);
+    mg_u(g, t, R);
+    (void)mg_ke(g);
+}
+
 /* A pipeline receive of `act` bytes into a new tensor (kind, name nm): the kernel lasts the
  * wait the schedule replay found (waits[mb]; NULL: the transfer alone), and what exceeds the
  * transfer counts as waiting. The new tensor. */
@@ -156,11 +165,7 @@ void mg_fwd_mb(struct gen *g, uint32_t mb) {
                               TIO_TENSOR_ACTIVATION, "loss");
         (void)mg_ew(g, "aten::div", 1, loss, NONE, 4, TIO_TENSOR_TEMP, "loss.scaled");
     } else {
-        set_scope(g, mb, "send", NONE);
-        mg_kb(g, "nccl:send", C_COMM, 0);
-        g->kfixed_s = mg_p2p_s(g, act);
-        mg_u(g, x, R);
-        (void)mg_ke(g);
+        send_to_stage(g, mb, act, x);
     }
     g->scope[0] = '\0';
 }
@@ -227,11 +232,7 @@ void mg_bwd_mb(struct gen *g, uint32_t mb) {
         }
         g->twritten[pa->grad] = 1;
     } else {
-        set_scope(g, mb, "send", NONE);
-        mg_kb(g, "nccl:send", C_COMM, 0);
-        g->kfixed_s = mg_p2p_s(g, act);
-        mg_u(g, gy, R);
-        (void)mg_ke(g);
+        send_to_stage(g, mb, act, gy);
     }
     g->scope[0] = '\0';
 }

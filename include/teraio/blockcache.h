@@ -70,7 +70,7 @@ struct tio_bcache_params {
     uint64_t cache_bytes;      /* hot kept bytes allowed beyond follow_peak's room (default 0) */
     int32_t follow_peak;       /* 1: also keep up to peak_in_use - in_use hot (default 1) */
     int32_t huge_pages;        /* 1: advise MADV_HUGEPAGE for blocks from 2 MiB (default 1) */
-    uint64_t max_mapped_bytes; /* 0: unlimited; else tio_bcache_alloc fails with -ENOMEM rather
+    uint64_t max_mapped_bytes; /* 0: unlimited; else tio_bcache_alloc fails with TIO_ENOMEM rather
                                 * than map beyond it (after unmapping cold blocks) */
     uint64_t cold_bytes_min;   /* cold kept bytes allowed even below the peak (default 256 MiB) */
     int32_t resize_kept;       /* 1: a request with no hot block of its class takes the hot kept
@@ -105,8 +105,8 @@ struct tio_bcache_stats {
  * 256 MiB, resize_kept 1, prefault 0. */
 TIO_API struct tio_bcache_params tio_bcache_params_default(void);
 
-/* tio_bcache_new: a new cache (params NULL: the defaults). 0, -ENOMEM, TIO_EUNAVAIL (not
- * Linux). */
+/* tio_bcache_new: a new cache (params NULL: the defaults). 0, TIO_EINVAL (out NULL),
+ * TIO_ENOMEM, TIO_EUNAVAIL (not Linux); the detail is in tio_last_error(). */
 TIO_API TIO_MUST_CHECK int tio_bcache_new(const struct tio_bcache_params *params,
                                           struct tio_bcache **out);
 
@@ -119,16 +119,17 @@ TIO_API void tio_bcache_free(struct tio_bcache *c);
  * unspecified (a reused block keeps what its last user wrote, a fresh or cold one reads as
  * zeros). The block's pages past `bytes` rounded up to 64 KiB are not resident (a reused
  * block's are handed back, so that its class's rounding costs no memory): they read as
- * zeros until written. 0 and *out set; -EINVAL (bytes 0, or too large to round), -ENOMEM (mmap
- * failed or max_mapped_bytes reached). */
+ * zeros until written. 0 and *out set; TIO_EINVAL (bytes 0, or too large to round), TIO_ENOMEM
+ * (mmap failed or max_mapped_bytes reached); the detail is in tio_last_error(). */
 TIO_API TIO_MUST_CHECK int tio_bcache_alloc(struct tio_bcache *c, uint64_t bytes, void **out);
 
 /* tio_bcache_release: give a block from tio_bcache_alloc back (kept for reuse, or unmapped
- * under the bounds). 0, -ENOENT (p is not the start of a block of c in use: nothing done). */
+ * under the bounds). 0, TIO_ENOTFOUND (p is not the start of a block of c in use: nothing done;
+ * no detail is recorded, as a caller may offer any pointer and take a miss as the answer). */
 TIO_API int tio_bcache_release(struct tio_bcache *c, void *p);
 
 /* tio_bcache_discard: hand the pages of an in-use block back to the OS now (MADV_DONTNEED);
- * the block stays in use and reads as zeros until written. 0, -ENOENT (not a block of c in
+ * the block stays in use and reads as zeros until written. 0, TIO_ENOTFOUND (not a block of c in
  * use), or -errno from madvise. */
 TIO_API int tio_bcache_discard(struct tio_bcache *c, void *p);
 

@@ -49,8 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <teraio/plan.h>
 #include <teraio/status.h>
+#include <teraio/tier.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,7 +63,7 @@ enum tio_mem_kind {
     TIO_MEM_KIND_COUNT
 };
 
-/* Tiers: the engine uses enum tio_tier from <teraio/plan.h> (TIO_TIER_HOST = 1: the pinned
+/* Tiers: the engine uses enum tio_tier from <teraio/tier.h> (TIO_TIER_HOST = 1: the pinned
  * host-memory pool of host_tier_bytes; TIO_TIER_SSD = 2: striped over the swap files of every
  * directory), so plan steps can be passed through unchanged. TIO_TIER_GPU is not a valid
  * engine tier. */

@@ -25,14 +25,12 @@
 
 #include <teraio/hw.h>
 #include <teraio/status.h>
+#include <teraio/tier.h>
 #include <teraio/trace.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Where a tensor lives. Stored as int32_t. */
-enum tio_tier { TIO_TIER_GPU = 0, TIO_TIER_HOST = 1, TIO_TIER_SSD = 2, TIO_TIER_COUNT };
 
 /* Move flags (uint32_t bit set). */
 enum tio_move_flag {
@@ -145,6 +143,27 @@ TIO_API uint64_t tio_plan_kernel_count(const struct tio_plan *plan);
 TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
                                                 const struct tio_trace *trace);
 
+/*
+ * tio_plan_verify: an independent re-check of a plan from its moves alone (the planner's
+ * reservation model, not its code): recompute the slot usage per channel (offload bytes spread
+ * forward from its trigger, prefetch bytes backward from its deadline, each slot filled up to
+ * its capacity) and check:
+ *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative);
+ *   - every offload of a tensor is followed by a prefetch of it, whose deadline is the tensor's
+ *     next use and which is triggered at or after the offload's deadline;
+ *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under
+ *     capacity at every kernel when the plan says feasible.
+ * trace, hw and params are those the plan was made with (params NULL: the defaults). Returns 0,
+ * TIO_EPLAN (the plan is for another trace, or the first violation, in the detail), or an error
+ * of building the planner's model as tio_plan_make reports it (TIO_EINVAL, TIO_ENOMEM).
+ * *peak_out (may be NULL): the planned peak recomputed.
+ */
+TIO_API TIO_MUST_CHECK int tio_plan_verify(const struct tio_plan *plan,
+                                           const struct tio_trace *trace,
+                                           const struct tio_hw *hw,
+                                           const struct tio_plan_params *params,
+                                           uint64_t *peak_out);
+
 /* Formats (binary: magic, version, CRC; JSON), validated like traces. tio_plan_save writes
  * `path` as tio_trace_save does: atomically through a temporary file created with O_EXCL, through
  * a symlink to its target, keeping an existing file's owner and mode, refusing anything that is
@@ -154,9 +173,6 @@ tio_plan_save(const struct tio_plan *plan, const char *path, int32_t format);
 TIO_API TIO_MUST_CHECK int tio_plan_load(const char *path, int32_t format, struct tio_plan **out);
 TIO_API TIO_MUST_CHECK int
 tio_plan_load_mem(const void *data, size_t len, int32_t format, struct tio_plan **out);
-
-/* tio_tier_name: "gpu", "host", "ssd". */
-TIO_API const char *tio_tier_name(int32_t tier);
 
 #ifdef __cplusplus
 }

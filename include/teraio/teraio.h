@@ -11,6 +11,10 @@
  *   io.h        the migration engine: async tensor I/O to SSDs and host memory
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
  *   sim.h       the simulator: replay a trace and a plan or baseline on a hardware model
+ *   runtime.h   the plan executor: runs a plan's moves on the engine around each kernel
+ *   blockcache.h  large host blocks for CPU tensors, kept for reuse by size
+ *   tier.h      the memory tiers plans and the engine share (GPU, host, SSD)
+ *   device.h    CUDA device buffers through the library's runtime loader (tools, tests)
  *   units.h     "94GiB", "6.5GB/s"
  *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
  *
@@ -23,13 +27,16 @@
 #include <teraio/analysis.h>
 #include <teraio/assert.h>
 #include <teraio/blockcache.h>
+#include <teraio/device.h>
 #include <teraio/hw.h>
 #include <teraio/io.h>
 #include <teraio/log.h>
 #include <teraio/model.h>
 #include <teraio/plan.h>
+#include <teraio/runtime.h>
 #include <teraio/sim.h>
 #include <teraio/status.h>
+#include <teraio/tier.h>
 #include <teraio/trace.h>
 #include <teraio/units.h>
 #include <teraio/version.h>

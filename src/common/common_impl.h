@@ -88,4 +88,14 @@ void tio_input_close(struct tio_input *in);
  * control or non-ASCII byte (a zero-filled or binary file is not JSON: refuse it unread). */
 int tio_input_looks_textual(const unsigned char *p, size_t n);
 
+/* p without its const, for a library that takes a non-const handle to read (jansson's object
+ * iterators): a union, so neither -Wcast-qual nor an integer round trip is needed. */
+static inline void *tio_unconst(const void *p) {
+    union {
+        const void *c;
+        void *m;
+    } u = { .c = p };
+    return u.m;
+}
+
 #endif

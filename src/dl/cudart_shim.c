@@ -54,15 +54,17 @@ static void load(void) {
 }
 
 const struct tio_cudart_api *tio_cudart(void) {
-    if (override)
+    if (override) {
         return override;
+    }
     pthread_once(&load_once, load);
     return loaded_ok ? &loaded : NULL;
 }
 
 const char *tio_cudart_reason(void) {
-    if (override)
+    if (override) {
         return "test table";
+    }
     pthread_once(&load_once, load);
     return load_reason;
 }

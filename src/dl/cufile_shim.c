@@ -46,15 +46,17 @@ static void load(void) {
 }
 
 const struct tio_cufile_api *tio_cufile(void) {
-    if (override)
+    if (override) {
         return override;
+    }
     pthread_once(&load_once, load);
     return loaded_ok ? &loaded : NULL;
 }
 
 const char *tio_cufile_reason(void) {
-    if (override)
+    if (override) {
         return "test table";
+    }
     pthread_once(&load_once, load);
     return load_reason;
 }

@@ -498,6 +498,7 @@ static int set_field(struct tio_hw *hw, const struct field *f, const json_t *v) 
     return tio_set_error(TIO_EINVAL, "hw: %s: internal: unknown type", f->key);
 }
 
+// NOLINTBEGIN(misc-no-recursion): a 'base' chain, at most 8 deep
 static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth);
 
 static int apply_json(const json_t *root, const char *path, struct tio_hw *out, int depth) {
@@ -521,9 +522,9 @@ static int apply_json(const json_t *root, const char *path, struct tio_hw *out, 
     const char *key;
     json_t *v;
     void *iter;
-    for (iter = json_object_iter((json_t *)(uintptr_t)root);
+    for (iter = json_object_iter((json_t *)tio_unconst(root));
          iter && (key = json_object_iter_key(iter), v = json_object_iter_value(iter), 1);
-         iter = json_object_iter_next((json_t *)(uintptr_t)root, iter)) {
+         iter = json_object_iter_next((json_t *)tio_unconst(root), iter)) {
         if (strcmp(key, "base") == 0 || key[0] == '_' || strcmp(key, "comment") == 0) {
             continue; /* "_note", "comment": free text for humans */
         }
@@ -601,6 +602,7 @@ static int load_depth(const char *path_or_preset, struct tio_hw *out, int depth)
     tio_free(text);
     return rc;
 }
+// NOLINTEND(misc-no-recursion)
 
 int tio_hw_parse_json(const void *text, size_t len, const char *name, struct tio_hw *out) {
     struct tio_hw hw = tio_hw_default();

@@ -356,7 +356,7 @@ json_u64(const json_t *obj, const char *key, const char *where, uint64_t max, ui
 static int check_members(const json_t *obj, const char *const *allowed, const char *where) {
     const char *key;
     const json_t *v;
-    json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
+    json_object_foreach((json_t *)tio_unconst(obj), key, v) {
         const char *const *a = allowed;
         while (*a && strcmp(*a, key) != 0) {
             a++;
@@ -380,6 +380,50 @@ static int tier_parse(const json_t *v, const char *where, const char *key, int32
                          where, key);
 }
 
+/* Move i of a JSON plan into *m. 0 or TIO_EFORMAT naming the move and the field. */
+static int load_json_move(const json_t *j, size_t i, struct tio_move *m) {
+    static const char *const move_keys[] = { "tensor",   "from",  "to",    "trigger",
+                                             "deadline", "bytes", "flags", NULL };
+    char where[64];
+    memset(m, 0, sizeof *m);
+    (void)snprintf(where, sizeof where, "move %zu", i);
+    uint64_t t = 0;
+    int rc;
+    if (!json_is_object(j)) {
+        return tio_set_error(TIO_EFORMAT, "plan: %s: must be an object", where);
+    }
+    if ((rc = check_members(j, move_keys, where)) < 0) {
+        return rc;
+    }
+    if ((rc = json_u64(j, "tensor", where, UINT32_MAX, &t)) < 0 ||
+        (rc = json_u64(j, "trigger", where, UINT64_MAX >> 1, &m->trigger)) < 0 ||
+        (rc = json_u64(j, "deadline", where, UINT64_MAX >> 1, &m->deadline)) < 0 ||
+        (rc = json_u64(j, "bytes", where, UINT64_MAX >> 1, &m->bytes)) < 0 ||
+        (rc = tier_parse(json_object_get(j, "from"), where, "from", &m->from)) < 0 ||
+        (rc = tier_parse(json_object_get(j, "to"), where, "to", &m->to)) < 0) {
+        return rc;
+    }
+    m->tensor = (uint32_t)t;
+    const json_t *fl = json_object_get(j, "flags");
+    if (fl && !json_is_array(fl)) {
+        return tio_set_error(TIO_EFORMAT, "plan: %s: \"flags\" must be an array", where);
+    }
+    for (size_t f = 0; fl && f < json_array_size(fl); f++) {
+        const json_t *fv = json_array_get(fl, f);
+        size_t b = 0;
+        while (b < TIO_ARRAY_LEN(flag_names) &&
+               !(json_is_string(fv) && strcmp(json_string_value(fv), flag_names[b]) == 0)) {
+            b++;
+        }
+        if (b == TIO_ARRAY_LEN(flag_names)) {
+            return tio_set_error(TIO_EFORMAT,
+                                 "plan: %s: unknown flag (known: urgent, wraps, clean)", where);
+        }
+        m->flags |= 1u << b;
+    }
+    return 0;
+}
+
 static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if (!json_is_object(o)) {
         return tio_set_error(TIO_EFORMAT, "plan: top level must be a JSON object");
@@ -399,8 +443,6 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
                                             "bytes_to_ssd",
                                             "bytes_to_host",
                                             NULL };
-    static const char *const move_keys[] = { "tensor",   "from",  "to",    "trigger",
-                                             "deadline", "bytes", "flags", NULL };
     const json_t *fmt = json_object_get(o, "format");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "teraio-plan") != 0) {
         return tio_set_error(TIO_EFORMAT, "plan: \"format\" must be \"teraio-plan\"");
@@ -454,47 +496,9 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
         }
         p->cap_moves = n;
     }
-    char where[64];
     for (size_t i = 0; i < n; i++) {
-        const json_t *j = json_array_get(moves, i);
-        struct tio_move *m = &p->moves[i];
-        memset(m, 0, sizeof *m);
-        (void)snprintf(where, sizeof where, "move %zu", i);
-        uint64_t t = 0;
-        if (!json_is_object(j)) {
-            rc = tio_set_error(TIO_EFORMAT, "plan: %s: must be an object", where);
+        if ((rc = load_json_move(json_array_get(moves, i), i, &p->moves[i])) < 0) {
             goto fail;
-        }
-        if ((rc = check_members(j, move_keys, where)) < 0) {
-            goto fail;
-        }
-        if ((rc = json_u64(j, "tensor", where, UINT32_MAX, &t)) < 0 ||
-            (rc = json_u64(j, "trigger", where, UINT64_MAX >> 1, &m->trigger)) < 0 ||
-            (rc = json_u64(j, "deadline", where, UINT64_MAX >> 1, &m->deadline)) < 0 ||
-            (rc = json_u64(j, "bytes", where, UINT64_MAX >> 1, &m->bytes)) < 0 ||
-            (rc = tier_parse(json_object_get(j, "from"), where, "from", &m->from)) < 0 ||
-            (rc = tier_parse(json_object_get(j, "to"), where, "to", &m->to)) < 0) {
-            goto fail;
-        }
-        m->tensor = (uint32_t)t;
-        const json_t *fl = json_object_get(j, "flags");
-        if (fl && !json_is_array(fl)) {
-            rc = tio_set_error(TIO_EFORMAT, "plan: %s: \"flags\" must be an array", where);
-            goto fail;
-        }
-        for (size_t f = 0; fl && f < json_array_size(fl); f++) {
-            const json_t *fv = json_array_get(fl, f);
-            size_t b = 0;
-            while (b < TIO_ARRAY_LEN(flag_names) &&
-                   !(json_is_string(fv) && strcmp(json_string_value(fv), flag_names[b]) == 0)) {
-                b++;
-            }
-            if (b == TIO_ARRAY_LEN(flag_names)) {
-                rc = tio_set_error(TIO_EFORMAT,
-                                   "plan: %s: unknown flag (known: urgent, wraps, clean)", where);
-                goto fail;
-            }
-            m->flags |= 1u << b;
         }
         p->n_moves = i + 1;
     }

@@ -101,24 +101,6 @@ void tio_pmodel_free(struct tio_pmodel *m);
  * kernel's working set (active bytes plus bytes that can never move). */
 int tio_pmodel_check_working_set(const struct tio_pmodel *m);
 
-/*
- * tio_plan_verify: recompute, from the moves alone, the slot usage per channel under the
- * planner's reservation model (offload bytes spread forward from its trigger, prefetch bytes
- * backward from its deadline, each slot filled up to its capacity) and check:
- *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative);
- *   - every offload of a tensor is followed by a prefetch of it, whose deadline is the tensor's
- *     next use and which is triggered at or after the offload's deadline;
- *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under
- *     capacity at every kernel when the plan says feasible.
- * Returns 0 or TIO_EPLAN with the first violation in the detail. *peak_out (may be NULL): the
- * planned peak recomputed.
- */
-int tio_plan_verify(const struct tio_plan *plan,
-                    const struct tio_trace *trace,
-                    const struct tio_hw *hw,
-                    const struct tio_plan_params *params,
-                    uint64_t *peak_out);
-
 /* Policies (one file each). */
 int tio_planner_teraio(const struct tio_pmodel *m,
                        const struct tio_plan_params *params,

@@ -55,6 +55,7 @@ void tio_stree_fini(struct tio_stree *t) {
     memset(t, 0, sizeof *t);
 }
 
+// NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
 static void
 add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
     if (r <= lo || hi <= l) {
@@ -183,6 +184,7 @@ static size_t last_rec(const struct tio_stree *t,
     size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
     return k != SIZE_MAX ? k : last_rec(t, 2 * x, lo, mid, l, r, acc, thr);
 }
+// NOLINTEND(misc-no-recursion)
 
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr) {
     return l < r ? last_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr) : SIZE_MAX;

@@ -141,6 +141,128 @@ static uint64_t next_use(const struct tio_pmodel *m, uint32_t t, int global, uin
     return UINT64_MAX;
 }
 
+/* Offload move i (o): the right size, inside an intermediate's life, complete before the
+ * tensor's next use, and paired with one unmatched prefetch of it from the same tier (marked in
+ * matched[]); the bytes it is away are subtracted from the memory curve's differences. 0 or
+ * TIO_EPLAN naming the move. */
+static int check_offload(const struct tio_pmodel *m,
+                         const struct tio_trace_view *v,
+                         const struct tio_move *mv,
+                         size_t i,
+                         const size_t *pre_off,
+                         const size_t *pre_idx,
+                         uint8_t *matched,
+                         int64_t *diff) {
+    const struct tio_move *o = &mv[i];
+    size_t n = m->n;
+    uint32_t t = o->tensor;
+    int global = (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
+    const uint32_t *uk = m->use_kernel + m->use_off[t];
+    size_t cnt = m->use_off[t + 1] - m->use_off[t];
+    if (v->tensor_bytes[t] != o->bytes) {
+        return tio_set_error(TIO_EPLAN, "plan: move %zu: tensor %u has %llu bytes, move %llu", i, t,
+                             (unsigned long long)v->tensor_bytes[t], (unsigned long long)o->bytes);
+    }
+    if (!global && (cnt == 0 || o->trigger <= uk[0] || o->trigger > uk[cnt - 1])) {
+        return tio_set_error(TIO_EPLAN,
+                             "plan: move %zu: intermediate tensor %u offloaded at kernel %llu "
+                             "outside its life",
+                             i, t, (unsigned long long)o->trigger);
+    }
+    uint64_t nu = next_use(m, t, global, o->trigger);
+    if (nu == UINT64_MAX || (!global && nu >= n)) {
+        return tio_set_error(TIO_EPLAN, "plan: move %zu: tensor %u has no use after kernel %llu", i,
+                             t, (unsigned long long)o->trigger);
+    }
+    if (o->deadline > nu) {
+        return tio_set_error(TIO_EPLAN,
+                             "plan: move %zu: offload of tensor %u completes at %llu, after its "
+                             "next use %llu",
+                             i, t, (unsigned long long)o->deadline, (unsigned long long)nu);
+    }
+    /* the matching prefetch */
+    size_t found = SIZE_MAX;
+    uint64_t pt = 0;
+    for (size_t jj = pre_off[t]; jj < pre_off[t + 1]; jj++) {
+        size_t j = pre_idx[jj];
+        const struct tio_move *q = &mv[j];
+        if (matched[j] || q->tensor != t || q->to != TIO_TIER_GPU || q->from != o->to) {
+            continue;
+        }
+        uint64_t a = q->trigger, d = q->deadline;
+        if (a < o->trigger) {
+            a += n;
+            d += n;
+        }
+        if (d == nu && a >= o->deadline && a <= d) {
+            found = j;
+            pt = a;
+            break;
+        }
+    }
+    if (found == SIZE_MAX) {
+        return tio_set_error(TIO_EPLAN,
+                             "plan: move %zu: offload of tensor %u at kernel %llu has no "
+                             "prefetch completing by its next use %llu after the offload",
+                             i, t, (unsigned long long)o->trigger, (unsigned long long)nu);
+    }
+    matched[found] = 1;
+    /* away over [o->deadline, pt) */
+    uint64_t a = o->deadline, b = pt;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    if (a < b) {
+        if (b <= n) {
+            diff[a] -= (int64_t)o->bytes;
+            diff[b] += (int64_t)o->bytes;
+        } else {
+            diff[a] -= (int64_t)o->bytes;
+            diff[n] += (int64_t)o->bytes;
+            diff[0] -= (int64_t)o->bytes;
+            diff[b - n] += (int64_t)o->bytes;
+        }
+    }
+    return 0;
+}
+
+/* The jobs move q puts on the channels it uses (three unrolled iterations each); none for a
+ * clean offload (no write) or a stall move (planned beyond the bandwidth, stating it). */
+static void add_jobs(const struct tio_pmodel *m,
+                     const struct tio_move *q,
+                     struct job *jobs[TIO_CH_COUNT],
+                     size_t nj[TIO_CH_COUNT]) {
+    size_t n = m->n;
+    int off = q->from == TIO_TIER_GPU;
+    if ((off && (q->flags & TIO_MOVE_CLEAN)) || (q->flags & TIO_MOVE_STALL)) {
+        return; /* no write; or planned beyond the bandwidth, stating the stall */
+    }
+    int tier = off ? q->to : q->from;
+    int chs[2] = { -1, -1 };
+    if (tier == TIO_TIER_SSD) {
+        chs[0] = off ? TIO_CH_SSD_W : TIO_CH_SSD_R;
+        chs[1] = off ? TIO_CH_D2H : TIO_CH_H2D;
+    } else {
+        chs[0] = off ? TIO_CH_D2H : TIO_CH_H2D;
+    }
+    for (int c = 0; c < 2; c++) {
+        if (chs[c] < 0) {
+            continue;
+        }
+        /* SSD reads and writes share the array's time: one job list, in seconds */
+        int list = chs[c] == TIO_CH_SSD_R ? TIO_CH_SSD_W : chs[c];
+        double amount = (double)q->bytes;
+        if (list == TIO_CH_SSD_W) {
+            amount *= m->ssd_mix / m->bw[chs[c]];
+        }
+        for (uint64_t r = 0; r < 3; r++) {
+            jobs[list][nj[list]++] =
+                (struct job){ q->trigger + r * n, q->deadline + r * n, amount };
+        }
+    }
+}
+
 int tio_plan_verify(const struct tio_plan *plan,
                     const struct tio_trace *trace,
                     const struct tio_hw *hw,
@@ -195,84 +317,8 @@ int tio_plan_verify(const struct tio_plan *plan,
     }
     rc = 0;
     for (size_t i = 0; i < nm && rc == 0; i++) {
-        const struct tio_move *o = &mv[i];
-        if (o->from != TIO_TIER_GPU) {
-            continue;
-        }
-        uint32_t t = o->tensor;
-        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        const uint32_t *uk = m.use_kernel + m.use_off[t];
-        size_t cnt = m.use_off[t + 1] - m.use_off[t];
-        if (v.tensor_bytes[t] != o->bytes) {
-            rc = tio_set_error(TIO_EPLAN, "plan: move %zu: tensor %u has %llu bytes, move %llu", i,
-                               t, (unsigned long long)v.tensor_bytes[t],
-                               (unsigned long long)o->bytes);
-            break;
-        }
-        if (!global && (cnt == 0 || o->trigger <= uk[0] || o->trigger > uk[cnt - 1])) {
-            rc = tio_set_error(TIO_EPLAN,
-                               "plan: move %zu: intermediate tensor %u offloaded at kernel %llu "
-                               "outside its life",
-                               i, t, (unsigned long long)o->trigger);
-            break;
-        }
-        uint64_t nu = next_use(&m, t, global, o->trigger);
-        if (nu == UINT64_MAX || (!global && nu >= n)) {
-            rc = tio_set_error(TIO_EPLAN, "plan: move %zu: tensor %u has no use after kernel %llu",
-                               i, t, (unsigned long long)o->trigger);
-            break;
-        }
-        if (o->deadline > nu) {
-            rc = tio_set_error(TIO_EPLAN,
-                               "plan: move %zu: offload of tensor %u completes at %llu, after its "
-                               "next use %llu",
-                               i, t, (unsigned long long)o->deadline, (unsigned long long)nu);
-            break;
-        }
-        /* the matching prefetch */
-        size_t found = SIZE_MAX;
-        uint64_t pt = 0;
-        for (size_t jj = pre_off[t]; jj < pre_off[t + 1]; jj++) {
-            size_t j = pre_idx[jj];
-            const struct tio_move *q = &mv[j];
-            if (matched[j] || q->tensor != t || q->to != TIO_TIER_GPU || q->from != o->to) {
-                continue;
-            }
-            uint64_t a = q->trigger, d = q->deadline;
-            if (a < o->trigger) {
-                a += n;
-                d += n;
-            }
-            if (d == nu && a >= o->deadline && a <= d) {
-                found = j;
-                pt = a;
-                break;
-            }
-        }
-        if (found == SIZE_MAX) {
-            rc = tio_set_error(TIO_EPLAN,
-                               "plan: move %zu: offload of tensor %u at kernel %llu has no "
-                               "prefetch completing by its next use %llu after the offload",
-                               i, t, (unsigned long long)o->trigger, (unsigned long long)nu);
-            break;
-        }
-        matched[found] = 1;
-        /* away over [o->deadline, pt) */
-        uint64_t a = o->deadline, b = pt;
-        if (a >= n) {
-            a -= n;
-            b -= n;
-        }
-        if (a < b) {
-            if (b <= n) {
-                diff[a] -= (int64_t)o->bytes;
-                diff[b] += (int64_t)o->bytes;
-            } else {
-                diff[a] -= (int64_t)o->bytes;
-                diff[n] += (int64_t)o->bytes;
-                diff[0] -= (int64_t)o->bytes;
-                diff[b - n] += (int64_t)o->bytes;
-            }
+        if (mv[i].from == TIO_TIER_GPU) {
+            rc = check_offload(&m, &v, mv, i, pre_off, pre_idx, matched, diff);
         }
     }
     for (size_t j = 0; j < nm && rc == 0; j++) {
@@ -309,34 +355,7 @@ int tio_plan_verify(const struct tio_plan *plan,
     }
     /* bandwidth */
     for (size_t i = 0; i < nm; i++) {
-        const struct tio_move *q = &mv[i];
-        int off = q->from == TIO_TIER_GPU;
-        if ((off && (q->flags & TIO_MOVE_CLEAN)) || (q->flags & TIO_MOVE_STALL)) {
-            continue; /* no write; or planned beyond the bandwidth, stating the stall */
-        }
-        int tier = off ? q->to : q->from;
-        int chs[2] = { -1, -1 };
-        if (tier == TIO_TIER_SSD) {
-            chs[0] = off ? TIO_CH_SSD_W : TIO_CH_SSD_R;
-            chs[1] = off ? TIO_CH_D2H : TIO_CH_H2D;
-        } else {
-            chs[0] = off ? TIO_CH_D2H : TIO_CH_H2D;
-        }
-        for (int c = 0; c < 2; c++) {
-            if (chs[c] < 0) {
-                continue;
-            }
-            /* SSD reads and writes share the array's time: one job list, in seconds */
-            int list = chs[c] == TIO_CH_SSD_R ? TIO_CH_SSD_W : chs[c];
-            double amount = (double)q->bytes;
-            if (list == TIO_CH_SSD_W) {
-                amount *= m.ssd_mix / m.bw[chs[c]];
-            }
-            for (uint64_t r = 0; r < 3; r++) {
-                jobs[list][nj[list]++] =
-                    (struct job){ q->trigger + r * n, q->deadline + r * n, amount };
-            }
-        }
+        add_jobs(&m, &mv[i], jobs, nj);
     }
     static const char *const names[TIO_CH_COUNT] = { "ssd", "ssd-read", "pcie-d2h", "pcie-h2d" };
     for (int c = 0; c < TIO_CH_COUNT && rc == 0; c++) {

@@ -12,6 +12,27 @@ libs=$(pkg-config --libs teraio)
 libdir=$(pkg-config --variable=libdir teraio)
 cc -std=c11 -Wall -Wextra -Werror -pedantic $cflags "$src/consumer.c" -o "$prefix/consumer_c" $libs
 c++ -std=c++17 -Wall -Wextra -Werror $cflags -x c++ "$src/consumer.c" -o "$prefix/consumer_cxx" $libs
+# Every installed header compiles on its own, as C11 and as C++ (it includes what it needs).
+incdir=$(pkg-config --variable=includedir teraio)
+for h in "$incdir"/teraio/*.h; do
+    printf '#include <teraio/%s>\nint tio_header_only;\n' "$(basename "$h")" >"$prefix/one.c"
+    cc -std=c11 -Wall -Wextra -Werror -pedantic $cflags -c "$prefix/one.c" -o "$prefix/one.o"
+    c++ -std=c++17 -Wall -Wextra -Werror $cflags -x c++ -c "$prefix/one.c" -o "$prefix/one.o"
+done
+# ... and only what it needs: the engine's header does not bring the planner's with it (they
+# share the tiers of tier.h); the umbrella header brings every module, the executor included.
+cat >"$prefix/layers.c" <<'C'
+#include <teraio/io.h>
+#ifdef TERAIO_PLAN_H
+#error "teraio/io.h includes teraio/plan.h"
+#endif
+#include <teraio/teraio.h>
+#if !defined(TERAIO_RUNTIME_H) || !defined(TERAIO_BLOCKCACHE_H) || !defined(TERAIO_TIER_H)
+#error "teraio/teraio.h misses a module header"
+#endif
+int tio_layers_ok;
+C
+cc -std=c11 -Wall -Wextra -Werror -pedantic $cflags -c "$prefix/layers.c" -o "$prefix/one.o"
 LD_LIBRARY_PATH="$libdir" "$prefix/consumer_c"
 LD_LIBRARY_PATH="$libdir" "$prefix/consumer_cxx"
 # Static linking through pkg-config --static.

@@ -120,13 +120,15 @@ def test_mode_has_no_hand_copied_values():
 
 
 def test_dispatch_c_defines_only_its_own_enums():
-    """dispatch_py.c uses TIO_* of <teraio/trace.h>; its own enums are OPFAST_* and SP_*."""
-    src = _read("python/teraio/_core/dispatch_py.c")
-    assert "#include <teraio/trace.h>" in src
-    for body in re.findall(r"\benum\s*\{([^}]*)\}", src):
-        for item in body.split(","):
-            name = item.split("=")[0].strip()
-            assert name.startswith(("OPFAST_", "SP_")), f"dispatch_py.c: enum {name}"
+    """OpFast's sources (dispatch_impl.h, dispatch_py.c, dispatch_ids.c) use TIO_* of
+    <teraio/trace.h>; their own enums are OPFAST_* and SP_*."""
+    assert "#include <teraio/trace.h>" in _read("python/teraio/_core/dispatch_impl.h")
+    for f in ("dispatch_impl.h", "dispatch_py.c", "dispatch_ids.c"):
+        src = _read("python/teraio/_core/" + f)
+        for body in re.findall(r"\benum\s*\{([^}]*)\}", src):
+            for item in body.split(","):
+                name = item.split("=")[0].strip()
+                assert name.startswith(("OPFAST_", "SP_")), f"{f}: enum {name}"
 
 
 def test_opfast_kernel_flags_are_distinct_bits_of_a_byte():

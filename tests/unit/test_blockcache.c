@@ -443,13 +443,20 @@ TIO_TEST(alloc_alignment_and_block_size) {
     CHECK_EQ_U(tio_bcache_block_size(c, &local), 0);
     CHECK_EQ_U(tio_bcache_block_size(c, NULL), 0);
 
-    /* Bad sizes: 0 and too large to round are -EINVAL; nothing counted. */
+    /* Bad sizes: 0 and too large to round are TIO_EINVAL, with a detail that names the size;
+     * nothing counted. The block cache speaks the library's status codes (teraio/status.h). */
     void *z = (void *)&local;
     struct tio_bcache_stats before = st(c);
-    CHECK_RC(tio_bcache_alloc(c, 0, &z), -EINVAL);
-    CHECK_RC(tio_bcache_alloc(c, UINT64_MAX, &z), -EINVAL);
-    /* Roundable but unmappable: -ENOMEM (or -EINVAL if the class is refused as too large). */
-    int want = tio_bcache_class_size(1ull << 60) ? -ENOMEM : -EINVAL;
+    CHECK_RC(tio_bcache_alloc(c, 0, &z), TIO_EINVAL);
+    CHECK_ERR_HAS("bytes 0");
+    CHECK_RC(tio_bcache_alloc(c, UINT64_MAX, &z), TIO_EINVAL);
+    CHECK_ERR_HAS("bytes 18446744073709551615");
+    CHECK_RC(tio_bcache_alloc(NULL, 1, &z), TIO_EINVAL);
+    CHECK_RC(tio_bcache_alloc(c, 1, NULL), TIO_EINVAL);
+    CHECK_RC(tio_bcache_new(NULL, NULL), TIO_EINVAL);
+    /* Roundable but unmappable: TIO_ENOMEM (or TIO_EINVAL if the class is refused as too
+     * large). */
+    int want = tio_bcache_class_size(1ull << 60) ? TIO_ENOMEM : TIO_EINVAL;
     CHECK_RC(tio_bcache_alloc(c, 1ull << 60, &z), want);
     struct tio_bcache_stats after = st(c);
     CHECK_STATS_SAME(before, after);
@@ -547,13 +554,13 @@ TIO_TEST(release_unknown_and_double) {
     memset(a, 0x42, 4 * MiB);
     struct tio_bcache_stats s0 = st(c);
     int local = 0;
-    CHECK_RC(tio_bcache_release(c, &local), -ENOENT);
-    CHECK_RC(tio_bcache_release(c, NULL), -ENOENT);
-    CHECK_RC(tio_bcache_release(c, (char *)a + 4096), -ENOENT); /* interior */
-    CHECK_RC(tio_bcache_release(c, o), -ENOENT);                /* another cache's block */
-    CHECK_RC(tio_bcache_discard(c, &local), -ENOENT);
-    CHECK_RC(tio_bcache_discard(c, (char *)a + 4096), -ENOENT);
-    CHECK_RC(tio_bcache_discard(c, o), -ENOENT);
+    CHECK_RC(tio_bcache_release(c, &local), TIO_ENOTFOUND);
+    CHECK_RC(tio_bcache_release(c, NULL), TIO_ENOTFOUND);
+    CHECK_RC(tio_bcache_release(c, (char *)a + 4096), TIO_ENOTFOUND); /* interior */
+    CHECK_RC(tio_bcache_release(c, o), TIO_ENOTFOUND);                /* another cache's block */
+    CHECK_RC(tio_bcache_discard(c, &local), TIO_ENOTFOUND);
+    CHECK_RC(tio_bcache_discard(c, (char *)a + 4096), TIO_ENOTFOUND);
+    CHECK_RC(tio_bcache_discard(c, o), TIO_ENOTFOUND);
     struct tio_bcache_stats s1 = st(c);
     CHECK_STATS_SAME(s0, s1);
     /* Nothing was done: a is still in use and intact, o still belongs to other. */
@@ -565,8 +572,8 @@ TIO_TEST(release_unknown_and_double) {
 
     CHECK_OK(tio_bcache_release(c, a));
     struct tio_bcache_stats s2 = st(c);
-    CHECK_RC(tio_bcache_release(c, a), -ENOENT); /* double release */
-    CHECK_RC(tio_bcache_discard(c, a), -ENOENT); /* kept, not in use */
+    CHECK_RC(tio_bcache_release(c, a), TIO_ENOTFOUND); /* double release */
+    CHECK_RC(tio_bcache_discard(c, a), TIO_ENOTFOUND); /* kept, not in use */
     struct tio_bcache_stats s3 = st(c);
     CHECK_STATS_SAME(s2, s3);
     CHECK_EQ_U(s3.hot_bytes, 4 * MiB);
@@ -813,8 +820,9 @@ TIO_TEST(max_mapped_bytes) {
     CHECK_OK(tio_bcache_alloc(c, sz, &a));
     CHECK_OK(tio_bcache_alloc(c, sz, &b));
     struct tio_bcache_stats s0 = st(c);
-    CHECK_RC(tio_bcache_alloc(c, sz, &x), -ENOMEM);
-    CHECK_RC(tio_bcache_alloc(c, 1, &x), -ENOMEM);
+    CHECK_RC(tio_bcache_alloc(c, sz, &x), TIO_ENOMEM);
+    CHECK_ERR_HAS("over max_mapped_bytes 8388608");
+    CHECK_RC(tio_bcache_alloc(c, 1, &x), TIO_ENOMEM);
     struct tio_bcache_stats s1 = st(c);
     CHECK_STATS_SAME(s0, s1);
     CHECK_EQ_U(s1.mapped_bytes, 8 * MiB);
@@ -838,7 +846,7 @@ TIO_TEST(max_mapped_bytes) {
     a = b = d = NULL;
     CHECK_OK(tio_bcache_alloc(c, sz, &a));
     CHECK_OK(tio_bcache_alloc(c, sz, &b));
-    CHECK_RC(tio_bcache_alloc(c, sz, &x), -ENOMEM);
+    CHECK_RC(tio_bcache_alloc(c, sz, &x), TIO_ENOMEM);
     CHECK_OK(tio_bcache_release(c, a)); /* cold at once (cache_bytes 0, no follow_peak) */
     s0 = st(c);
     CHECK_EQ_U(s0.cold_bytes, 4 * MiB);
@@ -853,8 +861,8 @@ TIO_TEST(max_mapped_bytes) {
     if (d) {
         memset(d, 0x12, 3 * MiB);
     }
-    CHECK_RC(tio_bcache_alloc(c, 2 * MiB, &x), -ENOMEM); /* 7 + 2 > 8 */
-    CHECK_OK(tio_bcache_alloc(c, 1 * MiB, &x));          /* 7 + 1 = 8 */
+    CHECK_RC(tio_bcache_alloc(c, 2 * MiB, &x), TIO_ENOMEM); /* 7 + 2 > 8 */
+    CHECK_OK(tio_bcache_alloc(c, 1 * MiB, &x));             /* 7 + 1 = 8 */
     CHECK_EQ_U(st(c).mapped_bytes, 8 * MiB);
     tio_bcache_free(c);
 }

@@ -10,11 +10,12 @@
 #include <time.h>
 
 #include <teraio/alloc.h>
+#include <teraio/device.h>
 #include <teraio/io.h>
+#include <teraio/status.h>
 #include <teraio/units.h>
 
 #include "cli.h"
-#include "dl/cudart_shim.h"
 
 #define MAX_DIRS 64
 
@@ -88,11 +89,13 @@ static int run_phase(struct tio_engine *e,
                      enum tio_mem_kind mem) {
     uint64_t next = 0, done = 0;
     uint32_t *free_slots = tio_malloc(depth * sizeof(*free_slots));
-    if (!free_slots)
+    if (!free_slots) {
         return TIO_ENOMEM;
+    }
     uint32_t nfree = depth;
-    for (uint32_t i = 0; i < depth; i++)
+    for (uint32_t i = 0; i < depth; i++) {
         free_slots[i] = i;
+    }
     int rc = 0;
     while (done < n && rc == 0) {
         while (next < n && nfree) {
@@ -109,12 +112,14 @@ static int run_phase(struct tio_engine *e,
                 rc = 0;
                 break;
             }
-            if (rc < 0)
+            if (rc < 0) {
                 break;
+            }
             next++;
         }
-        if (rc < 0)
+        if (rc < 0) {
             break;
+        }
         struct tio_completion c[64];
         int k = tio_engine_wait(e, c, 1, 64, -1);
         if (k < 0) {
@@ -133,29 +138,35 @@ static int run_phase(struct tio_engine *e,
     /* drain what is still in flight after an error */
     while (rc < 0 && next > done) {
         struct tio_completion c;
-        if (tio_engine_wait(e, &c, 1, 1, -1) <= 0)
+        if (tio_engine_wait(e, &c, 1, 1, -1) <= 0) {
             break;
+        }
         done++;
     }
     tio_free(free_slots);
     return rc;
 }
 
-int cli_cmd_bench_io(int argc, char **argv) {
-    const char *cmd = "bench-io";
+/* The parsed command line. */
+struct bench_opts {
     const char *dirs[MAX_DIRS];
-    size_t ndirs = 0;
-    uint64_t size = UINT64_C(1) << 30, block = 4u << 20, depth = 16, chunk = 0;
-    const char *backend = "auto", *rw = "write";
-    int json = 0, verify = 0, warmup = 0, small_pages = 0, device_mem = 0;
+    size_t ndirs;
+    uint64_t size, block, depth, chunk;
+    const char *backend, *rw;
+    int json, verify, warmup, small_pages, device_mem;
+};
+
+/* Parse argv into *o. Returns -1 to go on, or the exit code to end with (0 after --help). */
+static int parse_args(int argc, char **argv, struct bench_opts *o) {
+    const char *cmd = "bench-io";
     const struct {
         const char *name;
         int *set;
-    } flags[] = { { "--json", &json },
-                  { "--verify", &verify },
-                  { "--warmup", &warmup },
-                  { "--small-pages", &small_pages },
-                  { "--device-mem", &device_mem } };
+    } flags[] = { { "--json", &o->json },
+                  { "--verify", &o->verify },
+                  { "--warmup", &o->warmup },
+                  { "--small-pages", &o->small_pages },
+                  { "--device-mem", &o->device_mem } };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -170,160 +181,249 @@ int cli_cmd_bench_io(int argc, char **argv) {
                 is_flag = 1;
             }
         }
-        if (is_flag)
+        if (is_flag) {
             continue;
+        }
         if (!v) {
             cli_error(cmd, "option %s needs a value (see teraio bench-io --help)", a);
             return TIO_EXIT_USAGE;
         }
         i++;
         if (!strcmp(a, "--dir")) {
-            if (ndirs == MAX_DIRS) {
+            if (o->ndirs == MAX_DIRS) {
                 cli_error(cmd, "--dir: at most %d directories", MAX_DIRS);
                 return TIO_EXIT_USAGE;
             }
-            dirs[ndirs++] = v;
+            o->dirs[o->ndirs++] = v;
         } else if (!strcmp(a, "--size")) {
-            rc = cli_parse_bytes_pos(cmd, a, v, &size);
+            rc = cli_parse_bytes_pos(cmd, a, v, &o->size);
         } else if (!strcmp(a, "--block")) {
-            rc = cli_parse_bytes_pos(cmd, a, v, &block);
+            rc = cli_parse_bytes_pos(cmd, a, v, &o->block);
         } else if (!strcmp(a, "--chunk")) {
-            rc = cli_parse_bytes_pos(cmd, a, v, &chunk);
+            rc = cli_parse_bytes_pos(cmd, a, v, &o->chunk);
         } else if (!strcmp(a, "--depth")) {
-            rc = cli_parse_u64_pos(cmd, a, v, &depth);
+            rc = cli_parse_u64_pos(cmd, a, v, &o->depth);
         } else if (!strcmp(a, "--rw")) {
-            rw = v;
+            o->rw = v;
         } else if (!strcmp(a, "--backend")) {
-            backend = v;
+            o->backend = v;
         } else {
             cli_error(cmd, "unknown option '%s' (see teraio bench-io --help)", a);
             return TIO_EXIT_USAGE;
         }
-        if (rc)
+        if (rc) {
             return rc;
+        }
     }
-    if (!ndirs) {
+    return -1;
+}
+
+/* The options against each other and the machine. Returns 0 or an exit code. */
+static int check_args(const struct bench_opts *o) {
+    const char *cmd = "bench-io";
+    if (!o->ndirs) {
         cli_error(cmd, "--dir is required (the directory to benchmark, e.g. on an NVMe SSD)");
         return TIO_EXIT_USAGE;
     }
-    if (strcmp(rw, "read") != 0 && strcmp(rw, "write") != 0 && strcmp(rw, "mixed") != 0) {
-        cli_error(cmd, "--rw must be read, write or mixed, not '%s'", rw);
+    if (strcmp(o->rw, "read") != 0 && strcmp(o->rw, "write") != 0 && strcmp(o->rw, "mixed") != 0) {
+        cli_error(cmd, "--rw must be read, write or mixed, not '%s'", o->rw);
         return TIO_EXIT_USAGE;
     }
-    if (!block || block % 4096 || block > (UINT64_C(1) << 32)) {
+    if (!o->block || o->block % 4096 || o->block > (UINT64_C(1) << 32)) {
         cli_error(cmd, "--block must be a multiple of 4KiB up to 4GiB");
         return TIO_EXIT_USAGE;
     }
-    if (size < block) {
+    if (o->size < o->block) {
         cli_error(cmd, "--size must be at least --block");
         return TIO_EXIT_USAGE;
     }
-    if (!depth || depth > 4096) {
+    if (!o->depth || o->depth > 4096) {
         cli_error(cmd, "--depth must be 1..4096");
         return TIO_EXIT_USAGE;
     }
-    if (device_mem && small_pages) {
+    if (o->device_mem && o->small_pages) {
         cli_error(cmd, "--device-mem and --small-pages exclude each other");
         return TIO_EXIT_USAGE;
     }
-    const struct tio_cudart_api *cu = NULL;
-    if (device_mem) {
+    if (o->device_mem) {
         char why[256];
-        cu = tio_cudart();
-        if (!cu || !tio_cudart_usable(why, sizeof why)) {
-            cli_error(cmd, "--device-mem needs a CUDA device: %s", cu ? why : tio_cudart_reason());
+        if (!tio_device_usable(why, sizeof why)) {
+            cli_error(cmd, "--device-mem needs a CUDA device: %s", why);
             return TIO_EXIT_RUNTIME;
         }
     }
-    enum tio_mem_kind mem = device_mem ? TIO_MEM_DEVICE : TIO_MEM_HOST;
-    if (!chunk)
-        chunk = block < (UINT64_C(1) << 30) ? block : (UINT64_C(1) << 30);
-    uint64_t n = size / block;
+    return 0;
+}
+
+/* `depth` buffers of `block` bytes sliced from one arena (*arena; 1 MiB blocks then share huge
+ * pages too), each filled with its own pattern: host memory, or device memory filled from one
+ * host block. Returns 0 or a library status; *arena and *bufs are set either way (may be NULL). */
+static int
+alloc_buffers(const struct bench_opts *o, unsigned char **arena, unsigned char ***bufs_out) {
+    uint64_t depth = o->depth, block = o->block;
+    int rc = 0;
+    unsigned char **bufs = tio_calloc(depth, sizeof(*bufs));
+    unsigned char *pattern = NULL; /* device memory: filled from one host block */
+    *arena = NULL;
+    *bufs_out = bufs;
+    if (bufs && o->device_mem) {
+        void *d = NULL;
+        rc = tio_device_alloc(depth * block, &d);
+        if (rc < 0) {
+            return rc;
+        }
+        *arena = d;
+        pattern = tio_io_alloc(block);
+    } else if (bufs) {
+        *arena =
+            o->small_pages ? tio_aligned_alloc(4096, depth * block) : tio_io_alloc(depth * block);
+#if defined(__linux__) && defined(MADV_NOHUGEPAGE)
+        if (*arena && o->small_pages) {
+            (void)madvise(*arena, depth * block, MADV_NOHUGEPAGE);
+        }
+#endif
+    }
+    if (!bufs || !*arena || (o->device_mem && !pattern)) {
+        rc = TIO_ENOMEM;
+    }
+    for (uint64_t i = 0; rc == 0 && i < depth; i++) {
+        bufs[i] = *arena + i * block;
+        unsigned char *fill = o->device_mem ? pattern : bufs[i];
+        for (uint64_t j = 0; j < block; j += 4096) { /* touch and fill */
+            memset(fill + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
+        }
+        if (o->device_mem) {
+            rc = tio_device_copy_from_host(bufs[i], pattern, block);
+        }
+    }
+    tio_free(pattern);
+    return rc;
+}
+
+/* The result on stdout, as JSON or a line of text. */
+static void print_result(const struct bench_opts *o,
+                         const struct tio_engine_stats *st,
+                         uint64_t n,
+                         double wall,
+                         double cpu) {
+    uint64_t block = o->block;
+    int reading = !strcmp(o->rw, "read"), mixed = !strcmp(o->rw, "mixed");
+    uint64_t bytes = n * block;
+    uint64_t wbytes = mixed ? n / 2 * block : reading ? 0 : bytes;
+    double bps = wall > 0 ? (double)bytes / wall : 0.0;
+    double gib = (double)bytes / (double)(UINT64_C(1) << 30);
+    double cpu_gib = gib > 0 ? cpu / gib : 0.0;
+    if (o->json) {
+        printf("{\"backend\": ");
+        cli_json_string(stdout, st->backend);
+        printf(", \"rw\": \"%s\", \"dirs\": [", o->rw);
+        for (size_t i = 0; i < o->ndirs; i++) {
+            printf("%s", i ? ", " : "");
+            cli_json_string(stdout, o->dirs[i]);
+        }
+        printf(
+            "], \"block\": %llu, \"chunk\": %llu, \"depth\": %llu, \"bytes\": %llu, "
+            "\"read_bytes\": %llu, \"write_bytes\": %llu, "
+            "\"seconds\": %.6f, \"bytes_per_s\": %.1f, \"cpu_s\": %.6f, \"cpu_s_per_gib\": %.6f, "
+            "\"ops\": %llu, \"staged_bytes\": %llu, \"short_transfers\": %llu, \"buffers\": "
+            "\"%s\"}\n",
+            (unsigned long long)block, (unsigned long long)o->chunk, (unsigned long long)o->depth,
+            (unsigned long long)bytes, (unsigned long long)(bytes - wbytes),
+            (unsigned long long)wbytes, wall, bps, cpu, cpu_gib, (unsigned long long)st->ops_issued,
+            (unsigned long long)st->staged_bytes, (unsigned long long)st->short_transfers,
+            o->device_mem    ? "device"
+            : o->small_pages ? "small-pages"
+                             : "io-alloc");
+    } else {
+        char b1[32], b2[32], b3[32];
+        printf("%s %s in %.3f s: %s, CPU %.3f s/GiB (backend %s, %zu dir(s), block %s, depth "
+               "%llu)\n",
+               o->rw, tio_format_bytes(bytes, b1, sizeof b1), wall,
+               tio_format_rate(bps, b2, sizeof b2), cpu_gib, st->backend, o->ndirs,
+               tio_format_bytes(block, b3, sizeof b3), (unsigned long long)o->depth);
+    }
+}
+
+int cli_cmd_bench_io(int argc, char **argv) {
+    const char *cmd = "bench-io";
+    struct bench_opts o;
+    memset(&o, 0, sizeof o);
+    o.size = UINT64_C(1) << 30;
+    o.block = 4u << 20;
+    o.depth = 16;
+    o.backend = "auto";
+    o.rw = "write";
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    if ((rc = check_args(&o)) != 0) {
+        return rc;
+    }
+    uint64_t block = o.block, depth = o.depth;
+    enum tio_mem_kind mem = o.device_mem ? TIO_MEM_DEVICE : TIO_MEM_HOST;
+    if (!o.chunk) {
+        o.chunk = block < (UINT64_C(1) << 30) ? block : (UINT64_C(1) << 30);
+    }
+    uint64_t n = o.size / block;
     if (depth * block > (UINT64_C(16) << 30)) {
         cli_error(cmd, "--depth x --block needs more than 16GiB of buffers");
         return TIO_EXIT_USAGE;
     }
 
     struct tio_engine_params p = tio_engine_params_default();
-    p.dirs = dirs;
-    p.ndirs = ndirs;
-    p.backend = backend;
-    p.chunk_bytes = chunk;
-    uint64_t qd = depth * ((block + chunk - 1) / chunk);
+    p.dirs = o.dirs;
+    p.ndirs = o.ndirs;
+    p.backend = o.backend;
+    p.chunk_bytes = o.chunk;
+    uint64_t qd = depth * ((block + o.chunk - 1) / o.chunk);
     p.queue_depth = (uint32_t)(qd > 4096 ? 4096 : qd);
-    p.verify = verify;
+    p.verify = o.verify;
     p.max_requests = (uint32_t)depth;
     /* every tensor once, plus room for rewrites in flight */
     p.ssd_reserve_bytes = n * block + depth * block;
     struct tio_engine *e = NULL;
-    int rc = tio_engine_new(&p, &e);
-    if (rc < 0)
+    rc = tio_engine_new(&p, &e);
+    if (rc < 0) {
         return cli_fail(cmd, "creating the engine", rc);
-    /* one arena, sliced: 1 MiB blocks then share huge pages too */
-    unsigned char **bufs = tio_calloc(depth, sizeof(*bufs));
-    unsigned char *arena = NULL;
-    unsigned char *pattern = NULL; /* device memory: filled from one host block */
-    if (bufs && device_mem) {
-        void *d = NULL;
-        int err = cu->malloc_device(&d, depth * block);
-        if (err) {
-            cli_error(cmd, "cudaMalloc of %llu bytes: %s", (unsigned long long)depth * block,
-                      cu->get_error_string(err));
-            tio_free(bufs);
-            tio_engine_free(e);
-            return TIO_EXIT_RUNTIME;
-        }
-        arena = d;
-        pattern = tio_io_alloc(block);
-    } else if (bufs) {
-        arena = small_pages ? tio_aligned_alloc(4096, depth * block) : tio_io_alloc(depth * block);
-#if defined(__linux__) && defined(MADV_NOHUGEPAGE)
-        if (arena && small_pages)
-            (void)madvise(arena, depth * block, MADV_NOHUGEPAGE);
-#endif
     }
-    if (!bufs || !arena || (device_mem && !pattern))
-        rc = TIO_ENOMEM;
-    for (uint64_t i = 0; rc == 0 && i < depth; i++) {
-        bufs[i] = arena + i * block;
-        unsigned char *fill = device_mem ? pattern : bufs[i];
-        for (uint64_t j = 0; j < block; j += 4096) /* touch and fill */
-            memset(fill + j, (int)((i * 131 + j / 4096) & 0xff), 4096);
-        if (device_mem) {
-            int err = cu->memcpy(bufs[i], pattern, block, TIO_CUDA_MEMCPY_H2D);
-            if (err)
-                rc = tio_set_error(TIO_EIO, "cudaMemcpy to device memory: %s",
-                                   cu->get_error_string(err));
-        }
+    unsigned char *arena = NULL, **bufs = NULL;
+    rc = alloc_buffers(&o, &arena, &bufs);
+    if (rc < 0 && o.device_mem && !arena && bufs) {
+        cli_error(cmd, "%s", tio_last_error());
+        tio_free(bufs);
+        tio_engine_free(e);
+        return TIO_EXIT_RUNTIME;
     }
-    tio_free(pattern);
-    int reading = !strcmp(rw, "read"), mixed = !strcmp(rw, "mixed");
+    int reading = !strcmp(o.rw, "read"), mixed = !strcmp(o.rw, "mixed");
     uint64_t n_pre = mixed ? (n + 1) / 2 : n; /* tensors the timed reads read */
-    if (rc == 0 && (reading || mixed))        /* prefill, untimed */
+    if (rc == 0 && (reading || mixed)) {      /* prefill, untimed */
         rc = run_phase(e, PH_WRITE, n_pre, 0, block, (uint32_t)depth, bufs, mem);
-    if (rc == 0 && warmup && !reading) {
+    }
+    if (rc == 0 && o.warmup && !reading) {
         /* Write the whole swap file once, untimed: the n tensors plus `depth` more that fill
          * the room rewrites in flight use, then drop those. A timed rewrite's new copy then
          * lands on blocks written before (as fio rewrites its laid-out file), not on
          * unwritten extents the file system must convert, which costs large writes at high
          * depth (depth x block of never-written space) a tenth or more of their bandwidth. */
         rc = run_phase(e, PH_WRITE, n + depth, 0, block, (uint32_t)depth, bufs, mem);
-        for (uint64_t i = n; rc == 0 && i < n + depth; i++)
+        for (uint64_t i = n; rc == 0 && i < n + depth; i++) {
             rc = tio_engine_drop(e, i);
+        }
     }
     double w0 = wall_now(), c0 = cpu_now();
-    if (rc == 0)
+    if (rc == 0) {
         rc = run_phase(e,
                        mixed     ? PH_MIXED
                        : reading ? PH_READ
                                  : PH_WRITE,
                        n, n_pre, block, (uint32_t)depth, bufs, mem);
+    }
     double wall = wall_now() - w0, cpu = cpu_now() - c0;
     struct tio_engine_stats st;
     (void)tio_engine_stats(e, &st);
-    if (device_mem) {
-        if (arena)
-            (void)cu->free_device(arena);
+    if (o.device_mem) {
+        tio_device_free(arena);
     } else {
         tio_free(arena);
     }
@@ -338,39 +438,6 @@ int cli_cmd_bench_io(int argc, char **argv) {
         return code;
     }
     tio_engine_free(e);
-    uint64_t bytes = n * block;
-    uint64_t wbytes = mixed ? n / 2 * block : reading ? 0 : bytes;
-    double bps = wall > 0 ? (double)bytes / wall : 0.0;
-    double gib = (double)bytes / (double)(UINT64_C(1) << 30);
-    double cpu_gib = gib > 0 ? cpu / gib : 0.0;
-    if (json) {
-        printf("{\"backend\": ");
-        cli_json_string(stdout, st.backend);
-        printf(", \"rw\": \"%s\", \"dirs\": [", rw);
-        for (size_t i = 0; i < ndirs; i++) {
-            printf("%s", i ? ", " : "");
-            cli_json_string(stdout, dirs[i]);
-        }
-        printf(
-            "], \"block\": %llu, \"chunk\": %llu, \"depth\": %llu, \"bytes\": %llu, "
-            "\"read_bytes\": %llu, \"write_bytes\": %llu, "
-            "\"seconds\": %.6f, \"bytes_per_s\": %.1f, \"cpu_s\": %.6f, \"cpu_s_per_gib\": %.6f, "
-            "\"ops\": %llu, \"staged_bytes\": %llu, \"short_transfers\": %llu, \"buffers\": "
-            "\"%s\"}\n",
-            (unsigned long long)block, (unsigned long long)chunk, (unsigned long long)depth,
-            (unsigned long long)bytes, (unsigned long long)(bytes - wbytes),
-            (unsigned long long)wbytes, wall, bps, cpu, cpu_gib, (unsigned long long)st.ops_issued,
-            (unsigned long long)st.staged_bytes, (unsigned long long)st.short_transfers,
-            device_mem    ? "device"
-            : small_pages ? "small-pages"
-                          : "io-alloc");
-    } else {
-        char b1[32], b2[32], b3[32];
-        printf("%s %s in %.3f s: %s, CPU %.3f s/GiB (backend %s, %zu dir(s), block %s, depth "
-               "%llu)\n",
-               rw, tio_format_bytes(bytes, b1, sizeof b1), wall,
-               tio_format_rate(bps, b2, sizeof b2), cpu_gib, st.backend, ndirs,
-               tio_format_bytes(block, b3, sizeof b3), (unsigned long long)depth);
-    }
+    print_result(&o, &st, n, wall, cpu);
     return TIO_EXIT_OK;
 }

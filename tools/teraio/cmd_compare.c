@@ -226,15 +226,54 @@ static int gen(const struct cfg *c,
     return tio_model_generate(&mp, tr, NULL);
 }
 
-int cli_cmd_compare(int argc, char **argv) {
-    int json = 0, paper = 0, demand_col = 0;
+/* The parsed command line. */
+struct opts {
+    int json, paper, demand_col;
     const char *systems[MAX_SYS], *models[MAX_SYS];
-    size_t n_sys = TIO_CLI_ARRAY_LEN(all_systems), n_models = 0;
+    size_t n_sys, n_models;
     char sbuf[512], mbuf[512];
-    const char *hw_name = "paper-2xh100nvl";
-    struct tio_sim_params sp = tio_sim_params_default();
-    for (size_t i = 0; i < n_sys; i++) {
-        systems[i] = all_systems[i];
+    const char *hw_name;
+    struct tio_sim_params sp;
+};
+
+/* One of the ZeRO model knobs (--zero-offload-fetch, --zero-infinity-fetch, --cpu-adam,
+ * --zero-prefetch, --zero-fetch-overhead). Returns 0 or an exit code. */
+static int parse_zero_knob(const char *a, const char *val, struct tio_sim_params *sp) {
+    int rc2;
+    if (strcmp(a, "--zero-offload-fetch") == 0) {
+        rc2 = cli_parse_rate(CMD, a, val, &sp->zero_offload_fetch_Bps);
+    } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
+        rc2 = cli_parse_rate(CMD, a, val, &sp->zero_infinity_fetch_Bps);
+    } else if (strcmp(a, "--zero-fetch-overhead") == 0) {
+        sp->zero_fetch_overhead_s = 0;
+        rc2 = val && strcmp(val, "0") == 0
+                  ? 0
+                  : cli_parse_duration_pos(CMD, a, val, &sp->zero_fetch_overhead_s);
+    } else if (strcmp(a, "--cpu-adam") == 0) {
+        rc2 = cli_parse_pos(CMD, a, val, &sp->cpu_adam_params_per_core_s);
+    } else {
+        uint64_t d = 0;
+        rc2 = cli_parse_u64(CMD, a, val, &d);
+        sp->zero_prefetch_layers = (uint32_t)(d > 64 ? 64 : d);
+    }
+    if (rc2) {
+        return rc2;
+    }
+    if (!(sp->zero_offload_fetch_Bps > 0) || !(sp->zero_infinity_fetch_Bps > 0) ||
+        !(sp->cpu_adam_params_per_core_s > 0)) {
+        cli_error(CMD, "%s must be > 0", a);
+        return TIO_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Parse argv into *o. Returns -1 to go on, or the exit code to end with (0 after --help). */
+static int parse_args(int argc, char **argv, struct opts *o) {
+    o->n_sys = TIO_CLI_ARRAY_LEN(all_systems);
+    o->hw_name = "paper-2xh100nvl";
+    o->sp = tio_sim_params_default();
+    for (size_t i = 0; i < o->n_sys; i++) {
+        o->systems[i] = all_systems[i];
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -243,38 +282,17 @@ int cli_cmd_compare(int argc, char **argv) {
             usage(stdout);
             return TIO_EXIT_OK;
         } else if (strcmp(a, "--json") == 0) {
-            json = 1;
+            o->json = 1;
         } else if (strcmp(a, "--paper") == 0) {
-            paper = 1;
+            o->paper = 1;
         } else if (strcmp(a, "--demand-evict") == 0) {
-            demand_col = 1;
+            o->demand_col = 1;
         } else if (strcmp(a, "--zero-offload-fetch") == 0 ||
                    strcmp(a, "--zero-infinity-fetch") == 0 || strcmp(a, "--cpu-adam") == 0 ||
                    strcmp(a, "--zero-prefetch") == 0 || strcmp(a, "--zero-fetch-overhead") == 0) {
-            int rc2;
-            if (strcmp(a, "--zero-offload-fetch") == 0) {
-                rc2 = cli_parse_rate(CMD, a, val, &sp.zero_offload_fetch_Bps);
-            } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
-                rc2 = cli_parse_rate(CMD, a, val, &sp.zero_infinity_fetch_Bps);
-            } else if (strcmp(a, "--zero-fetch-overhead") == 0) {
-                sp.zero_fetch_overhead_s = 0;
-                rc2 = val && strcmp(val, "0") == 0
-                          ? 0
-                          : cli_parse_duration_pos(CMD, a, val, &sp.zero_fetch_overhead_s);
-            } else if (strcmp(a, "--cpu-adam") == 0) {
-                rc2 = cli_parse_pos(CMD, a, val, &sp.cpu_adam_params_per_core_s);
-            } else {
-                uint64_t d = 0;
-                rc2 = cli_parse_u64(CMD, a, val, &d);
-                sp.zero_prefetch_layers = (uint32_t)(d > 64 ? 64 : d);
-            }
+            int rc2 = parse_zero_knob(a, val, &o->sp);
             if (rc2) {
                 return rc2;
-            }
-            if (!(sp.zero_offload_fetch_Bps > 0) || !(sp.zero_infinity_fetch_Bps > 0) ||
-                !(sp.cpu_adam_params_per_core_s > 0)) {
-                cli_error(CMD, "%s must be > 0", a);
-                return TIO_EXIT_USAGE;
             }
             i++;
         } else if (strcmp(a, "--systems") == 0 || strcmp(a, "--models") == 0 ||
@@ -284,10 +302,10 @@ int cli_cmd_compare(int argc, char **argv) {
                 return TIO_EXIT_USAGE;
             }
             if (strcmp(a, "--hw") == 0) {
-                hw_name = val;
+                o->hw_name = val;
             } else if (strcmp(a, "--systems") == 0
-                           ? split(val, systems, sbuf, sizeof sbuf, &n_sys)
-                           : split(val, models, mbuf, sizeof mbuf, &n_models)) {
+                           ? split(val, o->systems, o->sbuf, sizeof o->sbuf, &o->n_sys)
+                           : split(val, o->models, o->mbuf, sizeof o->mbuf, &o->n_models)) {
                 cli_error(CMD, "%s: bad list '%s'", a, val);
                 return TIO_EXIT_USAGE;
             }
@@ -297,168 +315,179 @@ int cli_cmd_compare(int argc, char **argv) {
             return TIO_EXIT_USAGE;
         }
     }
-    if (!paper) {
+    return -1;
+}
+
+/* --paper given, every model in the matrix, every system known. Returns 0 or an exit code. */
+static int check_args(const struct opts *o) {
+    if (!o->paper) {
         cli_error(CMD, "only the paper's matrix is available: pass --paper (see --help)");
         return TIO_EXIT_USAGE;
     }
-    for (size_t i = 0; i < n_models; i++) {
+    for (size_t i = 0; i < o->n_models; i++) {
         int known = 0;
         for (size_t k = 0; k < N_CFG; k++) {
-            known |= strcmp(paper_matrix[k].model, models[i]) == 0;
+            known |= strcmp(paper_matrix[k].model, o->models[i]) == 0;
         }
         if (!known) {
             cli_error(CMD,
                       "--models: '%s' is not in the paper's matrix (llama3-8b, "
                       "granite-code-8b, llama3-70b)",
-                      models[i]);
+                      o->models[i]);
             return TIO_EXIT_USAGE;
         }
     }
-    for (size_t i = 0; i < n_sys; i++) {
-        if (!has(all_systems, TIO_CLI_ARRAY_LEN(all_systems), systems[i]) &&
-            strcmp(systems[i], "lru") != 0 && strcmp(systems[i], "none") != 0 &&
-            strcmp(systems[i], "teraio") != 0) {
-            cli_error(CMD, "--systems: unknown system '%s'", systems[i]);
+    for (size_t i = 0; i < o->n_sys; i++) {
+        if (!has(all_systems, TIO_CLI_ARRAY_LEN(all_systems), o->systems[i]) &&
+            strcmp(o->systems[i], "lru") != 0 && strcmp(o->systems[i], "none") != 0 &&
+            strcmp(o->systems[i], "teraio") != 0) {
+            cli_error(CMD, "--systems: unknown system '%s'", o->systems[i]);
             return TIO_EXIT_USAGE;
         }
     }
-    struct tio_hw hw1t, hw128;
-    int rc = tio_hw_load(hw_name, &hw1t);
+    return 0;
+}
+
+/* Simulate `sys` on configuration r->c into *r: the ZeRO baselines on their own
+ * tensor-parallel trace, retried with half the micro-batch while the GPU runs out of memory;
+ * the other systems on the n_st stage traces trs (at micro-batch mb0), coupled when n_st > 1.
+ * Returns 0 or an exit code. */
+static int simulate_system(const struct opts *o,
+                           struct tio_trace *const *trs,
+                           uint32_t n_st,
+                           uint32_t mb0,
+                           double ideal_s,
+                           const struct tio_hw *hw,
+                           struct row *r) {
+    const char *sys = r->sys;
+    int zero = strncmp(sys, "zero-", 5) == 0;
+    struct tio_trace *ztr = NULL;
+    uint32_t mb = mb0;
+    int rc;
+    if (zero) {
+        rc = gen(r->c, mb0, hw->gpus > 1 ? hw->gpus : 2, 0, &ztr, &mb);
+        if (rc < 0) {
+            return cli_fail(CMD, r->c->model, rc);
+        }
+    } else {
+        r->stages = n_st;
+    }
+    for (;;) {
+        struct tio_sim_result res;
+        rc = zero ? sim_stages(&ztr, 1, hw, sys, &o->sp, &res, &r->plan_feasible)
+                  : sim_stages(trs, n_st, hw, sys, &o->sp, &res, &r->plan_feasible);
+        if (rc < 0) {
+            tio_trace_free(ztr);
+            return cli_fail(CMD, sys, rc);
+        }
+        r->micro_batch = mb;
+        r->oom = res.oom != 0;
+        r->oom_kind = res.oom == TIO_SIM_OOM_HOST ? "host" : res.oom ? "gpu" : "none";
+        r->iteration_s = res.iteration_s;
+        r->tokens_per_s = res.tokens_per_s;
+        r->fraction = res.oom ? 0 : ideal_s / res.iteration_s;
+        /* ZeRO: retry with half the micro-batch while the GPU runs out of memory */
+        if (!(zero && res.oom == TIO_SIM_OOM_GPU && mb > 1)) {
+            break;
+        }
+        tio_trace_free(ztr);
+        ztr = NULL;
+        rc = gen(r->c, mb / 2, hw->gpus > 1 ? hw->gpus : 2, 0, &ztr, &mb);
+        if (rc < 0) {
+            return cli_fail(CMD, r->c->model, rc);
+        }
+    }
+    tio_trace_free(ztr);
+    return 0;
+}
+
+/* --demand-evict: the same plan with on-demand eviction where it falls short, its own column.
+ * Returns 0 or an exit code. */
+static int simulate_demand_evict(const struct opts *o,
+                                 struct tio_trace *const *trs,
+                                 uint32_t n_st,
+                                 double ideal_s,
+                                 const struct tio_hw *hw,
+                                 struct row *r) {
+    struct tio_sim_params sd = o->sp;
+    sd.demand_evict = 1;
+    struct tio_sim_result res;
+    int rc = sim_stages(trs, n_st, hw, r->sys, &sd, &res, NULL);
     if (rc < 0) {
-        return cli_fail(CMD, hw_name, rc);
+        return cli_fail(CMD, r->sys, rc);
     }
-    hw128 = hw1t;
-    if (strcmp(hw_name, "paper-2xh100nvl") == 0 &&
-        tio_hw_preset("paper-2xh100nvl-128g", &hw128) < 0) {
-        hw128 = hw1t;
-    }
-    struct row *rows = calloc(N_CFG * n_sys, sizeof *rows);
-    if (!rows) {
-        cli_error(CMD, "out of memory");
-        return TIO_EXIT_RUNTIME;
-    }
-    size_t n_rows = 0;
-    int code = TIO_EXIT_OK;
-    for (size_t ci = 0; ci < N_CFG; ci++) {
-        const struct cfg *c = &paper_matrix[ci];
-        if (n_models && !has(models, n_models, c->model)) {
-            continue;
+    r->fraction_demand_evict = res.oom ? 0 : ideal_s / res.iteration_s;
+    /* bytes evicted: the stage's own (stage 0: the pipeline's first GPU) */
+    r->demand_evicted_bytes = res.demand_evicted_bytes;
+    return 0;
+}
+
+/* Every selected system on configuration c: one row each, appended at rows[*n_rows].
+ * Returns 0 or an exit code. */
+static int run_config(const struct opts *o,
+                      const struct cfg *c,
+                      const struct tio_hw *hw1t,
+                      const struct tio_hw *hw128,
+                      struct row *rows,
+                      size_t *n_rows) {
+    /* every pipeline stage's trace: the planned systems run them coupled */
+    struct tio_trace *trs[CLI_MAX_STAGES] = { NULL };
+    uint32_t n_st = preset_stages(c->model), mb0 = 0;
+    int code = 0;
+    for (uint32_t st = 0; st < n_st && code == 0; st++) {
+        int rc = gen(c, 0, 1, st, &trs[st], &mb0);
+        if (rc < 0) {
+            code = cli_fail(CMD, c->model, rc);
         }
-        /* every pipeline stage's trace: the planned systems run them coupled */
-        struct tio_trace *trs[CLI_MAX_STAGES] = { NULL };
-        uint32_t n_st = preset_stages(c->model), mb0 = 0;
-        for (uint32_t st = 0; st < n_st; st++) {
-            rc = gen(c, 0, 1, st, &trs[st], &mb0);
-            if (rc < 0) {
-                for (uint32_t j = 0; j < st; j++) {
-                    tio_trace_free(trs[j]);
-                }
-                code = cli_fail(CMD, c->model, rc);
-                goto out;
-            }
-        }
-        struct tio_trace *tr = trs[0];
-        /* the ideal: the coupled makespan with unlimited memory (a stage's kernels alone) */
-        double ideal_s = (double)tio_trace_total_duration_ns(tr) * 1e-9;
-        if (n_st > 1) {
-            struct tio_sim_result ir;
-            rc = sim_stages(trs, n_st, &hw1t, "ideal", &sp, &ir, NULL);
-            if (rc < 0) {
-                for (uint32_t j = 0; j < n_st; j++) {
-                    tio_trace_free(trs[j]);
-                }
-                code = cli_fail(CMD, c->model, rc);
-                goto out;
-            }
+    }
+    /* the ideal: the coupled makespan with unlimited memory (a stage's kernels alone) */
+    double ideal_s = code ? 0 : (double)tio_trace_total_duration_ns(trs[0]) * 1e-9;
+    if (code == 0 && n_st > 1) {
+        struct tio_sim_result ir;
+        int rc = sim_stages(trs, n_st, hw1t, "ideal", &o->sp, &ir, NULL);
+        if (rc < 0) {
+            code = cli_fail(CMD, c->model, rc);
+        } else {
             ideal_s = ir.ideal_s;
         }
-        for (size_t si = 0; si < n_sys; si++) {
-            const char *sys = systems[si];
-            struct row *r = &rows[n_rows++];
-            r->c = c;
-            r->sys = sys;
-            r->micro_batch = mb0;
-            r->stages = 1;
-            struct tio_hw hwc = strcmp(sys, "teraio-ssd") == 0 ? hw128 : hw1t;
-            hwc.host_offload_cap_bytes = host_budget(sys, c->model, &hwc);
-            const struct tio_hw *hw = &hwc;
-            r->host_cap_bytes = hwc.host_offload_cap_bytes;
-            r->fraction_demand_evict = -1;
-            if (cli_stderr_is_tty()) {
-                (void)fprintf(stderr, "\r%-16s bs%-4u seq%-5u %-14s", c->model, c->batch, c->seq,
-                              sys);
-            }
-            int zero = strncmp(sys, "zero-", 5) == 0;
-            struct tio_trace *ztr = NULL;
-            uint32_t mb = mb0;
-            if (zero) {
-                rc = gen(c, mb0, hw->gpus > 1 ? hw->gpus : 2, 0, &ztr, &mb);
-                if (rc < 0) {
-                    code = cli_fail(CMD, c->model, rc);
-                    goto cfg_fail;
-                }
-            } else {
-                r->stages = n_st;
-            }
-            for (;;) {
-                struct tio_sim_result res;
-                rc = zero ? sim_stages(&ztr, 1, hw, sys, &sp, &res, &r->plan_feasible)
-                          : sim_stages(trs, n_st, hw, sys, &sp, &res, &r->plan_feasible);
-                if (rc < 0) {
-                    tio_trace_free(ztr);
-                    code = cli_fail(CMD, sys, rc);
-                    goto cfg_fail;
-                }
-                r->micro_batch = mb;
-                r->oom = res.oom != 0;
-                r->oom_kind = res.oom == TIO_SIM_OOM_HOST ? "host" : res.oom ? "gpu" : "none";
-                r->iteration_s = res.iteration_s;
-                r->tokens_per_s = res.tokens_per_s;
-                r->fraction = res.oom ? 0 : ideal_s / res.iteration_s;
-                /* ZeRO: retry with half the micro-batch while the GPU runs out of memory */
-                if (!(zero && res.oom == TIO_SIM_OOM_GPU && mb > 1)) {
-                    break;
-                }
-                tio_trace_free(ztr);
-                ztr = NULL;
-                rc = gen(c, mb / 2, hw->gpus > 1 ? hw->gpus : 2, 0, &ztr, &mb);
-                if (rc < 0) {
-                    code = cli_fail(CMD, c->model, rc);
-                    goto cfg_fail;
-                }
-            }
-            tio_trace_free(ztr);
-            if (demand_col && !zero && !tio_sim_policy_is_builtin(sys)) {
-                /* the same plan with on-demand eviction where it falls short: its own column */
-                struct tio_sim_params sd = sp;
-                sd.demand_evict = 1;
-                struct tio_sim_result res;
-                rc = sim_stages(trs, n_st, hw, sys, &sd, &res, NULL);
-                if (rc < 0) {
-                    code = cli_fail(CMD, sys, rc);
-                    goto cfg_fail;
-                }
-                r->fraction_demand_evict = res.oom ? 0 : ideal_s / res.iteration_s;
-                /* bytes evicted: the stage's own (stage 0: the pipeline's first GPU) */
-                r->demand_evicted_bytes = res.demand_evicted_bytes;
-            }
-        }
-        for (uint32_t j = 0; j < n_st; j++) {
-            tio_trace_free(trs[j]);
-        }
-        continue;
-    cfg_fail:
-        for (uint32_t j = 0; j < n_st; j++) {
-            tio_trace_free(trs[j]);
-        }
-        goto out;
     }
-    if (cli_stderr_is_tty()) {
-        (void)fprintf(stderr, "\r%60s\r", "");
+    for (size_t si = 0; si < o->n_sys && code == 0; si++) {
+        const char *sys = o->systems[si];
+        struct row *r = &rows[(*n_rows)++];
+        r->c = c;
+        r->sys = sys;
+        r->micro_batch = mb0;
+        r->stages = 1;
+        struct tio_hw hwc = strcmp(sys, "teraio-ssd") == 0 ? *hw128 : *hw1t;
+        hwc.host_offload_cap_bytes = host_budget(sys, c->model, &hwc);
+        r->host_cap_bytes = hwc.host_offload_cap_bytes;
+        r->fraction_demand_evict = -1;
+        if (cli_stderr_is_tty()) {
+            (void)fprintf(stderr, "\r%-16s bs%-4u seq%-5u %-14s", c->model, c->batch, c->seq, sys);
+        }
+        code = simulate_system(o, trs, n_st, mb0, ideal_s, &hwc, r);
+        if (code == 0 && o->demand_col && strncmp(sys, "zero-", 5) != 0 &&
+            !tio_sim_policy_is_builtin(sys)) {
+            code = simulate_demand_evict(o, trs, n_st, ideal_s, &hwc, r);
+        }
     }
-    /* summaries */
-    double mean_frac[MAX_SYS] = { 0 }, mean_speed[MAX_SYS] = { 0 }, mean_tok[MAX_SYS] = { 0 };
-    int n_ok[MAX_SYS] = { 0 }, n_sp[MAX_SYS] = { 0 }, n_oom[MAX_SYS] = { 0 };
+    for (uint32_t j = 0; j < n_st; j++) {
+        tio_trace_free(trs[j]);
+    }
+    return code;
+}
+
+/* The means over the matrix, per system and per model. */
+static const char *const model_names[] = { "llama3-8b", "granite-code-8b", "llama3-70b" };
+struct summary {
+    double mean_frac[MAX_SYS], mean_speed[MAX_SYS], mean_tok[MAX_SYS];
+    int n_ok[MAX_SYS], n_sp[MAX_SYS], n_oom[MAX_SYS];
+    double pm[3][MAX_SYS]; /* per model: sum of fractions of ideal over runs without OOM */
+    int pn[3][MAX_SYS];    /* ... and their count */
+};
+
+static void summarize(const struct row *rows, size_t n_rows, size_t n_sys, struct summary *m) {
+    memset(m, 0, sizeof *m);
     for (size_t i = 0; i < n_rows; i += n_sys) {
         double best_zero = 0;
         for (size_t s = 0; s < n_sys; s++) {
@@ -470,162 +499,225 @@ int cli_cmd_compare(int argc, char **argv) {
         for (size_t s = 0; s < n_sys; s++) {
             const struct row *r = &rows[i + s];
             if (r->oom) {
-                n_oom[s]++;
+                m->n_oom[s]++;
                 continue;
             }
-            mean_frac[s] += r->fraction;
-            mean_tok[s] += r->tokens_per_s;
-            n_ok[s]++;
+            m->mean_frac[s] += r->fraction;
+            m->mean_tok[s] += r->tokens_per_s;
+            m->n_ok[s]++;
             if (best_zero > 0) {
-                mean_speed[s] += r->tokens_per_s / best_zero;
-                n_sp[s]++;
+                m->mean_speed[s] += r->tokens_per_s / best_zero;
+                m->n_sp[s]++;
             }
         }
     }
     for (size_t s = 0; s < n_sys; s++) {
-        mean_frac[s] = n_ok[s] ? mean_frac[s] / n_ok[s] : 0;
-        mean_tok[s] = n_ok[s] ? mean_tok[s] / n_ok[s] : 0;
-        mean_speed[s] = n_sp[s] ? mean_speed[s] / n_sp[s] : 0;
+        m->mean_frac[s] = m->n_ok[s] ? m->mean_frac[s] / m->n_ok[s] : 0;
+        m->mean_tok[s] = m->n_ok[s] ? m->mean_tok[s] / m->n_ok[s] : 0;
+        m->mean_speed[s] = m->n_sp[s] ? m->mean_speed[s] / m->n_sp[s] : 0;
     }
     /* per model means (for the paper's per-model numbers) */
-    static const char *const model_names[] = { "llama3-8b", "granite-code-8b", "llama3-70b" };
-    double pm[3][MAX_SYS] = { { 0 } };
-    int pn[3][MAX_SYS] = { { 0 } };
     for (size_t i = 0; i < n_rows; i++) {
         const struct row *r = &rows[i];
-        for (int m = 0; m < 3; m++) {
-            if (strcmp(r->c->model, model_names[m]) == 0 && !r->oom) {
-                pm[m][i % n_sys] += r->fraction;
-                pn[m][i % n_sys]++;
+        for (int k = 0; k < 3; k++) {
+            if (strcmp(r->c->model, model_names[k]) == 0 && !r->oom) {
+                m->pm[k][i % n_sys] += r->fraction;
+                m->pn[k][i % n_sys]++;
             }
         }
     }
-    if (json) {
-        (void)printf("{\n\"hw\": ");
-        cli_json_string(stdout, hw1t.name);
-        (void)printf(",\n\"rows\": [\n");
-        for (size_t i = 0; i < n_rows; i++) {
-            const struct row *r = &rows[i];
-            (void)printf(
-                "  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
-                "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
-                "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u, \"plan_feasible\": %s, "
-                "\"host_cap_bytes\": %llu, \"stages\": %u",
-                r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
-                r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
-                r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes,
-                r->stages);
-            if (r->fraction_demand_evict >= 0) {
-                (void)printf(", \"fraction_demand_evict\": %.6f, \"demand_evicted_bytes\": %llu",
-                             r->fraction_demand_evict, (unsigned long long)r->demand_evicted_bytes);
-            }
-            (void)printf("}%s\n", i + 1 < n_rows ? "," : "");
+}
+
+static void print_json(const struct opts *o,
+                       const struct row *rows,
+                       size_t n_rows,
+                       const struct summary *m,
+                       const struct tio_hw *hw1t,
+                       const struct tio_hw *hw128) {
+    size_t n_sys = o->n_sys;
+    (void)printf("{\n\"hw\": ");
+    cli_json_string(stdout, hw1t->name);
+    (void)printf(",\n\"rows\": [\n");
+    for (size_t i = 0; i < n_rows; i++) {
+        const struct row *r = &rows[i];
+        (void)printf(
+            "  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
+            "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
+            "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u, \"plan_feasible\": %s, "
+            "\"host_cap_bytes\": %llu, \"stages\": %u",
+            r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
+            r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
+            r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes, r->stages);
+        if (r->fraction_demand_evict >= 0) {
+            (void)printf(", \"fraction_demand_evict\": %.6f, \"demand_evicted_bytes\": %llu",
+                         r->fraction_demand_evict, (unsigned long long)r->demand_evicted_bytes);
         }
-        (void)printf("],\n\"summary\": {\n");
+        (void)printf("}%s\n", i + 1 < n_rows ? "," : "");
+    }
+    (void)printf("],\n\"summary\": {\n");
+    for (size_t s = 0; s < n_sys; s++) {
+        double usd = 0;
+        system_price(o->systems[s], hw1t, hw128, &usd);
+        (void)printf("  \"%s\": {\"mean_fraction_of_ideal\": %.6f, \"mean_speedup_vs_best_zero\": "
+                     "%.6f, \"mean_tokens_per_s\": %.4f, \"runs\": %d, \"oom\": %d, \"price_usd\": "
+                     "%.1f, \"tokens_per_s_per_kusd\": %.6f}%s\n",
+                     o->systems[s], m->mean_frac[s], m->mean_speed[s], m->mean_tok[s], m->n_ok[s],
+                     m->n_oom[s], usd, usd > 0 ? m->mean_tok[s] / (usd / 1000.0) : 0.0,
+                     s + 1 < n_sys ? "," : "");
+    }
+    (void)printf("},\n\"per_model\": {\n");
+    for (int k = 0; k < 3; k++) {
+        (void)printf("  \"%s\": {", model_names[k]);
         for (size_t s = 0; s < n_sys; s++) {
-            double usd = 0;
-            system_price(systems[s], &hw1t, &hw128, &usd);
-            (void)printf(
-                "  \"%s\": {\"mean_fraction_of_ideal\": %.6f, \"mean_speedup_vs_best_zero\": "
-                "%.6f, \"mean_tokens_per_s\": %.4f, \"runs\": %d, \"oom\": %d, \"price_usd\": "
-                "%.1f, \"tokens_per_s_per_kusd\": %.6f}%s\n",
-                systems[s], mean_frac[s], mean_speed[s], mean_tok[s], n_ok[s], n_oom[s], usd,
-                usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0, s + 1 < n_sys ? "," : "");
+            (void)printf("%s\"%s\": %.6f", s ? ", " : "", o->systems[s],
+                         m->pn[k][s] ? m->pm[k][s] / m->pn[k][s] : 0.0);
         }
-        (void)printf("},\n\"per_model\": {\n");
-        for (int m = 0; m < 3; m++) {
-            (void)printf("  \"%s\": {", model_names[m]);
-            for (size_t s = 0; s < n_sys; s++) {
-                (void)printf("%s\"%s\": %.6f", s ? ", " : "", systems[s],
-                             pn[m][s] ? pm[m][s] / pn[m][s] : 0.0);
-            }
-            (void)printf("}%s\n", m < 2 ? "," : "");
-        }
-        (void)printf("},\n\"paper\": [\n");
-        for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
-            (void)printf(
-                "  {\"system\": \"%s\", \"model\": %s%s%s, \"fraction_of_ideal\": %.3f}%s\n",
-                paper_nums[i].system, paper_nums[i].model ? "\"" : "",
-                paper_nums[i].model ? paper_nums[i].model : "null", paper_nums[i].model ? "\"" : "",
-                paper_nums[i].fraction, i + 1 < TIO_CLI_ARRAY_LEN(paper_nums) ? "," : "");
-        }
-        (void)printf("]\n}\n");
-    } else {
-        (void)printf("%-16s %5s %5s", "model", "batch", "seq");
+        (void)printf("}%s\n", k < 2 ? "," : "");
+    }
+    (void)printf("},\n\"paper\": [\n");
+    for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
+        (void)printf("  {\"system\": \"%s\", \"model\": %s%s%s, \"fraction_of_ideal\": %.3f}%s\n",
+                     paper_nums[i].system, paper_nums[i].model ? "\"" : "",
+                     paper_nums[i].model ? paper_nums[i].model : "null",
+                     paper_nums[i].model ? "\"" : "", paper_nums[i].fraction,
+                     i + 1 < TIO_CLI_ARRAY_LEN(paper_nums) ? "," : "");
+    }
+    (void)printf("]\n}\n");
+}
+
+/* The matrix as a table: one line per configuration, a cell per system. */
+static void print_matrix(const struct opts *o, const struct row *rows, size_t n_rows) {
+    size_t n_sys = o->n_sys;
+    (void)printf("%-16s %5s %5s", "model", "batch", "seq");
+    for (size_t s = 0; s < n_sys; s++) {
+        (void)printf(" %15s", o->systems[s]);
+    }
+    (void)printf("\n");
+    for (size_t i = 0; i < n_rows; i += n_sys) {
+        (void)printf("%-16s %5u %5u", rows[i].c->model, rows[i].c->batch, rows[i].c->seq);
         for (size_t s = 0; s < n_sys; s++) {
-            (void)printf(" %15s", systems[s]);
+            const struct row *r = &rows[i + s];
+            if (r->oom) {
+                (void)printf(" %15s", strcmp(r->oom_kind, "host") == 0 ? "OOM(host)"
+                                      : r->plan_feasible               ? "OOM(gpu)"
+                                                                       : "infeasible");
+            } else {
+                char cell[32];
+                (void)snprintf(cell, sizeof cell, "%.0f t/s %3.0f%%", r->tokens_per_s,
+                               100 * r->fraction);
+                (void)printf(" %15s", cell);
+            }
         }
         (void)printf("\n");
-        for (size_t i = 0; i < n_rows; i += n_sys) {
-            (void)printf("%-16s %5u %5u", rows[i].c->model, rows[i].c->batch, rows[i].c->seq);
+        if (o->demand_col) {
+            (void)printf("%-16s %11s", "  +demand-evict", "");
             for (size_t s = 0; s < n_sys; s++) {
                 const struct row *r = &rows[i + s];
-                if (r->oom) {
-                    (void)printf(" %15s", strcmp(r->oom_kind, "host") == 0 ? "OOM(host)"
-                                          : r->plan_feasible               ? "OOM(gpu)"
-                                                                           : "infeasible");
-                } else {
-                    char cell[32];
-                    (void)snprintf(cell, sizeof cell, "%.0f t/s %3.0f%%", r->tokens_per_s,
-                                   100 * r->fraction);
-                    (void)printf(" %15s", cell);
+                char cell[32] = "-";
+                if (r->fraction_demand_evict > 0) {
+                    (void)snprintf(cell, sizeof cell, "%3.0f%% %4.0fGB",
+                                   100 * r->fraction_demand_evict,
+                                   (double)r->demand_evicted_bytes / 1e9);
                 }
+                (void)printf(" %15s", cell);
             }
             (void)printf("\n");
-            if (demand_col) {
-                (void)printf("%-16s %11s", "  +demand-evict", "");
-                for (size_t s = 0; s < n_sys; s++) {
-                    const struct row *r = &rows[i + s];
-                    char cell[32] = "-";
-                    if (r->fraction_demand_evict > 0) {
-                        (void)snprintf(cell, sizeof cell, "%3.0f%% %4.0fGB",
-                                       100 * r->fraction_demand_evict,
-                                       (double)r->demand_evicted_bytes / 1e9);
-                    }
-                    (void)printf(" %15s", cell);
-                }
-                (void)printf("\n");
-            }
-        }
-        (void)printf("\n%-16s %10s %10s %10s %12s\n", "system", "mean/ideal", "vs best", "OOM runs",
-                     "tok/s/k$");
-        for (size_t s = 0; s < n_sys; s++) {
-            double usd = 0;
-            system_price(systems[s], &hw1t, &hw128, &usd);
-            if (n_ok[s] == 0) {
-                (void)printf("%-16s %10s %10s %10d %12s\n", systems[s], "-", "-", n_oom[s], "-");
-                continue;
-            }
-            (void)printf("%-16s %9.1f%% %9.2fx %10d %12.3f\n", systems[s], 100 * mean_frac[s],
-                         mean_speed[s], n_oom[s], usd > 0 ? mean_tok[s] / (usd / 1000.0) : 0.0);
-        }
-        (void)printf("\npaper (measured on real hardware) beside this simulation:\n");
-        for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
-            const struct paper_num *p = &paper_nums[i];
-            double sim = NAN;
-            for (size_t s = 0; s < n_sys; s++) {
-                if (strcmp(systems[s], p->system) != 0) {
-                    continue;
-                }
-                if (!p->model) {
-                    sim = mean_frac[s];
-                }
-                for (int m = 0; m < 3 && p->model; m++) {
-                    if (strcmp(model_names[m], p->model) == 0 && pn[m][s]) {
-                        sim = pm[m][s] / pn[m][s];
-                    }
-                }
-            }
-            if (isnan(sim)) {
-                (void)printf("  %-42s paper %5.1f%%   simulated    -\n", p->what,
-                             100 * p->fraction);
-            } else {
-                (void)printf("  %-42s paper %5.1f%%   simulated %5.1f%%  (%+.1f points)\n", p->what,
-                             100 * p->fraction, 100 * sim, 100 * (sim - p->fraction));
-            }
         }
     }
-out:
+}
+
+/* The means per system, then the paper's numbers beside the simulated ones. */
+static void print_summary(const struct opts *o,
+                          const struct summary *m,
+                          const struct tio_hw *hw1t,
+                          const struct tio_hw *hw128) {
+    size_t n_sys = o->n_sys;
+    (void)printf("\n%-16s %10s %10s %10s %12s\n", "system", "mean/ideal", "vs best", "OOM runs",
+                 "tok/s/k$");
+    for (size_t s = 0; s < n_sys; s++) {
+        double usd = 0;
+        system_price(o->systems[s], hw1t, hw128, &usd);
+        if (m->n_ok[s] == 0) {
+            (void)printf("%-16s %10s %10s %10d %12s\n", o->systems[s], "-", "-", m->n_oom[s], "-");
+            continue;
+        }
+        (void)printf("%-16s %9.1f%% %9.2fx %10d %12.3f\n", o->systems[s], 100 * m->mean_frac[s],
+                     m->mean_speed[s], m->n_oom[s],
+                     usd > 0 ? m->mean_tok[s] / (usd / 1000.0) : 0.0);
+    }
+    (void)printf("\npaper (measured on real hardware) beside this simulation:\n");
+    for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
+        const struct paper_num *p = &paper_nums[i];
+        double sim = NAN;
+        for (size_t s = 0; s < n_sys; s++) {
+            if (strcmp(o->systems[s], p->system) != 0) {
+                continue;
+            }
+            if (!p->model) {
+                sim = m->mean_frac[s];
+            }
+            for (int k = 0; k < 3 && p->model; k++) {
+                if (strcmp(model_names[k], p->model) == 0 && m->pn[k][s]) {
+                    sim = m->pm[k][s] / m->pn[k][s];
+                }
+            }
+        }
+        if (isnan(sim)) {
+            (void)printf("  %-42s paper %5.1f%%   simulated    -\n", p->what, 100 * p->fraction);
+        } else {
+            (void)printf("  %-42s paper %5.1f%%   simulated %5.1f%%  (%+.1f points)\n", p->what,
+                         100 * p->fraction, 100 * sim, 100 * (sim - p->fraction));
+        }
+    }
+}
+
+int cli_cmd_compare(int argc, char **argv) {
+    struct opts o;
+    memset(&o, 0, sizeof o);
+    int code = parse_args(argc, argv, &o);
+    if (code >= 0) {
+        return code;
+    }
+    code = check_args(&o);
+    if (code) {
+        return code;
+    }
+    struct tio_hw hw1t, hw128;
+    int rc = tio_hw_load(o.hw_name, &hw1t);
+    if (rc < 0) {
+        return cli_fail(CMD, o.hw_name, rc);
+    }
+    hw128 = hw1t;
+    if (strcmp(o.hw_name, "paper-2xh100nvl") == 0 &&
+        tio_hw_preset("paper-2xh100nvl-128g", &hw128) < 0) {
+        hw128 = hw1t;
+    }
+    struct row *rows = calloc(N_CFG * o.n_sys, sizeof *rows);
+    if (!rows) {
+        cli_error(CMD, "out of memory");
+        return TIO_EXIT_RUNTIME;
+    }
+    size_t n_rows = 0;
+    for (size_t ci = 0; ci < N_CFG && code == 0; ci++) {
+        const struct cfg *c = &paper_matrix[ci];
+        if (o.n_models && !has(o.models, o.n_models, c->model)) {
+            continue;
+        }
+        code = run_config(&o, c, &hw1t, &hw128, rows, &n_rows);
+    }
+    if (code == 0) {
+        if (cli_stderr_is_tty()) {
+            (void)fprintf(stderr, "\r%60s\r", "");
+        }
+        struct summary m;
+        summarize(rows, n_rows, o.n_sys, &m);
+        if (o.json) {
+            print_json(&o, rows, n_rows, &m, &hw1t, &hw128);
+        } else {
+            print_matrix(&o, rows, n_rows);
+            print_summary(&o, &m, &hw1t, &hw128);
+        }
+    }
     free(rows);
     return code;
 }

@@ -66,7 +66,8 @@ int cli_cmd_hw(int argc, char **argv) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             hw_usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
+        }
+        if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             cli_error(CMD, "unknown option '%s' (see --help)", argv[i]);

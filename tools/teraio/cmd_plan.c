@@ -9,7 +9,6 @@
 #include <teraio/units.h>
 
 #include "cli.h"
-#include "plan/planner_impl.h"
 
 static const char *const CMD = "plan";
 
@@ -50,6 +49,108 @@ static void json_u64(FILE *f, const char *key, uint64_t v, int comma) {
     (void)fprintf(f, "  \"%s\": %llu%s\n", key, (unsigned long long)v, comma ? "," : "");
 }
 
+/* The --capacity, --reserve, --host-cap and --ssds overrides (UINT64_MAX / 0: not given).
+ * Returns 0 or an exit code. */
+static int override_hw(
+    struct tio_hw *hw, uint64_t capacity, uint64_t reserve, uint64_t host_cap, uint64_t ssds) {
+    if (capacity) {
+        hw->gpu_memory_bytes = capacity;
+    }
+    if (reserve != UINT64_MAX) {
+        hw->gpu_reserve_bytes = reserve;
+    }
+    if (host_cap != UINT64_MAX) {
+        hw->host_offload_cap_bytes = host_cap;
+        if (host_cap > hw->host_memory_bytes) {
+            hw->host_memory_bytes = host_cap;
+        }
+    }
+    if (ssds != UINT64_MAX) {
+        if (ssds > 1024) {
+            cli_error(CMD, "--ssds: %llu is more than 1024", (unsigned long long)ssds);
+            return TIO_EXIT_USAGE;
+        }
+        hw->ssd_count = (uint32_t)ssds;
+    }
+    return 0;
+}
+
+/* The summary as JSON on stdout. */
+static void print_json(const struct tio_plan *plan,
+                       const struct tio_plan_summary *s,
+                       const struct tio_hw *hw,
+                       const char *trace_path,
+                       const char *out,
+                       int verified) {
+    uint64_t hash = tio_plan_trace_hash(plan);
+    printf("{\n  \"policy\": ");
+    cli_json_string(stdout, tio_plan_policy(plan));
+    printf(",\n  \"hw\": ");
+    cli_json_string(stdout, hw->name);
+    printf(",\n  \"trace\": ");
+    cli_json_string(stdout, trace_path);
+    printf(",\n  \"output\": ");
+    if (out) {
+        cli_json_string(stdout, out);
+    } else {
+        printf("null");
+    }
+    printf(",\n  \"trace_hash\": \"%016llx\",\n", (unsigned long long)hash);
+    json_u64(stdout, "n_kernels", tio_plan_kernel_count(plan), 1);
+    printf("  \"planning_seconds\": %.6f,\n", s->planning_seconds);
+    json_u64(stdout, "moves", s->n_moves, 1);
+    json_u64(stdout, "offloads", s->n_offloads, 1);
+    printf("  \"feasible\": %s,\n", s->feasible ? "true" : "false");
+    json_u64(stdout, "capacity_bytes", s->capacity_bytes, 1);
+    json_u64(stdout, "planned_peak_bytes", s->planned_peak_bytes, 1);
+    json_u64(stdout, "shortfall_bytes", s->shortfall_bytes, 1);
+    if (s->feasible) {
+        printf("  \"shortfall_kernel\": null,\n");
+    } else {
+        json_u64(stdout, "shortfall_kernel", s->shortfall_kernel, 1);
+    }
+    json_u64(stdout, "host_peak_bytes", s->host_peak_bytes, 1);
+    json_u64(stdout, "ssd_peak_bytes", s->ssd_peak_bytes, 1);
+    json_u64(stdout, "bytes_to_ssd", s->bytes_to_ssd, 1);
+    json_u64(stdout, "bytes_to_host", s->bytes_to_host, 1);
+    printf("  \"verified\": %s\n}\n", verified ? "true" : "false");
+}
+
+/* The summary as text on stdout. */
+static void print_text(const struct tio_plan *plan,
+                       const struct tio_plan_summary *s,
+                       const struct tio_hw *hw,
+                       const char *out) {
+    char a[32], b[32], c[32], d[32], e[32], t[32];
+    printf("policy %s on %s: %zu moves (%zu offloads) in %s\n", tio_plan_policy(plan), hw->name,
+           s->n_moves, s->n_offloads, tio_format_duration(s->planning_seconds, t, sizeof t));
+    printf("planned peak %s of %s capacity; to SSD %s, to host %s per iteration\n",
+           tio_format_bytes(s->planned_peak_bytes, a, sizeof a),
+           tio_format_bytes(s->capacity_bytes, b, sizeof b),
+           tio_format_bytes(s->bytes_to_ssd, c, sizeof c),
+           tio_format_bytes(s->bytes_to_host, d, sizeof d));
+    printf("host memory held at most %s, SSD space %s\n",
+           tio_format_bytes(s->host_peak_bytes, a, sizeof a),
+           tio_format_bytes(s->ssd_peak_bytes, e, sizeof e));
+    if (out) {
+        printf("wrote %s\n", out);
+    }
+}
+
+/* An infeasible plan: where it falls short, as an error (--strict) or a warning. */
+static void
+report_infeasible(const struct tio_trace *tr, const struct tio_plan_summary *s, int strict) {
+    char a[32];
+    const char *kname = tio_trace_kernel_name(tr, (uint32_t)s->shortfall_kernel);
+    cli_error(CMD,
+              "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); "
+              "simulated plan-only, that kernel runs out of memory (--demand-evict: it "
+              "stalls for evictions instead)",
+              strict ? "error" : "warning", (unsigned long long)s->shortfall_bytes,
+              tio_format_bytes(s->shortfall_bytes, a, sizeof a),
+              (unsigned long long)s->shortfall_kernel, kname ? kname : "unnamed");
+}
+
 int cli_cmd_plan(int argc, char **argv) {
     const char *trace_path = NULL, *hw_name = "paper-2xh100nvl", *out = NULL;
     int json = 0, verify = 0, strict = 0;
@@ -71,7 +172,8 @@ int cli_cmd_plan(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             plan_usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(a, "--hw") == 0) {
+        }
+        if (strcmp(a, "--hw") == 0) {
             NEED_VALUE();
             hw_name = val;
         } else if (strcmp(a, "--policy") == 0) {
@@ -151,24 +253,8 @@ int cli_cmd_plan(int argc, char **argv) {
     if ((rc = tio_hw_load(hw_name, &hw)) < 0) {
         return cli_fail(CMD, "--hw", rc);
     }
-    if (capacity) {
-        hw.gpu_memory_bytes = capacity;
-    }
-    if (reserve != UINT64_MAX) {
-        hw.gpu_reserve_bytes = reserve;
-    }
-    if (host_cap != UINT64_MAX) {
-        hw.host_offload_cap_bytes = host_cap;
-        if (host_cap > hw.host_memory_bytes) {
-            hw.host_memory_bytes = host_cap;
-        }
-    }
-    if (ssds != UINT64_MAX) {
-        if (ssds > 1024) {
-            cli_error(CMD, "--ssds: %llu is more than 1024", (unsigned long long)ssds);
-            return TIO_EXIT_USAGE;
-        }
-        hw.ssd_count = (uint32_t)ssds;
+    if ((rc = override_hw(&hw, capacity, reserve, host_cap, ssds)) != 0) {
+        return rc;
     }
     if ((rc = tio_hw_validate(&hw)) < 0) {
         return cli_fail(CMD, "hardware", rc);
@@ -194,65 +280,13 @@ int cli_cmd_plan(int argc, char **argv) {
     }
     struct tio_plan_summary s;
     tio_plan_get_summary(plan, &s);
-    uint64_t hash = tio_plan_trace_hash(plan);
-    const char *kname = tio_trace_kernel_name(tr, (uint32_t)s.shortfall_kernel);
     if (json) {
-        printf("{\n  \"policy\": ");
-        cli_json_string(stdout, tio_plan_policy(plan));
-        printf(",\n  \"hw\": ");
-        cli_json_string(stdout, hw.name);
-        printf(",\n  \"trace\": ");
-        cli_json_string(stdout, trace_path);
-        printf(",\n  \"output\": ");
-        if (out) {
-            cli_json_string(stdout, out);
-        } else {
-            printf("null");
-        }
-        printf(",\n  \"trace_hash\": \"%016llx\",\n", (unsigned long long)hash);
-        json_u64(stdout, "n_kernels", tio_plan_kernel_count(plan), 1);
-        printf("  \"planning_seconds\": %.6f,\n", s.planning_seconds);
-        json_u64(stdout, "moves", s.n_moves, 1);
-        json_u64(stdout, "offloads", s.n_offloads, 1);
-        printf("  \"feasible\": %s,\n", s.feasible ? "true" : "false");
-        json_u64(stdout, "capacity_bytes", s.capacity_bytes, 1);
-        json_u64(stdout, "planned_peak_bytes", s.planned_peak_bytes, 1);
-        json_u64(stdout, "shortfall_bytes", s.shortfall_bytes, 1);
-        if (s.feasible) {
-            printf("  \"shortfall_kernel\": null,\n");
-        } else {
-            json_u64(stdout, "shortfall_kernel", s.shortfall_kernel, 1);
-        }
-        json_u64(stdout, "host_peak_bytes", s.host_peak_bytes, 1);
-        json_u64(stdout, "ssd_peak_bytes", s.ssd_peak_bytes, 1);
-        json_u64(stdout, "bytes_to_ssd", s.bytes_to_ssd, 1);
-        json_u64(stdout, "bytes_to_host", s.bytes_to_host, 1);
-        printf("  \"verified\": %s\n}\n", verify ? "true" : "false");
+        print_json(plan, &s, &hw, trace_path, out, verify);
     } else {
-        char a[32], b[32], c[32], d[32], e[32], t[32];
-        printf("policy %s on %s: %zu moves (%zu offloads) in %s\n", tio_plan_policy(plan), hw.name,
-               s.n_moves, s.n_offloads, tio_format_duration(s.planning_seconds, t, sizeof t));
-        printf("planned peak %s of %s capacity; to SSD %s, to host %s per iteration\n",
-               tio_format_bytes(s.planned_peak_bytes, a, sizeof a),
-               tio_format_bytes(s.capacity_bytes, b, sizeof b),
-               tio_format_bytes(s.bytes_to_ssd, c, sizeof c),
-               tio_format_bytes(s.bytes_to_host, d, sizeof d));
-        printf("host memory held at most %s, SSD space %s\n",
-               tio_format_bytes(s.host_peak_bytes, a, sizeof a),
-               tio_format_bytes(s.ssd_peak_bytes, e, sizeof e));
-        if (out) {
-            printf("wrote %s\n", out);
-        }
+        print_text(plan, &s, &hw, out);
     }
     if (!s.feasible && strcmp(tio_plan_policy(plan), "ideal") != 0) {
-        char a[32];
-        cli_error(CMD,
-                  "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); "
-                  "simulated plan-only, that kernel runs out of memory (--demand-evict: it "
-                  "stalls for evictions instead)",
-                  strict ? "error" : "warning", (unsigned long long)s.shortfall_bytes,
-                  tio_format_bytes(s.shortfall_bytes, a, sizeof a),
-                  (unsigned long long)s.shortfall_kernel, kname ? kname : "unnamed");
+        report_infeasible(tr, &s, strict);
         if (strict) {
             exit_code = TIO_EXIT_INPUT;
         }

@@ -34,12 +34,14 @@ static void print_caps(FILE *f, uint32_t caps, int json) {
     };
     int first = 1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (!(caps & names[i].bit))
+        if (!(caps & names[i].bit)) {
             continue;
-        if (json)
+        }
+        if (json) {
             (void)fprintf(f, "%s\"%s\"", first ? "" : ", ", names[i].name);
-        else
+        } else {
             (void)fprintf(f, "%s%s", first ? "" : ",", names[i].name);
+        }
         first = 0;
     }
 }
@@ -59,8 +61,9 @@ int cli_cmd_probe(int argc, char **argv) {
     }
     struct tio_io_backend_info b[32];
     int n = tio_io_probe_all(b, 32);
-    if (n > 32)
+    if (n > 32) {
         n = 32;
+    }
     const char *best = "none";
     int best_score = 0;
     for (int i = 0; i < n; i++) {

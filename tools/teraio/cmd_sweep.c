@@ -100,16 +100,20 @@ int cli_cmd_sweep(int argc, char **argv) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(a, "--json") == 0) {
+        }
+        if (strcmp(a, "--json") == 0) {
             json = 1;
             continue;
-        } else if (strcmp(a, "--demand-evict") == 0) {
+        }
+        if (strcmp(a, "--demand-evict") == 0) {
             sp.demand_evict = 1;
             continue;
-        } else if (a[0] == '-' && a[1] != '\0' && !val) {
+        }
+        if (a[0] == '-' && a[1] != '\0' && !val) {
             cli_error(CMD, "%s needs a value (see --help)", a);
             return TIO_EXIT_USAGE;
-        } else if (strcmp(a, "--hw") == 0) {
+        }
+        if (strcmp(a, "--hw") == 0) {
             hw_name = val;
         } else if (strcmp(a, "--policy") == 0) {
             policy = val;

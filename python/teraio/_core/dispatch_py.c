@@ -17,464 +17,12 @@
 #include <stdarg.h>
 #include <time.h>
 
-#include <teraio/trace.h>
-
 #include "core.h"
+#include "dispatch_impl.h"
 
-/* Per-kernel flags from the driver (the kflags bytes of configure), exported under these names. */
-enum { OPFAST_CHECK_OFFLOAD = 1, OPFAST_RELEASE = 2 };
-
-/* Spec tuple per operator (made by _mode._make_spec, cached in a dict shared by all steps). */
-enum { SP_ARGS, SP_RETS_W, SP_COMM, SP_NAME, SP_FOREACH, SP_OP, SP_LEN };
-
-typedef struct {
-    PyObject_HEAD PyObject *driver; /* StepDriver: callbacks for rare events */
-    PyObject *ids;                  /* dict: address -> tensor id */
-    PyObject *refs;                 /* dict: address -> weakref of the storage */
-    PyObject *wr_addr;              /* dict: id(weakref) -> address (for the death callback) */
-    PyObject *dead;                 /* list: ids of intermediates that died (driver.dead_pending) */
-    PyObject *died;                 /* bound method self._died: the weakref callback */
-    PyObject *specs;                /* dict: OpOverload -> spec tuple */
-    PyObject *make_spec;            /* callable(func) -> spec tuple */
-    PyObject *storage_address;      /* torch._C._storage_address */
-    PyObject *tensor_type;          /* torch._C.TensorBase */
-    PyObject *tensors, *kernels;    /* prog.tensors, prog.kernels */
-    PyObject *runtime;              /* the executor (execution) */
-    PyObject *in_optim;             /* callable() -> bool (recording) */
-    PyObject *last_k;               /* dict: tensor id -> last kernel (recording) */
-    PyObject *kflags;               /* bytes: OPFAST_* per kernel (execution) */
-    PyObject *movable;              /* set of tensor ids the plan moves (execution) */
-    PyObject *dead_set;             /* set: driver.dead (execution) */
-    PyObject *st_by_id, *weak_by_id; /* dicts: driver.st_by_id, driver.weak_by_id */
-    PyObject *free_kernel;           /* str: the free marker kernel's name */
-    long long k, n_ids, n_globals;
-    int record, passthrough, busy, split_foreach, configured;
-    long *use_t; /* uses of the current operator, first-seen order */
-    int *use_m;
-    size_t n_use, cap_use;
-} OpFastObject;
-
-static PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_diverge, *s_check_offloads, *s_apply,
+PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_diverge, *s_check_offloads, *s_apply,
     *s_bind_new, *s_release, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget,
     *s_run_free_markers;
-
-/* ---- identity ----------------------------------------------------------------------------- */
-
-/* Register storage `st` at address `addr` under the next id; returns the id or -1. */
-static long long register_storage(OpFastObject *self, PyObject *st, PyObject *addr) {
-    long long tid = self->n_ids;
-    PyObject *id = PyLong_FromLongLong(tid);
-    PyObject *wr = id ? PyWeakref_NewRef(st, self->died) : NULL;
-    PyObject *key = wr ? PyLong_FromVoidPtr(wr) : NULL;
-    int ok = key && PyDict_SetItem(self->ids, addr, id) == 0 &&
-             PyDict_SetItem(self->refs, addr, wr) == 0 &&
-             PyDict_SetItem(self->wr_addr, key, addr) == 0;
-    Py_XDECREF(id);
-    Py_XDECREF(wr);
-    Py_XDECREF(key);
-    if (!ok) {
-        return -1;
-    }
-    self->n_ids++;
-    return tid;
-}
-
-/* The weakref callback: the storage died. Forget it; an intermediate's death is queued for the
- * driver (free markers, tio_runtime_forget). Never raises. */
-static PyObject *opfast_died(OpFastObject *self, PyObject *wr) {
-    if (!self->wr_addr || !self->refs || !self->ids) { /* cleared by the garbage collector */
-        Py_RETURN_NONE;
-    }
-    PyObject *key = PyLong_FromVoidPtr(wr);
-    if (!key) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    PyObject *addr = PyDict_GetItemWithError(self->wr_addr, key); /* borrowed */
-    if (addr) {
-        Py_INCREF(addr);
-        if (PyDict_DelItem(self->wr_addr, key) == 0 && PyDict_GetItem(self->refs, addr) == wr) {
-            PyObject *tid = PyDict_GetItem(self->ids, addr);
-            Py_XINCREF(tid);
-            (void)PyDict_DelItem(self->refs, addr);
-            (void)PyDict_DelItem(self->ids, addr);
-            if (tid && PyLong_AsLongLong(tid) >= self->n_globals && self->dead) {
-                (void)PyList_Append(self->dead, tid);
-            }
-            Py_XDECREF(tid);
-        }
-        Py_DECREF(addr);
-    }
-    Py_DECREF(key);
-    PyErr_Clear();
-    Py_RETURN_NONE;
-}
-
-/* add(storage) -> id: register a storage (globals, in registration order). */
-static PyObject *opfast_add(OpFastObject *self, PyObject *st) {
-    PyObject *addr = PyObject_GetAttr(st, s_cdata);
-    if (!addr) {
-        return NULL;
-    }
-    long long tid = register_storage(self, st, addr);
-    Py_DECREF(addr);
-    return tid < 0 ? NULL : PyLong_FromLongLong(tid);
-}
-
-/* id_of(tensor) -> id or None. */
-static PyObject *opfast_id_of(OpFastObject *self, PyObject *t) {
-    PyObject *addr = PyObject_CallOneArg(self->storage_address, t);
-    if (!addr) {
-        return NULL;
-    }
-    PyObject *tid = PyDict_GetItemWithError(self->ids, addr);
-    Py_DECREF(addr);
-    if (!tid) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
-    }
-    return Py_NewRef(tid);
-}
-
-/* ---- helpers ------------------------------------------------------------------------------ */
-
-static int add_use(OpFastObject *self, long t, int mode) {
-    for (size_t i = 0; i < self->n_use; i++) {
-        if (self->use_t[i] == t) {
-            self->use_m[i] |= mode;
-            return 0;
-        }
-    }
-    if (self->n_use == self->cap_use) {
-        size_t cap = self->cap_use ? 2 * self->cap_use : 16;
-        long *nt = PyMem_Realloc(self->use_t, cap * sizeof *nt);
-        if (!nt) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->use_t = nt;
-        int *nm = PyMem_Realloc(self->use_m, cap * sizeof *nm);
-        if (!nm) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->use_m = nm;
-        self->cap_use = cap;
-    }
-    self->use_t[self->n_use] = t;
-    self->use_m[self->n_use] = mode;
-    self->n_use++;
-    return 0;
-}
-
-static PyObject *call_plain(PyObject *spec_or_null, PyObject *func, PyObject *args, PyObject *kw) {
-    PyObject *op = spec_or_null ? PyTuple_GET_ITEM(spec_or_null, SP_OP) : func;
-    return PyObject_Call(op, args, kw && PyDict_GET_SIZE(kw) ? kw : NULL);
-}
-
-/* driver._diverge(message) with a formatted message; returns 0 or -1. */
-static int diverge(OpFastObject *self, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
-    va_end(ap);
-    if (!msg) {
-        return -1;
-    }
-    PyObject *r = PyObject_CallMethodOneArg(self->driver, s_diverge, msg);
-    Py_DECREF(msg);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
-}
-
-static long long item_ll(PyObject *tuple, Py_ssize_t i) {
-    return PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
-}
-
-/* Expected bytes of tensor `tid` in the program, or -1 if it has no such tensor. */
-static long long planned_bytes(OpFastObject *self, long long tid) {
-    if (tid >= PyList_GET_SIZE(self->tensors)) {
-        return -1;
-    }
-    PyObject *e = PyList_GET_ITEM(self->tensors, (Py_ssize_t)tid);
-    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 1) {
-        return -1;
-    }
-    return item_ll(e, 0);
-}
-
-static PyObject *get_spec(OpFastObject *self, PyObject *func) {
-    PyObject *spec = PyDict_GetItemWithError(self->specs, func);
-    if (spec) {
-        return spec; /* borrowed: the cache keeps it */
-    }
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    spec = PyObject_CallOneArg(self->make_spec, func);
-    if (!spec) {
-        return NULL;
-    }
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != SP_LEN ||
-        PyDict_SetItem(self->specs, func, spec) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "OpFast: bad operator spec");
-        }
-        Py_DECREF(spec);
-        return NULL;
-    }
-    Py_DECREF(spec);
-    return PyDict_GetItem(self->specs, func);
-}
-
-/* The id of tensor t's storage (*tid). Returns 1 known, 2 new (registered now), 0 an empty
- * storage nobody knows (skipped), -1 error, -2 a new tensor whose size differs from the plan
- * (the divergence is reported). Output j of operator `func` when is_output. */
-static int tensor_id(
-    OpFastObject *self, PyObject *t, int is_output, PyObject *func, Py_ssize_t j, long long *tid) {
-    PyObject *addr = PyObject_CallOneArg(self->storage_address, t);
-    if (!addr) {
-        return -1;
-    }
-    PyObject *v = PyDict_GetItemWithError(self->ids, addr);
-    if (v) {
-        *tid = PyLong_AsLongLong(v);
-        Py_DECREF(addr);
-        return 1;
-    }
-    if (PyErr_Occurred()) {
-        Py_DECREF(addr);
-        return -1;
-    }
-    PyObject *st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
-    PyObject *nbo = st ? PyObject_CallMethodNoArgs(st, s_nbytes) : NULL;
-    long long nb = nbo ? PyLong_AsLongLong(nbo) : -1;
-    Py_XDECREF(nbo);
-    if (nb < 0 || PyErr_Occurred()) {
-        Py_XDECREF(st);
-        Py_DECREF(addr);
-        return -1;
-    }
-    if (nb == 0) {
-        Py_DECREF(st);
-        Py_DECREF(addr);
-        return 0;
-    }
-    long long id = register_storage(self, st, addr);
-    Py_DECREF(addr);
-    if (id < 0) {
-        Py_DECREF(st);
-        return -1;
-    }
-    *tid = id;
-    if (self->record) {
-        PyObject *e =
-            Py_BuildValue("(LiiO)", nb, is_output ? TIO_TENSOR_ACTIVATION : TIO_TENSOR_INPUT,
-                          is_output ? 0 : TIO_TENSOR_PINNED, Py_None);
-        int rc = e ? PyList_Append(self->tensors, e) : -1;
-        Py_XDECREF(e);
-        Py_DECREF(st);
-        return rc < 0 ? -1 : 2;
-    }
-    long long want = planned_bytes(self, id);
-    if (PyErr_Occurred()) {
-        Py_DECREF(st);
-        return -1;
-    }
-    if (want != nb) {
-        Py_DECREF(st);
-        int rc = is_output ? diverge(self,
-                                     "operator %lld (%S) output %zd has %lld bytes, the plan "
-                                     "expects another size",
-                                     self->k, func, j, nb)
-                           : diverge(self,
-                                     "an input of operator %lld has %lld bytes, the plan expects "
-                                     "another size",
-                                     self->k, nb);
-        return rc < 0 ? -1 : -2;
-    }
-    if (is_output) {
-        PyObject *idl = PyLong_FromLongLong(id);
-        int mv = idl ? PySet_Contains(self->movable, idl) : -1;
-        PyObject *r =
-            mv == 1 ? PyObject_CallMethodObjArgs(self->driver, s_bind_new, idl, st, NULL) : NULL;
-        Py_XDECREF(idl);
-        if (mv < 0 || (mv == 1 && !r)) {
-            Py_DECREF(st);
-            return -1;
-        }
-        Py_XDECREF(r);
-    }
-    Py_DECREF(st);
-    return 2;
-}
-
-static int is_tensor(OpFastObject *self, PyObject *v) {
-    return PyObject_TypeCheck(v, (PyTypeObject *)self->tensor_type);
-}
-
-/* Outputs in the order _mode._flat_out gives them (nested lists and tuples flattened). */
-// NOLINTNEXTLINE(misc-no-recursion): operator outputs nest one or two levels deep
-static int flat_out(OpFastObject *self, PyObject *o, PyObject *acc) {
-    if (is_tensor(self, o)) {
-        return PyList_Append(acc, o);
-    }
-    if (PyList_Check(o) || PyTuple_Check(o)) {
-        PyObject *seq = PySequence_Fast(o, "outputs");
-        if (!seq) {
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-            if (flat_out(self, PySequence_Fast_GET_ITEM(seq, i), acc) < 0) {
-                Py_DECREF(seq);
-                return -1;
-            }
-        }
-        Py_DECREF(seq);
-    }
-    return 0;
-}
-
-/* Output j: its id, and its use (new outputs are written; an existing storage when the return
- * aliases a written argument: in-place and out= operators). 0 ok, -1 error, -2 diverged. */
-static int
-output_use(OpFastObject *self, PyObject *t, PyObject *func, Py_ssize_t j, PyObject *rets_w) {
-    long long tid;
-    int rc = tensor_id(self, t, 1, func, j, &tid);
-    if (rc < 0) {
-        return rc;
-    }
-    if (rc == 2 ||
-        (rc == 1 && j < PyTuple_GET_SIZE(rets_w) && PyTuple_GET_ITEM(rets_w, j) == Py_True)) {
-        return add_use(self, (long)tid, TIO_USE_WRITE);
-    }
-    return 0;
-}
-
-static long long now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* runtime.before(k), driver._apply(actions) when there are any, runtime.ready(k), with busy
- * set (the storage actions call resize_, which the mode must pass through). 0 or -1. */
-static int before_kernel(OpFastObject *self, PyObject *kl) {
-    self->busy = 1;
-    int rc = -1;
-    PyObject *acts = PyObject_CallMethodOneArg(self->runtime, s_before, kl);
-    if (acts) {
-        Py_ssize_t n = PyObject_Length(acts);
-        PyObject *r = NULL;
-        if (n > 0) {
-            r = PyObject_CallMethodOneArg(self->driver, s_apply, acts);
-        }
-        if (n == 0 || (n > 0 && r)) {
-            PyObject *r2 = PyObject_CallMethodOneArg(self->runtime, s_ready, kl);
-            rc = r2 ? 0 : -1;
-            Py_XDECREF(r2);
-        }
-        Py_XDECREF(r);
-        Py_DECREF(acts);
-    }
-    self->busy = 0;
-    return rc;
-}
-
-/* Record mode, after the operator: the kernel entry and the last uses. 0 or -1. */
-static int record_kernel(OpFastObject *self, PyObject *name, int comm, long long dur, long long k) {
-    PyObject *flat = PyTuple_New((Py_ssize_t)(2 * self->n_use));
-    if (!flat) {
-        return -1;
-    }
-    for (size_t i = 0; i < self->n_use; i++) {
-        PyObject *t = PyLong_FromLong(self->use_t[i]), *m = PyLong_FromLong(self->use_m[i]);
-        if (!t || !m) {
-            Py_XDECREF(t);
-            Py_XDECREF(m);
-            Py_DECREF(flat);
-            return -1;
-        }
-        PyTuple_SET_ITEM(flat, (Py_ssize_t)(2 * i), t);
-        PyTuple_SET_ITEM(flat, (Py_ssize_t)(2 * i + 1), m);
-    }
-    int flags = comm ? TIO_KERNEL_COMM : 0;
-    PyObject *opt = PyObject_CallNoArgs(self->in_optim);
-    int in_opt = opt ? PyObject_IsTrue(opt) : -1;
-    Py_XDECREF(opt);
-    if (in_opt < 0) {
-        Py_DECREF(flat);
-        return -1;
-    }
-    flags |= in_opt ? TIO_KERNEL_OPTIM : 0;
-    if (comm) {
-        PyObject *r = PyObject_CallMethodOneArg(self->driver, s_pin, flat);
-        if (!r) {
-            Py_DECREF(flat);
-            return -1;
-        }
-        Py_DECREF(r);
-    }
-    PyObject *e = Py_BuildValue("(OLiO)", name, dur, flags, flat);
-    Py_DECREF(flat);
-    if (!e || PyList_Append(self->kernels, e) < 0) {
-        Py_XDECREF(e);
-        return -1;
-    }
-    Py_DECREF(e);
-    PyObject *kl = PyLong_FromLongLong(k);
-    if (!kl) {
-        return -1;
-    }
-    for (size_t i = 0; i < self->n_use; i++) {
-        PyObject *t = PyLong_FromLong(self->use_t[i]);
-        if (!t || PyDict_SetItem(self->last_k, t, kl) < 0) {
-            Py_XDECREF(t);
-            Py_DECREF(kl);
-            return -1;
-        }
-        Py_DECREF(t);
-    }
-    Py_DECREF(kl);
-    return 0;
-}
-
-/* Execution, after the operator: the uses must be the planned ones; then after(k) and the
- * release point. 1 ok, 0 diverged (reported), -1 error. */
-static int finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses, PyObject *kl) {
-    Py_ssize_t ne = PyTuple_GET_SIZE(exp_uses);
-    int same = ne == (Py_ssize_t)(2 * self->n_use);
-    for (size_t i = 0; same && i < self->n_use; i++) {
-        same = PyLong_AsLong(PyTuple_GET_ITEM(exp_uses, (Py_ssize_t)(2 * i))) == self->use_t[i] &&
-               PyLong_AsLong(PyTuple_GET_ITEM(exp_uses, (Py_ssize_t)(2 * i + 1))) == self->use_m[i];
-    }
-    if (PyErr_Occurred()) {
-        return -1;
-    }
-    if (!same) {
-        return diverge(self, "operator %lld (%S) produced different tensors than planned", self->k,
-                       func) < 0
-                   ? -1
-                   : 0;
-    }
-    PyObject *r = PyObject_CallMethodOneArg(self->runtime, s_after, kl);
-    if (!r) {
-        return -1;
-    }
-    Py_DECREF(r);
-    long long k = self->k;
-    if (k < PyBytes_GET_SIZE(self->kflags) &&
-        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & OPFAST_RELEASE)) {
-        r = PyObject_CallMethodOneArg(self->driver, s_release, kl);
-        if (!r) {
-            return -1;
-        }
-        Py_DECREF(r);
-    }
-    return 1;
-}
 
 /* ---- the operator ------------------------------------------------------------------------- */
 
@@ -499,22 +47,22 @@ static int collect_inputs(OpFastObject *self, PyObject *argplan, PyObject *args,
         }
         PyObject *single[1] = { v }, **items = single;
         Py_ssize_t n = 0;
-        if (is_tensor(self, v)) {
+        if (dsp_is_tensor(self, v)) {
             n = 1;
         } else if (PyList_Check(v) || PyTuple_Check(v)) {
             items = PySequence_Fast_ITEMS(v);
             n = PySequence_Fast_GET_SIZE(v);
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (!is_tensor(self, items[i])) {
+            if (!dsp_is_tensor(self, items[i])) {
                 continue;
             }
             long long tid;
-            int rc = tensor_id(self, items[i], 0, NULL, 0, &tid);
+            int rc = dsp_tensor_id(self, items[i], 0, NULL, 0, &tid);
             if (rc < 0) {
                 return rc;
             }
-            if (rc > 0 && add_use(self, (long)tid, w ? TIO_USE_READ_WRITE : TIO_USE_READ) < 0) {
+            if (rc > 0 && dsp_add_use(self, (long)tid, w ? TIO_USE_READ_WRITE : TIO_USE_READ) < 0) {
                 return -1;
             }
         }
@@ -537,9 +85,10 @@ static int check_and_prepare(
         }
     }
     if (!same) {
-        int rc = exp ? diverge(self, "operator %lld is %S, the plan expects %S", k, func, ename)
-                     : diverge(self, "operator %lld is %S, the plan expects the end of the step", k,
-                               func);
+        int rc =
+            exp ? dsp_diverge(self, "operator %lld is %S, the plan expects %S", k, func, ename)
+                : dsp_diverge(self, "operator %lld is %S, the plan expects the end of the step", k,
+                              func);
         return rc < 0 ? -1 : 0;
     }
     PyObject *eu = PyTuple_GET_ITEM(exp, 3);
@@ -551,8 +100,8 @@ static int check_and_prepare(
             if (PyErr_Occurred()) {
                 return -1;
             }
-            return diverge(self, "operator %lld (%S) uses different tensors than planned", k,
-                           func) < 0
+            return dsp_diverge(self, "operator %lld (%S) uses different tensors than planned", k,
+                               func) < 0
                        ? -1
                        : 0;
         }
@@ -571,7 +120,7 @@ static int check_and_prepare(
         }
         Py_DECREF(why);
     }
-    if (before_kernel(self, kl) < 0) {
+    if (dsp_before_kernel(self, kl) < 0) {
         return -1;
     }
     *exp_uses = eu;
@@ -662,10 +211,10 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
             return NULL;
         }
         if (self->passthrough) {
-            return call_plain(NULL, func, args, kw);
+            return dsp_call_plain(NULL, func, args, kw);
         }
     }
-    PyObject *spec = get_spec(self, func);
+    PyObject *spec = dsp_get_spec(self, func);
     if (!spec) {
         return NULL;
     }
@@ -683,9 +232,9 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
     }
     long long dur = 0;
     if (self->record) {
-        long long t0 = now_ns();
-        out = call_plain(spec, func, args, kw);
-        dur = now_ns() - t0;
+        long long t0 = dsp_now_ns();
+        out = dsp_call_plain(spec, func, args, kw);
+        dur = dsp_now_ns() - t0;
         dur = dur < 1 ? 1 : dur;
     } else {
         rc = check_and_prepare(self, func, name, kl, &exp_uses);
@@ -695,19 +244,19 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
         if (rc < 0) {
             goto fail;
         }
-        out = call_plain(spec, func, args, kw);
+        out = dsp_call_plain(spec, func, args, kw);
     }
     if (!out) {
         goto fail;
     }
-    if (is_tensor(self, out)) { /* the common case: no list to build */
-        rc = output_use(self, out, func, 0, rets_w);
-    } else if (!(flat = PyList_New(0)) || flat_out(self, out, flat) < 0) {
+    if (dsp_is_tensor(self, out)) { /* the common case: no list to build */
+        rc = dsp_output_use(self, out, func, 0, rets_w);
+    } else if (!(flat = PyList_New(0)) || dsp_flat_out(self, out, flat) < 0) {
         goto fail;
     } else {
         rc = 0;
         for (Py_ssize_t j = 0; rc == 0 && j < PyList_GET_SIZE(flat); j++) {
-            rc = output_use(self, PyList_GET_ITEM(flat, j), func, j, rets_w);
+            rc = dsp_output_use(self, PyList_GET_ITEM(flat, j), func, j, rets_w);
         }
     }
     if (rc == -2) {
@@ -717,11 +266,11 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
         goto fail;
     }
     if (self->record) {
-        if (record_kernel(self, name, comm, dur, self->k) < 0) {
+        if (dsp_record_kernel(self, name, comm, dur, self->k) < 0) {
             goto fail;
         }
     } else {
-        rc = finish_kernel(self, func, exp_uses, kl);
+        rc = dsp_finish_kernel(self, func, exp_uses, kl);
         if (rc < 0) {
             goto fail;
         }
@@ -737,7 +286,7 @@ done:
     return out;
 plain:
     Py_XDECREF(kl);
-    out = call_plain(spec, func, args, kw);
+    out = dsp_call_plain(spec, func, args, kw);
     Py_DECREF(spec);
     return out;
 fail:
@@ -779,10 +328,10 @@ static PyObject *opfast_dispatch(OpFastObject *self, PyObject *const *a, Py_ssiz
         return NULL;
     }
     if (self->passthrough || self->busy) {
-        return call_plain(NULL, a[0], args, kw);
+        return dsp_call_plain(NULL, a[0], args, kw);
     }
     if (self->split_foreach) {
-        PyObject *spec = get_spec(self, a[0]);
+        PyObject *spec = dsp_get_spec(self, a[0]);
         if (!spec) {
             return NULL;
         }
@@ -909,7 +458,7 @@ static void opfast_dealloc(OpFastObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyMethodDef died_def = { "_died", (PyCFunction)opfast_died, METH_O, "weakref callback" };
+static PyMethodDef died_def = { "_died", (PyCFunction)dsp_opfast_died, METH_O, "weakref callback" };
 
 /* OpFast(driver, dead_list, n_globals, specs, make_spec, storage_address, tensor_type) */
 static int opfast_init(OpFastObject *self, PyObject *args, PyObject *kwds) {
@@ -1008,8 +557,8 @@ static PyGetSetDef opfast_getset[] = {
 #undef FIELD
 
 static PyMethodDef opfast_methods[] = {
-    { "add", (PyCFunction)opfast_add, METH_O, "add(storage) -> id: register a global" },
-    { "id_of", (PyCFunction)opfast_id_of, METH_O, "id_of(tensor) -> id or None" },
+    { "add", (PyCFunction)dsp_opfast_add, METH_O, "add(storage) -> id: register a global" },
+    { "id_of", (PyCFunction)dsp_opfast_id_of, METH_O, "id_of(tensor) -> id or None" },
     { "configure", (PyCFunction)opfast_configure, METH_VARARGS,
       "configure(record, tensors, kernels, runtime, in_optim, last_k, kflags, movable, "
       "split_foreach, dead_set, st_by_id, weak_by_id, free_kernel); kflags: OPFAST_* bits per "

@@ -171,7 +171,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     const char **dirs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*dirs));
-    PyObject **encoded = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*encoded));
+    PyObject **encoded = PyMem_Calloc((size_t)(n ? n : 1), sizeof(PyObject *));
     int rc = 0;
     if (!dirs || !encoded) {
         PyErr_NoMemory();

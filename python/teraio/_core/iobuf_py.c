@@ -150,7 +150,7 @@ static PyObject *discard_pages(PyObject *mod, PyObject *args) {
     }
     if (madvise((void *)(uintptr_t)lo, (size_t)(hi - lo), MADV_DONTNEED) != 0) {
         return PyErr_Format(PyExc_OSError, "discard_pages: madvise(%llu bytes): %s",
-                            (unsigned long long)(hi - lo), strerror(errno));
+                            (unsigned long long)(hi - lo), tio_strerror(-errno));
     }
     return PyLong_FromUnsignedLongLong(hi - lo);
 }
@@ -163,7 +163,7 @@ static void *api_alloc(uint64_t n) {
 }
 
 static int api_release(void *p) {
-    return g_bc ? tio_bcache_release(g_bc, p) : -ENOENT;
+    return g_bc ? tio_bcache_release(g_bc, p) : TIO_ENOTFOUND;
 }
 
 static const struct tio_torch_alloc_api block_cache_api = {

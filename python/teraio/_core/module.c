@@ -97,9 +97,11 @@ static PyObject *py_malloc_mmap_threshold(PyObject *self, PyObject *arg) {
     }
 #if defined(__GLIBC__)
     /* glibc refuses more than HEAP_MAX_SIZE / 2 (32 MiB on 64-bit) */
-    long long trim = 2 * n < 128 * 1024 ? 128 * 1024 : 2 * n;
-    if (n < 0 || n > 32LL * 1024 * 1024 || mallopt(M_MMAP_THRESHOLD, (int)n) != 1 ||
-        mallopt(M_TRIM_THRESHOLD, (int)trim) != 1) {
+    long long trim = 2 * n < 128LL * 1024 ? 128LL * 1024 : 2 * n;
+    /* mallopt sets the whole process's allocator: that is what this call is for */
+    if (n < 0 || n > 32LL * 1024 * 1024 ||
+        mallopt(M_MMAP_THRESHOLD, (int)n) != 1 ||    // NOLINT(concurrency-mt-unsafe)
+        mallopt(M_TRIM_THRESHOLD, (int)trim) != 1) { // NOLINT(concurrency-mt-unsafe)
         PyErr_Format(PyExc_ValueError,
                      "malloc mmap threshold %lld bytes: glibc accepts 0 to 32 MiB", n);
         return NULL;

@@ -310,7 +310,7 @@ static PyObject *rtplan_make(PyObject *cls, PyObject *args) {
         return NULL;
     }
     struct tio_hw hw = tio_hw_default();
-    snprintf(hw.name, sizeof hw.name, "%s", "torch-runtime");
+    (void)snprintf(hw.name, sizeof hw.name, "%s", "torch-runtime");
     uint64_t u;
     double f;
 #define HWU(field)                     \

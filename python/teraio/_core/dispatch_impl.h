@@ -1,0 +1,103 @@
+/* teraio._core.OpFast's internals, shared by dispatch_py.c (the operator and the type) and
+ * dispatch_ids.c (storage identity, uses, kernels and the calls into the executor). Private to
+ * the extension; read dispatch_py.c first. */
+#ifndef TIO_PY_DISPATCH_IMPL_H
+#define TIO_PY_DISPATCH_IMPL_H
+
+#include <teraio/trace.h>
+
+#include "core.h"
+
+/* Per-kernel flags from the driver (the kflags bytes of configure), exported under these names. */
+enum { OPFAST_CHECK_OFFLOAD = 1, OPFAST_RELEASE = 2 };
+
+/* Spec tuple per operator (made by _mode._make_spec, cached in a dict shared by all steps). */
+enum { SP_ARGS, SP_RETS_W, SP_COMM, SP_NAME, SP_FOREACH, SP_OP, SP_LEN };
+
+typedef struct {
+    PyObject_HEAD PyObject *driver; /* StepDriver: callbacks for rare events */
+    PyObject *ids;                  /* dict: address -> tensor id */
+    PyObject *refs;                 /* dict: address -> weakref of the storage */
+    PyObject *wr_addr;              /* dict: id(weakref) -> address (for the death callback) */
+    PyObject *dead;                 /* list: ids of intermediates that died (driver.dead_pending) */
+    PyObject *died;                 /* bound method self._died: the weakref callback */
+    PyObject *specs;                /* dict: OpOverload -> spec tuple */
+    PyObject *make_spec;            /* callable(func) -> spec tuple */
+    PyObject *storage_address;      /* torch._C._storage_address */
+    PyObject *tensor_type;          /* torch._C.TensorBase */
+    PyObject *tensors, *kernels;    /* prog.tensors, prog.kernels */
+    PyObject *runtime;              /* the executor (execution) */
+    PyObject *in_optim;             /* callable() -> bool (recording) */
+    PyObject *last_k;               /* dict: tensor id -> last kernel (recording) */
+    PyObject *kflags;               /* bytes: OPFAST_* per kernel (execution) */
+    PyObject *movable;              /* set of tensor ids the plan moves (execution) */
+    PyObject *dead_set;             /* set: driver.dead (execution) */
+    PyObject *st_by_id, *weak_by_id; /* dicts: driver.st_by_id, driver.weak_by_id */
+    PyObject *free_kernel;           /* str: the free marker kernel's name */
+    long long k, n_ids, n_globals;
+    int record, passthrough, busy, split_foreach, configured;
+    long *use_t; /* uses of the current operator, first-seen order */
+    int *use_m;
+    size_t n_use, cap_use;
+} OpFastObject;
+
+/* ---- dispatch_ids.c ---- */
+
+/* Add a use of tensor t with mode (TIO_USE_READ/TIO_USE_WRITE) to the current operator's list,
+ * merging the modes of a tensor used twice. 0 or -1 (MemoryError). */
+int dsp_add_use(OpFastObject *self, long t, int mode);
+
+/* Run the operator itself (the spec's OpOverload, else func): a new reference or NULL. */
+PyObject *dsp_call_plain(PyObject *spec_or_null, PyObject *func, PyObject *args, PyObject *kw);
+
+/* driver._diverge(message) with a formatted message; returns 0 or -1. */
+int dsp_diverge(OpFastObject *self, const char *fmt, ...);
+
+/* The spec tuple of operator func, made once by _mode._make_spec and cached (borrowed), or
+ * NULL with an exception. */
+PyObject *dsp_get_spec(OpFastObject *self, PyObject *func);
+
+/* The id of tensor t's storage (*tid). Returns 1 known, 2 new (registered now), 0 an empty
+ * storage nobody knows (skipped), -1 error, -2 a new tensor whose size differs from the plan
+ * (the divergence is reported). Output j of operator `func` when is_output. */
+int dsp_tensor_id(
+    OpFastObject *self, PyObject *t, int is_output, PyObject *func, Py_ssize_t j, long long *tid);
+
+/* 1 if v is a torch tensor. */
+int dsp_is_tensor(OpFastObject *self, PyObject *v);
+
+/* Append the tensors of output o to acc, in the order _mode._flat_out gives them (nested lists
+ * and tuples flattened). 0 or -1. */
+int dsp_flat_out(OpFastObject *self, PyObject *o, PyObject *acc);
+
+/* Output j: its id, and its use (new outputs are written; an existing storage when the return
+ * aliases a written argument: in-place and out= operators). 0 ok, -1 error, -2 diverged. */
+int dsp_output_use(OpFastObject *self, PyObject *t, PyObject *func, Py_ssize_t j, PyObject *rets_w);
+
+/* CLOCK_MONOTONIC, ns. */
+long long dsp_now_ns(void);
+
+/* runtime.before(k), driver._apply(actions) when there are any, runtime.ready(k), with busy
+ * set (the storage actions call resize_, which the mode must pass through). 0 or -1. */
+int dsp_before_kernel(OpFastObject *self, PyObject *kl);
+
+/* Record mode, after the operator: the kernel entry and the last uses. 0 or -1. */
+int dsp_record_kernel(OpFastObject *self, PyObject *name, int comm, long long dur, long long k);
+
+/* Execution, after the operator: the uses must be the planned ones; then after(k) and the
+ * release point. 1 ok, 0 diverged (reported), -1 error. */
+int dsp_finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses, PyObject *kl);
+
+/* Methods of OpFast defined in dispatch_ids.c: _died (the weak-reference callback: forget the
+ * storage, queue an intermediate's death), add (register a global's storage: its id), id_of
+ * (a tensor's id or None). */
+PyObject *dsp_opfast_died(OpFastObject *self, PyObject *wr);
+PyObject *dsp_opfast_add(OpFastObject *self, PyObject *st);
+PyObject *dsp_opfast_id_of(OpFastObject *self, PyObject *t);
+
+/* Interned attribute and method names (dispatch_py.c makes them when the type is added). */
+extern PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_diverge, *s_check_offloads, *s_apply,
+    *s_bind_new, *s_release, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget,
+    *s_run_free_markers;
+
+#endif

@@ -1,0 +1,258 @@
+/* The teraio planner: evaluating a candidate (window, tier, benefit, score), the lazy max-heap
+ * of candidates and the memo of evaluations. See planner_teraio_impl.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common_impl.h"
+#include "plan/planner_impl.h"
+#include "plan/planner_teraio_impl.h"
+#include "plan/planner_tree.h"
+
+/* ---- clean copies -------------------------------------------------------------------------- */
+
+/* Is there a stored copy of period q's tensor on `tier`, still identical at q's offload? */
+int pt_has_clean_copy(const struct planner *p, const struct tio_pperiod *q, int tier) {
+    if (!p->clean_copies || (q->flags & TIO_PPERIOD_UNUSED)) {
+        return 0;
+    }
+    size_t gu = p->m->use_off[q->tensor] + q->use_index;
+    uint32_t best = p->seg_min[pt_tier_slot(tier)][p->seg_key[gu]];
+    if (p->nowrite[q->tensor]) {
+        return best != UINT32_MAX; /* never written: any copy is current */
+    }
+    return best < p->seg_pos[gu];
+}
+
+/* ---- evaluation ---------------------------------------------------------------------------- */
+
+int pt_host_allowed(struct planner *p, const struct tio_pperiod *q) {
+    if (!p->use_host) {
+        return 0;
+    }
+    int64_t cap = (int64_t)p->m->host_cap, s = (int64_t)q->bytes;
+    if (p->host.mx[1] + s <= cap) {
+        return 1; /* the root holds the max over every kernel: fits anywhere */
+    }
+    return pt_ext_max(&p->host, p->n, q->start, q->end) + s <= cap;
+}
+
+/* The windows of one tier: offload completion (forward walk) and latest prefetch start
+ * (backward walk). e.viable = the window is non-empty; the benefit is filled separately. */
+static struct eval eval_window(struct planner *p, const struct tio_pperiod *q, int tier) {
+    struct eval e = { 0 };
+    e.tier = tier;
+    double s = (double)q->bytes;
+    e.clean = pt_has_clean_copy(p, q, tier);
+    if (e.clean) {
+        e.off = q->start;
+    } else {
+        uint64_t j = pt_walk_fwd(p, tier, q->start, q->end, s, 0);
+        if (j == NONE) {
+            return e;
+        }
+        e.off = j + 1;
+    }
+    uint64_t i = pt_walk_bwd(p, tier, e.off, q->end, s, 0);
+    if (i == NONE || i <= e.off) {
+        return e;
+    }
+    e.pre = i;
+    e.viable = 1;
+    return e;
+}
+
+static void eval_benefit(struct planner *p, const struct tio_pperiod *q, struct eval *e) {
+    if (e->viable) {
+        e->benefit = pt_ext_benefit(p, e->off, e->pre, (int64_t)q->bytes);
+        e->viable = e->benefit > 0;
+    }
+}
+
+double pt_score_of(const struct planner *p, const struct tio_pperiod *q, double benefit) {
+    if (p->variant == TIO_VAR_G10) {
+        return benefit; /* G10: reducible area, no cost */
+    }
+    if (pt_is_paper(p->variant)) {
+        return benefit / (double)q->bytes; /* Algorithm 1 line 11: max B / s */
+    }
+    return benefit / ((double)q->bytes * p->cost_per_byte); /* benefit / cost */
+}
+
+/*
+ * Evaluate a candidate: the policy's choice (*chosen), its score, and an upper bound (*ub) of
+ * every score it can have from now on (the heap key). The host benefit is only computed when
+ * it can change the decision: over window W2 it is at most the SSD benefit over W1 plus
+ * s x tau(W2 \ W1), since no kernel contributes more than s x tau.
+ */
+double pt_evaluate(struct planner *p, uint32_t pi, struct eval *chosen, double *ub) {
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    struct eval es = { 0 }, eh = { 0 };
+    double s = (double)q->bytes;
+    if (p->use_ssd) {
+        es = eval_window(p, q, TIO_TIER_SSD);
+        eval_benefit(p, q, &es);
+    }
+    if (pt_host_allowed(p, q)) {
+        eh = eval_window(p, q, TIO_TIER_HOST);
+    }
+    int paper = pt_is_paper(p->variant) || p->variant == TIO_VAR_G10;
+    double bs = es.viable ? es.benefit : 0;
+    double bound_h = 0;
+    if (eh.viable) {
+        if (es.viable) {
+            uint64_t lo = TIO_MAX(es.off, eh.off), hi = TIO_MIN(es.pre, eh.pre);
+            double inter = hi > lo ? pt_ext_time(p, lo, hi) : 0;
+            bound_h = bs + s * (pt_ext_time(p, eh.off, eh.pre) - inter);
+        } else {
+            bound_h = INFINITY;
+        }
+    }
+    /* SSD first: the paper uses host memory only when the SSD path is not viable; ours also
+     * when host memory would save clearly more (SSD bandwidth saturated around this period) */
+    int ssd_sure = es.viable && (paper || bs >= SSD_PREFER * bound_h);
+    if (!ssd_sure && eh.viable) {
+        eval_benefit(p, q, &eh);
+        bound_h = eh.viable ? eh.benefit : 0;
+    }
+    double bh = ssd_sure ? 0 : (eh.viable ? eh.benefit : 0);
+    *ub = pt_score_of(p, q, TIO_MAX(bs, isinf(bound_h) ? bh : bound_h));
+    if (paper && ssd_sure) {
+        /* The paper's rule scores the SSD path while it is viable; the key follows that
+         * score (the possible later switch to host is seen when this key comes up again,
+         * see docs/planner.md). Keeping the host score as the bound would make every round
+         * re-examine nearly every period. */
+        *ub = pt_score_of(p, q, bs);
+    }
+    if (ssd_sure) {
+        *chosen = es;
+    } else if (paper) {
+        *chosen = es.viable ? es : eh;
+    } else {
+        *chosen = (es.viable && bs >= SSD_PREFER * bh) ? es : eh;
+    }
+    return chosen->viable ? pt_score_of(p, q, chosen->benefit) : 0;
+}
+
+/* ---- heap (max by key, ties: lower tensor, then earlier start) ----------------------------- */
+
+int pt_cand_better(const struct planner *p, double ka, uint32_t a, double kb, uint32_t b) {
+    if (ka != kb) {
+        return ka > kb;
+    }
+    const struct tio_pperiod *x = &p->m->periods[a], *y = &p->m->periods[b];
+    if (x->tensor != y->tensor) {
+        return x->tensor < y->tensor;
+    }
+    return x->start < y->start;
+}
+
+/* Push a candidate of `version` (the planner's heap; the overcommit pass keeps its own
+ * versions). */
+int pt_heap_push_version(struct planner *p, double key, uint32_t period, uint32_t version) {
+    if (tio_grow((void **)&p->heap, &p->cap_heap, p->n_heap + 1, sizeof *p->heap) < 0) {
+        return TIO_ENOMEM;
+    }
+    size_t i = p->n_heap++;
+    struct cand c = { key, period, version };
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!pt_cand_better(p, c.key, c.period, p->heap[up].key, p->heap[up].period)) {
+            break;
+        }
+        p->heap[i] = p->heap[up];
+        i = up;
+    }
+    p->heap[i] = c;
+    return 0;
+}
+
+int pt_heap_push(struct planner *p, double key, uint32_t period) {
+    return pt_heap_push_version(p, key, period, p->version[period]);
+}
+
+struct cand pt_heap_pop(struct planner *p) {
+    struct cand top = p->heap[0];
+    struct cand last = p->heap[--p->n_heap];
+    size_t i = 0, n = p->n_heap;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, best = i;
+        const struct cand *bc = &last;
+        if (l < n && pt_cand_better(p, p->heap[l].key, p->heap[l].period, bc->key, bc->period)) {
+            best = l;
+            bc = &p->heap[l];
+        }
+        if (r < n && pt_cand_better(p, p->heap[r].key, p->heap[r].period, bc->key, bc->period)) {
+            best = r;
+        }
+        if (best == i) {
+            break;
+        }
+        p->heap[i] = p->heap[best];
+        i = best;
+    }
+    if (n > 0) {
+        p->heap[i] = last;
+    }
+    return top;
+}
+
+/* ---- the memo's modification tree ----------------------------------------------------------
+ * Commit numbers only grow, so "assign T to a range" is "raise to T" and a node's max is the
+ * max of its own tag and its children: no push-down needed. */
+
+// NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
+static void
+mod_mark_rec(struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r, uint32_t t) {
+    if (r <= lo || hi <= l) {
+        return;
+    }
+    p->mod_max[x] = TIO_MAX(p->mod_max[x], t);
+    if (l <= lo && hi <= r) {
+        p->mod_tag[x] = t;
+        return;
+    }
+    size_t mid = (lo + hi) / 2;
+    mod_mark_rec(p, 2 * x, lo, mid, l, r, t);
+    mod_mark_rec(p, 2 * x + 1, mid, hi, l, r, t);
+}
+
+static uint32_t
+mod_max_rec(const struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r) {
+    if (r <= lo || hi <= l) {
+        return 0;
+    }
+    if (l <= lo && hi <= r) {
+        return p->mod_max[x];
+    }
+    size_t mid = (lo + hi) / 2;
+    uint32_t a = mod_max_rec(p, 2 * x, lo, mid, l, r), b = mod_max_rec(p, 2 * x + 1, mid, hi, l, r);
+    return TIO_MAX(p->mod_tag[x], TIO_MAX(a, b));
+}
+// NOLINTEND(misc-no-recursion)
+
+/* Extended range [a, b) (length <= n) as one or two pieces. */
+void pt_mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t) {
+    size_t n = p->n;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    mod_mark_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), t);
+    if (b > n) {
+        mod_mark_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n), t);
+    }
+}
+
+uint32_t pt_mod_max(const struct planner *p, uint64_t a, uint64_t b) {
+    size_t n = p->n;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    uint32_t r = mod_max_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n));
+    if (b > n) {
+        r = TIO_MAX(r, mod_max_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n)));
+    }
+    return r;
+}

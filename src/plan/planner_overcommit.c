@@ -1,0 +1,292 @@
+/* The teraio planner: committing a pick (the curve lowered, slots reserved, clean copies
+ * updated), overcommit with stall moves, and early prefetch. See planner_teraio_impl.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common_impl.h"
+#include "plan/planner_impl.h"
+#include "plan/planner_teraio_impl.h"
+#include "plan/planner_tree.h"
+
+/* ---- picks --------------------------------------------------------------------------------- */
+
+int pt_commit(struct planner *p, uint32_t pi, const struct eval *e) {
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    double s = (double)q->bytes;
+    if (!e->clean) {
+        uint64_t j = pt_walk_fwd(p, e->tier, q->start, q->end, s, 1);
+        TIO_ASSERT(j != NONE && j + 1 == e->off);
+    }
+    uint64_t i = pt_walk_bwd(p, e->tier, e->off, q->end, s, 1);
+    TIO_ASSERT(i == e->pre);
+    pt_ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
+    pt_mod_mark(p, q->start, q->end, ++p->n_commits); /* slots, memory and host all lie in here */
+    if (e->tier == TIO_TIER_HOST) {
+        pt_ext_add(&p->host, p->n, q->start, q->end, (int64_t)q->bytes);
+    }
+    if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
+        return TIO_ENOMEM;
+    }
+    struct pick *pk = &p->picks[p->n_picks];
+    pk->period = pi;
+    pk->tier = e->tier;
+    pk->clean = e->clean;
+    pk->stall_off = pk->stall_pre = 0;
+    pk->off = e->off;
+    pk->pre = e->pre;
+    p->n_picks++;
+    return 0;
+}
+
+static int rekey(struct planner *p, uint32_t pi, const uint8_t *alive) {
+    if (pi == UINT32_MAX || !alive[pi]) {
+        return 0;
+    }
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    double ub = pt_score_of(p, q, pt_ext_bound(p, q->start, q->end, (int64_t)q->bytes));
+    if (ub <= 0) {
+        return 0;
+    }
+    p->version[pi]++;
+    p->cstamp[pi] = UINT32_MAX; /* its clean status changed: re-evaluate */
+    return pt_heap_push(p, ub, pi);
+}
+
+/* After a pick, later periods in the same write segment have a clean copy on that tier:
+ * their windows may grow, so re-key them with their full-window bound (each period at most
+ * once per tier over the whole run: the segment minimum only falls). */
+int pt_update_clean(struct planner *p, uint32_t picked, int tier, const uint8_t *alive) {
+    if (!p->clean_copies) {
+        return 0;
+    }
+    const struct tio_pmodel *m = p->m;
+    const struct tio_pperiod *q = &m->periods[picked];
+    if (q->flags & TIO_PPERIOD_UNUSED) {
+        return 0;
+    }
+    size_t base = m->use_off[q->tensor];
+    size_t cnt = m->use_off[q->tensor + 1] - base;
+    size_t gu = base + q->use_index;
+    uint32_t key = p->seg_key[gu], pos = p->seg_pos[gu];
+    uint32_t *mn = &p->seg_min[pt_tier_slot(tier)][key];
+    uint32_t old = *mn;
+    int rc = 0;
+    if (p->nowrite[q->tensor]) {
+        *mn = TIO_MIN(old, pos);
+        for (size_t u = 0; old == UINT32_MAX && u < cnt && rc == 0; u++) {
+            rc = rekey(p, p->period_of_use[base + u], alive);
+        }
+        return rc;
+    }
+    if (pos >= old) {
+        return 0;
+    }
+    *mn = pos;
+    uint32_t hi = TIO_MIN(old, p->seg_len[key]);
+    size_t first = key - base; /* local index of the segment's first use */
+    for (uint32_t k = pos + 1; k < hi && rc == 0; k++) {
+        rc = rekey(p, p->period_of_use[base + (first + k) % cnt], alive);
+    }
+    return rc;
+}
+
+/*
+ * Overcommit (ours): when no move fits the bandwidth any more and memory is still over the
+ * capacity, keep memory under it with moves the kernels' time has no room for. A tensor can
+ * be away over at most [start + 1, end - 1) of its idle period ([start, end - 1) with a clean
+ * copy): offload issued right after its last use, prefetch just before its next. Candidates:
+ * every period not yet picked, with that whole window, and every pick of the main loop, whose
+ * bandwidth-limited window [off, pre) widens to it (the side that widens becomes a stall move).
+ * The compute stream then waits for memory and data where the bandwidth falls short (a stall
+ * the plan states, TIO_MOVE_STALL) instead of running out of memory or leaving the runtime to
+ * evict on demand. Ranked by the capped benefit of the memory they free per byte moved (the
+ * main loop's measure, over fixed windows), by lazy greedy with the main loop's eps: benefits
+ * only fall as memory falls, so stale keys are upper bounds. Host memory (within the cap over
+ * the whole period; faster than the SSDs) is used for new periods when the policy allows it.
+ */
+#define OC_PICK 0x80000000u /* cand.version: the candidate widens pick (version & ~OC_PICK) */
+
+/* The widest window of period q on a tier chosen for it: [*a, end - 1). 0 if empty. */
+static int overcommit_window(
+    struct planner *p, const struct tio_pperiod *q, int *tier, int *clean, uint64_t *a) {
+    if (p->use_host && pt_host_allowed(p, q)) {
+        *tier = TIO_TIER_HOST;
+    } else if (p->use_ssd) {
+        *tier = TIO_TIER_SSD;
+    } else {
+        return 0;
+    }
+    *clean = pt_has_clean_copy(p, q, *tier);
+    *a = *clean ? q->start : q->start + 1;
+    return q->end >= 1 && q->end - 1 > *a;
+}
+
+/* Memory a widened pick frees beyond its window, per byte. */
+static double widen_score(struct planner *p, const struct pick *pk) {
+    const struct tio_pperiod *q = &p->m->periods[pk->period];
+    int64_t s = (int64_t)q->bytes;
+    uint64_t a = pk->clean ? q->start : q->start + 1;
+    double b = 0;
+    if (a < pk->off) {
+        b += pt_ext_benefit(p, a, pk->off, s);
+    }
+    if (q->end >= 1 && pk->pre < q->end - 1) {
+        b += pt_ext_benefit(p, pk->pre, q->end - 1, s);
+    }
+    return b / (double)s;
+}
+
+static double oc_score(struct planner *p, const struct cand *c) {
+    if (c->version & OC_PICK) {
+        return widen_score(p, &p->picks[c->version & ~OC_PICK]);
+    }
+    const struct tio_pperiod *q = &p->m->periods[c->period];
+    int tier, clean;
+    uint64_t a;
+    if (!overcommit_window(p, q, &tier, &clean, &a)) {
+        return 0;
+    }
+    return pt_ext_benefit(p, a, q->end - 1, (int64_t)q->bytes) / (double)q->bytes;
+}
+
+static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
+    const struct tio_pmodel *m = p->m;
+    const struct tio_pperiod *q = &m->periods[c->period];
+    int64_t s = (int64_t)q->bytes;
+    if (c->version & OC_PICK) {
+        struct pick *pk = &p->picks[c->version & ~OC_PICK];
+        uint64_t a = pk->clean ? q->start : q->start + 1;
+        if (a < pk->off) {
+            pt_ext_add(&p->mem, p->n, a, pk->off, -s);
+            pk->off = a;
+            pk->stall_off = 1;
+        }
+        if (pk->pre < q->end - 1) {
+            pt_ext_add(&p->mem, p->n, pk->pre, q->end - 1, -s);
+            pk->pre = q->end - 1;
+            pk->stall_pre = 1;
+        }
+        pt_mod_mark(p, q->start, q->end, ++p->n_commits);
+        return 0;
+    }
+    int tier = TIO_TIER_SSD, clean = 0;
+    uint64_t a = 0;
+    if (!overcommit_window(p, q, &tier, &clean, &a)) {
+        return 0; /* scored > 0 just before, so not reached; kept for the analyzer */
+    }
+    pt_ext_add(&p->mem, p->n, a, q->end - 1, -s);
+    pt_mod_mark(p, q->start, q->end, ++p->n_commits);
+    if (tier == TIO_TIER_HOST) {
+        pt_ext_add(&p->host, p->n, q->start, q->end, s);
+    }
+    if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
+        return TIO_ENOMEM;
+    }
+    struct pick *pk = &p->picks[p->n_picks++];
+    pk->period = c->period;
+    pk->tier = tier;
+    pk->clean = clean;
+    pk->stall_off = pk->stall_pre = 1;
+    pk->off = a;
+    pk->pre = q->end - 1;
+    alive[c->period] = 0;
+    return pt_update_clean(p, c->period, tier, alive);
+}
+
+int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
+    const struct tio_pmodel *m = p->m;
+    p->n_heap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < m->n_periods && rc == 0; i++) {
+        if (!taken[i]) {
+            struct cand c = { 0, (uint32_t)i, 0 };
+            double sc = oc_score(p, &c);
+            rc = sc > 0 ? pt_heap_push_version(p, sc, (uint32_t)i, 0) : 0;
+        }
+    }
+    for (size_t i = 0; i < p->n_picks && rc == 0; i++) {
+        struct cand c = { 0, p->picks[i].period, OC_PICK | (uint32_t)i };
+        double sc = oc_score(p, &c);
+        rc = sc > 0 ? pt_heap_push_version(p, sc, c.period, c.version) : 0;
+    }
+    while (rc == 0 && p->n_heap > 0 && tio_stree_max(&p->mem, 0, p->n) > p->cap) {
+        struct cand c = pt_heap_pop(p);
+        double sc = oc_score(p, &c);
+        if (!(sc > 0)) {
+            continue; /* frees nothing over the line any more (and never will again) */
+        }
+        if (p->n_heap > 0 && sc < (1.0 - p->eps) * p->heap[0].key) {
+            rc = pt_heap_push_version(p, sc, c.period,
+                                      c.version); /* fell behind: re-queue, fresh score */
+            continue;
+        }
+        rc = oc_apply(p, &c, alive);
+    }
+    return rc;
+}
+
+/* G10's relaxation: move each prefetch earlier while the curve stays under the line with the
+ * tensor back; drop pairs that would then never leave (they no longer save anything). */
+void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
+    size_t np = p->n_picks;
+    uint32_t *order = tio_malloc((np ? np : 1) * sizeof *order);
+    if (!order) {
+        return; /* relaxation is optional: keep the latest-start plan */
+    }
+    for (size_t i = 0; i < np; i++) {
+        order[i] = (uint32_t)i;
+    }
+    /* insertion-free: sort by (pre, period) with qsort through a static-free comparator */
+    struct key {
+        uint64_t pre;
+        uint32_t idx;
+    };
+    struct key *keys = tio_malloc((np ? np : 1) * sizeof *keys);
+    if (!keys) {
+        tio_free(order);
+        return;
+    }
+    for (size_t i = 0; i < np; i++) {
+        keys[i].pre = p->picks[i].pre;
+        keys[i].idx = (uint32_t)i;
+    }
+    /* simple bottom-up merge sort (stable, deterministic) */
+    struct key *tmp = tio_malloc((np ? np : 1) * sizeof *tmp);
+    if (!tmp) {
+        tio_free(order);
+        tio_free(keys);
+        return;
+    }
+    for (size_t w = 1; w < np; w *= 2) {
+        for (size_t lo = 0; lo < np; lo += 2 * w) {
+            size_t mid = TIO_MIN(lo + w, np), hi = TIO_MIN(lo + 2 * w, np);
+            size_t a = lo, b = mid, o = lo;
+            while (a < mid || b < hi) {
+                if (b >= hi || (a < mid && keys[a].pre <= keys[b].pre)) {
+                    tmp[o++] = keys[a++];
+                } else {
+                    tmp[o++] = keys[b++];
+                }
+            }
+        }
+        memcpy(keys, tmp, np * sizeof *keys);
+    }
+    for (size_t r = 0; r < np; r++) {
+        struct pick *pk = &p->picks[keys[r].idx];
+        const struct tio_pperiod *q = &p->m->periods[pk->period];
+        int64_t s = (int64_t)q->bytes;
+        uint64_t k = pt_ext_last_above(p, pk->off, pk->pre, p->cap - s);
+        uint64_t x = k == NONE ? pk->off : k + 1;
+        if (x < pk->pre) {
+            pt_ext_add(&p->mem, p->n, x, pk->pre, s);
+            pk->pre = x;
+        }
+        if (pk->pre <= pk->off) {
+            dropped[keys[r].idx] = 1; /* stays resident the whole time: no traffic at all */
+        }
+    }
+    tio_free(tmp);
+    tio_free(keys);
+    tio_free(order);
+}

@@ -1,0 +1,265 @@
+/* The teraio planner: bandwidth slots (walk_fwd/walk_bwd reserve transfer time on the SSD and
+ * PCIe channels) and the memory curve on the extended axis. See planner_teraio_impl.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common_impl.h"
+#include "plan/planner_impl.h"
+#include "plan/planner_teraio_impl.h"
+#include "plan/planner_tree.h"
+
+/* ---- slots --------------------------------------------------------------------------------- */
+
+/* Free capacity of slot k of channel ch, in bytes of that channel's direction. */
+static double slot_free(const struct planner *p, int ch, size_t k) {
+    return (p->capk[ch][k] - p->used[ch][k]) / p->unit[ch];
+}
+
+/* Deposit `bytes` in slot k of channel ch. */
+static void slot_take(struct planner *p, int ch, size_t k, double bytes) {
+    p->used[ch][k] += bytes * p->unit[ch];
+}
+
+/* Root of k in a path-compressed "next non-full slot" forest. fnext links a full slot k to
+ * k + 1; bprev is indexed by k + 1 (0 is the sentinel "nothing before") and links to k. */
+static uint32_t dsu_find(uint32_t *parent, uint32_t k) {
+    uint32_t r = k;
+    while (parent[r] != r) {
+        r = parent[r];
+    }
+    while (parent[k] != r) {
+        uint32_t nx = parent[k];
+        parent[k] = r;
+        k = nx;
+    }
+    return r;
+}
+
+void pt_mark_one(struct planner *p, int ch, size_t k) {
+    if (slot_free(p, ch, k) < FULL_EPS) {
+        if (p->fnext[ch]) {
+            p->fnext[ch][k] = (uint32_t)(k + 1);
+        }
+        if (p->bprev[ch]) {
+            p->bprev[ch][k + 1] = (uint32_t)k;
+        }
+    }
+}
+
+/* Mark slot k full in the "next slot with room" forests of ch (both SSD directions when ch is
+ * an SSD channel: they share the slot). */
+static void mark_if_full(struct planner *p, int ch, size_t k) {
+    if (pt_is_ssd_ch(ch)) {
+        pt_mark_one(p, TIO_CH_SSD_W, k);
+        pt_mark_one(p, TIO_CH_SSD_R, k);
+    } else {
+        pt_mark_one(p, ch, k);
+    }
+}
+
+/* Channels a transfer uses: SSD traffic crosses the GPU's PCIe link too (with or without GDS:
+ * GDS removes the host bounce, not the link), host traffic only the link. */
+static void tier_channels(int tier, int offload, int *prim, int *sec) {
+    if (tier == TIO_TIER_SSD) {
+        *prim = offload ? TIO_CH_SSD_W : TIO_CH_SSD_R;
+        *sec = offload ? TIO_CH_D2H : TIO_CH_H2D;
+    } else {
+        *prim = offload ? TIO_CH_D2H : TIO_CH_H2D;
+        *sec = -1;
+    }
+}
+
+/* Take up to rem bytes from slot k of channel prim (and of sec when sec >= 0: the tighter of
+ * the two), reserving them when reserve is set. The bytes taken, or -1 if the slot is full. */
+static double slot_fill(struct planner *p, int prim, int sec, size_t k, double rem, int reserve) {
+    double f = slot_free(p, prim, k);
+    if (sec >= 0) {
+        f = TIO_MIN(f, slot_free(p, sec, k));
+    }
+    if (!(f >= FULL_EPS)) {
+        return -1;
+    }
+    double take = TIO_MIN(f, rem);
+    if (reserve) {
+        slot_take(p, prim, k, take);
+        mark_if_full(p, prim, k);
+        if (sec >= 0) {
+            slot_take(p, sec, k, take);
+            mark_if_full(p, sec, k);
+        }
+    }
+    return take;
+}
+
+/*
+ * Forward walk over extended kernels [a, b): spread `bytes` over the free write capacity.
+ * Returns the extended kernel during which the last byte moves, or NONE. reserve: commit.
+ */
+uint64_t
+pt_walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
+    int prim, sec;
+    tier_channels(tier, 1, &prim, &sec);
+    size_t n = p->n;
+    double rem = bytes;
+    uint64_t x = a;
+    while (x < b) {
+        size_t k = (size_t)(x % n);
+        uint32_t j = dsu_find(p->fnext[prim], (uint32_t)k);
+        if (j >= n) {
+            x += n - k; /* nothing free until the end of the iteration */
+            continue;
+        }
+        x += j - k;
+        if (x >= b) {
+            break;
+        }
+        k = j;
+        double take = slot_fill(p, prim, sec, k, rem, reserve);
+        if (take >= 0) {
+            rem -= take;
+            if (rem < FULL_EPS) {
+                return x;
+            }
+        }
+        x++;
+    }
+    return NONE;
+}
+
+/* Backward walk over extended kernels [a, b) from b - 1 down: returns the extended kernel at
+ * which the prefetch must start (its first byte moves there), or NONE. */
+uint64_t
+pt_walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
+    int prim, sec;
+    tier_channels(tier, 0, &prim, &sec);
+    size_t n = p->n;
+    double rem = bytes;
+    uint64_t x = b; /* exclusive */
+    while (x > a) {
+        size_t k1 = (size_t)((x - 1) % n) + 1; /* DSU index of kernel x - 1 */
+        uint32_t j1 = dsu_find(p->bprev[prim], (uint32_t)k1);
+        if (j1 == 0) {
+            x -= k1; /* nothing free back to the start of the iteration */
+            continue;
+        }
+        x -= k1 - j1;
+        if (x <= a) {
+            break;
+        }
+        size_t k = j1 - 1;
+        double take = slot_fill(p, prim, sec, k, rem, reserve);
+        if (take >= 0) {
+            rem -= take;
+            if (rem < FULL_EPS) {
+                return x - 1;
+            }
+        }
+        x--;
+    }
+    return NONE;
+}
+
+/* ---- extended-axis helpers (a window [a, b) with b - a <= n maps to one or two pieces) ----- */
+
+void pt_ext_add(struct tio_stree *t, size_t n, uint64_t a, uint64_t b, int64_t d) {
+    if (a >= b) {
+        return;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    if (b <= n) {
+        tio_stree_add(t, (size_t)a, (size_t)b, d);
+    } else {
+        tio_stree_add(t, (size_t)a, n, d);
+        tio_stree_add(t, 0, (size_t)(b - n), d);
+    }
+}
+
+int64_t pt_ext_max(struct tio_stree *t, size_t n, uint64_t a, uint64_t b) {
+    if (a >= b) {
+        return INT64_MIN;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    if (b <= n) {
+        return tio_stree_max(t, (size_t)a, (size_t)b);
+    }
+    int64_t x = tio_stree_max(t, (size_t)a, n), y = tio_stree_max(t, 0, (size_t)(b - n));
+    return TIO_MAX(x, y);
+}
+
+double pt_ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
+    size_t n = p->n;
+    if (a >= b) {
+        return 0;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    int paper = pt_is_paper(p->variant) || p->variant == TIO_VAR_G10;
+    double r = 0;
+    size_t l1 = (size_t)a, r1 = (size_t)TIO_MIN(b, (uint64_t)n);
+    r += paper ? (double)s * tio_stree_crit(&p->mem, l1, r1, p->cap)
+               : tio_stree_capped(&p->mem, l1, r1, p->cap, s);
+    if (b > n) {
+        r += paper ? (double)s * tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap)
+                   : tio_stree_capped(&p->mem, 0, (size_t)(b - n), p->cap, s);
+    }
+    return r;
+}
+
+/* An upper bound of every benefit a period can have: s x (time over capacity in the period).
+ * Cheaper than the capped integral (only crossings of the capacity line cost anything). */
+double pt_ext_bound(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
+    size_t n = p->n;
+    if (a >= b) {
+        return 0;
+    }
+    if (a >= n) {
+        a -= n;
+        b -= n;
+    }
+    double r = tio_stree_crit(&p->mem, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), p->cap);
+    if (b > n) {
+        r += tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);
+    }
+    return (double)s * r;
+}
+
+/* Last extended kernel k in [a, b) with M'[k] > thr, or NONE. */
+uint64_t pt_ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_t thr) {
+    size_t n = p->n;
+    if (a >= b) {
+        return NONE;
+    }
+    uint64_t shift = 0;
+    if (a >= n) {
+        a -= n;
+        b -= n;
+        shift = n;
+    }
+    if (b > n) {
+        size_t k = tio_stree_last_above(&p->mem, 0, (size_t)(b - n), thr);
+        if (k != SIZE_MAX) {
+            return k + n + shift;
+        }
+        b = n;
+    }
+    size_t k = tio_stree_last_above(&p->mem, (size_t)a, (size_t)b, thr);
+    return k != SIZE_MAX ? k + shift : NONE;
+}
+
+double pt_ext_time(const struct planner *p, uint64_t a, uint64_t b) {
+    size_t n = p->n;
+    double it = p->tprefix[n];
+    uint64_t ia = a / n, ib = b / n; /* whole iterations */
+    double ta = (double)ia * it + p->tprefix[a % n];
+    double tb = (double)ib * it + p->tprefix[b % n];
+    return tb - ta;
+}

@@ -156,6 +156,19 @@ TIO_API TIO_MUST_CHECK int
 tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t engine_id);
 
 /*
+ * tio_runtime_give_stored: hand global `tensor`'s stored copy to the caller, between iterations
+ * (another executor, for another plan, adopts it with tio_runtime_adopt_stored, or the caller
+ * reads it back). If the tensor is STORED, *engine_id receives the engine tensor id of its copy,
+ * the executor forgets the copy (it no longer drops it) and the tensor is no longer managed by
+ * this executor: after giving copies away, free the executor (no further iteration); returns 1.
+ * A tensor that is not stored (resident: its memory holds the data) gives nothing: returns 0.
+ * Errors: TIO_EINVAL (out of range, not a global, NULL engine_id), TIO_ESTATE (inside an
+ * iteration, or a request of this executor failed).
+ */
+TIO_API TIO_MUST_CHECK int
+tio_runtime_give_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t *engine_id);
+
+/*
  * tio_runtime_begin_iteration: start an iteration at kernel 0. The first time (and after a
  * restore), it first puts the globals in the plan's steady state: a global whose last move of
  * the iteration is an offload is stored when an iteration begins, so it is written now (bind the

@@ -11,15 +11,18 @@ inside the optimizer, the tensors the optimizer already updated in this step, mo
 operators, then the least recently used. Synchronous and
 conservative: these steps get slower, not larger. Globals still offloaded when the first planned
 step starts are handed to the executor (tio_runtime_adopt_stored), so that step does not bring
-them back either. See docs/runtime.md.
+them back either; and an executor that goes (a switch to another plan, or to a step without a
+plan) hands its stored globals here (tio_runtime_give_stored). See docs/runtime.md.
 """
 from __future__ import annotations
 
 import time
 import weakref
 
-from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _flat_out, _iter_args,
-                                release_storage)
+import torch
+
+from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _arg_plan, _flat_out,
+                                _iter_args, release_storage)
 
 ID_BASE = 1 << 62
 GRACE = 32  # operators  # engine ids of this module's copies (executors use generation << 32 + id)
@@ -59,6 +62,87 @@ def _io_error(ex, what, e):
     return error_in(ex, f"{what} {e.what()} in a step without a plan (warm-up or profiling)")
 
 
+_META_CACHE: dict = {}
+
+
+def _meta_key(v):
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype)
+    if isinstance(v, (list, tuple)):
+        return tuple(_meta_key(x) for x in v)
+    if v is None or isinstance(v, (bool, int, float, str, torch.dtype, torch.device,
+                                   torch.layout, torch.memory_format)):
+        return v
+    raise TypeError(type(v).__name__)  # a Generator, a ProcessGroup...: not estimated
+
+
+def _to_meta(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype,
+                                   device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_meta(x) for x in v)
+    if isinstance(v, torch.device):
+        return torch.device("meta")
+    return v
+
+
+def meta_outputs(func, args, kwargs):
+    """The (shape, dtype) of each tensor operator func returns, from its meta kernel run on
+    meta copies of the arguments; None where that cannot be known (as new_output_bytes)."""
+    try:
+        _meta_key(args)
+        _meta_key(tuple(kwargs.values()))
+        has_tensor = any(isinstance(x, torch.Tensor) for x in _flat_out(list(args), []))
+        kw = dict(kwargs)
+        if "device" in kw:
+            kw["device"] = torch.device("meta")
+        elif not has_tensor:
+            return None  # a factory without a device would allocate on the CPU
+        out = func(*_to_meta(tuple(args)), **_to_meta(kw))
+        return tuple((tuple(t.shape), str(t.dtype)) for t in _flat_out(out, []))
+    except Exception:  # noqa: BLE001 - no meta kernel, a generator argument: unknown
+        return None
+
+
+def new_output_bytes(func, args, kwargs, min_bytes):
+    """Bytes of the new storages (>= min_bytes) operator func will return, from its meta
+    kernel run on meta copies of the arguments (no memory, no computation), cached by the
+    arguments' shapes; None where that cannot be known (no meta kernel, data-dependent shapes,
+    a generator or a process group among the arguments, a factory without a device)."""
+    try:
+        key = (func, _meta_key(args), _meta_key(tuple(sorted(kwargs.items()))))
+    except TypeError:
+        return None
+    hit = _META_CACHE.get(key, False)
+    if hit is not False:
+        return hit
+    n = None
+    try:
+        has_tensor = any(isinstance(x, torch.Tensor) for x in _flat_out(list(args), []))
+        kw = dict(kwargs)
+        if "device" in kw:
+            kw["device"] = torch.device("meta")
+        elif not has_tensor:
+            raise TypeError("a factory without a device")  # would allocate on the CPU
+        out = func(*_to_meta(tuple(args)), **_to_meta(kw))
+        aliased = [r.alias_info is not None for r in func._schema.returns]
+        n = 0
+        for i, o in enumerate(out if isinstance(out, (list, tuple)) else [out]):
+            if i < len(aliased) and aliased[i]:
+                continue
+            for t in _flat_out(o, []):
+                nb = t.untyped_storage().nbytes()
+                if nb >= min_bytes:
+                    n += nb
+    except Exception:  # noqa: BLE001 - no meta kernel, data-dependent shape: unknown
+        n = None
+    if len(_META_CACHE) > 8192:
+        _META_CACHE.clear()
+    _META_CACHE[key] = n
+    return n
+
+
 class BoundedMemory:
     """Tracked storages (>= min_bytes) of the steps without a plan, kept under budget()."""
 
@@ -75,6 +159,11 @@ class BoundedMemory:
         self.peak_resident = 0    # tracked bytes actually resident, max after each operator
         self.clock = 0
         self.max_out = 0  # largest tracked output bytes of one operator: room made before each
+        # per operator: its output bytes over its largest input that is not a global (what scales
+        # with the batch's shape), the most seen: a step of a new, larger shape makes room for
+        # its outputs by that ratio, where max_out (learnt on smaller shapes) falls short
+        self.out_ratio: dict = {}
+        self._op = None  # (operator, its largest non-global input bytes) between before and after
         self.next_eid = ID_BASE
         self.stats = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
         self.discard = False  # release_storage(discard=...): the Offloader's aligned_storages
@@ -220,11 +309,17 @@ class BoundedMemory:
         self.clock += 1
         keep = set()
         load = []
+        inb = 0
+        comm = _arg_plan(func)[2]
         for t, w in _iter_args(func, args, kwargs):
             st = t.untyped_storage()
             e = self._entry(st)
             if e is None:
                 continue
+            if comm:  # a collective (DDP's bucket allreduce) may use it after it returns
+                e.fixed = True
+                if not e.resident and id(e) not in keep:
+                    load.append((e, st))
             if id(e) not in keep and not e.resident and not e.fixed:
                 load.append((e, st))
             keep.add(id(e))
@@ -233,8 +328,16 @@ class BoundedMemory:
                 e.clean = False
             if in_optim:
                 e.optim_used = True
+            if e.name is None and e.nb > inb:
+                inb = e.nb
+        self._op = (func, inb)
+        room = new_output_bytes(func, args, kwargs, self.min_bytes)
+        if room is None:  # not known beforehand: the most an operator made, or by this one's ratio
+            room = self.max_out
+            if inb:
+                room = max(room, int(self.out_ratio.get(func, 0.0) * inb))
         # room for what comes back and for the outputs, before anything is allocated
-        self._make_room(keep, in_optim, self.max_out + sum(e.nb for e, _ in load))
+        self._make_room(keep, in_optim, room + sum(e.nb for e, _ in load))
         for e, st in load:
             self._load(e, st)
         self.peak_resident = max(self.peak_resident, self.resident)
@@ -242,12 +345,15 @@ class BoundedMemory:
 
     def after(self, out, keep, in_optim):
         made = 0
+        comm = self._op is not None and _arg_plan(self._op[0])[2]
         for o in _flat_out(out, []):
             st = o.untyped_storage()
             known = self.ent.get(st._cdata)
             e = self._entry(st)
             if e is None:
                 continue
+            if comm:
+                e.fixed = True
             if known is not e:
                 made += e.nb
             keep.add(id(e))
@@ -256,6 +362,10 @@ class BoundedMemory:
             if in_optim:
                 e.optim_used = True
         self.max_out = max(self.max_out, made)
+        func, inb = self._op or (None, 0)
+        if inb and made:
+            self.out_ratio[func] = max(self.out_ratio.get(func, 0.0), made / inb)
+        self._op = None
         self.peak_resident = max(self.peak_resident, self.resident)
         self._make_room(keep, in_optim)
 
@@ -284,6 +394,30 @@ class BoundedMemory:
                 self._remove(cd, e)
             elif not e.resident and cd not in gl:
                 self._load(e, st)
+
+    def adopt(self, st, nb, eid, name=None):
+        """Storage st's contents (nb bytes) are in the engine as eid, handed over by an executor
+        that is going (a switch between plans): tracked as offloaded, read back when an
+        operator uses it; this object owns (and drops) the copy from now on. A storage that
+        still holds its memory (a failed release) stays resident, its copy clean."""
+        if st is None:  # died while stored: nothing to bring back
+            self.engine.drop(eid)
+            return
+        self._flush_dead()
+        cd = st._cdata
+        old = self.ent.get(cd)
+        if old is not None:
+            self._remove(cd, old)
+        e = _Entry(weakref.ref(st, lambda r, cd=cd: self._died(cd, r)), nb, self.clock)
+        e.eid = eid
+        e.clean = True
+        e.name = name
+        e.resident = st.nbytes() == nb
+        self.ent[cd] = e
+        self.live += nb
+        if e.resident:
+            self.resident += nb
+        self.peak_live = max(self.peak_live, self.live)
 
     def hand_over(self, globals_, runtime, prog):
         """The first planned step begins: offloaded globals become the executor's copies. A

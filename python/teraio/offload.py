@@ -12,9 +12,11 @@ Steps: `warmup_steps` run first (optimizer state is created lazily), the next `p
 recorded (operators, tensors, times), then a plan is made by the C planner and every following
 step executes it through the C executor and migration engine. The steps before the plan are kept
 within the budget reactively (teraio/_bounded.py); the executor keeps the budget where the plan
-cannot (demand offloads). A step whose
-operator sequence differs from the plan (new shapes, data-dependent control flow) brings every
-tensor back, runs without offloading, warns, and the next step re-profiles.
+cannot (demand offloads). Each kind of step has its own plan, chosen at the step's first
+operator (its shapes: a new sequence length is a new kind, profiled once); a switch between plans
+leaves offloaded tensors where they are. A step whose operator sequence differs from its plan
+(data-dependent control flow, shapes that change later in the step) brings every tensor back,
+runs without offloading, warns, and the next step of that kind re-profiles.
 See docs/runtime.md.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from teraio import _core
 _Error = _core.Error
 
 
-MAX_PLANS = 16  # plans kept, one per kind of step (Offloader._step_key), least recently used go
+MAX_PLANS = 8  # default max_plans: plans kept, one per kind of step (Offloader._step_key)
 PROBE_BYTES = 64 << 20  # ssd_bandwidth="auto": bytes written and read back once
 PROBE_ID = (1 << 63) - 1  # its engine tensor id: runtime ids count up from 0 (id_base = generation
 # << 32), the bounded warm-up's from 1 << 62 (_bounded.ID_BASE)
@@ -61,11 +63,15 @@ def _rank():
 
 
 def _warn(message: str) -> None:
-    """A RuntimeWarning attributed to the user's code: the first frame outside teraio and
-    contextlib (the `with off.step():` line), however deep inside the step it is raised."""
+    """A RuntimeWarning attributed to the user's code: the first frame outside teraio,
+    contextlib and torch (the `with off.step():` line, or the line whose operator started the
+    step), however deep inside the step it is raised."""
     here = os.path.dirname(os.path.abspath(__file__))
+    torch_mod = sys.modules.get("torch")
+    skip = (here,) + ((os.path.dirname(os.path.abspath(torch_mod.__file__)) + os.sep,)
+                      if getattr(torch_mod, "__file__", None) else ())
     level, f = 2, sys._getframe(1)  # stacklevel 2: _warn's caller
-    while f is not None and (f.f_code.co_filename.startswith(here)
+    while f is not None and (f.f_code.co_filename.startswith(skip)
                              or f.f_code.co_filename == contextlib.__file__):
         level += 1
         f = f.f_back
@@ -260,6 +266,105 @@ def _device_backend(model):
     return "cufile" if "cufile" in available else "cuda"
 
 
+def _arg_sig(v):
+    """What of one operator argument goes into a step signature: a tensor's shape and dtype,
+    ints and bools (sizes), the structure of lists; not float values (a scale, a rate)."""
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), str(v.dtype))
+    if isinstance(v, (list, tuple)):
+        return tuple(_arg_sig(x) for x in v)
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return str(v)
+    return type(v).__name__
+
+
+def _tensor_sig(v):
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), str(v.dtype))
+    if isinstance(v, (list, tuple)):
+        return tuple(_tensor_sig(x) for x in v)
+    return None
+
+
+def _op_signature(func, args, kwargs):
+    """A step's signature: its first operator (after views of parameters), the shapes of its
+    tensor arguments and of its outputs (from its meta kernel: a slice of a corpus at another
+    offset is the same signature, another length is not); where the outputs cannot be known
+    without running it (a generator argument), its integer arguments (sizes) instead."""
+    from teraio._bounded import meta_outputs
+
+    kwargs = kwargs or {}
+    out = meta_outputs(func, args, kwargs)
+    if out is not None:
+        return (str(func), tuple(_tensor_sig(a) for a in args),
+                tuple(sorted((k, _tensor_sig(v)) for k, v in kwargs.items())), out)
+    return (str(func), tuple(_arg_sig(a) for a in args),
+            tuple(sorted((k, _arg_sig(v)) for k, v in kwargs.items())))
+
+
+def _sig_text(sig):
+    if sig is None:
+        return "none"
+    text = f"{sig[0]}{sig[1]}"
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+class _Pending:
+    """The driver of a step until its first operator: that operator's signature selects the
+    plan (Offloader._start_step), then the chosen driver takes over. Views of resident tensors
+    before it (a Linear's weight.t(), x.view(...), a slice of a corpus at the step's offset) run
+    untouched: they move no memory, and a view's shape may vary where the step's does not."""
+
+    passthrough = False
+    record = False
+
+    def __init__(self, off, globals_):
+        self.off = off
+        self.globals_ = globals_
+        self.gl = {st._cdata for _, st, _ in globals_}
+        self.mode = None
+
+    def _resident_view(self, func, args, kwargs):
+        if not getattr(func, "is_view", False):
+            return False
+        import torch
+
+        from teraio.torch._mode import _iter_args
+
+        seen = False
+        for t, w in _iter_args(func, args, kwargs):
+            if w or t.untyped_storage().nbytes() == 0:
+                return False
+            seen = True
+        return seen and all(not isinstance(v, torch.Tensor) or v.untyped_storage().nbytes()
+                            for v in kwargs.values())
+
+    def dispatch(self, func, args, kwargs):
+        if self._resident_view(func, args, kwargs):
+            return func(*args, **kwargs)
+        off = self.off
+        driver = off._start_step(self.globals_, _op_signature(func, args, kwargs))
+        off._driver = driver if driver is not None else self
+        if driver is None:
+            self.dispatch = lambda f, a, kw: f(*a, **kw)
+            return func(*args, **kwargs)
+        mode = self.mode
+        mode.driver = driver
+        fast = getattr(driver, "fast", None)
+        mode._dispatch = fast.dispatch if fast is not None else None
+        if mode._dispatch is not None:
+            return mode._dispatch(func, args, kwargs)
+        return driver.dispatch(func, args, kwargs)
+
+
 class Offloader:
     """Lifetime-aware offloading of one model's training to host memory and SSDs.
 
@@ -310,6 +415,11 @@ class Offloader:
         than the rule allows. "auto" (default): on where the process may run on 2 CPUs or more
         per rank on this node (LOCAL_WORLD_SIZE).
         report()["cpu_prefault"] says what applies.
+    max_plans: plans kept at most (default 8), one per kind of step: the globals at the step's
+        start, whether the optimizer steps, step(kind=...), and the step's signature (its first
+        operator's name and argument shapes: the batch's shape, so each sequence-length bucket
+        gets its own plan, profiled once). A new kind beyond it runs without a plan (kept within
+        the budget reactively, as the profiled steps are) and warns once.
     cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
         allocation on its own and hands it back to the OS when freed (mallopt M_MMAP_THRESHOLD,
         set for the whole process when the Offloader is made). "auto" (default): "64KiB" when
@@ -329,7 +439,7 @@ class Offloader:
                  ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
                  io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
                  aligned_storages=True, rank=None, cpu_allocator=True, cpu_cache_bytes=0,
-                 cpu_prefault="auto", cpu_mmap_threshold="auto"):
+                 cpu_prefault="auto", cpu_mmap_threshold="auto", max_plans=MAX_PLANS):
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
@@ -373,6 +483,10 @@ class Offloader:
         if int(warmup_steps) < 1 and optimizer is not None:
             raise ValueError("warmup_steps: must be >= 1 with an optimizer (its state is created "
                              "in the first step)")
+        if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
+            raise ValueError(f"max_plans: expected an int >= 1 (plans kept, one per kind of "
+                             f"step), got {max_plans!r}")
+        self.max_plans = max_plans
         self.policy = policy
         self.warmup_steps = int(warmup_steps)
         self.profile_steps = max(1, int(profile_steps))
@@ -427,7 +541,8 @@ class Offloader:
         self._in_optim = False
         self._stats_done = {}
         self._counts = dict(steps_profiled=0, steps_offloaded=0, steps_diverged=0,
-                            steps_passthrough=0, replans=0)
+                            steps_passthrough=0, steps_unplanned=0, replans=0)
+        self._plans_full_warned = False
         self.last_divergence = None
         if optimizer is not None:
             optimizer.register_step_pre_hook(lambda *a: self._set_optim(True))
@@ -545,10 +660,15 @@ class Offloader:
 
     # ---- steps without a plan, kept within the budget ------------------------------------------
     def _bounded_ok(self):
+        """Whether steps without a plan are kept within the budget (bounded_unplanned): on one
+        process, and under DDP on CPU (the tensors of its collectives, the gradient buckets,
+        are never moved: an allreduce may still be using them after its operator returned).
+        Not under FSDP (it resizes its parameters' storages itself) nor DDP on CUDA (its
+        collectives run on their own streams)."""
         if not self.bounded_unplanned:
             return False
         if type(self.model).__name__ == "DistributedDataParallel":
-            return False
+            return not self._cuda
         try:
             import torch.distributed as dist
 
@@ -1009,13 +1129,14 @@ class Offloader:
 
         kind: optional, hashable: tells apart steps that look alike at their start but run
         different operators (a Trainer's last step of an epoch with fewer micro-batches); each
-        kind gets its own plan, as for the kinds teraio tells apart itself (_step_key)."""
+        kind gets its own plan, as for the kinds teraio tells apart itself (_step_key: the
+        global tensors, the optimizer, and the step's signature, its first operator's shapes)."""
         try:
             hash(kind)
         except TypeError:
             raise TypeError(f"step(kind=...): expected a hashable value, got {kind!r}") from None
         self._user_kind = kind
-        from teraio.torch._mode import StepDriver, StepMode, collect_globals
+        from teraio.torch._mode import StepMode, collect_globals
 
         compiled = _compiled_module(self.model)
         if compiled is not None:
@@ -1024,8 +1145,75 @@ class Offloader:
         globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
         self._opt_ran = self._in_optim = False
-        state = self._step_state = self._choose(globals_)
-        if state == "profile" and self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:
+        self._cur = None  # (state, driver, bounded) once the step's plan is chosen
+        self._step_state = None
+        if self._steps < self.warmup_steps:
+            self._start_step(globals_, None)
+            driver = self._cur[1]
+        else:  # chosen at the step's first operator, by its signature (_Pending)
+            driver = _Pending(self, globals_)
+        self._driver = driver
+        tls = _dynamo_tls()
+        watch = tls is not None and tls.skip_reasons is None
+        if watch:  # Dynamo lists the frames it skips: a compiled one would say "dispatch mode"
+            tls.skip_reasons = []
+        self._dynamo_skips = tls.skip_reasons if watch else None
+        failure = lost = None
+        ok = False
+        try:
+            if driver is None:
+                yield self
+            else:
+                with StepMode(driver) as mode:
+                    if isinstance(driver, _Pending):
+                        driver.mode = mode
+                    yield self
+            ok = True
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self._driver = None
+            if watch:
+                tls.skip_reasons = None
+            if self._cur is None:  # no operator ran (or the choice itself failed)
+                state, driver, bounded = "empty", None, None
+                if not ok:  # the choice failed part-way: what it handed over comes back
+                    lost = _attempt(self._restore_runtime)
+                    if self._bounded is not None:
+                        lost = lost or _attempt(self._bounded.restore)
+            else:
+                state, driver, bounded = self._cur
+            if bounded is not None:
+                if ok:
+                    driver.end()
+                    bounded.end_step(collect_globals(self._gmodel, self.optimizer))
+                else:
+                    lost = _attempt(bounded.restore)
+            elif driver is not None and driver.record:
+                if ok:
+                    driver.end()  # trailing free markers; CUDA event times
+            elif driver is not None:
+                if ok:
+                    driver.end()
+                elif not driver.passthrough:
+                    lost = _attempt(driver.restore)  # an exception: bring everything back
+            if failure is not None:
+                self._note_failure(failure, lost)
+            if ok:
+                self._check_dynamo("this step ran eagerly to its end; its optimizer update "
+                                   "stands" if self._opt_ran else "this step ran eagerly")
+                self._finish_step(state, driver)
+
+    def _start_step(self, globals_, sig):
+        """Choose the step's state and driver (self._cur), for a step whose signature is sig
+        (None: a warm-up step): at the step's start, or at its first operator. Returns the
+        driver (None: operators run untouched)."""
+        from teraio.torch._mode import StepDriver
+
+        state = self._step_state = self._choose(globals_, sig)
+        if state in ("profile", "unplanned") and self.ssd_auto and self.ssd_dirs \
+                and self.ssd_measured is None:
             self._measure_ssd()  # an SSD that fails fails here, before anything of the step ran
         if state == "execute" and self._runtime is None:
             self._start_runtime()
@@ -1037,8 +1225,11 @@ class Offloader:
             self._set_prefault(self.cpu_prefault)
         driver = None
         bounded = None
-        if state in ("warmup", "profile") and self._bounded_ok():
+        if state in ("warmup", "profile", "unplanned") and self._bounded_ok():
             bounded = self._bounded_start()
+        elif self._bounded is not None:  # unbounded profiling records true sizes: all back
+            self._bounded.restore()
+            self._bounded_stop()
         if bounded is not None:
             from teraio._bounded import BoundedRecorder
 
@@ -1063,48 +1254,9 @@ class Offloader:
                                     split_foreach=self.split_foreach, cuda=self._cuda,
                                     in_optim=lambda: self._in_optim)
                 driver.aligned_storages = self.aligned_storages and not self._cuda
-        self._driver = driver
-        ok = False
-        tls = _dynamo_tls()
-        watch = tls is not None and tls.skip_reasons is None
-        if watch:  # Dynamo lists the frames it skips: a compiled one would say "dispatch mode"
-            tls.skip_reasons = []
-        self._dynamo_skips = tls.skip_reasons if watch else None
-        failure = lost = None
-        try:
-            if driver is None:
-                yield self
-            else:
-                with StepMode(driver):
-                    yield self
-            ok = True
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            self._driver = None
-            if watch:
-                tls.skip_reasons = None
-            if bounded is not None:
-                if ok:
-                    driver.end()
-                    bounded.end_step(collect_globals(self._gmodel, self.optimizer))
-                else:
-                    lost = _attempt(bounded.restore)
-            elif driver is not None and driver.record:
-                if ok:
-                    driver.end()  # trailing free markers; CUDA event times
-            elif driver is not None:
-                if ok:
-                    driver.end()
-                elif not driver.passthrough:
-                    lost = _attempt(driver.restore)  # an exception: bring everything back
-            if failure is not None:
-                self._note_failure(failure, lost)
-            if ok:
-                self._check_dynamo("this step ran eagerly to its end; its optimizer update "
-                                   "stands" if self._opt_ran else "this step ran eagerly")
-                self._finish_step(state, driver)
+        self._cur = (state, driver, bounded)
+        self._step_state = state
+        return driver
 
     def _note_failure(self, exc, lost):
         """Say on the exception that ended a step (a note under its traceback) in which state
@@ -1140,26 +1292,29 @@ class Offloader:
             return self._prog.tensors[hit[1]][0]
         return 0
 
-    def _step_key(self, globals_):
-        """What tells kinds of steps apart before they run: the global tensors that exist at the
-        start (parameters, the gradients accumulated so far, optimizer states: their count,
-        sizes and kinds) and whether the optimizer is expected to step, predicted from the
-        steps seen with the same globals and the same number of steps since it last did
-        (gradient accumulation over several steps is periodic; a step skipped on overflow is
-        rare, and mispredicted once)."""
-        sig = tuple((self._true_nbytes(st), kind) for _, st, kind in globals_)
-        seen = self._opt_seen.get((sig, self._since_opt))
+    def _step_key(self, globals_, sig=None):
+        """What tells kinds of steps apart: the global tensors that exist at the start
+        (parameters, the gradients accumulated so far, optimizer states: their count, sizes and
+        kinds), whether the optimizer is expected to step, predicted from the steps seen with
+        the same globals and the same number of steps since it last did (gradient accumulation
+        over several steps is periodic; a step skipped on overflow is rare, and mispredicted
+        once), step(kind=...), and the step's signature sig (_op_signature: its first
+        operator's name and argument shapes, e.g. the batch's sequence length)."""
+        gsig = tuple((self._true_nbytes(st), kind) for _, st, kind in globals_)
+        seen = self._opt_seen.get((gsig, self._since_opt))
         opt = True if self.optimizer is not None and seen is None else bool(
             seen and seen[0] >= seen[1])
-        return sig, opt, self._user_kind
+        return gsig, opt, self._user_kind, sig
 
-    def _choose(self, globals_):
-        """The state of the step about to run ("warmup", "profile" or "execute"); switches to
-        the plan made for this kind of step, or brings everything back to profile a new one."""
+    def _choose(self, globals_, sig=None):
+        """The state of the step about to run ("warmup", "profile", "execute", or "unplanned":
+        a new kind of step beyond max_plans, run without a plan); switches to the plan made for
+        this kind of step. The executor's stored copies stay where they are on a switch: they
+        go to the next executor, or to the bounded path of an unplanned step."""
         self._key = None
         if self._steps < self.warmup_steps:
             return "warmup"
-        key = self._key = self._step_key(globals_)
+        key = self._key = self._step_key(globals_, sig)
         if self._loaded is not None:  # a plan loaded from a file: for the first step after warm-up
             self._check_globals(globals_, "plan")
             self._plans[key] = self._loaded
@@ -1168,16 +1323,42 @@ class Offloader:
         if entry is not None:
             self._plans.move_to_end(key)
             if self._cur_key != key:
-                self._restore_runtime()  # the current executor's tensors come back: another plan
-                self._drop_runtime()
+                self._runtime_to_bounded()  # its stored globals: for the next executor
                 self._trace, self._plan, self._prog = entry
                 self._cur_key = key
             return "execute"
         if self._runtime is not None:  # a new kind of step: profiled (the budget kept reactively)
-            self._restore_runtime()
-            self._drop_runtime()
+            if self._bounded_ok():
+                self._runtime_to_bounded()
+            else:
+                self._restore_runtime()
+                self._drop_runtime()
         self._cur_key = None
+        if len(self._plans) >= self.max_plans and key not in self._profiled:
+            if not self._plans_full_warned:
+                self._plans_full_warned = True
+                _warn(f"teraio: step {self._steps}: a new kind of step (step signature "
+                      f"{_sig_text(sig)}) beyond max_plans={self.max_plans}: it and further new "
+                      "kinds run without a plan (kept within the budget reactively where "
+                      "bounded_unplanned applies); raise max_plans, or make fewer distinct "
+                      "shapes (e.g. pad sequences to a few bucket lengths)")
+            return "unplanned"
         return "profile"
+
+    def _runtime_to_bounded(self):
+        """Drop the executor; the globals it has stored keep their copies, which become the
+        bounded path's (read back when an operator needs them, or handed to the next executor
+        by BoundedMemory.hand_over): a switch between plans moves no byte by itself."""
+        rt = self._runtime
+        if rt is None:
+            return
+        b = self._bounded_start()
+        for ref, tid in list(self._rt_globals.values()):
+            eid = rt.give_stored(tid)
+            if eid is not None:
+                b.adopt(ref(), self._prog.tensors[tid][0], eid, self._prog.tensors[tid][3])
+        self._rt_globals = {}
+        self._drop_runtime()
 
     def _diverged_before(self, reason):
         self._restore_runtime()
@@ -1207,11 +1388,14 @@ class Offloader:
         if key is not None:  # what the optimizer did after this many steps since it last stepped
             seen = self._opt_seen.setdefault((key[0], self._since_opt), [0, 0])
             seen[0 if self._opt_ran else 1] += 1
-            key = (key[0], self._opt_ran, key[2])  # the kind of step this one turned out to be
+            key = (key[0], self._opt_ran) + key[2:]  # the kind of step this one turned out to be
         self._since_opt = 0 if self._opt_ran or self.optimizer is None else min(
             self._since_opt + 1, 64)
-        if state == "warmup":
+        if state in ("warmup", "empty"):
             self._counts["steps_passthrough"] += 1
+            return
+        if state == "unplanned":
+            self._counts["steps_unplanned"] += 1
             return
         if state == "profile":
             self._counts["steps_profiled"] += 1
@@ -1229,8 +1413,6 @@ class Offloader:
                     raise _after_update(e, self._opt_ran) from None
                 self._plans[key] = (self._trace, self._plan, self._prog)
                 self._cur_key = key
-                while len(self._plans) > MAX_PLANS:
-                    self._plans.popitem(last=False)
             return
         if driver.diverged:
             self._note_divergence(driver.diverged, mispredicted)

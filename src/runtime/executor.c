@@ -847,6 +847,34 @@ int tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t e
     return 0;
 }
 
+int tio_runtime_give_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t *engine_id) {
+    if (tensor >= rt->v.n_tensors || !engine_id) {
+        return tio_set_error(TIO_EINVAL, "runtime: give_stored: tensor %u (of %zu), engine_id %p",
+                             tensor, rt->v.n_tensors, (void *)engine_id);
+    }
+    uint32_t t = tensor;
+    if (!(rt->tflags[t] & TF_GLOBAL)) {
+        return tio_set_error(TIO_EINVAL, "runtime: give_stored: tensor %u is not a global", t);
+    }
+    if (rt->failed) {
+        return sticky(rt);
+    }
+    if (rt->in_iter || rt->inflight > 0) {
+        return tio_set_error(TIO_ESTATE, "runtime: give_stored: tensor %u: only between iterations",
+                             t);
+    }
+    if (rt->state[t] != ST_STORED || !(rt->tflags[t] & TF_HAS_COPY)) {
+        return 0;
+    }
+    *engine_id = rt->eid[t];
+    rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
+    rt->state[t] = ST_ABSENT; /* no longer this executor's: neither resident nor stored */
+    rt->ptr[t] = NULL;
+    uint64_t b = rt->v.tensor_bytes[t];
+    rt->st.stored_bytes = rt->st.stored_bytes >= b ? rt->st.stored_bytes - b : 0;
+    return 1;
+}
+
 int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {
     if (rt->failed) {
         return sticky(rt);

@@ -478,6 +478,63 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     rt_free_inputs(plan, e, tr);
 }
 
+/* A stored global's copy goes from one executor to the next (a switch between plans): executor A
+ * gives W0's copy (engine tensor 999) away, is freed without dropping it, and executor B adopts it
+ * and reads W0 back with its data when k0 needs it. A resident global gives nothing; an
+ * intermediate is refused. */
+TIO_TEST(stored_global_is_handed_to_the_next_executor) {
+    struct tio_trace *tr = build(&g_s1);
+    struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)g_s1.nk, NULL, 0) : NULL;
+    struct tio_engine *e = make_engine(0);
+    CHECK(tr && plan && e);
+    if (!tr || !plan || !e) {
+        rt_free_inputs(plan, e, tr);
+        return;
+    }
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    struct tio_runtime *a = NULL, *b = NULL;
+    CHECK_OK(tio_runtime_new(&rp, &a));
+    rp.engine_id_base = UINT64_C(1) << 32;
+    CHECK_OK(tio_runtime_new(&rp, &b));
+    struct host h;
+    memset(&h, 0, sizeof h);
+    h.s = &g_s1;
+    h.data_ok = 1;
+    uint8_t *tmp = malloc(2 * MB);
+    h.buf[0] = tmp;
+    fill(&h, 0);
+    h.buf[0] = NULL;
+    struct tio_completion c = { 0, 0 };
+    CHECK_OK(tio_engine_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5));
+    CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
+    memset(tmp, 0, 2 * MB);
+    free(tmp);
+    CHECK_OK(tio_runtime_adopt_stored(a, 0, 999));
+    uint64_t id = 0;
+    CHECK_EQ_I(tio_runtime_give_stored(a, 1, &id), 0);        /* resident: nothing to give */
+    CHECK_RC(tio_runtime_give_stored(a, 2, &id), TIO_EINVAL); /* not a global */
+    CHECK_EQ_I(tio_runtime_give_stored(a, 0, &id), 1);
+    CHECK_EQ_U(id, 999);
+    CHECK_EQ_I(tio_runtime_give_stored(a, 0, &id), 0); /* given once */
+    tio_runtime_free(a);
+    uint64_t nb;
+    int32_t tier;
+    CHECK_OK(tio_engine_tensor_info(e, 999, &nb, &tier)); /* A did not drop it */
+    CHECK_OK(tio_runtime_adopt_stored(b, 0, id));
+    CHECK_OK(alloc(b, &h, 1));
+    fill(&h, 1);
+    CHECK_EQ_I(iterate(b, &h), 0);
+    CHECK(h.data_ok);
+    CHECK_EQ_U(h.materialized[0], 1);
+    CHECK_RC(tio_runtime_give_stored(b, 0, NULL), TIO_EINVAL);
+    tio_runtime_free(b);
+    CHECK_RC(tio_engine_tensor_info(e, 999, &nb, &tier), TIO_ENOTFOUND); /* B dropped it */
+    for (int t = 0; t < g_s1.nt; t++) {
+        free(h.buf[t]);
+    }
+    rt_free_inputs(plan, e, tr);
+}
+
 TIO_TEST(bad_demand_tier_is_refused) {
     struct tio_trace *tr = build(&g_s1);
     struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)g_s1.nk, NULL, 0) : NULL;
@@ -504,6 +561,7 @@ int main(void) {
     RUN(kernel_larger_than_budget_runs_and_is_counted);
     RUN(too_early_prefetch_is_deferred);
     RUN(adopted_global_is_read_back_when_needed);
+    RUN(stored_global_is_handed_to_the_next_executor);
     RUN(bad_demand_tier_is_refused);
     rmdir(g_dir);
     return tio_test_done();

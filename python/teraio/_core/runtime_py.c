@@ -919,6 +919,22 @@ static PyObject *runtime_adopt(RuntimeObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *runtime_give_stored(RuntimeObject *self, PyObject *args) {
+    unsigned int t;
+    if (!PyArg_ParseTuple(args, "I", &t)) {
+        return NULL;
+    }
+    uint64_t id = 0;
+    int rc = tio_runtime_give_stored(self->rt, t, &id);
+    if (rc < 0) {
+        return tio_py_raise(rc, "runtime give_stored");
+    }
+    if (rc == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)id);
+}
+
 static PyObject *runtime_state(RuntimeObject *self, PyObject *arg) {
     unsigned long t = PyLong_AsUnsignedLong(arg);
     if (PyErr_Occurred()) {
@@ -942,6 +958,8 @@ static PyMethodDef runtime_methods[] = {
     { "state", (PyCFunction)runtime_state, METH_O, "state(tensor) -> int" },
     { "adopt", (PyCFunction)runtime_adopt, METH_VARARGS,
       "adopt(tensor, engine_id): a global already stored in the engine" },
+    { "give_stored", (PyCFunction)runtime_give_stored, METH_VARARGS,
+      "give_stored(tensor) -> engine_id or None: hand a stored global's copy over" },
     { NULL, NULL, 0, NULL },
 };
 

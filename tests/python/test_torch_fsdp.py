@@ -238,7 +238,9 @@ def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
         d = off._driver if off else None
         # the first executing step from relocate_at on whose plan offloads a global later in the
         # step (the plan follows measured operator times, so it can differ between runs)
-        if d is None or d.record or off._steps < relocate_at or moved:
+        # the driver is a placeholder until the step's first operator has chosen the plan for
+        # this step's signature: run at the first layer, after the embedding has chosen it
+        if d is None or not hasattr(d, "st_by_id") or d.record or off._steps < relocate_at or moved:
             return
         later = {t for ts in off._offload_at.values() for t in ts}
         for t, st in sorted(d.st_by_id.items()):
@@ -262,7 +264,7 @@ def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
                 moved.append((t, old != st.data_ptr()))
                 return
 
-    model.register_forward_pre_hook(relocate, prepend=True)
+    model.layers[0].register_forward_pre_hook(relocate, prepend=True)
     losses = []
     for i in range(steps):
         tokens = make_batch(cfg, 2, 16, i)

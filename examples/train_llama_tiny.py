@@ -42,7 +42,7 @@ PRESETS = {
     # the transfers (scripts/gpu_validate.sh); too large for the CPU tests
     "1b": dict(vocab=32768, dim=2048, layers=16, heads=16, kv_heads=8, ffn=8192),
     # large embeddings, little compute: memory-heavy on a 2-core machine (the RSS test)
-    "wide": dict(vocab=32768, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
+    "wide": dict(vocab=65536, dim=512, layers=2, heads=8, kv_heads=4, ffn=1024),
 }
 
 
@@ -101,12 +101,26 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def vm_hwm_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
+def _proc_status_bytes(key: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
+
+
+def vm_hwm_bytes() -> int:
+    return _proc_status_bytes("VmHWM")
+
+
+def rss_file_bytes() -> int:
+    """Resident pages mapped from files (shared libraries' code and data): clean, shared with
+    other processes and reclaimable; how many the kernel maps depends on its page cache (a library
+    just written by pip sits in large folios mapped whole), not on training."""
+    return _proc_status_bytes("RssFile")
 
 
 def main(argv=None):
@@ -196,6 +210,7 @@ def main(argv=None):
         if i + 1 == a.steps:  # the training's peaks, before the final restore() and the digest
             steady["train"] = max(peak_rss_bytes(), steady.get("before", 0))
             steady["train_steady"] = vm_hwm_bytes() if steady.get("reset") else None
+            steady["rss_file"] = rss_file_bytes()
             if cuda:
                 steady["cuda_steady"] = torch.cuda.max_memory_allocated()
 
@@ -218,6 +233,7 @@ def main(argv=None):
                steady_peak_rss_bytes=vm_hwm_bytes() if steady.get("reset") else None,
                train_peak_rss_bytes=steady.get("train"),
                train_steady_peak_rss_bytes=steady.get("train_steady"),
+               train_rss_file_bytes=steady.get("rss_file"),
                steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
                                                             times[a.steady_after:])])
     if cuda:

@@ -65,7 +65,7 @@ static int eng_init(struct eng *e) {
         } else if (f & SV_GLOBAL) {
             s->state = ST_GPU;
             e->gpu_used += v->bytes[t];
-            lru_touch(e, (uint32_t)t);
+            sim_eng_lru_touch(e, (uint32_t)t);
         } else {
             s->state = ST_DEAD;
         }
@@ -116,7 +116,7 @@ static struct event next_event(const struct eng *e) {
         double w = 0.0;
         for (int q = 0; q < NQ; q++) {
             uint32_t id = e->qhead[q];
-            if (id != NONE32 && (path_mask[e->xf[id].path] & (1u << TIO_SIM_SSD_WRITE))) {
+            if (id != NONE32 && (sim_eng_path_mask[e->xf[id].path] & (1u << TIO_SIM_SSD_WRITE))) {
                 w += e->xf[id].rate;
             }
         }
@@ -151,7 +151,7 @@ static int process_events(struct eng *e, const struct event *ev) {
         while (id != NONE32 && e->xf[id].rate > 0.0 &&
                e->xf[id].remaining <= e->xf[id].rate * eps + 1e-6) {
             struct xfer *x = &e->xf[id];
-            q_remove(e, id);
+            sim_eng_q_remove(e, id);
             x->in_lat = 1;
             x->rate = 0.0;
             x->t_lat_done = e->t + x->latency;
@@ -166,7 +166,7 @@ static int process_events(struct eng *e, const struct event *ev) {
         uint32_t id = e->lat[i];
         if (e->xf[id].t_lat_done <= e->t + eps) {
             e->lat[i] = e->lat[--e->n_lat];
-            rc = xfer_complete(e, id);
+            rc = sim_eng_xfer_complete(e, id);
             if (rc < 0) {
                 return rc;
             }
@@ -178,11 +178,11 @@ static int process_events(struct eng *e, const struct event *ev) {
         e->in_cpu = 0;
     }
     if (e->running && !e->in_cpu && e->t_end <= e->t + eps) {
-        rc = end_kernel(e);
+        rc = sim_eng_end_kernel(e);
         if (rc < 0) {
             return rc;
         }
-        rc = mq_grant(e);
+        rc = sim_eng_mq_grant(e);
         if (rc < 0) {
             return rc;
         }
@@ -251,7 +251,7 @@ static int group_stuck(struct eng_group *grp) {
                       "memory, gpu %llu / %llu",
                       (unsigned long long)e->g, e->n_active, e->n_lat, e->mq_len,
                       (unsigned long long)e->gpu_used, (unsigned long long)e->v->capacity);
-        set_oom(e, 0);
+        sim_eng_set_oom(e, 0);
         return 0;
     }
     for (size_t i = 0; i < grp->n; i++) {
@@ -289,9 +289,9 @@ static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
                 continue;
             }
             active = 1;
-            pipe_receive(e);
+            sim_eng_pipe_receive(e);
             if (!e->running) {
-                int rc = try_start(e);
+                int rc = sim_eng_try_start(e);
                 if (rc < 0) {
                     return rc;
                 }
@@ -320,7 +320,7 @@ static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
             if (e->g >= e->total) {
                 continue;
             }
-            allocate_rates(e);
+            sim_eng_allocate_rates(e);
             evs[i] = next_event(e);
             t = TIO_MIN(t, evs[i].t);
         }
@@ -332,7 +332,7 @@ static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
             if (e->g >= e->total) {
                 continue;
             }
-            int rc = advance(e, t);
+            int rc = sim_eng_advance(e, t);
             if (rc < 0) {
                 return rc;
             }

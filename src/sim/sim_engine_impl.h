@@ -1,5 +1,10 @@
 /*
- * The discrete-event engine: one compute stream, four transfer channels shared by a fluid,
+ * Private state of the simulator's discrete-event engine, shared by its parts, read in this
+ * order: sim_engine.c (the loop: init, the next event, handling it, coupled stages),
+ * sim_engine_kernel.c (the compute stream), sim_engine_xfer.c (transfers and queues),
+ * sim_engine_rates.c (bandwidth and the clock).
+ *
+ * The engine: one compute stream, four transfer channels shared by a fluid,
  * priority-ordered allocation of bandwidth (docs/simulator.md).
  *
  * Transfers are grouped into path classes (a fixed set of channels, e.g. GPU->SSD uses the SSD
@@ -29,7 +34,7 @@ enum { ST_DEAD = 0, ST_GPU, ST_OFFLOADING, ST_OFF, ST_PREFETCHING, ST_QUEUED };
 
 /* Path classes and their channel masks. */
 enum { P_D2H = 0, P_H2D, P_GPU_SSD, P_SSD_GPU, P_HOST_SSD, P_SSD_HOST };
-extern const uint32_t path_mask[NPATH];
+extern const uint32_t sim_eng_path_mask[NPATH];
 
 struct xfer {
     uint32_t tensor;
@@ -143,29 +148,54 @@ struct eng_group {
     size_t n_links;
 };
 
-/* sim_engine_xfer.c */
-void q_remove(struct eng *e, uint32_t id);
-void lru_remove(struct eng *e, uint32_t t);
-void lru_touch(struct eng *e, uint32_t t);
-void note_gpu(struct eng *e);
-void note_host(struct eng *e);
-int xfer_start(
+/* ---- sim_engine_xfer.c: transfers, the FIFOs of the path classes, the LRU list ---- */
+
+/* Unlink transfer id from its FIFO. */
+void sim_eng_q_remove(struct eng *e, uint32_t id);
+/* Take t off the LRU list (no-op when it is not on it). */
+void sim_eng_lru_remove(struct eng *e, uint32_t t);
+/* Move t to the most-recently-used end (no-op unless the view evicts on demand). */
+void sim_eng_lru_touch(struct eng *e, uint32_t t);
+/* Record the GPU / host peak while measuring. */
+void sim_eng_note_gpu(struct eng *e);
+void sim_eng_note_host(struct eng *e);
+/* Start moving tensor t along path class `path` (P_*). Returns 0 or TIO_ENOMEM. */
+int sim_eng_xfer_start(
     struct eng *e, uint32_t t, int path, int from, int to, int urgent, uint64_t deadline_g);
-void promote(struct eng *e, uint32_t id);
-int fetch(struct eng *e, uint32_t t, int urgent, uint64_t deadline_g);
-void mq_front(struct eng *e, uint32_t t);
-int mq_grant(struct eng *e);
-int offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uint64_t deadline_g);
-int xfer_complete(struct eng *e, uint32_t id);
+/* Make a queued, not yet transferring, transfer urgent. */
+void sim_eng_promote(struct eng *e, uint32_t id);
+/* Prefetch t (ST_OFF) if GPU memory allows, else queue it for memory. Returns 0 or < 0. */
+int sim_eng_fetch(struct eng *e, uint32_t t, int urgent, uint64_t deadline_g);
+/* Move queued tensor t to the front of the memory queue. */
+void sim_eng_mq_front(struct eng *e, uint32_t t);
+/* Give freed GPU memory to queued prefetches, in order. Returns 0 or < 0. */
+int sim_eng_mq_grant(struct eng *e);
+/* Offload t (ST_GPU) to tier `to`; clean: drop it without writing if an identical copy is
+ * stored. Returns 0 or < 0. */
+int sim_eng_offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uint64_t deadline_g);
+/* Transfer id's bytes and latency are done: update the tensor, free the record, grant memory.
+ * Returns 0 or < 0. */
+int sim_eng_xfer_complete(struct eng *e, uint32_t id);
 
-/* sim_engine_rates.c */
-void allocate_rates(struct eng *e);
-int advance(struct eng *e, double t1);
+/* ---- sim_engine_rates.c: bandwidth, the clock, the bandwidth bins ---- */
 
-/* sim_engine_kernel.c */
-void set_oom(struct eng *e, uint64_t need);
-void pipe_receive(struct eng *e);
-int try_start(struct eng *e);
-int end_kernel(struct eng *e);
+/* Give bandwidth to the heads of the FIFOs, urgent first, then by issue order. */
+void sim_eng_allocate_rates(struct eng *e);
+/* Move the clock to t1, moving bytes at the current rates (and recording them while
+ * measuring). Returns 0 or TIO_ENOMEM. */
+int sim_eng_advance(struct eng *e, double t1);
+
+/* ---- sim_engine_kernel.c: the compute stream ---- */
+
+/* Kernel e->g cannot get `need` bytes: record a GPU OOM. */
+void sim_eng_set_oom(struct eng *e, uint64_t need);
+/* A receive kernel whose message has been sent gets its end time (no-op otherwise). */
+void sim_eng_pipe_receive(struct eng *e);
+/* Issue the moves of kernel e->g and start it if its tensors are in place and memory allows.
+ * Returns < 0 on error, else 0 (e->running tells whether it started, e->oom whether it never
+ * can). */
+int sim_eng_try_start(struct eng *e);
+/* The running kernel has ended: free the tensors it used last, go to the next kernel. */
+int sim_eng_end_kernel(struct eng *e);
 
 #endif

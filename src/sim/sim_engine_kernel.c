@@ -41,7 +41,7 @@ static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
         }
         if (m->to == TIO_TIER_GPU) {
             if (s->state == ST_OFF) {
-                rc = fetch(e, t, urgent, dl);
+                rc = sim_eng_fetch(e, t, urgent, dl);
             } else if (s->state == ST_OFFLOADING) {
                 s->keep = 1; /* still on the GPU: cancel the free instead of fetching back */
                 if (e->measuring) {
@@ -52,7 +52,7 @@ static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
             }
         } else if (m->from == TIO_TIER_GPU) {
             if (s->state == ST_GPU) {
-                rc = offload(e, t, m->to, (m->flags & TIO_MOVE_CLEAN) != 0, urgent, dl);
+                rc = sim_eng_offload(e, t, m->to, (m->flags & TIO_MOVE_CLEAN) != 0, urgent, dl);
             } else if (s->state == ST_OFFLOADING && s->keep) {
                 rekeep_offload(e, t, m);
             } else if (e->measuring) {
@@ -60,8 +60,8 @@ static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
             }
         } else { /* host <-> ssd */
             if (s->state == ST_OFF && s->tier == m->from) {
-                rc = xfer_start(e, t, m->to == TIO_TIER_SSD ? P_HOST_SSD : P_SSD_HOST, m->from,
-                                m->to, urgent, dl);
+                rc = sim_eng_xfer_start(e, t, m->to == TIO_TIER_SSD ? P_HOST_SSD : P_SSD_HOST,
+                                        m->from, m->to, urgent, dl);
             } else if (e->measuring) {
                 e->sim->r.n_moves_skipped++;
             }
@@ -91,7 +91,7 @@ static int lru_evict(struct eng *e, uint64_t need) {
                 e->sim->r.n_demand_evictions++;
                 e->sim->r.demand_evicted_bytes += b;
             }
-            int rc = offload(e, t, to, 1, 1, UINT64_MAX);
+            int rc = sim_eng_offload(e, t, to, 1, 1, UINT64_MAX);
             if (rc < 0) {
                 return rc;
             }
@@ -101,7 +101,7 @@ static int lru_evict(struct eng *e, uint64_t need) {
     return 0;
 }
 
-void set_oom(struct eng *e, uint64_t need) {
+void sim_eng_set_oom(struct eng *e, uint64_t need) {
     e->oom = TIO_SIM_OOM_GPU;
     e->oom_kernel = e->g % e->N;
     e->oom_iter = (uint32_t)(e->g / e->N);
@@ -113,7 +113,7 @@ void set_oom(struct eng *e, uint64_t need) {
  * receive ends at max(its start + the send kernel's duration, the send's end) (the rule of the
  * trace generator's 1F1B replay, docs/model.md). Until then its end is unknown (infinite).
  */
-void pipe_receive(struct eng *e) {
+void sim_eng_pipe_receive(struct eng *e) {
     if (!e->recv_pending) {
         return;
     }
@@ -146,7 +146,7 @@ static int pipe_send(struct eng *e, uint64_t k) {
 }
 
 /* Try to start kernel g. Returns <0 error, else 0 (e->running tells whether it started). */
-int try_start(struct eng *e) {
+int sim_eng_try_start(struct eng *e) {
     const struct sim_view *v = e->v;
     uint64_t k = e->g % e->N;
     uint64_t iter_base = e->g - k;
@@ -172,8 +172,8 @@ int try_start(struct eng *e) {
                 e->measuring = 1;
                 e->t0 = e->t;
                 e->cache_level_meas = e->cache_level;
-                note_gpu(e);
-                note_host(e);
+                sim_eng_note_gpu(e);
+                sim_eng_note_host(e);
             }
         }
         e->issued_g = e->g;
@@ -203,11 +203,11 @@ int try_start(struct eng *e) {
                 s->keep = 1;
                 break;
             case ST_PREFETCHING:
-                promote(e, s->xfer);
+                sim_eng_promote(e, s->xfer);
                 wait_data = 1;
                 break;
             case ST_QUEUED:
-                mq_front(e, t);
+                sim_eng_mq_front(e, t);
                 queued += v->bytes[t];
                 wait_data = 1;
                 break;
@@ -220,7 +220,7 @@ int try_start(struct eng *e) {
                     e->sim->r.n_demand_fetches++;
                 }
                 {
-                    int rc = fetch(e, t, 1, e->g);
+                    int rc = sim_eng_fetch(e, t, 1, e->g);
                     if (rc < 0) {
                         return rc;
                     }
@@ -241,7 +241,7 @@ int try_start(struct eng *e) {
         if (rc < 0) {
             return rc;
         }
-        rc = mq_grant(e); /* clean evictions free memory at once */
+        rc = sim_eng_mq_grant(e); /* clean evictions free memory at once */
         if (rc < 0) {
             return rc;
         }
@@ -257,21 +257,21 @@ int try_start(struct eng *e) {
     }
     if (e->gpu_used + need > v->capacity) {
         if (e->offload_inflight == 0 && e->n_active == 0) {
-            set_oom(e, need);
+            sim_eng_set_oom(e, need);
             return 0;
         }
         /* without eviction only an offload can free memory; with it, a prefetch in flight
          * will land and become evictable */
         if (e->offload_inflight == 0 && !wait_data && !(v->lru || v->demand_evict)) {
-            set_oom(e, need);
+            sim_eng_set_oom(e, need);
             return 0;
         }
         e->stall_kind = wait_data ? 1 : 2;
-        return mq_grant(e);
+        return sim_eng_mq_grant(e);
     }
     if (wait_data) {
         e->stall_kind = 1;
-        return mq_grant(e); /* a needed fetch moved to the front may fit now */
+        return sim_eng_mq_grant(e); /* a needed fetch moved to the front may fit now */
     }
     /* start: allocate the tensors it creates */
     if (!v->skip_uses[k]) {
@@ -293,10 +293,10 @@ int try_start(struct eng *e) {
             if (v->use_mode[u] & TIO_USE_WRITE) {
                 s->valid[TIO_TIER_HOST] = s->valid[TIO_TIER_SSD] = 0;
             }
-            lru_touch(e, t);
+            sim_eng_lru_touch(e, t);
         }
     }
-    note_gpu(e);
+    sim_eng_note_gpu(e);
     double stall = e->t - e->t_ready;
     if (e->measuring) {
         struct tio_sim_result *r = &e->sim->r;
@@ -316,17 +316,17 @@ int try_start(struct eng *e) {
     e->t_cpu_end = e->t + v->cpu_s[k];
     e->t_end = e->t_cpu_end + v->dur_s[k];
     if (v->p2p && v->p2p[k] == SIM_P2P_RECV) {
-        /* ends when its message has arrived: pipe_receive() sets the end */
+        /* ends when its message has arrived: sim_eng_pipe_receive() sets the end */
         e->recv_pending = 1;
         e->recv_link = v->p2p_link[k];
         e->recv_t0 = e->t_cpu_end;
         e->t_end = INFINITY;
-        pipe_receive(e);
+        sim_eng_pipe_receive(e);
     }
     return 0;
 }
 
-int end_kernel(struct eng *e) {
+int sim_eng_end_kernel(struct eng *e) {
     const struct sim_view *v = e->v;
     uint64_t k = e->g % e->N;
     if (v->p2p && v->p2p[k] == SIM_P2P_SEND) {
@@ -345,7 +345,7 @@ int end_kernel(struct eng *e) {
             if (s->state == ST_GPU) {
                 s->state = ST_DEAD;
                 e->gpu_used -= v->bytes[t];
-                lru_remove(e, t);
+                sim_eng_lru_remove(e, t);
             } else if (s->state == ST_OFFLOADING) {
                 s->dying = 1;
             }

@@ -7,7 +7,7 @@
 #include "common/common_impl.h"
 #include "sim/sim_engine_impl.h"
 
-const uint32_t path_mask[NPATH] = {
+const uint32_t sim_eng_path_mask[NPATH] = {
     [P_D2H] = 1u << TIO_SIM_PCIE_D2H,
     [P_H2D] = 1u << TIO_SIM_PCIE_H2D,
     [P_GPU_SSD] = (1u << TIO_SIM_SSD_WRITE) | (1u << TIO_SIM_PCIE_D2H),
@@ -17,7 +17,7 @@ const uint32_t path_mask[NPATH] = {
 };
 
 /* Bandwidth to the heads of the FIFOs, urgent first then by issue order. */
-void allocate_rates(struct eng *e) {
+void sim_eng_allocate_rates(struct eng *e) {
     uint32_t heads[NQ];
     int n = 0;
     for (int q = 0; q < NQ; q++) {
@@ -46,7 +46,7 @@ void allocate_rates(struct eng *e) {
     const uint32_t rd = 1u << TIO_SIM_SSD_READ, wr = 1u << TIO_SIM_SSD_WRITE;
     uint32_t ssd_dirs = 0;
     for (int i = 0; i < n; i++) {
-        ssd_dirs |= path_mask[e->xf[heads[i]].path] & (rd | wr);
+        ssd_dirs |= sim_eng_path_mask[e->xf[heads[i]].path] & (rd | wr);
     }
     double mix = ssd_dirs == (rd | wr) ? e->ssd_mix : 1.0;
     double ssd_time = 1.0;
@@ -55,7 +55,7 @@ void allocate_rates(struct eng *e) {
         double r = INFINITY;
         int ssd_c = -1;
         for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-            if (path_mask[x->path] & (1u << c)) {
+            if (sim_eng_path_mask[x->path] & (1u << c)) {
                 r = TIO_MIN(r, cap[c]);
                 if (c == TIO_SIM_SSD_READ || c == TIO_SIM_SSD_WRITE) {
                     ssd_c = c;
@@ -70,7 +70,7 @@ void allocate_rates(struct eng *e) {
         }
         x->rate = r;
         for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-            if (path_mask[x->path] & (1u << c)) {
+            if (sim_eng_path_mask[x->path] & (1u << c)) {
                 cap[c] -= r;
             }
         }
@@ -134,7 +134,7 @@ static int bins_add(struct eng *e, int c, double a, double b, double rate) {
 }
 
 /* Move time forward to t1, moving bytes at the current rates. */
-int advance(struct eng *e, double t1) {
+int sim_eng_advance(struct eng *e, double t1) {
     double dt = t1 - e->t;
     if (dt <= 0.0) {
         return 0;
@@ -149,7 +149,7 @@ int advance(struct eng *e, double t1) {
         if (x->rate > 0.0) {
             x->remaining -= x->rate * dt;
             for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
-                if (path_mask[x->path] & (1u << c)) {
+                if (sim_eng_path_mask[x->path] & (1u << c)) {
                     chan_rate[c] += x->rate;
                 }
             }

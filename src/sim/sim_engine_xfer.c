@@ -31,7 +31,7 @@ static void q_push(struct eng *e, uint32_t id) {
     e->qtail[q] = id;
 }
 
-void q_remove(struct eng *e, uint32_t id) {
+void sim_eng_q_remove(struct eng *e, uint32_t id) {
     struct xfer *x = &e->xf[id];
     int q = q_of(x);
     if (x->prev != NONE32) {
@@ -47,7 +47,7 @@ void q_remove(struct eng *e, uint32_t id) {
     x->next = x->prev = NONE32;
 }
 
-void lru_remove(struct eng *e, uint32_t t) {
+void sim_eng_lru_remove(struct eng *e, uint32_t t) {
     struct tstate *s = &e->ts[t];
     if (!s->in_lru) {
         return;
@@ -66,11 +66,11 @@ void lru_remove(struct eng *e, uint32_t t) {
 }
 
 /* Move t to the most-recently-used end. */
-void lru_touch(struct eng *e, uint32_t t) {
+void sim_eng_lru_touch(struct eng *e, uint32_t t) {
     if (!e->v->lru && !e->v->demand_evict) {
         return;
     }
-    lru_remove(e, t);
+    sim_eng_lru_remove(e, t);
     struct tstate *s = &e->ts[t];
     s->lnext = NONE32;
     s->lprev = e->lru_tail;
@@ -83,13 +83,13 @@ void lru_touch(struct eng *e, uint32_t t) {
     s->in_lru = 1;
 }
 
-void note_gpu(struct eng *e) {
+void sim_eng_note_gpu(struct eng *e) {
     if (e->measuring && e->gpu_used > e->sim->r.gpu_peak_bytes) {
         e->sim->r.gpu_peak_bytes = e->gpu_used;
     }
 }
 
-void note_host(struct eng *e) {
+void sim_eng_note_host(struct eng *e) {
     uint64_t h = e->host_used + e->v->host_static_bytes;
     if (e->measuring && h > e->sim->r.host_peak_bytes) {
         e->sim->r.host_peak_bytes = h;
@@ -113,7 +113,7 @@ static int xfer_new(struct eng *e, uint32_t *out) {
 }
 
 /* Start moving tensor t along `path`. */
-int xfer_start(
+int sim_eng_xfer_start(
     struct eng *e, uint32_t t, int path, int from, int to, int urgent, uint64_t deadline_g) {
     uint32_t id = 0;
     int rc = xfer_new(e, &id);
@@ -130,7 +130,7 @@ int xfer_start(
     x->seq = e->seq++;
     x->deadline_g = deadline_g;
     x->remaining = (double)e->v->bytes[t];
-    x->latency = (path_mask[path] & ((1u << TIO_SIM_SSD_READ) | (1u << TIO_SIM_SSD_WRITE)))
+    x->latency = (sim_eng_path_mask[path] & ((1u << TIO_SIM_SSD_READ) | (1u << TIO_SIM_SSD_WRITE)))
                      ? e->ssd_lat
                      : e->host_lat;
     x->t_issue = e->t;
@@ -144,12 +144,12 @@ int xfer_start(
     return 0;
 }
 
-void promote(struct eng *e, uint32_t id) {
+void sim_eng_promote(struct eng *e, uint32_t id) {
     struct xfer *x = &e->xf[id];
     if (x->urgent || x->in_lat) {
         return;
     }
-    q_remove(e, id);
+    sim_eng_q_remove(e, id);
     x->urgent = 1;
     q_push(e, id);
 }
@@ -159,14 +159,15 @@ static int path_to_gpu(int from) {
 }
 
 /* Allocate and start a prefetch of t (state ST_OFF) if memory allows; else queue it. */
-int fetch(struct eng *e, uint32_t t, int urgent, uint64_t deadline_g) {
+int sim_eng_fetch(struct eng *e, uint32_t t, int urgent, uint64_t deadline_g) {
     struct tstate *s = &e->ts[t];
     uint64_t b = e->v->bytes[t];
     if ((e->mq_len == 0 || urgent) && e->gpu_used + b <= e->v->capacity) {
         e->gpu_used += b;
-        note_gpu(e);
+        sim_eng_note_gpu(e);
         s->state = ST_PREFETCHING;
-        return xfer_start(e, t, path_to_gpu(s->tier), s->tier, TIO_TIER_GPU, urgent, deadline_g);
+        return sim_eng_xfer_start(e, t, path_to_gpu(s->tier), s->tier, TIO_TIER_GPU, urgent,
+                                  deadline_g);
     }
     if (tio_grow((void **)&e->mq, &e->mq_cap, e->mq_len + 1, sizeof *e->mq) < 0) {
         return TIO_ENOMEM;
@@ -190,7 +191,7 @@ int fetch(struct eng *e, uint32_t t, int urgent, uint64_t deadline_g) {
 }
 
 /* Move queued tensor t to the front of the memory queue. */
-void mq_front(struct eng *e, uint32_t t) {
+void sim_eng_mq_front(struct eng *e, uint32_t t) {
     for (size_t i = 0; i < e->mq_len; i++) {
         if (e->mq[e->mq_head + i] == t) {
             memmove(e->mq + e->mq_head + 1, e->mq + e->mq_head, i * sizeof *e->mq);
@@ -201,7 +202,7 @@ void mq_front(struct eng *e, uint32_t t) {
 }
 
 /* Give freed memory to queued prefetches, in order. */
-int mq_grant(struct eng *e) {
+int sim_eng_mq_grant(struct eng *e) {
     while (e->mq_len > 0) {
         uint32_t t = e->mq[e->mq_head];
         if (e->ts[t].state != ST_QUEUED) { /* reborn or dropped meanwhile */
@@ -216,10 +217,10 @@ int mq_grant(struct eng *e) {
         e->mq_head++;
         e->mq_len--;
         e->gpu_used += b;
-        note_gpu(e);
+        sim_eng_note_gpu(e);
         e->ts[t].state = ST_PREFETCHING;
-        int rc = xfer_start(e, t, path_to_gpu(e->ts[t].tier), e->ts[t].tier, TIO_TIER_GPU, 0,
-                            UINT64_MAX);
+        int rc = sim_eng_xfer_start(e, t, path_to_gpu(e->ts[t].tier), e->ts[t].tier, TIO_TIER_GPU,
+                                    0, UINT64_MAX);
         if (rc < 0) {
             return rc;
         }
@@ -228,10 +229,10 @@ int mq_grant(struct eng *e) {
 }
 
 /* Offload t (ST_GPU) to tier `to`. */
-int offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uint64_t deadline_g) {
+int sim_eng_offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uint64_t deadline_g) {
     struct tstate *s = &e->ts[t];
     uint64_t b = e->v->bytes[t];
-    lru_remove(e, t);
+    sim_eng_lru_remove(e, t);
     if (clean && s->valid[to]) {
         /* an identical copy is stored: drop the GPU copy without writing */
         s->state = ST_OFF;
@@ -245,13 +246,13 @@ int offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uint64_t d
     if (to == TIO_TIER_HOST) {
         s->host_bytes = b;
         e->host_used += b;
-        note_host(e);
+        sim_eng_note_host(e);
     }
     s->state = ST_OFFLOADING;
     s->keep = 0;
     e->offload_inflight += b;
-    return xfer_start(e, t, to == TIO_TIER_HOST ? P_D2H : P_GPU_SSD, TIO_TIER_GPU, to, urgent,
-                      deadline_g);
+    return sim_eng_xfer_start(e, t, to == TIO_TIER_HOST ? P_D2H : P_GPU_SSD, TIO_TIER_GPU, to,
+                              urgent, deadline_g);
 }
 
 static void xfer_free(struct eng *e, uint32_t id) {
@@ -260,7 +261,7 @@ static void xfer_free(struct eng *e, uint32_t id) {
 }
 
 /* A transfer's bytes and latency are done. */
-int xfer_complete(struct eng *e, uint32_t id) {
+int sim_eng_xfer_complete(struct eng *e, uint32_t id) {
     struct xfer *x = &e->xf[id];
     uint32_t t = x->tensor;
     struct tstate *s = &e->ts[t];
@@ -299,7 +300,7 @@ int xfer_complete(struct eng *e, uint32_t id) {
             e->host_used -= s->host_bytes;
             s->host_bytes = 0;
             s->valid[TIO_TIER_HOST] = 0;
-            lru_touch(e, t);
+            sim_eng_lru_touch(e, t);
         } else {
             s->state = ST_OFF;
             s->tier = x->to;
@@ -312,7 +313,7 @@ int xfer_complete(struct eng *e, uint32_t id) {
             s->host_bytes = 0;
             s->valid[TIO_TIER_HOST] = 0;
         }
-        lru_touch(e, t);
+        sim_eng_lru_touch(e, t);
     } else { /* host <-> ssd */
         s->tier = x->to;
         if (x->from == TIO_TIER_HOST) {
@@ -323,5 +324,5 @@ int xfer_complete(struct eng *e, uint32_t id) {
         s->valid[x->to] = 1;
     }
     xfer_free(e, id);
-    return mq_grant(e);
+    return sim_eng_mq_grant(e);
 }

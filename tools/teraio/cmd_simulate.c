@@ -58,24 +58,41 @@ static void usage(FILE *f) {
         "\n" TIO_CLI_EXIT_HELP);
 }
 
+/*
+ * The first lines of the human summary: where it ran out of memory (then the ideal time, and
+ * 1 is returned), else the iteration against the ideal and the throughput (0). pipeline: the
+ * result of coupled stages (the stage that ran out, the coupled makespan).
+ */
+static int print_outcome(const struct tio_sim_result *r, int pipeline) {
+    char a[32], b[32], stage[32] = "";
+    if (r->oom) {
+        if (pipeline) {
+            (void)snprintf(stage, sizeof stage, "stage %u, ", r->oom_stage);
+        }
+        (void)printf("OUT OF MEMORY     %s%s at kernel %llu (iteration %u): %s over\n", stage,
+                     r->oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
+                     (unsigned long long)r->oom_kernel, r->oom_iteration,
+                     tio_format_bytes(r->oom_bytes, a, sizeof a));
+        (void)printf("ideal             %s\n", tio_format_duration(r->ideal_s, a, sizeof a));
+        return 1;
+    }
+    (void)printf("iteration         %s%s (ideal %s, %.1f%% of ideal)\n",
+                 tio_format_duration(r->iteration_s, a, sizeof a),
+                 pipeline ? " coupled makespan" : "", tio_format_duration(r->ideal_s, b, sizeof b),
+                 100.0 * r->fraction_of_ideal);
+    if (r->tokens_per_s > 0) {
+        (void)printf("throughput        %.1f tokens/s\n", r->tokens_per_s);
+    }
+    return 0;
+}
+
 static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
     struct tio_sim_result r;
     tio_sim_get_result(sim, &r);
     char a[32], b[32], c[32], d[32];
     (void)printf("policy            %s on %s\n", tio_sim_policy(sim), hw->name);
-    if (r.oom) {
-        (void)printf("OUT OF MEMORY     %s at kernel %llu (iteration %u): %s over\n",
-                     r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
-                     (unsigned long long)r.oom_kernel, r.oom_iteration,
-                     tio_format_bytes(r.oom_bytes, a, sizeof a));
-        (void)printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+    if (print_outcome(&r, 0)) {
         return;
-    }
-    (void)printf("iteration         %s (ideal %s, %.1f%% of ideal)\n",
-                 tio_format_duration(r.iteration_s, a, sizeof a),
-                 tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
-    if (r.tokens_per_s > 0) {
-        (void)printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
     }
     (void)printf("stalls            %s (data %s, memory %s, host CPU %s)\n",
                  tio_format_duration(r.stall_s, a, sizeof a),
@@ -281,19 +298,8 @@ static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const st
     char a[32], b[32], c[32], d[32];
     (void)printf("pipeline          %zu stages, %s on %s (each stage its own GPU)\n", n,
                  tio_sim_policy(sims[0]), hw->name);
-    if (r.oom) {
-        (void)printf("OUT OF MEMORY     stage %u, %s at kernel %llu (iteration %u): %s over\n",
-                     r.oom_stage, r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
-                     (unsigned long long)r.oom_kernel, r.oom_iteration,
-                     tio_format_bytes(r.oom_bytes, a, sizeof a));
-        (void)printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+    if (print_outcome(&r, 1)) {
         return;
-    }
-    (void)printf("iteration         %s coupled makespan (ideal %s, %.1f%% of ideal)\n",
-                 tio_format_duration(r.iteration_s, a, sizeof a),
-                 tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
-    if (r.tokens_per_s > 0) {
-        (void)printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
     }
     for (size_t i = 0; i < n; i++) {
         tio_sim_get_result(sims[i], &r);

@@ -145,156 +145,147 @@ static int pipe_send(struct eng *e, uint64_t k) {
     return 0;
 }
 
-/* Try to start kernel g. Returns <0 error, else 0 (e->running tells whether it started). */
-int sim_eng_try_start(struct eng *e) {
+/* Coupled stages: an iteration starts when every stage has finished the previous one. Returns 1
+ * while kernel 0 of e's next iteration must wait for them. */
+static int wait_barrier(struct eng *e) {
+    uint64_t it = e->g / e->N;
+    for (size_t i = 0; i < e->grp->n; i++) {
+        const struct eng *o = &e->grp->e[i];
+        if (o->N > 0 && o->g / o->N < it) {
+            e->at_barrier = 1;
+            return 1;
+        }
+    }
+    if (e->at_barrier) { /* the wait lies between iterations: not a stall of kernel 0 */
+        e->at_barrier = 0;
+        e->t_ready = e->t;
+    }
+    return 0;
+}
+
+/* Once per kernel g: start measuring at the measured iteration, issue the moves it triggers. */
+static int begin_kernel(struct eng *e, uint64_t k) {
+    if (e->issued_g == e->g) {
+        return 0;
+    }
+    if (k == 0) {
+        e->move_pos = 0;
+        if (e->g == e->g0) {
+            e->measuring = 1;
+            e->t0 = e->t;
+            e->cache_level_meas = e->cache_level;
+            sim_eng_note_gpu(e);
+            sim_eng_note_host(e);
+        }
+    }
+    e->issued_g = e->g;
+    return issue_moves(e, k, e->g - k);
+}
+
+/* What kernel k needs before it can start: the bytes of the tensors it creates (*births) and of
+ * those queued for memory (*queued); *wait_data = 1 when a tensor is not on the GPU yet (its
+ * fetch is promoted, moved to the front of the queue or started on demand). */
+static int
+claim_uses(struct eng *e, uint64_t k, uint64_t *births, uint64_t *queued, int *wait_data) {
     const struct sim_view *v = e->v;
-    uint64_t k = e->g % e->N;
-    uint64_t iter_base = e->g - k;
-    if (k == 0 && e->grp->n > 1 && e->g > 0) {
-        /* coupled stages: an iteration starts when every stage has finished the previous one */
-        uint64_t it = e->g / e->N;
-        for (size_t i = 0; i < e->grp->n; i++) {
-            const struct eng *o = &e->grp->e[i];
-            if (o->N > 0 && o->g / o->N < it) {
-                e->at_barrier = 1;
-                return 0;
-            }
-        }
-        if (e->at_barrier) { /* the wait lies between iterations: not a stall of kernel 0 */
-            e->at_barrier = 0;
-            e->t_ready = e->t;
-        }
-    }
-    if (e->issued_g != e->g) {
-        if (k == 0) {
-            e->move_pos = 0;
-            if (e->g == e->g0) {
-                e->measuring = 1;
-                e->t0 = e->t;
-                e->cache_level_meas = e->cache_level;
-                sim_eng_note_gpu(e);
-                sim_eng_note_host(e);
-            }
-        }
-        e->issued_g = e->g;
-        int rc = issue_moves(e, k, iter_base);
-        if (rc < 0) {
-            return rc;
-        }
-    }
-    uint64_t births = 0, queued = 0;
-    int wait_data = 0;
     uint64_t stamp = e->g + 1;
-    if (!v->skip_uses[k]) {
+    if (v->skip_uses[k]) {
+        return 0;
+    }
+    for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
+        uint32_t t = v->use_tensor[u];
+        if (v->tflags[t] & SV_EXTERNAL) {
+            continue;
+        }
+        struct tstate *s = &e->ts[t];
+        s->stamp = stamp;
+        switch (s->state) {
+        case ST_DEAD:
+            *births += v->bytes[t];
+            break;
+        case ST_OFFLOADING:
+            s->keep = 1;
+            break;
+        case ST_PREFETCHING:
+            sim_eng_promote(e, s->xfer);
+            *wait_data = 1;
+            break;
+        case ST_QUEUED:
+            sim_eng_mq_front(e, t);
+            *queued += v->bytes[t];
+            *wait_data = 1;
+            break;
+        case ST_OFF: {
+            if (v->tflags[t] & SV_FRESH) {
+                *births += v->bytes[t]; /* re-created by this use: no need to fetch it */
+                break;
+            }
+            if (e->measuring) {
+                e->sim->r.n_demand_fetches++;
+            }
+            int rc = sim_eng_fetch(e, t, 1, e->g);
+            if (rc < 0) {
+                return rc;
+            }
+            if (s->state == ST_QUEUED) {
+                *queued += v->bytes[t];
+            }
+            *wait_data = 1;
+            break;
+        }
+        default: /* ST_GPU: in place */
+            break;
+        }
+    }
+    return 0;
+}
+
+/* With eviction on demand: evict idle tensors until kernel k's *need bytes fit; *need is
+ * recounted when the queued fetches may have started meanwhile. */
+static int make_room(struct eng *e, uint64_t k, uint64_t births, uint64_t queued, uint64_t *need) {
+    const struct sim_view *v = e->v;
+    int rc = lru_evict(e, *need);
+    if (rc < 0) {
+        return rc;
+    }
+    rc = sim_eng_mq_grant(e); /* clean evictions free memory at once */
+    if (rc < 0) {
+        return rc;
+    }
+    if (queued && e->gpu_used + births <= v->capacity) {
+        *need = births;
         for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
             uint32_t t = v->use_tensor[u];
-            if (v->tflags[t] & SV_EXTERNAL) {
-                continue;
-            }
-            struct tstate *s = &e->ts[t];
-            s->stamp = stamp;
-            switch (s->state) {
-            case ST_DEAD:
-                births += v->bytes[t];
-                break;
-            case ST_GPU:
-                break;
-            case ST_OFFLOADING:
-                s->keep = 1;
-                break;
-            case ST_PREFETCHING:
-                sim_eng_promote(e, s->xfer);
-                wait_data = 1;
-                break;
-            case ST_QUEUED:
-                sim_eng_mq_front(e, t);
-                queued += v->bytes[t];
-                wait_data = 1;
-                break;
-            case ST_OFF:
-                if (v->tflags[t] & SV_FRESH) {
-                    births += v->bytes[t]; /* re-created by this use: no need to fetch it */
-                    break;
-                }
-                if (e->measuring) {
-                    e->sim->r.n_demand_fetches++;
-                }
-                {
-                    int rc = sim_eng_fetch(e, t, 1, e->g);
-                    if (rc < 0) {
-                        return rc;
-                    }
-                }
-                if (s->state == ST_QUEUED) {
-                    queued += v->bytes[t];
-                }
-                wait_data = 1;
-                break;
-            default:
-                break;
+            if (!(v->tflags[t] & SV_EXTERNAL) && e->ts[t].state == ST_QUEUED) {
+                *need += v->bytes[t];
             }
         }
     }
-    uint64_t need = births + queued;
-    if (e->gpu_used + need > v->capacity && (v->lru || v->demand_evict)) {
-        int rc = lru_evict(e, need);
-        if (rc < 0) {
-            return rc;
+    return 0;
+}
+
+/* Kernel k starts: allocate the tensors it creates, record its stall, set its end. */
+static void start_kernel(struct eng *e, uint64_t k) {
+    const struct sim_view *v = e->v;
+    for (uint64_t u = v->use_offset[k]; !v->skip_uses[k] && u < v->use_offset[k + 1]; u++) {
+        uint32_t t = v->use_tensor[u];
+        if (v->tflags[t] & SV_EXTERNAL) {
+            continue;
         }
-        rc = sim_eng_mq_grant(e); /* clean evictions free memory at once */
-        if (rc < 0) {
-            return rc;
-        }
-        if (queued && e->gpu_used + births <= v->capacity) {
-            need = births; /* the queued fetches may have started meanwhile */
-            for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
-                uint32_t t = v->use_tensor[u];
-                if (!(v->tflags[t] & SV_EXTERNAL) && e->ts[t].state == ST_QUEUED) {
-                    need += v->bytes[t];
-                }
+        struct tstate *s = &e->ts[t];
+        if (s->state == ST_DEAD || (s->state == ST_OFF && (v->tflags[t] & SV_FRESH))) {
+            if (s->state == ST_OFF) {
+                e->host_used -= s->host_bytes;
+                s->host_bytes = 0;
             }
+            s->state = ST_GPU;
+            e->gpu_used += v->bytes[t];
+            memset(s->valid, 0, sizeof s->valid);
         }
-    }
-    if (e->gpu_used + need > v->capacity) {
-        if (e->offload_inflight == 0 && e->n_active == 0) {
-            sim_eng_set_oom(e, need);
-            return 0;
+        if (v->use_mode[u] & TIO_USE_WRITE) {
+            s->valid[TIO_TIER_HOST] = s->valid[TIO_TIER_SSD] = 0;
         }
-        /* without eviction only an offload can free memory; with it, a prefetch in flight
-         * will land and become evictable */
-        if (e->offload_inflight == 0 && !wait_data && !(v->lru || v->demand_evict)) {
-            sim_eng_set_oom(e, need);
-            return 0;
-        }
-        e->stall_kind = wait_data ? 1 : 2;
-        return sim_eng_mq_grant(e);
-    }
-    if (wait_data) {
-        e->stall_kind = 1;
-        return sim_eng_mq_grant(e); /* a needed fetch moved to the front may fit now */
-    }
-    /* start: allocate the tensors it creates */
-    if (!v->skip_uses[k]) {
-        for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
-            uint32_t t = v->use_tensor[u];
-            if (v->tflags[t] & SV_EXTERNAL) {
-                continue;
-            }
-            struct tstate *s = &e->ts[t];
-            if (s->state == ST_DEAD || (s->state == ST_OFF && (v->tflags[t] & SV_FRESH))) {
-                if (s->state == ST_OFF) {
-                    e->host_used -= s->host_bytes;
-                    s->host_bytes = 0;
-                }
-                s->state = ST_GPU;
-                e->gpu_used += v->bytes[t];
-                memset(s->valid, 0, sizeof s->valid);
-            }
-            if (v->use_mode[u] & TIO_USE_WRITE) {
-                s->valid[TIO_TIER_HOST] = s->valid[TIO_TIER_SSD] = 0;
-            }
-            sim_eng_lru_touch(e, t);
-        }
+        sim_eng_lru_touch(e, t);
     }
     sim_eng_note_gpu(e);
     double stall = e->t - e->t_ready;
@@ -323,6 +314,49 @@ int sim_eng_try_start(struct eng *e) {
         e->t_end = INFINITY;
         sim_eng_pipe_receive(e);
     }
+}
+
+/* Try to start kernel g. Returns <0 error, else 0 (e->running tells whether it started). */
+int sim_eng_try_start(struct eng *e) {
+    const struct sim_view *v = e->v;
+    uint64_t k = e->g % e->N;
+    if (k == 0 && e->grp->n > 1 && e->g > 0 && wait_barrier(e)) {
+        return 0;
+    }
+    int rc = begin_kernel(e, k);
+    if (rc < 0) {
+        return rc;
+    }
+    uint64_t births = 0, queued = 0;
+    int wait_data = 0;
+    rc = claim_uses(e, k, &births, &queued, &wait_data);
+    if (rc < 0) {
+        return rc;
+    }
+    uint64_t need = births + queued;
+    int evicts = v->lru || v->demand_evict;
+    if (e->gpu_used + need > v->capacity && evicts) {
+        rc = make_room(e, k, births, queued, &need);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    if (e->gpu_used + need > v->capacity) {
+        /* nothing in flight can free memory; without eviction only an offload can, with it a
+         * prefetch in flight will land and become evictable */
+        if ((e->offload_inflight == 0 && e->n_active == 0) ||
+            (e->offload_inflight == 0 && !wait_data && !evicts)) {
+            sim_eng_set_oom(e, need);
+            return 0;
+        }
+        e->stall_kind = wait_data ? 1 : 2;
+        return sim_eng_mq_grant(e);
+    }
+    if (wait_data) {
+        e->stall_kind = 1;
+        return sim_eng_mq_grant(e); /* a needed fetch moved to the front may fit now */
+    }
+    start_kernel(e, k);
     return 0;
 }
 

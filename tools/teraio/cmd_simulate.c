@@ -263,7 +263,7 @@ int cli_cmd_simulate(int argc, char **argv) {
             tio_plan_get_summary(plan, &ps);
             sp.capacity_bytes = ps.capacity_bytes;
         }
-        rc = cli_sim_plan(tr, &hw, plan, &sp, &sim);
+        rc = tio_sim_run_plan(tr, &hw, plan, &sp, &sim);
         tio_plan_free(plan);
     } else {
         rc = cli_sim_policy(tr, &hw, policy, min_tensor, &sp, &sim);

@@ -719,9 +719,10 @@ int tio_plan_load(const char *path, int32_t format, struct tio_plan **out) {
     rc = tio_input_read(&in, 0, head, nh);
     int binary = format == TIO_PLAN_FORMAT_BINARY ||
                  (format == TIO_PLAN_FORMAT_AUTO && nh >= 8 && memcmp(head, PLAN_MAGIC, 8) == 0);
-    if (rc == 0 && binary && nh == sizeof head) {
+    if (rc == 0 && binary && nh >= PLAN_HEADER_V1) {
         uint64_t n = get64(head + 32);
-        if (n > TIO_PLAN_MAX_MOVES || PLAN_HEADER + n * PLAN_RECORD + 4 != in.size) {
+        uint64_t hdr = get32(head + 8) == 1 ? PLAN_HEADER_V1 : PLAN_HEADER;
+        if (n > TIO_PLAN_MAX_MOVES || hdr + n * PLAN_RECORD + 4 != in.size) {
             rc = tio_set_error(TIO_EFORMAT,
                                "plan: '%s': n_moves %llu in the header does not match the file "
                                "size %llu (limit %llu moves)",

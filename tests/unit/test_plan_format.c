@@ -523,16 +523,24 @@ TIO_TEST(binary_version1_loads) {
         for (int i = 0; i < 4; i++) {
             raw[len - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
         }
-        struct tio_plan *q = NULL;
+        FILE *f = fopen(bin, "wb");
+        CHECK(f && fwrite(raw, 1, len, f) == len);
+        CHECK(f && fclose(f) == 0);
+        struct tio_plan *q = NULL, *r = NULL;
         if (with_moves) {
             CHECK_OK(tio_plan_load_mem(raw, len, TIO_PLAN_FORMAT_AUTO, &q));
             CHECK(q && same_plans(p, q));
             CHECK_EQ_I(tio_plan_execution(q), TIO_PLAN_EXEC_MOVES);
+            CHECK_OK(tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &r)); /* the file's size check */
+            CHECK(r && same_plans(p, r));
         } else {
             CHECK_RC(tio_plan_load_mem(raw, len, TIO_PLAN_FORMAT_AUTO, &q), TIO_EFORMAT);
             CHECK_ERR_HAS("no \"execution\"");
+            CHECK_RC(tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &r), TIO_EFORMAT);
+            CHECK_ERR_HAS("no \"execution\"");
         }
         tio_plan_free(q);
+        tio_plan_free(r);
         free(raw);
         tio_plan_free(p);
     }

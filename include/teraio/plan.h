@@ -77,6 +77,23 @@ enum tio_plan_format {
 
 struct tio_plan;
 
+/*
+ * How a plan is carried out (tio_plan_execution): by its moves, or as a baseline whose behaviour
+ * the simulator models. A baseline's plan holds no moves, only the unplanned memory summary.
+ * The simulator dispatches on this value, never on the plan's policy name (which is a label:
+ * a renamed baseline still simulates as its execution, a plan named like a baseline as its
+ * moves). Stored in plan files as "execution" (docs/planner.md, "Plan format").
+ */
+enum tio_plan_exec {
+    TIO_PLAN_EXEC_MOVES = 0,         /* "moves": the plan's moves (teraio, g10, hand-made) */
+    TIO_PLAN_EXEC_NONE = 1,          /* "none": no offloading (OOM if it does not fit) */
+    TIO_PLAN_EXEC_IDEAL = 2,         /* "ideal": unlimited GPU memory */
+    TIO_PLAN_EXEC_LRU = 3,           /* "lru": on-demand swapping */
+    TIO_PLAN_EXEC_ZERO_OFFLOAD = 4,  /* "zero-offload": DeepSpeed ZeRO-Offload model */
+    TIO_PLAN_EXEC_ZERO_INFINITY = 5, /* "zero-infinity": DeepSpeed ZeRO-Infinity model */
+    TIO_PLAN_EXEC_COUNT
+};
+
 struct tio_plan_params {
     const char *policy;        /* "teraio" (= teraio-mixed), "teraio-ssd", "teraio-mixed",
                                   "teraio-paper", "teraio-paper-ssd", "g10", "lru", "none",
@@ -113,7 +130,8 @@ TIO_API const char *tio_plan_policy_help(size_t i);
  * working set, i.e. its active bytes plus the idle bytes that can never move: names the kernel
  * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ESTATE (trace not finished), TIO_ENOMEM.
  * Policies "lru", "none", "ideal", "zero-offload" and "zero-infinity" are modelled by the
- * simulator: their plan holds no moves, only the policy name and the unplanned memory summary.
+ * simulator: their plan holds no moves, only its execution (the baseline, enum tio_plan_exec)
+ * and the unplanned memory summary.
  * Deterministic: the same inputs give the same moves (ties broken by tensor id, then start).
  */
 TIO_API TIO_MUST_CHECK int tio_plan_make(const struct tio_trace *trace,
@@ -128,6 +146,11 @@ tio_plan_new(uint64_t trace_hash, uint64_t n_kernels, const char *policy, struct
 TIO_API TIO_MUST_CHECK int tio_plan_add_move(struct tio_plan *plan, const struct tio_move *move);
 TIO_API TIO_MUST_CHECK int tio_plan_finish(struct tio_plan *plan);
 TIO_API void tio_plan_set_summary(struct tio_plan *plan, const struct tio_plan_summary *summary);
+/* tio_plan_set_execution: how the plan is carried out (enum tio_plan_exec; a new plan's is
+ * TIO_PLAN_EXEC_MOVES). Before tio_plan_finish, which refuses moves in a plan whose execution is
+ * a baseline (TIO_EPLAN). Returns 0, TIO_EINVAL (NULL plan, value out of range: names it) or
+ * TIO_ESTATE (finished plan). */
+TIO_API TIO_MUST_CHECK int tio_plan_set_execution(struct tio_plan *plan, int32_t exec);
 
 /* tio_plan_free: accepts NULL. */
 TIO_API void tio_plan_free(struct tio_plan *plan);
@@ -136,6 +159,12 @@ TIO_API void tio_plan_free(struct tio_plan *plan);
 TIO_API const struct tio_move *tio_plan_moves(const struct tio_plan *plan, size_t *n);
 TIO_API void tio_plan_get_summary(const struct tio_plan *plan, struct tio_plan_summary *out);
 TIO_API const char *tio_plan_policy(const struct tio_plan *plan);
+/* tio_plan_execution: enum tio_plan_exec (TIO_PLAN_EXEC_MOVES for NULL). */
+TIO_API int32_t tio_plan_execution(const struct tio_plan *plan);
+/* tio_plan_exec_name: "moves", "none", "ideal", "lru", "zero-offload", "zero-infinity" (the
+ * names plan files use); NULL out of range. tio_plan_exec_parse: the inverse, -1 if unknown. */
+TIO_API const char *tio_plan_exec_name(int32_t exec);
+TIO_API int32_t tio_plan_exec_parse(const char *name);
 TIO_API uint64_t tio_plan_trace_hash(const struct tio_plan *plan);
 TIO_API uint64_t tio_plan_kernel_count(const struct tio_plan *plan);
 

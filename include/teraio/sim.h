@@ -166,6 +166,19 @@ TIO_API TIO_MUST_CHECK int tio_sim_run(const struct tio_trace *trace,
                                        struct tio_sim **out);
 
 /*
+ * tio_sim_run_plan: simulate `plan` as its execution says (tio_plan_execution): its moves
+ * (reported under the plan's policy name), or the baseline it names (ideal, none, lru,
+ * zero-offload, zero-infinity), whatever the plan's policy name. params->policy and ->label are
+ * ignored. The caller checks that the plan is for `trace` (tio_plan_check_trace). Returns and
+ * errors as tio_sim_run; TIO_EINVAL for a NULL plan.
+ */
+TIO_API TIO_MUST_CHECK int tio_sim_run_plan(const struct tio_trace *trace,
+                                            const struct tio_hw *hw,
+                                            const struct tio_plan *plan,
+                                            const struct tio_sim_params *params,
+                                            struct tio_sim **out);
+
+/*
  * tio_sim_run_pipeline: simulate the n_stages stages of a pipeline together (docs/simulator.md,
  * "Pipeline stages"): traces[i] is stage i's trace (in stage order), moves[i] / n_moves[i] its
  * plan's moves (moves and n_moves may be NULL for a built-in policy), each stage on its own
@@ -199,7 +212,8 @@ TIO_API void tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result
 /* tio_sim_policy: the policy simulated ("plan" for a move list). Owned by the sim. */
 TIO_API const char *tio_sim_policy(const struct tio_sim *sim);
 
-/* tio_sim_policy_is_builtin: 1 if tio_sim_run can simulate `name` without moves. */
+/* tio_sim_policy_is_builtin: 1 if tio_sim_run can simulate `name` without moves (the name of a
+ * baseline execution, tio_plan_exec_name). */
 TIO_API int tio_sim_policy_is_builtin(const char *name);
 
 /* tio_sim_channel_name: "ssd_read", "ssd_write", "pcie_h2d", "pcie_d2h". */

@@ -8,32 +8,54 @@
 #include "common/common_impl.h"
 #include "plan/planner_impl.h"
 
-enum policy_kind {
-    POL_PASS = 0, /* modelled by the simulator: the plan carries no moves */
-    POL_TERAIO = 1
-};
-
+/* A policy: planned here (exec TIO_PLAN_EXEC_MOVES, with a planner variant) or a baseline the
+ * simulator models (its plan holds no moves, only the execution). */
 struct policy {
     const char *name;
-    enum policy_kind kind;
+    int32_t exec; /* enum tio_plan_exec */
     int variant;
     const char *help;
 };
 
 static const struct policy policies[] = {
-    { "teraio", POL_TERAIO, TIO_VAR_MIXED, "= teraio-mixed" },
-    { "teraio-mixed", POL_TERAIO, TIO_VAR_MIXED,
+    { "teraio", TIO_PLAN_EXEC_MOVES, TIO_VAR_MIXED, "= teraio-mixed" },
+    { "teraio-mixed", TIO_PLAN_EXEC_MOVES, TIO_VAR_MIXED,
       "improved Algorithm 1: SSD first, host memory within the cap" },
-    { "teraio-ssd", POL_TERAIO, TIO_VAR_SSD, "improved Algorithm 1, SSD only" },
-    { "teraio-paper", POL_TERAIO, TIO_VAR_PAPER, "Algorithm 1 exactly as printed" },
-    { "teraio-paper-ssd", POL_TERAIO, TIO_VAR_PAPER_SSD, "Algorithm 1 as printed, SSD only" },
-    { "g10", POL_TERAIO, TIO_VAR_G10, "G10: reducible area, no cost" },
-    { "lru", POL_PASS, 0, "on-demand swapping (simulator)" },
-    { "none", POL_PASS, 0, "no offloading (OOM if it does not fit)" },
-    { "ideal", POL_PASS, 0, "unlimited GPU memory" },
-    { "zero-offload", POL_PASS, 0, "DeepSpeed ZeRO-Offload model (simulator)" },
-    { "zero-infinity", POL_PASS, 0, "DeepSpeed ZeRO-Infinity model (simulator)" },
+    { "teraio-ssd", TIO_PLAN_EXEC_MOVES, TIO_VAR_SSD, "improved Algorithm 1, SSD only" },
+    { "teraio-paper", TIO_PLAN_EXEC_MOVES, TIO_VAR_PAPER, "Algorithm 1 exactly as printed" },
+    { "teraio-paper-ssd", TIO_PLAN_EXEC_MOVES, TIO_VAR_PAPER_SSD,
+      "Algorithm 1 as printed, SSD only" },
+    { "g10", TIO_PLAN_EXEC_MOVES, TIO_VAR_G10, "G10: reducible area, no cost" },
+    { "lru", TIO_PLAN_EXEC_LRU, 0, "on-demand swapping (simulator)" },
+    { "none", TIO_PLAN_EXEC_NONE, 0, "no offloading (OOM if it does not fit)" },
+    { "ideal", TIO_PLAN_EXEC_IDEAL, 0, "unlimited GPU memory" },
+    { "zero-offload", TIO_PLAN_EXEC_ZERO_OFFLOAD, 0, "DeepSpeed ZeRO-Offload model (simulator)" },
+    { "zero-infinity", TIO_PLAN_EXEC_ZERO_INFINITY, 0,
+      "DeepSpeed ZeRO-Infinity model (simulator)" },
 };
+
+static const char *const exec_names[TIO_PLAN_EXEC_COUNT] = {
+    [TIO_PLAN_EXEC_MOVES] = "moves",
+    [TIO_PLAN_EXEC_NONE] = "none",
+    [TIO_PLAN_EXEC_IDEAL] = "ideal",
+    [TIO_PLAN_EXEC_LRU] = "lru",
+    [TIO_PLAN_EXEC_ZERO_OFFLOAD] = "zero-offload",
+    [TIO_PLAN_EXEC_ZERO_INFINITY] = "zero-infinity",
+};
+_Static_assert(TIO_ARRAY_LEN(exec_names) == TIO_PLAN_EXEC_COUNT, "one name per execution");
+
+const char *tio_plan_exec_name(int32_t exec) {
+    return exec >= 0 && exec < TIO_PLAN_EXEC_COUNT ? exec_names[exec] : NULL;
+}
+
+int32_t tio_plan_exec_parse(const char *name) {
+    for (int32_t i = 0; name && i < TIO_PLAN_EXEC_COUNT; i++) {
+        if (strcmp(name, exec_names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
 
 const char *tio_plan_policy_help(size_t i) {
     return i < TIO_ARRAY_LEN(policies) ? policies[i].help : NULL;
@@ -248,6 +270,10 @@ int tio_plan_finish(struct tio_plan *plan) {
     if (plan->finished) {
         return 0;
     }
+    int rc = tio_plan_check_execution(plan);
+    if (rc < 0) {
+        return rc;
+    }
     tio_plan_sort(plan);
     size_t off = 0;
     for (size_t i = 0; i < plan->n_moves; i++) {
@@ -288,6 +314,35 @@ void tio_plan_get_summary(const struct tio_plan *plan, struct tio_plan_summary *
 
 const char *tio_plan_policy(const struct tio_plan *plan) {
     return plan ? plan->policy : NULL;
+}
+
+int tio_plan_set_execution(struct tio_plan *plan, int32_t exec) {
+    if (!plan) {
+        return tio_set_error(TIO_EINVAL, "plan: NULL argument");
+    }
+    if (!tio_plan_exec_name(exec)) {
+        return tio_set_error(TIO_EINVAL, "plan: execution %d out of range [0, %d)", (int)exec,
+                             TIO_PLAN_EXEC_COUNT);
+    }
+    if (plan->finished) {
+        return tio_set_error(TIO_ESTATE, "plan: execution set on a finished plan");
+    }
+    plan->exec = exec;
+    return 0;
+}
+
+int32_t tio_plan_execution(const struct tio_plan *plan) {
+    return plan ? plan->exec : TIO_PLAN_EXEC_MOVES;
+}
+
+int tio_plan_check_execution(const struct tio_plan *plan) {
+    if (plan->exec != TIO_PLAN_EXEC_MOVES && plan->n_moves > 0) {
+        return tio_set_error(TIO_EPLAN,
+                             "plan: execution \"%s\" is a baseline the simulator models and "
+                             "carries no moves, but the plan holds %zu",
+                             tio_plan_exec_name(plan->exec), plan->n_moves);
+    }
+    return 0;
 }
 
 uint64_t tio_plan_trace_hash(const struct tio_plan *plan) {
@@ -404,7 +459,10 @@ int tio_plan_make(const struct tio_trace *trace,
     if ((rc = tio_plan_new(hash, n, pol->name, &plan)) < 0) {
         goto fail;
     }
-    if (pol->kind == POL_TERAIO) {
+    if ((rc = tio_plan_set_execution(plan, pol->exec)) < 0) {
+        goto fail;
+    }
+    if (pol->exec == TIO_PLAN_EXEC_MOVES) {
         if ((rc = tio_pmodel_check_working_set(&m)) < 0) {
             goto fail;
         }
@@ -426,8 +484,8 @@ int tio_plan_make(const struct tio_trace *trace,
                 s.shortfall_bytes = m.resident[k] - m.capacity;
             }
         }
-        s.feasible = strcmp(pol->name, "ideal") == 0 || s.shortfall_bytes == 0;
-        if (strcmp(pol->name, "ideal") == 0) {
+        s.feasible = pol->exec == TIO_PLAN_EXEC_IDEAL || s.shortfall_bytes == 0;
+        if (pol->exec == TIO_PLAN_EXEC_IDEAL) {
             s.shortfall_bytes = 0;
             s.shortfall_kernel = 0;
         }

@@ -2,13 +2,15 @@
  * Plan files: binary (.plan) and JSON (docs/planner.md, "Plan format").
  *
  * Binary, little-endian:
- *   0   magic "TIOPLAN\0" (8)        8  u32 version (1)          12 u32 header bytes (192)
+ *   0   magic "TIOPLAN\0" (8)        8  u32 version (2)          12 u32 header bytes (208)
  *   16  u64 trace_hash               24 u64 n_kernels            32 u64 n_moves
  *   40  char policy[64] (NUL-padded)
  *   104 summary: u64 n_moves, n_offloads, i64 feasible, f64 planning_seconds, u64 capacity,
  *       planned_peak, shortfall_bytes, shortfall_kernel, host_peak, ssd_peak, bytes_to_ssd,
  *       bytes_to_host (12 x 8 = 96)   -> ends at 200
- *   ... header is 200 bytes; then n_moves records of 40 bytes:
+ *   200 u32 execution (enum tio_plan_exec)   204 u32 reserved (0)
+ *   ... header is 208 bytes (version 1: 200, without the execution); then n_moves records of
+ *   40 bytes:
  *       u32 tensor, i32 from, i32 to, u32 flags, u64 trigger, u64 deadline, u64 bytes
  *   then u32 CRC32C of everything before it.
  */
@@ -27,8 +29,9 @@
 #include "plan/planner_impl.h"
 
 #define PLAN_MAGIC      "TIOPLAN"
-#define PLAN_VERSION    1u
-#define PLAN_HEADER     200u
+#define PLAN_VERSION    2u
+#define PLAN_HEADER     208u
+#define PLAN_HEADER_V1  200u /* version 1: no execution (plan_legacy_execution) */
 #define PLAN_RECORD     40u
 #define PLAN_JSON_LIMIT (UINT64_C(1) << 31) /* refuse JSON plans above 2 GiB */
 /* The largest file tio_plan_load opens: a binary plan of TIO_PLAN_MAX_MOVES moves. */
@@ -107,6 +110,7 @@ static int save_binary_mem(const struct tio_plan *p, unsigned char **data, size_
     for (int i = 0; i < 12; i++) {
         put64(b + 104 + 8 * (size_t)i, sv[i]);
     }
+    put32(b + 200, (uint32_t)p->exec);
     for (size_t i = 0; i < n; i++) {
         const struct tio_move *m = &p->moves[i];
         unsigned char *r = b + PLAN_HEADER + i * PLAN_RECORD;
@@ -124,10 +128,32 @@ static int save_binary_mem(const struct tio_plan *p, unsigned char **data, size_
     return 0;
 }
 
+/*
+ * A plan file of version 1 has no execution. One with moves is executed by them (a baseline
+ * never holds any); one without cannot be told apart: a baseline of the simulator (lru, ideal,
+ * zero-*) and a plan that needs no moves look the same, and guessing from the policy's name
+ * could simulate the wrong thing. It is refused, naming the field.
+ */
+static int plan_legacy_execution(struct tio_plan *p) {
+    if (p->n_moves == 0) {
+        return tio_set_error(TIO_EFORMAT,
+                             "plan: no \"execution\" (a version 1 plan file) and no moves: "
+                             "it cannot tell a simulator baseline from a plan that needs no "
+                             "moves; make the plan again (teraio plan --policy %s)",
+                             p->policy);
+    }
+    p->exec = TIO_PLAN_EXEC_MOVES;
+    return 0;
+}
+
 /* Checks shared by both readers once the moves are in: counts and summary consistency. */
 static int finish_loaded(struct tio_plan *p, const struct tio_plan_summary *s) {
+    int rc = tio_plan_check_execution(p);
+    if (rc < 0) {
+        return rc;
+    }
     for (size_t i = 0; i < p->n_moves; i++) {
-        int rc = tio_plan_check_move(&p->moves[i], p->n_kernels, i);
+        rc = tio_plan_check_move(&p->moves[i], p->n_kernels, i);
         if (rc < 0) {
             return rc;
         }
@@ -176,7 +202,7 @@ static int finish_loaded(struct tio_plan *p, const struct tio_plan_summary *s) {
 }
 
 static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out) {
-    if (len < PLAN_HEADER + 4) {
+    if (len < PLAN_HEADER_V1 + 4) {
         return tio_set_error(TIO_EFORMAT, "plan: file of %zu bytes is shorter than the header",
                              len);
     }
@@ -184,15 +210,21 @@ static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out
         return tio_set_error(TIO_EFORMAT, "plan: bad magic (not a teraio plan)");
     }
     uint32_t version = get32(b + 8);
-    if (version != PLAN_VERSION) {
-        return tio_set_error(TIO_EVERSION, "plan: version %u not supported (this build reads %u)",
-                             version, PLAN_VERSION);
+    if (version != PLAN_VERSION && version != 1) {
+        return tio_set_error(TIO_EVERSION,
+                             "plan: version %u not supported (this build reads 1 to %u)", version,
+                             PLAN_VERSION);
     }
-    if (get32(b + 12) != PLAN_HEADER) {
-        return tio_set_error(TIO_EFORMAT, "plan: header size %u != %u", get32(b + 12), PLAN_HEADER);
+    uint32_t hdr = version == 1 ? PLAN_HEADER_V1 : PLAN_HEADER;
+    if (get32(b + 12) != hdr) {
+        return tio_set_error(TIO_EFORMAT, "plan: header size %u != %u", get32(b + 12), hdr);
+    }
+    if (len < (size_t)hdr + 4) {
+        return tio_set_error(TIO_EFORMAT, "plan: file of %zu bytes is shorter than the header",
+                             len);
     }
     uint64_t n = get64(b + 32);
-    if (n > (len - PLAN_HEADER - 4) / PLAN_RECORD || PLAN_HEADER + n * PLAN_RECORD + 4 != len) {
+    if (n > (len - hdr - 4) / PLAN_RECORD || hdr + n * PLAN_RECORD + 4 != len) {
         return tio_set_error(TIO_EFORMAT, "plan: n_moves %llu does not match the file size %zu",
                              (unsigned long long)n, len);
     }
@@ -220,7 +252,7 @@ static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out
         p->cap_moves = (size_t)n;
     }
     for (size_t i = 0; i < n; i++) {
-        const unsigned char *r = b + PLAN_HEADER + i * PLAN_RECORD;
+        const unsigned char *r = b + hdr + i * PLAN_RECORD;
         struct tio_move *m = &p->moves[i];
         m->tensor = get32(r);
         m->from = (int32_t)get32(r + 4);
@@ -231,6 +263,20 @@ static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out
         m->bytes = get64(r + 32);
     }
     p->n_moves = (size_t)n;
+    if (version == 1) {
+        rc = plan_legacy_execution(p);
+    } else if (get32(b + 204) != 0) {
+        rc = tio_set_error(TIO_EFORMAT, "plan: header bytes 204-207 (reserved) must be 0");
+    } else if (!tio_plan_exec_name((int32_t)get32(b + 200))) {
+        rc = tio_set_error(TIO_EFORMAT, "plan: execution %u out of range [0, %d)", get32(b + 200),
+                           TIO_PLAN_EXEC_COUNT);
+    } else {
+        p->exec = (int32_t)get32(b + 200);
+    }
+    if (rc < 0) {
+        tio_plan_free(p);
+        return rc;
+    }
     uint64_t sv[12];
     for (int i = 0; i < 12; i++) {
         sv[i] = get64(b + 104 + 8 * (size_t)i);
@@ -277,6 +323,7 @@ static json_t *plan_to_json(const struct tio_plan *p) {
         bad |= json_object_set_new(o, "format", json_string("teraio-plan"));
         bad |= json_object_set_new(o, "version", json_integer(PLAN_VERSION));
         bad |= json_object_set_new(o, "policy", json_string(p->policy));
+        bad |= json_object_set_new(o, "execution", json_string(tio_plan_exec_name(p->exec)));
         bad |= json_object_set_new(o, "trace_hash", json_string(hash));
         bad |= json_object_set_new(o, "n_kernels", json_integer((json_int_t)p->n_kernels));
         bad |= json_object_set_new(sum, "n_moves", json_integer((json_int_t)s->n_moves));
@@ -428,8 +475,9 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if (!json_is_object(o)) {
         return tio_set_error(TIO_EFORMAT, "plan: top level must be a JSON object");
     }
-    static const char *const top_keys[] = { "format",    "version", "policy", "trace_hash",
-                                            "n_kernels", "summary", "moves",  NULL };
+    static const char *const top_keys[] = { "format",    "version",    "policy",
+                                            "execution", "trace_hash", "n_kernels",
+                                            "summary",   "moves",      NULL };
     static const char *const sum_keys[] = { "n_moves",
                                             "n_offloads",
                                             "feasible",
@@ -455,9 +503,20 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     if ((rc = json_u64(o, "version", "header", UINT32_MAX, &version)) < 0) {
         return rc;
     }
-    if (version != PLAN_VERSION) {
-        return tio_set_error(TIO_EVERSION, "plan: version %llu not supported (this build reads %u)",
+    if (version != PLAN_VERSION && version != 1) {
+        return tio_set_error(TIO_EVERSION,
+                             "plan: version %llu not supported (this build reads 1 to %u)",
                              (unsigned long long)version, PLAN_VERSION);
+    }
+    const json_t *ex = json_object_get(o, "execution");
+    int32_t exec = -1;
+    if (ex && (!json_is_string(ex) || (exec = tio_plan_exec_parse(json_string_value(ex))) < 0)) {
+        return tio_set_error(TIO_EFORMAT,
+                             "plan: \"execution\" must be one of \"moves\", \"none\", "
+                             "\"ideal\", \"lru\", \"zero-offload\", \"zero-infinity\"");
+    }
+    if (!ex && version != 1) {
+        return tio_set_error(TIO_EFORMAT, "plan: \"execution\" missing (required from version 2)");
     }
     if ((rc = json_u64(o, "n_kernels", "header", TIO_TRACE_MAX_KERNELS, &nk)) < 0) {
         return rc;
@@ -501,6 +560,14 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
             goto fail;
         }
         p->n_moves = i + 1;
+    }
+    if (exec < 0) {
+        rc = plan_legacy_execution(p);
+        if (rc < 0) {
+            goto fail;
+        }
+    } else {
+        p->exec = exec;
     }
     struct tio_plan_summary s;
     memset(&s, 0, sizeof s);
@@ -652,9 +719,10 @@ int tio_plan_load(const char *path, int32_t format, struct tio_plan **out) {
     rc = tio_input_read(&in, 0, head, nh);
     int binary = format == TIO_PLAN_FORMAT_BINARY ||
                  (format == TIO_PLAN_FORMAT_AUTO && nh >= 8 && memcmp(head, PLAN_MAGIC, 8) == 0);
-    if (rc == 0 && binary && nh == sizeof head) {
+    if (rc == 0 && binary && nh >= PLAN_HEADER_V1) {
         uint64_t n = get64(head + 32);
-        if (n > TIO_PLAN_MAX_MOVES || PLAN_HEADER + n * PLAN_RECORD + 4 != in.size) {
+        uint64_t hdr = get32(head + 8) == 1 ? PLAN_HEADER_V1 : PLAN_HEADER;
+        if (n > TIO_PLAN_MAX_MOVES || hdr + n * PLAN_RECORD + 4 != in.size) {
             rc = tio_set_error(TIO_EFORMAT,
                                "plan: '%s': n_moves %llu in the header does not match the file "
                                "size %llu (limit %llu moves)",

@@ -19,6 +19,7 @@ struct tio_plan {
     uint64_t trace_hash;
     uint64_t n_kernels;
     int finished;
+    int32_t exec; /* enum tio_plan_exec */
     struct tio_move *moves;
     size_t n_moves, cap_moves;
     struct tio_plan_summary summary;
@@ -31,6 +32,9 @@ struct tio_plan {
  * tio_hw_validate. A "base" still names a preset or a file. For the fuzzer. */
 int tio_hw_parse_json(const void *text, size_t len, const char *name, struct tio_hw *out);
 int tio_plan_rewrap(int rc, const char *prefix, const char *suffix);
+/* tio_plan_check_execution: TIO_EPLAN (naming the execution and the count) if a plan whose
+ * execution is a baseline holds moves; else 0. */
+int tio_plan_check_execution(const struct tio_plan *plan);
 
 /* tio_plan_check_move: validate one move against n_kernels; `i` names it in the detail. */
 int tio_plan_check_move(const struct tio_move *m, uint64_t n_kernels, size_t i);

@@ -92,84 +92,90 @@ static double slot_fill(struct planner *p, int prim, int sec, size_t k, double r
     return take;
 }
 
-/*
- * Forward walk over extended kernels [a, b): spread `bytes` over the free write capacity.
- * Returns the extended kernel during which the last byte moves, or NONE. reserve: commit.
- */
-uint64_t
-pt_walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
-    int prim, sec;
-    tier_channels(tier, 1, &prim, &sec);
+/* First extended kernel in [x, b) whose slot of channel ch has room, or NONE. */
+static uint64_t free_after(struct planner *p, int ch, uint64_t x, uint64_t b) {
     size_t n = p->n;
-    double rem = bytes;
-    uint64_t x = a;
     while (x < b) {
         size_t k = (size_t)(x % n);
-        uint32_t j = dsu_find(p->fnext[prim], (uint32_t)k);
-        if (j >= n) {
-            x += n - k; /* nothing free until the end of the iteration */
-            continue;
+        uint32_t j = dsu_find(p->fnext[ch], (uint32_t)k);
+        if (j < n) {
+            x += j - k;
+            return x < b ? x : NONE;
         }
-        x += j - k;
-        if (x >= b) {
-            break;
+        x += n - k; /* nothing free until the end of the iteration */
+    }
+    return NONE;
+}
+
+/* Last extended kernel in [a, x) whose slot of channel ch has room, or NONE. */
+static uint64_t free_before(struct planner *p, int ch, uint64_t a, uint64_t x) {
+    size_t n = p->n;
+    while (x > a) {
+        size_t k1 = (size_t)((x - 1) % n) + 1; /* DSU index of kernel x - 1 */
+        uint32_t j1 = dsu_find(p->bprev[ch], (uint32_t)k1);
+        if (j1 != 0) {
+            x -= k1 - j1;
+            return x > a ? x - 1 : NONE;
         }
-        k = j;
-        double take = slot_fill(p, prim, sec, k, rem, reserve);
+        x -= k1; /* nothing free back to the start of the iteration */
+    }
+    return NONE;
+}
+
+/*
+ * Spread `bytes` over the free capacity of the slots of extended kernels [a, b): an offload
+ * forward from a on the write channels, a prefetch backward from b - 1 on the read channels.
+ * Returns the extended kernel whose slot takes the last byte (an offload's end, a prefetch's
+ * start), or NONE. reserve: commit.
+ */
+static uint64_t
+walk(struct planner *p, int tier, int offload, uint64_t a, uint64_t b, double bytes, int reserve) {
+    int prim, sec;
+    tier_channels(tier, offload, &prim, &sec);
+    double rem = bytes;
+    uint64_t k = offload ? free_after(p, prim, a, b) : free_before(p, prim, a, b);
+    while (k != NONE) {
+        double take = slot_fill(p, prim, sec, (size_t)(k % p->n), rem, reserve);
         if (take >= 0) {
             rem -= take;
             if (rem < FULL_EPS) {
-                return x;
+                return k;
             }
         }
-        x++;
+        k = offload ? free_after(p, prim, k + 1, b) : free_before(p, prim, a, k);
     }
     return NONE;
+}
+
+/* Forward walk over extended kernels [a, b): spread `bytes` over the free write capacity.
+ * Returns the extended kernel during which the last byte moves, or NONE. reserve: commit. */
+uint64_t
+pt_walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
+    return walk(p, tier, 1, a, b, bytes, reserve);
 }
 
 /* Backward walk over extended kernels [a, b) from b - 1 down: returns the extended kernel at
  * which the prefetch must start (its first byte moves there), or NONE. */
 uint64_t
 pt_walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
-    int prim, sec;
-    tier_channels(tier, 0, &prim, &sec);
-    size_t n = p->n;
-    double rem = bytes;
-    uint64_t x = b; /* exclusive */
-    while (x > a) {
-        size_t k1 = (size_t)((x - 1) % n) + 1; /* DSU index of kernel x - 1 */
-        uint32_t j1 = dsu_find(p->bprev[prim], (uint32_t)k1);
-        if (j1 == 0) {
-            x -= k1; /* nothing free back to the start of the iteration */
-            continue;
-        }
-        x -= k1 - j1;
-        if (x <= a) {
-            break;
-        }
-        size_t k = j1 - 1;
-        double take = slot_fill(p, prim, sec, k, rem, reserve);
-        if (take >= 0) {
-            rem -= take;
-            if (rem < FULL_EPS) {
-                return x - 1;
-            }
-        }
-        x--;
-    }
-    return NONE;
+    return walk(p, tier, 0, a, b, bytes, reserve);
 }
 
 /* ---- extended-axis helpers (a window [a, b) with b - a <= n maps to one or two pieces) ----- */
+
+/* Shift a window that starts in the second iteration back into the first. */
+static void ext_fold(size_t n, uint64_t *a, uint64_t *b) {
+    if (*a >= n) {
+        *a -= n;
+        *b -= n;
+    }
+}
 
 void pt_ext_add(struct tio_stree *t, size_t n, uint64_t a, uint64_t b, int64_t d) {
     if (a >= b) {
         return;
     }
-    if (a >= n) {
-        a -= n;
-        b -= n;
-    }
+    ext_fold(n, &a, &b);
     if (b <= n) {
         tio_stree_add(t, (size_t)a, (size_t)b, d);
     } else {
@@ -182,10 +188,7 @@ int64_t pt_ext_max(struct tio_stree *t, size_t n, uint64_t a, uint64_t b) {
     if (a >= b) {
         return INT64_MIN;
     }
-    if (a >= n) {
-        a -= n;
-        b -= n;
-    }
+    ext_fold(n, &a, &b);
     if (b <= n) {
         return tio_stree_max(t, (size_t)a, (size_t)b);
     }
@@ -198,10 +201,7 @@ double pt_ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
     if (a >= b) {
         return 0;
     }
-    if (a >= n) {
-        a -= n;
-        b -= n;
-    }
+    ext_fold(n, &a, &b);
     int paper = pt_is_paper(p->variant) || p->variant == TIO_VAR_G10;
     double r = 0;
     size_t l1 = (size_t)a, r1 = (size_t)TIO_MIN(b, (uint64_t)n);
@@ -221,10 +221,7 @@ double pt_ext_bound(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
     if (a >= b) {
         return 0;
     }
-    if (a >= n) {
-        a -= n;
-        b -= n;
-    }
+    ext_fold(n, &a, &b);
     double r = tio_stree_crit(&p->mem, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), p->cap);
     if (b > n) {
         r += tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);

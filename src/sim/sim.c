@@ -38,18 +38,9 @@ struct tio_sim_params tio_sim_params_default(void) {
     return p;
 }
 
-static const char *const builtin[] = { "ideal", "none", "lru", "zero-offload", "zero-infinity" };
-
+/* The built-in policies are the baselines a plan's execution names (enum tio_plan_exec). */
 int tio_sim_policy_is_builtin(const char *name) {
-    if (!name) {
-        return 0;
-    }
-    for (size_t i = 0; i < TIO_ARRAY_LEN(builtin); i++) {
-        if (strcmp(name, builtin[i]) == 0) {
-            return 1;
-        }
-    }
-    return 0;
+    return tio_plan_exec_parse(name) > TIO_PLAN_EXEC_MOVES;
 }
 
 const char *tio_sim_channel_name(int32_t channel) {
@@ -448,7 +439,8 @@ int sim_stage_open(const struct tio_trace *trace,
         return rc;
     }
     const char *policy = p.policy && *p.policy ? p.policy : "plan";
-    if (strcmp(policy, "plan") != 0 && !tio_sim_policy_is_builtin(policy)) {
+    int32_t exec = strcmp(policy, "plan") == 0 ? TIO_PLAN_EXEC_MOVES : tio_plan_exec_parse(policy);
+    if (exec < 0 || (exec == TIO_PLAN_EXEC_MOVES && strcmp(policy, "plan") != 0)) {
         return tio_set_error(TIO_ENOTFOUND,
                              "sim: unknown policy '%s' (built in: ideal, none, lru, zero-offload, "
                              "zero-infinity; others need a plan)",
@@ -459,7 +451,7 @@ int sim_stage_open(const struct tio_trace *trace,
         return TIO_ENOMEM;
     }
     (void)snprintf(sim->policy, sizeof sim->policy, "%s",
-                   strcmp(policy, "plan") == 0 && p.label && *p.label ? p.label : policy);
+                   exec == TIO_PLAN_EXEC_MOVES && p.label && *p.label ? p.label : policy);
     rc = sim_view_init(v, trace);
     if (rc < 0) {
         tio_free(sim);
@@ -472,25 +464,33 @@ int sim_stage_open(const struct tio_trace *trace,
     uint64_t cap =
         p.capacity_bytes ? p.capacity_bytes : hw->gpu_memory_bytes - hw->gpu_reserve_bytes;
     v->capacity = cap;
-    if (strcmp(policy, "ideal") == 0) {
+    switch (exec) {
+    case TIO_PLAN_EXEC_IDEAL:
         v->capacity = UINT64_MAX;
-    } else if (strcmp(policy, "lru") == 0) {
+        break;
+    case TIO_PLAN_EXEC_LRU:
         v->lru = 1;
         v->host_capped = 1; /* offloads and evictions stay within the per-GPU host cap */
         v->host_limit_bytes = hw->host_offload_cap_bytes;
-    } else if (strcmp(policy, "zero-offload") == 0 || strcmp(policy, "zero-infinity") == 0) {
-        rc = sim_zero_build(v, trace, hw, &p, strcmp(policy, "zero-infinity") == 0);
-    } else if (strcmp(policy, "plan") == 0) {
+        break;
+    case TIO_PLAN_EXEC_ZERO_OFFLOAD:
+    case TIO_PLAN_EXEC_ZERO_INFINITY:
+        rc = sim_zero_build(v, trace, hw, &p, exec == TIO_PLAN_EXEC_ZERO_INFINITY);
+        break;
+    case TIO_PLAN_EXEC_MOVES:
         rc = sim_view_set_moves(v, moves, n_moves);
         v->demand_evict = p.demand_evict != 0;
         v->host_capped = 1; /* a plan holding more host memory than the cap is a host OOM */
         v->host_limit_bytes = hw->host_offload_cap_bytes;
+        break;
+    default: /* TIO_PLAN_EXEC_NONE: the trace as it is */
+        break;
     }
     if (rc < 0) {
         goto fail;
     }
     sim->bin_s = v->ideal_s > 0 ? v->ideal_s / (double)p.bins : 1.0;
-    sim->r.capacity_bytes = strcmp(policy, "ideal") == 0 ? cap : v->capacity;
+    sim->r.capacity_bytes = exec == TIO_PLAN_EXEC_IDEAL ? cap : v->capacity;
     if (v->host_capped && v->host_static_bytes > v->host_limit_bytes) {
         /* the policy cannot even start: DeepSpeed allocates its host buffers at init */
         sim->r.oom = TIO_SIM_OOM_HOST;

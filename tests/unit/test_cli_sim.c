@@ -148,6 +148,79 @@ TIO_TEST(simulate_plan_capacity_and_min_tensor) {
     CHECK(has("\"demand_evicted_bytes\": 0,"));
 }
 
+/* Copy the JSON plan `src` to `dst` with its policy name `from` replaced by `to`. */
+static int rename_policy(const char *src, const char *dst, const char *from, const char *to) {
+    static char text[1 << 20];
+    char old[128], new[128];
+    snprintf(old, sizeof old, "\"policy\": \"%s\"", from);
+    snprintf(new, sizeof new, "\"policy\": \"%s\"", to);
+    FILE *f = fopen(src, "r");
+    if (!f) {
+        return -1;
+    }
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    (void)fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, old);
+    f = at ? fopen(dst, "w") : NULL;
+    if (!f) {
+        return -1;
+    }
+    int bad = fwrite(text, 1, (size_t)(at - text), f) != (size_t)(at - text);
+    bad |= fputs(new, f) < 0;
+    bad |= fputs(at + strlen(old), f) < 0;
+    bad |= fclose(f) != 0;
+    return bad ? -1 : 0;
+}
+
+/* The line of `key` in the last output (for comparing two runs). */
+static void line_of(const char *key, char *buf, size_t len) {
+    const char *p = strstr(out, key);
+    const char *e = p ? strchr(p, '\n') : NULL;
+    snprintf(buf, len, "%.*s", p && e ? (int)(e - p) : 0, p ? p : "");
+}
+
+/* A plan is simulated as its execution says, never by its policy name: a baseline's plan
+ * renamed is still that baseline, and a teraio plan without moves named like a baseline is
+ * simulated as its (no) moves. */
+TIO_TEST(simulate_plan_by_execution_not_name) {
+    char a[2048], want[256], got[256], src[512], dst[512];
+    /* the LRU baseline at 1.2 GB: without its swapping the model runs out of memory */
+    snprintf(a, sizeof a, "simulate %s --hw paper-2xh100nvl --policy lru --capacity 1.2GB --json",
+             big);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    line_of("\"iteration_s\"", want, sizeof want);
+    snprintf(src, sizeof src, "%s/lru.json", tmp);
+    snprintf(dst, sizeof dst, "%s/my-lru.json", tmp);
+    snprintf(a, sizeof a,
+             "plan %s --hw paper-2xh100nvl --policy lru --capacity 1.2GB --reserve 0 -o %s", big,
+             src);
+    CHECK_EQ_I(run(a), 0);
+    CHECK_EQ_I(rename_policy(src, dst, "lru", "my-lru"), 0);
+    snprintf(a, sizeof a, "simulate %s --hw paper-2xh100nvl --plan %s --json", big, dst);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"oom\": false"));
+    line_of("\"iteration_s\"", got, sizeof got);
+    CHECK(want[0] != '\0');
+    CHECK_STR(got, want);
+    /* the model fits the default capacity: teraio plans no moves and runs at the ideal; named
+     * "zero-offload" it must not become the ZeRO model (CPU optimizer, far from the ideal) */
+    snprintf(src, sizeof src, "%s/fit.json", tmp);
+    snprintf(dst, sizeof dst, "%s/fit-named-zero.json", tmp);
+    snprintf(a, sizeof a, "plan %s --hw paper-2xh100nvl --policy teraio -o %s", big, src);
+    CHECK_EQ_I(run(a), 0);
+    CHECK_EQ_I(rename_policy(src, dst, "teraio", "zero-offload"), 0);
+    snprintf(a, sizeof a, "simulate %s --hw paper-2xh100nvl --plan %s --json", big, dst);
+    CHECK_EQ_I(run(a), 0);
+    CHECK(has("\"fraction_of_ideal\": 1.000000"));
+    /* a pipeline's plans: dispatched the same way */
+    snprintf(a, sizeof a, "simulate %s %s --hw paper-2xh100nvl --plan %s --plan %s/lru.json", big,
+             big, dst, tmp);
+    CHECK_EQ_I(run(a), 2);
+    CHECK(has("different executions (moves, lru)"));
+}
+
 TIO_TEST(simulate_exit_codes) {
     char a[2048];
     CHECK_EQ_I(run("simulate --help"), 0);
@@ -303,6 +376,7 @@ int main(void) {
     RUN(simulate_json_keys);
     RUN(simulate_oom_and_plan);
     RUN(simulate_plan_capacity_and_min_tensor);
+    RUN(simulate_plan_by_execution_not_name);
     RUN(simulate_exit_codes);
     RUN(simulate_pipeline_stages);
     RUN(sweep_json);

@@ -8,6 +8,7 @@
 #include <teraio/plan.h>
 #include <teraio/trace.h>
 
+#include "common/common_impl.h"
 #include "tio_test.h"
 
 static char tmpdir[256];
@@ -125,7 +126,8 @@ static int same_plans(const struct tio_plan *a, const struct tio_plan *b) {
     const struct tio_move *ma = tio_plan_moves(a, &na), *mb = tio_plan_moves(b, &nb);
     if (na != nb || tio_plan_trace_hash(a) != tio_plan_trace_hash(b) ||
         tio_plan_kernel_count(a) != tio_plan_kernel_count(b) ||
-        strcmp(tio_plan_policy(a), tio_plan_policy(b)) != 0) {
+        strcmp(tio_plan_policy(a), tio_plan_policy(b)) != 0 ||
+        tio_plan_execution(a) != tio_plan_execution(b)) {
         return 0;
     }
     for (size_t i = 0; i < na; i++) {
@@ -174,7 +176,7 @@ TIO_TEST(round_trips) {
     size_t len = 0;
     unsigned char *raw = slurp(bin, &len);
     CHECK(raw && memcmp(raw, "TIOPLAN", 8) == 0);
-    CHECK_EQ_U(len, 200 + 4 * 40 + 4);
+    CHECK_EQ_U(len, 208 + 4 * 40 + 4);
     /* every single-byte corruption of the binary file is rejected */
     int accepted = 0;
     for (size_t i = 0; raw && i < len; i++) {
@@ -382,6 +384,168 @@ TIO_TEST(move_bytes_must_match_trace) {
     tio_trace_free(tr);
 }
 
+/* A plan carries its execution (enum tio_plan_exec): set before finish, refused with moves
+ * when it names a baseline, kept by both formats whatever the policy's name. */
+TIO_TEST(execution_set_verified_and_saved) {
+    for (int32_t e = 0; e < TIO_PLAN_EXEC_COUNT; e++) {
+        CHECK(tio_plan_exec_name(e) != NULL);
+        CHECK_EQ_I(tio_plan_exec_parse(tio_plan_exec_name(e)), e);
+    }
+    CHECK_STR(tio_plan_exec_name(TIO_PLAN_EXEC_LRU), "lru");
+    CHECK_STR(tio_plan_exec_name(TIO_PLAN_EXEC_ZERO_INFINITY), "zero-infinity");
+    CHECK(tio_plan_exec_name(TIO_PLAN_EXEC_COUNT) == NULL);
+    CHECK(tio_plan_exec_name(-1) == NULL);
+    CHECK_EQ_I(tio_plan_exec_parse("teraio"), -1);
+    CHECK_EQ_I(tio_plan_exec_parse(NULL), -1);
+    CHECK_EQ_I(tio_plan_execution(NULL), TIO_PLAN_EXEC_MOVES);
+
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_new(7, 10, "my-swapping", &p));
+    CHECK_EQ_I(tio_plan_execution(p), TIO_PLAN_EXEC_MOVES);
+    CHECK_RC(tio_plan_set_execution(p, TIO_PLAN_EXEC_COUNT), TIO_EINVAL);
+    CHECK_ERR_HAS("execution 6");
+    CHECK_OK(tio_plan_set_execution(p, TIO_PLAN_EXEC_LRU));
+    CHECK_OK(tio_plan_finish(p));
+    CHECK_RC(tio_plan_set_execution(p, TIO_PLAN_EXEC_MOVES), TIO_ESTATE);
+    char bin[512], js[512];
+    (void)snprintf(bin, sizeof bin, "%s/x.plan", tmpdir);
+    (void)snprintf(js, sizeof js, "%s/x.json", tmpdir);
+    CHECK_OK(tio_plan_save(p, bin, TIO_PLAN_FORMAT_AUTO));
+    CHECK_OK(tio_plan_save(p, js, TIO_PLAN_FORMAT_AUTO));
+    struct tio_plan *a = NULL, *b = NULL;
+    CHECK_OK(tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &a));
+    CHECK_OK(tio_plan_load(js, TIO_PLAN_FORMAT_AUTO, &b));
+    CHECK_EQ_I(tio_plan_execution(a), TIO_PLAN_EXEC_LRU);
+    CHECK_EQ_I(tio_plan_execution(b), TIO_PLAN_EXEC_LRU);
+    CHECK(a && b && strcmp(tio_plan_policy(b), "my-swapping") == 0);
+    size_t len = 0;
+    unsigned char *raw = slurp(js, &len);
+    CHECK(raw && strstr((const char *)raw, "\"execution\": \"lru\"") != NULL);
+    free(raw);
+    tio_plan_free(a);
+    tio_plan_free(b);
+    tio_plan_free(p);
+
+    /* a baseline holds no moves */
+    p = NULL;
+    CHECK_OK(tio_plan_new(7, 10, "teraio", &p));
+    CHECK_OK(tio_plan_set_execution(p, TIO_PLAN_EXEC_ZERO_OFFLOAD));
+    struct tio_move m = mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 8);
+    CHECK_OK(tio_plan_add_move(p, &m));
+    CHECK_RC(tio_plan_finish(p), TIO_EPLAN);
+    CHECK_ERR_HAS("execution \"zero-offload\"");
+    tio_plan_free(p);
+}
+
+/* The "execution" member of JSON plans: checked, required from version 2; a version 1 file
+ * (written before it existed) is executed by its moves, or refused without any, naming the
+ * member. */
+TIO_TEST(json_execution_member) {
+#define DOC                                                                 \
+    "{\"format\":\"teraio-plan\",\"version\":%d,\"policy\":\"lru\",%s"      \
+    "\"trace_hash\":\"00000000000000ff\",\"n_kernels\":10,"                 \
+    "\"summary\":{\"n_moves\":%d,\"n_offloads\":%d,\"feasible\":true,"      \
+    "\"planning_seconds\":0,\"capacity_bytes\":0,\"planned_peak_bytes\":0," \
+    "\"shortfall_bytes\":0,\"shortfall_kernel\":0,\"host_peak_bytes\":0,"   \
+    "\"ssd_peak_bytes\":0,\"bytes_to_ssd\":0,\"bytes_to_host\":0},\"moves\":[%s]}"
+#define MOVE                                                                      \
+    "{\"tensor\":0,\"from\":\"gpu\",\"to\":\"ssd\",\"trigger\":1,\"deadline\":4," \
+    "\"bytes\":8,\"flags\":[]}"
+    char text[2048];
+    struct tio_plan *p = NULL;
+    (void)snprintf(text, sizeof text, DOC, 2, "\"execution\":\"lru\",", 0, 0, "");
+    CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p));
+    CHECK_EQ_I(tio_plan_execution(p), TIO_PLAN_EXEC_LRU);
+    tio_plan_free(p);
+    p = NULL;
+    (void)snprintf(text, sizeof text, DOC, 2, "\"execution\":\"moves\",", 0, 0, "");
+    CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p));
+    CHECK_EQ_I(tio_plan_execution(p), TIO_PLAN_EXEC_MOVES); /* named "lru", yet its moves */
+    tio_plan_free(p);
+    p = NULL;
+    (void)snprintf(text, sizeof text, DOC, 2, "\"execution\":\"lru\",", 1, 1, MOVE);
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EPLAN);
+    CHECK_ERR_HAS("execution \"lru\"");
+    (void)snprintf(text, sizeof text, DOC, 2, "\"execution\":\"swap\",", 0, 0, "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("\"execution\" must be one of");
+    (void)snprintf(text, sizeof text, DOC, 2, "\"execution\":3,", 0, 0, "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("\"execution\" must be one of");
+    (void)snprintf(text, sizeof text, DOC, 2, "", 1, 1, MOVE);
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("\"execution\" missing");
+    (void)snprintf(text, sizeof text, DOC, 3, "\"execution\":\"moves\",", 0, 0, "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EVERSION);
+    /* version 1 */
+    (void)snprintf(text, sizeof text, DOC, 1, "", 1, 1, MOVE);
+    CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p));
+    CHECK_EQ_I(tio_plan_execution(p), TIO_PLAN_EXEC_MOVES);
+    tio_plan_free(p);
+    p = NULL;
+    (void)snprintf(text, sizeof text, DOC, 1, "", 0, 0, "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EFORMAT);
+    CHECK_ERR_HAS("no \"execution\" (a version 1 plan file) and no moves");
+    CHECK(p == NULL);
+#undef MOVE
+#undef DOC
+}
+
+/* Binary plans of version 1 (a 200-byte header without the execution) still load. */
+TIO_TEST(binary_version1_loads) {
+    for (int with_moves = 0; with_moves < 2; with_moves++) {
+        struct tio_plan *p = NULL;
+        if (with_moves) {
+            p = sample();
+        } else {
+            CHECK_OK(tio_plan_new(9, 10, "none", &p));
+            CHECK_OK(tio_plan_set_execution(p, TIO_PLAN_EXEC_NONE));
+            CHECK_OK(tio_plan_finish(p));
+        }
+        CHECK(p != NULL);
+        char bin[512];
+        (void)snprintf(bin, sizeof bin, "%s/v.plan", tmpdir);
+        CHECK_OK(tio_plan_save(p, bin, TIO_PLAN_FORMAT_BINARY));
+        size_t len = 0;
+        unsigned char *raw = slurp(bin, &len);
+        CHECK(raw && len >= 212);
+        if (!raw || len < 212) {
+            free(raw);
+            tio_plan_free(p);
+            return;
+        }
+        /* the same plan as version 1 wrote it: header 200, no execution, CRC over the rest */
+        raw[8] = 1;
+        raw[12] = 200;
+        memmove(raw + 200, raw + 208, len - 208);
+        len -= 8;
+        uint32_t crc = tio_crc32c(0, raw, len - 4);
+        for (int i = 0; i < 4; i++) {
+            raw[len - 4 + (size_t)i] = (unsigned char)(crc >> (8 * i));
+        }
+        FILE *f = fopen(bin, "wb");
+        CHECK(f && fwrite(raw, 1, len, f) == len);
+        CHECK(f && fclose(f) == 0);
+        struct tio_plan *q = NULL, *r = NULL;
+        if (with_moves) {
+            CHECK_OK(tio_plan_load_mem(raw, len, TIO_PLAN_FORMAT_AUTO, &q));
+            CHECK(q && same_plans(p, q));
+            CHECK_EQ_I(tio_plan_execution(q), TIO_PLAN_EXEC_MOVES);
+            CHECK_OK(tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &r)); /* the file's size check */
+            CHECK(r && same_plans(p, r));
+        } else {
+            CHECK_RC(tio_plan_load_mem(raw, len, TIO_PLAN_FORMAT_AUTO, &q), TIO_EFORMAT);
+            CHECK_ERR_HAS("no \"execution\"");
+            CHECK_RC(tio_plan_load(bin, TIO_PLAN_FORMAT_AUTO, &r), TIO_EFORMAT);
+            CHECK_ERR_HAS("no \"execution\"");
+        }
+        tio_plan_free(q);
+        tio_plan_free(r);
+        free(raw);
+        tio_plan_free(p);
+    }
+}
+
 int main(void) {
     (void)snprintf(tmpdir, sizeof tmpdir, "/tmp/tio_test_planfmt_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -395,6 +559,9 @@ int main(void) {
     RUN(absurd_summaries_rejected);
     RUN(json_unknown_members_rejected);
     RUN(move_bytes_must_match_trace);
+    RUN(execution_set_verified_and_saved);
+    RUN(json_execution_member);
+    RUN(binary_version1_loads);
     char cmd[300];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) {

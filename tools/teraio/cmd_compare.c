@@ -51,6 +51,12 @@ static const struct paper_num paper_nums[] = {
     { "teraio-paper", NULL, 0.807, "TeraIO (Algorithm 1), all models run" },
 };
 
+/* A DeepSpeed ZeRO system (the simulator's model of it, not a plan of moves). */
+static int is_zero(const char *sys) {
+    int32_t exec = tio_plan_exec_parse(sys);
+    return exec == TIO_PLAN_EXEC_ZERO_OFFLOAD || exec == TIO_PLAN_EXEC_ZERO_INFINITY;
+}
+
 /* Table 3: which server each system needs, and whether it uses the SSDs. */
 static void
 system_price(const char *sys, const struct tio_hw *hw1t, const struct tio_hw *hw128, double *usd) {
@@ -122,7 +128,7 @@ static uint64_t host_budget(const char *sys, const char *model, const struct tio
     if (strcmp(sys, "teraio-ssd") == 0 || strcmp(sys, "teraio-paper-ssd") == 0) {
         return 0;
     }
-    if (strncmp(sys, "zero-", 5) == 0 || strcmp(hw->name, "paper-2xh100nvl") != 0) {
+    if (is_zero(sys) || strcmp(hw->name, "paper-2xh100nvl") != 0) {
         return hw->host_offload_cap_bytes;
     }
     return strcmp(model, "llama3-70b") == 0 ? UINT64_C(385000000000) : UINT64_C(85000000000);
@@ -281,7 +287,8 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return TIO_EXIT_OK;
-        } else if (strcmp(a, "--json") == 0) {
+        }
+        if (strcmp(a, "--json") == 0) {
             o->json = 1;
         } else if (strcmp(a, "--paper") == 0) {
             o->paper = 1;
@@ -360,7 +367,7 @@ static int simulate_system(const struct opts *o,
                            const struct tio_hw *hw,
                            struct row *r) {
     const char *sys = r->sys;
-    int zero = strncmp(sys, "zero-", 5) == 0;
+    int zero = is_zero(sys);
     struct tio_trace *ztr = NULL;
     uint32_t mb = mb0;
     int rc;
@@ -466,8 +473,7 @@ static int run_config(const struct opts *o,
             (void)fprintf(stderr, "\r%-16s bs%-4u seq%-5u %-14s", c->model, c->batch, c->seq, sys);
         }
         code = simulate_system(o, trs, n_st, mb0, ideal_s, &hwc, r);
-        if (code == 0 && o->demand_col && strncmp(sys, "zero-", 5) != 0 &&
-            !tio_sim_policy_is_builtin(sys)) {
+        if (code == 0 && o->demand_col && !tio_sim_policy_is_builtin(sys)) {
             code = simulate_demand_evict(o, trs, n_st, ideal_s, &hwc, r);
         }
     }
@@ -492,7 +498,7 @@ static void summarize(const struct row *rows, size_t n_rows, size_t n_sys, struc
         double best_zero = 0;
         for (size_t s = 0; s < n_sys; s++) {
             const struct row *r = &rows[i + s];
-            if (strncmp(r->sys, "zero-", 5) == 0 && !r->oom && r->tokens_per_s > best_zero) {
+            if (is_zero(r->sys) && !r->oom && r->tokens_per_s > best_zero) {
                 best_zero = r->tokens_per_s;
             }
         }

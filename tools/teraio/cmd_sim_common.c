@@ -6,22 +6,25 @@
 #include <teraio/sim.h>
 #include <teraio/teraio.h>
 
-int cli_sim_plan(const struct tio_trace *tr,
-                 const struct tio_hw *hw,
-                 const struct tio_plan *plan,
-                 const struct tio_sim_params *sp,
-                 struct tio_sim **out) {
-    struct tio_sim_params p = *sp;
-    size_t n = 0;
-    const struct tio_move *mv = tio_plan_moves(plan, &n);
-    const char *policy = tio_plan_policy(plan);
-    if (n == 0 && tio_sim_policy_is_builtin(policy)) {
-        p.policy = policy;
-        return tio_sim_run(tr, hw, NULL, 0, &p, out);
+/* Plan `policy` for tr on hw, against the capacity that is simulated (sp->capacity_bytes when
+ * set); min_tensor_bytes 0: the planner's default. */
+static int make_plan(const struct tio_trace *tr,
+                     const struct tio_hw *hw,
+                     const char *policy,
+                     uint64_t min_tensor_bytes,
+                     const struct tio_sim_params *sp,
+                     struct tio_plan **out) {
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = policy;
+    if (min_tensor_bytes) {
+        pp.min_tensor_bytes = min_tensor_bytes;
     }
-    p.policy = NULL;
-    p.label = policy;
-    return tio_sim_run(tr, hw, mv, n, &p, out);
+    struct tio_hw h = *hw;
+    if (sp->capacity_bytes) {
+        h.gpu_reserve_bytes = 0;
+        h.gpu_memory_bytes = sp->capacity_bytes;
+    }
+    return tio_plan_make(tr, &h, &pp, out);
 }
 
 int cli_sim_policy(const struct tio_trace *tr,
@@ -48,18 +51,8 @@ int cli_sim_policy_feasible(const struct tio_trace *tr,
         p.policy = policy;
         return tio_sim_run(tr, hw, NULL, 0, &p, out);
     }
-    struct tio_plan_params pp = tio_plan_params_default();
-    pp.policy = policy;
-    if (min_tensor_bytes) {
-        pp.min_tensor_bytes = min_tensor_bytes;
-    }
-    struct tio_hw h = *hw;
-    if (sp->capacity_bytes) { /* plan against the capacity that is simulated */
-        h.gpu_reserve_bytes = 0;
-        h.gpu_memory_bytes = sp->capacity_bytes;
-    }
     struct tio_plan *plan = NULL;
-    int rc = tio_plan_make(tr, &h, &pp, &plan);
+    int rc = make_plan(tr, hw, policy, min_tensor_bytes, sp, &plan);
     if (rc < 0) {
         return rc;
     }
@@ -68,7 +61,7 @@ int cli_sim_policy_feasible(const struct tio_trace *tr,
         tio_plan_get_summary(plan, &ps);
         *plan_feasible = ps.feasible != 0;
     }
-    rc = cli_sim_plan(tr, hw, plan, sp, out);
+    rc = tio_sim_run_plan(tr, hw, plan, sp, out);
     tio_plan_free(plan);
     return rc;
 }
@@ -89,15 +82,20 @@ int cli_sim_pipeline(const struct tio_trace *const *trs,
     if (n == 0 || n > CLI_MAX_STAGES) {
         return tio_set_error(TIO_EINVAL, "pipeline of %zu stages: 2 to %d", n, CLI_MAX_STAGES);
     }
-    if (plans) { /* plans that hold no moves and name a baseline: simulate the baseline */
-        size_t moves = 0;
-        for (size_t i = 0; i < n; i++) {
-            size_t m = 0;
-            (void)tio_plan_moves(plans[i], &m);
-            moves += m;
+    if (plans) { /* plans whose execution is a baseline: simulate the baseline */
+        int32_t exec = tio_plan_execution(plans[0]);
+        for (size_t i = 1; i < n; i++) {
+            if (tio_plan_execution(plans[i]) != exec) {
+                return tio_set_error(TIO_EINVAL,
+                                     "the plans of stage 0 and stage %zu have different "
+                                     "executions (%s, %s): give every stage a plan of the same "
+                                     "policy",
+                                     i, tio_plan_exec_name(exec),
+                                     tio_plan_exec_name(tio_plan_execution(plans[i])));
+            }
         }
-        policy = tio_plan_policy(plans[0]);
-        if (moves == 0 && tio_sim_policy_is_builtin(policy)) {
+        policy = exec == TIO_PLAN_EXEC_MOVES ? tio_plan_policy(plans[0]) : tio_plan_exec_name(exec);
+        if (exec != TIO_PLAN_EXEC_MOVES) {
             plans = NULL;
         }
     }
@@ -110,20 +108,10 @@ int cli_sim_pipeline(const struct tio_trace *const *trs,
     const struct tio_move *mv[CLI_MAX_STAGES];
     size_t nmv[CLI_MAX_STAGES];
     int rc = 0;
-    struct tio_hw h = *hw;
-    if (sp->capacity_bytes) { /* plan against the capacity that is simulated */
-        h.gpu_reserve_bytes = 0;
-        h.gpu_memory_bytes = sp->capacity_bytes;
-    }
     for (size_t i = 0; i < n; i++) {
         const struct tio_plan *pl = plans ? plans[i] : NULL;
         if (!pl) {
-            struct tio_plan_params pp = tio_plan_params_default();
-            pp.policy = policy;
-            if (min_tensor_bytes) {
-                pp.min_tensor_bytes = min_tensor_bytes;
-            }
-            rc = tio_plan_make(trs[i], &h, &pp, &made[i]);
+            rc = make_plan(trs[i], hw, policy, min_tensor_bytes, sp, &made[i]);
             if (rc < 0) {
                 goto out;
             }

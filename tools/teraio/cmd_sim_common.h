@@ -25,18 +25,12 @@ int cli_sim_policy_feasible(const struct tio_trace *tr,
                             struct tio_sim **out,
                             int *plan_feasible);
 
-/* Simulate a plan: its moves, or the baseline its policy names when it holds none. */
-int cli_sim_plan(const struct tio_trace *tr,
-                 const struct tio_hw *hw,
-                 const struct tio_plan *plan,
-                 const struct tio_sim_params *sp,
-                 struct tio_sim **out);
-
 /* At most this many pipeline stages on the command line. */
 #define CLI_MAX_STAGES 64
 
 /* The stages of a pipeline (trs in stage order) simulated together (tio_sim_run_pipeline): with
- * plans (one per stage), their moves; else `policy`, a built-in baseline or planned per stage
+ * plans (one per stage, all of the same execution), their moves or the baseline their
+ * execution names; else `policy`, a built-in baseline or planned per stage
  * now. out gets n results; *plan_feasible (may be NULL): every stage's plan is feasible. */
 int cli_sim_pipeline(const struct tio_trace *const *trs,
                      size_t n,

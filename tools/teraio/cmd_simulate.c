@@ -58,24 +58,41 @@ static void usage(FILE *f) {
         "\n" TIO_CLI_EXIT_HELP);
 }
 
+/*
+ * The first lines of the human summary: where it ran out of memory (then the ideal time, and
+ * 1 is returned), else the iteration against the ideal and the throughput (0). pipeline: the
+ * result of coupled stages (the stage that ran out, the coupled makespan).
+ */
+static int print_outcome(const struct tio_sim_result *r, int pipeline) {
+    char a[32], b[32], stage[32] = "";
+    if (r->oom) {
+        if (pipeline) {
+            (void)snprintf(stage, sizeof stage, "stage %u, ", r->oom_stage);
+        }
+        (void)printf("OUT OF MEMORY     %s%s at kernel %llu (iteration %u): %s over\n", stage,
+                     r->oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
+                     (unsigned long long)r->oom_kernel, r->oom_iteration,
+                     tio_format_bytes(r->oom_bytes, a, sizeof a));
+        (void)printf("ideal             %s\n", tio_format_duration(r->ideal_s, a, sizeof a));
+        return 1;
+    }
+    (void)printf("iteration         %s%s (ideal %s, %.1f%% of ideal)\n",
+                 tio_format_duration(r->iteration_s, a, sizeof a),
+                 pipeline ? " coupled makespan" : "", tio_format_duration(r->ideal_s, b, sizeof b),
+                 100.0 * r->fraction_of_ideal);
+    if (r->tokens_per_s > 0) {
+        (void)printf("throughput        %.1f tokens/s\n", r->tokens_per_s);
+    }
+    return 0;
+}
+
 static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
     struct tio_sim_result r;
     tio_sim_get_result(sim, &r);
     char a[32], b[32], c[32], d[32];
     (void)printf("policy            %s on %s\n", tio_sim_policy(sim), hw->name);
-    if (r.oom) {
-        (void)printf("OUT OF MEMORY     %s at kernel %llu (iteration %u): %s over\n",
-                     r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
-                     (unsigned long long)r.oom_kernel, r.oom_iteration,
-                     tio_format_bytes(r.oom_bytes, a, sizeof a));
-        (void)printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+    if (print_outcome(&r, 0)) {
         return;
-    }
-    (void)printf("iteration         %s (ideal %s, %.1f%% of ideal)\n",
-                 tio_format_duration(r.iteration_s, a, sizeof a),
-                 tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
-    if (r.tokens_per_s > 0) {
-        (void)printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
     }
     (void)printf("stalls            %s (data %s, memory %s, host CPU %s)\n",
                  tio_format_duration(r.stall_s, a, sizeof a),
@@ -107,193 +124,14 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
         (unsigned long long)r.n_demand_fetches, (unsigned long long)r.n_demand_evictions);
 }
 
-static int simulate_pipeline(const char *const *trace_paths,
-                             size_t n,
-                             const char *hw_name,
-                             const char *const *plan_paths,
-                             size_t n_plans,
-                             const char *policy,
-                             uint64_t min_tensor,
-                             struct tio_sim_params *sp,
-                             int json);
-
-int cli_cmd_simulate(int argc, char **argv) {
-    const char *trace_paths[CLI_MAX_STAGES], *plan_paths[CLI_MAX_STAGES];
-    size_t n_traces = 0, n_plans = 0;
-    const char *trace_path = NULL, *hw_name = NULL, *plan_path = NULL, *policy = NULL;
-    const char *csv_dir = NULL, *timeline = NULL;
-    int json = 0;
-    struct tio_sim_params sp = tio_sim_params_default();
-    uint64_t min_tensor = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        } else if (strcmp(a, "--no-demand-evict") == 0) {
-            sp.demand_evict = 0;
-            continue;
-        } else if (strcmp(a, "--demand-evict") == 0) {
-            sp.demand_evict = 1;
-            continue;
-        } else if (a[0] == '-' && a[1] != '\0' && !val) {
-            cli_error(CMD, "%s needs a value (see --help)", a);
-            return TIO_EXIT_USAGE;
-        } else if (strcmp(a, "--hw") == 0) {
-            hw_name = val;
-        } else if (strcmp(a, "--plan") == 0) {
-            if (n_plans == CLI_MAX_STAGES) {
-                cli_error(CMD, "at most %d --plan", CLI_MAX_STAGES);
-                return TIO_EXIT_USAGE;
-            }
-            plan_paths[n_plans++] = val;
-            plan_path = val;
-        } else if (strcmp(a, "--policy") == 0) {
-            policy = val;
-        } else if (strcmp(a, "--csv") == 0) {
-            csv_dir = val;
-        } else if (strcmp(a, "--timeline") == 0) {
-            timeline = val;
-            sp.record_timeline = 1;
-        } else if (strcmp(a, "--capacity") == 0) {
-            rc = cli_parse_bytes_pos(CMD, a, val, &sp.capacity_bytes);
-        } else if (strcmp(a, "--min-tensor") == 0) {
-            rc = cli_parse_bytes_pos(CMD, a, val, &min_tensor);
-        } else if (strcmp(a, "--ssd-scale") == 0) {
-            rc = cli_parse_pos(CMD, a, val, &sp.ssd_bandwidth_scale);
-        } else if (strcmp(a, "--warmup") == 0) {
-            uint64_t w = 0;
-            rc = cli_parse_u64(CMD, a, val, &w);
-            if (rc == 0 && w > 16) {
-                cli_error(CMD, "--warmup %llu: at most 16", (unsigned long long)w);
-                rc = TIO_EXIT_USAGE;
-            }
-            sp.warmup_iterations = (uint32_t)w;
-        } else if (strcmp(a, "--iterations-per-day") == 0) {
-            rc = cli_parse_pos(CMD, a, val, &sp.iterations_per_day); /* omit: continuous */
-        } else if (a[0] == '-') {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return TIO_EXIT_USAGE;
-        } else if (n_traces < CLI_MAX_STAGES) {
-            trace_paths[n_traces++] = a;
-            trace_path = trace_paths[0];
-            continue;
-        } else {
-            cli_error(CMD, "unexpected argument '%s': at most %d traces (see --help)", a,
-                      CLI_MAX_STAGES);
-            return TIO_EXIT_USAGE;
-        }
-        if (rc) {
-            return rc;
-        }
-        i++;
-    }
-    if (min_tensor && plan_path) {
-        cli_error(CMD, "--min-tensor applies to --policy; a plan's sizes were fixed by `teraio "
-                       "plan --min-tensor`");
-        return TIO_EXIT_USAGE;
-    }
-    if (!trace_path || !hw_name || (!plan_path && !policy) || (plan_path && policy)) {
-        cli_error(CMD, "need TRACE, --hw and exactly one of --plan or --policy (see --help)");
-        return TIO_EXIT_USAGE;
-    }
-    if (n_plans && n_plans != n_traces) {
-        cli_error(CMD, "%zu traces and %zu --plan: give one plan per trace, in the same order",
-                  n_traces, n_plans);
-        return TIO_EXIT_USAGE;
-    }
-    if (n_traces > 1) {
-        if (csv_dir || timeline) {
-            cli_error(CMD, "--csv and --timeline take one trace; simulate a pipeline's stages "
-                           "without them");
-            return TIO_EXIT_USAGE;
-        }
-        return simulate_pipeline(trace_paths, n_traces, hw_name, plan_paths, n_plans, policy,
-                                 min_tensor, &sp, json);
-    }
-    struct tio_hw hw;
-    int rc = tio_hw_load(hw_name, &hw);
-    if (rc < 0) {
-        return cli_fail(CMD, hw_name, rc);
-    }
-    struct tio_trace *tr = NULL;
-    rc = tio_trace_load(trace_path, TIO_TRACE_FORMAT_AUTO, &tr);
-    if (rc < 0) {
-        return cli_fail(CMD, trace_path, rc);
-    }
-    struct tio_sim *sim = NULL;
-    int code = TIO_EXIT_OK;
-    if (plan_path) {
-        struct tio_plan *plan = NULL;
-        rc = tio_plan_load(plan_path, TIO_PLAN_FORMAT_AUTO, &plan);
-        if (rc < 0) {
-            code = cli_fail(CMD, plan_path, rc);
-            goto out;
-        }
-        rc = tio_plan_check_trace(plan, tr);
-        if (rc < 0) {
-            tio_plan_free(plan);
-            code = cli_fail(CMD, plan_path, rc);
-            goto out;
-        }
-        if (sp.capacity_bytes == 0) { /* simulate the capacity the plan was made for */
-            struct tio_plan_summary ps;
-            tio_plan_get_summary(plan, &ps);
-            sp.capacity_bytes = ps.capacity_bytes;
-        }
-        rc = cli_sim_plan(tr, &hw, plan, &sp, &sim);
-        tio_plan_free(plan);
-    } else {
-        rc = cli_sim_policy(tr, &hw, policy, min_tensor, &sp, &sim);
-    }
-    if (rc < 0) {
-        code = cli_fail(CMD, plan_path ? plan_path : policy, rc);
-        goto out;
-    }
-    if (json) {
-        rc = tio_sim_write_json(sim, stdout);
-    } else {
-        print_human(sim, &hw);
-    }
-    if (rc >= 0 && csv_dir) {
-        rc = tio_sim_write_csv(sim, csv_dir);
-    }
-    if (rc >= 0 && timeline) {
-        rc = tio_sim_write_timeline(sim, timeline);
-    }
-    if (rc < 0) {
-        code = cli_fail(CMD, "writing results", rc);
-    }
-out:
-    tio_sim_free(sim);
-    tio_trace_free(tr);
-    return code;
-}
-
 static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const struct tio_hw *hw) {
     struct tio_sim_result r;
     tio_sim_get_result(sims[0], &r);
     char a[32], b[32], c[32], d[32];
     (void)printf("pipeline          %zu stages, %s on %s (each stage its own GPU)\n", n,
                  tio_sim_policy(sims[0]), hw->name);
-    if (r.oom) {
-        (void)printf("OUT OF MEMORY     stage %u, %s at kernel %llu (iteration %u): %s over\n",
-                     r.oom_stage, r.oom == TIO_SIM_OOM_HOST ? "host memory" : "GPU memory",
-                     (unsigned long long)r.oom_kernel, r.oom_iteration,
-                     tio_format_bytes(r.oom_bytes, a, sizeof a));
-        (void)printf("ideal             %s\n", tio_format_duration(r.ideal_s, a, sizeof a));
+    if (print_outcome(&r, 1)) {
         return;
-    }
-    (void)printf("iteration         %s coupled makespan (ideal %s, %.1f%% of ideal)\n",
-                 tio_format_duration(r.iteration_s, a, sizeof a),
-                 tio_format_duration(r.ideal_s, b, sizeof b), 100.0 * r.fraction_of_ideal);
-    if (r.tokens_per_s > 0) {
-        (void)printf("throughput        %.1f tokens/s\n", r.tokens_per_s);
     }
     for (size_t i = 0; i < n; i++) {
         tio_sim_get_result(sims[i], &r);
@@ -332,49 +170,239 @@ static int write_pipeline_json(struct tio_sim *const *sims, size_t n) {
     return ferror(stdout) ? tio_set_error(-EIO, "writing the JSON summary failed") : 0;
 }
 
-static int simulate_pipeline(const char *const *trace_paths,
-                             size_t n,
-                             const char *hw_name,
-                             const char *const *plan_paths,
-                             size_t n_plans,
-                             const char *policy,
-                             uint64_t min_tensor,
-                             struct tio_sim_params *sp,
-                             int json) {
+/* The command line of `teraio simulate`. */
+struct opts {
+    const char *traces[CLI_MAX_STAGES], *plans[CLI_MAX_STAGES];
+    size_t n_traces, n_plans;
+    const char *hw, *policy, *csv_dir, *timeline;
+    int json;
+    uint64_t min_tensor;
+    struct tio_sim_params sp;
+};
+
+/* An option that takes a value (val). Returns 0 or the exit code. */
+static int parse_value_option(struct opts *o, const char *a, const char *val) {
+    if (strcmp(a, "--hw") == 0) {
+        o->hw = val;
+    } else if (strcmp(a, "--plan") == 0) {
+        if (o->n_plans == CLI_MAX_STAGES) {
+            cli_error(CMD, "at most %d --plan", CLI_MAX_STAGES);
+            return TIO_EXIT_USAGE;
+        }
+        o->plans[o->n_plans++] = val;
+    } else if (strcmp(a, "--policy") == 0) {
+        o->policy = val;
+    } else if (strcmp(a, "--csv") == 0) {
+        o->csv_dir = val;
+    } else if (strcmp(a, "--timeline") == 0) {
+        o->timeline = val;
+        o->sp.record_timeline = 1;
+    } else if (strcmp(a, "--capacity") == 0) {
+        return cli_parse_bytes_pos(CMD, a, val, &o->sp.capacity_bytes);
+    } else if (strcmp(a, "--min-tensor") == 0) {
+        return cli_parse_bytes_pos(CMD, a, val, &o->min_tensor);
+    } else if (strcmp(a, "--ssd-scale") == 0) {
+        return cli_parse_pos(CMD, a, val, &o->sp.ssd_bandwidth_scale);
+    } else if (strcmp(a, "--warmup") == 0) {
+        uint64_t w = 0;
+        int rc = cli_parse_u64(CMD, a, val, &w);
+        if (rc == 0 && w > 16) {
+            cli_error(CMD, "--warmup %llu: at most 16", (unsigned long long)w);
+            rc = TIO_EXIT_USAGE;
+        }
+        o->sp.warmup_iterations = (uint32_t)w;
+        return rc;
+    } else if (strcmp(a, "--iterations-per-day") == 0) {
+        return cli_parse_pos(CMD, a, val, &o->sp.iterations_per_day); /* omit: continuous */
+    } else {
+        cli_error(CMD, "unknown option '%s' (see --help)", a);
+        return TIO_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Parse argv into o. Returns 0, an exit code, or -1 when --help was printed. */
+static int parse_args(int argc, char **argv, struct opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+            continue;
+        }
+        if (strcmp(a, "--demand-evict") == 0 || strcmp(a, "--no-demand-evict") == 0) {
+            o->sp.demand_evict = strcmp(a, "--demand-evict") == 0;
+            continue;
+        }
+        if (a[0] == '-' && a[1] != '\0' && !val) {
+            cli_error(CMD, "%s needs a value (see --help)", a);
+            return TIO_EXIT_USAGE;
+        }
+        if (a[0] != '-') {
+            if (o->n_traces == CLI_MAX_STAGES) {
+                cli_error(CMD, "unexpected argument '%s': at most %d traces (see --help)", a,
+                          CLI_MAX_STAGES);
+                return TIO_EXIT_USAGE;
+            }
+            o->traces[o->n_traces++] = a;
+            continue;
+        }
+        int rc = parse_value_option(o, a, val);
+        if (rc) {
+            return rc;
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* The combinations of options. Returns 0 or TIO_EXIT_USAGE. */
+static int check_args(const struct opts *o) {
+    if (o->min_tensor && o->n_plans) {
+        cli_error(CMD, "--min-tensor applies to --policy; a plan's sizes were fixed by `teraio "
+                       "plan --min-tensor`");
+        return TIO_EXIT_USAGE;
+    }
+    if (!o->n_traces || !o->hw || (!o->n_plans && !o->policy) || (o->n_plans && o->policy)) {
+        cli_error(CMD, "need TRACE, --hw and exactly one of --plan or --policy (see --help)");
+        return TIO_EXIT_USAGE;
+    }
+    if (o->n_plans && o->n_plans != o->n_traces) {
+        cli_error(CMD, "%zu traces and %zu --plan: give one plan per trace, in the same order",
+                  o->n_traces, o->n_plans);
+        return TIO_EXIT_USAGE;
+    }
+    if (o->n_traces > 1 && (o->csv_dir || o->timeline)) {
+        cli_error(CMD, "--csv and --timeline take one trace; simulate a pipeline's stages "
+                       "without them");
+        return TIO_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Simulate one trace with the plan file at `path`, against the capacity it was made for unless
+ * sp->capacity_bytes says otherwise. Returns 0 or an exit code. */
+static int simulate_plan_file(const struct tio_trace *tr,
+                              const struct tio_hw *hw,
+                              const char *path,
+                              struct tio_sim_params *sp,
+                              struct tio_sim **sim) {
+    struct tio_plan *plan = NULL;
+    int rc = tio_plan_load(path, TIO_PLAN_FORMAT_AUTO, &plan);
+    if (rc >= 0) {
+        rc = tio_plan_check_trace(plan, tr);
+    }
+    if (rc >= 0) {
+        if (sp->capacity_bytes == 0) { /* simulate the capacity the plan was made for */
+            struct tio_plan_summary ps;
+            tio_plan_get_summary(plan, &ps);
+            sp->capacity_bytes = ps.capacity_bytes;
+        }
+        rc = tio_sim_run_plan(tr, hw, plan, sp, sim);
+    }
+    tio_plan_free(plan);
+    return rc < 0 ? cli_fail(CMD, path, rc) : 0;
+}
+
+/* Write the results of one trace: the summary (JSON or human) and the --csv / --timeline
+ * files. Returns 0 or an exit code. */
+static int write_results(const struct tio_sim *sim, const struct tio_hw *hw, const struct opts *o) {
+    int rc = 0;
+    if (o->json) {
+        rc = tio_sim_write_json(sim, stdout);
+    } else {
+        print_human(sim, hw);
+    }
+    if (rc >= 0 && o->csv_dir) {
+        rc = tio_sim_write_csv(sim, o->csv_dir);
+    }
+    if (rc >= 0 && o->timeline) {
+        rc = tio_sim_write_timeline(sim, o->timeline);
+    }
+    return rc < 0 ? cli_fail(CMD, "writing results", rc) : 0;
+}
+
+static int simulate_pipeline(struct opts *o);
+
+int cli_cmd_simulate(int argc, char **argv) {
+    struct opts o;
+    memset(&o, 0, sizeof o);
+    o.sp = tio_sim_params_default();
+    int code = parse_args(argc, argv, &o);
+    if (code) {
+        return code < 0 ? TIO_EXIT_OK : code;
+    }
+    if ((code = check_args(&o)) != 0) {
+        return code;
+    }
+    if (o.n_traces > 1) {
+        return simulate_pipeline(&o);
+    }
     struct tio_hw hw;
-    int rc = tio_hw_load(hw_name, &hw);
+    int rc = tio_hw_load(o.hw, &hw);
     if (rc < 0) {
-        return cli_fail(CMD, hw_name, rc);
+        return cli_fail(CMD, o.hw, rc);
+    }
+    struct tio_trace *tr = NULL;
+    rc = tio_trace_load(o.traces[0], TIO_TRACE_FORMAT_AUTO, &tr);
+    if (rc < 0) {
+        return cli_fail(CMD, o.traces[0], rc);
+    }
+    struct tio_sim *sim = NULL;
+    if (o.n_plans) {
+        code = simulate_plan_file(tr, &hw, o.plans[0], &o.sp, &sim);
+    } else {
+        rc = cli_sim_policy(tr, &hw, o.policy, o.min_tensor, &o.sp, &sim);
+        code = rc < 0 ? cli_fail(CMD, o.policy, rc) : 0;
+    }
+    if (code == 0) {
+        code = write_results(sim, &hw, &o);
+    }
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+    return code;
+}
+
+static int simulate_pipeline(struct opts *o) {
+    size_t n = o->n_traces;
+    struct tio_hw hw;
+    int rc = tio_hw_load(o->hw, &hw);
+    if (rc < 0) {
+        return cli_fail(CMD, o->hw, rc);
     }
     struct tio_trace *tr[CLI_MAX_STAGES] = { NULL };
     struct tio_plan *pl[CLI_MAX_STAGES] = { NULL };
     struct tio_sim *sims[CLI_MAX_STAGES] = { NULL };
     int code = TIO_EXIT_OK;
     for (size_t i = 0; i < n; i++) {
-        rc = tio_trace_load(trace_paths[i], TIO_TRACE_FORMAT_AUTO, &tr[i]);
+        rc = tio_trace_load(o->traces[i], TIO_TRACE_FORMAT_AUTO, &tr[i]);
         if (rc < 0) {
-            code = cli_fail(CMD, trace_paths[i], rc);
+            code = cli_fail(CMD, o->traces[i], rc);
             goto out;
         }
-        if (n_plans) {
-            rc = tio_plan_load(plan_paths[i], TIO_PLAN_FORMAT_AUTO, &pl[i]);
+        if (o->n_plans) {
+            rc = tio_plan_load(o->plans[i], TIO_PLAN_FORMAT_AUTO, &pl[i]);
             if (rc >= 0) {
                 rc = tio_plan_check_trace(pl[i], tr[i]);
             }
             if (rc < 0) {
-                code = cli_fail(CMD, plan_paths[i], rc);
+                code = cli_fail(CMD, o->plans[i], rc);
                 goto out;
             }
         }
     }
     rc = cli_sim_pipeline((const struct tio_trace *const *)tr, n, &hw,
-                          n_plans ? (const struct tio_plan *const *)pl : NULL, policy, min_tensor,
-                          sp, sims, NULL);
+                          o->n_plans ? (const struct tio_plan *const *)pl : NULL, o->policy,
+                          o->min_tensor, &o->sp, sims, NULL);
     if (rc < 0) {
         code = cli_fail(CMD, "pipeline", rc);
         goto out;
     }
-    if (json) {
+    if (o->json) {
         rc = write_pipeline_json(sims, n);
         if (rc < 0) {
             code = cli_fail(CMD, "writing results", rc);

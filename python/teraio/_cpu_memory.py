@@ -68,7 +68,7 @@ class CpuMemory:
             self._prefault_on = on
 
     def _install_allocator(self, model, want):
-        """Apply cpu_allocator (see the class docstring): True if teraio's block cache serves
+        """Apply cpu_allocator (see teraio.OffloadOptions): True if teraio's block cache serves
         PyTorch's CPU tensors now. Where the Offloader cannot discard the pages of what it
         releases (FSDP, CUDA), it would only cost memory: not installed."""
         if not want or _on_cuda(model) or not self.aligned_storages:
@@ -103,7 +103,7 @@ class CpuMemory:
 
     @staticmethod
     def _tune_malloc(model, n):
-        """Apply cpu_mmap_threshold (bytes or None; see the class docstring): the value set, or
+        """Apply cpu_mmap_threshold (bytes or None; see teraio.OffloadOptions): the value set, or
         None. Last in __init__, so that a refused Offloader leaves the process's malloc alone."""
         if n is None:
             return None

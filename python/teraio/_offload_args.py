@@ -136,16 +136,28 @@ def _after_update(e, updated):
     return type(e)(str(e) + note)
 
 
-def _mmap_threshold_arg(v):
+def _mmap_threshold_arg(v, what="cpu_mmap_threshold"):
     """cpu_mmap_threshold as bytes (None stays None, "auto" stays "auto"), within what glibc
     accepts."""
     if v is None or v == "auto":
         return v
-    n = _bytes(v, "cpu_mmap_threshold")
+    n = _bytes(v, what)
     if not 0 <= n <= 32 << 20:
-        raise ValueError(f"cpu_mmap_threshold: {v!r} is outside glibc's range, 0 to 32 MiB "
+        raise ValueError(f"{what}: {v!r} is outside glibc's range, 0 to 32 MiB "
                          "(e.g. '64KiB'; None leaves malloc alone)")
     return n
+
+
+def _rate_arg(v, what, also=""):
+    """A rate in bytes per second from a string ("2GB/s") or a number > 0."""
+    rate = 0.0
+    try:
+        rate = _core.parse_rate(v) if isinstance(v, str) else float(v)
+    except (_Error, TypeError, ValueError):
+        pass
+    if isinstance(v, bool) or not rate > 0:
+        raise ValueError(f"{what}: expected {also}a rate like '2GB/s', got {v!r}")
+    return rate
 
 
 def _prefault_arg(v):

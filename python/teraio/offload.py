@@ -26,22 +26,45 @@ probe, planning, plan files), _cpu_memory (process-wide CPU settings), _offload_
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import warnings
 import weakref
 
 from teraio import _core
 from teraio._cpu_memory import CpuMemory
 from teraio._offload_args import (_COMPILE_HELP, _after_update, _attempt, _budget_arg, _bytes,
                                   _compiled_module, _device_backend, _dynamo_tls,
-                                  _mmap_threshold_arg, _prefault_arg, _rank)
+                                  _mmap_threshold_arg, _prefault_arg, _rank, _rate_arg)
 from teraio._offload_report import Report
 from teraio._planning import Planning
 from teraio._step_kinds import StepKinds, _Pending
+from teraio.options import OPTION_NAMES, OffloadOptions
 
 _Error = _core.Error
 
 
-MAX_PLANS = 8  # default max_plans: plans kept, one per kind of step (Offloader._step_key)
+def _options_arg(options, deprecated):
+    """The OffloadOptions to use: options (None: the defaults) with the options given as
+    keyword arguments of the Offloader (deprecated: a DeprecationWarning names the new
+    spelling) taken into it; an unknown keyword is a TypeError."""
+    if options is None:
+        options = OffloadOptions()
+    elif not isinstance(options, OffloadOptions):
+        raise TypeError(f"options: expected a teraio.OffloadOptions, got "
+                        f"{type(options).__name__} {options!r}: pass "
+                        "options=teraio.OffloadOptions(...)")
+    unknown = sorted(set(deprecated) - OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"Offloader() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(its keyword arguments: memory_budget, ssd_dirs, host_memory, options; "
+                        f"the rest are fields of teraio.OffloadOptions)")
+    if deprecated:
+        given = ", ".join(f"{k}={v!r}" for k, v in deprecated.items())
+        warnings.warn(f"teraio.Offloader({given}) is deprecated: pass "
+                      f"options=teraio.OffloadOptions({given})", DeprecationWarning, stacklevel=3)
+        options = dataclasses.replace(options, **deprecated)
+    return options
 
 
 class Offloader(Planning, StepKinds, CpuMemory, Report):
@@ -56,76 +79,30 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         torch.distributed rank, "{local_rank}" by the rank on this node ($LOCAL_RANK, else the
         rank). They must exist and be writable.
     host_memory: bytes of the pinned host tier (0: SSD only).
-    policy: planner policy ("teraio", "teraio-ssd", "teraio-mixed", ...; see teraio/plan.h).
-    plan: path of a plan saved by save_plan(); skips profiling if it matches the model.
-    ssd_bandwidth: SSD rate per directory the planner assumes ("3GB/s"), or "auto": measured
-        once before the first plan through this Offloader's engine (report: ssd_read_Bps,
-        ssd_write_Bps).
-    verify: a CRC32C per chunk, computed on write and checked on read (a mismatch is retried,
-        then raised). Default False, as in the C engine: measured, it costs 37-58% of the
-        engine's bandwidth (docs/bench/io.md), far above the 5% under which it would be on;
-        without it a corrupted read comes back as the drive returned it.
-    bounded_unplanned: keep the warm-up and profiled steps within the budget too (default; CPU
-        and one process only), offloading reactively through the engine; False runs them
-        unconstrained (faster, but the process then peaks at the unconstrained size).
-    aligned_storages: on CPU, storages brought back from a tier get memory from teraio
-        (page-aligned, huge pages advised from 2 MiB) instead of PyTorch's allocator, whose
-        64-byte alignment forces the engine's O_DIRECT transfers through staging copies on the
-        training thread (default True; False: plain resize_). Such a storage cannot be
-        resized by other code while it holds that memory (release and restore() handle it), so
-        it is off with FSDP, which resizes its parameters' storages itself, and with a
-        PyTorch without UntypedStorage._swap_data_ptr_ (2.11; 2.13 has it).
-    cpu_allocator: for a model on CPU (not FSDP), make PyTorch's CPU allocator take tensors of
-        1 MiB or more from teraio's block cache (teraio/blockcache.h; default True): freed
-        blocks are kept for reuse by size, as glibc's heap would (no page faults), but the
-        blocks of tensors teraio offloads hand their pages back to the OS, and kept blocks
-        never hold the cache above the peak its live blocks reached in the planned steps. So
-        the memory teraio saves leaves the process without making the rest of training fault
-        in fresh pages, as glibc's mmap threshold does (docs/user-guide.md, "Memory on CPU").
-        Installed for the whole process when the Offloader is made, passing every request to
-        PyTorch's own again when the last such Offloader closes; tensors allocated before keep their memory. Needs teraio._torch_alloc (built when PyTorch is importable
-        at install time); without it, or with False, cpu_mmap_threshold applies.
-        report()["cpu_allocator"] has the cache's counters (None: not in use).
-    cpu_cache_bytes: with cpu_allocator, freed blocks the cache may keep resident beyond that
-        peak rule ("64MiB"; default 0): faster reuse for that much more memory.
-    cpu_prefault: with cpu_allocator, during planned steps, a background thread of the cache
-        faults memory in while the peak rule has room, so that the kernel zeroes the pages new
-        tensors land in on another core rather than in the training thread; it never keeps more
-        than the rule allows. "auto" (default): on where the process may run on 2 CPUs or more
-        per rank on this node (LOCAL_WORLD_SIZE).
-        report()["cpu_prefault"] says what applies.
-    max_plans: plans kept at most (default 8), one per kind of step: the globals at the step's
-        start, whether the optimizer steps, step(kind=...), and the step's signature (its first
-        operator's name and argument shapes: the batch's shape, so each sequence-length bucket
-        gets its own plan, profiled once). A new kind beyond it runs without a plan (kept within
-        the budget reactively, as the profiled steps are) and warns once.
-    cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
-        allocation on its own and hands it back to the OS when freed (mallopt M_MMAP_THRESHOLD,
-        set for the whole process when the Offloader is made). "auto" (default): "64KiB" when
-        cpu_allocator is not in use, else nothing. Without either, glibc keeps freed tensor
-        memory in its heap and raises its threshold as training goes on, so the memory teraio
-        frees by offloading does not leave the process (little RSS drop). The price: every
-        large allocation faults in fresh pages (PyTorch alone runs at ~0.67x on CPU). None
-        leaves malloc alone; so does a MALLOC_MMAP_THRESHOLD_ or
-        GLIBC_TUNABLES=glibc.malloc.mmap_threshold in the environment (yours wins). Ignored for
-        CUDA models and C libraries other than glibc. report()["cpu_mmap_threshold"] says what
-        was set (None: nothing).
+    options: a teraio.OffloadOptions with everything else (planning, the engine, and the
+        process-wide CPU memory settings); None: the defaults.
+
+    With the default options the Offloader changes nothing outside its own objects: on CPU,
+    the memory it frees by offloading then mostly stays in glibc's heap, so the process's RSS
+    drops less (docs/user-guide.md, "Memory on CPU"). OffloadOptions(cpu_allocator=True) opts
+    in to what makes it leave the process: PyTorch's CPU allocator replaced by teraio's block
+    cache for the whole process (or, where that cannot be used, glibc's mmap threshold).
+
+    The options passed as keyword arguments of the Offloader (Offloader(..., policy="none"))
+    still work: each is taken into options, with a DeprecationWarning that names the new
+    spelling.
     """
 
     def __init__(self, model, optimizer=None, *, memory_budget, ssd_dirs=(), host_memory=0,
-                 policy="teraio", warmup_steps=None, profile_steps=1, plan=None, backend=None,
-                 backend_options=None, verify=False, min_tensor_bytes="1MiB",
-                 ssd_bandwidth="auto", host_bandwidth="10GB/s", split_foreach=True,
-                 io_queue_depth=8, io_chunk="1MiB", bounded_unplanned=True,
-                 aligned_storages=True, rank=None, cpu_allocator=True, cpu_cache_bytes=0,
-                 cpu_prefault="auto", cpu_mmap_threshold="auto", max_plans=MAX_PLANS):
+                 options=None, **deprecated):
+        self.options = o = _options_arg(options, deprecated)
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
         self.model = model
         self.optimizer = optimizer
         from teraio.torch import _fsdp  # FSDP2: what collect_globals reads; refuses TP DTensors
 
-        self._gmodel = _fsdp.globals_model(model, warmup_steps)
+        self._gmodel = _fsdp.globals_model(model, o.warmup_steps)
         compiled = _compiled_module(model)
         if compiled is not None:
             raise ValueError(f"model: {compiled} is compiled with torch.compile. " + _COMPILE_HELP)
@@ -134,14 +111,14 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self.host_memory = _bytes(host_memory, "host_memory")
         # FSDP resizes the storages of its parameters itself: those must stay resizable; and
         # PyTorch must have UntypedStorage._swap_data_ptr_ (2.13 has it, 2.11 does not)
-        self.aligned_storages = (bool(aligned_storages) and self._gmodel is model
+        self.aligned_storages = (o.aligned_storages and self._gmodel is model
                                  and hasattr(torch.UntypedStorage, "_swap_data_ptr_"))
-        self.min_tensor_bytes = _bytes(min_tensor_bytes, "min_tensor_bytes")
-        mmap_threshold = _mmap_threshold_arg(cpu_mmap_threshold)  # applied once all is checked
-        self.cpu_cache_bytes = _bytes(cpu_cache_bytes, "cpu_cache_bytes")
-        self.cpu_prefault = _prefault_arg(cpu_prefault)
+        self.min_tensor_bytes = _bytes(o.min_tensor_bytes, "min_tensor_bytes")
+        mmap_threshold = _mmap_threshold_arg(o.cpu_mmap_threshold)  # applied once all is checked
+        self.cpu_cache_bytes = _bytes(o.cpu_cache_bytes, "cpu_cache_bytes")
+        self.cpu_prefault = _prefault_arg(o.cpu_prefault)
         self._prefault_on = False
-        self.rank = _rank() if rank is None else int(rank)
+        self.rank = _rank() if o.rank is None else o.rank
         if isinstance(ssd_dirs, (str, bytes)):
             raise ValueError("ssd_dirs: expected a list of directories, got a string")
         from teraio import _ranks  # "{rank}", "{local_rank}"
@@ -156,44 +133,33 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
                                  "permissions or pass another directory")
         if not self.ssd_dirs and self.host_memory == 0:
             raise ValueError("nowhere to offload to: pass ssd_dirs=[...] and/or host_memory=...")
+        warmup_steps = o.warmup_steps
         if warmup_steps is None:
             # DDP rebuilds its gradient buckets in the second iteration: profile after it.
             warmup_steps = 2 if type(model).__name__ == "DistributedDataParallel" else 1
-        if int(warmup_steps) < 1 and optimizer is not None:
-            raise ValueError("warmup_steps: must be >= 1 with an optimizer (its state is created "
-                             "in the first step)")
-        if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
-            raise ValueError(f"max_plans: expected an int >= 1 (plans kept, one per kind of "
-                             f"step), got {max_plans!r}")
-        self.max_plans = max_plans
-        self.policy = policy
-        self.warmup_steps = int(warmup_steps)
-        self.profile_steps = max(1, int(profile_steps))
-        self.split_foreach = split_foreach
+        if warmup_steps < 1 and optimizer is not None:
+            raise ValueError("OffloadOptions.warmup_steps: must be >= 1 with an optimizer (its "
+                             "state is created in the first step)")
+        self.max_plans = o.max_plans
+        self.policy = o.policy
+        self.warmup_steps = warmup_steps
+        self.profile_steps = o.profile_steps
+        self.split_foreach = o.split_foreach
         # "auto": measured through the engine on the SSD directories when the first plan is made
-        self.ssd_auto = ssd_bandwidth == "auto"
+        self.ssd_auto = o.ssd_bandwidth == "auto"
         self.ssd_measured = None
-        rate = 0.0
-        if not self.ssd_auto:
-            try:
-                rate = _core.parse_rate(ssd_bandwidth) if isinstance(ssd_bandwidth, str) \
-                    else float(ssd_bandwidth)
-            except (_Error, TypeError, ValueError):
-                pass
-            if not rate > 0:
-                raise ValueError(f"ssd_bandwidth: expected 'auto' or a rate like '2GB/s', got "
-                                 f"{ssd_bandwidth!r}")
+        rate = 0.0 if self.ssd_auto else _rate_arg(o.ssd_bandwidth, "ssd_bandwidth")
         self.ssd_read_Bps = self.ssd_write_Bps = rate
-        self.host_Bps = _core.parse_rate(host_bandwidth) if isinstance(host_bandwidth, str) \
-            else float(host_bandwidth)
+        self.host_Bps = _rate_arg(o.host_bandwidth, "host_bandwidth")
         self._cuda = False
+        backend = o.backend
         if backend is None:
             backend = _device_backend(model)
         # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
         # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
-        self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, bool(verify),
-                                      backend_options, True, int(io_queue_depth),
-                                      _bytes(io_chunk, "io_chunk"))
+        self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, o.verify,
+                                      o.backend_options, True, o.io_queue_depth,
+                                      _bytes(o.io_chunk, "io_chunk"))
         self._trace = None
         self._prediction = None  # (plan, predicted step seconds): see predicted_step_s()
         self._plan = None
@@ -228,18 +194,18 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             optimizer.register_step_post_hook(lambda *a: self._set_optim(False))
         # warm-up and profiled steps (no plan yet) kept within the budget reactively (CPU, one
         # process: a collective may still be using a buffer, and CUDA needs stream ordering)
-        self.bounded_unplanned = bool(bounded_unplanned)
+        self.bounded_unplanned = o.bounded_unplanned
         self._bounded = None
         self._bounded_done = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
         self._bounded_peak = 0
         self._next_eid = None
-        self._plan_path = plan
-        if plan is not None:
-            self._load_plan(plan)
+        self._plan_path = o.plan
+        if o.plan is not None:
+            self._load_plan(o.plan)
         self._alloc_installed = False
-        self.cpu_allocator = self._install_allocator(model, cpu_allocator)
-        if mmap_threshold == "auto":
-            mmap_threshold = None if self.cpu_allocator else 64 << 10
+        self.cpu_allocator = self._install_allocator(model, o.cpu_allocator)
+        if mmap_threshold == "auto":  # the fallback of cpu_allocator=True where it cannot serve
+            mmap_threshold = 64 << 10 if o.cpu_allocator and not self.cpu_allocator else None
         self.cpu_mmap_threshold = self._tune_malloc(model, mmap_threshold)
 
     def _set_optim(self, v):

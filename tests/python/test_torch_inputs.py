@@ -149,7 +149,8 @@ def test_cpu_prefault_auto_needs_a_spare_cpu(tmp_path, monkeypatch, cpus, local_
     else:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", local_ranks)
     m, o = _model()
-    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           options=teraio.OffloadOptions(cpu_allocator=True))
     assert off.cpu_prefault is expected
     assert off.report()["cpu_prefault"] is (expected and bool(off.cpu_allocator))
     off.close()

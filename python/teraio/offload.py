@@ -1,7 +1,8 @@
 """teraio.Offloader: profile a few training steps, plan, then offload tensors on live training.
 
     off = teraio.Offloader(model, optimizer, memory_budget="8GiB",
-                           ssd_dirs=["/mnt/nvme0/tio-{rank}"], host_memory="16GiB")
+                           ssd_dirs=["/mnt/nvme0/tio-{rank}"], host_memory="16GiB",
+                           options=teraio.OffloadOptions(cpu_allocator=True))  # opt-in: CPU
     for batch in loader:
         with off.step():
             loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()

@@ -85,7 +85,8 @@ class OffloadOptions:
     The engine:
     backend: "posix", "uring", "cuda", "cufile", ... or None (default): "auto" for CPU models,
         cufile (where its probe says it runs) else cuda for models on a CUDA device.
-    backend_options: a dict of backend settings (docs/engine.md), or None.
+    backend_options: the backend's options as a string ("key=value,...", e.g. the fault
+        backend's "write_fail=3"; docs/engine.md), or None.
     verify: a CRC32C per chunk, computed on write and checked on read (a mismatch is retried,
         then raised). Default False, as in the C engine: measured, it costs 37-58% of the
         engine's bandwidth (docs/bench/io.md); without it a corrupted read comes back as the
@@ -151,8 +152,8 @@ class OffloadOptions:
         _rate_arg(self.host_bandwidth, "OffloadOptions.host_bandwidth")
         if self.backend is not None and not isinstance(self.backend, str):
             bad("backend", "None or a backend name such as 'posix'")
-        if self.backend_options is not None and not isinstance(self.backend_options, dict):
-            bad("backend_options", "None or a dict")
+        if self.backend_options is not None and not isinstance(self.backend_options, str):
+            bad("backend_options", "None or a string of key=value options")
         if self.rank is not None and not _is_int(self.rank, 0):
             bad("rank", "None or an int >= 0")
 

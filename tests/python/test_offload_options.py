@@ -33,7 +33,7 @@ def _model():
     ("plan", 5), ("warmup_steps", -1), ("warmup_steps", 1.5), ("profile_steps", 0),
     ("max_plans", 0), ("max_plans", True), ("io_queue_depth", 0), ("ssd_bandwidth", "fast"),
     ("ssd_bandwidth", 0), ("host_bandwidth", "quick"), ("host_bandwidth", -1),
-    ("backend", 7), ("backend_options", "x"), ("rank", -2), ("rank", "0")])
+    ("backend", 7), ("backend_options", {"write_fail": 3}), ("rank", -2), ("rank", "0")])
 def test_bad_option_names_the_field_and_the_value(field, value):
     with pytest.raises(ValueError) as e:
         teraio.OffloadOptions(**{field: value})

@@ -19,7 +19,8 @@
    and per step the training thread's CPU time (main_cpu_s), its time runnable but off a CPU
    (main_runq_s), its system time and minor page faults (main_sys_s, main_minflt) and the VM's
    steal time (steal_s: what the host took from this VM's vCPUs).
-   --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME.
+   --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME
+   (memory_budget, ssd_dirs, host_memory, or fields of teraio.OffloadOptions).
    teraio's configurations also report the simulator's prediction of their step
    (Offloader.predicted_step_s: the profiled trace and the plan on the hardware the Offloader
    planned for) and its error against the measured median step (prediction_error).
@@ -273,7 +274,9 @@ def worker(cfg):
             os.environ["TERAIO_TORCH_DISPATCH"] = "python"
         import teraio
 
-        kw = dict(memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]], min_tensor_bytes="256KiB")
+        # the Offloader as the quickstart makes it (cpu_allocator: the process-wide opt-in)
+        kw = dict(memory_budget=0.5, ssd_dirs=[cfg["ssd_dir"]], min_tensor_bytes="256KiB",
+                  cpu_allocator=True)
         kw.update(cfg.get("offloader_kw") or {})
         kw.update(variant or {})
         kw.pop("tioalloc", None)
@@ -282,7 +285,8 @@ def worker(cfg):
             import teraio._core as core
 
             core.block_cache_enable(**bc)
-        off = teraio.Offloader(model, opt, **kw)
+        top = {k: kw.pop(k) for k in ("memory_budget", "ssd_dirs", "host_memory") if k in kw}
+        off = teraio.Offloader(model, opt, **top, options=teraio.OffloadOptions(**kw))
     if mode == "blockcache":  # no offloading; PyTorch's CPU tensors from teraio's block cache
         import teraio._core as core
         from teraio import _torch_alloc

@@ -136,14 +136,15 @@ def main(argv=None):
     ap.add_argument("--min-tensor-bytes", default="64KiB")
     ap.add_argument("--backend", default=None)
     ap.add_argument("--cpu-allocator", default="on", choices=("on", "off"),
-                    help="the Offloader's cpu_allocator: PyTorch's CPU tensors from teraio's "
-                    "block cache (default on)")
+                    help="OffloadOptions.cpu_allocator: PyTorch's CPU tensors from teraio's "
+                    "block cache, for the whole process (default on here; the Offloader's "
+                    "own default is off)")
     ap.add_argument("--cpu-prefault", default="auto", choices=("auto", "on", "off"),
-                    help="the Offloader's cpu_prefault: the block cache faults memory in on "
+                    help="OffloadOptions.cpu_prefault: the block cache faults memory in on "
                     "another thread (default auto: with 2 CPUs or more)")
     ap.add_argument("--cpu-mmap-threshold", default="auto",
-                    help="the Offloader's cpu_mmap_threshold ('auto': 64KiB without the "
-                    "block cache; 'none': leave glibc's malloc alone)")
+                    help="OffloadOptions.cpu_mmap_threshold ('auto': 64KiB where "
+                    "--cpu-allocator on cannot be used; 'none': leave glibc's malloc alone)")
     ap.add_argument("--foreach", action="store_true",
                     help="AdamW(foreach=True): teraio splits each _foreach_ op per tensor")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
@@ -190,12 +191,14 @@ def main(argv=None):
             budget = frac  # Offloader: fraction of the profiled unconstrained peak
         else:
             budget = int(frac) if frac is not None else teraio.parse_bytes(b)
+        opts = teraio.OffloadOptions(
+            min_tensor_bytes=a.min_tensor_bytes, backend=a.backend,
+            cpu_allocator=a.cpu_allocator == "on",
+            cpu_prefault={"on": True, "off": False}.get(a.cpu_prefault, "auto"),
+            cpu_mmap_threshold=None if a.cpu_mmap_threshold.lower() == "none"
+            else a.cpu_mmap_threshold)
         offload = dict(memory_budget=budget, ssd_dirs=a.ssd_dir, host_memory=a.host_memory,
-                       min_tensor_bytes=a.min_tensor_bytes, backend=a.backend,
-                       cpu_allocator=a.cpu_allocator == "on",
-                       cpu_prefault={"on": True, "off": False}.get(a.cpu_prefault, "auto"),
-                       cpu_mmap_threshold=None if a.cpu_mmap_threshold.lower() == "none"
-                       else a.cpu_mmap_threshold)
+                       options=opts)
     times = []
     steady = {}
 

@@ -39,7 +39,9 @@ def run(offload):
     off = None
     if offload:
         off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[tempfile.mkdtemp()],
-                               min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")
+                               options=teraio.OffloadOptions(
+                                   cpu_allocator=True, min_tensor_bytes="16KiB",
+                                   ssd_bandwidth="1GB/s"))
     losses = train_steps(model, opt, off, lambda i: make_batch(cfg, 2, 32, i), 5)
     return losses, off
 

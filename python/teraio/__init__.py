@@ -5,10 +5,12 @@ only Python can do: hooking PyTorch operators and resizing PyTorch storages.
 """
 from teraio import _core
 from teraio._core import Error, format_bytes, parse_bytes, parse_rate
+from teraio.options import OffloadOptions
 
 __version__ = _core.version()
 
-__all__ = ["Error", "format_bytes", "parse_bytes", "parse_rate", "__version__"]
+__all__ = ["Error", "OffloadOptions", "format_bytes", "parse_bytes", "parse_rate",
+           "__version__"]
 
 # Optional pieces are added by their modules when present (trace, analysis, plan, ...).
 for _name in ("Trace", "Analysis"):

@@ -91,6 +91,7 @@ def params_equal(a, b) -> bool:
 def run(out_dir: str | Path, steps: int = 12, budget: float = 0.5,
         host_memory: str = "24MiB") -> dict:
     """Train with and without teraio; print and return the comparison."""
+    import teraio
     from teraio import format_bytes
     swap = Path(out_dir) / "swap"
     swap.mkdir(parents=True, exist_ok=True)
@@ -98,7 +99,7 @@ def run(out_dir: str | Path, steps: int = 12, budget: float = 0.5,
           f"corpus, AdamW, {steps} steps on CPU")
     base_losses, base_t, base_model, _ = train(steps, None, "without teraio")
     offload = dict(memory_budget=budget, ssd_dirs=[str(swap)], host_memory=host_memory,
-                   min_tensor_bytes="64KiB")
+                   options=teraio.OffloadOptions(cpu_allocator=True, min_tensor_bytes="64KiB"))
     tio_losses, tio_t, tio_model, off = train(steps, offload, "with teraio")
     rep = off.report()
     plan = rep.get("plan", {})

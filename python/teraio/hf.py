@@ -28,8 +28,8 @@ class OffloadCallback(TrainerCallback):
     """A TrainerCallback that runs each optimizer step of a Trainer under a teraio.Offloader.
 
     kwargs: the Offloader's keyword arguments (memory_budget is required; ssd_dirs, host_memory,
-    min_tensor_bytes, ...). After training, `.offloader` is the Offloader (report() has the
-    counters); close() closes it. The Trainer has no event for an exception: if train() raises
+    options=teraio.OffloadOptions(...)). After training, `.offloader` is the Offloader (report()
+    has the counters); close() closes it. The Trainer has no event for an exception: if train() raises
     inside a step, that step stays open (its dispatch mode active) until close(), which brings
     every tensor back and ends it; `with OffloadCallback(...) as cb:` calls close() on the way
     out."""

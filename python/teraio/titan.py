@@ -140,7 +140,7 @@ class OffloadTrainer(Trainer):
         self.offloader = teraio.Offloader(
             self.model_parts[0], optims[0], memory_budget=_budget(tc.memory_budget),
             ssd_dirs=list(tc.ssd_dirs), host_memory=tc.host_memory,
-            min_tensor_bytes=tc.min_tensor_bytes, policy=tc.policy)
+            options=teraio.OffloadOptions(min_tensor_bytes=tc.min_tensor_bytes, policy=tc.policy))
         logger.info(f"teraio: Offloader on rank {self.offloader.rank}, budget "
                     f"{tc.memory_budget}, ssd_dirs {self.offloader.ssd_dirs}, host_memory "
                     f"{tc.host_memory}")

@@ -44,9 +44,10 @@ args = TrainingArguments(output_dir=os.path.join(out, "run"), per_device_train_b
                          dataloader_num_workers=0, optim="adamw_torch")
 callbacks = []
 if offload:
+    import teraio
     from teraio.hf import OffloadCallback
-    cb = OffloadCallback(memory_budget=int(sys.argv[3]), min_tensor_bytes="16KiB",
-                         ssd_dirs=[out])
+    cb = OffloadCallback(memory_budget=int(sys.argv[3]), ssd_dirs=[out],
+                         options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
     callbacks.append(cb)
 trainer = Trainer(model=model, args=args, train_dataset=ds, eval_dataset=ds[:8],
                   callbacks=callbacks)
@@ -118,6 +119,7 @@ import os, sys, torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,
                           TrainingArguments)
+import teraio
 from teraio.hf import OffloadCallback
 
 out = sys.argv[1]
@@ -138,7 +140,8 @@ args = TrainingArguments(output_dir=os.path.join(out, "run"), per_device_train_b
                          gradient_accumulation_steps=2, max_steps=4, optim="adamw_torch",
                          use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True)
 raised = False
-with OffloadCallback(memory_budget=0.5, min_tensor_bytes="16KiB", ssd_dirs=[out]) as cb:
+with OffloadCallback(memory_budget=0.5, ssd_dirs=[out],
+                     options=teraio.OffloadOptions(min_tensor_bytes="16KiB")) as cb:
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[cb, Boom()])
     try:
         trainer.train()

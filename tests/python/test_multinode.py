@@ -13,7 +13,8 @@ from teraio import _ranks  # noqa: E402
 def _off(ssd, rank):
     m = torch.nn.Linear(64, 64)
     return teraio.Offloader(m, torch.optim.SGD(m.parameters(), lr=0.1), memory_budget=0.5,
-                            ssd_dirs=[ssd], rank=rank, cpu_allocator=False)
+                            ssd_dirs=[ssd],
+                            options=teraio.OffloadOptions(rank=rank, cpu_allocator=False))
 
 
 def test_local_rank_from_torchrun(tmp_path, monkeypatch):

@@ -26,8 +26,9 @@ def _body(rank, world, init, out_dir):
     stage = PipelineStage(mod, rank, world, torch.device("cpu"))
     sched = Schedule1F1B(stage, n_microbatches=MICRO, loss_fn=torch.nn.functional.cross_entropy)
     opt = torch.optim.AdamW(mod.parameters(), lr=1e-3, foreach=True)
-    off = teraio.Offloader(mod, opt, memory_budget=0.5, min_tensor_bytes="8KiB",
-                           ssd_dirs=[os.path.join(out_dir, "ssd{rank}")])
+    off = teraio.Offloader(mod, opt, memory_budget=0.5,
+                           ssd_dirs=[os.path.join(out_dir, "ssd{rank}")],
+                           options=teraio.OffloadOptions(min_tensor_bytes="8KiB"))
     g = torch.Generator().manual_seed(7)
     for _ in range(STEPS):
         x = torch.randn(BATCH, DIM, generator=g)

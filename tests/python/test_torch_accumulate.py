@@ -38,7 +38,7 @@ off = None
 if offload:
     import teraio
     off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[ssd],
-                           min_tensor_bytes="16KiB")
+                           options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
 losses = []
 
 

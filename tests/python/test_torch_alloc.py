@@ -175,8 +175,10 @@ sys.path.insert(0, "examples")
 from train_llama_tiny import train, param_digest
 prefault = sys.argv[1] == "on"
 plain_losses, plain_model, _ = train(preset="small", steps=5, batch=2, seq=64)
-off_kw = dict(memory_budget=0.5, ssd_dirs=[sys.argv[2]], min_tensor_bytes="64KiB",
-              cpu_prefault=prefault)
+import teraio
+off_kw = dict(memory_budget=0.5, ssd_dirs=[sys.argv[2]],
+              options=teraio.OffloadOptions(cpu_allocator=True, min_tensor_bytes="64KiB",
+                                            cpu_prefault=prefault))
 losses, model, off = train(preset="small", steps=5, batch=2, seq=64, offload=off_kw)
 rep = off.report()
 print(json.dumps(dict(same=[losses, param_digest(model)] == [plain_losses,

@@ -1,6 +1,6 @@
 """Any aten operator, with an Offloader alive and inside its steps, gives what plain PyTorch gives.
 
-The Offloader installs teraio's CPU allocator (cpu_allocator=True, the default) for the whole
+With OffloadOptions(cpu_allocator=True), the Offloader installs teraio's CPU allocator for the whole
 process: every tensor of 1 MiB or more, whoever makes it, comes from teraio's block cache, and
 oneDNN's scratchpads and other users of c10's raw interface (raw_allocate / raw_deallocate)
 go through it too. The battery below runs a broad sample of operators (activations, convolutions,
@@ -194,7 +194,8 @@ if mode == "offloader":
     import teraio
     warnings.simplefilter("error", RuntimeWarning)  # a divergence would warn: fail instead
     off = teraio.Offloader(m, opt, memory_budget=0.6, ssd_dirs=[tempfile.mkdtemp()],
-                           min_tensor_bytes="256KiB")
+                           options=teraio.OffloadOptions(cpu_allocator=True,
+                                                         min_tensor_bytes="256KiB"))
     out["outside"] = battery()  # the Offloader's allocator is the process's now
 losses, steps = [], []
 for i in range(STEPS):

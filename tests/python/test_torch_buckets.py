@@ -65,8 +65,9 @@ def test_sequence_length_buckets_get_one_plan_each(fast_dir):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         got, model, off = train("tiny", len(SEQS), seqs=SEQS, on_step=on_step,
-                                offload=dict(memory_budget=BUDGET, min_tensor_bytes="16KiB",
-                                             ssd_dirs=[fast_dir], host_memory="2MiB"))
+                                offload=dict(
+                                    memory_budget=BUDGET, ssd_dirs=[fast_dir], host_memory="2MiB",
+                                    options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     rep = off.report()
     msgs = [str(x.message) for x in w if "teraio" in str(x.message)]
     print(f"\nbytes moved {_moved(rep)} (planned {rep['bytes_offloaded']}, unplanned "
@@ -107,8 +108,10 @@ def test_more_kinds_than_max_plans_run_unplanned_within_the_budget(fast_dir):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         got, model, off = train("tiny", len(seqs), seqs=seqs,
-                                offload=dict(memory_budget=BUDGET, min_tensor_bytes="16KiB",
-                                             ssd_dirs=[fast_dir], max_plans=2))
+                                offload=dict(
+                                    memory_budget=BUDGET, ssd_dirs=[fast_dir],
+                                    options=teraio.OffloadOptions(min_tensor_bytes="16KiB",
+                                                                  max_plans=2)))
     rep = off.report()
     msgs = [str(x.message) for x in w if "max_plans" in str(x.message)]
     # the warning points at the caller's code, not at teraio or contextlib
@@ -122,7 +125,8 @@ def test_more_kinds_than_max_plans_run_unplanned_within_the_budget(fast_dir):
     assert 0 < rep["unplanned_peak_bytes"] <= BUDGET
     assert rep["peak_managed_bytes"] <= BUDGET
     with pytest.raises(ValueError, match="max_plans"):
-        teraio.Offloader(model, None, memory_budget=BUDGET, ssd_dirs=[fast_dir], max_plans=0)
+        teraio.Offloader(model, None, memory_budget=BUDGET, ssd_dirs=[fast_dir],
+                         options=teraio.OffloadOptions(max_plans=0))
 
 
 def test_switching_kinds_leaves_stored_tensors_stored(fast_dir):
@@ -162,7 +166,8 @@ def test_switching_kinds_leaves_stored_tensors_stored(fast_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         got, digest, off, switches = run(lambda m, o: teraio.Offloader(
-            m, o, memory_budget=BUDGET, min_tensor_bytes="16KiB", ssd_dirs=[fast_dir]))
+            m, o, memory_budget=BUDGET, ssd_dirs=[fast_dir],
+            options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     rep = off.report()
     print(f"\nswitches (step, stored bytes, read back at the switch): {switches}\nreport "
           f"{ {k: rep[k] for k in ('steps_profiled', 'steps_offloaded', 'steps_diverged')} }")

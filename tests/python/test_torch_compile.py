@@ -35,8 +35,8 @@ def _setup():
 
 
 def _kw(tmp_path):
-    return dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)], min_tensor_bytes="16KiB",
-                ssd_bandwidth="1GB/s")
+    return dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                options=teraio.OffloadOptions(min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s"))
 
 
 def _digest(m):

@@ -127,8 +127,9 @@ def test_cuda_path_is_stream_ordered_and_uses_the_c_path(monkeypatch, tmp_path):
     monkeypatch.setattr(offload_mod.Offloader, "_detect_device", detect)
     Log.calls = []
     Log.runtimes = []
-    got, model, off = train("tiny", 4, offload=dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-                                                    min_tensor_bytes="16KiB"))
+    got, model, off = train("tiny", 4, offload=dict(
+        memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+        options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     assert got == ref
     assert param_digest(model) == param_digest(model_ref)
     calls = Log.calls

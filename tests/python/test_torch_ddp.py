@@ -26,8 +26,9 @@ def _run(rank, world, init, out_dir, use_teraio):
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, foreach=True)
     off = None
     if use_teraio:
-        off = teraio.Offloader(ddp, opt, memory_budget=0.5, min_tensor_bytes="16KiB",
-                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")], host_memory="16MiB")
+        off = teraio.Offloader(ddp, opt, memory_budget=0.5,
+                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")], host_memory="16MiB",
+                               options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
     losses = []
     for i in range(STEPS):
         tokens = make_batch(cfg, 2, 32, i, seed=1000 + rank)
@@ -86,8 +87,9 @@ def _run_budget(rank, world, init, out_dir, use_teraio):
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
     off = None
     if use_teraio:
-        off = teraio.Offloader(ddp, opt, memory_budget=DDP_BUDGET, min_tensor_bytes="16KiB",
-                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")])
+        off = teraio.Offloader(ddp, opt, memory_budget=DDP_BUDGET,
+                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")],
+                               options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
     losses, peaks = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -52,8 +52,9 @@ def _run(rank, out_dir, use_teraio, foreach):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
     off = None
     if use_teraio:
-        off = teraio.Offloader(model, opt, memory_budget=0.5, min_tensor_bytes="16KiB",
-                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")], host_memory="16MiB")
+        off = teraio.Offloader(model, opt, memory_budget=0.5,
+                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")], host_memory="16MiB",
+                               options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
     seen = {}
     if use_teraio:  # which trace tensors are FSDP's own buffers: recorded when the plan is made
         orig = _fsdp.pin_owned
@@ -185,7 +186,8 @@ def test_fsdp_without_warmup_is_refused(world1):
     m = _small()
     fully_shard(m)
     with pytest.raises(ValueError, match="warmup_steps: must be >= 1 with FSDP2"):
-        teraio.Offloader(m, None, memory_budget="1GiB", ssd_dirs=[str(world1)], warmup_steps=0)
+        teraio.Offloader(m, None, memory_budget="1GiB", ssd_dirs=[str(world1)],
+                         options=teraio.OffloadOptions(warmup_steps=0))
 
 
 def test_globals_are_the_shards_even_while_unsharded(world1):
@@ -228,8 +230,8 @@ def _train_world1(tmp_path, steps, use_teraio, relocate_at=None):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     off = None
     if use_teraio:
-        off = teraio.Offloader(model, opt, memory_budget=0.5, min_tensor_bytes="4KiB",
-                               ssd_dirs=[str(tmp_path)])
+        off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                               options=teraio.OffloadOptions(min_tensor_bytes="4KiB"))
     moved = []
 
     def relocate(module, args):

@@ -1,4 +1,5 @@
 """Bad inputs to teraio.Offloader give a clear error, before the first offloaded step."""
+import dataclasses
 import gc
 import os
 import sys
@@ -8,6 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import teraio  # noqa: E402
+import teraio._cpu_memory  # noqa: E402
+import teraio._offload_args  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -74,32 +77,34 @@ def test_budget_below_largest_operator(tmp_path):
 
 
 def test_plan_from_another_model(tmp_path):
-    kw = dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)], min_tensor_bytes="16KiB")
+    kw = dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+              options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
     _, _, off = train("tiny", 2, offload=kw)
     off.save_plan(tmp_path / "tiny.plan")
     with pytest.raises(ValueError, match="plan was made for a model with"):
-        train("small", 3, offload=dict(kw, plan=str(tmp_path / "tiny.plan")))
+        train("small", 3, offload=dict(kw, options=dataclasses.replace(
+            kw["options"], plan=str(tmp_path / "tiny.plan"))))
 
 
 def test_missing_plan_file(tmp_path):
     m, o = _model()
     with pytest.raises(ValueError, match="must exist"):
         teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                         plan=str(tmp_path / "none.plan"))
+                         options=teraio.OffloadOptions(plan=str(tmp_path / "none.plan")))
 
 
 def test_rank_in_ssd_dirs(tmp_path):
     (tmp_path / "r3").mkdir()
     m, o = _model()
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "r{rank}")],
-                           rank=3)
+                           options=teraio.OffloadOptions(rank=3))
     assert off.ssd_dirs == [str(tmp_path / "r3")]
 
 
 def test_unhashable_step_kind(tmp_path):
     m, o = _model()
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                           cpu_allocator=False)
+                           options=teraio.OffloadOptions(cpu_allocator=False))
     with pytest.raises(TypeError, match=r"step\(kind=\.\.\.\): expected a hashable value"):
         with off.step(kind=[2]):
             pass
@@ -111,7 +116,8 @@ def test_unhashable_step_kind(tmp_path):
 def test_bad_ssd_bandwidth(tmp_path, bw):
     m, o = _model()
     with pytest.raises(ValueError, match="ssd_bandwidth"):
-        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)], ssd_bandwidth=bw)
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                         options=teraio.OffloadOptions(ssd_bandwidth=bw))
 
 
 @pytest.mark.parametrize("threshold", ["64MiB", "lots", -1])
@@ -119,7 +125,7 @@ def test_bad_cpu_mmap_threshold(tmp_path, threshold):
     m, o = _model()
     with pytest.raises(ValueError, match="cpu_mmap_threshold"):
         teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                         cpu_mmap_threshold=threshold)
+                         options=teraio.OffloadOptions(cpu_mmap_threshold=threshold))
 
 
 @pytest.mark.parametrize("prefault", ["yes", 1, None])
@@ -127,7 +133,7 @@ def test_bad_cpu_prefault(tmp_path, prefault):
     m, o = _model()
     with pytest.raises(ValueError, match="cpu_prefault"):
         teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                         cpu_prefault=prefault)
+                         options=teraio.OffloadOptions(cpu_prefault=prefault))
 
 
 @pytest.mark.parametrize("cpus,local_ranks,expected", [
@@ -137,19 +143,20 @@ def test_cpu_prefault_auto_needs_a_spare_cpu(tmp_path, monkeypatch, cpus, local_
     """The default ("auto"): the prefault thread only where the process may run on 2 CPUs or
     more per rank on this node (LOCAL_WORLD_SIZE, as torchrun sets it); an explicit True or
     False is kept whatever the CPUs."""
-    monkeypatch.setattr(teraio.offload.os, "sched_getaffinity", lambda pid: set(cpus))
+    monkeypatch.setattr(teraio._offload_args.os, "sched_getaffinity", lambda pid: set(cpus))
     if local_ranks is None:
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     else:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", local_ranks)
     m, o = _model()
-    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           options=teraio.OffloadOptions(cpu_allocator=True))
     assert off.cpu_prefault is expected
     assert off.report()["cpu_prefault"] is (expected and bool(off.cpu_allocator))
     off.close()
     for given in (True, False):
         off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                               cpu_prefault=given)
+                               options=teraio.OffloadOptions(cpu_prefault=given))
         assert off.cpu_prefault is given
         off.close()
 
@@ -168,7 +175,7 @@ def test_cpu_mmap_threshold_is_applied_on_cpu(tmp_path, monkeypatch, given, expe
     calls = _threshold_calls(monkeypatch)
     m, o = _model()
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                           cpu_mmap_threshold=given)
+                           options=teraio.OffloadOptions(cpu_mmap_threshold=given))
     assert calls == ([] if expected is None else [expected])
     assert off.report()["cpu_mmap_threshold"] == expected
     off.close()
@@ -188,38 +195,41 @@ def _torch_alloc():
 @pytest.mark.parametrize("allocator", [True, False])
 def test_cpu_mmap_threshold_auto_follows_the_allocator(tmp_path, monkeypatch, allocator):
     """The default ("auto"): no threshold where teraio's block cache serves PyTorch (it hands the
-    offloaded memory back itself), 64 KiB where it does not."""
+    offloaded memory back itself), none either where the allocator was not asked for (nothing
+    process-wide unless opted in)."""
     ta = _torch_alloc()
     calls = _threshold_calls(monkeypatch)
     m, o = _model()
     off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                           cpu_allocator=allocator)
+                           options=teraio.OffloadOptions(cpu_allocator=allocator))
     rep = off.report()
     if allocator:
         assert calls == [] and rep["cpu_mmap_threshold"] is None
         assert rep["cpu_allocator"]["installed"] is True and ta.installed()
     else:
-        assert calls == [65536] and rep["cpu_mmap_threshold"] == 65536
+        assert calls == [] and rep["cpu_mmap_threshold"] is None
         assert rep["cpu_allocator"] is None
     off.close()
     del off
     gc.collect()
     # the last Offloader that installed it (closed or collected) puts PyTorch's back
-    assert ta.installed() == (teraio.offload._ALLOC_USERS[0] > 0)
-    assert teraio.offload._ALLOC_USERS[0] == 0  # the others in this process were collected
+    assert ta.installed() == (teraio._cpu_memory._ALLOC_USERS[0] > 0)
+    assert teraio._cpu_memory._ALLOC_USERS[0] == 0  # the others in this process were collected
 
 
 def test_allocator_built_for_another_torch_is_not_installed(tmp_path, monkeypatch):
     """c10's C++ ABI changes between PyTorch releases: a teraio._torch_alloc built against
-    another version is refused with a warning that says to rebuild, and the threshold applies."""
+    another version is refused with a warning that says to rebuild, and the threshold applies
+    in its place (cpu_allocator=True opted in to a process-wide change)."""
     ta = _torch_alloc()
     assert ta.torch_version == torch.__version__  # what this build recorded
     calls = _threshold_calls(monkeypatch)
     monkeypatch.setattr(ta, "torch_version", "1.0.0")
-    monkeypatch.setattr(teraio.offload, "_WARNED", set())
+    monkeypatch.setattr(teraio._offload_args, "_WARNED", set())
     m, o = _model()
     with pytest.warns(RuntimeWarning, match="built against PyTorch 1.0.0.*reinstall teraio"):
-        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                               options=teraio.OffloadOptions(cpu_allocator=True))
     rep = off.report()
     assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] == 65536
     assert calls == [65536]
@@ -240,11 +250,12 @@ def test_allocator_not_built_falls_back_with_a_warning(tmp_path, monkeypatch, sh
         mod.__path__ = [str(tmp_path)]
     monkeypatch.setitem(sys.modules, "teraio._torch_alloc", mod)  # None: ImportError
     monkeypatch.delattr(teraio, "_torch_alloc", raising=False)
-    monkeypatch.setattr(teraio.offload, "_WARNED", set())
+    monkeypatch.setattr(teraio._offload_args, "_WARNED", set())
     m, o = _model()
     with pytest.warns(RuntimeWarning, match=r"teraio._torch_alloc is not in this installation.*"
                                             r"--no-build-isolation"):
-        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+        off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                               options=teraio.OffloadOptions(cpu_allocator=True))
     rep = off.report()
     assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] == 65536
     assert calls == [65536]
@@ -257,7 +268,9 @@ def test_refused_offloader_leaves_malloc_alone(tmp_path, monkeypatch):
     was = ta.installed()
     m, o = _model()
     with pytest.raises(ValueError, match="does not exist"):
-        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "nope")])
+        teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path / "nope")],
+                         options=teraio.OffloadOptions(cpu_allocator=True,
+                                                       cpu_mmap_threshold="64KiB"))
     assert calls == []
     assert ta.installed() == was
 
@@ -268,7 +281,8 @@ def test_cpu_mmap_threshold_leaves_the_users_setting(tmp_path, monkeypatch, var,
     calls = _threshold_calls(monkeypatch)
     monkeypatch.setenv(var, value)
     m, o = _model()
-    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           options=teraio.OffloadOptions(cpu_mmap_threshold="64KiB"))
     assert calls == []
     assert off.report()["cpu_mmap_threshold"] is None
     off.close()

@@ -4,6 +4,7 @@ of the whole process (ru_maxrss), and VmHWM of the offloaded steps alone (reset 
 and profiled steps through /proc/self/clear_refs). The numbers are printed (pytest -s) and
 recorded in docs/bench/torch.md. Both runs take ~60-90 s together on the 2-core machine; the model
 is large enough that its tensors dominate the process's fixed base (docs/decisions.md)."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -28,7 +29,7 @@ def _run(args, env_threshold=True):
     # glibc returns large freed blocks to the OS at once (otherwise a released tensor's memory can
     # stay in the heap and RSS measures the allocator, not teraio); both runs use the same setting.
     # Without it (env_threshold=False) each run has glibc's defaults, and the Offloader sets the
-    # threshold itself (cpu_mmap_threshold).
+    # threshold itself where asked to (cpu_mmap_threshold).
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
     env.pop("GLIBC_TUNABLES", None)
     if env_threshold:
@@ -53,16 +54,17 @@ def _has_torch_alloc():
 @pytest.mark.parametrize("malloc", ["env", "glibc-default", "mmap-threshold", "glibc-untouched"])
 def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
     """env: both runs with MALLOC_MMAP_THRESHOLD_=65536 (RSS measures tensors, not the allocator's
-    cache). glibc-default: what a user gets without setting anything: plain PyTorch with glibc's
-    defaults against teraio as it comes (its block cache serves PyTorch's CPU tensors, where
-    teraio._torch_alloc was built; else it sets glibc's mmap threshold). mmap-threshold: the
-    same with cpu_allocator=False, so teraio sets the threshold. glibc-untouched: neither,
-    where only the released storages' pages leave the process (a smaller saving, its own goal
-    below)."""
+    cache). glibc-default: glibc's defaults in the environment, plain PyTorch against teraio as
+    the quickstart makes it, with the process-wide opt-in OffloadOptions(cpu_allocator=True)
+    (the example's --cpu-allocator on: its block cache serves PyTorch's CPU tensors, where
+    teraio._torch_alloc was built; else teraio sets glibc's mmap threshold). mmap-threshold:
+    cpu_allocator=False with cpu_mmap_threshold="64KiB", so teraio sets the threshold.
+    glibc-untouched: the Offloader's defaults, nothing process-wide, where only the released
+    storages' pages leave the process (a smaller saving, its own goal below)."""
     env_threshold = malloc == "env"
     goal = 0.25 if malloc == "glibc-untouched" else 0.30
-    extra = {"mmap-threshold": ["--cpu-allocator", "off"],
-             "glibc-untouched": ["--cpu-allocator", "off", "--cpu-mmap-threshold", "none"]}
+    extra = {"mmap-threshold": ["--cpu-allocator", "off", "--cpu-mmap-threshold", "64KiB"],
+             "glibc-untouched": ["--cpu-allocator", "off"]}
     plain = _run([], env_threshold)
     off = _run(["--budget", "0.5", "--ssd-dir", str(tmp_path), "--min-tensor-bytes", "1MiB"]
                + extra.get(malloc, []), env_threshold)
@@ -133,7 +135,8 @@ def test_budget_kept_by_demand_offloads_without_a_plan(tmp_path, tier):
     plain_losses, plain_model, _ = train("tiny", 4)
     d = tmp_path / "ssd"
     d.mkdir()
-    kw = dict(memory_budget=0.5, min_tensor_bytes="16KiB", policy="none")
+    kw = dict(memory_budget=0.5,
+              options=teraio.OffloadOptions(min_tensor_bytes="16KiB", policy="none"))
     if tier == "ssd":
         kw["ssd_dirs"] = [str(d)]
     else:
@@ -163,8 +166,8 @@ def test_budget_below_unmovable_bytes_is_refused(tmp_path):
     from train_llama_tiny import train
 
     with pytest.raises(ValueError, match=r"memory_budget: .* never moves .*min_tensor_bytes"):
-        train("tiny", 3, offload=dict(memory_budget=0.5, min_tensor_bytes="1GiB",
-                                      ssd_dirs=[str(tmp_path)]))
+        train("tiny", 3, offload=dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+                                      options=teraio.OffloadOptions(min_tensor_bytes="1GiB")))
 
 
 def test_steps_without_a_plan_stay_within_an_absolute_budget(tmp_path):
@@ -177,11 +180,13 @@ def test_steps_without_a_plan_stay_within_an_absolute_budget(tmp_path):
 
     plain_losses, plain_model, _ = train("tiny", 4)
     budget = 4 << 20  # the tiny model's unconstrained tracked peak is ~8 MiB
-    kw = dict(memory_budget=budget, min_tensor_bytes="16KiB", ssd_dirs=[str(tmp_path)])
+    kw = dict(memory_budget=budget, ssd_dirs=[str(tmp_path)],
+              options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         losses, model, off = train("tiny", 4, offload=kw)
-        _, _, loose = train("tiny", 2, offload=dict(kw, bounded_unplanned=False))
+        _, _, loose = train("tiny", 2, offload=dict(kw, options=dataclasses.replace(
+            kw["options"], bounded_unplanned=False)))
     rep = off.report()
     print(f"\ntracked peak before the plan {rep['unplanned_peak_bytes']} (budget {budget}, "
           f"unconstrained {rep['unconstrained_peak_bytes']}), written "

@@ -52,13 +52,15 @@ def fast_dir(tmp_path):
         yield str(tmp_path)
 
 
-def _offload(dir_, tier, **kw):
-    d = dict(memory_budget=0.5, min_tensor_bytes="16KiB")
+def _offload(dir_, tier, memory_budget=0.5, **options):
+    """The Offloader's arguments: options are OffloadOptions fields (min_tensor_bytes 16 KiB
+    unless given)."""
+    d = dict(memory_budget=memory_budget,
+             options=teraio.OffloadOptions(**{"min_tensor_bytes": "16KiB", **options}))
     if tier in ("ssd", "both"):
         d["ssd_dirs"] = [str(dir_)]
     if tier in ("host", "both"):
         d["host_memory"] = "64MiB"
-    d.update(kw)
     return d
 
 
@@ -85,7 +87,7 @@ def test_bitwise_identical_training(fast_dir, baseline, tier):
 def test_ssd_bandwidth_measured_or_given(fast_dir):
     """ssd_bandwidth="auto" (the default) plans with rates measured by writing and reading back
     PROBE_BYTES through the engine once; a given rate is used as is and costs no probe."""
-    from teraio.offload import PROBE_BYTES
+    from teraio._planning import PROBE_BYTES
 
     _, _, off = train("tiny", STEPS, offload=_offload(fast_dir, "ssd"))
     rep = off.report()
@@ -145,7 +147,8 @@ def test_save_and_load_plan_skips_profiling(tmp_path, fast_dir, baseline):
     kw = _offload(fast_dir, "ssd")
     _, _, off = train("tiny", 2, offload=kw)
     off.save_plan(tmp_path / "run.plan")
-    losses, model, off2 = train("tiny", STEPS, offload=dict(kw, plan=str(tmp_path / "run.plan")))
+    losses, model, off2 = train("tiny", STEPS,
+                                offload=_offload(fast_dir, "ssd", plan=str(tmp_path / "run.plan")))
     rep = off2.report()
     assert rep["steps_profiled"] == 0
     assert rep["steps_offloaded"] == STEPS - 1

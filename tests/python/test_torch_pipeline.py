@@ -62,8 +62,9 @@ def _pipeline(rank, world, out_dir, schedule, use_teraio):
     opt = torch.optim.AdamW(mod.parameters(), lr=1e-3, foreach=True)
     off = None
     if use_teraio:
-        off = teraio.Offloader(mod, opt, memory_budget=0.5, min_tensor_bytes="8KiB",
-                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")])
+        off = teraio.Offloader(mod, opt, memory_budget=0.5,
+                               ssd_dirs=[os.path.join(out_dir, "ssd{rank}")],
+                               options=teraio.OffloadOptions(min_tensor_bytes="8KiB"))
     losses = []
     g = torch.Generator().manual_seed(7)
     for _ in range(STEPS):

@@ -21,16 +21,18 @@ pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
 
 def test_prediction_follows_the_plan_and_the_bandwidth(tmp_path):
     # no plan yet: no prediction
-    _, _, off0 = train("tiny", 1, offload=dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-                                               min_tensor_bytes="16KiB"))
+    _, _, off0 = train("tiny", 1, offload=dict(
+        memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+        options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     assert off0.predicted_step_s() is None
     assert "predicted_step_s" not in off0.report()
 
     def run(bw):
         d = tmp_path / bw.replace("/", "")
         d.mkdir()
-        _, _, off = train("tiny", 3, offload=dict(memory_budget=0.5, ssd_dirs=[str(d)],
-                                                  min_tensor_bytes="16KiB", ssd_bandwidth=bw))
+        _, _, off = train("tiny", 3, offload=dict(
+            memory_budget=0.5, ssd_dirs=[str(d)],
+            options=teraio.OffloadOptions(min_tensor_bytes="16KiB", ssd_bandwidth=bw)))
         return off
 
     fast, slow = run("100GB/s"), run("1MB/s")
@@ -50,10 +52,11 @@ def test_probe_measures_reads_and_writes_together(tmp_path):
     once (a second probe written while the first is read back); the hardware the Offloader
     plans and predicts with carries it as ssd_mixed_Bps, so the model's shared SSD budget
     has the disk's own mixed point instead of plain time sharing."""
-    from teraio.offload import PROBE_BYTES
+    from teraio._planning import PROBE_BYTES
 
-    _, _, off = train("tiny", 3, offload=dict(memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-                                              min_tensor_bytes="16KiB"))
+    _, _, off = train("tiny", 3, offload=dict(
+        memory_budget=0.5, ssd_dirs=[str(tmp_path)],
+        options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     m = off.ssd_measured
     assert m["mixed_Bps"] > 0, m
     hw = off._hw()
@@ -64,6 +67,7 @@ def test_probe_measures_reads_and_writes_together(tmp_path):
     # a given rate has no mixed point: time sharing
     d = tmp_path / "given"
     d.mkdir()
-    _, _, off = train("tiny", 3, offload=dict(memory_budget=0.5, ssd_dirs=[str(d)],
-                                              min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s"))
+    _, _, off = train("tiny", 3, offload=dict(
+        memory_budget=0.5, ssd_dirs=[str(d)],
+        options=teraio.OffloadOptions(min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")))
     assert off._hw()["ssd_mixed_Bps"] == 0.0

@@ -91,7 +91,7 @@ def test_budget_too_small_is_refused_before_the_update(tmp_path, budget, what):
     # is about to step, before it changed anything
     cfg, m, opt = _setup()
     off = teraio.Offloader(m, opt, memory_budget=budget, ssd_dirs=[str(tmp_path)],
-                           ssd_bandwidth="1GB/s")
+                           options=teraio.OffloadOptions(ssd_bandwidth="1GB/s"))
     _step(cfg, m, opt, off, 0)  # warm-up (creates the optimizer states)
     before = _digest(m, opt)
     with pytest.raises(ValueError) as e:
@@ -109,8 +109,9 @@ def test_full_ssd_dirs_are_refused_before_the_update(tmp_path, monkeypatch):
     # the directories report no free space: what the budget forces out cannot go anywhere
     cfg, m, opt = _setup()
     off = teraio.Offloader(m, opt, memory_budget=4 << 20, ssd_dirs=[str(tmp_path)],
-                           ssd_bandwidth="1GB/s", bounded_unplanned=False,
-                           min_tensor_bytes="16KiB")
+                           options=teraio.OffloadOptions(ssd_bandwidth="1GB/s",
+                                                         bounded_unplanned=False,
+                                                         min_tensor_bytes="16KiB"))
     _step(cfg, m, opt, off, 0)
     before = _digest(m, opt)
     real = os.statvfs
@@ -135,7 +136,7 @@ def test_too_small_fraction_says_the_update_stands(tmp_path):
     # after its update and says so
     cfg, m, opt = _setup()
     off = teraio.Offloader(m, opt, memory_budget=0.02, ssd_dirs=[str(tmp_path)],
-                           ssd_bandwidth="1GB/s")
+                           options=teraio.OffloadOptions(ssd_bandwidth="1GB/s"))
     _step(cfg, m, opt, off, 0)
     with pytest.raises(ValueError) as e:
         _step(cfg, m, opt, off, 1)
@@ -173,7 +174,8 @@ def test_a_failing_step_says_which_state_it_left(tmp_path, monkeypatch, where):
     m = LlamaTiny(cfg, seed=0)
     opt = _HalfThenFail(m.parameters(), lr=0.1, momentum=0.9)
     off = teraio.Offloader(m, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-                           min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")
+                           options=teraio.OffloadOptions(min_tensor_bytes="16KiB",
+                                                         ssd_bandwidth="1GB/s"))
     for i in range(3):  # warm-up, profiled, planned
         _step(cfg, m, opt, off, i)
     assert off.report()["steps_offloaded"] == 1 and off.report()["bytes_offloaded"] > 0
@@ -229,7 +231,8 @@ def test_a_parameter_shared_with_numpy_is_never_moved(tmp_path):
         cfg, m, opt = _setup()
         view = m.head.weight.detach().numpy() if share else None  # noqa: F841 - kept alive
         off = teraio.Offloader(m, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-                               min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s") \
+                               options=teraio.OffloadOptions(min_tensor_bytes="16KiB",
+                                                             ssd_bandwidth="1GB/s")) \
             if offload else None
         for i in range(4):
             if off is None:
@@ -252,7 +255,8 @@ def test_a_parameter_shared_with_numpy_is_never_moved(tmp_path):
 
     cfg, m, opt = _setup()
     off = teraio.Offloader(m, opt, memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-                           min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")
+                           options=teraio.OffloadOptions(min_tensor_bytes="16KiB",
+                                                         ssd_bandwidth="1GB/s"))
     for i in range(3):
         _step(cfg, m, opt, off, i)
     off.restore()

@@ -17,8 +17,11 @@
 
 typedef struct {
     PyObject_HEAD struct tio_engine *e;
-    PyObject *pins; /* dict: tag -> list of memoryviews kept alive until completion */
+    PyObject *pins;   /* dict: tag -> list of memoryviews kept alive until completion */
+    Py_ssize_t users; /* Runtimes driving this engine (tio_py_engine_acquire): close() waits */
 } EngineObject;
+
+static PyTypeObject EngineType;
 
 static int parse_tier(PyObject *o, int32_t *out) {
     if (PyLong_Check(o)) {
@@ -148,19 +151,20 @@ static PyObject *completions_to_list(EngineObject *self, struct tio_completion *
 }
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "dirs",          "host_tier_bytes", "backend",
-                              "chunk_bytes",   "queue_depth",     "verify",
-                              "max_requests",  "retries",         "backend_options",
-                              "reserve_bytes", "threads",         NULL };
+    static char *kwlist[] = {
+        "dirs",    "host_tier_bytes", "backend", "chunk_bytes",     "queue_depth",
+        "verify",  "max_requests",    "retries", "backend_options", "reserve_bytes",
+        "threads", "preallocate",     NULL
+    };
     PyObject *dirs_obj;
     unsigned long long host = 0, chunk = TIO_ENGINE_DEFAULT_CHUNK, reserve = 0;
     unsigned int depth = TIO_ENGINE_DEFAULT_DEPTH, maxreq = TIO_ENGINE_DEFAULT_MAX_REQUESTS;
     unsigned int retries = 2, threads = 0;
-    int verify = 0;
-    const char *backend = "auto", *opts = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|KsKIpIIzKI", kwlist, &dirs_obj, &host, &backend,
+    int verify = 0, prealloc = 1;
+    const char *backend = NULL, *opts = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|KzKIpIIzKIp", kwlist, &dirs_obj, &host, &backend,
                                      &chunk, &depth, &verify, &maxreq, &retries, &opts, &reserve,
-                                     &threads))
+                                     &threads, &prealloc))
         return -1;
     if (self->e) {
         PyErr_SetString(PyExc_RuntimeError, "Engine already initialised");
@@ -189,9 +193,16 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         p.dirs = dirs;
         p.ndirs = (size_t)n;
         p.host_tier_bytes = host;
-        p.backend = backend;
-        p.chunk_bytes = chunk;
-        p.queue_depth = depth;
+        if (backend) { /* None: the default, "auto" */
+            p.backend = backend;
+        }
+        if (chunk) { /* 0: the default */
+            p.chunk_bytes = chunk;
+        }
+        if (depth) { /* 0: the default */
+            p.queue_depth = depth;
+        }
+        p.preallocate = prealloc;
         p.verify = verify;
         p.max_requests = maxreq;
         p.retries = retries;
@@ -241,6 +252,11 @@ static void Engine_dealloc(EngineObject *self) {
 
 static PyObject *Engine_close(EngineObject *self, PyObject *unused) {
     (void)unused;
+    if (self->users > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Engine.close(): a Runtime still drives this engine (drop it first)");
+        return NULL;
+    }
     engine_close(self);
     Py_RETURN_NONE;
 }
@@ -253,7 +269,11 @@ static PyObject *Engine_enter(EngineObject *self, PyObject *unused) {
 
 static PyObject *Engine_exit(EngineObject *self, PyObject *args) {
     (void)args;
-    engine_close(self);
+    PyObject *r = Engine_close(self, NULL);
+    if (!r) {
+        return NULL;
+    }
+    Py_DECREF(r);
     Py_RETURN_FALSE;
 }
 
@@ -316,12 +336,74 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
     return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* The tag of a request that the waited-for form submits and waits for. */
+#define SYNC_TAG (UINT64_MAX - 1)
+
+/* Wait for the request tagged SYNC_TAG; GIL released by the caller. The engine has no other
+ * user at this time: a completion with another tag is consumed and lost. */
+static int sync_wait(struct tio_engine *e, uint64_t bytes) {
+    struct tio_completion c;
+    for (;;) {
+        int n = tio_engine_wait(e, &c, 1, 1, -1);
+        if (n < 0) {
+            return n;
+        }
+        if (n == 1 && c.tag == SYNC_TAG) {
+            if (c.res < 0) {
+                return tio_set_error((int)c.res, "%s", tio_engine_last_error(e));
+            }
+            return (uint64_t)c.res == bytes
+                       ? 0
+                       : tio_set_error(TIO_EIO, "short transfer: %lld of %llu bytes",
+                                       (long long)c.res, (unsigned long long)bytes);
+        }
+    }
+}
+
+/* The waited-for form: write(tensor_id, ptr, nbytes, tier, device=False) and
+ * read(tensor_id, ptr, nbytes, device=False) with a raw address, submitted urgent and waited
+ * for (GIL released); what the PyTorch layer uses on an engine it alone drives. */
+static PyObject *submit_wait(EngineObject *self, PyObject *args, int write) {
+    unsigned long long id, ptr, bytes;
+    PyObject *tier_o = NULL;
+    int device = 0;
+    int ok = write ? PyArg_ParseTuple(args, "KKKO|p:write", &id, &ptr, &bytes, &tier_o, &device)
+                   : PyArg_ParseTuple(args, "KKK|p:read", &id, &ptr, &bytes, &device);
+    if (!ok || check_open(self) < 0) {
+        return NULL;
+    }
+    int32_t tier = TIO_TIER_SSD;
+    if (tier_o && parse_tier(tier_o, &tier) < 0) {
+        return NULL;
+    }
+    struct tio_engine *e = self->e;
+    int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
+    void *p = (void *)(uintptr_t)ptr;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc =
+        write ? tio_engine_write(e, id, p, bytes, mem, tier, TIO_PRIO_URGENT, SYNC_TAG)
+              : tio_engine_read(e, id, p, bytes, mem, TIO_PRIO_URGENT, SYNC_TAG);
+    if (rc == 0) {
+        rc = sync_wait(e, bytes);
+    }
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        return tio_py_raise(rc, write ? "Engine.write" : "Engine.read");
+    }
+    return PyLong_FromUnsignedLongLong(bytes);
+}
+
+/* write/read: the waited-for form when the second argument is an address (an int), else the
+ * queued form with a buffer or a (ptr, nbytes) tuple. */
+static int is_wait_form(PyObject *args, PyObject *kw) {
+    return !kw && PyTuple_GET_SIZE(args) >= 3 && PyLong_Check(PyTuple_GET_ITEM(args, 1));
+}
+
 static PyObject *Engine_write(EngineObject *self, PyObject *args, PyObject *kw) {
-    return submit(self, args, kw, 1);
+    return is_wait_form(args, kw) ? submit_wait(self, args, 1) : submit(self, args, kw, 1);
 }
 
 static PyObject *Engine_read(EngineObject *self, PyObject *args, PyObject *kw) {
-    return submit(self, args, kw, 0);
+    return is_wait_form(args, kw) ? submit_wait(self, args, 0) : submit(self, args, kw, 0);
 }
 
 static PyObject *Engine_poll(EngineObject *self, PyObject *args, PyObject *kw) {
@@ -385,7 +467,7 @@ static PyObject *Engine_drop(EngineObject *self, PyObject *arg) {
     if ((id == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0)
         return NULL;
     int rc = tio_engine_drop(self->e, id);
-    if (rc < 0)
+    if (rc < 0 && rc != TIO_ENOTFOUND)
         return tio_py_raise(rc, "Engine.drop");
     Py_RETURN_NONE;
 }
@@ -457,10 +539,14 @@ static PyMethodDef Engine_methods[] = {
     { "write", (PyCFunction)(void (*)(void))Engine_write, METH_VARARGS | METH_KEYWORDS,
       "write(tensor_id, buffer, tier='ssd', priority='normal', tag=0, device=False) -> bytes\n"
       "Queue a copy of buffer (buffer protocol, or a raw (ptr, nbytes) tuple) as the tensor's "
-      "contents. The buffer is kept alive until its completion is returned by poll/wait." },
+      "contents. The buffer is kept alive until its completion is returned by poll/wait.\n"
+      "write(tensor_id, ptr, nbytes, tier, device=False) -> bytes: the copy from a raw address, "
+      "urgent and waited for (GIL released); only for an engine with nothing else in flight." },
     { "read", (PyCFunction)(void (*)(void))Engine_read, METH_VARARGS | METH_KEYWORDS,
       "read(tensor_id, buffer, priority='normal', tag=0, device=False) -> bytes\n"
-      "Queue a copy of the stored tensor into the writable buffer (same size)." },
+      "Queue a copy of the stored tensor into the writable buffer (same size).\n"
+      "read(tensor_id, ptr, nbytes, device=False) -> bytes: the copy to a raw address, urgent "
+      "and waited for (GIL released); only for an engine with nothing else in flight." },
     { "poll", (PyCFunction)(void (*)(void))Engine_poll, METH_VARARGS | METH_KEYWORDS,
       "poll(max=64) -> [(tag, res)]: finished requests, without blocking." },
     { "wait", (PyCFunction)(void (*)(void))Engine_wait, METH_VARARGS | METH_KEYWORDS,
@@ -468,7 +554,8 @@ static PyMethodDef Engine_methods[] = {
       "min completions; res is bytes or a negative status (teraio.strerror)." },
     { "cancel", (PyCFunction)Engine_cancel, METH_O,
       "cancel(tag) -> int: requests marked; they complete with TIO_ECANCELED." },
-    { "drop", (PyCFunction)Engine_drop, METH_O, "drop(tensor_id): free the tensor's space." },
+    { "drop", (PyCFunction)Engine_drop, METH_O,
+      "drop(tensor_id): free the tensor's space (nothing if none is stored)." },
     { "reserve", (PyCFunction)Engine_reserve, METH_O,
       "reserve(bytes): make room on the SSDs up front; raises with needed vs available." },
     { "info", (PyCFunction)Engine_info, METH_O, "info(tensor_id) -> (bytes, 'ssd'|'host')." },
@@ -493,13 +580,32 @@ static PyTypeObject EngineType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Engine(dirs, host_tier_bytes=0, backend='auto', chunk_bytes=4MiB, "
               "queue_depth=16, verify=False, max_requests=1024, retries=2, backend_options=None, "
-              "reserve_bytes=0, threads=0): the asynchronous tensor migration engine.",
+              "reserve_bytes=0, threads=0, preallocate=True): the asynchronous tensor migration "
+              "engine (backend None, chunk_bytes 0 and queue_depth 0: the defaults).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Engine_init,
     .tp_dealloc = (destructor)Engine_dealloc,
     .tp_methods = Engine_methods,
     .tp_getset = Engine_getset,
 };
+
+struct tio_engine *tio_py_engine_acquire(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &EngineType)) {
+        PyErr_Format(PyExc_TypeError, "expected a teraio._core.Engine, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    EngineObject *self = (EngineObject *)obj;
+    if (check_open(self) < 0) {
+        return NULL;
+    }
+    self->users++;
+    return self->e;
+}
+
+void tio_py_engine_release(PyObject *obj) {
+    ((EngineObject *)obj)->users--;
+}
 
 static PyObject *py_probe(PyObject *self, PyObject *unused) {
     (void)self;

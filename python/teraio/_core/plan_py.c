@@ -1,21 +1,20 @@
-/* teraio._core.RtPlan: a plan made, built or loaded for the PyTorch layer (private). */
+/* teraio._core.Plan: a plan (teraio/plan.h) made by the planner, built from explicit moves or
+ * loaded from a file, for the executor (runtime_py.c) that the PyTorch layer drives. */
+#include "plan_py.h"
+
 #include <string.h>
 
 #include <teraio/hw.h>
 #include <teraio/plan.h>
 #include <teraio/trace.h>
 
-#include "runtime_types.h"
-
-/* ---- RtPlan ------------------------------------------------------------------------------- */
-
-static void rtplan_dealloc(RtPlanObject *self) {
+static void plan_dealloc(PlanObject *self) {
     tio_plan_free(self->plan);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *wrap_plan(struct tio_plan *p) {
-    RtPlanObject *o = PyObject_New(RtPlanObject, &RtPlanType);
+    PlanObject *o = PyObject_New(PlanObject, &PlanType);
     if (!o) {
         tio_plan_free(p);
         return NULL;
@@ -50,16 +49,19 @@ static int dict_f64(PyObject *d, const char *key, double *out) {
     return 0;
 }
 
-/* RtPlan.make(trace, hw: dict, policy, min_tensor_bytes, early_prefetch) */
-static PyObject *rtplan_make(PyObject *cls, PyObject *args) {
+/* Plan.make(trace, hw: dict, policy, min_tensor_bytes, early_prefetch) */
+static PyObject *plan_make(PyObject *cls, PyObject *args) {
     (void)cls;
-    RtTraceObject *tr;
-    PyObject *hwd;
+    PyObject *trace_obj, *hwd;
     const char *policy;
     unsigned long long min_bytes;
     int early;
-    if (!PyArg_ParseTuple(args, "O!O!sKp", &RtTraceType, &tr, &PyDict_Type, &hwd, &policy,
-                          &min_bytes, &early)) {
+    if (!PyArg_ParseTuple(args, "OO!sKp", &trace_obj, &PyDict_Type, &hwd, &policy, &min_bytes,
+                          &early)) {
+        return NULL;
+    }
+    const struct tio_trace *tr = tio_py_trace_borrow(trace_obj);
+    if (!tr) {
         return NULL;
     }
     struct tio_hw hw = tio_hw_default();
@@ -107,30 +109,33 @@ static PyObject *rtplan_make(PyObject *cls, PyObject *args) {
     pp.min_tensor_bytes = min_bytes;
     pp.early_prefetch = early;
     struct tio_plan *plan;
-    Py_BEGIN_ALLOW_THREADS rc = tio_plan_make(tr->tr, &hw, &pp, &plan);
+    Py_BEGIN_ALLOW_THREADS rc = tio_plan_make(tr, &hw, &pp, &plan);
     Py_END_ALLOW_THREADS if (rc < 0) {
         return tio_py_raise(rc, "plan");
     }
     return wrap_plan(plan);
 }
 
-/* RtPlan.build(trace, policy, moves): a plan from explicit moves [(tensor, from, to, flags,
+/* Plan.build(trace, policy, moves): a plan from explicit moves [(tensor, from, to, flags,
  * trigger, deadline)] (tests, planners written in Python). */
-static PyObject *rtplan_build(PyObject *cls, PyObject *args) {
+static PyObject *plan_build(PyObject *cls, PyObject *args) {
     (void)cls;
-    RtTraceObject *tr;
+    PyObject *trace_obj, *moves;
     const char *policy;
-    PyObject *moves;
-    if (!PyArg_ParseTuple(args, "O!sO!", &RtTraceType, &tr, &policy, &PyList_Type, &moves)) {
+    if (!PyArg_ParseTuple(args, "OsO!", &trace_obj, &policy, &PyList_Type, &moves)) {
+        return NULL;
+    }
+    const struct tio_trace *tr = tio_py_trace_borrow(trace_obj);
+    if (!tr) {
         return NULL;
     }
     uint64_t h;
-    int rc = tio_trace_hash(tr->tr, &h);
+    int rc = tio_trace_hash(tr, &h);
     if (rc < 0) {
         return tio_py_raise(rc, "trace hash");
     }
     struct tio_trace_view v;
-    tio_trace_get_view(tr->tr, &v);
+    tio_trace_get_view(tr, &v);
     struct tio_plan *p;
     if ((rc = tio_plan_new(h, v.n_kernels, policy, &p)) < 0) {
         return tio_py_raise(rc, "plan");
@@ -159,7 +164,7 @@ static PyObject *rtplan_build(PyObject *cls, PyObject *args) {
     return wrap_plan(p);
 }
 
-static PyObject *rtplan_load(PyObject *cls, PyObject *arg) {
+static PyObject *plan_load(PyObject *cls, PyObject *arg) {
     (void)cls;
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) {
@@ -173,7 +178,7 @@ static PyObject *rtplan_load(PyObject *cls, PyObject *arg) {
     return wrap_plan(p);
 }
 
-static PyObject *rtplan_save(RtPlanObject *self, PyObject *arg) {
+static PyObject *plan_save(PlanObject *self, PyObject *arg) {
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) {
         return NULL;
@@ -185,19 +190,19 @@ static PyObject *rtplan_save(RtPlanObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *rtplan_check(RtPlanObject *self, PyObject *arg) {
-    if (!PyObject_TypeCheck(arg, &RtTraceType)) {
-        PyErr_SetString(PyExc_TypeError, "check(trace): RtTrace expected");
+static PyObject *plan_check(PlanObject *self, PyObject *arg) {
+    const struct tio_trace *tr = tio_py_trace_borrow(arg);
+    if (!tr) {
         return NULL;
     }
-    int rc = tio_plan_check_trace(self->plan, ((RtTraceObject *)arg)->tr);
+    int rc = tio_plan_check_trace(self->plan, tr);
     if (rc < 0) {
         return tio_py_raise(rc, "plan");
     }
     Py_RETURN_NONE;
 }
 
-static PyObject *rtplan_summary(RtPlanObject *self, PyObject *unused) {
+static PyObject *plan_summary(PlanObject *self, PyObject *unused) {
     (void)unused;
     struct tio_plan_summary s;
     tio_plan_get_summary(self->plan, &s);
@@ -216,7 +221,7 @@ static PyObject *rtplan_summary(RtPlanObject *self, PyObject *unused) {
 }
 
 /* moves() -> [(tensor, from, to, flags, trigger, deadline, bytes)] */
-static PyObject *rtplan_moves(RtPlanObject *self, PyObject *unused) {
+static PyObject *plan_moves(PlanObject *self, PyObject *unused) {
     (void)unused;
     size_t n;
     const struct tio_move *m = tio_plan_moves(self->plan, &n);
@@ -235,24 +240,32 @@ static PyObject *rtplan_moves(RtPlanObject *self, PyObject *unused) {
     return l;
 }
 
-static PyMethodDef rtplan_methods[] = {
-    { "make", (PyCFunction)rtplan_make, METH_VARARGS | METH_CLASS,
-      "make(trace, hw, policy, min_tensor_bytes, early_prefetch) -> RtPlan" },
-    { "build", (PyCFunction)rtplan_build, METH_VARARGS | METH_CLASS,
-      "build(trace, policy, [(tensor, from, to, flags, trigger, deadline)]) -> RtPlan" },
-    { "load", (PyCFunction)rtplan_load, METH_O | METH_CLASS, "load(path) -> RtPlan" },
-    { "save", (PyCFunction)rtplan_save, METH_O, "save(path)" },
-    { "check", (PyCFunction)rtplan_check, METH_O, "check(trace): raise unless made for it" },
-    { "summary", (PyCFunction)rtplan_summary, METH_NOARGS, "summary() -> dict" },
-    { "moves", (PyCFunction)rtplan_moves, METH_NOARGS, "moves() -> list of tuples" },
+static PyMethodDef plan_methods[] = {
+    { "make", (PyCFunction)plan_make, METH_VARARGS | METH_CLASS,
+      "make(trace, hw, policy, min_tensor_bytes, early_prefetch) -> Plan" },
+    { "build", (PyCFunction)plan_build, METH_VARARGS | METH_CLASS,
+      "build(trace, policy, [(tensor, from, to, flags, trigger, deadline)]) -> Plan" },
+    { "load", (PyCFunction)plan_load, METH_O | METH_CLASS, "load(path) -> Plan" },
+    { "save", (PyCFunction)plan_save, METH_O, "save(path)" },
+    { "check", (PyCFunction)plan_check, METH_O, "check(trace): raise unless made for it" },
+    { "summary", (PyCFunction)plan_summary, METH_NOARGS, "summary() -> dict" },
+    { "moves", (PyCFunction)plan_moves, METH_NOARGS, "moves() -> list of tuples" },
     { NULL, NULL, 0, NULL },
 };
 
-PyTypeObject RtPlanType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.RtPlan",
-    .tp_basicsize = sizeof(RtPlanObject),
-    .tp_dealloc = (destructor)rtplan_dealloc,
+PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.Plan",
+    .tp_basicsize = sizeof(PlanObject),
+    .tp_dealloc = (destructor)plan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A plan used by the PyTorch layer (private).",
-    .tp_methods = rtplan_methods,
+    .tp_doc = "A plan for a trace: Plan.make(trace, hw, policy, min_tensor_bytes, early_prefetch), "
+              "Plan.build(trace, policy, moves) or Plan.load(path).",
+    .tp_methods = plan_methods,
 };
+
+int tio_py_add_plan(PyObject *m) {
+    if (PyType_Ready(&PlanType) < 0) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType);
+}

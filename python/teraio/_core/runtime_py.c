@@ -1,5 +1,5 @@
-/* teraio._core runtime binding: trace building, planning, the engine and the executor, as used
- * by python/teraio/torch (the PyTorch layer). Private API: the names start with "Rt". */
+/* teraio._core.Runtime: the plan executor (teraio/runtime.h) over a Trace, a Plan and an
+ * Engine, driven operator by operator by python/teraio/torch (the PyTorch layer). */
 #include <string.h>
 
 #include <teraio/hw.h>
@@ -8,7 +8,7 @@
 #include <teraio/runtime.h>
 #include <teraio/trace.h>
 
-#include "runtime_types.h"
+#include "plan_py.h"
 
 /* ---- Runtime ------------------------------------------------------------------------------ */
 
@@ -27,31 +27,44 @@ static void runtime_dealloc(RuntimeObject *self) {
     PyMem_Free(self->acts);
     Py_XDECREF(self->trace);
     Py_XDECREF(self->plan);
-    Py_XDECREF(self->engine);
+    if (self->engine) {
+        tio_py_engine_release(self->engine);
+        Py_DECREF(self->engine);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = { "trace",   "plan",        "engine", "budget_bytes",   "device",
                               "id_base", "demand_tier", "stream", "stream_ordered", NULL };
-    RtTraceObject *tr;
-    RtPlanObject *pl;
-    RtEngineObject *en;
+    PyObject *tr;
+    PlanObject *pl;
+    PyObject *en;
     unsigned long long budget = 0;
     int device = 0;
     unsigned long long id_base = 0;
     int demand_tier = 0;
     unsigned long long stream = 0; /* cudaStream_t as an integer (torch's Stream.cuda_stream) */
     int ordered = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|KpKiKp", kwlist, &RtTraceType, &tr,
-                                     &RtPlanType, &pl, &RtEngineType, &en, &budget, &device,
-                                     &id_base, &demand_tier, &stream, &ordered)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O|KpKiKp", kwlist, &tr, &PlanType, &pl, &en,
+                                     &budget, &device, &id_base, &demand_tier, &stream, &ordered)) {
         return -1;
     }
+    if (self->engine) {
+        PyErr_SetString(PyExc_RuntimeError, "Runtime already initialised");
+        return -1;
+    }
+    const struct tio_trace *trace = tio_py_trace_borrow(tr);
+    struct tio_engine *engine = trace ? tio_py_engine_acquire(en) : NULL;
+    if (!engine) {
+        return -1;
+    }
+    /* from here on the engine counts this runtime as a user until runtime_dealloc */
+    self->engine = Py_NewRef(en);
     struct tio_runtime_params p = tio_runtime_params_default();
-    p.trace = tr->tr;
+    p.trace = trace;
     p.plan = pl->plan;
-    p.engine = en->e;
+    p.engine = engine;
     p.budget_bytes = budget;
     p.mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     p.engine_id_base = id_base;
@@ -69,12 +82,8 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
         return -1;
     }
-    Py_INCREF(tr);
-    Py_INCREF(pl);
-    Py_INCREF(en);
-    self->trace = (PyObject *)tr;
-    self->plan = (PyObject *)pl;
-    self->engine = (PyObject *)en;
+    self->trace = Py_NewRef(tr);
+    self->plan = Py_NewRef((PyObject *)pl);
     return 0;
 }
 
@@ -291,13 +300,9 @@ static PyTypeObject RuntimeType = {
 };
 
 int tio_py_add_runtime(PyObject *m) {
-    PyTypeObject *types[] = { &RtTraceType, &RtPlanType, &RtEngineType, &RuntimeType };
-    const char *names[] = { "RtTrace", "RtPlan", "RtEngine", "Runtime" };
-    for (size_t i = 0; i < 4; i++) {
-        if (PyType_Ready(types[i]) < 0 ||
-            PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) {
-            return -1;
-        }
+    if (PyType_Ready(&RuntimeType) < 0 ||
+        PyModule_AddObjectRef(m, "Runtime", (PyObject *)&RuntimeType) < 0) {
+        return -1;
     }
     if (PyModule_AddIntConstant(m, "RT_RELEASE", TIO_RT_RELEASE) < 0 ||
         PyModule_AddIntConstant(m, "RT_MATERIALIZE", TIO_RT_MATERIALIZE) < 0 ||

@@ -428,12 +428,63 @@ static PyObject *trace_tensor_name(PyObject *self, PyObject *arg) {
     return indexed_name(self, arg, "tensor", tio_trace_tensor_count, tio_trace_tensor_name);
 }
 
+static PyObject *trace_build(PyObject *cls, PyObject *args) {
+    struct tio_trace *tr = NULL;
+    if (tio_py_trace_from_lists(args, &tr) < 0) {
+        return NULL;
+    }
+    return (PyObject *)trace_wrap((PyTypeObject *)cls, tr);
+}
+
+/* The trace behind self once finished (its columns are final), else NULL with TIO_ESTATE. */
+static const struct tio_trace *finished(PyObject *self, const char *what) {
+    const struct tio_trace *tr = ((TraceObject *)self)->tr;
+    if (!tio_trace_is_finished(tr)) {
+        tio_set_error(TIO_ESTATE, "trace: %s needs a finished trace (call finish())", what);
+        tio_py_raise(TIO_ESTATE, what);
+        return NULL;
+    }
+    return tr;
+}
+
+static PyObject *trace_tensors(PyObject *self, PyObject *unused) {
+    (void)unused;
+    const struct tio_trace *tr = finished(self, "Trace.tensors()");
+    return tr ? tio_py_trace_tensor_list(tr) : NULL;
+}
+
+static PyObject *trace_kernels(PyObject *self, PyObject *unused) {
+    (void)unused;
+    const struct tio_trace *tr = finished(self, "Trace.kernels()");
+    return tr ? tio_py_trace_kernel_list(tr) : NULL;
+}
+
 static PyMethodDef trace_methods[] = {
     { "load", (PyCFunction)(void (*)(void))trace_load, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
       "Trace.load(path, format=None) -> Trace: read and validate a .tio or JSON trace." },
     { "from_bytes", (PyCFunction)(void (*)(void))trace_from_bytes,
       METH_VARARGS | METH_KEYWORDS | METH_CLASS,
       "Trace.from_bytes(data, format=None) -> Trace: parse a trace held in memory." },
+    { "build", trace_build, METH_VARARGS | METH_CLASS,
+      "build(tensors, kernels, meta) -> Trace: a finished trace from lists: tensors = [(bytes, "
+      "kind, flags, name)], kernels = [(name, duration_ns, flags, (tensor, mode, tensor, mode, "
+      "...))], meta = {str: str} (what the PyTorch layer records)." },
+    { "tensors", trace_tensors, METH_NOARGS,
+      "tensors() -> [(bytes, kind, flags, name)]: the tensors of a finished trace, as build() "
+      "takes them." },
+    { "kernels", trace_kernels, METH_NOARGS,
+      "kernels() -> [(name, duration_ns, flags, (tensor, mode, ...))]: the kernels of a "
+      "finished trace, as build() takes them." },
+    { "build", trace_build, METH_VARARGS | METH_CLASS,
+      "build(tensors, kernels, meta) -> Trace: a finished trace from lists: tensors = [(bytes, "
+      "kind, flags, name)], kernels = [(name, duration_ns, flags, (tensor, mode, tensor, mode, "
+      "...))], meta = {str: str} (what the PyTorch layer records)." },
+    { "tensors", trace_tensors, METH_NOARGS,
+      "tensors() -> [(bytes, kind, flags, name)]: the tensors of a finished trace, as build() "
+      "takes them." },
+    { "kernels", trace_kernels, METH_NOARGS,
+      "kernels() -> [(name, duration_ns, flags, (tensor, mode, ...))]: the kernels of a "
+      "finished trace, as build() takes them." },
     { "add_tensor", (PyCFunction)(void (*)(void))trace_add_tensor, METH_VARARGS | METH_KEYWORDS,
       "add_tensor(bytes, kind, global_=False, name=None, pinned=False) -> int id; kind is a "
       "name ('weight', 'grad', ...) or TENSOR_* int." },

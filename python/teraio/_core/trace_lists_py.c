@@ -1,33 +1,16 @@
-/* teraio._core.RtTrace: a trace built from lists by the PyTorch layer (private). */
+/* teraio.Trace as Python lists: Trace.build() from the lists the PyTorch layer records, and
+ * Trace.tensors() / Trace.kernels() back (the method table is in trace_py.c). */
 #include <teraio/trace.h>
 
-#include "runtime_types.h"
+#include "core.h"
 
-/* ---- RtTrace ------------------------------------------------------------------------------ */
-
-static void rttrace_dealloc(RtTraceObject *self) {
-    tio_trace_free(self->tr);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *wrap_trace(struct tio_trace *tr) {
-    RtTraceObject *o = PyObject_New(RtTraceObject, &RtTraceType);
-    if (!o) {
-        tio_trace_free(tr);
-        return NULL;
-    }
-    o->tr = tr;
-    return (PyObject *)o;
-}
-
-/* RtTrace.build(tensors, kernels, meta): tensors = [(bytes, kind, flags, name)], kernels =
+/* Trace.build(tensors, kernels, meta): tensors = [(bytes, kind, flags, name)], kernels =
  * [(name, duration_ns, flags, [tensor, mode, tensor, mode, ...])], meta = {key: value}. */
-static PyObject *rttrace_build(PyObject *cls, PyObject *args) {
-    (void)cls;
+int tio_py_trace_from_lists(PyObject *args, struct tio_trace **out) {
     PyObject *tensors, *kernels, *meta;
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &tensors, &PyList_Type, &kernels,
                           &PyDict_Type, &meta)) {
-        return NULL;
+        return -1;
     }
     struct tio_trace_params tp = tio_trace_params_default();
     tp.tensors_hint = (size_t)PyList_GET_SIZE(tensors);
@@ -35,7 +18,8 @@ static PyObject *rttrace_build(PyObject *cls, PyObject *args) {
     struct tio_trace *tr;
     int rc = tio_trace_new(&tp, &tr);
     if (rc < 0) {
-        return tio_py_raise(rc, "trace");
+        tio_py_raise(rc, "trace");
+        return -1;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
         unsigned long long bytes;
@@ -104,63 +88,20 @@ static PyObject *rttrace_build(PyObject *cls, PyObject *args) {
         tio_py_raise(rc, "trace");
         goto fail;
     }
-    return wrap_trace(tr);
+    *out = tr;
+    return 0;
 fail:
     tio_trace_free(tr);
-    return NULL;
+    return -1;
 }
 
-static PyObject *rttrace_load(PyObject *cls, PyObject *arg) {
-    (void)cls;
-    const char *path = PyUnicode_AsUTF8(arg);
-    if (!path) {
-        return NULL;
-    }
-    struct tio_trace *tr;
-    int rc = tio_trace_load(path, TIO_TRACE_FORMAT_AUTO, &tr);
-    if (rc < 0) {
-        return tio_py_raise(rc, path);
-    }
-    return wrap_trace(tr);
-}
-
-static PyObject *rttrace_save(RtTraceObject *self, PyObject *arg) {
-    const char *path = PyUnicode_AsUTF8(arg);
-    if (!path) {
-        return NULL;
-    }
-    int rc = tio_trace_save(self->tr, path, TIO_TRACE_FORMAT_AUTO);
-    if (rc < 0) {
-        return tio_py_raise(rc, path);
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *rttrace_hash(RtTraceObject *self, PyObject *unused) {
-    (void)unused;
-    uint64_t h;
-    int rc = tio_trace_hash(self->tr, &h);
-    if (rc < 0) {
-        return tio_py_raise(rc, "trace hash");
-    }
-    return PyLong_FromUnsignedLongLong(h);
-}
-
-static PyObject *rttrace_counts(RtTraceObject *self, PyObject *unused) {
-    (void)unused;
-    return Py_BuildValue("(nnn)", (Py_ssize_t)tio_trace_kernel_count(self->tr),
-                         (Py_ssize_t)tio_trace_tensor_count(self->tr),
-                         (Py_ssize_t)tio_trace_use_count(self->tr));
-}
-
-/* RtTrace.tensors() -> [(bytes, kind, flags, name)]; kernels() -> [(name, ns, flags, uses)]. */
-static PyObject *rttrace_tensors(RtTraceObject *self, PyObject *unused) {
-    (void)unused;
+/* Trace.tensors() -> [(bytes, kind, flags, name)]; kernels() -> [(name, ns, flags, uses)]. */
+PyObject *tio_py_trace_tensor_list(const struct tio_trace *tr) {
     struct tio_trace_view v;
-    tio_trace_get_view(self->tr, &v);
+    tio_trace_get_view(tr, &v);
     PyObject *l = PyList_New((Py_ssize_t)v.n_tensors);
     for (size_t t = 0; l && t < v.n_tensors; t++) {
-        const char *name = tio_trace_tensor_name(self->tr, (uint32_t)t);
+        const char *name = tio_trace_tensor_name(tr, (uint32_t)t);
         PyObject *it = Py_BuildValue("(KiIz)", (unsigned long long)v.tensor_bytes[t],
                                      v.tensor_kind[t], v.tensor_flags[t], name);
         if (!it) {
@@ -172,10 +113,9 @@ static PyObject *rttrace_tensors(RtTraceObject *self, PyObject *unused) {
     return l;
 }
 
-static PyObject *rttrace_kernels(RtTraceObject *self, PyObject *unused) {
-    (void)unused;
+PyObject *tio_py_trace_kernel_list(const struct tio_trace *tr) {
     struct tio_trace_view v;
-    tio_trace_get_view(self->tr, &v);
+    tio_trace_get_view(tr, &v);
     PyObject *l = PyList_New((Py_ssize_t)v.n_kernels);
     for (size_t k = 0; l && k < v.n_kernels; k++) {
         uint64_t u0 = v.kernel_use_offset[k], u1 = v.kernel_use_offset[k + 1];
@@ -190,7 +130,7 @@ static PyObject *rttrace_kernels(RtTraceObject *self, PyObject *unused) {
             PyTuple_SET_ITEM(uses, (Py_ssize_t)(2 * (u - u0) + 1), PyLong_FromLong(v.use_mode[u]));
         }
         PyObject *it =
-            Py_BuildValue("(zKIN)", tio_trace_kernel_name(self->tr, (uint32_t)k),
+            Py_BuildValue("(zKIN)", tio_trace_kernel_name(tr, (uint32_t)k),
                           (unsigned long long)v.kernel_duration_ns[k], v.kernel_flags[k], uses);
         if (!it) {
             Py_DECREF(l);
@@ -200,37 +140,3 @@ static PyObject *rttrace_kernels(RtTraceObject *self, PyObject *unused) {
     }
     return l;
 }
-
-static PyObject *rttrace_meta(RtTraceObject *self, PyObject *arg) {
-    const char *key = PyUnicode_AsUTF8(arg);
-    if (!key) {
-        return NULL;
-    }
-    const char *v = tio_trace_get_meta(self->tr, key);
-    if (!v) {
-        Py_RETURN_NONE;
-    }
-    return PyUnicode_FromString(v);
-}
-
-static PyMethodDef rttrace_methods[] = {
-    { "build", (PyCFunction)rttrace_build, METH_VARARGS | METH_CLASS,
-      "build(tensors, kernels, meta) -> RtTrace" },
-    { "load", (PyCFunction)rttrace_load, METH_O | METH_CLASS, "load(path) -> RtTrace" },
-    { "save", (PyCFunction)rttrace_save, METH_O, "save(path)" },
-    { "hash", (PyCFunction)rttrace_hash, METH_NOARGS, "hash() -> int" },
-    { "counts", (PyCFunction)rttrace_counts, METH_NOARGS, "counts() -> (kernels, tensors, uses)" },
-    { "tensors", (PyCFunction)rttrace_tensors, METH_NOARGS, "tensors() -> list" },
-    { "kernels", (PyCFunction)rttrace_kernels, METH_NOARGS, "kernels() -> list" },
-    { "meta", (PyCFunction)rttrace_meta, METH_O, "meta(key) -> str or None" },
-    { NULL, NULL, 0, NULL },
-};
-
-PyTypeObject RtTraceType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.RtTrace",
-    .tp_basicsize = sizeof(RtTraceObject),
-    .tp_dealloc = (destructor)rttrace_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A trace recorded by the PyTorch layer (private).",
-    .tp_methods = rttrace_methods,
-};

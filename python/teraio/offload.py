@@ -512,9 +512,10 @@ class Offloader:
             backend = _device_backend(model)
         # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
         # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
-        self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, bool(verify),
-                                      backend_options, True, int(io_queue_depth),
-                                      _bytes(io_chunk, "io_chunk"))
+        self._engine = _core.Engine(self.ssd_dirs, self.host_memory, backend, verify=bool(verify),
+                                    backend_options=backend_options,
+                                    queue_depth=int(io_queue_depth),
+                                    chunk_bytes=_bytes(io_chunk, "io_chunk"))
         self._trace = None
         self._prediction = None  # (plan, predicted step seconds): see predicted_step_s()
         self._plan = None
@@ -775,8 +776,8 @@ class Offloader:
         if not os.path.exists(path) or not os.path.exists(path + ".trace"):
             raise ValueError(f"plan: {path!r} (and {path + '.trace'!r}) must exist: write them "
                              "with Offloader.save_plan() in an earlier run")
-        trace = _core.RtTrace.load(path + ".trace")
-        plan = _core.RtPlan.load(path)
+        trace = _core.Trace.load(path + ".trace")
+        plan = _core.Plan.load(path)
         try:
             plan.check(trace)
         except _Error as e:
@@ -784,7 +785,7 @@ class Offloader:
                 from None
         prog = StepProgram(tensors=trace.tensors(), kernels=[
             (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()])
-        prog.n_globals = int(trace.meta("n_globals") or 0)
+        prog.n_globals = int(trace.meta.get("n_globals") or 0)
         self._trace, self._plan, self._prog = trace, plan, prog
         self._loaded = (trace, plan, prog)
 
@@ -926,8 +927,8 @@ class Offloader:
             self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
         self._check_program(prog)
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
-        trace = _core.RtTrace.build(prog.tensors, prog.kernels, meta)
-        plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
+        trace = _core.Trace.build(prog.tensors, prog.kernels, meta)
+        plan = _core.Plan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
         s = plan.summary()
         if not s["feasible"]:
             _warn(f"teraio: the plan cannot keep every operator under memory_budget "

@@ -36,7 +36,7 @@ static char *find_python(const char *exe, char *buf, size_t len) {
 
 /* Run by the interpreter with the command's arguments: an interpreter without the teraio
  * package says so and exits 3 (a runtime failure) instead of printing a traceback. */
-static const char BOOTSTRAP[] =
+static const char bootstrap[] =
     "import sys\n"
     "try:\n"
     "    from teraio.report import main\n"
@@ -58,8 +58,8 @@ int cli_cmd_report(int argc, char **argv) {
         return TIO_EXIT_RUNTIME;
     }
     args[0] = py;
-    char dash_c[] = "-c", code[sizeof BOOTSTRAP];
-    memcpy(code, BOOTSTRAP, sizeof BOOTSTRAP);
+    char dash_c[] = "-c", code[sizeof bootstrap];
+    memcpy(code, bootstrap, sizeof bootstrap);
     args[1] = dash_c;
     args[2] = code;
     for (int i = 1; i < argc; i++) {

@@ -14,7 +14,7 @@ static void plan_dealloc(PlanObject *self) {
 }
 
 static PyObject *wrap_plan(struct tio_plan *p) {
-    PlanObject *o = PyObject_New(PlanObject, &PlanType);
+    PlanObject *o = PyObject_New(PlanObject, &plan_type);
     if (!o) {
         tio_plan_free(p);
         return NULL;
@@ -253,7 +253,7 @@ static PyMethodDef plan_methods[] = {
     { NULL, NULL, 0, NULL },
 };
 
-PyTypeObject PlanType = {
+PyTypeObject plan_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.Plan",
     .tp_basicsize = sizeof(PlanObject),
     .tp_dealloc = (destructor)plan_dealloc,
@@ -264,8 +264,8 @@ PyTypeObject PlanType = {
 };
 
 int tio_py_add_plan(PyObject *m) {
-    if (PyType_Ready(&PlanType) < 0) {
+    if (PyType_Ready(&plan_type) < 0) {
         return -1;
     }
-    return PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType);
+    return PyModule_AddObjectRef(m, "Plan", (PyObject *)&plan_type);
 }

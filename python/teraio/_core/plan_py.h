@@ -9,6 +9,6 @@ typedef struct {
     PyObject_HEAD struct tio_plan *plan;
 } PlanObject;
 
-extern PyTypeObject PlanType;
+extern PyTypeObject plan_type;
 
 #endif

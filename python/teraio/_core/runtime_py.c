@@ -46,7 +46,7 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     int demand_tier = 0;
     unsigned long long stream = 0; /* cudaStream_t as an integer (torch's Stream.cuda_stream) */
     int ordered = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O|KpKiKp", kwlist, &tr, &PlanType, &pl, &en,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O|KpKiKp", kwlist, &tr, &plan_type, &pl, &en,
                                      &budget, &device, &id_base, &demand_tier, &stream, &ordered)) {
         return -1;
     }
@@ -69,6 +69,7 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     p.mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
     p.engine_id_base = id_base;
     p.demand_tier = (int32_t)demand_tier;
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address from Python
     p.stream = (void *)(uintptr_t)stream;
     p.stream_ordered = ordered;
     int rc = tio_runtime_new(&p, &self->rt);
@@ -108,6 +109,7 @@ static PyObject *runtime_bind(RuntimeObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "IK", &t, &ptr)) {
         return NULL;
     }
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address from Python
     int rc = tio_runtime_bind(self->rt, t, (void *)(uintptr_t)ptr);
     if (rc < 0) {
         return tio_py_raise(rc, "runtime bind");
@@ -288,7 +290,7 @@ static PyMethodDef runtime_methods[] = {
     { NULL, NULL, 0, NULL },
 };
 
-static PyTypeObject RuntimeType = {
+static PyTypeObject runtime_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.Runtime",
     .tp_basicsize = sizeof(RuntimeObject),
     .tp_dealloc = (destructor)runtime_dealloc,
@@ -300,8 +302,8 @@ static PyTypeObject RuntimeType = {
 };
 
 int tio_py_add_runtime(PyObject *m) {
-    if (PyType_Ready(&RuntimeType) < 0 ||
-        PyModule_AddObjectRef(m, "Runtime", (PyObject *)&RuntimeType) < 0) {
+    if (PyType_Ready(&runtime_type) < 0 ||
+        PyModule_AddObjectRef(m, "Runtime", (PyObject *)&runtime_type) < 0) {
         return -1;
     }
     if (PyModule_AddIntConstant(m, "RT_RELEASE", TIO_RT_RELEASE) < 0 ||

@@ -259,6 +259,7 @@ static PyObject *py_sweep(PyObject *mod, PyObject *args, PyObject *kwds) {
         return NULL;
     }
     struct tio_sim_result res[64];
+    memset(res, 0, sizeof res);
     PyThreadState *ts = PyEval_SaveThread();
     for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
         struct tio_hw h;

@@ -34,8 +34,8 @@ typedef struct {
     const char *format; /* struct-module format of one element */
 } ColumnObject;
 
-static PyTypeObject TraceType;
-static PyTypeObject ColumnType;
+static PyTypeObject trace_type;
+static PyTypeObject column_type;
 
 /* ---- TraceColumn: a read-only buffer exporter -------------------------------------------- */
 
@@ -79,7 +79,7 @@ static PySequenceMethods column_as_sequence = {
     .sq_length = column_len,
 };
 
-static PyTypeObject ColumnType = {
+static PyTypeObject column_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.TraceColumn",
     .tp_basicsize = sizeof(ColumnObject),
     .tp_dealloc = column_dealloc,
@@ -522,6 +522,9 @@ enum {
 
 static PyObject *numpy_asarray;
 
+/* The getset closures: a pointer to the column or count id (closure_id[id] == id). */
+static int closure_id[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+
 static PyObject *trace_column(PyObject *self, void *closure) {
     struct tio_trace *tr = ((TraceObject *)self)->tr;
     if (!tio_trace_is_finished(tr)) {
@@ -533,7 +536,7 @@ static PyObject *trace_column(PyObject *self, void *closure) {
     const void *ptr = NULL;
     size_t n = 0, itemsize = 8;
     const char *fmt = "Q";
-    switch ((int)(intptr_t)closure) {
+    switch (*(const int *)closure) {
     case COL_KERNEL_DURATION:
         ptr = v.kernel_duration_ns, n = v.n_kernels;
         break;
@@ -565,11 +568,12 @@ static PyObject *trace_column(PyObject *self, void *closure) {
         ptr = v.use_mode, n = v.n_uses, itemsize = 1, fmt = "B";
         break;
     }
-    ColumnObject *col = PyObject_New(ColumnObject, &ColumnType);
+    ColumnObject *col = PyObject_New(ColumnObject, &column_type);
     if (!col) {
         return NULL;
     }
     col->owner = Py_NewRef(self);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): drops const; the export is read-only
     col->ptr = (void *)(uintptr_t)ptr;
     col->shape[0] = (Py_ssize_t)n;
     col->strides[0] = (Py_ssize_t)itemsize;
@@ -595,7 +599,7 @@ static PyObject *trace_column(PyObject *self, void *closure) {
 
 static PyObject *trace_get_count(PyObject *self, void *closure) {
     struct tio_trace *tr = ((TraceObject *)self)->tr;
-    switch ((int)(intptr_t)closure) {
+    switch (*(const int *)closure) {
     case 0:
         return PyLong_FromSize_t(tio_trace_kernel_count(tr));
     case 1:
@@ -656,13 +660,13 @@ static int trace_set_meta_dict(PyObject *self, PyObject *value, void *closure) {
 }
 
 #define COLUMN(name, id, doc) \
-    { name, trace_column, NULL, doc, (void *)(intptr_t)(id) }
+    { name, trace_column, NULL, doc, &closure_id[id] }
 static PyGetSetDef trace_getset[] = {
-    { "n_kernels", trace_get_count, NULL, "number of kernels", (void *)0 },
-    { "n_tensors", trace_get_count, NULL, "number of tensors", (void *)1 },
-    { "n_uses", trace_get_count, NULL, "number of uses", (void *)2 },
-    { "total_duration_ns", trace_get_count, NULL, "sum of kernel durations (ns)", (void *)3 },
-    { "finished", trace_get_count, NULL, "True once finish() succeeded", (void *)4 },
+    { "n_kernels", trace_get_count, NULL, "number of kernels", &closure_id[0] },
+    { "n_tensors", trace_get_count, NULL, "number of tensors", &closure_id[1] },
+    { "n_uses", trace_get_count, NULL, "number of uses", &closure_id[2] },
+    { "total_duration_ns", trace_get_count, NULL, "sum of kernel durations (ns)", &closure_id[3] },
+    { "finished", trace_get_count, NULL, "True once finish() succeeded", &closure_id[4] },
     { "meta", trace_get_meta, trace_set_meta_dict,
       "metadata as a new dict; assigning a dict sets (adds or replaces) those keys", NULL },
     COLUMN("kernel_duration_ns", COL_KERNEL_DURATION, "uint64[n_kernels] view: ns"),
@@ -684,7 +688,7 @@ static PyGetSetDef trace_getset[] = {
     { NULL, NULL, NULL, NULL, NULL },
 };
 
-static PyTypeObject TraceType = {
+static PyTypeObject trace_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio.Trace",
     .tp_basicsize = sizeof(TraceObject),
     .tp_dealloc = trace_dealloc,
@@ -700,13 +704,12 @@ static PyTypeObject TraceType = {
 };
 
 /*
- * tio_py_trace_borrow: the C trace behind a teraio.Trace, for other bindings (analysis_py.c
- * declares it weak). Borrowed: valid while the caller holds a reference to obj. NULL with
- * TypeError set when obj is not a teraio.Trace.
+ * tio_py_trace_borrow (core.h): the C trace behind a teraio.Trace, for the other bindings.
+ * Borrowed: valid while the caller holds a reference to obj. NULL with TypeError set when obj is
+ * not a teraio.Trace.
  */
-const struct tio_trace *tio_py_trace_borrow(PyObject *obj);
 const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
-    if (!PyObject_TypeCheck(obj, &TraceType)) {
+    if (!PyObject_TypeCheck(obj, &trace_type)) {
         PyErr_Format(PyExc_TypeError, "expected a teraio.Trace or a path, not %.100s",
                      Py_TYPE(obj)->tp_name);
         return NULL;
@@ -715,11 +718,11 @@ const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
 }
 
 int tio_py_add_trace(PyObject *m) {
-    if (PyType_Ready(&ColumnType) < 0 || PyType_Ready(&TraceType) < 0) {
+    if (PyType_Ready(&column_type) < 0 || PyType_Ready(&trace_type) < 0) {
         return -1;
     }
-    if (PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) < 0 ||
-        PyModule_AddObjectRef(m, "TraceColumn", (PyObject *)&ColumnType) < 0) {
+    if (PyModule_AddObjectRef(m, "Trace", (PyObject *)&trace_type) < 0 ||
+        PyModule_AddObjectRef(m, "TraceColumn", (PyObject *)&column_type) < 0) {
         return -1;
     }
     static const struct {

@@ -55,9 +55,9 @@ def no_move_runtime(prog):
     """An executor over a recorded step with a plan that moves nothing: it runs, moves nothing."""
     import teraio
 
-    trace = teraio._core.RtTrace.build(prog.tensors, prog.kernels, {"source": "bench"})
-    plan = teraio._core.RtPlan.build(trace, "none", [])
-    eng = teraio._core.RtEngine([], 1 << 20)
+    trace = teraio._core.Trace.build(prog.tensors, prog.kernels, {"source": "bench"})
+    plan = teraio._core.Plan.build(trace, "none", [])
+    eng = teraio._core.Engine([], 1 << 20)
     return teraio._core.Runtime(trace, plan, eng)
 
 

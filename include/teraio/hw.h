@@ -105,6 +105,20 @@ TIO_API double tio_hw_ssd_sustained_write_Bps(const struct tio_hw *hw);
 /* tio_hw_plan_capacity: gpu_memory_bytes - gpu_reserve_bytes, the line planners keep under. */
 TIO_API uint64_t tio_hw_plan_capacity(const struct tio_hw *hw);
 
+/*
+ * tio_hw_at_ssd_bandwidth: *out = *hw with the SSD array's bandwidth per GPU set to `bandwidth`
+ * (bytes/s), the model of a bandwidth sweep (the paper's Figure 3, `teraio sweep`): each drive
+ * reads and writes at bandwidth / (ssd_count x ssd_efficiency), no drive write caches, no
+ * mixed-workload point, and the PCIe links at least that fast each way. TIO_EINVAL when hw has no
+ * SSDs or bandwidth is not > 0.
+ */
+TIO_API TIO_MUST_CHECK int
+tio_hw_at_ssd_bandwidth(const struct tio_hw *hw, double bandwidth, struct tio_hw *out);
+
+/* The SSD array bandwidths (bytes/s) a sweep visits unless told otherwise: 4 to 64 GB/s. */
+#define TIO_HW_SWEEP_BANDWIDTHS \
+    { 4e9, 8e9, 12e9, 16e9, 24e9, 32e9, 48e9, 64e9 }
+
 #ifdef __cplusplus
 }
 #endif

@@ -149,8 +149,8 @@ class Planning:
         if not os.path.exists(path) or not os.path.exists(path + ".trace"):
             raise ValueError(f"plan: {path!r} (and {path + '.trace'!r}) must exist: write them "
                              "with Offloader.save_plan() in an earlier run")
-        trace = _core.RtTrace.load(path + ".trace")
-        plan = _core.RtPlan.load(path)
+        trace = _core.Trace.load(path + ".trace")
+        plan = _core.Plan.load(path)
         try:
             plan.check(trace)
         except _Error as e:
@@ -158,7 +158,7 @@ class Planning:
                 from None
         prog = StepProgram(tensors=trace.tensors(), kernels=[
             (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()])
-        prog.n_globals = int(trace.meta("n_globals") or 0)
+        prog.n_globals = int(trace.meta.get("n_globals") or 0)
         self._trace, self._plan, self._prog = trace, plan, prog
         self._loaded = (trace, plan, prog)
 
@@ -300,8 +300,8 @@ class Planning:
             self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
         self._check_program(prog)
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
-        trace = _core.RtTrace.build(prog.tensors, prog.kernels, meta)
-        plan = _core.RtPlan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
+        trace = _core.Trace.build(prog.tensors, prog.kernels, meta)
+        plan = _core.Plan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
         s = plan.summary()
         if not s["feasible"]:
             _warn(f"teraio: the plan cannot keep every operator under memory_budget "

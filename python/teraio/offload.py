@@ -158,9 +158,10 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             backend = _device_backend(model)
         # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
         # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
-        self._engine = _core.RtEngine(self.ssd_dirs, self.host_memory, backend, o.verify,
-                                      o.backend_options, True, o.io_queue_depth,
-                                      _bytes(o.io_chunk, "io_chunk"))
+        self._engine = _core.Engine(self.ssd_dirs, self.host_memory, backend, verify=bool(o.verify),
+                                    backend_options=o.backend_options,
+                                    queue_depth=int(o.io_queue_depth),
+                                    chunk_bytes=_bytes(o.io_chunk, "io_chunk"))
         self._trace = None
         self._prediction = None  # (plan, predicted step seconds): see predicted_step_s()
         self._plan = None

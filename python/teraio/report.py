@@ -1,8 +1,9 @@
 """teraio report: plots and an HTML page explaining where time and memory go, and the summary
 of a multi-rank run's Offloader reports.
 
-Every number in the trace report comes from the teraio CLI's own ``--json`` / ``--csv`` outputs
-(``teraio analyze``, ``simulate``, ``sweep``), so the report always agrees with the tools.
+Every number in the trace report comes from libteraio through teraio._core (Analysis, simulate,
+sweep, hw_json: the functions behind ``teraio analyze``, ``simulate``, ``sweep`` and ``hw show``),
+so the report agrees with the tools without running them: it starts no other process.
 
     python -m teraio.report TRACE --hw paper-2xh100nvl -o report/
     teraio report TRACE --hw paper-2xh100nvl -o report/      # the same, from the C CLI
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import errno
 import html
 import json
 import math
@@ -50,7 +52,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cli_path() -> str:
-    """The teraio CLI: $TERAIO_CLI, the venv's scripts dir, the repo's build/, or PATH."""
+    """The teraio CLI, for the demo and the tests (the report itself runs none): $TERAIO_CLI,
+    the venv's scripts dir, the repo's build/, or PATH."""
     env = os.environ.get("TERAIO_CLI")
     if env:
         return env
@@ -66,7 +69,8 @@ def cli_path() -> str:
 
 
 def run_cli(*args: str, want_json: bool = True) -> dict | str:
-    """Run the CLI; return its parsed JSON (or stdout). Raises ReportError with its stderr."""
+    """Run the CLI (the demo's paper comparison); return its parsed JSON (or stdout). Raises
+    ReportError with its stderr."""
     cmd = [cli_path(), *args] + (["--json"] if want_json else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -74,6 +78,25 @@ def run_cli(*args: str, want_json: bool = True) -> dict | str:
                           f"{proc.stderr.strip()}",
                           code=proc.returncode if proc.returncode in (1, 2, 3) else 3)
     return json.loads(proc.stdout) if want_json else proc.stdout
+
+
+# teraio statuses that are bad input (exit 2, as the CLI's cli_exit_code), the rest exit 3:
+# TIO_EINVAL, EFORMAT, EVERSION, EPLAN, EINFEASIBLE, ENOTFOUND and the errnos of a bad path
+_INPUT_STATUSES = {-1000, -1001, -1002, -1007, -1008, -1012} | {
+    -errno.ENOENT, -errno.EISDIR, -errno.ENOTDIR, -errno.ELOOP, -errno.EACCES, -errno.EPERM}
+
+
+def _lib(step: str, fn, *args, **kwargs):
+    """Call teraio._core for one step of the report; a teraio.Error becomes a ReportError that
+    names the step, with the exit code the CLI gives that status."""
+    from teraio import _core
+
+    try:
+        return fn(*args, **kwargs)
+    except _core.Error as e:
+        status, message = e.args[0], e.args[1]
+        raise ReportError(f"{step}: {message}",
+                          code=2 if status in _INPUT_STATUSES else 3) from None
 
 
 def _plt():
@@ -296,11 +319,12 @@ def fmt_pct(x: float) -> str:
 
 def characterization(trace: str, capacity: int, out_dir: Path, name: str, page: Page) -> dict:
     """Figures 1 and 2 for one trace; returns the analysis summary (teraio analyze --json)."""
+    from teraio import _core
+
     csv_dir = out_dir / f"{name}-analysis"
-    args = ["analyze", trace, "--csv", str(csv_dir)]
-    if capacity:
-        args += ["--capacity", str(capacity)]
-    summary = run_cli(*args)
+    analysis = _lib(f"analyze {trace}", _core.Analysis, trace, capacity=capacity)
+    _lib(f"analyze {trace}: --csv {csv_dir}", analysis.write_csv, str(csv_dir))
+    summary = analysis.summary()
     plot_memory(csv_dir / "memory.csv", capacity, out_dir / f"{name}-memory.png",
                 f"{name}: memory per kernel (paper Figure 1)")
     counts = {}
@@ -325,13 +349,15 @@ def characterization(trace: str, capacity: int, out_dir: Path, name: str, page: 
 def simulation(trace: str, hw: str, policies: list[str], plan: str | None, out_dir: Path,
                name: str, page: Page) -> list[dict]:
     """Throughput bars of each policy and the timeline of the first teraio policy (or plan)."""
+    from teraio import _core
+
     rows = []
     for p in policies:
-        r = run_cli("simulate", trace, "--hw", hw, "--policy", p)
+        r = _lib(f"simulate {trace} --policy {p}", _core.simulate, trace, hw=hw, policy=p)
         r["system"] = p
         rows.append(r)
     if plan:
-        r = run_cli("simulate", trace, "--hw", hw, "--plan", plan)
+        r = _lib(f"simulate {trace} --plan {plan}", _core.simulate, trace, hw=hw, plan=plan)
         r["system"] = "plan:" + Path(plan).name
         rows.append(r)
     plot_throughput(rows, out_dir / f"{name}-throughput.png",
@@ -359,9 +385,12 @@ def simulation(trace: str, hw: str, policies: list[str], plan: str | None, out_d
 def timeline(trace: str, hw: str, policy: str | None, out_dir: Path, name: str, page: Page,
              plan: str | None = None) -> bool:
     """GPU memory and migration bandwidth over one simulated iteration of a policy or plan."""
+    from teraio import _core
+
     series_dir = out_dir / f"{name}-sim"
-    src = ["--plan", plan] if plan else ["--policy", policy]
-    res = run_cli("simulate", trace, "--hw", hw, *src, "--csv", str(series_dir))
+    src = {"plan": plan} if plan else {"policy": policy}
+    res = _lib(f"simulate {trace} --csv {series_dir}", _core.simulate, trace, hw=hw,
+               csv=str(series_dir), **src)
     if res.get("oom") or not (series_dir / "kernels.csv").is_file():
         return False
     label = f"plan {Path(plan).name}" if plan else policy
@@ -374,7 +403,9 @@ def timeline(trace: str, hw: str, policy: str | None, out_dir: Path, name: str, 
 
 
 def sweep(trace: str, hw: str, out_dir: Path, name: str, page: Page) -> list[dict]:
-    res = run_cli("sweep", trace, "--hw", hw)
+    from teraio import _core
+
+    res = _lib(f"sweep {trace}", _core.sweep, trace, hw)
     points = res["points"]
     plot_sweep(points, out_dir / f"{name}-sweep.png",
                f"{name}: throughput vs migration bandwidth (paper Figure 3)")
@@ -391,7 +422,9 @@ def make_report(trace: str, hw: str, out_dir: str | Path, plan: str | None = Non
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = name or Path(trace).stem
-    hw_info = run_cli("hw", "show", hw)
+    from teraio import _core
+
+    hw_info = json.loads(_lib(f"hw {hw}", _core.hw_json, hw))
     capacity = int(hw_info.get("gpu_memory_bytes", 0))
     page = Page(f"teraio report: {name} on {hw}")
     characterization(trace, capacity, out, name, page)

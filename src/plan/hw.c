@@ -222,6 +222,25 @@ uint64_t tio_hw_plan_capacity(const struct tio_hw *hw) {
                : 0;
 }
 
+int tio_hw_at_ssd_bandwidth(const struct tio_hw *hw, double bandwidth, struct tio_hw *out) {
+    if (hw->ssd_count == 0) {
+        return tio_set_error(TIO_EINVAL, "hw %s: has no SSDs, so no SSD bandwidth to vary",
+                             hw->name);
+    }
+    if (!isfinite(bandwidth) || bandwidth <= 0) {
+        return tio_set_error(TIO_EINVAL, "hw: SSD array bandwidth must be > 0 (got %g)", bandwidth);
+    }
+    struct tio_hw h = *hw;
+    double eff = h.ssd_efficiency > 0 ? h.ssd_efficiency : 1.0;
+    h.ssd_read_Bps = h.ssd_write_Bps = bandwidth / ((double)h.ssd_count * eff);
+    h.ssd_write_cache_bytes = 0; /* Figure 3's model: a bandwidth, no drive caches */
+    h.ssd_mixed_Bps = 0;
+    h.pcie_h2d_Bps = TIO_MAX(h.pcie_h2d_Bps, bandwidth);
+    h.pcie_d2h_Bps = TIO_MAX(h.pcie_d2h_Bps, bandwidth);
+    *out = h;
+    return 0;
+}
+
 /* ---- validation ---------------------------------------------------------------------------- */
 
 static int check_pos(const char *field, double v) {

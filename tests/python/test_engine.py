@@ -126,3 +126,40 @@ def test_threads_share_an_engine(dirs):
             e.read(i, out, tag=100 + i)
             assert e.wait() == [(100 + i, out.nbytes)]
             assert np.array_equal(out, arrays[i])
+
+
+def test_one_binding_per_object():
+    # the trace, plan and engine have one type each, used by the PyTorch layer and by users
+    assert not [n for n in dir(_core) if n.startswith("Rt")]
+    assert {"Trace", "Plan", "Engine", "Runtime"} <= set(dir(_core))
+
+
+def test_waited_for_raw_form(dirs):
+    # write(id, ptr, nbytes, tier) / read(id, ptr, nbytes): urgent, returned once done
+    src = (ctypes.c_ubyte * 8192)(*[(7 * i) % 251 for i in range(8192)])
+    out = (ctypes.c_ubyte * 8192)()
+    with _core.Engine(dirs, preallocate=False) as e:
+        assert e.write(5, ctypes.addressof(src), 8192, _core.TIER_SSD) == 8192
+        assert e.info(5) == (8192, "ssd")
+        assert e.read(5, ctypes.addressof(out), 8192) == 8192
+        assert bytes(out) == bytes(src)
+        assert e.poll() == []  # nothing left to collect: the call waited for its completion
+        e.drop(5)
+        e.drop(5)  # a tensor that holds no space: nothing to do
+        with pytest.raises(teraio.Error, match="Engine.read"):
+            e.read(5, ctypes.addressof(out), 8192)
+
+
+def test_close_refused_while_a_runtime_drives_the_engine(dirs):
+    trace = _core.Trace.build([(4096, _core.TENSOR_ACTIVATION, 0, "a")],
+                              [("k", 1000, 0, (0, _core.USE_WRITE))], {"source": "test"})
+    plan = _core.Plan.build(trace, "none", [])
+    e = _core.Engine(dirs)
+    rt = _core.Runtime(trace, plan, e)
+    with pytest.raises(RuntimeError, match="Runtime still drives"):
+        e.close()
+    assert e.stats()["backend"]  # still open
+    del rt
+    e.close()
+    with pytest.raises(ValueError, match="closed"):
+        _core.Runtime(trace, plan, e)

@@ -2,6 +2,7 @@
 what `teraio simulate --json` prints for the same trace, hardware and policy."""
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,19 +90,70 @@ def test_report_follows_the_cli_exit_codes(tmp_path, capsys):
                         "-o", str(tmp_path / "o3")]) == 2
 
 
-def test_report_command_runs_its_own_cli(tmp_path):
-    """`teraio report` hands Python the path of the CLI that was run (TERAIO_CLI), so a rebuilt
-    build/teraio is used rather than an older copy installed in a venv or on PATH."""
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "example.tio"
+
+
+def test_report_runs_no_other_process(tmp_path, monkeypatch):
+    """Every number comes from libteraio through teraio._core: no CLI on PATH, none where
+    $TERAIO_CLI points, and no process may be started."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("TERAIO_CLI", str(tmp_path / "no-such-teraio"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the report started a process: {args[0]!r}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    out = tmp_path / "out"
+    assert report.main([str(EXAMPLE), "--hw", "paper-2xh100nvl", "--policies",
+                        "ideal,teraio-ssd", "-o", str(out)]) == 0
+    for name in ["example-memory.png", "example-throughput.png", "example-sweep.png"]:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_sweep_equals_the_cli(tmp_path):
+    """teraio._core.sweep (the report's) and `teraio sweep --json` give the same points."""
+    from teraio import _core
+
+    cli = json.loads(subprocess.run(
+        [report.cli_path(), "sweep", str(EXAMPLE), "--hw", "paper-2xh100nvl", "--json"],
+        check=True, capture_output=True, text=True).stdout)
+    lib = _core.sweep(str(EXAMPLE), "paper-2xh100nvl")
+    assert [p["bandwidth_Bps"] for p in lib["points"]] == [4e9, 8e9, 12e9, 16e9, 24e9, 32e9,
+                                                          48e9, 64e9]
+    assert len(lib["points"]) == len(cli["points"])
+    for a, b in zip(lib["points"], cli["points"]):
+        assert a["bandwidth_Bps"] == b["bandwidth_Bps"] and a["oom"] == b["oom"]
+        assert a["iteration_s"] == pytest.approx(b["iteration_s"], rel=1e-8)
+        assert a["fraction_of_ideal"] == pytest.approx(b["fraction_of_ideal"], abs=1e-6)
+    no_ssd = tmp_path / "no-ssd.json"
+    no_ssd.write_text(json.dumps({"base": "cpu-ci", "ssd_count": 0}))
+    with pytest.raises(_core.Error, match="has no SSDs"):
+        _core.sweep(str(EXAMPLE), str(no_ssd))
+
+
+def test_report_command_without_the_cli_on_path(tmp_path):
+    """`teraio report` runs the interpreter of $TERAIO_PYTHON (docs/user-guide.md) and passes
+    it the arguments; nothing needs the CLI on PATH or in $TERAIO_CLI."""
     cli = Path(report.cli_path()).resolve()
-    fake_py = tmp_path / "py"
-    fake_py.write_text('#!/bin/sh\necho "cli=$TERAIO_CLI args=$*"\n')
-    fake_py.chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "TERAIO_PYTHON": str(fake_py)}
-    out = subprocess.run([str(cli), "report", "x.tio", "--hw", "cpu-ci"], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    assert out.strip() == f"cli={cli} args=-m teraio.report x.tio --hw cpu-ci"
-    # a caller's explicit choice wins
-    env["TERAIO_CLI"] = "/some/other/teraio"
-    out = subprocess.run([str(cli), "report"], env=env, capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == "cli=/some/other/teraio args=-m teraio.report"
+    env = {"PATH": str(tmp_path), "TERAIO_PYTHON": sys.executable}
+    proc = subprocess.run([str(cli), "report", str(EXAMPLE), "--hw", "paper-2xh100nvl",
+                           "--no-sweep", "--policies", "ideal", "-o", str(tmp_path / "out")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "index.html").is_file()
+    # an interpreter without the teraio package: a clear error, exit 3 (runtime failure)
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    bare.chmod(0o755)
+    env["TERAIO_PYTHON"] = str(bare)
+    proc = subprocess.run([str(cli), "report", str(EXAMPLE)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert "cannot import the teraio Python package" in proc.stderr
+    assert "TERAIO_PYTHON" in proc.stderr and "Traceback" not in proc.stderr
+    # no interpreter at all
+    env["TERAIO_PYTHON"] = str(tmp_path / "no-such-python")
+    proc = subprocess.run([str(cli), "report", str(EXAMPLE)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 3 and "cannot run" in proc.stderr

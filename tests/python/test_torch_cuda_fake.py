@@ -79,8 +79,8 @@ class HostRuntimeCore:
         return getattr(teraio._core, name)
 
     @staticmethod
-    def RtEngine(*a, **kw):
-        return HostEngine(teraio._core.RtEngine(*a, **kw))
+    def Engine(*a, **kw):
+        return HostEngine(teraio._core.Engine(*a, **kw))
 
     @staticmethod
     def Runtime(trace, plan, engine, **kw):

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "OpFast"),
 
 def _runtime(prog):
     """An executor with a plan that moves nothing: every operator still goes through it."""
-    trace = teraio._core.RtTrace.build(prog.tensors, prog.kernels, {"source": "test"})
-    plan = teraio._core.RtPlan.build(trace, "none", [])
-    eng = teraio._core.RtEngine([], 1 << 20)
+    trace = teraio._core.Trace.build(prog.tensors, prog.kernels, {"source": "test"})
+    plan = teraio._core.Plan.build(trace, "none", [])
+    eng = teraio._core.Engine([], 1 << 20)
     return teraio._core.Runtime(trace, plan, eng)
 
 

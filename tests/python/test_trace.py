@@ -206,3 +206,27 @@ def test_errors_raise_teraio_error():
 def _exporter(arr):
     base = arr.base
     return base.obj if isinstance(base, memoryview) else base
+
+
+def test_build_from_lists_and_back():
+    tensors = [(4096, _core.TENSOR_WEIGHT, _core.TENSOR_GLOBAL, "w"),
+               (512, _core.TENSOR_ACTIVATION, 0, None)]
+    kernels = [("mm", 1500, 0, (0, _core.USE_READ, 1, _core.USE_WRITE)),
+               (None, 700, _core.KERNEL_BACKWARD, (1, _core.USE_READ))]
+    t = _core.Trace.build(tensors, kernels, {"n_globals": "1"})
+    assert t.finished and t.n_kernels == 2 and t.n_uses == 3
+    assert t.tensors() == tensors
+    assert t.kernels() == kernels
+    assert t.meta == {"n_globals": "1"}
+    assert list(t.kernel_duration_ns) == [1500, 700]
+
+
+def test_lists_need_a_finished_trace():
+    t = teraio.Trace()
+    t.add_tensor(64, "temp")
+    with pytest.raises(teraio.Error, match="finished trace"):
+        t.tensors()
+    with pytest.raises(teraio.Error, match="finished trace"):
+        t.kernels()
+    with pytest.raises(TypeError, match="kernel uses must be a sequence"):
+        _core.Trace.build([(64, 0, 0, None)], [("k", 1, 0, 5)], {})

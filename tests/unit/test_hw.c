@@ -229,6 +229,27 @@ TIO_TEST(names_printable_and_capacities_sane) {
     CHECK_ERR_HAS("host_memory_bytes");
 }
 
+/* A bandwidth sweep's point: the array at the bandwidth asked, no caches, PCIe not the limit. */
+TIO_TEST(at_ssd_bandwidth) {
+    struct tio_hw hw, h;
+    CHECK_OK(tio_hw_preset("paper-2xh100nvl", &hw));
+    CHECK_OK(tio_hw_at_ssd_bandwidth(&hw, 64e9, &h));
+    CHECK_NEAR(tio_hw_ssd_read_Bps(&h), 64e9, 1); /* 4 drives at 16 GB/s x efficiency */
+    CHECK_NEAR(tio_hw_ssd_write_Bps(&h), 64e9, 1);
+    CHECK_EQ_U(h.ssd_write_cache_bytes, 0);
+    CHECK_NEAR(h.ssd_mixed_Bps, 0, 0);
+    CHECK_NEAR(h.pcie_h2d_Bps, 64e9, 0); /* raised to the array's rate */
+    CHECK_NEAR(h.pcie_d2h_Bps, 64e9, 0);
+    CHECK_OK(tio_hw_at_ssd_bandwidth(&hw, 4e9, &h));
+    CHECK_NEAR(h.pcie_h2d_Bps, hw.pcie_h2d_Bps, 0); /* never lowered */
+    CHECK_STR(h.name, hw.name);
+    CHECK_EQ_I(tio_hw_at_ssd_bandwidth(&hw, 0, &h), TIO_EINVAL);
+    CHECK(strstr(tio_last_error(), "must be > 0") != NULL);
+    hw.ssd_count = 0;
+    CHECK_EQ_I(tio_hw_at_ssd_bandwidth(&hw, 8e9, &h), TIO_EINVAL);
+    CHECK(strstr(tio_last_error(), "no SSDs") != NULL);
+}
+
 int main(void) {
     (void)snprintf(tmpdir, sizeof tmpdir, "/tmp/tio_test_hw_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -241,6 +262,7 @@ int main(void) {
     RUN(json_errors_name_the_field);
     RUN(ssd_model_fields);
     RUN(names_printable_and_capacities_sane);
+    RUN(at_ssd_bandwidth);
     char cmd[300];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) {

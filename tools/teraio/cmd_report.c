@@ -1,5 +1,6 @@
-/* teraio report: the plots are drawn by matplotlib in the Python layer (python -m teraio.report);
- * this command finds the right interpreter and hands it the arguments unchanged. */
+/* teraio report: the plots are drawn by matplotlib in the Python layer (teraio.report, which
+ * gets every number from libteraio through teraio._core and runs no other process); this
+ * command finds the interpreter and hands it the arguments unchanged. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,9 +10,9 @@
 
 #include "cli.h"
 
-/* The interpreter: $TERAIO_PYTHON, else the python beside this executable (a venv's bin/),
- * else the repository's .venv when this is build/teraio, else python3 from PATH. `exe` is this
- * executable's path (empty if unknown). */
+/* The interpreter (docs/user-guide.md, "teraio report"): $TERAIO_PYTHON, else the python beside
+ * this executable (a venv's bin/), else the repository's .venv when this is build/teraio, else
+ * python3 from PATH. `exe` is this executable's path (empty if unknown). */
 static char *find_python(const char *exe, char *buf, size_t len) {
     const char *env = getenv("TERAIO_PYTHON"); /* NOLINT(concurrency-mt-unsafe) */
     if (env && *env && strlen(env) < len) {
@@ -33,15 +34,23 @@ static char *find_python(const char *exe, char *buf, size_t len) {
     return buf;
 }
 
+/* Run by the interpreter with the command's arguments: an interpreter without the teraio
+ * package says so and exits 3 (a runtime failure) instead of printing a traceback. */
+static const char bootstrap[] =
+    "import sys\n"
+    "try:\n"
+    "    from teraio.report import main\n"
+    "except ImportError as e:\n"
+    "    sys.stderr.write('teraio report: %s cannot import the teraio Python package (%s): '\n"
+    "                     'install it (scripts/setup.sh, or pip install .) or set TERAIO_PYTHON '\n"
+    "                     'to an interpreter that has it\\n' % (sys.executable, e))\n"
+    "    sys.exit(3)\n"
+    "sys.exit(main(sys.argv[1:]))\n";
+
 int cli_cmd_report(int argc, char **argv) {
     char exe[PATH_MAX], pybuf[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';
-    /* the report runs this same CLI (not another one found on PATH or in a venv, which may
-     * be stale after a rebuild) unless the caller chose one */
-    if (exe[0]) {
-        (void)setenv("TERAIO_CLI", exe, 0); /* NOLINT(concurrency-mt-unsafe) */
-    }
     char *py = find_python(exe, pybuf, sizeof pybuf);
     char **args = calloc((size_t)argc + 4, sizeof *args);
     if (!args) {
@@ -49,9 +58,10 @@ int cli_cmd_report(int argc, char **argv) {
         return TIO_EXIT_RUNTIME;
     }
     args[0] = py;
-    char dash_m[] = "-m", module[] = "teraio.report";
-    args[1] = dash_m;
-    args[2] = module;
+    char dash_c[] = "-c", code[sizeof bootstrap];
+    memcpy(code, bootstrap, sizeof bootstrap);
+    args[1] = dash_c;
+    args[2] = code;
     for (int i = 1; i < argc; i++) {
         args[i + 2] = argv[i];
     }

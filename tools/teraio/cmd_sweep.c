@@ -89,7 +89,7 @@ static int parse_list(const char *text, double *out, size_t *n) {
 
 int cli_cmd_sweep(int argc, char **argv) {
     const char *trace_path = NULL, *hw_name = NULL, *policy = "teraio-ssd";
-    const char *list = "4,8,12,16,24,32,48,64GB/s";
+    const char *list = NULL; /* NULL: TIO_HW_SWEEP_BANDWIDTHS */
     int json = 0;
     struct tio_sim_params sp = tio_sim_params_default();
     uint64_t min_tensor = 0;
@@ -146,9 +146,16 @@ int cli_cmd_sweep(int argc, char **argv) {
         cli_error(CMD, "need TRACE and --hw (see --help)");
         return TIO_EXIT_USAGE;
     }
+    static const double default_bws[] = TIO_HW_SWEEP_BANDWIDTHS;
     double bws[MAX_POINTS];
     size_t n = 0;
-    int rc = parse_list(list, bws, &n);
+    int rc = 0;
+    if (list) {
+        rc = parse_list(list, bws, &n);
+    } else {
+        n = sizeof default_bws / sizeof default_bws[0];
+        memcpy(bws, default_bws, sizeof default_bws);
+    }
     if (rc) {
         return rc;
     }
@@ -169,19 +176,12 @@ int cli_cmd_sweep(int argc, char **argv) {
     struct tio_sim_result res[MAX_POINTS];
     int code = TIO_EXIT_OK;
     for (size_t i = 0; i < n; i++) {
-        struct tio_hw h = hw;
-        double eff = h.ssd_efficiency > 0 ? h.ssd_efficiency : 1.0;
-        h.ssd_read_Bps = h.ssd_write_Bps = bws[i] / ((double)h.ssd_count * eff);
-        h.ssd_write_cache_bytes = 0; /* Figure 3's model: a bandwidth, no drive caches */
-        h.ssd_mixed_Bps = 0;
-        if (h.pcie_h2d_Bps < bws[i]) {
-            h.pcie_h2d_Bps = bws[i];
-        }
-        if (h.pcie_d2h_Bps < bws[i]) {
-            h.pcie_d2h_Bps = bws[i];
-        }
+        struct tio_hw h;
+        rc = tio_hw_at_ssd_bandwidth(&hw, bws[i], &h);
         struct tio_sim *sim = NULL;
-        rc = cli_sim_policy(tr, &h, policy, min_tensor, &sp, &sim);
+        if (rc == 0) {
+            rc = cli_sim_policy(tr, &h, policy, min_tensor, &sp, &sim);
+        }
         if (rc < 0) {
             code = cli_fail(CMD, policy, rc);
             goto out;

@@ -42,7 +42,7 @@ static void buffer_dealloc(PyObject *self) {
 
 static PyBufferProcs buffer_procs = { .bf_getbuffer = buffer_get, .bf_releasebuffer = NULL };
 
-static PyTypeObject BufferType = {
+static PyTypeObject buffer_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core._Buffer",
     .tp_basicsize = sizeof(BufferObject),
     .tp_dealloc = buffer_dealloc,
@@ -67,7 +67,7 @@ numpy_view(PyObject *owner, const void *data, size_t count, size_t elem, PyObjec
             return NULL;
         }
     }
-    BufferObject *b = PyObject_New(BufferObject, &BufferType);
+    BufferObject *b = PyObject_New(BufferObject, &buffer_type);
     if (!b) {
         return NULL;
     }
@@ -641,7 +641,7 @@ static PyGetSetDef analysis_getset[] = {
     { NULL, NULL, NULL, NULL, NULL },
 };
 
-static PyTypeObject AnalysisType = {
+static PyTypeObject analysis_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio.Analysis",
     .tp_basicsize = sizeof(AnalysisObject),
     .tp_dealloc = analysis_dealloc,
@@ -658,8 +658,8 @@ static PyTypeObject AnalysisType = {
 
 int tio_py_add_analysis(PyObject *m) {
     analysis_methods[0].ml_doc = summary_doc;
-    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&AnalysisType) < 0) {
+    if (PyType_Ready(&buffer_type) < 0 || PyType_Ready(&analysis_type) < 0) {
         return -1;
     }
-    return PyModule_AddObjectRef(m, "Analysis", (PyObject *)&AnalysisType);
+    return PyModule_AddObjectRef(m, "Analysis", (PyObject *)&analysis_type);
 }

@@ -18,6 +18,20 @@ PyObject *tio_py_raise(int status, const char *what);
 struct tio_trace;
 const struct tio_trace *tio_py_trace_borrow(PyObject *obj) __attribute__((weak));
 
+/* Trace <-> Python lists (trace_lists_py.c): tio_py_trace_from_lists parses the arguments of
+ * Trace.build(tensors, kernels, meta) into a finished trace (0, or -1 with an exception set);
+ * the list functions return new lists of tuples of a finished trace (NULL with an exception). */
+int tio_py_trace_from_lists(PyObject *args, struct tio_trace **out);
+PyObject *tio_py_trace_tensor_list(const struct tio_trace *tr);
+PyObject *tio_py_trace_kernel_list(const struct tio_trace *tr);
+
+/* The C engine behind a teraio._core.Engine, for a Runtime that drives it: counts a user, so
+ * that Engine.close() refuses while one remains; NULL with TypeError/ValueError when obj is
+ * not an open Engine. Each acquire is paired with one tio_py_engine_release(obj). */
+struct tio_engine;
+struct tio_engine *tio_py_engine_acquire(PyObject *obj);
+void tio_py_engine_release(PyObject *obj);
+
 /* Hooks: add types/functions to the module; return 0 or -1 with an exception set. */
 int tio_py_add_trace(PyObject *m) __attribute__((weak));
 int tio_py_add_analysis(PyObject *m) __attribute__((weak));

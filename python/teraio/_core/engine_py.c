@@ -17,8 +17,11 @@
 
 typedef struct {
     PyObject_HEAD struct tio_engine *e;
-    PyObject *pins; /* dict: tag -> list of memoryviews kept alive until completion */
+    PyObject *pins;   /* dict: tag -> list of memoryviews kept alive until completion */
+    Py_ssize_t users; /* Runtimes driving this engine (tio_py_engine_acquire): close() waits */
 } EngineObject;
+
+static PyTypeObject engine_type;
 
 static int parse_tier(PyObject *o, int32_t *out) {
     if (PyLong_Check(o)) {
@@ -68,15 +71,18 @@ static int get_buffer(PyObject *buf, int writable, void **ptr, uint64_t *bytes, 
     *pin = NULL;
     if (PyTuple_Check(buf)) {
         unsigned long long p = 0, n = 0;
-        if (!PyArg_ParseTuple(buf, "KK;a raw buffer is a (ptr, nbytes) tuple", &p, &n))
+        if (!PyArg_ParseTuple(buf, "KK;a raw buffer is a (ptr, nbytes) tuple", &p, &n)) {
             return -1;
+        }
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): an address from Python
         *ptr = (void *)(uintptr_t)p;
         *bytes = n;
         return 0;
     }
     PyObject *mv = PyMemoryView_FromObject(buf);
-    if (!mv)
+    if (!mv) {
         return -1;
+    }
     Py_buffer *view = PyMemoryView_GET_BUFFER(mv);
     if (!PyBuffer_IsContiguous(view, 'A')) {
         Py_DECREF(mv);
@@ -95,11 +101,13 @@ static int get_buffer(PyObject *buf, int writable, void **ptr, uint64_t *bytes, 
 }
 
 static int pin_add(EngineObject *self, uint64_t tag, PyObject *mv) {
-    if (!mv)
+    if (!mv) {
         return 0;
+    }
     PyObject *key = PyLong_FromUnsignedLongLong(tag);
-    if (!key)
+    if (!key) {
         return -1;
+    }
     PyObject *list = PyDict_GetItemWithError(self->pins, key);
     int rc = -1;
     if (list) {
@@ -124,8 +132,9 @@ static void pin_release(EngineObject *self, uint64_t tag) {
     PyObject *list = PyDict_GetItemWithError(self->pins, key);
     if (list && PyList_GET_SIZE(list) > 0) {
         (void)PySequence_DelItem(list, 0);
-        if (PyList_GET_SIZE(list) == 0)
+        if (PyList_GET_SIZE(list) == 0) {
             (void)PyDict_DelItem(self->pins, key);
+        }
     }
     PyErr_Clear();
     Py_DECREF(key);
@@ -133,8 +142,9 @@ static void pin_release(EngineObject *self, uint64_t tag) {
 
 static PyObject *completions_to_list(EngineObject *self, struct tio_completion *c, int n) {
     PyObject *out = PyList_New(n);
-    if (!out)
+    if (!out) {
         return NULL;
+    }
     for (int i = 0; i < n; i++) {
         pin_release(self, c[i].tag);
         PyObject *t = Py_BuildValue("(KL)", (unsigned long long)c[i].tag, (long long)c[i].res);
@@ -147,28 +157,31 @@ static PyObject *completions_to_list(EngineObject *self, struct tio_completion *
     return out;
 }
 
-static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = { "dirs",          "host_tier_bytes", "backend",
-                              "chunk_bytes",   "queue_depth",     "verify",
-                              "max_requests",  "retries",         "backend_options",
-                              "reserve_bytes", "threads",         NULL };
+static int engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {
+        "dirs",    "host_tier_bytes", "backend", "chunk_bytes",     "queue_depth",
+        "verify",  "max_requests",    "retries", "backend_options", "reserve_bytes",
+        "threads", "preallocate",     NULL
+    };
     PyObject *dirs_obj;
     unsigned long long host = 0, chunk = TIO_ENGINE_DEFAULT_CHUNK, reserve = 0;
     unsigned int depth = TIO_ENGINE_DEFAULT_DEPTH, maxreq = TIO_ENGINE_DEFAULT_MAX_REQUESTS;
     unsigned int retries = 2, threads = 0;
-    int verify = 0;
-    const char *backend = "auto", *opts = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|KsKIpIIzKI", kwlist, &dirs_obj, &host, &backend,
+    int verify = 0, prealloc = 1;
+    const char *backend = NULL, *opts = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|KzKIpIIzKIp", kwlist, &dirs_obj, &host, &backend,
                                      &chunk, &depth, &verify, &maxreq, &retries, &opts, &reserve,
-                                     &threads))
+                                     &threads, &prealloc)) {
         return -1;
+    }
     if (self->e) {
         PyErr_SetString(PyExc_RuntimeError, "Engine already initialised");
         return -1;
     }
     PyObject *seq = PySequence_Fast(dirs_obj, "dirs must be a sequence of paths");
-    if (!seq)
+    if (!seq) {
         return -1;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     const char **dirs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*dirs));
     PyObject **encoded = PyMem_Calloc((size_t)(n ? n : 1), sizeof(PyObject *));
@@ -189,9 +202,16 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         p.dirs = dirs;
         p.ndirs = (size_t)n;
         p.host_tier_bytes = host;
-        p.backend = backend;
-        p.chunk_bytes = chunk;
-        p.queue_depth = depth;
+        if (backend) { /* None: the default, "auto" */
+            p.backend = backend;
+        }
+        if (chunk) { /* 0: the default */
+            p.chunk_bytes = chunk;
+        }
+        if (depth) { /* 0: the default */
+            p.queue_depth = depth;
+        }
+        p.preallocate = prealloc;
         p.verify = verify;
         p.max_requests = maxreq;
         p.retries = retries;
@@ -199,61 +219,73 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         p.ssd_reserve_bytes = reserve;
         p.threads = threads;
         struct tio_engine *e = NULL;
-        int st;
-        Py_BEGIN_ALLOW_THREADS st = tio_engine_new(&p, &e);
-        Py_END_ALLOW_THREADS if (st < 0) {
+        PyThreadState *ts = PyEval_SaveThread();
+        int st = tio_engine_new(&p, &e);
+        PyEval_RestoreThread(ts);
+        if (st < 0) {
             tio_py_raise(st, "Engine");
             rc = -1;
-        }
-        else {
+        } else {
             self->e = e;
         }
     }
-    for (Py_ssize_t i = 0; encoded && i < n; i++)
+    for (Py_ssize_t i = 0; encoded && i < n; i++) {
         Py_XDECREF(encoded[i]);
+    }
     PyMem_Free(encoded);
     PyMem_Free(dirs);
     Py_DECREF(seq);
     if (rc == 0 && !self->pins) {
         self->pins = PyDict_New();
-        if (!self->pins)
+        if (!self->pins) {
             rc = -1;
+        }
     }
     return rc;
 }
 
-static void engine_close(EngineObject *self) {
+static void close_engine(EngineObject *self) {
     if (self->e) {
         struct tio_engine *e = self->e;
         self->e = NULL;
         Py_BEGIN_ALLOW_THREADS tio_engine_free(e); /* waits for in-flight transfers */
         Py_END_ALLOW_THREADS
     }
-    if (self->pins)
+    if (self->pins) {
         PyDict_Clear(self->pins);
+    }
 }
 
-static void Engine_dealloc(EngineObject *self) {
-    engine_close(self);
+static void engine_dealloc(EngineObject *self) {
+    close_engine(self);
     Py_XDECREF(self->pins);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Engine_close(EngineObject *self, PyObject *unused) {
+static PyObject *engine_close(EngineObject *self, PyObject *unused) {
     (void)unused;
-    engine_close(self);
+    if (self->users > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Engine.close(): a Runtime still drives this engine (drop it first)");
+        return NULL;
+    }
+    close_engine(self);
     Py_RETURN_NONE;
 }
 
-static PyObject *Engine_enter(EngineObject *self, PyObject *unused) {
+static PyObject *engine_enter(EngineObject *self, PyObject *unused) {
     (void)unused;
     Py_INCREF(self);
     return (PyObject *)self;
 }
 
-static PyObject *Engine_exit(EngineObject *self, PyObject *args) {
+static PyObject *engine_exit(EngineObject *self, PyObject *args) {
     (void)args;
-    engine_close(self);
+    PyObject *r = engine_close(self, NULL);
+    if (!r) {
+        return NULL;
+    }
+    Py_DECREF(r);
     Py_RETURN_FALSE;
 }
 
@@ -267,18 +299,22 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
                                                  &prio_o, &tag, &device)
                    : PyArg_ParseTupleAndKeywords(args, kw, "KO|OKp", kwlist_r, &id, &buf, &prio_o,
                                                  &tag, &device);
-    if (!ok || check_open(self) < 0)
+    if (!ok || check_open(self) < 0) {
         return NULL;
+    }
     int32_t tier = TIO_TIER_SSD, prio = TIO_PRIO_NORMAL;
-    if (tier_o && parse_tier(tier_o, &tier) < 0)
+    if (tier_o && parse_tier(tier_o, &tier) < 0) {
         return NULL;
-    if (prio_o && parse_priority(prio_o, &prio) < 0)
+    }
+    if (prio_o && parse_priority(prio_o, &prio) < 0) {
         return NULL;
+    }
     void *ptr;
     uint64_t bytes;
     PyObject *pin;
-    if (get_buffer(buf, !write, &ptr, &bytes, &pin) < 0)
+    if (get_buffer(buf, !write, &ptr, &bytes, &pin) < 0) {
         return NULL;
+    }
     if (pin && device) {
         Py_DECREF(pin);
         PyErr_SetString(PyExc_ValueError, "device=True needs a raw (ptr, nbytes) buffer");
@@ -298,8 +334,9 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
             PyObject *list = key ? PyDict_GetItemWithError(self->pins, key) : NULL;
             if (list && PyList_GET_SIZE(list) > 0) {
                 (void)PySequence_DelItem(list, PyList_GET_SIZE(list) - 1);
-                if (PyList_GET_SIZE(list) == 0)
+                if (PyList_GET_SIZE(list) == 0) {
                     (void)PyDict_DelItem(self->pins, key);
+                }
             }
             Py_XDECREF(key);
             PyErr_Clear();
@@ -316,39 +353,105 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
     return PyLong_FromUnsignedLongLong(bytes);
 }
 
-static PyObject *Engine_write(EngineObject *self, PyObject *args, PyObject *kw) {
-    return submit(self, args, kw, 1);
+/* The tag of a request that the waited-for form submits and waits for. */
+#define SYNC_TAG (UINT64_MAX - 1)
+
+/* Wait for the request tagged SYNC_TAG; GIL released by the caller. The engine has no other
+ * user at this time: a completion with another tag is consumed and lost. */
+static int sync_wait(struct tio_engine *e, uint64_t bytes) {
+    struct tio_completion c;
+    for (;;) {
+        int n = tio_engine_wait(e, &c, 1, 1, -1);
+        if (n < 0) {
+            return n;
+        }
+        if (n == 1 && c.tag == SYNC_TAG) {
+            if (c.res < 0) {
+                return tio_set_error((int)c.res, "%s", tio_engine_last_error(e));
+            }
+            return (uint64_t)c.res == bytes
+                       ? 0
+                       : tio_set_error(TIO_EIO, "short transfer: %lld of %llu bytes",
+                                       (long long)c.res, (unsigned long long)bytes);
+        }
+    }
 }
 
-static PyObject *Engine_read(EngineObject *self, PyObject *args, PyObject *kw) {
-    return submit(self, args, kw, 0);
+/* The waited-for form: write(tensor_id, ptr, nbytes, tier, device=False) and
+ * read(tensor_id, ptr, nbytes, device=False) with a raw address, submitted urgent and waited
+ * for (GIL released); what the PyTorch layer uses on an engine it alone drives. */
+static PyObject *submit_wait(EngineObject *self, PyObject *args, int write) {
+    unsigned long long id, ptr, bytes;
+    PyObject *tier_o = NULL;
+    int device = 0;
+    int ok = write ? PyArg_ParseTuple(args, "KKKO|p:write", &id, &ptr, &bytes, &tier_o, &device)
+                   : PyArg_ParseTuple(args, "KKK|p:read", &id, &ptr, &bytes, &device);
+    if (!ok || check_open(self) < 0) {
+        return NULL;
+    }
+    int32_t tier = TIO_TIER_SSD;
+    if (tier_o && parse_tier(tier_o, &tier) < 0) {
+        return NULL;
+    }
+    struct tio_engine *e = self->e;
+    int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address from Python
+    void *p = (void *)(uintptr_t)ptr;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc =
+        write ? tio_engine_write(e, id, p, bytes, mem, tier, TIO_PRIO_URGENT, SYNC_TAG)
+              : tio_engine_read(e, id, p, bytes, mem, TIO_PRIO_URGENT, SYNC_TAG);
+    if (rc == 0) {
+        rc = sync_wait(e, bytes);
+    }
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        return tio_py_raise(rc, write ? "Engine.write" : "Engine.read");
+    }
+    return PyLong_FromUnsignedLongLong(bytes);
 }
 
-static PyObject *Engine_poll(EngineObject *self, PyObject *args, PyObject *kw) {
+/* write/read: the waited-for form when the second argument is an address (an int), else the
+ * queued form with a buffer or a (ptr, nbytes) tuple. */
+static int is_wait_form(PyObject *args, PyObject *kw) {
+    return !kw && PyTuple_GET_SIZE(args) >= 3 && PyLong_Check(PyTuple_GET_ITEM(args, 1));
+}
+
+static PyObject *engine_write(EngineObject *self, PyObject *args, PyObject *kw) {
+    return is_wait_form(args, kw) ? submit_wait(self, args, 1) : submit(self, args, kw, 1);
+}
+
+static PyObject *engine_read(EngineObject *self, PyObject *args, PyObject *kw) {
+    return is_wait_form(args, kw) ? submit_wait(self, args, 0) : submit(self, args, kw, 0);
+}
+
+static PyObject *engine_poll(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = { "max", NULL };
     int max = 64;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &max) || check_open(self) < 0)
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &max) || check_open(self) < 0) {
         return NULL;
+    }
     if (max < 1 || max > 65536) {
         PyErr_SetString(PyExc_ValueError, "max must be 1..65536");
         return NULL;
     }
     struct tio_completion *c = PyMem_Malloc((size_t)max * sizeof(*c));
-    if (!c)
+    if (!c) {
         return PyErr_NoMemory();
+    }
     int n = tio_engine_poll(self->e, c, (size_t)max);
     PyObject *out = n < 0 ? tio_py_raise(n, "Engine.poll") : completions_to_list(self, c, n);
     PyMem_Free(c);
     return out;
 }
 
-static PyObject *Engine_wait(EngineObject *self, PyObject *args, PyObject *kw) {
+static PyObject *engine_wait(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = { "min", "max", "timeout", NULL };
     int min = 1, max = 64;
     PyObject *timeout_o = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|iiO", kwlist, &min, &max, &timeout_o) ||
-        check_open(self) < 0)
+        check_open(self) < 0) {
         return NULL;
+    }
     if (max < 1 || max > 65536 || min < 0 || min > max) {
         PyErr_SetString(PyExc_ValueError, "need 0 <= min <= max <= 65536");
         return NULL;
@@ -356,13 +459,15 @@ static PyObject *Engine_wait(EngineObject *self, PyObject *args, PyObject *kw) {
     int64_t timeout_ns = -1;
     if (timeout_o != Py_None) {
         double t = PyFloat_AsDouble(timeout_o);
-        if (t == -1.0 && PyErr_Occurred())
+        if (t == -1.0 && PyErr_Occurred()) {
             return NULL;
+        }
         timeout_ns = t < 0 ? -1 : (int64_t)(t * 1e9);
     }
     struct tio_completion *c = PyMem_Malloc((size_t)max * sizeof(*c));
-    if (!c)
+    if (!c) {
         return PyErr_NoMemory();
+    }
     int n;
     struct tio_engine *e = self->e;
     Py_BEGIN_ALLOW_THREADS n = tio_engine_wait(e, c, (size_t)min, (size_t)max, timeout_ns);
@@ -372,55 +477,65 @@ static PyObject *Engine_wait(EngineObject *self, PyObject *args, PyObject *kw) {
     return out;
 }
 
-static PyObject *Engine_cancel(EngineObject *self, PyObject *arg) {
+static PyObject *engine_cancel(EngineObject *self, PyObject *arg) {
     unsigned long long tag = PyLong_AsUnsignedLongLong(arg);
-    if ((tag == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0)
+    if ((tag == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0) {
         return NULL;
+    }
     int rc = tio_engine_cancel(self->e, tag);
     return rc < 0 ? tio_py_raise(rc, "Engine.cancel") : PyLong_FromLong(rc);
 }
 
-static PyObject *Engine_drop(EngineObject *self, PyObject *arg) {
+static PyObject *engine_drop(EngineObject *self, PyObject *arg) {
     unsigned long long id = PyLong_AsUnsignedLongLong(arg);
-    if ((id == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0)
+    if ((id == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0) {
         return NULL;
+    }
     int rc = tio_engine_drop(self->e, id);
-    if (rc < 0)
+    if (rc < 0 && rc != TIO_ENOTFOUND) {
         return tio_py_raise(rc, "Engine.drop");
+    }
     Py_RETURN_NONE;
 }
 
-static PyObject *Engine_reserve(EngineObject *self, PyObject *arg) {
+static PyObject *engine_reserve(EngineObject *self, PyObject *arg) {
     unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
-    if ((bytes == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0)
+    if ((bytes == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0) {
         return NULL;
+    }
     int rc;
     struct tio_engine *e = self->e;
     Py_BEGIN_ALLOW_THREADS rc = tio_engine_reserve(e, bytes);
-    Py_END_ALLOW_THREADS if (rc < 0) return tio_py_raise(rc, "Engine.reserve");
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        return tio_py_raise(rc, "Engine.reserve");
+    }
     Py_RETURN_NONE;
 }
 
-static PyObject *Engine_info(EngineObject *self, PyObject *arg) {
+static PyObject *engine_info(EngineObject *self, PyObject *arg) {
     unsigned long long id = PyLong_AsUnsignedLongLong(arg);
-    if ((id == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0)
+    if ((id == (unsigned long long)-1 && PyErr_Occurred()) || check_open(self) < 0) {
         return NULL;
+    }
     uint64_t bytes = 0;
     int32_t tier = 0;
     int rc = tio_engine_tensor_info(self->e, id, &bytes, &tier);
-    if (rc < 0)
+    if (rc < 0) {
         return tio_py_raise(rc, "Engine.info");
+    }
     return Py_BuildValue("(Ks)", (unsigned long long)bytes, tier == TIO_TIER_HOST ? "host" : "ssd");
 }
 
-static PyObject *Engine_stats(EngineObject *self, PyObject *unused) {
+static PyObject *engine_stats(EngineObject *self, PyObject *unused) {
     (void)unused;
-    if (check_open(self) < 0)
+    if (check_open(self) < 0) {
         return NULL;
+    }
     struct tio_engine_stats s;
     int rc = tio_engine_stats(self->e, &s);
-    if (rc < 0)
+    if (rc < 0) {
         return tio_py_raise(rc, "Engine.stats");
+    }
     return Py_BuildValue(
         "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:d}",
         "backend", s.backend, "requests_submitted", (unsigned long long)s.requests_submitted,
@@ -439,75 +554,102 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *unused) {
         "outstanding", s.outstanding, "inflight_ops", s.inflight_ops, "busy_s", s.busy_s);
 }
 
-static PyObject *Engine_get_backend(EngineObject *self, void *closure) {
+static PyObject *engine_get_backend(EngineObject *self, void *closure) {
     (void)closure;
-    if (check_open(self) < 0)
+    if (check_open(self) < 0) {
         return NULL;
+    }
     return PyUnicode_FromString(tio_engine_backend(self->e));
 }
 
-static PyObject *Engine_get_last_error(EngineObject *self, void *closure) {
+static PyObject *engine_get_last_error(EngineObject *self, void *closure) {
     (void)closure;
-    if (check_open(self) < 0)
+    if (check_open(self) < 0) {
         return NULL;
+    }
     return PyUnicode_FromString(tio_engine_last_error(self->e));
 }
 
-static PyMethodDef Engine_methods[] = {
-    { "write", (PyCFunction)(void (*)(void))Engine_write, METH_VARARGS | METH_KEYWORDS,
+static PyMethodDef engine_methods[] = {
+    { "write", (PyCFunction)(void (*)(void))engine_write, METH_VARARGS | METH_KEYWORDS,
       "write(tensor_id, buffer, tier='ssd', priority='normal', tag=0, device=False) -> bytes\n"
       "Queue a copy of buffer (buffer protocol, or a raw (ptr, nbytes) tuple) as the tensor's "
-      "contents. The buffer is kept alive until its completion is returned by poll/wait." },
-    { "read", (PyCFunction)(void (*)(void))Engine_read, METH_VARARGS | METH_KEYWORDS,
+      "contents. The buffer is kept alive until its completion is returned by poll/wait.\n"
+      "write(tensor_id, ptr, nbytes, tier, device=False) -> bytes: the copy from a raw address, "
+      "urgent and waited for (GIL released); only for an engine with nothing else in flight." },
+    { "read", (PyCFunction)(void (*)(void))engine_read, METH_VARARGS | METH_KEYWORDS,
       "read(tensor_id, buffer, priority='normal', tag=0, device=False) -> bytes\n"
-      "Queue a copy of the stored tensor into the writable buffer (same size)." },
-    { "poll", (PyCFunction)(void (*)(void))Engine_poll, METH_VARARGS | METH_KEYWORDS,
+      "Queue a copy of the stored tensor into the writable buffer (same size).\n"
+      "read(tensor_id, ptr, nbytes, device=False) -> bytes: the copy to a raw address, urgent "
+      "and waited for (GIL released); only for an engine with nothing else in flight." },
+    { "poll", (PyCFunction)(void (*)(void))engine_poll, METH_VARARGS | METH_KEYWORDS,
       "poll(max=64) -> [(tag, res)]: finished requests, without blocking." },
-    { "wait", (PyCFunction)(void (*)(void))Engine_wait, METH_VARARGS | METH_KEYWORDS,
+    { "wait", (PyCFunction)(void (*)(void))engine_wait, METH_VARARGS | METH_KEYWORDS,
       "wait(min=1, max=64, timeout=None) -> [(tag, res)]: block (GIL released) for at least "
       "min completions; res is bytes or a negative status (teraio.strerror)." },
-    { "cancel", (PyCFunction)Engine_cancel, METH_O,
+    { "cancel", (PyCFunction)engine_cancel, METH_O,
       "cancel(tag) -> int: requests marked; they complete with TIO_ECANCELED." },
-    { "drop", (PyCFunction)Engine_drop, METH_O, "drop(tensor_id): free the tensor's space." },
-    { "reserve", (PyCFunction)Engine_reserve, METH_O,
+    { "drop", (PyCFunction)engine_drop, METH_O,
+      "drop(tensor_id): free the tensor's space (nothing if none is stored)." },
+    { "reserve", (PyCFunction)engine_reserve, METH_O,
       "reserve(bytes): make room on the SSDs up front; raises with needed vs available." },
-    { "info", (PyCFunction)Engine_info, METH_O, "info(tensor_id) -> (bytes, 'ssd'|'host')." },
-    { "stats", (PyCFunction)Engine_stats, METH_NOARGS, "stats() -> dict of counters." },
-    { "close", (PyCFunction)Engine_close, METH_NOARGS,
+    { "info", (PyCFunction)engine_info, METH_O, "info(tensor_id) -> (bytes, 'ssd'|'host')." },
+    { "stats", (PyCFunction)engine_stats, METH_NOARGS, "stats() -> dict of counters." },
+    { "close", (PyCFunction)engine_close, METH_NOARGS,
       "close(): wait for in-flight transfers, delete the swap files." },
-    { "__enter__", (PyCFunction)Engine_enter, METH_NOARGS, NULL },
-    { "__exit__", (PyCFunction)Engine_exit, METH_VARARGS, NULL },
+    { "__enter__", (PyCFunction)engine_enter, METH_NOARGS, NULL },
+    { "__exit__", (PyCFunction)engine_exit, METH_VARARGS, NULL },
     { NULL, NULL, 0, NULL },
 };
 
-static PyGetSetDef Engine_getset[] = {
-    { "backend", (getter)Engine_get_backend, NULL, "selected backend name", NULL },
-    { "last_error", (getter)Engine_get_last_error, NULL,
+static PyGetSetDef engine_getset[] = {
+    { "backend", (getter)engine_get_backend, NULL, "selected backend name", NULL },
+    { "last_error", (getter)engine_get_last_error, NULL,
       "detail of the last failed completion (names the tensor)", NULL },
     { NULL, NULL, NULL, NULL, NULL },
 };
 
-static PyTypeObject EngineType = {
+static PyTypeObject engine_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.Engine",
     .tp_basicsize = sizeof(EngineObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Engine(dirs, host_tier_bytes=0, backend='auto', chunk_bytes=4MiB, "
               "queue_depth=16, verify=False, max_requests=1024, retries=2, backend_options=None, "
-              "reserve_bytes=0, threads=0): the asynchronous tensor migration engine.",
+              "reserve_bytes=0, threads=0, preallocate=True): the asynchronous tensor migration "
+              "engine (backend None, chunk_bytes 0 and queue_depth 0: the defaults).",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Engine_init,
-    .tp_dealloc = (destructor)Engine_dealloc,
-    .tp_methods = Engine_methods,
-    .tp_getset = Engine_getset,
+    .tp_init = (initproc)engine_init,
+    .tp_dealloc = (destructor)engine_dealloc,
+    .tp_methods = engine_methods,
+    .tp_getset = engine_getset,
 };
+
+struct tio_engine *tio_py_engine_acquire(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &engine_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a teraio._core.Engine, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    EngineObject *self = (EngineObject *)obj;
+    if (check_open(self) < 0) {
+        return NULL;
+    }
+    self->users++;
+    return self->e;
+}
+
+void tio_py_engine_release(PyObject *obj) {
+    ((EngineObject *)obj)->users--;
+}
 
 static PyObject *py_probe(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     struct tio_io_backend_info b[32];
     int n = tio_io_probe_all(b, 32);
-    if (n > 32)
+    if (n > 32) {
         n = 32;
+    }
     PyObject *out = PyList_New(0);
     for (int i = 0; out && i < n; i++) {
         PyObject *d = Py_BuildValue("{s:s,s:O,s:i,s:I,s:s}", "name", b[i].name, "available",
@@ -530,12 +672,15 @@ static PyMethodDef engine_functions[] = {
 };
 
 int tio_py_add_engine(PyObject *m) {
-    if (PyType_Ready(&EngineType) < 0)
+    if (PyType_Ready(&engine_type) < 0) {
         return -1;
-    if (PyModule_AddObjectRef(m, "Engine", (PyObject *)&EngineType) < 0)
+    }
+    if (PyModule_AddObjectRef(m, "Engine", (PyObject *)&engine_type) < 0) {
         return -1;
-    if (PyModule_AddFunctions(m, engine_functions) < 0)
+    }
+    if (PyModule_AddFunctions(m, engine_functions) < 0) {
         return -1;
+    }
     struct {
         const char *name;
         long v;
@@ -544,8 +689,9 @@ int tio_py_add_engine(PyObject *m) {
                    { "ECANCELED", TIO_ECANCELED },     { "EIO", TIO_EIO },
                    { "ECORRUPT", TIO_ECORRUPT } };
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
-        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0)
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0) {
             return -1;
+        }
     }
     return 0;
 }

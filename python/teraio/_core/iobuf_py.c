@@ -105,7 +105,7 @@ static PyGetSetDef iobuf_getset[] = {
     { NULL, NULL, NULL, NULL, NULL },
 };
 
-static PyTypeObject IOBufferType = {
+static PyTypeObject iobuf_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.IOBuffer",
     .tp_doc = "IOBuffer(nbytes): writable memory for O_DIRECT I/O (4 KiB-aligned; 2 MiB-aligned "
               "with huge pages advised from 2 MiB), freed with the last reference.",
@@ -148,6 +148,7 @@ static PyObject *discard_pages(PyObject *mod, PyObject *args) {
     if (hi <= lo) {
         return PyLong_FromLong(0);
     }
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address from Python
     if (madvise((void *)(uintptr_t)lo, (size_t)(hi - lo), MADV_DONTNEED) != 0) {
         return PyErr_Format(PyExc_OSError, "discard_pages: madvise(%llu bytes): %s",
                             (unsigned long long)(hi - lo), tio_strerror(-errno));
@@ -324,7 +325,7 @@ static PyMethodDef iobuf_functions[] = {
 };
 
 int tio_py_add_iobuf(PyObject *m) {
-    if (PyType_Ready(&IOBufferType) < 0 || (!live && !(live = PyDict_New()))) {
+    if (PyType_Ready(&iobuf_type) < 0 || (!live && !(live = PyDict_New()))) {
         return -1;
     }
     PyObject *cap = PyCapsule_New((void *)&block_cache_api, TIO_TORCH_ALLOC_CAPSULE, NULL);
@@ -335,5 +336,5 @@ int tio_py_add_iobuf(PyObject *m) {
     if (PyModule_AddFunctions(m, iobuf_functions) < 0) {
         return -1;
     }
-    return PyModule_AddObjectRef(m, "IOBuffer", (PyObject *)&IOBufferType);
+    return PyModule_AddObjectRef(m, "IOBuffer", (PyObject *)&iobuf_type);
 }

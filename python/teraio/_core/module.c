@@ -136,8 +136,9 @@ static struct PyModuleDef moddef = {
     NULL,
 };
 
-PyMODINIT_FUNC PyInit__core(void);
-PyMODINIT_FUNC PyInit__core(void) {
+/* The name CPython looks for: PyInit_ and the module's name. */
+PyMODINIT_FUNC PyInit__core(void);  // NOLINT(readability-identifier-naming)
+PyMODINIT_FUNC PyInit__core(void) { // NOLINT(readability-identifier-naming)
     PyObject *m = PyModule_Create(&moddef);
     if (!m) {
         return NULL;

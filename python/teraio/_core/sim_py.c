@@ -16,8 +16,6 @@
 
 #include "core.h"
 
-const struct tio_trace *tio_py_trace_borrow(PyObject *obj) __attribute__((weak));
-
 static int set_num(PyObject *d, const char *k, PyObject *v) {
     if (!v) {
         return -1;
@@ -128,16 +126,41 @@ static int run_sim(const struct tio_trace *tr,
     return rc;
 }
 
+/* The trace argument: a path (loaded into *owned, GIL released) or a teraio.Trace (borrowed).
+ * NULL with an exception set on failure. */
+static const struct tio_trace *get_trace(PyObject *trace, struct tio_trace **owned) {
+    *owned = NULL;
+    if (PyUnicode_Check(trace) || PyBytes_Check(trace) ||
+        PyObject_HasAttrString(trace, "__fspath__")) {
+        PyObject *bytes = NULL;
+        if (!PyUnicode_FSConverter(trace, &bytes)) {
+            return NULL;
+        }
+        int rc;
+        PyThreadState *ts = PyEval_SaveThread();
+        rc = tio_trace_load(PyBytes_AS_STRING(bytes), TIO_TRACE_FORMAT_AUTO, owned);
+        PyEval_RestoreThread(ts);
+        if (rc < 0) {
+            tio_py_raise(rc, PyBytes_AS_STRING(bytes));
+            Py_DECREF(bytes);
+            return NULL;
+        }
+        Py_DECREF(bytes);
+        return *owned;
+    }
+    return tio_py_trace_borrow(trace);
+}
+
 static PyObject *py_simulate(PyObject *mod, PyObject *args, PyObject *kwds) {
     (void)mod;
-    static char *kwlist[] = { "trace",    "hw",     "policy",       "plan",
-                              "capacity", "warmup", "demand_evict", NULL };
-    PyObject *trace = NULL;
+    static char *kwlist[] = { "trace",  "hw",           "policy", "plan", "capacity",
+                              "warmup", "demand_evict", "csv",    NULL };
+    PyObject *trace = NULL, *csv = Py_None;
     const char *hw_name = "paper-2xh100nvl", *policy = NULL, *plan_path = NULL, *cap = NULL;
     unsigned int warmup = 1;
     int demand_evict = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|szzzIp", kwlist, &trace, &hw_name, &policy,
-                                     &plan_path, &cap, &warmup, &demand_evict)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|szzzIpO", kwlist, &trace, &hw_name, &policy,
+                                     &plan_path, &cap, &warmup, &demand_evict, &csv)) {
         return NULL;
     }
     if ((policy == NULL) == (plan_path == NULL)) {
@@ -158,47 +181,156 @@ static PyObject *py_simulate(PyObject *mod, PyObject *args, PyObject *kwds) {
     if (rc < 0) {
         return tio_py_raise(rc, "simulate: hw");
     }
+    PyObject *csv_dir = NULL;
+    if (csv != Py_None && !PyUnicode_FSConverter(csv, &csv_dir)) {
+        return NULL;
+    }
     struct tio_trace *owned = NULL;
-    const struct tio_trace *tr = NULL;
-    if (PyUnicode_Check(trace) || PyBytes_Check(trace) ||
-        PyObject_HasAttrString(trace, "__fspath__")) {
-        PyObject *bytes = NULL;
-        if (!PyUnicode_FSConverter(trace, &bytes)) {
-            return NULL;
-        }
-        PyThreadState *ts = PyEval_SaveThread();
-        rc = tio_trace_load(PyBytes_AS_STRING(bytes), TIO_TRACE_FORMAT_AUTO, &owned);
-        PyEval_RestoreThread(ts);
-        Py_DECREF(bytes);
-        if (rc < 0) {
-            return tio_py_raise(rc, "simulate: loading the trace");
-        }
-        tr = owned;
-    } else {
-        if (!tio_py_trace_borrow) {
-            PyErr_SetString(PyExc_TypeError, "simulate(trace): expected a path");
-            return NULL;
-        }
-        tr = tio_py_trace_borrow(trace);
-        if (!tr) {
-            return NULL;
-        }
+    const struct tio_trace *tr = get_trace(trace, &owned);
+    if (!tr) {
+        Py_XDECREF(csv_dir);
+        return NULL;
     }
     struct tio_sim *sim = NULL;
     PyThreadState *ts = PyEval_SaveThread();
     rc = run_sim(tr, &hw, policy, plan_path, &sp, &sim);
+    if (rc == 0 && csv_dir) {
+        rc = tio_sim_write_csv(sim, PyBytes_AS_STRING(csv_dir));
+    }
     PyEval_RestoreThread(ts);
     PyObject *res = rc < 0 ? tio_py_raise(rc, "simulate") : result_dict(sim);
     tio_sim_free(sim);
     tio_trace_free(owned);
+    Py_XDECREF(csv_dir);
     return res;
+}
+
+/* sweep(trace, hw, policy='teraio-ssd', bandwidths=None, capacity=None, demand_evict=False):
+ * the policy simulated at each SSD array bandwidth (tio_hw_at_ssd_bandwidth); the dict of
+ * `teraio sweep --json`. */
+static PyObject *py_sweep(PyObject *mod, PyObject *args, PyObject *kwds) {
+    (void)mod;
+    static char *kwlist[] = { "trace",    "hw",           "policy", "bandwidths",
+                              "capacity", "demand_evict", NULL };
+    PyObject *trace = NULL, *bw_obj = Py_None;
+    const char *hw_name = NULL, *policy = "teraio-ssd", *cap = NULL;
+    int demand_evict = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|sOzp", kwlist, &trace, &hw_name, &policy,
+                                     &bw_obj, &cap, &demand_evict)) {
+        return NULL;
+    }
+    static const double default_bws[] = TIO_HW_SWEEP_BANDWIDTHS;
+    double bws[64];
+    Py_ssize_t n = (Py_ssize_t)(sizeof default_bws / sizeof default_bws[0]);
+    if (bw_obj == Py_None) {
+        memcpy(bws, default_bws, sizeof default_bws);
+    } else {
+        PyObject *seq = PySequence_Fast(bw_obj, "sweep: bandwidths must be a sequence of B/s");
+        if (!seq) {
+            return NULL;
+        }
+        n = PySequence_Fast_GET_SIZE(seq);
+        if (n < 1 || n > 64) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "sweep: give 1 to 64 bandwidths");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            bws[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        }
+        Py_DECREF(seq);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    struct tio_sim_params sp = tio_sim_params_default();
+    sp.demand_evict = demand_evict;
+    int rc = cap ? tio_parse_bytes(cap, &sp.capacity_bytes) : 0;
+    if (rc < 0) {
+        return tio_py_raise(rc, "sweep: capacity");
+    }
+    struct tio_hw hw;
+    if ((rc = tio_hw_load(hw_name, &hw)) < 0) {
+        return tio_py_raise(rc, "sweep: hw");
+    }
+    struct tio_trace *owned = NULL;
+    const struct tio_trace *tr = get_trace(trace, &owned);
+    if (!tr) {
+        return NULL;
+    }
+    struct tio_sim_result res[64];
+    memset(res, 0, sizeof res);
+    PyThreadState *ts = PyEval_SaveThread();
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        struct tio_hw h;
+        struct tio_sim *sim = NULL;
+        struct tio_sim_params p = sp;
+        rc = tio_hw_at_ssd_bandwidth(&hw, bws[i], &h);
+        if (rc == 0) {
+            rc = run_sim(tr, &h, policy, NULL, &p, &sim);
+        }
+        if (rc == 0) {
+            tio_sim_get_result(sim, &res[i]);
+        }
+        tio_sim_free(sim);
+    }
+    PyEval_RestoreThread(ts);
+    tio_trace_free(owned);
+    if (rc < 0) {
+        return tio_py_raise(rc, "sweep");
+    }
+    PyObject *points = PyList_New(n);
+    for (Py_ssize_t i = 0; points && i < n; i++) {
+        PyObject *pt = Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:O}", "bandwidth_Bps", bws[i],
+                                     "fraction_of_ideal", res[i].fraction_of_ideal, "iteration_s",
+                                     res[i].iteration_s, "ideal_s", res[i].ideal_s, "stall_s",
+                                     res[i].stall_s, "oom", res[i].oom ? Py_True : Py_False);
+        if (!pt) {
+            Py_CLEAR(points);
+            break;
+        }
+        PyList_SET_ITEM(points, i, pt);
+    }
+    if (!points) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:s,s:s,s:s,s:N}", "hw", hw.name, "policy", policy, "varied",
+                         "ssd_array_bandwidth", "points", points);
+}
+
+/* hw_json(name_or_file) -> str: the hardware description with every field, as
+ * `teraio hw show --json` prints it. */
+static PyObject *py_hw_json(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) {
+        return NULL;
+    }
+    struct tio_hw hw;
+    char *text = NULL;
+    int rc = tio_hw_load(name, &hw);
+    if (rc == 0) {
+        rc = tio_hw_to_json(&hw, &text);
+    }
+    if (rc < 0) {
+        return tio_py_raise(rc, name);
+    }
+    PyObject *out = PyUnicode_FromString(text);
+    tio_free(text);
+    return out;
 }
 
 static PyMethodDef sim_methods[] = {
     { "simulate", (PyCFunction)(void (*)(void))py_simulate, METH_VARARGS | METH_KEYWORDS,
       "simulate(trace, hw='paper-2xh100nvl', policy=None, plan=None, capacity=None, warmup=1, "
-      "demand_evict=False)"
-      " -> dict with the keys of `teraio simulate --json`." },
+      "demand_evict=False, csv=None)"
+      " -> dict with the keys of `teraio simulate --json`; csv: a folder for kernels.csv and "
+      "bandwidth.csv (`teraio simulate --csv`)." },
+    { "sweep", (PyCFunction)(void (*)(void))py_sweep, METH_VARARGS | METH_KEYWORDS,
+      "sweep(trace, hw, policy='teraio-ssd', bandwidths=None, capacity=None, demand_evict=False)"
+      " -> dict with the keys of `teraio sweep --json` (bandwidths in B/s; None: 4 to 64 GB/s)." },
+    { "hw_json", py_hw_json, METH_O,
+      "hw_json(name_or_file) -> str: the hardware description as `teraio hw show --json`." },
     { NULL, NULL, 0, NULL }
 };
 

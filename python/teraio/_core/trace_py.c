@@ -34,8 +34,8 @@ typedef struct {
     const char *format; /* struct-module format of one element */
 } ColumnObject;
 
-static PyTypeObject TraceType;
-static PyTypeObject ColumnType;
+static PyTypeObject trace_type;
+static PyTypeObject column_type;
 
 /* ---- TraceColumn: a read-only buffer exporter -------------------------------------------- */
 
@@ -79,7 +79,7 @@ static PySequenceMethods column_as_sequence = {
     .sq_length = column_len,
 };
 
-static PyTypeObject ColumnType = {
+static PyTypeObject column_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio._core.TraceColumn",
     .tp_basicsize = sizeof(ColumnObject),
     .tp_dealloc = column_dealloc,
@@ -428,12 +428,63 @@ static PyObject *trace_tensor_name(PyObject *self, PyObject *arg) {
     return indexed_name(self, arg, "tensor", tio_trace_tensor_count, tio_trace_tensor_name);
 }
 
+static PyObject *trace_build(PyObject *cls, PyObject *args) {
+    struct tio_trace *tr = NULL;
+    if (tio_py_trace_from_lists(args, &tr) < 0) {
+        return NULL;
+    }
+    return (PyObject *)trace_wrap((PyTypeObject *)cls, tr);
+}
+
+/* The trace behind self once finished (its columns are final), else NULL with TIO_ESTATE. */
+static const struct tio_trace *finished(PyObject *self, const char *what) {
+    const struct tio_trace *tr = ((TraceObject *)self)->tr;
+    if (!tio_trace_is_finished(tr)) {
+        tio_set_error(TIO_ESTATE, "trace: %s needs a finished trace (call finish())", what);
+        tio_py_raise(TIO_ESTATE, what);
+        return NULL;
+    }
+    return tr;
+}
+
+static PyObject *trace_tensors(PyObject *self, PyObject *unused) {
+    (void)unused;
+    const struct tio_trace *tr = finished(self, "Trace.tensors()");
+    return tr ? tio_py_trace_tensor_list(tr) : NULL;
+}
+
+static PyObject *trace_kernels(PyObject *self, PyObject *unused) {
+    (void)unused;
+    const struct tio_trace *tr = finished(self, "Trace.kernels()");
+    return tr ? tio_py_trace_kernel_list(tr) : NULL;
+}
+
 static PyMethodDef trace_methods[] = {
     { "load", (PyCFunction)(void (*)(void))trace_load, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
       "Trace.load(path, format=None) -> Trace: read and validate a .tio or JSON trace." },
     { "from_bytes", (PyCFunction)(void (*)(void))trace_from_bytes,
       METH_VARARGS | METH_KEYWORDS | METH_CLASS,
       "Trace.from_bytes(data, format=None) -> Trace: parse a trace held in memory." },
+    { "build", trace_build, METH_VARARGS | METH_CLASS,
+      "build(tensors, kernels, meta) -> Trace: a finished trace from lists: tensors = [(bytes, "
+      "kind, flags, name)], kernels = [(name, duration_ns, flags, (tensor, mode, tensor, mode, "
+      "...))], meta = {str: str} (what the PyTorch layer records)." },
+    { "tensors", trace_tensors, METH_NOARGS,
+      "tensors() -> [(bytes, kind, flags, name)]: the tensors of a finished trace, as build() "
+      "takes them." },
+    { "kernels", trace_kernels, METH_NOARGS,
+      "kernels() -> [(name, duration_ns, flags, (tensor, mode, ...))]: the kernels of a "
+      "finished trace, as build() takes them." },
+    { "build", trace_build, METH_VARARGS | METH_CLASS,
+      "build(tensors, kernels, meta) -> Trace: a finished trace from lists: tensors = [(bytes, "
+      "kind, flags, name)], kernels = [(name, duration_ns, flags, (tensor, mode, tensor, mode, "
+      "...))], meta = {str: str} (what the PyTorch layer records)." },
+    { "tensors", trace_tensors, METH_NOARGS,
+      "tensors() -> [(bytes, kind, flags, name)]: the tensors of a finished trace, as build() "
+      "takes them." },
+    { "kernels", trace_kernels, METH_NOARGS,
+      "kernels() -> [(name, duration_ns, flags, (tensor, mode, ...))]: the kernels of a "
+      "finished trace, as build() takes them." },
     { "add_tensor", (PyCFunction)(void (*)(void))trace_add_tensor, METH_VARARGS | METH_KEYWORDS,
       "add_tensor(bytes, kind, global_=False, name=None, pinned=False) -> int id; kind is a "
       "name ('weight', 'grad', ...) or TENSOR_* int." },
@@ -471,6 +522,9 @@ enum {
 
 static PyObject *numpy_asarray;
 
+/* The getset closures: a pointer to the column or count id (closure_id[id] == id). */
+static int closure_id[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+
 static PyObject *trace_column(PyObject *self, void *closure) {
     struct tio_trace *tr = ((TraceObject *)self)->tr;
     if (!tio_trace_is_finished(tr)) {
@@ -482,7 +536,7 @@ static PyObject *trace_column(PyObject *self, void *closure) {
     const void *ptr = NULL;
     size_t n = 0, itemsize = 8;
     const char *fmt = "Q";
-    switch ((int)(intptr_t)closure) {
+    switch (*(const int *)closure) {
     case COL_KERNEL_DURATION:
         ptr = v.kernel_duration_ns, n = v.n_kernels;
         break;
@@ -514,11 +568,12 @@ static PyObject *trace_column(PyObject *self, void *closure) {
         ptr = v.use_mode, n = v.n_uses, itemsize = 1, fmt = "B";
         break;
     }
-    ColumnObject *col = PyObject_New(ColumnObject, &ColumnType);
+    ColumnObject *col = PyObject_New(ColumnObject, &column_type);
     if (!col) {
         return NULL;
     }
     col->owner = Py_NewRef(self);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): drops const; the export is read-only
     col->ptr = (void *)(uintptr_t)ptr;
     col->shape[0] = (Py_ssize_t)n;
     col->strides[0] = (Py_ssize_t)itemsize;
@@ -544,7 +599,7 @@ static PyObject *trace_column(PyObject *self, void *closure) {
 
 static PyObject *trace_get_count(PyObject *self, void *closure) {
     struct tio_trace *tr = ((TraceObject *)self)->tr;
-    switch ((int)(intptr_t)closure) {
+    switch (*(const int *)closure) {
     case 0:
         return PyLong_FromSize_t(tio_trace_kernel_count(tr));
     case 1:
@@ -605,13 +660,13 @@ static int trace_set_meta_dict(PyObject *self, PyObject *value, void *closure) {
 }
 
 #define COLUMN(name, id, doc) \
-    { name, trace_column, NULL, doc, (void *)(intptr_t)(id) }
+    { name, trace_column, NULL, doc, &closure_id[id] }
 static PyGetSetDef trace_getset[] = {
-    { "n_kernels", trace_get_count, NULL, "number of kernels", (void *)0 },
-    { "n_tensors", trace_get_count, NULL, "number of tensors", (void *)1 },
-    { "n_uses", trace_get_count, NULL, "number of uses", (void *)2 },
-    { "total_duration_ns", trace_get_count, NULL, "sum of kernel durations (ns)", (void *)3 },
-    { "finished", trace_get_count, NULL, "True once finish() succeeded", (void *)4 },
+    { "n_kernels", trace_get_count, NULL, "number of kernels", &closure_id[0] },
+    { "n_tensors", trace_get_count, NULL, "number of tensors", &closure_id[1] },
+    { "n_uses", trace_get_count, NULL, "number of uses", &closure_id[2] },
+    { "total_duration_ns", trace_get_count, NULL, "sum of kernel durations (ns)", &closure_id[3] },
+    { "finished", trace_get_count, NULL, "True once finish() succeeded", &closure_id[4] },
     { "meta", trace_get_meta, trace_set_meta_dict,
       "metadata as a new dict; assigning a dict sets (adds or replaces) those keys", NULL },
     COLUMN("kernel_duration_ns", COL_KERNEL_DURATION, "uint64[n_kernels] view: ns"),
@@ -633,7 +688,7 @@ static PyGetSetDef trace_getset[] = {
     { NULL, NULL, NULL, NULL, NULL },
 };
 
-static PyTypeObject TraceType = {
+static PyTypeObject trace_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "teraio.Trace",
     .tp_basicsize = sizeof(TraceObject),
     .tp_dealloc = trace_dealloc,
@@ -649,13 +704,12 @@ static PyTypeObject TraceType = {
 };
 
 /*
- * tio_py_trace_borrow: the C trace behind a teraio.Trace, for other bindings (analysis_py.c
- * declares it weak). Borrowed: valid while the caller holds a reference to obj. NULL with
- * TypeError set when obj is not a teraio.Trace.
+ * tio_py_trace_borrow (core.h): the C trace behind a teraio.Trace, for the other bindings.
+ * Borrowed: valid while the caller holds a reference to obj. NULL with TypeError set when obj is
+ * not a teraio.Trace.
  */
-const struct tio_trace *tio_py_trace_borrow(PyObject *obj);
 const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
-    if (!PyObject_TypeCheck(obj, &TraceType)) {
+    if (!PyObject_TypeCheck(obj, &trace_type)) {
         PyErr_Format(PyExc_TypeError, "expected a teraio.Trace or a path, not %.100s",
                      Py_TYPE(obj)->tp_name);
         return NULL;
@@ -664,11 +718,11 @@ const struct tio_trace *tio_py_trace_borrow(PyObject *obj) {
 }
 
 int tio_py_add_trace(PyObject *m) {
-    if (PyType_Ready(&ColumnType) < 0 || PyType_Ready(&TraceType) < 0) {
+    if (PyType_Ready(&column_type) < 0 || PyType_Ready(&trace_type) < 0) {
         return -1;
     }
-    if (PyModule_AddObjectRef(m, "Trace", (PyObject *)&TraceType) < 0 ||
-        PyModule_AddObjectRef(m, "TraceColumn", (PyObject *)&ColumnType) < 0) {
+    if (PyModule_AddObjectRef(m, "Trace", (PyObject *)&trace_type) < 0 ||
+        PyModule_AddObjectRef(m, "TraceColumn", (PyObject *)&column_type) < 0) {
         return -1;
     }
     static const struct {

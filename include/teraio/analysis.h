@@ -40,6 +40,9 @@
 extern "C" {
 #endif
 
+/* The first/last-use kernel of a tensor that is never used (every module uses this value). */
+#define TIO_NEVER_USED UINT64_MAX
+
 enum tio_period_flag {
     TIO_PERIOD_WRAPS = 1u << 0, /* crosses the iteration boundary (global tensors) */
     TIO_PERIOD_UNUSED = 1u << 1 /* global tensor never used in the iteration */
@@ -137,8 +140,8 @@ TIO_API const struct tio_period *tio_analysis_periods(const struct tio_analysis 
 TIO_API const uint32_t *
 tio_analysis_tensor_periods(const struct tio_analysis *analysis, uint32_t tensor, size_t *n);
 
-/* tio_analysis_first_use / last_use: kernel of the first / last use of a tensor; UINT64_MAX if
- * it is never used. */
+/* tio_analysis_first_use / last_use: kernel of the first / last use of a tensor; TIO_NEVER_USED
+ * (UINT64_MAX) if it is never used. */
 TIO_API uint64_t tio_analysis_first_use(const struct tio_analysis *analysis, uint32_t tensor);
 TIO_API uint64_t tio_analysis_last_use(const struct tio_analysis *analysis, uint32_t tensor);
 

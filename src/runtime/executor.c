@@ -198,7 +198,8 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             }
         } else { /* prefetch */
             /* A dead intermediate (only its free marker is left) is never read back. */
-            int dead = !(rt->tflags[t] & TF_GLOBAL) && rt->last_real[t] < k;
+            int dead = !(rt->tflags[t] & TF_GLOBAL) &&
+                       (rt->last_real[t] == TIO_NEVER_USED || rt->last_real[t] < k);
             if (!dead && rt->state[t] == ST_STORED) {
                 rt->state[t] = ST_MATERIALIZE;
                 tio_rt_add_resident(rt, t);

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <teraio/analysis.h>
 #include <teraio/runtime.h>
 
 #include "../dl/cudart_shim.h"
@@ -42,12 +43,13 @@ struct tio_runtime {
     const struct tio_move *moves;
     size_t n_moves;
     size_t *move_off; /* [N + 1] moves triggered at kernel k: [move_off[k], move_off[k+1]) */
-    uint64_t *first_use, *last_use; /* [n_tensors] kernel indices (UINT64_MAX: never used) */
-    uint64_t *last_real;            /* [n_tensors] last use by a kernel that is not a free marker */
-    uint8_t *is_free;               /* [n_kernels] 1: a TIO_RUNTIME_FREE_KERNEL marker */
+    /* Liveness (analysis/liveness.h; TIO_NEVER_USED: none). A "real" use is one by a kernel that
+     * is not a free marker. */
+    uint64_t *first_use, *last_use;   /* [n_tensors] kernel indices of any use */
+    uint64_t *first_real, *last_real; /* [n_tensors] kernel indices of real uses */
+    uint8_t *is_free;                 /* [n_kernels] 1: a TIO_RUNTIME_FREE_KERNEL marker */
     uint64_t *next_of_use; /* [n_uses] next kernel after this use's that really uses the tensor */
-    uint64_t *first_real;  /* [n_tensors] first use by a kernel that is not a free marker */
-    uint64_t *cursor;      /* [n_tensors] next real use at or after next_k (UINT64_MAX: none) */
+    uint64_t *cursor;      /* [n_tensors] next real use at or after next_k */
     uint32_t *victims;     /* [n_tensors] scratch: the demand offloads of one kernel */
     int32_t demand_tier;   /* params.demand_tier */
     int has_ssd;           /* the engine has SSD directories */

@@ -320,12 +320,12 @@ void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n) {
 
 /* How far away tensor t's next use is, seen from the current kernel (larger: better victim). */
 static uint64_t next_use_distance(const struct tio_runtime *rt, uint32_t t) {
-    if (rt->cursor[t] != UINT64_MAX) {
+    if (rt->cursor[t] != TIO_NEVER_USED) {
         return rt->cursor[t];
     }
     if (rt->tflags[t] & TF_GLOBAL) { /* next iteration */
-        return rt->first_real[t] == UINT64_MAX ? UINT64_MAX - 1
-                                               : rt->v.n_kernels + rt->first_real[t];
+        return rt->first_real[t] == TIO_NEVER_USED ? UINT64_MAX - 1
+                                                   : rt->v.n_kernels + rt->first_real[t];
     }
     return UINT64_MAX; /* only its free marker is left: never read again in this iteration */
 }

@@ -6,6 +6,7 @@
 #include <teraio/alloc.h>
 #include <teraio/runtime.h>
 
+#include "../analysis/liveness.h"
 #include "../common/common_impl.h"
 #include "executor_impl.h"
 
@@ -66,7 +67,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     rt->state = tio_calloc(nt ? nt : 1, 1);
     rt->tflags = tio_calloc(nt ? nt : 1, sizeof *rt->tflags);
     rt->ptr = tio_calloc(nt ? nt : 1, sizeof *rt->ptr);
-    rt->last_real = tio_calloc(nt ? nt : 1, sizeof *rt->last_real);
+    rt->last_real = tio_malloc((nt ? nt : 1) * sizeof *rt->last_real);
     rt->is_free = tio_calloc(nk ? nk : 1, 1);
     rt->next_of_use = tio_malloc((rt->v.n_uses ? rt->v.n_uses : 1) * sizeof *rt->next_of_use);
     rt->first_real = tio_malloc((nt ? nt : 1) * sizeof *rt->first_real);
@@ -111,8 +112,6 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
         rt->move_off[k + 1] += rt->move_off[k];
     }
     for (size_t t = 0; t < nt; t++) {
-        rt->first_use[t] = UINT64_MAX;
-        rt->last_use[t] = 0;
         if (rt->v.tensor_flags[t] & TIO_TENSOR_GLOBAL) {
             rt->tflags[t] |= TF_GLOBAL;
         }
@@ -124,38 +123,21 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
         const char *kn = tio_trace_kernel_name(p->trace, (uint32_t)k);
         rt->is_free[k] = kn && strcmp(kn, TIO_RUNTIME_FREE_KERNEL) == 0;
     }
+    /* Liveness (analysis/liveness.h): every use counts for a tensor's life; free markers are
+     * not uses that need the tensor, so they do not count for its real uses. */
+    tio_liveness_first_last(nk, nt, rt->v.kernel_use_offset, rt->v.use_tensor, NULL, rt->first_use,
+                            rt->last_use);
+    tio_liveness_first_last(nk, nt, rt->v.kernel_use_offset, rt->v.use_tensor, rt->is_free,
+                            rt->first_real, rt->last_real);
+    tio_liveness_next_use(nk, nt, rt->v.kernel_use_offset, rt->v.use_tensor, rt->is_free,
+                          rt->next_of_use, rt->cursor);
     for (size_t k = 0; k < nk; k++) {
-        int comm = (rt->v.kernel_flags[k] & TIO_KERNEL_COMM) != 0;
-        for (uint64_t u = rt->v.kernel_use_offset[k]; u < rt->v.kernel_use_offset[k + 1]; u++) {
-            uint32_t t = rt->v.use_tensor[u];
-            if (rt->first_use[t] == UINT64_MAX) {
-                rt->first_use[t] = k;
-            }
-            rt->last_use[t] = k;
-            if (!rt->is_free[k]) {
-                rt->last_real[t] = k;
-            }
-            if (comm) {
-                rt->tflags[t] |= TF_PINNED;
+        if (rt->v.kernel_flags[k] & TIO_KERNEL_COMM) {
+            for (uint64_t u = rt->v.kernel_use_offset[k]; u < rt->v.kernel_use_offset[k + 1]; u++) {
+                rt->tflags[rt->v.use_tensor[u]] |= TF_PINNED;
             }
         }
     }
-    /* Next real use after each use (free markers are not uses that need the tensor). */
-    for (size_t t = 0; t < nt; t++) {
-        rt->first_real[t] = UINT64_MAX;
-    }
-    for (size_t k = nk; k-- > 0;) {
-        const uint64_t u0 = rt->v.kernel_use_offset[k], u1 = rt->v.kernel_use_offset[k + 1];
-        for (uint64_t u = u0; u < u1; u++) {
-            rt->next_of_use[u] = rt->first_real[rt->v.use_tensor[u]];
-        }
-        if (!rt->is_free[k]) {
-            for (uint64_t u = u0; u < u1; u++) {
-                rt->first_real[rt->v.use_tensor[u]] = k;
-            }
-        }
-    }
-    memcpy(rt->cursor, rt->first_real, (nt ? nt : 1) * sizeof *rt->cursor);
     for (uint32_t t = 0; t < nt; t++) {
         rt->eid[t] = rt->id_base + t;
         if (rt->tflags[t] & TF_GLOBAL) {

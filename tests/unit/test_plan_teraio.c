@@ -2,7 +2,6 @@
  * invariants on random traces checked by the independent tio_plan_verify. */
 #include <stdio.h>
 
-#include <teraio/analysis.h>
 #include <teraio/hw.h>
 #include <teraio/plan.h>
 #include <teraio/trace.h>
@@ -460,78 +459,6 @@ TIO_TEST(random_traces_invariants) {
     CHECK(moves_seen > 20);
 }
 
-/* The planner's private liveness (planner_model.c) agrees with the analysis module, an
- * independent implementation of the same definitions: resident and active curves, periods. */
-static int per_cmp(const void *a, const void *b) {
-    const uint64_t *x = a, *y = b;
-    for (int i = 0; i < 3; i++) {
-        if (x[i] != y[i]) {
-            return x[i] < y[i] ? -1 : 1;
-        }
-    }
-    return 0;
-}
-
-TIO_TEST(model_matches_analysis) {
-    for (uint64_t seed = 1; seed <= 30; seed++) {
-        uint64_t total;
-        struct tio_trace *tr = random_trace(seed, &total);
-        struct tio_hw hw = tiny_hw(total, 10e9, 10e9, 0);
-        struct tio_plan_params pp = tio_plan_params_default();
-        pp.min_tensor_bytes = 0;
-        struct tio_pmodel m;
-        struct tio_analysis *an = NULL;
-        CHECK_OK(tio_pmodel_build(tr, &hw, &pp, &m));
-        CHECK_OK(tio_analysis_new(tr, NULL, &an));
-        if (!an) {
-            tio_trace_free(tr);
-            continue;
-        }
-        const uint64_t *res = tio_analysis_resident_bytes(an), *act = tio_analysis_active_bytes(an);
-        for (size_t k = 0; k < m.n; k++) {
-            CHECK_EQ_U(m.resident[k], res[k]);
-            CHECK_EQ_U(m.active[k], act[k]);
-        }
-        size_t na;
-        const struct tio_period *ap = tio_analysis_periods(an, &na);
-        struct tio_trace_view v;
-        tio_trace_get_view(tr, &v);
-        uint64_t *x = calloc(3 * (na + 1), sizeof *x),
-                 *y = calloc(3 * (m.n_periods + 1), sizeof *y);
-        size_t nx = 0;
-        for (size_t i = 0; i < na; i++) {
-            if (v.tensor_flags[ap[i].tensor] & TIO_TENSOR_PINNED) {
-                continue; /* never candidates */
-            }
-            uint64_t st = ap[i].start, en = ap[i].end;
-            if (st >= m.n) { /* the planner folds [N, u0 + N) back to [0, u0) */
-                st -= m.n;
-                en -= m.n;
-            }
-            x[3 * nx] = ap[i].tensor;
-            x[3 * nx + 1] = st;
-            x[3 * nx + 2] = en;
-            nx++;
-        }
-        for (size_t i = 0; i < m.n_periods; i++) {
-            y[3 * i] = m.periods[i].tensor;
-            y[3 * i + 1] = m.periods[i].start;
-            y[3 * i + 2] = m.periods[i].end;
-        }
-        CHECK_EQ_U(nx, m.n_periods);
-        if (nx == m.n_periods) {
-            qsort(x, nx, 3 * sizeof *x, per_cmp);
-            qsort(y, nx, 3 * sizeof *y, per_cmp);
-            CHECK(memcmp(x, y, 3 * nx * sizeof *x) == 0);
-        }
-        free(x);
-        free(y);
-        tio_analysis_free(an);
-        tio_pmodel_free(&m);
-        tio_trace_free(tr);
-    }
-}
-
 TIO_TEST(policy_registry) {
     const char *want[] = {
         "teraio", "teraio-mixed", "teraio-ssd", "teraio-paper", "teraio-paper-ssd", "g10",
@@ -599,6 +526,5 @@ int main(void) {
     RUN(verify_rejects_bad_plans);
     RUN(policy_registry);
     RUN(random_traces_invariants);
-    RUN(model_matches_analysis);
     return tio_test_done();
 }

@@ -12,6 +12,7 @@
  * (start[N] - start[s]) + start[e - N].
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <teraio/analysis.h>
@@ -414,4 +415,55 @@ const uint64_t *tio_analysis_bucket_durations(const struct tio_analysis *a, int 
         *n = a->bucket_off[bucket + 1] - a->bucket_off[bucket];
     }
     return a->bucket_durations + a->bucket_off[bucket];
+}
+
+static int cmp_idle(const void *pa, const void *pb) {
+    const struct tio_idle_tensor *a = pa, *b = pb;
+    if (a->longest.duration_ns != b->longest.duration_ns) {
+        return a->longest.duration_ns < b->longest.duration_ns ? 1 : -1;
+    }
+    return (a->tensor > b->tensor) - (a->tensor < b->tensor);
+}
+
+int tio_analysis_top_idle(const struct tio_analysis *a,
+                          uint64_t min_bytes,
+                          struct tio_idle_tensor *out,
+                          size_t max,
+                          size_t *n) {
+    if (!a || !n || (!out && max > 0)) {
+        return tio_set_error(TIO_EINVAL, "analysis: top_idle: NULL analysis, n or out");
+    }
+    *n = 0;
+    if (max == 0) {
+        return 0;
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(a->trace, &v);
+    struct tio_idle_tensor *e = alloc_array(a->n_tensors, sizeof *e);
+    if (!e) {
+        return tio_set_error(TIO_ENOMEM, "analysis: top_idle: out of memory (%zu tensors)",
+                             a->n_tensors);
+    }
+    size_t m = 0;
+    for (uint32_t t = 0; t < a->n_tensors; t++) {
+        const uint64_t p0 = a->tensor_period_off[t], p1 = a->tensor_period_off[t + 1];
+        if (v.tensor_bytes[t] < min_bytes || p1 == p0) {
+            continue;
+        }
+        struct tio_idle_tensor x = { .tensor = t, .n_periods = (uint32_t)(p1 - p0) };
+        x.longest = a->periods[a->tensor_period_idx[p0]];
+        for (uint64_t j = p0; j < p1; j++) {
+            const struct tio_period *q = &a->periods[a->tensor_period_idx[j]];
+            x.total_ns += q->duration_ns;
+            if (q->duration_ns > x.longest.duration_ns) {
+                x.longest = *q;
+            }
+        }
+        e[m++] = x;
+    }
+    qsort(e, m, sizeof *e, cmp_idle);
+    *n = m < max ? m : max;
+    memcpy(out, e, *n * sizeof *out);
+    tio_free(e);
+    return 0;
 }

@@ -204,3 +204,39 @@ int tio_liveness_iter_next(struct tio_liveness_iter *it, struct tio_liveness_per
     }
     return 0;
 }
+
+int tio_analysis_liveness(const struct tio_trace *trace,
+                          const char *skip_kernel,
+                          const uint8_t *exclude,
+                          uint64_t *first,
+                          uint64_t *last,
+                          uint64_t *resident) {
+    if (!trace || !first || !last) {
+        return tio_set_error(TIO_EINVAL, "liveness: NULL trace, first or last");
+    }
+    if (!tio_trace_is_finished(trace)) {
+        return tio_set_error(TIO_ESTATE, "liveness: the trace is not finished "
+                                         "(call tio_trace_finish first)");
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(trace, &v);
+    uint8_t *skip = NULL;
+    if (skip_kernel) {
+        skip = alloc_array(v.n_kernels, 1, 0);
+        if (!skip) {
+            return tio_set_error(TIO_ENOMEM, "liveness: out of memory (%zu kernels)", v.n_kernels);
+        }
+        for (size_t k = 0; k < v.n_kernels; k++) {
+            const char *name = tio_trace_kernel_name(trace, (uint32_t)k);
+            skip[k] = name && strcmp(name, skip_kernel) == 0;
+        }
+    }
+    tio_liveness_first_last(v.n_kernels, v.n_tensors, v.kernel_use_offset, v.use_tensor, skip,
+                            first, last);
+    if (resident) {
+        tio_liveness_resident(v.n_kernels, v.n_tensors, first, last, v.tensor_bytes, v.tensor_flags,
+                              exclude, resident);
+    }
+    tio_free(skip);
+    return 0;
+}

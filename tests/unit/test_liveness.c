@@ -1,7 +1,7 @@
 /* Liveness (src/analysis/liveness.h) on a hand-written trace; every expected value below is
  * worked out by hand from the trace in the comment, not by the code under test.
  *
- *   N = 6 kernels; kernel 5 is a "free marker" in the skip mask of the *_skip tests.
+ *   N = 6 kernels of 1000 ns; kernel 5, named "free", is skipped where a test says so.
  *   tensor  bytes  flags    uses            periods (start, end, flags, use before)
  *   t0        100  GLOBAL   k1 k4           [2,4)   0      0;  [5,7) WRAPS 1
  *   t1         10  -        k0 k2           [1,2)   0      0
@@ -48,7 +48,7 @@ static struct tio_trace *hand_trace(void) {
         }
     }
     for (size_t k = 0; k < N_K; k++) {
-        if (tio_trace_add_kernel(tr, "k", 1000, 0, NULL) < 0) {
+        if (tio_trace_add_kernel(tr, k == 5 ? "free" : "k", 1000, 0, NULL) < 0) {
             goto fail;
         }
         for (int i = 0; i < 3 && uses[k][i] >= 0; i++) {
@@ -218,10 +218,84 @@ TIO_TEST(analysis_sentinel) {
     tio_trace_free(tr);
 }
 
+/* The public entry point: kernels skipped by name, resident bytes over the tensors not excluded. */
+TIO_TEST(public_liveness) {
+    struct tio_trace *tr = hand_trace();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    uint64_t first[N_T], last[N_T], res[N_K];
+    const uint8_t exclude[N_T] = { 1, 0, 0, 0, 0, 0 };
+    CHECK_OK(tio_analysis_liveness(tr, "free", exclude, first, last, res));
+    const uint64_t want_first[N_T] = { 1, 0, NEVER, NEVER, 2, 3 };
+    const uint64_t want_last[N_T] = { 4, 2, NEVER, NEVER, 2, 3 };
+    /* Globals t3 + t4 = 6 everywhere; t1 (10) over [0,2]; t5 (20) at 3 only ("free" skipped). */
+    const uint64_t want_res[N_K] = { 16, 16, 16, 26, 6, 6 };
+    for (size_t t = 0; t < N_T; t++) {
+        CHECK_EQ_U(first[t], want_first[t]);
+        CHECK_EQ_U(last[t], want_last[t]);
+    }
+    for (size_t k = 0; k < N_K; k++) {
+        CHECK_EQ_U(res[k], want_res[k]);
+    }
+    CHECK_OK(tio_analysis_liveness(tr, NULL, NULL, first, last, NULL));
+    CHECK_EQ_U(last[5], 5);
+    CHECK_RC(tio_analysis_liveness(tr, NULL, NULL, NULL, last, NULL), TIO_EINVAL);
+    CHECK_ERR_HAS("NULL trace, first or last");
+    struct tio_trace *open = NULL;
+    CHECK_OK(tio_trace_new(NULL, &open));
+    CHECK_RC(tio_analysis_liveness(open, NULL, NULL, first, last, NULL), TIO_ESTATE);
+    CHECK_ERR_HAS("not finished");
+    tio_trace_free(open);
+    tio_trace_free(tr);
+}
+
+/* Tensors idle the longest: t3 [0,6) 6000 ns; t0 and t4 2000 ns each (ties: lower id first;
+ * within t0 the earlier of its two 2000 ns periods); t1 and t5 1000 ns. */
+TIO_TEST(top_idle) {
+    struct tio_trace *tr = hand_trace();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    if (a) {
+        struct tio_idle_tensor top[N_T];
+        size_t n = 99;
+        CHECK_OK(tio_analysis_top_idle(a, 0, top, 3, &n));
+        CHECK_EQ_U(n, 3);
+        CHECK_EQ_U(top[0].tensor, 3);
+        CHECK_EQ_U(top[0].longest.duration_ns, 6000);
+        CHECK_EQ_U(top[0].longest.flags, TIO_PERIOD_UNUSED);
+        CHECK_EQ_U(top[1].tensor, 0);
+        CHECK_EQ_U(top[1].longest.start, 2);
+        CHECK_EQ_U(top[1].longest.end, 4);
+        CHECK_EQ_U(top[1].total_ns, 4000);
+        CHECK_EQ_U(top[1].n_periods, 2);
+        CHECK_EQ_U(top[2].tensor, 4);
+        CHECK_EQ_U(top[2].longest.start, 3);
+        /* At least 10 bytes: t0, t1, t5 (t2 is never used: no period). */
+        CHECK_OK(tio_analysis_top_idle(a, 10, top, N_T, &n));
+        CHECK_EQ_U(n, 3);
+        CHECK_EQ_U(top[0].tensor, 0);
+        CHECK_EQ_U(top[1].tensor, 1);
+        CHECK_EQ_U(top[2].tensor, 5);
+        CHECK_OK(tio_analysis_top_idle(a, 0, NULL, 0, &n));
+        CHECK_EQ_U(n, 0);
+        CHECK_RC(tio_analysis_top_idle(a, 0, NULL, 1, &n), TIO_EINVAL);
+    }
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(first_last);
     RUN(next_use);
     RUN(build_curves_and_periods);
     RUN(analysis_sentinel);
+    RUN(public_liveness);
+    RUN(top_idle);
     return tio_test_done();
 }

@@ -17,6 +17,9 @@ PyObject *tio_py_raise(int status, const char *what);
  * falls back to a copy through Trace.to_bytes() without it). */
 struct tio_trace;
 const struct tio_trace *tio_py_trace_borrow(PyObject *obj) __attribute__((weak));
+/* The C trace behind a teraio._core.RtTrace (borrowed), or NULL (no exception) if obj is not
+ * one. Defined by runtime_py.c. */
+const struct tio_trace *tio_py_rttrace_borrow(PyObject *obj) __attribute__((weak));
 
 /* Hooks: add types/functions to the module; return 0 or -1 with an exception set. */
 int tio_py_add_trace(PyObject *m) __attribute__((weak));

@@ -974,6 +974,11 @@ static PyTypeObject RuntimeType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* tio_py_rttrace_borrow: the C trace behind a teraio._core.RtTrace (core.h). */
+const struct tio_trace *tio_py_rttrace_borrow(PyObject *obj) {
+    return PyObject_TypeCheck(obj, &RtTraceType) ? ((RtTraceObject *)obj)->tr : NULL;
+}
+
 int tio_py_add_runtime(PyObject *m) {
     PyTypeObject *types[] = { &RtTraceType, &RtPlanType, &RtEngineType, &RuntimeType };
     const char *names[] = { "RtTrace", "RtPlan", "RtEngine", "Runtime" };

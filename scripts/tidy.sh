@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 jobs=${TIO_TIDY_JOBS:-$(nproc)}
 
-tidy_lax='^src/runtime/executor\.c$'
+tidy_lax='^$' # every file is strict; a file named here would be checked lax
 
 strict_files=$(git ls-files 'src/*.c' 'tools/*.c' | grep -Ev "$tidy_lax" || true)
 lax_files=$(git ls-files 'src/*.c' 'tools/*.c' | grep -E "$tidy_lax" || true)

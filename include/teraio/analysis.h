@@ -40,6 +40,9 @@
 extern "C" {
 #endif
 
+/* The first/last-use kernel of a tensor that is never used (every module uses this value). */
+#define TIO_NEVER_USED UINT64_MAX
+
 enum tio_period_flag {
     TIO_PERIOD_WRAPS = 1u << 0, /* crosses the iteration boundary (global tensors) */
     TIO_PERIOD_UNUSED = 1u << 1 /* global tensor never used in the iteration */
@@ -137,10 +140,48 @@ TIO_API const struct tio_period *tio_analysis_periods(const struct tio_analysis 
 TIO_API const uint32_t *
 tio_analysis_tensor_periods(const struct tio_analysis *analysis, uint32_t tensor, size_t *n);
 
-/* tio_analysis_first_use / last_use: kernel of the first / last use of a tensor; UINT64_MAX if
- * it is never used. */
+/* tio_analysis_first_use / last_use: kernel of the first / last use of a tensor; TIO_NEVER_USED
+ * (UINT64_MAX) if it is never used. */
 TIO_API uint64_t tio_analysis_first_use(const struct tio_analysis *analysis, uint32_t tensor);
 TIO_API uint64_t tio_analysis_last_use(const struct tio_analysis *analysis, uint32_t tensor);
+
+/* One of the tensors idle the longest (a record; tio_analysis_top_idle). */
+struct tio_idle_tensor {
+    uint32_t tensor;           /* tensor id */
+    uint32_t n_periods;        /* its inactive periods */
+    uint64_t total_ns;         /* the sum of their durations in ns */
+    struct tio_period longest; /* its longest period (the earliest of equal ones) */
+};
+
+/*
+ * tio_analysis_top_idle: the tensors of at least min_bytes bytes that have an inactive period,
+ * ranked by their longest period (longest first; ties: the lower tensor id); the first `max` of
+ * them into out[0..*n). `teraio analyze` and teraio.Analysis.summary() list them with min_bytes
+ * 10 MB (10^7 bytes). O(n_periods + n_tensors log n_tensors). Returns 0, TIO_EINVAL (NULL
+ * analysis or n, or NULL out with max > 0) or TIO_ENOMEM.
+ */
+TIO_API TIO_MUST_CHECK int tio_analysis_top_idle(const struct tio_analysis *analysis,
+                                                 uint64_t min_bytes,
+                                                 struct tio_idle_tensor *out,
+                                                 size_t max,
+                                                 size_t *n);
+
+/*
+ * tio_analysis_liveness: the liveness of a finished trace without an analysis object (the
+ * definitions above; the Python layer checks budgets and schedules releases with it).
+ * first[t], last[t] [n_tensors]: the first and last kernel that uses tensor t, TIO_NEVER_USED
+ * when none does; the kernels named skip_kernel (NULL: none, e.g. TIO_RUNTIME_FREE_KERNEL) do not
+ * count. resident [n_kernels] (NULL: not wanted): the bytes resident at each kernel with nothing
+ * offloaded, a global tensor always and another from its first to its last use as above, over
+ * the tensors with exclude[t] == 0 (exclude [n_tensors] or NULL: every tensor). Returns 0,
+ * TIO_EINVAL (NULL trace, first or last), TIO_ESTATE (trace not finished) or TIO_ENOMEM.
+ */
+TIO_API TIO_MUST_CHECK int tio_analysis_liveness(const struct tio_trace *trace,
+                                                 const char *skip_kernel,
+                                                 const uint8_t *exclude,
+                                                 uint64_t *first,
+                                                 uint64_t *last,
+                                                 uint64_t *resident);
 
 /*
  * tio_analysis_bucket_durations: the sorted (ascending) period durations in ns of one size

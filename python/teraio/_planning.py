@@ -348,30 +348,12 @@ class Planning:
         movable and unused by it is offloaded: its working set plus the live tensors that are
         never moved (the executor's accounting: globals always, an intermediate from its first
         to its last use, free marker included)."""
-        from teraio.torch._mode import F_GLOBAL
-
         movable = self._movable_ids(prog)
-        n = len(prog.kernels)
-        first, last = {}, {}
-        for k, (_, _, _, u) in enumerate(prog.kernels):
-            for i in range(0, len(u), 2):
-                first.setdefault(u[i], k)
-                last[u[i]] = k
-        delta = [0] * (n + 1)
-        base = 0
+        fixed = prog.liveness(exclude=movable)[2]  # bytes never moved, live at each operator
         tb = [t[0] for t in prog.tensors]
-        for t, (b, _, flags, _) in enumerate(prog.tensors):
-            if t in movable:
-                continue
-            if flags & F_GLOBAL:
-                base += b
-            elif t in first:
-                delta[first[t]] += b
-                delta[last[t] + 1] -= b
         best = (0, 0, 0)
-        cur = base
         for k, (_, _, _, u) in enumerate(prog.kernels):
-            cur += delta[k]
+            cur = fixed[k]
             used = set(u[i] for i in range(0, len(u), 2))
             need = cur + sum(tb[t] for t in used if t in movable)
             if need > best[0]:

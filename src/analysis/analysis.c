@@ -3,21 +3,22 @@
  * Everything is linear in n_uses + n_kernels + n_tensors, plus a radix sort of the period
  * durations per size bucket:
  *   1. kernel start times: prefix sums of durations;
- *   2. tensor -> use kernels: counting-sort transpose of the kernel -> use CSR (kernels come out
- *      ascending per tensor because the kernels are scanned in order);
+ *   2. liveness (analysis/liveness.c, shared with the planners, the simulator and the executor):
+ *      tensor -> use kernels, first/last use, the resident and active bytes, the periods;
  *   3. periods: counted per start kernel, then scattered in (start, tensor) order (tensors are
  *      visited ascending, so a counting sort on start is enough);
- *   4. resident bytes: a difference array over [first use, last use] of intermediates plus the
- *      global bytes everywhere; active bytes: one pass over the uses.
+ *   4. Observation 1 over the curves.
  * Period durations use the prefix sums: [s, e) is start[e] - start[s]; a wrap-around period is
  * (start[N] - start[s]) + start[e - N].
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <teraio/analysis.h>
 
 #include "analysis/analysis_impl.h"
+#include "analysis/liveness.h"
 #include "common/common_impl.h"
 
 struct tio_analysis {
@@ -26,10 +27,7 @@ struct tio_analysis {
     struct tio_analysis_summary summary;
     size_t n_kernels, n_tensors;
     uint64_t *start_ns;                      /* [n_kernels + 1] ns, prefix sums of durations */
-    uint64_t *resident_bytes;                /* [n_kernels] bytes */
-    uint64_t *active_bytes;                  /* [n_kernels] bytes */
-    uint32_t *first_use;                     /* [n_tensors] kernel, UINT32_MAX if never used */
-    uint32_t *last_use;                      /* [n_tensors] kernel, UINT32_MAX if never used */
+    struct tio_liveness lv;                  /* uses, first/last use, resident and active */
     struct tio_period *periods;              /* [n_periods] sorted by (start, tensor) */
     uint64_t *tensor_period_off;             /* [n_tensors + 1] CSR into tensor_period_idx */
     uint32_t *tensor_period_idx;             /* [n_periods] indices into periods, time order */
@@ -134,85 +132,16 @@ static uint64_t period_ns(const uint64_t *start_ns, size_t n, uint64_t s, uint64
     return (start_ns[n] - start_ns[s]) + start_ns[e - n];
 }
 
-/*
- * Iterator over the inactive periods of one tensor, in time order: the gaps between consecutive
- * uses, then the wrap-around period of a global tensor (or [0, N) for a global never used).
- * `uses` are the kernels of its m uses, ascending.
- */
-struct period_iter {
-    const uint32_t *uses;
-    size_t m, n; /* uses, kernels */
-    size_t i;    /* next gap to look at */
-    int global;  /* still owes its wrap-around (or unused) period */
-};
-
-static void
-period_iter_init(struct period_iter *it, const uint32_t *uses, size_t m, size_t n, int global) {
-    *it = (struct period_iter){ .uses = uses, .m = m, .n = n, .i = 0, .global = global };
-}
-
-/* Next period into *s, *e, *flags; 0 when there is none left. */
-static int period_next(struct period_iter *it, uint64_t *s, uint64_t *e, uint32_t *flags) {
-    while (it->i + 1 < it->m) {
-        uint64_t ps = (uint64_t)it->uses[it->i] + 1, pe = it->uses[it->i + 1];
-        it->i++;
-        if (pe > ps) {
-            *s = ps;
-            *e = pe;
-            *flags = 0;
-            return 1;
-        }
-    }
-    if (it->global) {
-        it->global = 0;
-        if (it->m == 0) {
-            *s = 0;
-            *e = it->n;
-            *flags = TIO_PERIOD_UNUSED;
-        } else {
-            /* After the last use to the first use of the next iteration. When the first use is
-             * kernel 0 the period ends exactly at N: it still ends in the next iteration. */
-            *s = (uint64_t)it->uses[it->m - 1] + 1;
-            *e = (uint64_t)it->uses[0] + it->n;
-            *flags = TIO_PERIOD_WRAPS;
-        }
-        if (*e > *s) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Per-kernel curves and Observation 1. */
-static void
-compute_curves(struct tio_analysis *a, const struct tio_trace_view *v, uint64_t global_bytes) {
+/* Observation 1 from the per-kernel curves. */
+static void compute_curves(struct tio_analysis *a, const struct tio_trace_view *v) {
     size_t n = v->n_kernels;
-    uint64_t *res = a->resident_bytes;
-    /* Difference array (modular arithmetic: every partial sum is a true resident size, which
-     * fits in 64 bits because the trace's total bytes do). */
-    memset(res, 0, n * sizeof *res);
-    for (size_t t = 0; t < v->n_tensors; t++) {
-        if ((v->tensor_flags[t] & TIO_TENSOR_GLOBAL) || a->first_use[t] == UINT32_MAX) {
-            continue;
-        }
-        res[a->first_use[t]] += v->tensor_bytes[t];
-        if ((size_t)a->last_use[t] + 1 < n) {
-            res[a->last_use[t] + 1] -= v->tensor_bytes[t];
-        }
-    }
-    uint64_t run = global_bytes;
+    const uint64_t *res = a->lv.resident;
     struct tio_analysis_summary *s = &a->summary;
     double cap = (double)a->params.capacity_bytes;
     double sum_frac = 0, sum_cap = 0;
     size_t n_frac = 0;
     for (size_t k = 0; k < n; k++) {
-        run += res[k];
-        res[k] = run;
-        uint64_t act = 0;
-        for (uint64_t u = v->kernel_use_offset[k]; u < v->kernel_use_offset[k + 1]; u++) {
-            act += v->tensor_bytes[v->use_tensor[u]];
-        }
-        a->active_bytes[k] = act;
+        uint64_t run = res[k], act = a->lv.active[k];
         if (run > s->peak_resident_bytes) {
             s->peak_resident_bytes = run;
             s->peak_kernel = k;
@@ -237,39 +166,13 @@ compute_curves(struct tio_analysis *a, const struct tio_trace_view *v, uint64_t 
 
 /* Working arrays of tio_analysis_new, freed before it returns. */
 struct scratch {
-    uint64_t *use_off;    /* [n_tensors + 1] tensor -> use CSR offsets */
-    uint32_t *use_kern;   /* [n_uses] kernel of each use, grouped by tensor, ascending */
     uint64_t *period_cnt; /* [n_kernels + 1] periods per start kernel, then scatter cursors */
     uint64_t *sort_tmp;   /* [n_periods] radix sort buffer */
 };
 
 static void scratch_free(struct scratch *w) {
-    tio_free(w->use_off);
-    tio_free(w->use_kern);
     tio_free(w->period_cnt);
     tio_free(w->sort_tmp);
-}
-
-/* Transpose the kernel -> use CSR: count per tensor, prefix sums, scatter the kernels in order
- * (so each tensor's list comes out sorted). use_off must be zeroed. */
-static void transpose_uses(const struct tio_trace_view *v, struct scratch *w) {
-    uint64_t *off = w->use_off;
-    for (size_t u = 0; u < v->n_uses; u++) {
-        off[v->use_tensor[u] + 1]++;
-    }
-    for (size_t t = 0; t < v->n_tensors; t++) {
-        off[t + 1] += off[t];
-    }
-    for (size_t k = 0; k < v->n_kernels; k++) {
-        for (uint64_t u = v->kernel_use_offset[k]; u < v->kernel_use_offset[k + 1]; u++) {
-            w->use_kern[off[v->use_tensor[u]]++] = (uint32_t)k;
-        }
-    }
-    /* The scatter advanced each offset to the next tensor's start: shift back by one. */
-    for (size_t t = v->n_tensors; t > 0; t--) {
-        off[t] = off[t - 1];
-    }
-    off[0] = 0;
 }
 
 /* First pass: first/last uses, global bytes, bucket counts, periods per tensor (CSR offsets)
@@ -279,23 +182,18 @@ count_periods(struct tio_analysis *a, const struct tio_trace_view *v, struct scr
     struct tio_analysis_summary *s = &a->summary;
     uint64_t n_periods = 0;
     for (size_t t = 0; t < v->n_tensors; t++) {
-        const uint32_t *uk = w->use_kern + w->use_off[t];
-        size_t m = (size_t)(w->use_off[t + 1] - w->use_off[t]);
         int global = (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        a->first_use[t] = m ? uk[0] : UINT32_MAX;
-        a->last_use[t] = m ? uk[m - 1] : UINT32_MAX;
         if (global) {
             s->global_bytes += v->tensor_bytes[t];
         }
         a->tensor_period_off[t] = n_periods;
         int bucket = tio_size_bucket_of(v->tensor_bytes[t]);
         s->tensors_per_bucket[bucket]++;
-        struct period_iter it;
-        uint64_t ps, pe;
-        uint32_t pflags;
-        period_iter_init(&it, uk, m, v->n_kernels, global);
-        while (period_next(&it, &ps, &pe, &pflags)) {
-            w->period_cnt[ps]++;
+        struct tio_liveness_iter it;
+        struct tio_liveness_period p;
+        tio_liveness_iter_init(&it, &a->lv, (uint32_t)t, global);
+        while (tio_liveness_iter_next(&it, &p)) {
+            w->period_cnt[p.start]++;
             n_periods++;
             s->periods_per_bucket[bucket]++;
         }
@@ -324,24 +222,21 @@ scatter_periods(struct tio_analysis *a, const struct tio_trace_view *v, struct s
     memcpy(fill, a->bucket_off, sizeof fill);
     uint64_t long_idle = 0, mid_periods = 0;
     for (size_t t = 0; t < v->n_tensors; t++) {
-        const uint32_t *uk = w->use_kern + w->use_off[t];
-        size_t m = (size_t)(w->use_off[t + 1] - w->use_off[t]);
         int global = (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
         uint64_t bytes = v->tensor_bytes[t];
         int bucket = tio_size_bucket_of(bytes);
         int mid = bucket == TIO_BUCKET_10_100MB || bucket == TIO_BUCKET_100MB_1GB;
         uint64_t j = a->tensor_period_off[t];
-        struct period_iter it;
-        uint64_t ps, pe;
-        uint32_t pflags;
-        period_iter_init(&it, uk, m, n, global);
-        while (period_next(&it, &ps, &pe, &pflags)) {
-            uint64_t pos = w->period_cnt[ps]++;
-            uint64_t d = period_ns(a->start_ns, n, ps, pe);
+        struct tio_liveness_iter it;
+        struct tio_liveness_period p;
+        tio_liveness_iter_init(&it, &a->lv, (uint32_t)t, global);
+        while (tio_liveness_iter_next(&it, &p)) {
+            uint64_t pos = w->period_cnt[p.start]++;
+            uint64_t d = period_ns(a->start_ns, n, p.start, p.end);
             a->periods[pos] = (struct tio_period){ .tensor = (uint32_t)t,
-                                                   .flags = pflags,
-                                                   .start = ps,
-                                                   .end = pe,
+                                                   .flags = p.flags,
+                                                   .start = p.start,
+                                                   .end = p.end,
                                                    .bytes = bytes,
                                                    .duration_ns = d };
             a->tensor_period_idx[j++] = (uint32_t)pos;
@@ -372,7 +267,7 @@ int tio_analysis_new(const struct tio_trace *trace,
     const size_t n = v.n_kernels, nt = v.n_tensors, nu = v.n_uses;
 
     int rc = TIO_ENOMEM;
-    struct scratch w = { NULL, NULL, NULL, NULL };
+    struct scratch w = { NULL, NULL };
     struct tio_analysis *a = tio_calloc(1, sizeof *a);
     if (!a) {
         goto nomem;
@@ -387,16 +282,10 @@ int tio_analysis_new(const struct tio_trace *trace,
     s->n_uses = nu;
 
     a->start_ns = alloc_array(n + 1, sizeof(uint64_t));
-    a->resident_bytes = alloc_array(n, sizeof(uint64_t));
-    a->active_bytes = alloc_array(n, sizeof(uint64_t));
-    a->first_use = alloc_array(nt, sizeof(uint32_t));
-    a->last_use = alloc_array(nt, sizeof(uint32_t));
     a->tensor_period_off = alloc_array(nt + 1, sizeof(uint64_t));
-    w.use_off = tio_calloc(nt + 1, sizeof *w.use_off);
-    w.use_kern = alloc_array(nu, sizeof *w.use_kern);
     w.period_cnt = tio_calloc(n + 1, sizeof *w.period_cnt);
-    if (!a->start_ns || !a->resident_bytes || !a->active_bytes || !a->first_use || !a->last_use ||
-        !a->tensor_period_off || !w.use_off || !w.use_kern || !w.period_cnt) {
+    if (!a->start_ns || !a->tensor_period_off || !w.period_cnt ||
+        tio_liveness_build(&v, &a->lv) < 0) {
         goto nomem;
     }
 
@@ -407,8 +296,8 @@ int tio_analysis_new(const struct tio_trace *trace,
     }
     s->iteration_ns = a->start_ns[n];
 
-    /* 2. Tensor -> use kernels. */
-    transpose_uses(&v, &w);
+    /* 2. Uses, first/last use, resident and active bytes (analysis/liveness.h) were built
+     * above. */
 
     /* 3. Periods: count, allocate, scatter, sort the bucket durations. */
     uint64_t n_periods = count_periods(a, &v, &w);
@@ -437,7 +326,7 @@ int tio_analysis_new(const struct tio_trace *trace,
     }
 
     /* 4. Memory curves and Observation 1. */
-    compute_curves(a, &v, s->global_bytes);
+    compute_curves(a, &v);
 
     scratch_free(&w);
     *out = a;
@@ -457,10 +346,7 @@ void tio_analysis_free(struct tio_analysis *a) {
         return;
     }
     tio_free(a->start_ns);
-    tio_free(a->resident_bytes);
-    tio_free(a->active_bytes);
-    tio_free(a->first_use);
-    tio_free(a->last_use);
+    tio_liveness_free(&a->lv);
     tio_free(a->periods);
     tio_free(a->tensor_period_off);
     tio_free(a->tensor_period_idx);
@@ -477,11 +363,11 @@ void tio_analysis_get_summary(const struct tio_analysis *a, struct tio_analysis_
 }
 
 const uint64_t *tio_analysis_resident_bytes(const struct tio_analysis *a) {
-    return a->resident_bytes;
+    return a->lv.resident;
 }
 
 const uint64_t *tio_analysis_active_bytes(const struct tio_analysis *a) {
-    return a->active_bytes;
+    return a->lv.active;
 }
 
 const uint64_t *tio_analysis_kernel_start_ns(const struct tio_analysis *a) {
@@ -511,17 +397,11 @@ tio_analysis_tensor_periods(const struct tio_analysis *a, uint32_t tensor, size_
 }
 
 uint64_t tio_analysis_first_use(const struct tio_analysis *a, uint32_t tensor) {
-    if (tensor >= a->n_tensors || a->first_use[tensor] == UINT32_MAX) {
-        return UINT64_MAX;
-    }
-    return a->first_use[tensor];
+    return tensor < a->n_tensors ? a->lv.first_use[tensor] : TIO_NEVER_USED;
 }
 
 uint64_t tio_analysis_last_use(const struct tio_analysis *a, uint32_t tensor) {
-    if (tensor >= a->n_tensors || a->last_use[tensor] == UINT32_MAX) {
-        return UINT64_MAX;
-    }
-    return a->last_use[tensor];
+    return tensor < a->n_tensors ? a->lv.last_use[tensor] : TIO_NEVER_USED;
 }
 
 const uint64_t *tio_analysis_bucket_durations(const struct tio_analysis *a, int bucket, size_t *n) {
@@ -535,4 +415,55 @@ const uint64_t *tio_analysis_bucket_durations(const struct tio_analysis *a, int 
         *n = a->bucket_off[bucket + 1] - a->bucket_off[bucket];
     }
     return a->bucket_durations + a->bucket_off[bucket];
+}
+
+static int cmp_idle(const void *pa, const void *pb) {
+    const struct tio_idle_tensor *a = pa, *b = pb;
+    if (a->longest.duration_ns != b->longest.duration_ns) {
+        return a->longest.duration_ns < b->longest.duration_ns ? 1 : -1;
+    }
+    return (a->tensor > b->tensor) - (a->tensor < b->tensor);
+}
+
+int tio_analysis_top_idle(const struct tio_analysis *a,
+                          uint64_t min_bytes,
+                          struct tio_idle_tensor *out,
+                          size_t max,
+                          size_t *n) {
+    if (!a || !n || (!out && max > 0)) {
+        return tio_set_error(TIO_EINVAL, "analysis: top_idle: NULL analysis, n or out");
+    }
+    *n = 0;
+    if (max == 0) {
+        return 0;
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(a->trace, &v);
+    struct tio_idle_tensor *e = alloc_array(a->n_tensors, sizeof *e);
+    if (!e) {
+        return tio_set_error(TIO_ENOMEM, "analysis: top_idle: out of memory (%zu tensors)",
+                             a->n_tensors);
+    }
+    size_t m = 0;
+    for (uint32_t t = 0; t < a->n_tensors; t++) {
+        const uint64_t p0 = a->tensor_period_off[t], p1 = a->tensor_period_off[t + 1];
+        if (v.tensor_bytes[t] < min_bytes || p1 == p0) {
+            continue;
+        }
+        struct tio_idle_tensor x = { .tensor = t, .n_periods = (uint32_t)(p1 - p0) };
+        x.longest = a->periods[a->tensor_period_idx[p0]];
+        for (uint64_t j = p0; j < p1; j++) {
+            const struct tio_period *q = &a->periods[a->tensor_period_idx[j]];
+            x.total_ns += q->duration_ns;
+            if (q->duration_ns > x.longest.duration_ns) {
+                x.longest = *q;
+            }
+        }
+        e[m++] = x;
+    }
+    qsort(e, m, sizeof *e, cmp_idle);
+    *n = m < max ? m : max;
+    memcpy(out, e, *n * sizeof *out);
+    tio_free(e);
+    return 0;
 }

@@ -17,21 +17,17 @@ uint32_t mg_ten(struct gen *g, uint64_t bytes, int32_t kind, uint32_t flags, con
         return 0;
     }
     if (g->nt == g->cap) {
-        size_t c1 = g->cap, c2 = g->cap, c3 = g->cap, c4 = g->cap, c5 = g->cap;
+        size_t c1 = g->cap, c4 = g->cap, c5 = g->cap;
         if (tio_grow((void **)&g->tbytes, &c1, g->nt + 1, sizeof *g->tbytes) < 0 ||
-            tio_grow((void **)&g->tfirst, &c2, g->nt + 1, sizeof *g->tfirst) < 0 ||
-            tio_grow((void **)&g->tlast, &c3, g->nt + 1, sizeof *g->tlast) < 0 ||
             tio_grow((void **)&g->tglobal, &c4, g->nt + 1, 1) < 0 ||
             tio_grow((void **)&g->twritten, &c5, g->nt + 1, 1) < 0) {
             g->rc = tio_set_error(TIO_ENOMEM, "model: out of memory for %zu tensors", g->nt + 1);
             return 0;
         }
-        g->cap = TIO_MIN(TIO_MIN(c1, c2), TIO_MIN(TIO_MIN(c3, c4), c5));
+        g->cap = TIO_MIN(c1, TIO_MIN(c4, c5));
     }
     uint32_t id = (uint32_t)g->nt++;
     g->tbytes[id] = bytes ? bytes : 1;
-    g->tfirst[id] = UINT32_MAX;
-    g->tlast[id] = 0;
     g->tglobal[id] = (flags & TIO_TENSOR_GLOBAL) != 0;
     g->twritten[id] = 0;
     if (g->tr) {
@@ -94,7 +90,6 @@ uint64_t mg_ke(struct gen *g) {
     if (ns > TIO_TRACE_MAX_DURATION) {
         ns = TIO_TRACE_MAX_DURATION;
     }
-    uint32_t k = (uint32_t)g->nk;
     if (g->tr) {
         int rc = tio_trace_add_kernel(g->tr, g->kname, ns, g->kflags, NULL);
         for (int i = 0; rc >= 0 && i < g->nub; i++) {
@@ -104,13 +99,6 @@ uint64_t mg_ke(struct gen *g) {
             g->rc = rc;
             return 0;
         }
-    }
-    for (int i = 0; i < g->nub; i++) {
-        uint32_t t = g->ub[i].t;
-        if (g->tfirst[t] == UINT32_MAX) {
-            g->tfirst[t] = k;
-        }
-        g->tlast[t] = k;
     }
     g->nk++;
     g->nu += (size_t)g->nub;

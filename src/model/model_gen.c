@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <teraio/analysis.h>
 #include <teraio/model.h>
 
 #include "common/common_impl.h"
@@ -74,8 +75,6 @@ static int gen_init(struct gen *g, const struct tio_model_params *p, uint32_t st
 
 static void gen_fini(struct gen *g) {
     tio_free(g->tbytes);
-    tio_free(g->tfirst);
-    tio_free(g->tlast);
     tio_free(g->tglobal);
     tio_free(g->twritten);
     tio_free(g->par);
@@ -269,33 +268,37 @@ static int set_meta_u64(struct tio_trace *tr, const char *key, uint64_t v) {
     return tio_trace_set_meta(tr, key, buf);
 }
 
-/* Peak resident bytes: globals throughout, intermediates from first to last use. */
-static int liveness(const struct gen *g, uint64_t *global_bytes, uint64_t *peak, size_t *peak_k) {
-    int64_t *diff = tio_calloc(g->nk + 1, sizeof *diff);
-    if (!diff) {
-        return tio_set_error(TIO_ENOMEM, "model: out of memory");
+/* Global bytes and the peak of the other tensors' resident bytes (first kernel reaching it) of
+ * the finished trace, from the shared liveness (tio_analysis_liveness). */
+static int peak_bytes(const struct gen *g, uint64_t *global_bytes, uint64_t *peak, size_t *peak_k) {
+    uint64_t *first = tio_malloc((g->nt ? g->nt : 1) * sizeof *first);
+    uint64_t *last = tio_malloc((g->nt ? g->nt : 1) * sizeof *last);
+    uint64_t *res = tio_malloc((g->nk ? g->nk : 1) * sizeof *res);
+    int rc = TIO_ENOMEM;
+    if (!first || !last || !res) {
+        rc = tio_set_error(TIO_ENOMEM, "model: out of memory");
+        goto out;
+    }
+    if ((rc = tio_analysis_liveness(g->tr, NULL, g->tglobal, first, last, res)) < 0) {
+        goto out;
     }
     *global_bytes = 0;
     for (size_t t = 0; t < g->nt; t++) {
-        if (g->tglobal[t]) {
-            *global_bytes += g->tbytes[t];
-        } else if (g->tfirst[t] != UINT32_MAX) {
-            diff[g->tfirst[t]] += (int64_t)g->tbytes[t];
-            diff[(size_t)g->tlast[t] + 1] -= (int64_t)g->tbytes[t];
-        }
+        *global_bytes += g->tglobal[t] ? g->tbytes[t] : 0;
     }
-    int64_t cur = 0, best = 0;
+    *peak = 0;
     *peak_k = 0;
     for (size_t k = 0; k < g->nk; k++) {
-        cur += diff[k];
-        if (cur > best) {
-            best = cur;
+        if (res[k] > *peak) {
+            *peak = res[k];
             *peak_k = k;
         }
     }
-    *peak = (uint64_t)best;
-    tio_free(diff);
-    return 0;
+out:
+    tio_free(first);
+    tio_free(last);
+    tio_free(res);
+    return rc;
 }
 
 /* Bytes one block saves for its backward (one micro-batch), from a block emitted on its own. */
@@ -423,15 +426,13 @@ int tio_model_generate(const struct tio_model_params *p,
         goto fail;
     }
     {
-        size_t c2 = 0, c3 = 0, c4 = 0, c5 = 0;
-        if (tio_grow((void **)&g.tfirst, &c2, g.cap, sizeof *g.tfirst) < 0 ||
-            tio_grow((void **)&g.tlast, &c3, g.cap, sizeof *g.tlast) < 0 ||
-            tio_grow((void **)&g.tglobal, &c4, g.cap, 1) < 0 ||
+        size_t c4 = 0, c5 = 0;
+        if (tio_grow((void **)&g.tglobal, &c4, g.cap, 1) < 0 ||
             tio_grow((void **)&g.twritten, &c5, g.cap, 1) < 0) {
             rc = tio_set_error(TIO_ENOMEM, "model: out of memory");
             goto fail;
         }
-        g.cap = TIO_MIN(TIO_MIN(g.cap, c2), TIO_MIN(TIO_MIN(c3, c4), c5));
+        g.cap = TIO_MIN(g.cap, TIO_MIN(c4, c5));
     }
     g.recv_f = me > 0 ? recv : NULL;
     g.recv_b = me + 1 < npp ? recv + m : NULL;
@@ -454,9 +455,6 @@ int tio_model_generate(const struct tio_model_params *p,
     }
     uint64_t global_bytes = 0, peak = 0, params_rank = 0;
     size_t peak_k = 0;
-    if ((rc = liveness(&g, &global_bytes, &peak, &peak_k)) < 0) {
-        goto fail;
-    }
     for (size_t i = 0; i < g.npar; i++) {
         params_rank += g.par[i].n;
     }
@@ -467,7 +465,8 @@ int tio_model_generate(const struct tio_model_params *p,
     if ((rc = set_meta(tr, p, me, makespan)) < 0) {
         goto fail;
     }
-    if ((rc = tio_trace_finish(tr)) < 0) {
+    if ((rc = tio_trace_finish(tr)) < 0 ||
+        (rc = peak_bytes(&g, &global_bytes, &peak, &peak_k)) < 0) {
         goto fail;
     }
     if (info) {

@@ -54,10 +54,9 @@ struct gen {
     const struct tio_model_params *p;
     struct tio_trace *tr; /* NULL in the dry pass */
     int rc;               /* sticky: the first failure */
-    /* own tensor table (liveness, traffic) */
+    /* own tensor table (traffic; liveness comes from the finished trace) */
     size_t nt, cap;
     uint64_t *tbytes;
-    uint32_t *tfirst, *tlast;
     uint8_t *tglobal, *twritten;
     /* counters */
     size_t nk, nu;

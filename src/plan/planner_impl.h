@@ -9,6 +9,8 @@
 #include <teraio/plan.h>
 #include <teraio/trace.h>
 
+#include "analysis/liveness.h"
+
 #define TIO_PLAN_POLICY_MAX 64
 #define TIO_PLAN_MAX_MOVES  (UINT64_C(1) << 32)
 /* The largest GPU capacity a plan (and a hardware description) may name: 2^60 bytes, 1 EiB. */
@@ -52,8 +54,10 @@ enum tio_chan {
 };
 
 /*
- * The planners' view of a trace (planner_model.c): liveness, periods, memory curve, slot
- * capacities. Kernel axis: [0, N); a period may wrap (end > N), kernel k >= N means k - N.
+ * The planners' view of a trace (planner_model.c): liveness (analysis/liveness.h), the periods of
+ * the tensors that may move, memory curves, slot capacities. Kernel axis: [0, N); a period may
+ * wrap (end > N), kernel k >= N means k - N. A wrap-around period that starts at N is kept as the
+ * plain period [0, u_0), and a global tensor never used has TIO_PPERIOD_WRAPS | _UNUSED.
  */
 enum tio_pperiod_flag {
     TIO_PPERIOD_WRAPS = 1u << 0, /* crosses the iteration boundary (global tensors) */
@@ -73,13 +77,15 @@ struct tio_pmodel {
     const struct tio_trace *trace;
     size_t n; /* kernels */
     size_t n_tensors;
-    double *tau;            /* [n] kernel durations in seconds */
-    uint64_t *resident;     /* [n] resident bytes with nothing offloaded */
-    uint64_t *active;       /* [n] bytes of the tensors each kernel uses */
-    uint64_t *pinned_extra; /* [n] idle resident bytes that can never move (pinned, small) */
-    size_t *use_off;        /* [n_tensors + 1] CSR of each tensor's uses */
-    uint32_t *use_kernel;   /* [n_uses] kernels, ascending per tensor */
-    uint8_t *use_mode;      /* [n_uses] TIO_USE_* */
+    struct tio_liveness lv;     /* owns the arrays below but tau, pinned_extra and periods */
+    double *tau;                /* [n] kernel durations in seconds */
+    const uint64_t *resident;   /* [n] resident bytes with nothing offloaded (lv.resident) */
+    const uint64_t *active;     /* [n] bytes of the tensors each kernel uses (lv.active) */
+    uint64_t *pinned_extra;     /* [n] idle resident bytes that can never move (pinned, small) */
+    uint8_t *movable;           /* [n_tensors] 1: not pinned and at least min_bytes */
+    const size_t *use_off;      /* [n_tensors + 1] CSR of each tensor's uses (lv.use_off) */
+    const uint32_t *use_kernel; /* [n_uses] kernels, ascending per tensor (lv.use_kernel) */
+    const uint8_t *use_mode;    /* [n_uses] TIO_USE_* (lv.use_mode) */
     struct tio_pperiod *periods;
     size_t n_periods;
     uint64_t capacity;       /* tio_hw_plan_capacity */

@@ -1,8 +1,8 @@
 /*
- * The planners' view of a trace: per-tensor uses, inactive periods (with wrap-around for global
- * tensors), the unplanned memory curve and the working-set check. Same definitions as
- * teraio/analysis.h; kept private here so the planner does not depend on the analysis module's
- * schedule (docs/planner.md).
+ * The planners' view of a trace: the liveness every module shares (analysis/liveness.h: uses,
+ * resident and active curves, inactive periods with wrap-around for global tensors), the periods
+ * of the tensors that may move, the bytes that never move and the working-set check
+ * (docs/planner.md).
  */
 #include <math.h>
 #include <string.h>
@@ -16,14 +16,11 @@ void tio_pmodel_free(struct tio_pmodel *m) {
     if (!m) {
         return;
     }
+    tio_liveness_free(&m->lv);
     tio_free(m->tau);
-    tio_free(m->resident);
-    tio_free(m->active);
     tio_free(m->pinned_extra);
     tio_free(m->periods);
-    tio_free(m->use_off);
-    tio_free(m->use_kernel);
-    tio_free(m->use_mode);
+    tio_free(m->movable);
     memset(m, 0, sizeof *m);
 }
 
@@ -52,128 +49,69 @@ int tio_pmodel_build(const struct tio_trace *trace,
 
     int rc = TIO_ENOMEM;
     m->tau = tio_malloc((n ? n : 1) * sizeof *m->tau);
-    m->resident = tio_calloc(n ? n : 1, sizeof *m->resident);
-    m->active = tio_calloc(n ? n : 1, sizeof *m->active);
-    m->pinned_extra = tio_calloc(n ? n : 1, sizeof *m->pinned_extra);
-    m->use_off = tio_calloc(nt + 1, sizeof *m->use_off);
-    m->use_kernel = tio_malloc((v.n_uses ? v.n_uses : 1) * sizeof *m->use_kernel);
-    m->use_mode = tio_malloc((v.n_uses ? v.n_uses : 1) * sizeof *m->use_mode);
-    int64_t *diff = tio_calloc(n + 1, sizeof *diff);   /* resident, difference array */
-    int64_t *pdiff = tio_calloc(n + 1, sizeof *pdiff); /* unmovable idle bytes */
-    size_t *fill = tio_calloc(nt + 1, sizeof *fill);
-    if (!m->tau || !m->resident || !m->active || !m->pinned_extra || !m->use_off ||
-        !m->use_kernel || !m->use_mode || !diff || !pdiff || !fill) {
+    m->pinned_extra = tio_malloc((n ? n : 1) * sizeof *m->pinned_extra);
+    m->movable = tio_malloc(nt ? nt : 1);
+    if (!m->tau || !m->pinned_extra || !m->movable || tio_liveness_build(&v, &m->lv) < 0) {
         goto out;
     }
+    m->resident = m->lv.resident;
+    m->active = m->lv.active;
+    m->use_off = m->lv.use_off;
+    m->use_kernel = m->lv.use_kernel;
+    m->use_mode = m->lv.use_mode;
     for (size_t k = 0; k < n; k++) {
         m->tau[k] = (double)v.kernel_duration_ns[k] * 1e-9;
     }
-    /* Per-tensor use lists (kernels ascending: the CSR is walked in kernel order). */
-    for (size_t u = 0; u < v.n_uses; u++) {
-        m->use_off[v.use_tensor[u] + 1]++;
-    }
-    for (size_t t = 0; t < nt; t++) {
-        m->use_off[t + 1] += m->use_off[t];
-        fill[t] = m->use_off[t];
-    }
-    for (size_t k = 0; k < n; k++) {
-        for (uint64_t u = v.kernel_use_offset[k]; u < v.kernel_use_offset[k + 1]; u++) {
-            uint32_t t = v.use_tensor[u];
-            m->use_kernel[fill[t]] = (uint32_t)k;
-            m->use_mode[fill[t]] = v.use_mode[u];
-            fill[t]++;
-            m->active[k] += v.tensor_bytes[t];
-        }
-    }
-    /* Residency and periods. */
+    /* The idle kernels of a tensor that never moves count in every working set there: its
+     * resident curve less its bytes at its own uses (active there, not "extra"). */
     size_t np = 0;
     for (size_t t = 0; t < nt; t++) {
-        size_t cnt = m->use_off[t + 1] - m->use_off[t];
-        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        np += cnt + (global ? 1 : 0);
+        m->movable[t] =
+            !(v.tensor_flags[t] & TIO_TENSOR_PINNED) && v.tensor_bytes[t] >= m->min_bytes;
+        np += m->use_off[t + 1] - m->use_off[t] + ((v.tensor_flags[t] & TIO_TENSOR_GLOBAL) ? 1 : 0);
     }
+    tio_liveness_resident(n, nt, m->lv.first_use, m->lv.last_use, v.tensor_bytes, v.tensor_flags,
+                          m->movable, m->pinned_extra);
+    for (size_t t = 0; t < nt; t++) {
+        for (size_t i = m->use_off[t]; !m->movable[t] && i < m->use_off[t + 1]; i++) {
+            m->pinned_extra[m->use_kernel[i]] -= v.tensor_bytes[t];
+        }
+    }
+    /* The periods of the tensors that may move. */
     m->periods = tio_malloc((np ? np : 1) * sizeof *m->periods);
     if (!m->periods) {
         goto out;
     }
     np = 0;
     for (size_t t = 0; t < nt; t++) {
-        const uint32_t *uk = m->use_kernel + m->use_off[t];
-        size_t cnt = m->use_off[t + 1] - m->use_off[t];
-        uint64_t b = v.tensor_bytes[t];
-        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        int movable = !(v.tensor_flags[t] & TIO_TENSOR_PINNED) && b >= m->min_bytes;
-        if (global) {
-            diff[0] += (int64_t)b;
-            diff[n] -= (int64_t)b;
-        } else if (cnt > 0) {
-            diff[uk[0]] += (int64_t)b;
-            diff[uk[cnt - 1] + 1] -= (int64_t)b;
-        }
-        if (!movable) {
-            /* Idle kernels of an unmovable tensor count in every working set there. */
-            if (global) {
-                pdiff[0] += (int64_t)b;
-                pdiff[n] -= (int64_t)b;
-            } else if (cnt > 0) {
-                pdiff[uk[0]] += (int64_t)b;
-                pdiff[uk[cnt - 1] + 1] -= (int64_t)b;
-            }
-            for (size_t i = 0; i < cnt; i++) { /* active at its uses: not "extra" */
-                pdiff[uk[i]] -= (int64_t)b;
-                pdiff[uk[i] + 1] += (int64_t)b;
-            }
+        if (!m->movable[t]) {
             continue;
         }
-        if (global && cnt == 0) {
-            m->periods[np++] =
-                (struct tio_pperiod){ .tensor = (uint32_t)t,
-                                      .flags = TIO_PPERIOD_WRAPS | TIO_PPERIOD_UNUSED,
-                                      .start = 0,
-                                      .end = n,
-                                      .bytes = b };
-            continue;
-        }
-        for (size_t i = 0; i + 1 < cnt; i++) {
-            if (uk[i + 1] > uk[i] + 1) {
-                m->periods[np++] = (struct tio_pperiod){ .tensor = (uint32_t)t,
-                                                         .start = uk[i] + 1,
-                                                         .end = uk[i + 1],
-                                                         .bytes = b,
-                                                         .use_index = (uint32_t)i };
+        struct tio_liveness_iter it;
+        struct tio_liveness_period p;
+        tio_liveness_iter_init(&it, &m->lv, (uint32_t)t,
+                               (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0);
+        while (tio_liveness_iter_next(&it, &p)) {
+            struct tio_pperiod q = { .tensor = (uint32_t)t,
+                                     .flags = 0,
+                                     .start = p.start,
+                                     .end = p.end,
+                                     .bytes = v.tensor_bytes[t],
+                                     .use_index = p.use_index };
+            if (p.flags & TIO_PERIOD_UNUSED) {
+                q.flags = TIO_PPERIOD_WRAPS | TIO_PPERIOD_UNUSED;
+            } else if ((p.flags & TIO_PERIOD_WRAPS) && p.start >= n) {
+                q.start -= n; /* last use is the last kernel: the period is [0, u0) */
+                q.end -= n;
+            } else if (p.flags & TIO_PERIOD_WRAPS) {
+                q.flags = TIO_PPERIOD_WRAPS;
             }
-        }
-        if (global && cnt > 0) {
-            uint64_t s = (uint64_t)uk[cnt - 1] + 1, e = (uint64_t)uk[0] + n;
-            if (e > s) {
-                struct tio_pperiod p = { .tensor = (uint32_t)t,
-                                         .flags = TIO_PPERIOD_WRAPS,
-                                         .start = s,
-                                         .end = e,
-                                         .bytes = b,
-                                         .use_index = (uint32_t)(cnt - 1) };
-                if (s >= n) { /* last use is the last kernel: the period is [0, u0) */
-                    p.start -= n;
-                    p.end -= n;
-                    p.flags = 0;
-                }
-                m->periods[np++] = p;
-            }
+            m->periods[np++] = q;
         }
     }
     m->n_periods = np;
-    int64_t acc = 0, pacc = 0;
-    for (size_t k = 0; k < n; k++) {
-        acc += diff[k];
-        pacc += pdiff[k];
-        m->resident[k] = (uint64_t)acc;
-        m->pinned_extra[k] = (uint64_t)pacc;
-    }
     rc = 0;
 out:
-    tio_free(diff);
-    tio_free(pdiff);
-    tio_free(fill);
     if (rc < 0) {
         tio_pmodel_free(m);
     }

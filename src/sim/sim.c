@@ -5,6 +5,7 @@
 
 #include <teraio/sim.h>
 
+#include "analysis/liveness.h"
 #include "common/common_impl.h"
 #include "sim/sim_impl.h"
 
@@ -58,22 +59,8 @@ const char *tio_sim_channel_name(int32_t channel) {
 }
 
 void sim_view_uses_refresh(struct sim_view *v) {
-    for (size_t t = 0; t < v->n_tensors; t++) {
-        v->first_use[t] = UINT64_MAX;
-        v->last_use[t] = UINT64_MAX;
-    }
-    for (size_t k = 0; k < v->n_kernels; k++) {
-        if (v->skip_uses[k]) {
-            continue;
-        }
-        for (uint64_t u = v->use_offset[k]; u < v->use_offset[k + 1]; u++) {
-            uint32_t t = v->use_tensor[u];
-            if (v->first_use[t] == UINT64_MAX) {
-                v->first_use[t] = k;
-            }
-            v->last_use[t] = k;
-        }
-    }
+    tio_liveness_first_last(v->n_kernels, v->n_tensors, v->use_offset, v->use_tensor, v->skip_uses,
+                            v->first_use, v->last_use);
 }
 
 int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <teraio/analysis.h>
 #include <teraio/hw.h>
 #include <teraio/plan.h>
 #include <teraio/sim.h>
@@ -38,8 +39,8 @@ struct sim_view {
     uint64_t *bytes;            /* [T] bytes on the GPU */
     uint8_t *tflags;            /* [T] SV_* */
     uint8_t *init_tier;         /* [T] tier of SV_INIT_OFF tensors */
-    uint64_t *first_use;        /* [T] first non-skipped use, UINT64_MAX if none */
-    uint64_t *last_use;         /* [T] last non-skipped use */
+    uint64_t *first_use;        /* [T] first non-skipped use, TIO_NEVER_USED if none */
+    uint64_t *last_use;         /* [T] last non-skipped use, TIO_NEVER_USED if none */
     struct tio_move *moves;     /* sorted by trigger, owned */
     size_t n_moves;
     uint64_t capacity; /* GPU bytes; UINT64_MAX = unlimited */
@@ -103,7 +104,7 @@ struct tio_sim {
 /* sim_view_init / sim_view_fini: a view of the trace with its own times and sizes. */
 int sim_view_init(struct sim_view *v, const struct tio_trace *trace);
 void sim_view_fini(struct sim_view *v);
-/* sim_view_uses_refresh: recompute first/last use after skip_uses changed. */
+/* sim_view_uses_refresh: recompute first/last use after skip_uses changed (liveness.h). */
 void sim_view_uses_refresh(struct sim_view *v);
 /* sim_view_set_moves: copy and sort moves; mark globals whose last move leaves them off. */
 int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t n);

@@ -81,7 +81,7 @@ static int weight_groups(const struct sim_view *v,
     size_t named = 0, n_w = 0;
     for (size_t t = 0; t < T; t++) {
         group[t] = UINT32_MAX;
-        if (tv->tensor_kind[t] != TIO_TENSOR_WEIGHT || v->first_use[t] == UINT64_MAX ||
+        if (tv->tensor_kind[t] != TIO_TENSOR_WEIGHT || v->first_use[t] == TIO_NEVER_USED ||
             zero_persistent(tv, t, dtype_bytes)) {
             continue;
         }
@@ -380,7 +380,7 @@ int sim_zero_build(struct sim_view *v,
      * rate), mean = B / n over the tensors streamed. */
     double fetched_b = 0, fetched_n = 0;
     for (size_t t = 0; t < T; t++) {
-        if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT && v->first_use[t] != UINT64_MAX &&
+        if (tv.tensor_kind[t] == TIO_TENSOR_WEIGHT && v->first_use[t] != TIO_NEVER_USED &&
             !zero_persistent(&tv, t, dtype_bytes)) {
             fetched_b += (double)v->bytes[t];
             fetched_n += 1;

@@ -200,3 +200,24 @@ def test_from_a_trace_object(trace_path):
     gc.collect()
     assert a.resident_bytes.tolist() == RESIDENT
     assert a.summary()["trace"] is None
+
+
+def test_liveness_by_hand(trace_path):
+    """teraio._core.liveness (tio_analysis_liveness): first/last use, None when never used,
+    resident bytes with tensors excluded and kernels skipped by name; values from TRACE above."""
+    from teraio import _core
+
+    tr = teraio.Trace.load(str(trace_path))
+    first, last, res = _core.liveness(tr)
+    assert (first, last, res) == ([0, 3, 0, 1], [2, 3, 3, 1], RESIDENT)
+    assert _core.liveness(tr, exclude={1})[2] == [r - 200_000_000 for r in RESIDENT]
+    # "adam" (k3) skipped: m is never used, a ends at k0; globals stay resident throughout.
+    first, last, res = _core.liveness(tr, skip_kernel="adam")
+    assert (first, last) == ([0, None, 0, 1], [2, None, 0, 1])
+    assert res == [270_000_000, 250_000_500, 250_000_000, 250_000_000]
+    example = str(ROOT / "tests" / "data" / "example.tio")
+    assert _core.liveness(teraio.Trace.load(example))[0]  # a trace loaded from a file
+    with pytest.raises(TypeError, match="liveness\\(trace\\): a teraio.Trace"):
+        _core.liveness(3)
+    with pytest.raises(ValueError, match="tensor 4 out of range"):
+        _core.liveness(tr, exclude=[4])

@@ -43,65 +43,6 @@ static void usage(FILE *f) {
                      "  teraio analyze run.json --long-idle 5ms --top 20\n\n" TIO_CLI_EXIT_HELP);
 }
 
-/* Largest tensors' longest inactive period. */
-struct top_entry {
-    uint32_t tensor;
-    uint32_t n_periods;
-    uint32_t flags; /* of the longest period (TIO_PERIOD_*) */
-    uint64_t longest_ns, total_ns, start, end;
-};
-
-static int cmp_top(const void *pa, const void *pb) {
-    const struct top_entry *a = pa, *b = pb;
-    if (a->longest_ns != b->longest_ns) {
-        return a->longest_ns < b->longest_ns ? 1 : -1;
-    }
-    return (a->tensor > b->tensor) - (a->tensor < b->tensor);
-}
-
-/* Tensors >= 10 MB with at least one period, ranked by their longest period
- * (ties: tensor id). Returns the number kept (<= top) in *out (malloc'd), or -1
- * on allocation failure. */
-static long collect_top(const struct tio_analysis *a,
-                        const struct tio_trace *tr,
-                        size_t top,
-                        struct top_entry **out) {
-    struct tio_trace_view v;
-    tio_trace_get_view(tr, &v);
-    size_t np;
-    const struct tio_period *p = tio_analysis_periods(a, &np);
-    struct top_entry *e = malloc((v.n_tensors ? v.n_tensors : 1) * sizeof *e);
-    if (!e) {
-        return -1;
-    }
-    size_t n = 0;
-    for (uint32_t t = 0; t < v.n_tensors; t++) {
-        if (v.tensor_bytes[t] < UINT64_C(10000000)) {
-            continue;
-        }
-        size_t m;
-        const uint32_t *idx = tio_analysis_tensor_periods(a, t, &m);
-        if (m == 0) {
-            continue;
-        }
-        struct top_entry x = { .tensor = t, .n_periods = (uint32_t)m };
-        for (size_t j = 0; j < m; j++) {
-            const struct tio_period *q = &p[idx[j]];
-            x.total_ns += q->duration_ns;
-            if (j == 0 || q->duration_ns > x.longest_ns) {
-                x.longest_ns = q->duration_ns;
-                x.start = q->start;
-                x.end = q->end;
-                x.flags = q->flags;
-            }
-        }
-        e[n++] = x;
-    }
-    qsort(e, n, sizeof *e, cmp_top);
-    *out = e;
-    return (long)(n < top ? n : top);
-}
-
 /* The lower median of a sorted array (an actual value), 0 if empty. */
 static uint64_t lower_median(const uint64_t *d, size_t n) {
     return n ? d[(n - 1) / 2] : 0;
@@ -134,7 +75,7 @@ static void print_json(const char *path,
                        const struct tio_trace *tr,
                        const struct tio_analysis *a,
                        const struct tio_analysis_params *prm,
-                       const struct top_entry *top,
+                       const struct tio_idle_tensor *top,
                        size_t n_top) {
     struct tio_analysis_summary s;
     tio_analysis_get_summary(a, &s);
@@ -183,7 +124,7 @@ static void print_json(const char *path,
     }
     (void)fputs("\n  ],\n  \"top\": [", f);
     for (size_t i = 0; i < n_top; i++) {
-        const struct top_entry *e = &top[i];
+        const struct tio_idle_tensor *e = &top[i];
         (void)fprintf(f, "%s\n    {\"tensor\": %u, \"name\": ", i ? "," : "", e->tensor);
         const char *name = tio_trace_tensor_name(tr, e->tensor);
         if (name) {
@@ -196,8 +137,8 @@ static void print_json(const char *path,
                       ", \"start\": %" PRIu64 ", \"end\": %" PRIu64 ", \"total_idle_ns\": %" PRIu64
                       ", \"periods\": %u, \"wraps\": %s}",
                       tio_tensor_kind_name(v.tensor_kind[e->tensor]), v.tensor_bytes[e->tensor],
-                      e->longest_ns, e->start, e->end, e->total_ns, e->n_periods,
-                      (e->flags & TIO_PERIOD_WRAPS) ? "true" : "false");
+                      e->longest.duration_ns, e->longest.start, e->longest.end, e->total_ns,
+                      e->n_periods, (e->longest.flags & TIO_PERIOD_WRAPS) ? "true" : "false");
     }
     (void)fputs(n_top ? "\n  ]\n}\n" : "]\n}\n", f);
 }
@@ -220,7 +161,7 @@ static void print_text(const char *path,
                        const struct tio_trace *tr,
                        const struct tio_analysis *a,
                        const struct tio_analysis_params *prm,
-                       const struct top_entry *top,
+                       const struct tio_idle_tensor *top,
                        size_t n_top,
                        int want_top) {
     struct tio_analysis_summary s;
@@ -295,16 +236,16 @@ static void print_text(const char *path,
     printf("%8s  %-24s %-12s %10s %12s %20s %12s %7s\n", "tensor", "name", "kind", "size",
            "longest idle", "kernels [start,end)", "total idle", "periods");
     for (size_t i = 0; i < n_top; i++) {
-        const struct top_entry *e = &top[i];
+        const struct tio_idle_tensor *e = &top[i];
         const char *name = tio_trace_tensor_name(tr, e->tensor);
         char range[64];
         /* "w": the period wraps into the next iteration. */
-        (void)snprintf(range, sizeof range, "[%" PRIu64 ",%" PRIu64 ")%s", e->start, e->end,
-                       (e->flags & TIO_PERIOD_WRAPS) ? "w" : "");
+        (void)snprintf(range, sizeof range, "[%" PRIu64 ",%" PRIu64 ")%s", e->longest.start,
+                       e->longest.end, (e->longest.flags & TIO_PERIOD_WRAPS) ? "w" : "");
         printf("%8u  %-24.24s %-12s %10s %12s %20s %12s %7u\n", e->tensor, name ? name : "-",
                tio_tensor_kind_name(v.tensor_kind[e->tensor]),
-               tio_format_bytes(v.tensor_bytes[e->tensor], b1, 64), dur(e->longest_ns, b2, 64),
-               range, dur(e->total_ns, b3, 64), e->n_periods);
+               tio_format_bytes(v.tensor_bytes[e->tensor], b1, 64),
+               dur(e->longest.duration_ns, b2, 64), range, dur(e->total_ns, b3, 64), e->n_periods);
     }
 }
 
@@ -395,11 +336,13 @@ int cli_cmd_analyze(int argc, char **argv) {
         return cli_fail(cmd_name, "analysis", rc);
     }
     int code = TIO_EXIT_OK;
-    struct top_entry *top = NULL;
-    long n_top = collect_top(a, tr, (size_t)top_n, &top);
-    if (n_top < 0) {
-        cli_error(cmd_name, "out of memory");
-        code = TIO_EXIT_RUNTIME;
+    struct tio_trace_view tv;
+    tio_trace_get_view(tr, &tv);
+    size_t max_top = (size_t)top_n < tv.n_tensors ? (size_t)top_n : tv.n_tensors, n_top = 0;
+    struct tio_idle_tensor *top = malloc((max_top ? max_top : 1) * sizeof *top);
+    rc = top ? tio_analysis_top_idle(a, UINT64_C(10000000), top, max_top, &n_top) : TIO_ENOMEM;
+    if (rc < 0) {
+        code = cli_fail(cmd_name, "analysis", rc);
         goto done;
     }
     if (csv_dir) {
@@ -410,9 +353,9 @@ int cli_cmd_analyze(int argc, char **argv) {
         }
     }
     if (json) {
-        print_json(path, tr, a, &prm, top, (size_t)n_top);
+        print_json(path, tr, a, &prm, top, n_top);
     } else {
-        print_text(path, tr, a, &prm, top, (size_t)n_top, top_n > 0);
+        print_text(path, tr, a, &prm, top, n_top, top_n > 0);
         if (csv_dir) {
             printf("\nwrote %s/memory.csv, periods.csv, cdf.csv\n", csv_dir);
         }

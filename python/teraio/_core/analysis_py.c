@@ -337,7 +337,7 @@ static PyObject *analysis_tensor_periods(PyObject *self_obj, PyObject *arg) {
 }
 
 static PyObject *use_or_none(uint64_t k) {
-    if (k == UINT64_MAX) {
+    if (k == TIO_NEVER_USED) {
         Py_RETURN_NONE;
     }
     return PyLong_FromUnsignedLongLong(k);
@@ -478,61 +478,33 @@ static PyObject *buckets_list(AnalysisObject *self, const struct tio_analysis_su
     return l;
 }
 
-/* The `top` tensors of at least 10 MB ranked by their longest period (ties: lower id; within a
- * tensor the earliest of equal periods), as in `teraio analyze`. */
-struct top_entry {
-    uint32_t tensor, n_periods;
-    const struct tio_period *best;
-    uint64_t total_ns;
-};
-
-static int cmp_top(const void *pa, const void *pb) {
-    const struct top_entry *a = pa, *b = pb;
-    if (a->best->duration_ns != b->best->duration_ns) {
-        return a->best->duration_ns < b->best->duration_ns ? 1 : -1;
-    }
-    return (a->tensor > b->tensor) - (a->tensor < b->tensor);
-}
-
+/* The `top` tensors of at least 10 MB idle the longest (tio_analysis_top_idle), as in
+ * `teraio analyze`. */
 static PyObject *top_list(AnalysisObject *self, size_t top) {
     struct tio_trace_view v;
     tio_trace_get_view(self->trace, &v);
-    size_t np;
-    const struct tio_period *p = tio_analysis_periods(self->a, &np);
-    struct top_entry *e = PyMem_Malloc((v.n_tensors ? v.n_tensors : 1) * sizeof *e);
+    size_t max = top < v.n_tensors ? top : v.n_tensors, keep = 0;
+    struct tio_idle_tensor *e = PyMem_Malloc((max ? max : 1) * sizeof *e);
     if (!e) {
         return PyErr_NoMemory();
     }
-    size_t n = 0;
-    for (uint32_t t = 0; t < v.n_tensors && top > 0; t++) {
-        size_t m;
-        const uint32_t *idx = tio_analysis_tensor_periods(self->a, t, &m);
-        if (v.tensor_bytes[t] < UINT64_C(10000000) || m == 0) {
-            continue;
-        }
-        struct top_entry x = { .tensor = t, .n_periods = (uint32_t)m, .best = &p[idx[0]] };
-        for (size_t j = 0; j < m; j++) {
-            x.total_ns += p[idx[j]].duration_ns;
-            if (p[idx[j]].duration_ns > x.best->duration_ns) {
-                x.best = &p[idx[j]];
-            }
-        }
-        e[n++] = x;
+    int rc = tio_analysis_top_idle(self->a, UINT64_C(10000000), e, max, &keep);
+    if (rc < 0) {
+        PyMem_Free(e);
+        return tio_py_raise(rc, "Analysis.summary(top)");
     }
-    qsort(e, n, sizeof *e, cmp_top);
-    size_t keep = n < top ? n : top;
     PyObject *out = PyList_New((Py_ssize_t)keep);
     for (size_t i = 0; out && i < keep; i++) {
-        const struct top_entry *x = &e[i];
+        const struct tio_idle_tensor *x = &e[i];
         PyObject *d = Py_BuildValue(
             "{s:I,s:z,s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:O}", "tensor", x->tensor, "name",
             tio_trace_tensor_name(self->trace, x->tensor), "kind",
             tio_tensor_kind_name(v.tensor_kind[x->tensor]), "bytes",
             (unsigned long long)v.tensor_bytes[x->tensor], "longest_idle_ns",
-            (unsigned long long)x->best->duration_ns, "start", (unsigned long long)x->best->start,
-            "end", (unsigned long long)x->best->end, "total_idle_ns",
-            (unsigned long long)x->total_ns, "periods", x->n_periods, "wraps",
-            (x->best->flags & TIO_PERIOD_WRAPS) ? Py_True : Py_False);
+            (unsigned long long)x->longest.duration_ns, "start",
+            (unsigned long long)x->longest.start, "end", (unsigned long long)x->longest.end,
+            "total_idle_ns", (unsigned long long)x->total_ns, "periods", x->n_periods, "wraps",
+            (x->longest.flags & TIO_PERIOD_WRAPS) ? Py_True : Py_False);
         if (!d) {
             Py_CLEAR(out);
             break;
@@ -656,9 +628,115 @@ static PyTypeObject analysis_type = {
     .tp_new = PyType_GenericNew,
 };
 
+/* A list of kernel indices, None for TIO_NEVER_USED. */
+static PyObject *uses_list(const uint64_t *k, size_t n) {
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l && i < n; i++) {
+        PyObject *x = use_or_none(k[i]);
+        if (!x) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
+    }
+    return l;
+}
+
+static PyObject *liveness_fn(PyObject *mod, PyObject *args, PyObject *kwds) {
+    (void)mod;
+    static char *kwlist[] = { "trace", "skip_kernel", "exclude", NULL };
+    PyObject *trace_obj, *exclude_obj = Py_None;
+    const char *skip = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|zO", kwlist, &trace_obj, &skip, &exclude_obj)) {
+        return NULL;
+    }
+    const struct tio_trace *tr = tio_py_trace_borrow ? tio_py_trace_borrow(trace_obj) : NULL;
+    if (!tr) {
+        PyErr_Clear();
+        return PyErr_Format(PyExc_TypeError, "liveness(trace): a teraio.Trace, not %.100s",
+                            Py_TYPE(trace_obj)->tp_name);
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    uint64_t *first = PyMem_Malloc((v.n_tensors ? v.n_tensors : 1) * sizeof *first);
+    uint64_t *last = PyMem_Malloc((v.n_tensors ? v.n_tensors : 1) * sizeof *last);
+    uint64_t *res = PyMem_Malloc((v.n_kernels ? v.n_kernels : 1) * sizeof *res);
+    uint8_t *exclude =
+        exclude_obj == Py_None ? NULL : PyMem_Calloc(v.n_tensors ? v.n_tensors : 1, 1);
+    PyObject *out = NULL, *it = NULL;
+    if (!first || !last || !res || (exclude_obj != Py_None && !exclude)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (exclude) { /* an iterable of tensor ids */
+        it = PyObject_GetIter(exclude_obj);
+        PyObject *x;
+        while (it && (x = PyIter_Next(it))) {
+            unsigned long long t = PyLong_AsUnsignedLongLong(x);
+            Py_DECREF(x);
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            if (t >= v.n_tensors) {
+                PyErr_Format(PyExc_ValueError, "liveness(exclude): tensor %llu out of range (%zu)",
+                             t, v.n_tensors);
+                goto done;
+            }
+            exclude[t] = 1;
+        }
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    int rc = tio_analysis_liveness(tr, skip, exclude, first, last, res);
+    if (rc < 0) {
+        tio_py_raise(rc, "liveness");
+        goto done;
+    }
+    PyObject *f = uses_list(first, v.n_tensors), *l = uses_list(last, v.n_tensors);
+    PyObject *r = PyList_New((Py_ssize_t)v.n_kernels);
+    for (size_t k = 0; r && k < v.n_kernels; k++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(res[k]);
+        if (!x) {
+            Py_CLEAR(r);
+            break;
+        }
+        PyList_SET_ITEM(r, (Py_ssize_t)k, x);
+    }
+    if (f && l && r) {
+        out = PyTuple_Pack(3, f, l, r);
+    }
+    Py_XDECREF(f);
+    Py_XDECREF(l);
+    Py_XDECREF(r);
+done:
+    Py_XDECREF(it);
+    PyMem_Free(first);
+    PyMem_Free(last);
+    PyMem_Free(res);
+    PyMem_Free(exclude);
+    return out;
+}
+
+static PyMethodDef liveness_def = {
+    "liveness", (PyCFunction)(void (*)(void))liveness_fn, METH_VARARGS | METH_KEYWORDS,
+    "liveness(trace, skip_kernel=None, exclude=None) -> (first, last, resident): "
+    "tio_analysis_liveness of a teraio.Trace. first[t] / last[t]: the first / last "
+    "kernel that uses tensor t, None if none does (kernels named skip_kernel do not count, e.g. "
+    "RUNTIME_FREE_KERNEL); resident[k]: the bytes resident at kernel k with nothing offloaded "
+    "(globals always, other tensors from first to last use), over the tensors not in the "
+    "iterable exclude."
+};
+
 int tio_py_add_analysis(PyObject *m) {
     analysis_methods[0].ml_doc = summary_doc;
     if (PyType_Ready(&buffer_type) < 0 || PyType_Ready(&analysis_type) < 0) {
+        return -1;
+    }
+    PyObject *fn = PyCFunction_NewEx(&liveness_def, NULL, NULL);
+    int rc = fn ? PyModule_AddObjectRef(m, "liveness", fn) : -1;
+    Py_XDECREF(fn);
+    if (rc < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(m, "Analysis", (PyObject *)&analysis_type);

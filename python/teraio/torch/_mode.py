@@ -46,29 +46,19 @@ class StepProgram:
         tb = [t[0] for t in self.tensors]
         return [sum(tb[u[i]] for i in range(0, len(u), 2)) for (_, _, _, u) in self.kernels]
 
+    def liveness(self, skip_kernel=None, exclude=None):
+        """(first, last, resident) of this step from the C library (teraio._core.liveness, the
+        executor's own definitions): first/last use per tensor (None: never used; operators
+        named skip_kernel do not count) and the bytes resident at each operator with nothing
+        offloaded, over the tensors not in exclude."""
+        trace = _c.Trace.build(self.tensors, self.kernels, {})
+        return _c.liveness(trace, skip_kernel, exclude)
+
     def peak_resident(self) -> int:
         """Tracked peak with nothing offloaded: globals plus intermediates between first and
         last use (the same model as the executor's accounting)."""
-        n = len(self.kernels)
-        first, last = {}, {}
-        for k, (_, _, _, u) in enumerate(self.kernels):
-            for i in range(0, len(u), 2):
-                t = u[i]
-                first.setdefault(t, k)
-                last[t] = k
-        delta = [0] * (n + 1)
-        base = 0
-        for t, (b, _, flags, _) in enumerate(self.tensors):
-            if flags & F_GLOBAL:
-                base += b
-            elif t in first:
-                delta[first[t]] += b
-                delta[last[t] + 1] -= b
-        peak, cur = base, base
-        for k in range(n):
-            cur += delta[k]
-            peak = max(peak, cur)
-        return peak
+        resident = self.liveness()[2]
+        return max(resident, default=sum(b for b, _, f, _ in self.tensors if f & F_GLOBAL))
 
 
 def collect_globals(model, optimizer):
@@ -372,14 +362,9 @@ class StepDriver:
     # ---- execution set-up -----------------------------------------------------------------
     def _prepare_exec(self):
         prog = self.prog
-        last = {}
-        for k, (name, _, _, u) in enumerate(prog.kernels):
-            if name == FREE_KERNEL:
-                continue
-            for i in range(0, len(u), 2):
-                last[u[i]] = k
-        for t, k in last.items():
-            if t in self.movable and not (prog.tensors[t][2] & F_GLOBAL):
+        last = prog.liveness(skip_kernel=FREE_KERNEL)[1]  # last real use (not a free marker)
+        for t, k in enumerate(last):
+            if k is not None and t in self.movable and not (prog.tensors[t][2] & F_GLOBAL):
                 self.release_at.setdefault(k, []).append(t)
         for tid, st in self.st_by_id.items():
             if st.nbytes() > 0:

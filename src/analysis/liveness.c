@@ -1,0 +1,242 @@
+/* Liveness of a trace: uses per tensor, first/last use, next use, resident curve and inactive
+ * periods (analysis/liveness.h). Every function is linear in n_uses + n_kernels + n_tensors. */
+#include "analysis/liveness.h"
+
+#include <string.h>
+
+#include "common/common_impl.h"
+
+void tio_liveness_first_last(size_t n_kernels,
+                             size_t n_tensors,
+                             const uint64_t *use_offset,
+                             const uint32_t *use_tensor,
+                             const uint8_t *skip,
+                             uint64_t *first,
+                             uint64_t *last) {
+    for (size_t t = 0; t < n_tensors; t++) {
+        first[t] = TIO_NEVER_USED;
+        last[t] = TIO_NEVER_USED;
+    }
+    for (size_t k = 0; k < n_kernels; k++) {
+        if (skip && skip[k]) {
+            continue;
+        }
+        for (uint64_t u = use_offset[k]; u < use_offset[k + 1]; u++) {
+            uint32_t t = use_tensor[u];
+            if (first[t] == TIO_NEVER_USED) {
+                first[t] = k;
+            }
+            last[t] = k;
+        }
+    }
+}
+
+void tio_liveness_next_use(size_t n_kernels,
+                           size_t n_tensors,
+                           const uint64_t *use_offset,
+                           const uint32_t *use_tensor,
+                           const uint8_t *skip,
+                           uint64_t *next,
+                           uint64_t *first) {
+    /* Backwards, with first[t] the earliest counted use seen so far: the next use of every use
+     * of kernel k is read before k itself becomes that earliest use. */
+    for (size_t t = 0; t < n_tensors; t++) {
+        first[t] = TIO_NEVER_USED;
+    }
+    for (size_t k = n_kernels; k-- > 0;) {
+        const uint64_t u0 = use_offset[k], u1 = use_offset[k + 1];
+        for (uint64_t u = u0; u < u1; u++) {
+            next[u] = first[use_tensor[u]];
+        }
+        if (!(skip && skip[k])) {
+            for (uint64_t u = u0; u < u1; u++) {
+                first[use_tensor[u]] = k;
+            }
+        }
+    }
+}
+
+void tio_liveness_resident(size_t n_kernels,
+                           size_t n_tensors,
+                           const uint64_t *first,
+                           const uint64_t *last,
+                           const uint64_t *bytes,
+                           const uint32_t *tensor_flags,
+                           const uint8_t *exclude,
+                           uint64_t *out) {
+    /* A difference array in modular arithmetic: every partial sum is a true resident size, which
+     * fits in 64 bits because the trace's total bytes do. */
+    uint64_t global = 0;
+    memset(out, 0, n_kernels * sizeof *out);
+    for (size_t t = 0; t < n_tensors; t++) {
+        if (exclude && exclude[t]) {
+            continue;
+        }
+        if (tensor_flags[t] & TIO_TENSOR_GLOBAL) {
+            global += bytes[t];
+            continue;
+        }
+        if (first[t] == TIO_NEVER_USED) {
+            continue;
+        }
+        out[first[t]] += bytes[t];
+        if (last[t] + 1 < n_kernels) {
+            out[last[t] + 1] -= bytes[t];
+        }
+    }
+    uint64_t run = global;
+    for (size_t k = 0; k < n_kernels; k++) {
+        run += out[k];
+        out[k] = run;
+    }
+}
+
+void tio_liveness_free(struct tio_liveness *lv) {
+    if (!lv) {
+        return;
+    }
+    tio_free(lv->use_off);
+    tio_free(lv->use_kernel);
+    tio_free(lv->use_mode);
+    tio_free(lv->first_use);
+    tio_free(lv->last_use);
+    tio_free(lv->resident);
+    tio_free(lv->active);
+    memset(lv, 0, sizeof *lv);
+}
+
+/* n elements of `elem` bytes, at least one (pointers are never NULL for empty traces); NULL on
+ * overflow or failure. */
+static void *alloc_array(size_t n, size_t elem, int zero) {
+    size_t bytes;
+    if (__builtin_mul_overflow(n ? n : 1, elem, &bytes)) {
+        return NULL;
+    }
+    return zero ? tio_calloc(1, bytes) : tio_malloc(bytes);
+}
+
+int tio_liveness_build(const struct tio_trace_view *v, struct tio_liveness *lv) {
+    memset(lv, 0, sizeof *lv);
+    const size_t n = v->n_kernels, nt = v->n_tensors;
+    lv->n_kernels = n;
+    lv->n_tensors = nt;
+    lv->use_off = alloc_array(nt + 1, sizeof *lv->use_off, 1);
+    lv->use_kernel = alloc_array(v->n_uses, sizeof *lv->use_kernel, 0);
+    lv->use_mode = alloc_array(v->n_uses, sizeof *lv->use_mode, 0);
+    lv->first_use = alloc_array(nt, sizeof *lv->first_use, 0);
+    lv->last_use = alloc_array(nt, sizeof *lv->last_use, 0);
+    lv->resident = alloc_array(n, sizeof *lv->resident, 0);
+    lv->active = alloc_array(n, sizeof *lv->active, 1);
+    if (!lv->use_off || !lv->use_kernel || !lv->use_mode || !lv->first_use || !lv->last_use ||
+        !lv->resident || !lv->active) {
+        tio_liveness_free(lv);
+        return TIO_ENOMEM;
+    }
+    /* Transpose the kernel -> use CSR: count per tensor, prefix sums, scatter the kernels in
+     * order (so each tensor's list comes out ascending); the scatter advances each offset to the
+     * next tensor's start, so the offsets are shifted back by one afterwards. */
+    size_t *off = lv->use_off;
+    for (size_t u = 0; u < v->n_uses; u++) {
+        off[v->use_tensor[u] + 1]++;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        off[t + 1] += off[t];
+    }
+    for (size_t k = 0; k < n; k++) {
+        for (uint64_t u = v->kernel_use_offset[k]; u < v->kernel_use_offset[k + 1]; u++) {
+            uint32_t t = v->use_tensor[u];
+            lv->use_kernel[off[t]] = (uint32_t)k;
+            lv->use_mode[off[t]] = v->use_mode[u];
+            off[t]++;
+            lv->active[k] += v->tensor_bytes[t];
+        }
+    }
+    for (size_t t = nt; t > 0; t--) {
+        off[t] = off[t - 1];
+    }
+    off[0] = 0;
+    tio_liveness_first_last(n, nt, v->kernel_use_offset, v->use_tensor, NULL, lv->first_use,
+                            lv->last_use);
+    tio_liveness_resident(n, nt, lv->first_use, lv->last_use, v->tensor_bytes, v->tensor_flags,
+                          NULL, lv->resident);
+    return 0;
+}
+
+void tio_liveness_iter_init(struct tio_liveness_iter *it,
+                            const struct tio_liveness *lv,
+                            uint32_t t,
+                            int global) {
+    *it = (struct tio_liveness_iter){ .uses = lv->use_kernel + lv->use_off[t],
+                                      .m = lv->use_off[t + 1] - lv->use_off[t],
+                                      .n = lv->n_kernels,
+                                      .i = 0,
+                                      .global = global };
+}
+
+int tio_liveness_iter_next(struct tio_liveness_iter *it, struct tio_liveness_period *p) {
+    while (it->i + 1 < it->m) {
+        uint64_t ps = (uint64_t)it->uses[it->i] + 1, pe = it->uses[it->i + 1];
+        it->i++;
+        if (pe > ps) {
+            *p = (struct tio_liveness_period){
+                .start = ps, .end = pe, .flags = 0, .use_index = (uint32_t)(it->i - 1)
+            };
+            return 1;
+        }
+    }
+    if (it->global) {
+        it->global = 0;
+        if (it->m == 0) {
+            *p = (struct tio_liveness_period){
+                .start = 0, .end = it->n, .flags = TIO_PERIOD_UNUSED, .use_index = 0
+            };
+        } else {
+            /* After the last use to the first use of the next iteration. When the first use is
+             * kernel 0 the period ends exactly at N: it still ends in the next iteration. */
+            *p = (struct tio_liveness_period){ .start = (uint64_t)it->uses[it->m - 1] + 1,
+                                               .end = (uint64_t)it->uses[0] + it->n,
+                                               .flags = TIO_PERIOD_WRAPS,
+                                               .use_index = (uint32_t)(it->m - 1) };
+        }
+        if (p->end > p->start) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int tio_analysis_liveness(const struct tio_trace *trace,
+                          const char *skip_kernel,
+                          const uint8_t *exclude,
+                          uint64_t *first,
+                          uint64_t *last,
+                          uint64_t *resident) {
+    if (!trace || !first || !last) {
+        return tio_set_error(TIO_EINVAL, "liveness: NULL trace, first or last");
+    }
+    if (!tio_trace_is_finished(trace)) {
+        return tio_set_error(TIO_ESTATE, "liveness: the trace is not finished "
+                                         "(call tio_trace_finish first)");
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(trace, &v);
+    uint8_t *skip = NULL;
+    if (skip_kernel) {
+        skip = alloc_array(v.n_kernels, 1, 0);
+        if (!skip) {
+            return tio_set_error(TIO_ENOMEM, "liveness: out of memory (%zu kernels)", v.n_kernels);
+        }
+        for (size_t k = 0; k < v.n_kernels; k++) {
+            const char *name = tio_trace_kernel_name(trace, (uint32_t)k);
+            skip[k] = name && strcmp(name, skip_kernel) == 0;
+        }
+    }
+    tio_liveness_first_last(v.n_kernels, v.n_tensors, v.kernel_use_offset, v.use_tensor, skip,
+                            first, last);
+    if (resident) {
+        tio_liveness_resident(v.n_kernels, v.n_tensors, first, last, v.tensor_bytes, v.tensor_flags,
+                              exclude, resident);
+    }
+    tio_free(skip);
+    return 0;
+}

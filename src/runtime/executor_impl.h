@@ -1,0 +1,111 @@
+/* Private: the executor's tensor table and the helpers its files share (docs/runtime.md). */
+#ifndef TIO_EXECUTOR_IMPL_H
+#define TIO_EXECUTOR_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <teraio/analysis.h>
+#include <teraio/runtime.h>
+
+#include "../dl/cudart_shim.h"
+
+enum tensor_state {
+    ST_ABSENT = 0,      /* intermediate not created yet or already dead */
+    ST_RESIDENT = 1,    /* memory allocated (bound or not) */
+    ST_WRITING = 2,     /* offload write in flight, memory still there */
+    ST_STORED = 3,      /* memory released, copy in the engine */
+    ST_MATERIALIZE = 4, /* MATERIALIZE returned, waiting for bind */
+    ST_READING = 5      /* read in flight into bound memory */
+};
+
+/* Per-tensor flags. */
+enum {
+    TF_GLOBAL = 1u << 0,   /* alive across iterations */
+    TF_PINNED = 1u << 1,   /* never moved (pinned, or used by a COMM kernel) */
+    TF_HAS_COPY = 1u << 2, /* the engine holds a copy */
+    TF_DIRTY = 1u << 3,    /* written since that copy */
+    TF_KEEP = 1u << 4,     /* offload in flight but needed again: do not release */
+    TF_DONE = 1u << 5,     /* write completed, RELEASE pending */
+    TF_URGENT = 1u << 6,   /* read must be urgent (a kernel needs it now) */
+    TF_LANDING = 1u << 7   /* stream-ordered: read completed, its bytes land on the device when
+                              landed[t] does (the compute stream must wait on it before any use
+                              of the memory, its release included) */
+};
+
+#define TAG_READ (UINT64_C(1) << 63)
+
+struct tio_runtime {
+    const struct tio_trace *trace;
+    const struct tio_plan *plan;
+    struct tio_engine *engine;
+    struct tio_trace_view v;
+    const struct tio_move *moves;
+    size_t n_moves;
+    size_t *move_off; /* [N + 1] moves triggered at kernel k: [move_off[k], move_off[k+1]) */
+    /* Liveness (analysis/liveness.h; TIO_NEVER_USED: none). A "real" use is one by a kernel that
+     * is not a free marker. */
+    uint64_t *first_use, *last_use;   /* [n_tensors] kernel indices of any use */
+    uint64_t *first_real, *last_real; /* [n_tensors] kernel indices of real uses */
+    uint8_t *is_free;                 /* [n_kernels] 1: a TIO_RUNTIME_FREE_KERNEL marker */
+    uint64_t *next_of_use; /* [n_uses] next kernel after this use's that really uses the tensor */
+    uint64_t *cursor;      /* [n_tensors] next real use at or after next_k */
+    uint32_t *victims;     /* [n_tensors] scratch: the demand offloads of one kernel */
+    int32_t demand_tier;   /* params.demand_tier */
+    int has_ssd;           /* the engine has SSD directories */
+    uint8_t *state;        /* [n_tensors] enum tensor_state */
+    uint32_t *tflags;      /* [n_tensors] TF_* */
+    void **ptr;            /* [n_tensors] bound memory or NULL */
+    uint64_t budget;       /* bytes, 0 = none */
+    uint64_t id_base;      /* engine tensor id = id_base + trace id (unless adopted) */
+    uint64_t *eid;         /* [n_tensors] engine tensor id */
+    int32_t mem;
+    /* Stream-ordered execution (params.stream_ordered): kernels are queued on `stream` and may
+     * not have run yet when the executor is called; each request that touches device memory
+     * waits (on the engine's threads) for an event recorded on `stream` when it was issued. */
+    const struct tio_cudart_api *cu; /* non-NULL when stream-ordered */
+    tio_cuda_stream stream;
+    tio_cuda_event *fence;  /* [n_tensors] created on first use; one request per tensor at once */
+    tio_cuda_event *landed; /* [n_tensors] the reads' done events (TF_LANDING) */
+    uint64_t next_k;        /* the kernel expected next */
+    int in_iter;            /* between begin_iteration and end_iteration */
+    int steady;             /* the plan's state at iteration start has been established */
+    size_t inflight;        /* engine requests outstanding */
+    int failed;             /* sticky engine failure */
+    int fail_rc;
+    char fail_msg[512];
+    struct tio_runtime_stats st;
+};
+
+/* executor_io.c: the engine requests and the table updates their completions make. */
+
+/* tio_rt_sticky: set the error detail to the recorded engine failure; returns its code. */
+int tio_rt_sticky(struct tio_runtime *rt);
+/* tio_rt_drop_copy: forget the engine's copy of t (best effort). */
+void tio_rt_drop_copy(struct tio_runtime *rt, uint32_t t);
+void tio_rt_add_resident(struct tio_runtime *rt, uint32_t t);
+void tio_rt_sub_resident(struct tio_runtime *rt, uint32_t t);
+/* tio_rt_reap: apply at least `min` completions (waiting for them). */
+int tio_rt_reap(struct tio_runtime *rt, size_t min);
+/* tio_rt_wait_tensor: wait until t has no request in flight, adding the wait to *acc. */
+int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc);
+/* tio_rt_push: append one action to out[*n] (TIO_EINVAL when max is reached). */
+int tio_rt_push(
+    struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes);
+/* tio_rt_settle / tio_rt_settle_all: order the compute stream after landed reads. */
+int tio_rt_settle(struct tio_runtime *rt, uint32_t t);
+int tio_rt_settle_all(struct tio_runtime *rt);
+/* tio_rt_releases: hand out RELEASE for every completed, not-kept offload. */
+int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n);
+/* tio_rt_planned_write: the plan's offload of t to `tier`. */
+int tio_rt_planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent);
+/* tio_rt_pending_release: bytes of completed offloads whose RELEASE is not handed out yet. */
+uint64_t tio_rt_pending_release(const struct tio_runtime *rt);
+/* tio_rt_releases_first: move the RELEASE actions out[m..n) before out[0..m). */
+void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n);
+/* tio_rt_demand_offload: write victims until the resident bytes fit the budget before k. */
+int tio_rt_demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, size_t *n);
+/* tio_rt_submit_read: read t back into its bound memory. */
+int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t);
+
+#endif

@@ -1,0 +1,489 @@
+/* The executor's engine requests and the table updates their completions make. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <teraio/alloc.h>
+#include <teraio/runtime.h>
+
+#include "../common/common_impl.h"
+#include "executor_impl.h"
+
+int tio_rt_sticky(struct tio_runtime *rt) {
+    return tio_set_error(rt->fail_rc, "%s", rt->fail_msg);
+}
+
+/* Record the first engine failure; every later call reports it (sticky). */
+static void fail(struct tio_runtime *rt, int rc, const char *what, uint32_t t, const char *detail) {
+    if (rt->failed) {
+        return;
+    }
+    rt->failed = 1;
+    rt->fail_rc = rc;
+    const char *name = tio_trace_tensor_name(rt->trace, t);
+    (void)snprintf(rt->fail_msg, sizeof rt->fail_msg,
+                   "runtime: %s of tensor %u (%s, %llu bytes): %s: %s", what, t,
+                   name ? name : "unnamed", (unsigned long long)rt->v.tensor_bytes[t],
+                   tio_strerror(rc), detail && *detail ? detail : "no detail");
+}
+
+/* Forget the engine's copy of t (best effort: a failure only leaks its extents until exit). */
+void tio_rt_drop_copy(struct tio_runtime *rt, uint32_t t) {
+    if (tio_engine_drop(rt->engine, rt->eid[t]) < 0) {
+        TIO_LOG_DEBUG("runtime: drop of tensor %u: %s", t, tio_last_error());
+    }
+}
+
+void tio_rt_add_resident(struct tio_runtime *rt, uint32_t t) {
+    rt->st.resident_bytes += rt->v.tensor_bytes[t];
+}
+
+void tio_rt_sub_resident(struct tio_runtime *rt, uint32_t t) {
+    uint64_t b = rt->v.tensor_bytes[t];
+    rt->st.resident_bytes = rt->st.resident_bytes >= b ? rt->st.resident_bytes - b : 0;
+}
+
+/* Apply one completion to the table. */
+static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
+    uint32_t t = (uint32_t)(c->tag & 0xffffffffu);
+    int is_read = (c->tag & TAG_READ) != 0;
+    if (rt->inflight > 0) {
+        rt->inflight--;
+    }
+    if (t >= rt->v.n_tensors) {
+        return;
+    }
+    uint64_t bytes = rt->v.tensor_bytes[t];
+    if (c->res < 0 || (uint64_t)c->res != bytes) {
+        int rc = c->res < 0 ? (int)c->res : TIO_EIO;
+        fail(rt, rc, is_read ? "read" : "write", t, tio_engine_last_error(rt->engine));
+        /* A failed write keeps the tensor resident (nothing was released); a failed read leaves
+         * the memory undefined, which the sticky error reports before any kernel runs. */
+        rt->state[t] = ST_RESIDENT;
+        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+        if (!is_read) {
+            rt->tflags[t] &= ~(uint32_t)TF_HAS_COPY;
+        }
+        return;
+    }
+    if (is_read) {
+        rt->state[t] = ST_RESIDENT;
+        rt->tflags[t] &= ~(uint32_t)(TF_DIRTY | TF_URGENT);
+        if (rt->cu) {
+            rt->tflags[t] |= TF_LANDING;
+        }
+        rt->st.prefetches++;
+        rt->st.bytes_prefetched += bytes;
+        rt->st.stored_bytes -= rt->st.stored_bytes >= bytes ? bytes : rt->st.stored_bytes;
+    } else {
+        rt->tflags[t] |= TF_HAS_COPY;
+        rt->tflags[t] &= ~(uint32_t)TF_DIRTY;
+        rt->st.offloads++;
+        rt->st.bytes_offloaded += bytes;
+        if (rt->tflags[t] & TF_KEEP) {
+            rt->state[t] = ST_RESIDENT;
+            rt->tflags[t] &= ~(uint32_t)TF_KEEP;
+        } else {
+            rt->tflags[t] |= TF_DONE; /* stays WRITING until the RELEASE is handed out */
+        }
+    }
+}
+
+/* Reap completions: wait for at least `min` (0: poll only). */
+int tio_rt_reap(struct tio_runtime *rt, size_t min) {
+    struct tio_completion c[64];
+    for (;;) {
+        size_t want = min > 64 ? 64 : min;
+        if (want > rt->inflight) {
+            want = rt->inflight;
+        }
+        int n = want ? tio_engine_wait(rt->engine, c, want, 64, -1)
+                     : tio_engine_poll(rt->engine, c, 64);
+        if (n < 0) {
+            return n;
+        }
+        for (int i = 0; i < n; i++) {
+            complete(rt, &c[i]);
+        }
+        size_t got = (size_t)n;
+        min = min > got ? min - got : 0;
+        if (min == 0 || rt->inflight == 0) {
+            return 0;
+        }
+    }
+}
+
+/* Wait until tensor t has no request in flight; the time counts as a stall. */
+int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc) {
+    double t0 = tio_now_s();
+    while ((rt->state[t] == ST_READING ||
+            (rt->state[t] == ST_WRITING && !(rt->tflags[t] & TF_DONE))) &&
+           rt->inflight > 0) {
+        int rc = tio_rt_reap(rt, 1);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    *acc += tio_now_s() - t0;
+    return 0;
+}
+
+int tio_rt_push(
+    struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes) {
+    if (*n >= max) {
+        return tio_set_error(TIO_EINVAL,
+                             "runtime: action array too small (max %zu): pass "
+                             "tio_runtime_max_actions() entries",
+                             max);
+    }
+    out[*n].tensor = t;
+    out[*n].kind = kind;
+    out[*n].bytes = bytes;
+    (*n)++;
+    return 0;
+}
+
+/* A read of t completed with its bytes still on the way (TF_LANDING): make the compute stream
+ * wait for them, so no kernel launched from now on (nor the caching allocator's next user of
+ * the memory, once it is released) sees the memory before they land. */
+int tio_rt_settle(struct tio_runtime *rt, uint32_t t) {
+    if (!(rt->tflags[t] & TF_LANDING)) {
+        return 0;
+    }
+    rt->tflags[t] &= ~(uint32_t)TF_LANDING;
+    int err = rt->cu->stream_wait_event(rt->stream, rt->landed[t], 0);
+    if (err) {
+        char d[96];
+        (void)snprintf(d, sizeof d, "cudaStreamWaitEvent on its read: CUDA error %d", err);
+        fail(rt, TIO_ECUDA, "read", t, d);
+        return tio_rt_sticky(rt);
+    }
+    return 0;
+}
+
+int tio_rt_settle_all(struct tio_runtime *rt) {
+    int rc = 0;
+    for (uint32_t t = 0; t < rt->v.n_tensors && rc == 0; t++) {
+        rc = tio_rt_settle(rt, t);
+    }
+    return rc;
+}
+
+/* Hand out RELEASE for every completed, not-kept offload. */
+int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
+    for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+        if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
+            int rc = tio_rt_settle(rt, t); /* a clean offload of a tensor still landing */
+            if (rc == 0) {
+                rc = tio_rt_push(out, max, n, t, TIO_RT_RELEASE, rt->v.tensor_bytes[t]);
+            }
+            if (rc < 0) {
+                return rc;
+            }
+            rt->tflags[t] &= ~(uint32_t)TF_DONE;
+            rt->state[t] = ST_STORED;
+            rt->ptr[t] = NULL;
+            rt->st.stored_bytes += rt->v.tensor_bytes[t];
+            tio_rt_sub_resident(rt, t);
+        }
+    }
+    return 0;
+}
+
+/*
+ * t's event in `slots` (rt->fence or rt->landed), created on first use and, with `record`,
+ * recorded on the compute stream now. NULL when not stream-ordered; on a CUDA error the executor
+ * fails (sticky), naming `what`, and *rc says so.
+ */
+static void *tensor_event(struct tio_runtime *rt,
+                          tio_cuda_event *slots,
+                          uint32_t t,
+                          int record,
+                          const char *what,
+                          int *rc) {
+    *rc = 0;
+    if (!rt->cu) {
+        return NULL;
+    }
+    int err = slots[t] ? 0 : rt->cu->event_create(&slots[t], TIO_CUDA_EVENT_DISABLE_TIMING);
+    if (!err && record) {
+        err = rt->cu->event_record(slots[t], rt->stream);
+    }
+    if (err) {
+        char d[96];
+        (void)snprintf(d, sizeof d, "cudaEventCreate/Record of its %s: CUDA error %d", what, err);
+        fail(rt, TIO_ECUDA, what, t, d);
+        *rc = tio_rt_sticky(rt);
+        return NULL;
+    }
+    return slots[t];
+}
+
+/*
+ * The fence of a request on t: an event recorded on the compute stream now, so it completes once
+ * every kernel queued so far has run (a write must not read t before its last user ran, nor a
+ * read fill memory that queued kernels still use: the caching allocator hands a block back to its
+ * stream as soon as its tensor is freed).
+ */
+static void *fence_now(struct tio_runtime *rt, uint32_t t, int *rc) {
+    return tensor_event(rt, rt->fence, t, 1, "fence", rc);
+}
+
+/* Queue the write of t. soft: a full tier (-ENOSPC) is returned to the caller, not recorded as
+ * the executor's failure (demand offloads then try elsewhere or give up). */
+static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int soft) {
+    int rc;
+    void *fence = fence_now(rt, t, &rc);
+    if (rc < 0) {
+        return rc;
+    }
+    for (;;) {
+        rc = tio_engine_write_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
+                                     rt->mem, tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                     (uint64_t)t, fence);
+        if (rc == -EAGAIN && rt->inflight > 0) {
+            if ((rc = tio_rt_reap(rt, 1)) < 0) {
+                return rc;
+            }
+            continue;
+        }
+        if (rc == -ENOSPC && soft) {
+            return rc;
+        }
+        if (rc < 0) {
+            fail(rt, rc, "write request", t, tio_last_error());
+            return tio_rt_sticky(rt);
+        }
+        rt->inflight++;
+        return 0;
+    }
+}
+
+/* submit_write, soft; a host-tier write that finds no free extent large enough (the planner and
+ * demand_tier count bytes, the engine needs one extent) goes to the SSDs when `to_ssd` allows it
+ * and there are any, counted in tier_fallbacks. -ENOSPC when no tier took it. */
+static int write_or_ssd(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int to_ssd) {
+    int rc = submit_write(rt, t, tier, urgent, 1);
+    if (rc == -ENOSPC && tier == TIO_TIER_HOST && to_ssd && rt->has_ssd) {
+        TIO_LOG_DEBUG("runtime: offload of tensor %u to the host tier: %s; to the SSDs", t,
+                      tio_last_error());
+        rc = submit_write(rt, t, TIO_TIER_SSD, urgent, 1);
+        if (rc == 0) {
+            rt->st.tier_fallbacks++;
+        }
+    }
+    return rc;
+}
+
+/* Queue a planned offload of t (state ST_WRITING) to `tier` (write_or_ssd); when no tier has
+ * room t stays resident (the executor's demand offloads keep the budget if they must).
+ * 0 queued, 1 kept resident, < 0 an error. */
+int tio_rt_planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent) {
+    int rc = write_or_ssd(rt, t, tier, urgent, 1);
+    if (rc == -ENOSPC) {
+        TIO_LOG_DEBUG("runtime: offload of tensor %u kept resident: %s", t, tio_last_error());
+        rt->state[t] = ST_RESIDENT;
+        rt->st.tier_full_kept++;
+        return 1;
+    }
+    return rc;
+}
+
+/* Bytes of completed offloads whose RELEASE has not been handed out yet. */
+uint64_t tio_rt_pending_release(const struct tio_runtime *rt) {
+    uint64_t pending = 0;
+    for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+        if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
+            pending += rt->v.tensor_bytes[t];
+        }
+    }
+    return pending;
+}
+
+/* Reorder out[0..n) so that the RELEASE actions out[m..n) come before the MATERIALIZE actions
+ * out[0..m) (a caller performing them in order frees memory before allocating). */
+void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n) {
+    if (m == 0 || m == n) {
+        return;
+    }
+    /* Rotate left by m: three reversals. */
+    struct tio_rt_action tmp;
+    size_t spans[3][2] = { { 0, m }, { m, n }, { 0, n } };
+    for (int s = 0; s < 3; s++) {
+        for (size_t i = spans[s][0], j = spans[s][1]; i + 1 < j; i++, j--) {
+            tmp = out[i];
+            out[i] = out[j - 1];
+            out[j - 1] = tmp;
+        }
+    }
+}
+
+/* How far away tensor t's next use is, seen from the current kernel (larger: better victim). */
+static uint64_t next_use_distance(const struct tio_runtime *rt, uint32_t t) {
+    if (rt->cursor[t] != TIO_NEVER_USED) {
+        return rt->cursor[t];
+    }
+    if (rt->tflags[t] & TF_GLOBAL) { /* next iteration */
+        return rt->first_real[t] == TIO_NEVER_USED ? UINT64_MAX - 1
+                                                   : rt->v.n_kernels + rt->first_real[t];
+    }
+    return UINT64_MAX; /* only its free marker is left: never read again in this iteration */
+}
+
+static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
+    if (rt->demand_tier != 0) {
+        return rt->demand_tier;
+    }
+    struct tio_engine_stats es;
+    (void)tio_engine_stats(rt->engine, &es);
+    if (es.host_capacity_bytes >= es.host_used_bytes &&
+        es.host_capacity_bytes - es.host_used_bytes >= rt->v.tensor_bytes[t]) {
+        return TIO_TIER_HOST;
+    }
+    return rt->has_ssd ? TIO_TIER_SSD : TIO_TIER_HOST; /* no SSD: the host tier says it is full */
+}
+
+/*
+ * The tracked resident bytes exceed the budget before kernel k although no planned offload is
+ * in flight: write resident tensors k does not use, furthest next use first, until they fit;
+ * wait for those writes (a tensor is released only once its copy is complete). The RELEASE
+ * actions are handed out by the caller's tio_rt_releases().
+ */
+int tio_rt_demand_offload(struct tio_runtime *rt,
+                          uint64_t k,
+                          struct tio_rt_action *out,
+                          size_t *n) {
+    uint64_t pending = tio_rt_pending_release(rt);
+    if (rt->st.resident_bytes - pending <= rt->budget) {
+        return 0;
+    }
+    uint64_t over = rt->st.resident_bytes - pending - rt->budget;
+    size_t nv = 0;
+    int rc = 0;
+    while (over > 0) {
+        uint32_t best = UINT32_MAX;
+        uint64_t best_d = 0;
+        for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+            /* a prefetch handed out by this call and not performed yet can be taken back */
+            int fresh =
+                rt->state[t] == ST_MATERIALIZE && !rt->ptr[t] && !(rt->tflags[t] & TF_URGENT);
+            if ((rt->state[t] != ST_RESIDENT || !rt->ptr[t]) && !fresh) {
+                continue;
+            }
+            if ((rt->tflags[t] & TF_PINNED) || rt->v.tensor_bytes[t] == 0 || rt->cursor[t] == k) {
+                continue;
+            }
+            uint64_t d = next_use_distance(rt, t);
+            if (best == UINT32_MAX || d > best_d ||
+                (d == best_d && rt->v.tensor_bytes[t] > rt->v.tensor_bytes[best])) {
+                best = t;
+                best_d = d;
+            }
+        }
+        if (best == UINT32_MAX) {
+            break;
+        }
+        uint32_t t = best;
+        uint64_t b = rt->v.tensor_bytes[t];
+        over = over > b ? over - b : 0;
+        if (rt->state[t] == ST_MATERIALIZE) { /* defer the prefetch: it stays stored */
+            size_t j = 0;
+            while (j < *n && !(out[j].tensor == t && out[j].kind == TIO_RT_MATERIALIZE)) {
+                j++;
+            }
+            if (j < *n) {
+                memmove(&out[j], &out[j + 1], (*n - j - 1) * sizeof *out);
+                (*n)--;
+            }
+            rt->state[t] = ST_STORED;
+            tio_rt_sub_resident(rt, t);
+            rt->st.deferred_prefetches++;
+            continue;
+        }
+        rt->st.demand_offloads++;
+        rt->state[t] = ST_WRITING;
+        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+        if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
+            rt->tflags[t] |= TF_DONE; /* clean: the stored copy is identical */
+            rt->st.offloads++;
+            rt->st.clean_offloads++;
+            continue;
+        }
+        /* a tier chosen in params.demand_tier is not overridden */
+        rc = write_or_ssd(rt, t, demand_tier(rt, t), 1, rt->demand_tier == 0);
+        if (rc == -ENOSPC) { /* no room anywhere: keep it, run above the budget */
+            TIO_LOG_DEBUG("runtime: demand offload of tensor %u: %s", t, tio_last_error());
+            rt->state[t] = ST_RESIDENT;
+            rt->st.demand_offloads--;
+            over += b;
+            rc = 0;
+            break;
+        }
+        if (rc < 0) {
+            return rc;
+        }
+        rt->st.bytes_demand_offloaded += b;
+        rt->victims[nv++] = t;
+    }
+    for (size_t i = 0; i < nv && rc == 0; i++) {
+        rc = tio_rt_wait_tensor(rt, rt->victims[i], &rt->st.demand_stall_s);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (over > 0) {
+        rt->st.over_budget_kernels++;
+        uint64_t unbound = 0, pinned = 0, incoming = 0, used = 0;
+        for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+            uint64_t b = rt->v.tensor_bytes[t];
+            if (rt->state[t] == ST_MATERIALIZE || rt->state[t] == ST_READING) {
+                incoming += rt->cursor[t] == k ? 0 : b;
+            } else if (rt->state[t] != ST_RESIDENT && rt->state[t] != ST_WRITING) {
+                continue;
+            }
+            if (rt->cursor[t] == k) {
+                used += b;
+            } else if (rt->tflags[t] & TF_PINNED) {
+                pinned += b;
+            } else if (!rt->ptr[t] && rt->state[t] == ST_RESIDENT) {
+                unbound += b;
+            }
+        }
+        TIO_LOG_DEBUG("runtime: kernel %llu runs %llu bytes above the budget: nothing movable "
+                      "left (used by it %llu, pinned %llu, unbound %llu, prefetched for later "
+                      "kernels %llu)",
+                      (unsigned long long)k, (unsigned long long)over, (unsigned long long)used,
+                      (unsigned long long)pinned, (unsigned long long)unbound,
+                      (unsigned long long)incoming);
+    }
+    return rt->failed ? tio_rt_sticky(rt) : 0;
+}
+
+int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t) {
+    int rc;
+    void *fence = fence_now(rt, t, &rc);
+    /* the event the engine records once the read's copies are issued (`done`) */
+    void *done = rc < 0 ? NULL : tensor_event(rt, rt->landed, t, 0, "done event", &rc);
+    if (rc < 0) {
+        return rc;
+    }
+    for (;;) {
+        int urgent = (rt->tflags[t] & TF_URGENT) != 0;
+        rc = tio_engine_read_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
+                                    rt->mem, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                    TAG_READ | t, fence, done);
+        if (rc == -EAGAIN && rt->inflight > 0) {
+            if ((rc = tio_rt_reap(rt, 1)) < 0) {
+                return rc;
+            }
+            continue;
+        }
+        if (rc < 0) {
+            fail(rt, rc, "read request", t, tio_last_error());
+            return tio_rt_sticky(rt);
+        }
+        rt->inflight++;
+        rt->state[t] = ST_READING;
+        return 0;
+    }
+}

@@ -52,3 +52,26 @@ def test_trace_object_and_plan_policy():
     # below kernel 10's working set nothing can run: OOM names that kernel
     r = sim(t, hw="cpu-ci", policy="lru", capacity="3MB")
     assert r["oom"] is True and r["oom_kernel"] == 10
+
+
+def test_plan_file_runs_as_its_execution_not_its_name(tmp_path):
+    """A plan simulates as the execution it carries: a teraio plan without moves (the model fits)
+    whose policy is renamed "zero-offload" still runs its moves (none: the ideal), not the ZeRO
+    model that the name would pick."""
+    import json
+
+    if not hasattr(teraio._core, "Plan"):
+        pytest.skip("teraio._core.Plan not built")
+    t = teraio.Trace.load(DATA)
+    hw = json.loads(teraio._core.hw_json("cpu-ci"))
+    plan = teraio._core.Plan.make(t, hw, "teraio", 0, True)
+    src, dst = tmp_path / "fit.json", tmp_path / "fit-named-zero.json"
+    plan.save(str(src))
+    doc = json.loads(src.read_text())
+    assert doc["execution"] == "moves" and doc["summary"]["n_moves"] == 0
+    doc["policy"] = "zero-offload"
+    dst.write_text(json.dumps(doc))
+    as_plan = sim(DATA, hw="cpu-ci", plan=str(dst))
+    assert as_plan["fraction_of_ideal"] == pytest.approx(1.0)
+    zero = sim(DATA, hw="cpu-ci", policy="zero-offload")
+    assert zero["iteration_s"] != pytest.approx(as_plan["iteration_s"])  # the name would differ

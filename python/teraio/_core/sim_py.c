@@ -106,18 +106,8 @@ static int run_sim(const struct tio_trace *tr,
         }
         rc = tio_plan_make(tr, &h, &pp, &plan);
     }
-    if (rc == 0 && plan) {
-        size_t n = 0;
-        const struct tio_move *mv = tio_plan_moves(plan, &n);
-        const char *pol = tio_plan_policy(plan);
-        if (n == 0 && tio_sim_policy_is_builtin(pol)) {
-            sp->policy = pol;
-            rc = tio_sim_run(tr, hw, NULL, 0, sp, out);
-        } else {
-            sp->policy = NULL;
-            sp->label = pol;
-            rc = tio_sim_run(tr, hw, mv, n, sp, out);
-        }
+    if (rc == 0 && plan) { /* as its execution says (its moves or a baseline), not by its name */
+        rc = tio_sim_run_plan(tr, hw, plan, sp, out);
     } else if (rc == 0) {
         sp->policy = policy;
         rc = tio_sim_run(tr, hw, NULL, 0, sp, out);

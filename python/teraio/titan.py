@@ -24,9 +24,10 @@ real data. Limits: one model part and one optimizer per rank (pipeline schedules
 stage per rank, e.g. 1F1B and GPipe; not the interleaved ones), no CUDA graphs (the configs
 set training.disable_cuda_graphs) and no torch.compile (the Offloader refuses compiled
 models). TorchTitan 0.3 runs on an accelerator only: on CPU its Trainer cannot be built, and
-teraio's CPU test drives OffloadTrainer.train_step on TorchTitan's model, loss, optimizer and
-LR scheduler directly (tests/python/test_titan.py); scripts/gpu_validate.sh's `titan` phase
-runs the recipe above.
+teraio's CPU tests drive OffloadTrainer.train_step on TorchTitan's model, loss, optimizer and
+LR scheduler directly (tests/python/test_titan.py; with 2 pipeline stages over gloo,
+tests/python/test_titan_pp.py); scripts/gpu_validate.sh's `titan` phase runs the recipe above.
+With pipeline parallelism on torch 2.13 the trainer wraps its schedule (adapt_pp_schedule).
 
 Needs `torchtitan` (imported here, not by `import teraio`).
 """

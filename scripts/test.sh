@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run every test: lint, CTest on a normal and an ASan+UBSan build,
-# the fuzzers for a bounded time, and pytest. Each runner prints its own summary line.
+# the fuzzers for a bounded time, and pytest (the TorchTitan files in .venv-titan, made by
+# scripts/setup_titan.sh). Each runner prints its own summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIO_SETUP_TORCH=${TIO_SETUP_TORCH:-1} bash scripts/setup.sh
@@ -59,7 +60,21 @@ if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
 fi
 
 step "pytest"
-python -m pytest -q tests/python
+# the TorchTitan files run in the next step, in their own venv
+python -m pytest -q tests/python --ignore=tests/python/test_titan.py \
+    --ignore=tests/python/test_titan_pp.py
+
+step "pytest: TorchTitan in .venv-titan (scripts/setup_titan.sh; torchtitan and triton stay out of .venv)"
+bash scripts/setup_titan.sh
+log=$(mktemp)
+TIO_TITAN_REQUIRED=1 .venv-titan/bin/python -m pytest -q tests/python/test_titan.py \
+    tests/python/test_titan_pp.py 2>&1 | tee "$log"
+# TIO_TITAN_REQUIRED=1 turns a missing torchtitan into a failure; a skip of any other cause
+# would not show it either, so none is allowed here
+if tail -n 1 "$log" | grep -q "skipped"; then
+    echo "TorchTitan tests: a test was skipped in .venv-titan, where all must run"; exit 1
+fi
+rm -f "$log"
 
 step "packaging: python -m build and pip install . (build isolation) in fresh venvs"
 bash scripts/check_package.sh

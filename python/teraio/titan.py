@@ -24,15 +24,17 @@ real data. Limits: one model part and one optimizer per rank (pipeline schedules
 stage per rank, e.g. 1F1B and GPipe; not the interleaved ones), no CUDA graphs (the configs
 set training.disable_cuda_graphs) and no torch.compile (the Offloader refuses compiled
 models). TorchTitan 0.3 runs on an accelerator only: on CPU its Trainer cannot be built, and
-teraio's CPU test drives OffloadTrainer.train_step on TorchTitan's model, loss, optimizer and
-LR scheduler directly (tests/python/test_titan.py); scripts/gpu_validate.sh's `titan` phase
-runs the recipe above.
+teraio's CPU tests drive OffloadTrainer.train_step on TorchTitan's model, loss, optimizer and
+LR scheduler directly (tests/python/test_titan.py; with 2 pipeline stages over gloo,
+tests/python/test_titan_pp.py); scripts/gpu_validate.sh's `titan` phase runs the recipe above.
+With pipeline parallelism on torch 2.13 the trainer wraps its schedule (adapt_pp_schedule).
 
 Needs `torchtitan` (imported here, not by `import teraio`).
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import time
 from dataclasses import dataclass, field
@@ -108,6 +110,7 @@ class OffloadTrainer(Trainer):
         self.logged = []
         super().__init__(config)
         self.record_metrics()
+        self.adapt_pp_schedule()
         self.make_offloader()
 
     def record_metrics(self):
@@ -123,6 +126,20 @@ class OffloadTrainer(Trainer):
             return log(step, global_avg_loss, global_max_loss, grad_norm, *a, **kw)
 
         mp.log = logged
+
+    def adapt_pp_schedule(self):
+        """With pipeline parallelism on a torch whose schedules take only whole batches (torch
+        2.13: `step(*args, target=...)`), wrap this rank's schedule in _MicrobatchSchedule
+        (called by __init__). TorchTitan 0.3 hands its schedule the micro-batches it split
+        itself, `step(arg_mbs=, kwarg_mbs=, target_mbs=)`, an API of later torch versions:
+        torch 2.13 takes those names as model inputs and fails ("Expecting 4 arg_mbs but got
+        1"). Where the schedule takes them, nothing changes."""
+        sched = getattr(self, "pp_schedule", None)
+        if sched is None or isinstance(sched, _MicrobatchSchedule):
+            return
+        if "arg_mbs" in inspect.signature(sched.step).parameters:
+            return
+        self.pp_schedule = _MicrobatchSchedule(sched)
 
     def make_offloader(self):
         """The Offloader over this rank's model part and its optimizer (called by __init__)."""
@@ -214,6 +231,41 @@ class OffloadTrainer(Trainer):
                 self.offloader.close()
                 self.offloader = None
         super().close()
+
+
+class _MicrobatchSchedule:
+    """A one-stage-per-rank pipeline schedule (1F1B, GPipe) of torch 2.13 with the step that
+    TorchTitan 0.3 calls: the micro-batches come already split, so they go to the schedule's
+    own micro-batch loop (`_step_microbatches`, what torch 2.13's step runs after splitting)
+    unchanged. Everything else is the schedule's."""
+
+    def __init__(self, schedule):
+        from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+        if not isinstance(schedule, PipelineScheduleSingle):
+            raise ValueError(f"teraio.titan: the pipeline schedule {type(schedule).__name__} "
+                             "runs several stages per rank; the Offloader takes one model part "
+                             "per rank: use a schedule with one stage per rank (1F1B, GPipe)")
+        self.schedule = schedule
+
+    def __getattr__(self, name):
+        return getattr(self.schedule, name)
+
+    def step(self, *args, arg_mbs=None, kwarg_mbs=None, target_mbs=None, losses=None,
+             return_outputs=True, loss_kwargs=None, **kwargs):
+        if args or kwargs:
+            raise TypeError("teraio.titan: this schedule takes micro-batches (arg_mbs=, "
+                            "kwarg_mbs=, target_mbs=), not a whole batch")
+        sched = self.schedule
+        if sched._has_backward and not torch.is_grad_enabled():
+            raise RuntimeError("pipeline step with backward under torch.no_grad()")
+        sched._stage.has_backward = sched._has_backward
+        sched._stage.clear_runtime_states()
+        sched._step_microbatches(arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs,
+                                 loss_kwargs=loss_kwargs)
+        if sched._stage.is_last and return_outputs:
+            return sched._merge_outputs(sched._stage.output_chunks)
+        return None
 
 
 class SyntheticTokenizer(BaseTokenizer):

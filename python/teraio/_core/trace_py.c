@@ -475,16 +475,6 @@ static PyMethodDef trace_methods[] = {
     { "kernels", trace_kernels, METH_NOARGS,
       "kernels() -> [(name, duration_ns, flags, (tensor, mode, ...))]: the kernels of a "
       "finished trace, as build() takes them." },
-    { "build", trace_build, METH_VARARGS | METH_CLASS,
-      "build(tensors, kernels, meta) -> Trace: a finished trace from lists: tensors = [(bytes, "
-      "kind, flags, name)], kernels = [(name, duration_ns, flags, (tensor, mode, tensor, mode, "
-      "...))], meta = {str: str} (what the PyTorch layer records)." },
-    { "tensors", trace_tensors, METH_NOARGS,
-      "tensors() -> [(bytes, kind, flags, name)]: the tensors of a finished trace, as build() "
-      "takes them." },
-    { "kernels", trace_kernels, METH_NOARGS,
-      "kernels() -> [(name, duration_ns, flags, (tensor, mode, ...))]: the kernels of a "
-      "finished trace, as build() takes them." },
     { "add_tensor", (PyCFunction)(void (*)(void))trace_add_tensor, METH_VARARGS | METH_KEYWORDS,
       "add_tensor(bytes, kind, global_=False, name=None, pinned=False) -> int id; kind is a "
       "name ('weight', 'grad', ...) or TENSOR_* int." },

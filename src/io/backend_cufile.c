@@ -18,11 +18,9 @@
 #include "io/pool.h"
 
 struct cufile_state {
-    struct tio_pool *pool;
+    struct tio_pool_backend base; /* first: the shared pool members take the state as it */
     struct tio_bounce_set bounce;
     const struct tio_cufile_api *cf;
-    const int *fds;
-    uint32_t nfds;
     int direct;                 /* files opened with O_DIRECT */
     tio_cufile_handle *handles; /* per file; NULL: POSIX fallback */
     int driver_open;
@@ -42,10 +40,10 @@ static int gds_policy(void) {
 
 static int64_t cufile_do(void *ctx, const struct tio_io_req *r, uint32_t worker) {
     struct cufile_state *st = ctx;
-    if (r->file < 0 || (uint32_t)r->file >= st->nfds) {
-        return -EINVAL;
+    int fd = tio_pool_backend_fd(&st->base, r, 1);
+    if (fd < 0) {
+        return fd;
     }
-    int fd = st->fds[r->file];
     if (r->mem != TIO_MEM_DEVICE) {
         return tio_posix_io(fd, r);
     }
@@ -95,21 +93,30 @@ static int cufile_probe(char *reason, size_t len) {
     return 110;
 }
 
-static void cufile_fini(void *state);
+/* Undoes cufile_setup, also one that failed half-way (the workers have stopped). */
+static void cufile_teardown(void *state) {
+    struct cufile_state *st = state;
+    tio_bounce_fini(&st->bounce);
+    for (uint32_t i = 0; st->handles && i < st->base.nfds; i++) {
+        if (st->handles[i]) {
+            st->cf->handle_deregister(st->handles[i]);
+        }
+    }
+    if (st->driver_open) {
+        (void)st->cf->driver_close();
+    }
+    tio_free(st->handles);
+}
 
-static int cufile_init(const struct tio_io_config *cfg, void **state) {
+static int cufile_setup(void *state, const struct tio_io_config *cfg) {
+    struct cufile_state *st = state;
     char why[256];
     if (cufile_probe(why, sizeof why) <= 0) {
         return tio_set_error(TIO_EUNAVAIL, "cufile backend: %s", why);
     }
     int policy = gds_policy();
-    struct cufile_state *st = tio_calloc(1, sizeof(*st));
-    if (!st) {
-        return TIO_ENOMEM;
-    }
+    st->base.teardown = cufile_teardown;
     st->cf = tio_cufile();
-    st->fds = cfg->fds;
-    st->nfds = cfg->nfds;
     st->direct = cfg->direct;
     st->handles = tio_calloc(cfg->nfds ? cfg->nfds : 1, sizeof(*st->handles));
     int rc = st->handles ? 0 : TIO_ENOMEM;
@@ -143,48 +150,11 @@ static int cufile_init(const struct tio_io_config *cfg, void **state) {
     if (rc >= 0) {
         rc = tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads);
     }
-    if (rc >= 0) {
-        rc = tio_pool_new(cfg->threads, cfg->depth, cufile_do, st, &st->pool);
-    }
-    if (rc < 0) {
-        cufile_fini(st);
-        return rc;
-    }
-    *state = st;
-    return 0;
+    return rc;
 }
 
-static void cufile_fini(void *state) {
-    struct cufile_state *st = state;
-    tio_pool_free(st->pool);
-    tio_bounce_fini(&st->bounce);
-    for (uint32_t i = 0; st->handles && i < st->nfds; i++) {
-        if (st->handles[i]) {
-            st->cf->handle_deregister(st->handles[i]);
-        }
-    }
-    if (st->driver_open) {
-        (void)st->cf->driver_close();
-    }
-    tio_free(st->handles);
-    tio_free(st);
-}
-
-static int cufile_submit(void *state, const struct tio_io_req *reqs, uint32_t n) {
-    return tio_pool_submit(((struct cufile_state *)state)->pool, reqs, n);
-}
-
-static int
-cufile_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
-    return tio_pool_reap(((struct cufile_state *)state)->pool, min, max, timeout_ns, out);
-}
-
-static int cufile_cancel(void *state, uint64_t user) {
-    return tio_pool_cancel(((struct cufile_state *)state)->pool, user);
-}
-
-static void cufile_notify(void *state) {
-    tio_pool_kick(((struct cufile_state *)state)->pool);
+static int cufile_init(const struct tio_io_config *cfg, void **state) {
+    return tio_pool_backend_init(sizeof(struct cufile_state), cfg, cufile_setup, cufile_do, state);
 }
 
 const struct tio_io_backend_ops tio_io_backend_cufile = {
@@ -193,9 +163,5 @@ const struct tio_io_backend_ops tio_io_backend_cufile = {
     .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_SYNC | TIO_IO_CAP_DEVICE_MEM,
     .probe = cufile_probe,
     .init = cufile_init,
-    .fini = cufile_fini,
-    .submit = cufile_submit,
-    .reap = cufile_reap,
-    .cancel = cufile_cancel,
-    .notify = cufile_notify,
+    TIO_POOL_BACKEND_OPS,
 };

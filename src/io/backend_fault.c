@@ -12,7 +12,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common/common_impl.h"
 #include "io/backend.h"
@@ -23,9 +22,7 @@ struct window {
 };
 
 struct fault_state {
-    struct tio_pool *pool;
-    const int *fds;
-    uint32_t nfds;
+    struct tio_pool_backend base; /* first: the shared pool members take the state as it */
     struct window write_fail, read_fail, corrupt, zero;
     uint64_t short_bytes, delay_us;
     _Atomic uint64_t nwrites, nreads, nops;
@@ -38,8 +35,9 @@ static int in_window(const struct window *w, uint64_t n) {
 static int64_t fault_do(void *ctx, const struct tio_io_req *r, uint32_t worker) {
     struct fault_state *st = ctx;
     (void)worker;
-    if (r->file < 0 || (uint32_t)r->file >= st->nfds || r->mem != TIO_MEM_HOST) {
-        return -EINVAL;
+    int fd = tio_pool_backend_fd(&st->base, r, 0);
+    if (fd < 0) {
+        return fd;
     }
     if (st->delay_us) {
         struct timespec ts = { (time_t)(st->delay_us / 1000000),
@@ -62,19 +60,11 @@ static int64_t fault_do(void *ctx, const struct tio_io_req *r, uint32_t worker) 
     if (st->short_bytes && st->short_bytes < len) {
         len = (size_t)st->short_bytes;
     }
-    int fd = st->fds[r->file];
-    ssize_t n;
-    do {
-        n = r->op == TIO_IO_OP_WRITE ? pwrite(fd, r->buf, len, (off_t)r->off)
-                                     : pread(fd, r->buf, len, (off_t)r->off);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        return -errno;
-    }
+    int64_t n = tio_file_io(fd, r->op, r->buf, len, r->off);
     if (n > 0 && r->op == TIO_IO_OP_READ && in_window(&st->corrupt, nkind)) {
         ((unsigned char *)r->buf)[0] ^= 0x5a;
     }
-    return (int64_t)n;
+    return n;
 }
 
 static int fault_probe(char *reason, size_t len) {
@@ -93,13 +83,9 @@ static int get_window(const char *opt, const char *key, const char *count_key, s
     return rc < 0 ? rc : 0;
 }
 
-static int fault_init(const struct tio_io_config *cfg, void **state) {
-    struct fault_state *st = tio_calloc(1, sizeof(*st));
-    if (!st) {
-        return TIO_ENOMEM;
-    }
-    st->fds = cfg->fds;
-    st->nfds = cfg->nfds;
+/* The failures to inject, from cfg->options. */
+static int fault_setup(void *state, const struct tio_io_config *cfg) {
+    struct fault_state *st = state;
     const char *o = cfg->options;
     int rc = get_window(o, "write_fail", "write_fail_count", &st->write_fail);
     if (rc >= 0) {
@@ -117,38 +103,11 @@ static int fault_init(const struct tio_io_config *cfg, void **state) {
     if (rc >= 0) {
         rc = tio_io_option_u64(o, "delay_us", &st->delay_us);
     }
-    if (rc >= 0) {
-        rc = tio_pool_new(cfg->threads, cfg->depth, fault_do, st, &st->pool);
-    }
-    if (rc < 0) {
-        tio_free(st);
-        return rc;
-    }
-    *state = st;
-    return 0;
+    return rc;
 }
 
-static void fault_fini(void *state) {
-    struct fault_state *st = state;
-    tio_pool_free(st->pool);
-    tio_free(st);
-}
-
-static int fault_submit(void *state, const struct tio_io_req *reqs, uint32_t n) {
-    return tio_pool_submit(((struct fault_state *)state)->pool, reqs, n);
-}
-
-static int
-fault_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
-    return tio_pool_reap(((struct fault_state *)state)->pool, min, max, timeout_ns, out);
-}
-
-static int fault_cancel(void *state, uint64_t user) {
-    return tio_pool_cancel(((struct fault_state *)state)->pool, user);
-}
-
-static void fault_notify(void *state) {
-    tio_pool_kick(((struct fault_state *)state)->pool);
+static int fault_init(const struct tio_io_config *cfg, void **state) {
+    return tio_pool_backend_init(sizeof(struct fault_state), cfg, fault_setup, fault_do, state);
 }
 
 const struct tio_io_backend_ops tio_io_backend_fault = {
@@ -157,9 +116,5 @@ const struct tio_io_backend_ops tio_io_backend_fault = {
     .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_SYNC | TIO_IO_CAP_TEST_ONLY,
     .probe = fault_probe,
     .init = fault_init,
-    .fini = fault_fini,
-    .submit = fault_submit,
-    .reap = fault_reap,
-    .cancel = fault_cancel,
-    .notify = fault_notify,
+    TIO_POOL_BACKEND_OPS,
 };

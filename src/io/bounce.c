@@ -1,11 +1,10 @@
 /* Device memory <-> file through pinned bounce buffers (see bounce.h). */
 #include "io/bounce.h"
 
-#include <errno.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/common_impl.h"
+#include "io/pool.h"
 
 int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, uint32_t n) {
     memset(b, 0, sizeof(*b));
@@ -57,15 +56,6 @@ copy_on(struct tio_bounce_set *b, uint32_t i, void *dst, const void *src, size_t
     return err ? err : b->cu->stream_synchronize(b->streams[i]);
 }
 
-int64_t tio_posix_io(int fd, const struct tio_io_req *r) {
-    ssize_t n;
-    do {
-        n = r->op == TIO_IO_OP_WRITE ? pwrite(fd, r->buf, r->len, (off_t)r->off)
-                                     : pread(fd, r->buf, r->len, (off_t)r->off);
-    } while (n < 0 && errno == EINTR);
-    return n < 0 ? -errno : (int64_t)n;
-}
-
 int64_t
 tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker) {
     uint32_t w = worker % b->n;
@@ -76,31 +66,23 @@ tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint
         size_t piece = (size_t)TIO_MIN((uint64_t)TIO_BOUNCE_BYTES, r->len - done);
         /* the request owns its file range up to the next 4 KiB boundary (backend.h) */
         size_t io_len = (piece + TIO_IO_ALIGN - 1) & ~(size_t)(TIO_IO_ALIGN - 1);
-        off_t off = (off_t)(r->off + done);
-        ssize_t n;
         if (r->op == TIO_IO_OP_WRITE) {
             int err = copy_on(b, w, bounce, dev + done, piece, TIO_CUDA_MEMCPY_D2H);
             if (err != 0) {
                 return done ? (int64_t)done : TIO_ECUDA;
             }
             memset(bounce + piece, 0, io_len - piece);
-            do {
-                n = pwrite(fd, bounce, io_len, off);
-            } while (n < 0 && errno == EINTR);
-        } else {
-            do {
-                n = pread(fd, bounce, io_len, off);
-            } while (n < 0 && errno == EINTR);
-            if (n > 0) {
-                size_t got = TIO_MIN((size_t)n, piece);
-                int err = copy_on(b, w, dev + done, bounce, got, TIO_CUDA_MEMCPY_H2D);
-                if (err != 0) {
-                    return done ? (int64_t)done : TIO_ECUDA;
-                }
+        }
+        int64_t n = tio_file_io(fd, r->op, bounce, io_len, r->off + done);
+        if (r->op == TIO_IO_OP_READ && n > 0) {
+            size_t got = TIO_MIN((size_t)n, piece);
+            int err = copy_on(b, w, dev + done, bounce, got, TIO_CUDA_MEMCPY_H2D);
+            if (err != 0) {
+                return done ? (int64_t)done : TIO_ECUDA;
             }
         }
         if (n < 0) {
-            return done ? (int64_t)done : -errno;
+            return done ? (int64_t)done : n;
         }
         size_t moved = TIO_MIN((size_t)n, piece);
         done += moved;

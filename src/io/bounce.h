@@ -25,7 +25,5 @@ void tio_bounce_fini(struct tio_bounce_set *b);
  * returns bytes moved (stops at the first short piece) or < 0. */
 int64_t
 tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker);
-/* pread/pwrite of host memory (one call, EINTR retried). */
-int64_t tio_posix_io(int fd, const struct tio_io_req *r);
 
 #endif

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/common_impl.h"
 
@@ -201,4 +202,75 @@ int tio_pool_cancel(struct tio_pool *p, uint64_t user) {
     }
     pthread_mutex_unlock(&p->mu);
     return rc;
+}
+
+int64_t tio_file_io(int fd, int32_t op, void *buf, size_t len, uint64_t off) {
+    ssize_t n;
+    do {
+        n = op == TIO_IO_OP_WRITE ? pwrite(fd, buf, len, (off_t)off)
+                                  : pread(fd, buf, len, (off_t)off);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : (int64_t)n;
+}
+
+int64_t tio_posix_io(int fd, const struct tio_io_req *r) {
+    return tio_file_io(fd, r->op, r->buf, r->len, r->off);
+}
+
+int tio_pool_backend_init(size_t size,
+                          const struct tio_io_config *cfg,
+                          tio_pool_setup_fn setup,
+                          tio_pool_fn fn,
+                          void **state) {
+    struct tio_pool_backend *b = tio_calloc(1, size);
+    if (!b) {
+        return TIO_ENOMEM;
+    }
+    b->fds = cfg->fds;
+    b->nfds = cfg->nfds;
+    int rc = setup ? setup(b, cfg) : 0;
+    if (rc >= 0) {
+        rc = tio_pool_new(cfg->threads, cfg->depth, fn, b, &b->pool);
+    }
+    if (rc < 0) {
+        tio_pool_backend_fini(b);
+        return rc;
+    }
+    *state = b;
+    return 0;
+}
+
+void tio_pool_backend_fini(void *state) {
+    struct tio_pool_backend *b = state;
+    tio_pool_free(b->pool);
+    if (b->teardown) {
+        b->teardown(b);
+    }
+    tio_free(b);
+}
+
+int tio_pool_backend_fd(const struct tio_pool_backend *b,
+                        const struct tio_io_req *r,
+                        int device_mem) {
+    if (r->file < 0 || (uint32_t)r->file >= b->nfds || (r->mem != TIO_MEM_HOST && !device_mem)) {
+        return -EINVAL;
+    }
+    return b->fds[r->file];
+}
+
+int tio_pool_backend_submit(void *state, const struct tio_io_req *reqs, uint32_t n) {
+    return tio_pool_submit(((struct tio_pool_backend *)state)->pool, reqs, n);
+}
+
+int tio_pool_backend_reap(
+    void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
+    return tio_pool_reap(((struct tio_pool_backend *)state)->pool, min, max, timeout_ns, out);
+}
+
+int tio_pool_backend_cancel(void *state, uint64_t user) {
+    return tio_pool_cancel(((struct tio_pool_backend *)state)->pool, user);
+}
+
+void tio_pool_backend_notify(void *state) {
+    tio_pool_kick(((struct tio_pool_backend *)state)->pool);
 }

@@ -58,6 +58,11 @@ uint32_t tio_crc32c(uint32_t crc, const void *data, size_t len);
 /* Monotonic clock in seconds. */
 double tio_now_s(void);
 
+/* The CLOCK_REALTIME time `ns` nanoseconds from now (ns < 0: now), normalized: the absolute
+ * deadline pthread_cond_timedwait takes. */
+struct timespec;
+void tio_deadline_in(int64_t ns, struct timespec *out);
+
 /* tio_checked_add_u64 / mul: 0 on success, -1 on overflow. */
 static inline int tio_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;

@@ -1,4 +1,4 @@
-/* Small shared helpers: array growth, content hash, monotonic clock. */
+/* Small shared helpers: array growth, content hash, clocks. */
 #include <string.h>
 #include <time.h>
 
@@ -53,4 +53,13 @@ double tio_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void tio_deadline_in(int64_t ns, struct timespec *out) {
+    clock_gettime(CLOCK_REALTIME, out);
+    if (ns >= 0) {
+        int64_t nsec = out->tv_nsec + ns % 1000000000;
+        out->tv_sec += (time_t)(ns / 1000000000 + nsec / 1000000000);
+        out->tv_nsec = (long)(nsec % 1000000000);
+    }
 }

@@ -400,12 +400,7 @@ int tio_engine_wait(
         max = INT32_MAX;
     }
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    if (timeout_ns >= 0) {
-        int64_t ns = deadline.tv_nsec + timeout_ns % 1000000000;
-        deadline.tv_sec += (time_t)(timeout_ns / 1000000000 + ns / 1000000000);
-        deadline.tv_nsec = (long)(ns % 1000000000);
-    }
+    tio_deadline_in(timeout_ns, &deadline);
     pthread_mutex_lock(&e->mu);
     if (min > e->outstanding) {
         uint32_t o = e->outstanding;

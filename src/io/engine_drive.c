@@ -144,12 +144,7 @@ static void progress_loop(struct tio_engine *e) {
             }
             if (e->fence_blocked) { /* poll the fences: nobody signals a CUDA event */
                 struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += TIO_FENCE_POLL_NS;
-                if (ts.tv_nsec >= 1000000000) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000;
-                }
+                tio_deadline_in(TIO_FENCE_POLL_NS, &ts);
                 (void)pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
             } else {
                 pthread_cond_wait(&e->work_cv, &e->mu);

@@ -150,12 +150,7 @@ int tio_pool_submit(struct tio_pool *p, const struct tio_io_req *reqs, uint32_t 
 int tio_pool_reap(
     struct tio_pool *p, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out) {
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    if (timeout_ns >= 0) {
-        int64_t ns = deadline.tv_nsec + timeout_ns % 1000000000;
-        deadline.tv_sec += (time_t)(timeout_ns / 1000000000 + ns / 1000000000);
-        deadline.tv_nsec = (long)(ns % 1000000000);
-    }
+    tio_deadline_in(timeout_ns, &deadline);
     pthread_mutex_lock(&p->mu);
     while (p->d_count < min && !p->kicks) {
         int rc = timeout_ns < 0 ? pthread_cond_wait(&p->done_cv, &p->mu)

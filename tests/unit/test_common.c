@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <teraio/teraio.h>
 
@@ -176,6 +177,30 @@ TIO_TEST(log_callback_and_level) {
     tio_log_set_level(TIO_LOG_WARN);
 }
 
+/* Nanoseconds from a to b. */
+static int64_t ns_between(const struct timespec *a, const struct timespec *b) {
+    return (int64_t)(b->tv_sec - a->tv_sec) * 1000000000 + (b->tv_nsec - a->tv_nsec);
+}
+
+TIO_TEST(deadline_in_is_normalized) {
+    /* offsets whose nanoseconds carry into the seconds, and ones that do not */
+    const int64_t ns[] = { 0, 1, 50000, 999999999, 1000000000, 1999999999, 3500000000 };
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        struct timespec before, d, after;
+        clock_gettime(CLOCK_REALTIME, &before);
+        tio_deadline_in(ns[i], &d);
+        clock_gettime(CLOCK_REALTIME, &after);
+        CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000);
+        CHECK(ns_between(&before, &d) >= ns[i]);
+        CHECK(ns_between(&after, &d) <= ns[i]);
+    }
+    struct timespec before, d, after; /* < 0: now */
+    clock_gettime(CLOCK_REALTIME, &before);
+    tio_deadline_in(-1, &d);
+    clock_gettime(CLOCK_REALTIME, &after);
+    CHECK(ns_between(&before, &d) >= 0 && ns_between(&d, &after) >= 0);
+}
+
 TIO_TEST(version) {
     CHECK_STR(tio_version(), TIO_VERSION_STRING);
     CHECK_EQ_I(tio_version_number(),
@@ -192,6 +217,7 @@ int main(void) {
     RUN(io_alloc_alignment);
     RUN(crc32c_known_vectors);
     RUN(log_callback_and_level);
+    RUN(deadline_in_is_normalized);
     RUN(version);
     return tio_test_done();
 }

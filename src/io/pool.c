@@ -29,6 +29,11 @@ struct tio_pool {
     pthread_t *threads;
 };
 
+/* The arrays follow the pool in its one allocation: each offset keeps the next one aligned. */
+_Static_assert(sizeof(struct tio_pool) % _Alignof(struct tio_io_req) == 0, "queue alignment");
+_Static_assert(sizeof(struct tio_io_req) % _Alignof(struct tio_io_cqe) == 0, "done alignment");
+_Static_assert(sizeof(struct tio_io_cqe) % _Alignof(pthread_t) == 0, "threads alignment");
+
 struct worker_arg {
     struct tio_pool *p;
     uint32_t index;
@@ -69,19 +74,21 @@ int tio_pool_new(
     if (!threads || !capacity || !fn) {
         return tio_set_error(TIO_EINVAL, "io pool: threads %u, capacity %u", threads, capacity);
     }
-    struct tio_pool *p = tio_calloc(1, sizeof(*p));
-    if (!p) {
+    /* one allocation (freed at once by tio_pool_free): the pool, its two rings, the thread ids */
+    size_t q_off = sizeof(struct tio_pool);
+    size_t d_off = q_off + (size_t)capacity * sizeof(struct tio_io_req);
+    size_t t_off = d_off + (size_t)capacity * sizeof(struct tio_io_cqe);
+    unsigned char *mem = tio_calloc(1, t_off + (size_t)threads * sizeof(pthread_t));
+    if (!mem) {
         return TIO_ENOMEM;
     }
+    struct tio_pool *p = (struct tio_pool *)mem;
+    p->queue = (struct tio_io_req *)(mem + q_off);
+    p->done = (struct tio_io_cqe *)(mem + d_off);
+    p->threads = (pthread_t *)(mem + t_off);
     p->fn = fn;
     p->ctx = ctx;
     p->capacity = capacity;
-    p->queue = tio_calloc(capacity, sizeof(*p->queue));
-    p->done = tio_calloc(capacity, sizeof(*p->done));
-    p->threads = tio_calloc(threads, sizeof(*p->threads));
-    if (!p->queue || !p->done || !p->threads) {
-        goto fail;
-    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -103,12 +110,6 @@ int tio_pool_new(
     }
     *out = p;
     return 0;
-fail:
-    tio_free(p->queue);
-    tio_free(p->done);
-    tio_free(p->threads);
-    tio_free(p);
-    return TIO_ENOMEM;
 }
 
 void tio_pool_free(struct tio_pool *p) {
@@ -125,9 +126,6 @@ void tio_pool_free(struct tio_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work_cv);
     pthread_cond_destroy(&p->done_cv);
-    tio_free(p->queue);
-    tio_free(p->done);
-    tio_free(p->threads);
     tio_free(p);
 }
 

@@ -328,6 +328,18 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
     return 0;
 }
 
+/* t is forgotten (its owner frees the memory): absent, no longer counted resident, its copy
+ * dropped. */
+static void forget_tensor(struct tio_runtime *rt, uint32_t t) {
+    rt->state[t] = ST_ABSENT;
+    rt->ptr[t] = NULL;
+    tio_rt_sub_resident(rt, t);
+    if (rt->tflags[t] & TF_HAS_COPY) {
+        tio_rt_drop_copy(rt, t);
+    }
+    rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
+}
+
 /* A stored intermediate died: forget its copy; its memory was already released. */
 static void retire_stored(struct tio_runtime *rt, uint32_t t) {
     uint64_t b = rt->v.tensor_bytes[t];
@@ -370,13 +382,7 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
         tio_rt_sub_resident(rt, t);
         retire_stored(rt, t);
     } else if (rt->state[t] == ST_RESIDENT) {
-        rt->state[t] = ST_ABSENT;
-        rt->ptr[t] = NULL;
-        tio_rt_sub_resident(rt, t);
-        if (rt->tflags[t] & TF_HAS_COPY) {
-            tio_rt_drop_copy(rt, t);
-        }
-        rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
+        forget_tensor(rt, t);
     }
     return rt->failed ? tio_rt_sticky(rt) : 0;
 }
@@ -491,13 +497,7 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
     /* Abandon the iteration: intermediates are forgotten (their owners hold them). */
     for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->state[t] != ST_ABSENT) {
-            rt->state[t] = ST_ABSENT;
-            rt->ptr[t] = NULL;
-            tio_rt_sub_resident(rt, t);
-            if (rt->tflags[t] & TF_HAS_COPY) {
-                tio_rt_drop_copy(rt, t);
-            }
-            rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
+            forget_tensor(rt, t);
         }
     }
     rt->in_iter = 0;

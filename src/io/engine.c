@@ -320,20 +320,30 @@ int tio_engine_read_fenced(struct tio_engine *e,
     return rc;
 }
 
+/* Under mu: tensor `tensor_id` if it has a stored copy, else NULL with *rc set to
+ * TIO_ENOTFOUND ("<who>: tensor N is not stored"). */
+static struct tensor *
+find_stored(struct tio_engine *e, uint64_t tensor_id, const char *who, int *rc) {
+    struct tensor *t = tio_eng_tensor_find(e, tensor_id);
+    if (t && t->stored) {
+        return t;
+    }
+    *rc = tio_set_error(TIO_ENOTFOUND, "%s: tensor %llu is not stored", who,
+                        (unsigned long long)tensor_id);
+    return NULL;
+}
+
 int tio_engine_drop(struct tio_engine *e, uint64_t tensor_id) {
     if (!e) {
         return tio_set_error(TIO_EINVAL, "engine drop: NULL engine");
     }
     pthread_mutex_lock(&e->mu);
-    struct tensor *t = tio_eng_tensor_find(e, tensor_id);
     int rc = 0;
-    if (!t || !t->stored) {
-        rc = tio_set_error(TIO_ENOTFOUND, "engine drop: tensor %llu is not stored",
-                           (unsigned long long)tensor_id);
-    } else if (t->pending || t->readers) { /* H6: a request still uses the stored copy */
+    struct tensor *t = find_stored(e, tensor_id, "engine drop", &rc);
+    if (t && (t->pending || t->readers)) { /* H6: a request still uses the stored copy */
         rc = tio_set_error(TIO_ESTATE, "engine drop: tensor %llu has a request in flight",
                            (unsigned long long)tensor_id);
-    } else {
+    } else if (t) {
         tio_eng_placement_free(e, t->stored);
         t->stored = NULL;
         tio_eng_tensor_maybe_remove(e, t);
@@ -350,18 +360,13 @@ int tio_engine_tensor_info(struct tio_engine *e,
         return tio_set_error(TIO_EINVAL, "engine: NULL engine");
     }
     pthread_mutex_lock(&e->mu);
-    struct tensor *t = tio_eng_tensor_find(e, tensor_id);
     int rc = 0;
-    if (!t || !t->stored) {
-        rc = tio_set_error(TIO_ENOTFOUND, "engine: tensor %llu is not stored",
-                           (unsigned long long)tensor_id);
-    } else {
-        if (bytes) {
-            *bytes = t->stored->bytes;
-        }
-        if (tier) {
-            *tier = t->stored->tier;
-        }
+    struct tensor *t = find_stored(e, tensor_id, "engine", &rc);
+    if (t && bytes) {
+        *bytes = t->stored->bytes;
+    }
+    if (t && tier) {
+        *tier = t->stored->tier;
     }
     pthread_mutex_unlock(&e->mu);
     return rc;

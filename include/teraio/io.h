@@ -16,10 +16,12 @@
  *     if (rc < 0) { fprintf(stderr, "%s: %s\n", tio_strerror(rc), tio_last_error()); ... }
  *     rc = tio_engine_reserve(e, 64ull << 30);      // peak SSD bytes of the plan, up front
  *     rc = tio_engine_write(e, 42, buf, nbytes, TIO_MEM_HOST, TIO_TIER_SSD,
- *                           TIO_PRIO_NORMAL, 1001);  // tag 1001 comes back in the completion
+ *                           TIO_PRIO_NORMAL, 1001, NULL); // tag 1001 comes back in the
+ *                                                         // completion; NULL: no fence
  *     struct tio_completion c;
  *     rc = tio_engine_wait(e, &c, 1, 1, -1);        // c.tag == 1001, c.res == nbytes or < 0
- *     rc = tio_engine_read(e, 42, buf, nbytes, TIO_MEM_HOST, TIO_PRIO_URGENT, 1002);
+ *     rc = tio_engine_read(e, 42, buf, nbytes, TIO_MEM_HOST, TIO_PRIO_URGENT, 1002,
+ *                          NULL, NULL);             // no fence, no done event
  *     ...
  *     tio_engine_drop(e, 42);                       // frees the tensor's extents
  *     tio_engine_free(e);
@@ -147,10 +149,20 @@ TIO_API TIO_MUST_CHECK int tio_engine_reserve(struct tio_engine *e, uint64_t byt
  * completion {tag, res} arrives later, res == bytes on success or a negative status. `ptr`
  * must stay valid and unmodified until then. Writing a tensor that is already stored replaces
  * it: the old copy is freed only when the new one is complete.
+ *
+ * `fence` (a cudaEvent_t, or NULL for none): no byte of the request moves before it has
+ * completed. The engine's own threads poll it with cudaEventQuery (every 50 us while nothing
+ * else wakes them); the caller never blocks on it. Use it for device memory that kernels
+ * already queued on a stream may still use: a tensor offloaded after its last use, memory the
+ * caching allocator just handed out (record the event on that stream first). The event must
+ * stay alive and must not be recorded again until the request's completion is reaped. A
+ * failed query completes the request with TIO_ECUDA.
+ *
  * Errors (returned at once, no completion): TIO_EINVAL (bytes == 0, bad enum, NULL ptr),
  * -EAGAIN (max_requests outstanding: reap and retry), TIO_ESTATE (a request on this tensor
- * is still in flight), TIO_EUNAVAIL (device memory without a device-capable backend, or host
- * tier of size 0), -ENOSPC (tier full; detail gives needed and available bytes).
+ * is still in flight), TIO_EUNAVAIL (device memory without a device-capable backend, host
+ * tier of size 0, or a fence without cudart), -ENOSPC (tier full; detail gives needed and
+ * available bytes).
  */
 TIO_API TIO_MUST_CHECK int tio_engine_write(struct tio_engine *e,
                                             uint64_t tensor_id,
@@ -159,14 +171,25 @@ TIO_API TIO_MUST_CHECK int tio_engine_write(struct tio_engine *e,
                                             int32_t mem,
                                             int32_t tier,
                                             int32_t priority,
-                                            uint64_t tag);
+                                            uint64_t tag,
+                                            void *fence);
 
 /*
  * tio_engine_read: copy tensor `tensor_id` back into `ptr` (`bytes` must equal the stored
- * size). Asynchronous like tio_engine_write; the tensor stays stored (drop it explicitly).
- * Errors at once: TIO_ENOTFOUND (no such tensor), TIO_EINVAL (size mismatch), -EAGAIN,
- * TIO_ESTATE (a write of this tensor is in flight), TIO_EUNAVAIL. In the completion:
- * TIO_EIO / TIO_ECORRUPT after retries, the detail in tio_engine_last_error.
+ * size). Asynchronous like tio_engine_write, with a `fence` as there (NULL: none); the tensor
+ * stays stored (drop it explicitly).
+ *
+ * `done` (a cudaEvent_t, or NULL): the engine records it, on the non-blocking stream its device
+ * copies run on, once every copy of the read has been issued, just before the completion.
+ * Device memory read from the host tier is then copied asynchronously: the completion means
+ * "issued", and the bytes are in place once `done` has completed, so the caller makes its
+ * stream wait on it (cudaStreamWaitEvent) before any use of the memory, freeing included.
+ * Without `done` (or from the SSD tier) the completion means the bytes are in place.
+ *
+ * Errors at once: TIO_ENOTFOUND (no such tensor), TIO_EINVAL (size mismatch; a `done` without
+ * device memory or without a CUDA device usable when the engine was made), -EAGAIN,
+ * TIO_ESTATE (a write of this tensor is in flight), TIO_EUNAVAIL (as tio_engine_write). In the
+ * completion: TIO_EIO / TIO_ECORRUPT after retries, the detail in tio_engine_last_error.
  */
 TIO_API TIO_MUST_CHECK int tio_engine_read(struct tio_engine *e,
                                            uint64_t tensor_id,
@@ -174,45 +197,9 @@ TIO_API TIO_MUST_CHECK int tio_engine_read(struct tio_engine *e,
                                            uint64_t bytes,
                                            int32_t mem,
                                            int32_t priority,
-                                           uint64_t tag);
-
-/*
- * tio_engine_write_fenced / tio_engine_read_fenced: as tio_engine_write / tio_engine_read, but
- * no byte of the request moves before `fence` (a cudaEvent_t; NULL: none) has completed. The
- * engine's own threads poll it with cudaEventQuery (every 50 us while nothing else wakes them);
- * the caller never blocks on it. Use it for device memory that kernels already queued on a
- * stream may still use: a tensor offloaded after its last use, memory the caching allocator
- * just handed out (record the event on that stream first). The event must stay alive and must
- * not be recorded again until the request's completion is reaped. A failed query completes the
- * request with TIO_ECUDA. Errors as tio_engine_write / tio_engine_read, and TIO_EUNAVAIL for a
- * fence without cudart.
- *
- * `done` (read only; a cudaEvent_t, or NULL): the engine records it, on the non-blocking stream
- * its device copies run on, once every copy of the read has been issued, just before the
- * completion. Device memory read from the host tier is then copied asynchronously: the
- * completion means "issued", and the bytes are in place once `done` has completed, so the
- * caller makes its stream wait on it (cudaStreamWaitEvent) before any use of the memory, freeing
- * included. Without `done` (or from the SSD tier) the completion means the bytes are in place.
- * `done` needs device memory and an engine made where a CUDA device was usable (TIO_EINVAL).
- */
-TIO_API TIO_MUST_CHECK int tio_engine_write_fenced(struct tio_engine *e,
-                                                   uint64_t tensor_id,
-                                                   const void *ptr,
-                                                   uint64_t bytes,
-                                                   int32_t mem,
-                                                   int32_t tier,
-                                                   int32_t priority,
-                                                   uint64_t tag,
-                                                   void *fence);
-TIO_API TIO_MUST_CHECK int tio_engine_read_fenced(struct tio_engine *e,
-                                                  uint64_t tensor_id,
-                                                  void *ptr,
-                                                  uint64_t bytes,
-                                                  int32_t mem,
-                                                  int32_t priority,
-                                                  uint64_t tag,
-                                                  void *fence,
-                                                  void *done);
+                                           uint64_t tag,
+                                           void *fence,
+                                           void *done);
 
 /* tio_engine_drop: forget tensor `tensor_id` and free its extents. 0, TIO_ENOTFOUND, or
  * TIO_ESTATE if a request on it is in flight. */

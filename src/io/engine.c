@@ -181,19 +181,8 @@ int tio_engine_write(struct tio_engine *e,
                      int32_t mem,
                      int32_t tier,
                      int32_t priority,
-                     uint64_t tag) {
-    return tio_engine_write_fenced(e, tensor_id, ptr, bytes, mem, tier, priority, tag, NULL);
-}
-
-int tio_engine_write_fenced(struct tio_engine *e,
-                            uint64_t tensor_id,
-                            const void *ptr,
-                            uint64_t bytes,
-                            int32_t mem,
-                            int32_t tier,
-                            int32_t priority,
-                            uint64_t tag,
-                            void *fence) {
+                     uint64_t tag,
+                     void *fence) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "write");
     if (rc == 0) {
         rc = check_fence(fence, "write");
@@ -258,19 +247,9 @@ int tio_engine_read(struct tio_engine *e,
                     uint64_t bytes,
                     int32_t mem,
                     int32_t priority,
-                    uint64_t tag) {
-    return tio_engine_read_fenced(e, tensor_id, ptr, bytes, mem, priority, tag, NULL, NULL);
-}
-
-int tio_engine_read_fenced(struct tio_engine *e,
-                           uint64_t tensor_id,
-                           void *ptr,
-                           uint64_t bytes,
-                           int32_t mem,
-                           int32_t priority,
-                           uint64_t tag,
-                           void *fence,
-                           void *done) {
+                    uint64_t tag,
+                    void *fence,
+                    void *done) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
     if (rc == 0) {
         rc = check_fence(fence, "read");

@@ -238,9 +238,8 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
         return rc;
     }
     for (;;) {
-        rc = tio_engine_write_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
-                                     rt->mem, tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
-                                     (uint64_t)t, fence);
+        rc = tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
+                              tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, (uint64_t)t, fence);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;
@@ -469,9 +468,8 @@ int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t) {
     }
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
-        rc = tio_engine_read_fenced(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
-                                    rt->mem, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
-                                    TAG_READ | t, fence, done);
+        rc = tio_engine_read(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
+                             urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t, fence, done);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;

@@ -105,8 +105,9 @@ static int run_phase(struct tio_engine *e,
             int w = write == PH_MIXED ? (int)(next & 1) : write;
             uint64_t id = write != PH_MIXED ? next : w ? n_pre + next / 2 : (next / 2) % n_pre;
             rc = w ? tio_engine_write(e, id, bufs[slot], block, mem, TIO_TIER_SSD, TIO_PRIO_NORMAL,
-                                      tag)
-                   : tio_engine_read(e, id, bufs[slot], block, mem, TIO_PRIO_NORMAL, tag);
+                                      tag, NULL)
+                   : tio_engine_read(e, id, bufs[slot], block, mem, TIO_PRIO_NORMAL, tag, NULL,
+                                     NULL);
             if (rc == -EAGAIN) {
                 free_slots[nfree++] = slot;
                 rc = 0;

@@ -325,8 +325,8 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
         return NULL;
     }
     int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
-    int rc = write ? tio_engine_write(self->e, id, ptr, bytes, mem, tier, prio, tag)
-                   : tio_engine_read(self->e, id, ptr, bytes, mem, prio, tag);
+    int rc = write ? tio_engine_write(self->e, id, ptr, bytes, mem, tier, prio, tag, NULL)
+                   : tio_engine_read(self->e, id, ptr, bytes, mem, prio, tag, NULL, NULL);
     if (rc < 0) {
         if (pin) {
             /* not queued: drop the pin we just added (the last one for this tag) */
@@ -399,8 +399,8 @@ static PyObject *submit_wait(EngineObject *self, PyObject *args, int write) {
     void *p = (void *)(uintptr_t)ptr;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc =
-        write ? tio_engine_write(e, id, p, bytes, mem, tier, TIO_PRIO_URGENT, SYNC_TAG)
-              : tio_engine_read(e, id, p, bytes, mem, TIO_PRIO_URGENT, SYNC_TAG);
+        write ? tio_engine_write(e, id, p, bytes, mem, tier, TIO_PRIO_URGENT, SYNC_TAG, NULL)
+              : tio_engine_read(e, id, p, bytes, mem, TIO_PRIO_URGENT, SYNC_TAG, NULL, NULL);
     if (rc == 0) {
         rc = sync_wait(e, bytes);
     }

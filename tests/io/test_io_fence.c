@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 
 #include "../tio_test.h"
+#include "backend_util.h"
 #include "common/common_impl.h"
-#include "dl/cudart_shim.h"
 #include "io_util.h"
 
 static char g_dir[512];
@@ -24,13 +24,6 @@ static int fake_event_query(tio_cuda_event ev) {
     atomic_fetch_add(&g_queries, 1);
     int s = atomic_load(&g_event);
     return s == EV_NOT_READY ? TIO_CUDA_NOT_READY : s == EV_DONE ? 0 : 700;
-}
-static int fake_err_count(int *count) {
-    (void)count;
-    return 35; /* no usable device: fences still work, done events do not */
-}
-static const char *fake_err_string(int err) {
-    return err == 35 ? "CUDA driver version is insufficient for CUDA runtime version" : "?";
 }
 
 static struct tio_cudart_api g_fake;

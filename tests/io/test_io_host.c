@@ -9,31 +9,10 @@
 #include <errno.h>
 
 #include "../tio_test.h"
+#include "backend_util.h"
 #include "common/common_impl.h"
-#include "dl/cudart_shim.h"
-#include "io/backend.h"
-
-static int fake_err_count(int *count) {
-    (void)count;
-    return 35; /* cudaErrorInsufficientDriver: cudart loads, no device is usable */
-}
-static const char *fake_err_string(int err) {
-    return err == 35 ? "CUDA driver version is insufficient for CUDA runtime version" : "?";
-}
 
 static const struct tio_io_backend_ops *const host = &tio_io_backend_host;
-
-static struct tio_io_req req(uint64_t user, void *buf, uint64_t off, uint32_t len, int32_t op) {
-    struct tio_io_req r = { .user = user,
-                            .buf = buf,
-                            .off = off,
-                            .len = len,
-                            .op = op,
-                            .mem = TIO_MEM_HOST,
-                            .file = 0,
-                            .buf_index = -1 };
-    return r;
-}
 
 TIO_TEST(vtable_and_not_in_registry) {
     CHECK_OK(tio_io_backend_validate(host));
@@ -61,9 +40,9 @@ TIO_TEST(copies_by_offset) {
         a[i] = (unsigned char)(i * 7 + 3);
     memset(b, 0, sizeof b);
     memset(c, 0xAA, sizeof c);
-    struct tio_io_req w[3] = { req(11, a, 4096, sizeof a, TIO_IO_OP_WRITE),
-                               req(12, c, 4096 + sizeof a, sizeof c, TIO_IO_OP_WRITE),
-                               req(13, c, 0, sizeof c, TIO_IO_OP_WRITE) };
+    struct tio_io_req w[3] = { io_req(11, a, 4096, sizeof a, TIO_IO_OP_WRITE),
+                               io_req(12, c, 4096 + sizeof a, sizeof c, TIO_IO_OP_WRITE),
+                               io_req(13, c, 0, sizeof c, TIO_IO_OP_WRITE) };
     CHECK_EQ_I(host->submit(st, w, 3), 2); /* depth 2: the third does not fit */
     CHECK_EQ_I(host->submit(st, w + 2, 1), -EAGAIN);
     struct tio_io_cqe q[4];
@@ -75,7 +54,7 @@ TIO_TEST(copies_by_offset) {
     CHECK_EQ_I(q[0].res, (int64_t)sizeof c);
     CHECK_EQ_I(host->reap(st, 0, 4, 0, q), 0);
     /* read back across both writes: the bytes come from the pool, not the caller's buffers */
-    struct tio_io_req r = req(14, b, 4096 + 5000, 5100, TIO_IO_OP_READ);
+    struct tio_io_req r = io_req(14, b, 4096 + 5000, 5100, TIO_IO_OP_READ);
     memset(a + 5000, 0, 5000);
     CHECK_EQ_I(host->submit(st, &r, 1), 1);
     CHECK_EQ_I(host->reap(st, 1, 4, 0, q), 1);
@@ -88,7 +67,7 @@ TIO_TEST(copies_by_offset) {
         same &= b[i] == 0xAA;
     CHECK(same);
     /* an offset past the pool is refused, not copied */
-    struct tio_io_req bad = req(15, b, (1u << 20) - 100, 200, TIO_IO_OP_READ);
+    struct tio_io_req bad = io_req(15, b, (1u << 20) - 100, 200, TIO_IO_OP_READ);
     CHECK_EQ_I(host->submit(st, &bad, 1), 1);
     CHECK_EQ_I(host->reap(st, 1, 4, 0, q), 1);
     CHECK_EQ_I(q[0].res, -EINVAL);
@@ -109,7 +88,7 @@ TIO_TEST(device_memory_needs_a_usable_device) {
         CHECK_EQ_I(host->mem_ok(st, TIO_MEM_DEVICE), 0);
         CHECK_EQ_I(host->mem_ok(st, TIO_MEM_HOST), 1);
         unsigned char buf[64];
-        struct tio_io_req r = req(1, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
+        struct tio_io_req r = io_req(1, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
         r.mem = TIO_MEM_DEVICE;
         struct tio_io_cqe q;
         CHECK_EQ_I(host->submit(st, &r, 1), 1);

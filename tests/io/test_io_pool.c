@@ -12,29 +12,8 @@
 #include <unistd.h>
 
 #include "../tio_test.h"
+#include "backend_util.h"
 #include "common/common_impl.h"
-#include "dl/cudart_shim.h"
-#include "io/backend.h"
-
-static int fake_err_count(int *count) {
-    (void)count;
-    return 35; /* cudaErrorInsufficientDriver: cudart loads, no device is usable */
-}
-static const char *fake_err_string(int err) {
-    return err == 35 ? "CUDA driver version is insufficient for CUDA runtime version" : "?";
-}
-
-static struct tio_io_req req(uint64_t user, void *buf, uint64_t off, uint32_t len, int32_t op) {
-    struct tio_io_req r = { .user = user,
-                            .buf = buf,
-                            .off = off,
-                            .len = len,
-                            .op = op,
-                            .mem = TIO_MEM_HOST,
-                            .file = 0,
-                            .buf_index = -1 };
-    return r;
-}
 
 /* A scratch file, already unlinked; -1 on failure. */
 static int scratch_fd(void) {
@@ -78,19 +57,19 @@ static void round_trip(const struct tio_io_backend_ops *ops) {
         a[i] = (unsigned char)(i * 13 + 5);
     }
     memset(b, 0, sizeof b);
-    struct tio_io_req w = req(1, a, 4096, sizeof a, TIO_IO_OP_WRITE);
+    struct tio_io_req w = io_req(1, a, 4096, sizeof a, TIO_IO_OP_WRITE);
     CHECK_EQ_I(ops->submit(st, &w, 1), 1);
     struct tio_io_cqe q = reap_one(ops, st);
     CHECK_EQ_U(q.user, 1);
     CHECK_EQ_I(q.res, (int64_t)sizeof a);
-    struct tio_io_req r = req(2, b, 4096, sizeof b, TIO_IO_OP_READ);
+    struct tio_io_req r = io_req(2, b, 4096, sizeof b, TIO_IO_OP_READ);
     CHECK_EQ_I(ops->submit(st, &r, 1), 1);
     q = reap_one(ops, st);
     CHECK_EQ_U(q.user, 2);
     CHECK_EQ_I(q.res, (int64_t)sizeof b);
     CHECK(memcmp(a, b, sizeof a) == 0);
     /* past the end of the file: 0 bytes (the core makes that -EIO) */
-    r = req(3, b, 1u << 20, 4096, TIO_IO_OP_READ);
+    r = io_req(3, b, 1u << 20, 4096, TIO_IO_OP_READ);
     CHECK_EQ_I(ops->submit(st, &r, 1), 1);
     CHECK_EQ_I(reap_one(ops, st).res, 0);
     /* files outside the set */
@@ -120,7 +99,7 @@ TIO_TEST(host_only_backends_refuse_device_memory) {
         CHECK_OK(ops->init(&cfg, &st));
         if (st) {
             unsigned char buf[4096] = { 0 };
-            struct tio_io_req w = req(9, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
+            struct tio_io_req w = io_req(9, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
             w.mem = TIO_MEM_DEVICE;
             CHECK_EQ_I(ops->submit(st, &w, 1), 1);
             struct tio_io_cqe q = reap_one(ops, st);
@@ -147,7 +126,7 @@ TIO_TEST(full_queue_cancel_and_notify) {
     memset(buf, 0x3c, sizeof buf);
     struct tio_io_req w[4];
     for (uint32_t i = 0; i < 4; i++) {
-        w[i] = req(100 + i, buf[i], (uint64_t)i * 4096, 4096, TIO_IO_OP_WRITE);
+        w[i] = io_req(100 + i, buf[i], (uint64_t)i * 4096, 4096, TIO_IO_OP_WRITE);
     }
     CHECK_EQ_I(ops->submit(st, w, 4), 3); /* depth 3 */
     CHECK_EQ_I(ops->submit(st, w + 3, 1), -EAGAIN);
@@ -186,7 +165,7 @@ TIO_TEST(fault_short_option_shortens_the_transfer) {
     if (st) {
         unsigned char buf[4096];
         memset(buf, 0x5b, sizeof buf);
-        struct tio_io_req w = req(1, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
+        struct tio_io_req w = io_req(1, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
         CHECK_EQ_I(ops->submit(st, &w, 1), 1);
         CHECK_EQ_I(reap_one(ops, st).res, 1000);
         CHECK_EQ_I(lseek(fd, 0, SEEK_END), 1000);

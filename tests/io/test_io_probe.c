@@ -4,20 +4,12 @@
  * "the library loaded" (STYLE.md pitfall 2); the registry rejects malformed backends.
  */
 #include "../tio_test.h"
+#include "backend_util.h"
 #include "common/common_impl.h"
-#include "dl/cudart_shim.h"
-#include "io/backend.h"
 
-static int fake_err_count(int *count) {
-    (void)count;
-    return 35; /* cudaErrorInsufficientDriver, as on the no-GPU development image */
-}
 static int fake_zero_count(int *count) {
     *count = 0;
     return 0;
-}
-static const char *fake_err_string(int err) {
-    return err == 35 ? "CUDA driver version is insufficient for CUDA runtime version" : "?";
 }
 
 TIO_TEST(probe_all_reports_every_backend) {

@@ -6,23 +6,25 @@
 
 #include "common/common_impl.h"
 
-void tio_liveness_first_last(size_t n_kernels,
-                             size_t n_tensors,
-                             const uint64_t *use_offset,
-                             const uint32_t *use_tensor,
-                             const uint8_t *skip,
-                             uint64_t *first,
-                             uint64_t *last) {
-    for (size_t t = 0; t < n_tensors; t++) {
+struct tio_liveness_csr tio_liveness_csr_of(const struct tio_trace_view *v, const uint8_t *skip) {
+    return (struct tio_liveness_csr){ .n_kernels = v->n_kernels,
+                                      .n_tensors = v->n_tensors,
+                                      .use_offset = v->kernel_use_offset,
+                                      .use_tensor = v->use_tensor,
+                                      .skip = skip };
+}
+
+void tio_liveness_first_last(const struct tio_liveness_csr *c, uint64_t *first, uint64_t *last) {
+    for (size_t t = 0; t < c->n_tensors; t++) {
         first[t] = TIO_NEVER_USED;
         last[t] = TIO_NEVER_USED;
     }
-    for (size_t k = 0; k < n_kernels; k++) {
-        if (skip && skip[k]) {
+    for (size_t k = 0; k < c->n_kernels; k++) {
+        if (c->skip && c->skip[k]) {
             continue;
         }
-        for (uint64_t u = use_offset[k]; u < use_offset[k + 1]; u++) {
-            uint32_t t = use_tensor[u];
+        for (uint64_t u = c->use_offset[k]; u < c->use_offset[k + 1]; u++) {
+            uint32_t t = c->use_tensor[u];
             if (first[t] == TIO_NEVER_USED) {
                 first[t] = k;
             }
@@ -31,57 +33,50 @@ void tio_liveness_first_last(size_t n_kernels,
     }
 }
 
-void tio_liveness_next_use(size_t n_kernels,
-                           size_t n_tensors,
-                           const uint64_t *use_offset,
-                           const uint32_t *use_tensor,
-                           const uint8_t *skip,
-                           uint64_t *next,
-                           uint64_t *first) {
+void tio_liveness_next_use(const struct tio_liveness_csr *c, uint64_t *next, uint64_t *first) {
     /* Backwards, with first[t] the earliest counted use seen so far: the next use of every use
      * of kernel k is read before k itself becomes that earliest use. */
-    for (size_t t = 0; t < n_tensors; t++) {
+    for (size_t t = 0; t < c->n_tensors; t++) {
         first[t] = TIO_NEVER_USED;
     }
-    for (size_t k = n_kernels; k-- > 0;) {
-        const uint64_t u0 = use_offset[k], u1 = use_offset[k + 1];
+    for (size_t k = c->n_kernels; k-- > 0;) {
+        const uint64_t u0 = c->use_offset[k], u1 = c->use_offset[k + 1];
         for (uint64_t u = u0; u < u1; u++) {
-            next[u] = first[use_tensor[u]];
+            next[u] = first[c->use_tensor[u]];
         }
-        if (!(skip && skip[k])) {
+        if (!(c->skip && c->skip[k])) {
             for (uint64_t u = u0; u < u1; u++) {
-                first[use_tensor[u]] = k;
+                first[c->use_tensor[u]] = k;
             }
         }
     }
 }
 
-void tio_liveness_resident(size_t n_kernels,
-                           size_t n_tensors,
+void tio_liveness_resident(const struct tio_trace_view *v,
                            const uint64_t *first,
                            const uint64_t *last,
-                           const uint64_t *bytes,
-                           const uint32_t *tensor_flags,
                            const uint8_t *exclude,
                            uint64_t *out) {
     /* A difference array in modular arithmetic: every partial sum is a true resident size, which
      * fits in 64 bits because the trace's total bytes do. */
+    const size_t n_kernels = v->n_kernels;
     uint64_t global = 0;
     memset(out, 0, n_kernels * sizeof *out);
-    for (size_t t = 0; t < n_tensors; t++) {
+    for (size_t t = 0; t < v->n_tensors; t++) {
         if (exclude && exclude[t]) {
             continue;
         }
-        if (tensor_flags[t] & TIO_TENSOR_GLOBAL) {
-            global += bytes[t];
+        const uint64_t bytes = v->tensor_bytes[t];
+        if (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) {
+            global += bytes;
             continue;
         }
         if (first[t] == TIO_NEVER_USED) {
             continue;
         }
-        out[first[t]] += bytes[t];
+        out[first[t]] += bytes;
         if (last[t] + 1 < n_kernels) {
-            out[last[t] + 1] -= bytes[t];
+            out[last[t] + 1] -= bytes;
         }
     }
     uint64_t run = global;
@@ -155,10 +150,9 @@ int tio_liveness_build(const struct tio_trace_view *v, struct tio_liveness *lv) 
         off[t] = off[t - 1];
     }
     off[0] = 0;
-    tio_liveness_first_last(n, nt, v->kernel_use_offset, v->use_tensor, NULL, lv->first_use,
-                            lv->last_use);
-    tio_liveness_resident(n, nt, lv->first_use, lv->last_use, v->tensor_bytes, v->tensor_flags,
-                          NULL, lv->resident);
+    const struct tio_liveness_csr csr = tio_liveness_csr_of(v, NULL);
+    tio_liveness_first_last(&csr, lv->first_use, lv->last_use);
+    tio_liveness_resident(v, lv->first_use, lv->last_use, NULL, lv->resident);
     return 0;
 }
 
@@ -231,11 +225,10 @@ int tio_analysis_liveness(const struct tio_trace *trace,
             skip[k] = name && strcmp(name, skip_kernel) == 0;
         }
     }
-    tio_liveness_first_last(v.n_kernels, v.n_tensors, v.kernel_use_offset, v.use_tensor, skip,
-                            first, last);
+    const struct tio_liveness_csr csr = tio_liveness_csr_of(&v, skip);
+    tio_liveness_first_last(&csr, first, last);
     if (resident) {
-        tio_liveness_resident(v.n_kernels, v.n_tensors, first, last, v.tensor_bytes, v.tensor_flags,
-                              exclude, resident);
+        tio_liveness_resident(&v, first, last, exclude, resident);
     }
     tio_free(skip);
     return 0;

@@ -59,8 +59,12 @@ const char *tio_sim_channel_name(int32_t channel) {
 }
 
 void sim_view_uses_refresh(struct sim_view *v) {
-    tio_liveness_first_last(v->n_kernels, v->n_tensors, v->use_offset, v->use_tensor, v->skip_uses,
-                            v->first_use, v->last_use);
+    const struct tio_liveness_csr csr = { .n_kernels = v->n_kernels,
+                                          .n_tensors = v->n_tensors,
+                                          .use_offset = v->use_offset,
+                                          .use_tensor = v->use_tensor,
+                                          .skip = v->skip_uses };
+    tio_liveness_first_last(&csr, v->first_use, v->last_use);
 }
 
 int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {

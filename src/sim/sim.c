@@ -285,13 +285,12 @@ static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_
  * drives then write at their sustained rate except after pauses that drain the cache). Coupled
  * stages (n > 1) each have their own drives: those whose caches grew start full in the repeat.
  */
-int sim_run_steady(struct sim_view *const *v,
-                   size_t n,
-                   size_t n_links,
+int sim_run_steady(const struct sim_group *g,
                    const struct tio_hw *hw,
-                   const struct tio_sim_params *p,
-                   struct tio_sim *const *sims,
-                   struct sim_stage_out *out) {
+                   const struct tio_sim_params *p) {
+    struct sim_view *const *v = g->v;
+    struct tio_sim *const *sims = g->sims;
+    const size_t n = g->n;
     double bin_s[SIM_MAX_STAGES];
     int grew[SIM_MAX_STAGES] = { 0 };
     if (n == 0 || n > SIM_MAX_STAGES) {
@@ -301,7 +300,7 @@ int sim_run_steady(struct sim_view *const *v,
         v[i]->cache_level0 = 0.0;
         bin_s[i] = sims[i]->bin_s;
     }
-    int rc = sim_engine_run_group((const struct sim_view *const *)v, n, n_links, hw, p, sims, out);
+    int rc = sim_engine_run_group(g, hw, p);
     if (rc < 0 || hw->ssd_count == 0 || hw->ssd_write_cache_bytes == 0 ||
         !(hw->ssd_sustained_write_Bps > 0)) {
         return rc;
@@ -330,7 +329,7 @@ int sim_run_steady(struct sim_view *const *v,
             v[i]->cache_level0 = (double)hw->ssd_count * (double)hw->ssd_write_cache_bytes;
         }
     }
-    rc = sim_engine_run_group((const struct sim_view *const *)v, n, n_links, hw, p, sims, out);
+    rc = sim_engine_run_group(g, hw, p);
     for (size_t i = 0; i < n; i++) {
         sims[i]->r.ssd_cache_full = grew[i];
     }
@@ -518,7 +517,8 @@ int tio_sim_run(const struct tio_trace *trace,
     }
     if (!host_oom) {
         struct sim_view *vp = &v;
-        rc = sim_run_steady(&vp, 1, 0, hw, &p, &sim, NULL);
+        const struct sim_group g = { .v = &vp, .n = 1, .n_links = 0, .sims = &sim, .out = NULL };
+        rc = sim_run_steady(&g, hw, &p);
         if (rc < 0) {
             sim_view_fini(&v);
             tio_sim_free(sim);

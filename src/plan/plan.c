@@ -230,14 +230,22 @@ int tio_plan_add_move(struct tio_plan *plan, const struct tio_move *move) {
     return 0;
 }
 
-static int move_cmp(const void *a, const void *b) {
-    const struct tio_move *x = a, *y = b;
+int tio_move_cmp_issue(const struct tio_move *x, const struct tio_move *y) {
     if (x->trigger != y->trigger) {
         return x->trigger < y->trigger ? -1 : 1;
     }
     int ux = (x->flags & TIO_MOVE_URGENT) != 0, uy = (y->flags & TIO_MOVE_URGENT) != 0;
     if (ux != uy) {
         return ux ? -1 : 1;
+    }
+    return 0;
+}
+
+static int move_cmp(const void *a, const void *b) {
+    const struct tio_move *x = a, *y = b;
+    int c = tio_move_cmp_issue(x, y);
+    if (c != 0) {
+        return c;
     }
     if (x->tensor != y->tensor) {
         return x->tensor < y->tensor ? -1 : 1;

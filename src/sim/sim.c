@@ -7,6 +7,7 @@
 
 #include "analysis/liveness.h"
 #include "common/common_impl.h"
+#include "plan/planner_impl.h"
 #include "sim/sim_impl.h"
 
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
@@ -129,12 +130,9 @@ void sim_view_fini(struct sim_view *v) {
 
 static int move_cmp(const void *a, const void *b) {
     const struct tio_move *x = a, *y = b;
-    if (x->trigger != y->trigger) {
-        return x->trigger < y->trigger ? -1 : 1;
-    }
-    int ux = (x->flags & TIO_MOVE_URGENT) != 0, uy = (y->flags & TIO_MOVE_URGENT) != 0;
-    if (ux != uy) {
-        return ux ? -1 : 1;
+    int c = tio_move_cmp_issue(x, y);
+    if (c != 0) {
+        return c;
     }
     /* offloads before prefetches: freeing memory first lets the prefetch allocate */
     int px = x->to == TIO_TIER_GPU, py = y->to == TIO_TIER_GPU;

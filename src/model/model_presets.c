@@ -88,12 +88,22 @@ static const struct arch_preset arch_presets[] = {
     { "small", 4, 256, 8, 4, 768, 1024, 0, 8, 2, 128, 2 },
 };
 
-int tio_gpu_preset(const char *name, struct tio_gpu *out) {
-    for (size_t i = 0; name && i < TIO_ARRAY_LEN(gpu_presets); i++) {
-        if (strcmp(name, gpu_presets[i].name) == 0) {
-            *out = gpu_presets[i];
-            return 0;
+/* The index i with name_of(i) equal to name (name_of returns NULL past the end), or SIZE_MAX. */
+static size_t find_name(const char *(*name_of)(size_t), const char *name) {
+    const char *s;
+    for (size_t i = 0; name && (s = name_of(i)) != NULL; i++) {
+        if (strcmp(name, s) == 0) {
+            return i;
         }
+    }
+    return SIZE_MAX;
+}
+
+int tio_gpu_preset(const char *name, struct tio_gpu *out) {
+    size_t i = find_name(tio_gpu_preset_name, name);
+    if (i != SIZE_MAX) {
+        *out = gpu_presets[i];
+        return 0;
     }
     return tio_set_error(TIO_ENOTFOUND,
                          "model: unknown GPU '%s'; use one of h100-nvl, h100-sxm, h200, a100-80gb",
@@ -140,12 +150,11 @@ struct tio_model_params tio_model_params_default(void) {
 }
 
 int tio_model_preset(const char *name, struct tio_model_params *out) {
-    for (size_t i = 0; name && i < TIO_ARRAY_LEN(arch_presets); i++) {
-        if (strcmp(name, arch_presets[i].name) == 0) {
-            *out = tio_model_params_default();
-            apply_arch(&arch_presets[i], out);
-            return 0;
-        }
+    size_t i = find_name(tio_model_preset_name, name);
+    if (i != SIZE_MAX) {
+        *out = tio_model_params_default();
+        apply_arch(&arch_presets[i], out);
+        return 0;
     }
     return tio_set_error(
         TIO_ENOTFOUND,
@@ -162,23 +171,24 @@ const char *tio_model_preset_name(size_t i) {
     return i < TIO_ARRAY_LEN(arch_presets) ? arch_presets[i].name : NULL;
 }
 
+static const char *const precision_names[TIO_PRECISION_COUNT] = {
+    [TIO_PRECISION_FP32] = "fp32",
+    [TIO_PRECISION_BF16] = "bf16",
+};
+_Static_assert(TIO_ARRAY_LEN(precision_names) == TIO_PRECISION_COUNT, "one name per precision");
+
 const char *tio_model_precision_name(int32_t precision) {
-    switch (precision) {
-    case TIO_PRECISION_FP32:
-        return "fp32";
-    case TIO_PRECISION_BF16:
-        return "bf16";
-    default:
+    if (precision < 0 || precision >= TIO_PRECISION_COUNT) {
         return "unknown";
     }
+    return precision_names[precision];
 }
 
 int tio_model_precision_parse(const char *name) {
-    if (name && strcmp(name, "fp32") == 0) {
-        return TIO_PRECISION_FP32;
-    }
-    if (name && strcmp(name, "bf16") == 0) {
-        return TIO_PRECISION_BF16;
+    for (int32_t i = 0; name && i < TIO_PRECISION_COUNT; i++) {
+        if (strcmp(name, precision_names[i]) == 0) {
+            return i;
+        }
     }
     return tio_set_error(TIO_EINVAL, "model: unknown precision '%s'; use fp32 or bf16",
                          name ? name : "(null)");

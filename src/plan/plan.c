@@ -82,16 +82,16 @@ struct tio_plan_params tio_plan_params_default(void) {
 }
 
 const char *tio_tier_name(int32_t tier) {
-    switch (tier) {
-    case TIO_TIER_GPU:
-        return "gpu";
-    case TIO_TIER_HOST:
-        return "host";
-    case TIO_TIER_SSD:
-        return "ssd";
-    default:
+    static const char *const names[TIO_TIER_COUNT] = {
+        [TIO_TIER_GPU] = "gpu",
+        [TIO_TIER_HOST] = "host",
+        [TIO_TIER_SSD] = "ssd",
+    };
+    _Static_assert(TIO_ARRAY_LEN(names) == TIO_TIER_COUNT, "one name per tier");
+    if (tier < 0 || tier >= TIO_TIER_COUNT) {
         return "?";
     }
+    return names[tier];
 }
 
 int tio_plan_rewrap(int rc, const char *prefix, const char *suffix) {

@@ -110,6 +110,17 @@ static void *alloc_array(size_t n, size_t elem, int zero) {
     return zero ? tio_calloc(1, bytes) : tio_malloc(bytes);
 }
 
+int tio_liveness_trace_view(const struct tio_trace *trace,
+                            const char *who,
+                            struct tio_trace_view *v) {
+    if (!tio_trace_is_finished(trace)) {
+        return tio_set_error(TIO_ESTATE,
+                             "%s: the trace is not finished (call tio_trace_finish first)", who);
+    }
+    tio_trace_get_view(trace, v);
+    return 0;
+}
+
 int tio_liveness_build(const struct tio_trace_view *v, struct tio_liveness *lv) {
     memset(lv, 0, sizeof *lv);
     const size_t n = v->n_kernels, nt = v->n_tensors;
@@ -208,12 +219,11 @@ int tio_analysis_liveness(const struct tio_trace *trace,
     if (!trace || !first || !last) {
         return tio_set_error(TIO_EINVAL, "liveness: NULL trace, first or last");
     }
-    if (!tio_trace_is_finished(trace)) {
-        return tio_set_error(TIO_ESTATE, "liveness: the trace is not finished "
-                                         "(call tio_trace_finish first)");
-    }
     struct tio_trace_view v;
-    tio_trace_get_view(trace, &v);
+    int rc = tio_liveness_trace_view(trace, "liveness", &v);
+    if (rc < 0) {
+        return rc;
+    }
     uint8_t *skip = NULL;
     if (skip_kernel) {
         skip = alloc_array(v.n_kernels, 1, 0);

@@ -63,6 +63,14 @@ void tio_liveness_resident(const struct tio_trace_view *v,
                            const uint8_t *exclude,
                            uint64_t *out);
 
+/*
+ * tio_liveness_trace_view: *v = the view of a finished trace; TIO_ESTATE "<who>: the trace is not
+ * finished (call tio_trace_finish first)" for one still being built.
+ */
+int tio_liveness_trace_view(const struct tio_trace *trace,
+                            const char *who,
+                            struct tio_trace_view *v);
+
 /* Per-tensor uses of a trace (all kernels count): the kernel -> use CSR transposed. */
 struct tio_liveness {
     size_t n_kernels, n_tensors;

@@ -67,16 +67,9 @@ static int csv_close(struct csv_file *c, int rc) {
     return rc < 0 ? rc : crc;
 }
 
-/* Append the decimal digits of v at *p (fprintf's format parsing dominated the export time). */
+/* Append the decimal digits of v at *p. */
 static void put_u64(char **p, uint64_t v) {
-    char tmp[24];
-    size_t i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(*p, tmp + i, sizeof tmp - i);
-    *p += sizeof tmp - i;
+    *p += tio_u64_to_dec(*p, v);
 }
 
 static void put_str(char **p, const char *s) {

@@ -79,19 +79,23 @@ int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {
     v->use_tensor = tv.use_tensor;
     v->use_mode = tv.use_mode;
     size_t n1 = N ? N : 1, t1 = T ? T : 1;
-    v->dur_s = tio_calloc(n1, sizeof *v->dur_s);
-    v->cpu_s = tio_calloc(n1, sizeof *v->cpu_s);
-    v->skip_uses = tio_calloc(n1, 1);
-    v->bytes = tio_calloc(t1, sizeof *v->bytes);
-    v->tflags = tio_calloc(t1, 1);
-    v->init_tier = tio_calloc(t1, 1);
-    v->first_use = tio_calloc(t1, sizeof *v->first_use);
-    v->last_use = tio_calloc(t1, sizeof *v->last_use);
-    if (!v->dur_s || !v->cpu_s || !v->skip_uses || !v->bytes || !v->tflags || !v->init_tier ||
-        !v->first_use || !v->last_use) {
-        sim_view_fini(v);
+    /* One zeroed block: the 8-byte columns (dur_s, cpu_s [N]; bytes, first_use, last_use [T]),
+     * then the byte columns (skip_uses [N]; tflags, init_tier [T]). */
+    _Static_assert(sizeof(double) == sizeof(uint64_t), "the columns share one block");
+    const size_t wide = 2 * n1 + 3 * t1;
+    uint64_t *block = tio_calloc(1, wide * sizeof(uint64_t) + n1 + 2 * t1);
+    if (!block) {
         return TIO_ENOMEM;
     }
+    v->dur_s = (double *)(void *)block;
+    v->cpu_s = (double *)(void *)(block + n1);
+    v->bytes = block + 2 * n1;
+    v->first_use = block + 2 * n1 + t1;
+    v->last_use = block + 2 * n1 + 2 * t1;
+    uint8_t *narrow = (uint8_t *)(void *)(block + wide);
+    v->skip_uses = narrow;
+    v->tflags = narrow + n1;
+    v->init_tier = narrow + n1 + t1;
     double ideal = 0.0;
     for (size_t k = 0; k < N; k++) {
         v->dur_s[k] = (double)tv.kernel_duration_ns[k] * 1e-9;
@@ -114,14 +118,7 @@ int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {
 }
 
 void sim_view_fini(struct sim_view *v) {
-    tio_free(v->dur_s);
-    tio_free(v->cpu_s);
-    tio_free(v->skip_uses);
-    tio_free(v->bytes);
-    tio_free(v->tflags);
-    tio_free(v->init_tier);
-    tio_free(v->first_use);
-    tio_free(v->last_use);
+    tio_free(v->dur_s); /* the block of every column (sim_view_init) */
     tio_free(v->moves);
     tio_free(v->p2p);
     tio_free(v->p2p_link);
@@ -234,16 +231,27 @@ static int check_params(const struct tio_sim_params *p) {
     return 0;
 }
 
+int sim_series_alloc(struct tio_sim *sim, size_t N) {
+    /* One zeroed block of N + 1 entries per series (never empty): start, stall and duration
+     * (double) and GPU bytes (uint64_t), then the name ids (uint32_t). */
+    _Static_assert(sizeof(double) == sizeof(uint64_t), "the series share one block");
+    const size_t n1 = N + 1;
+    uint64_t *block = tio_calloc(n1, 4 * sizeof(uint64_t) + sizeof(uint32_t));
+    if (!block) {
+        return TIO_ENOMEM;
+    }
+    sim->n_kernels = N;
+    sim->k_start_s = (double *)(void *)block;
+    sim->k_stall_s = (double *)(void *)(block + n1);
+    sim->k_dur_s = (double *)(void *)(block + 2 * n1);
+    sim->k_gpu = block + 3 * n1;
+    sim->k_name = (uint32_t *)(void *)(block + 4 * n1);
+    return 0;
+}
+
 /* Per-kernel copies kept by the sim (names for the timeline). */
 static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_t N) {
-    size_t n1 = N ? N : 1;
-    sim->n_kernels = N;
-    sim->k_start_s = tio_calloc(n1, sizeof *sim->k_start_s);
-    sim->k_stall_s = tio_calloc(n1, sizeof *sim->k_stall_s);
-    sim->k_dur_s = tio_calloc(n1, sizeof *sim->k_dur_s);
-    sim->k_gpu = tio_calloc(n1, sizeof *sim->k_gpu);
-    sim->k_name = tio_calloc(n1, sizeof *sim->k_name);
-    if (!sim->k_start_s || !sim->k_stall_s || !sim->k_dur_s || !sim->k_gpu || !sim->k_name) {
+    if (sim_series_alloc(sim, N) < 0) {
         return TIO_ENOMEM;
     }
     struct tio_trace_view tv;
@@ -534,11 +542,7 @@ void tio_sim_free(struct tio_sim *sim) {
     if (!sim) {
         return;
     }
-    tio_free(sim->k_start_s);
-    tio_free(sim->k_stall_s);
-    tio_free(sim->k_dur_s);
-    tio_free(sim->k_gpu);
-    tio_free(sim->k_name);
+    tio_free(sim->k_start_s); /* the block of every series (sim_series_alloc) */
     for (size_t i = 0; i < sim->n_names; i++) {
         tio_free(sim->names[i]);
     }

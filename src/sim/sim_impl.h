@@ -101,6 +101,10 @@ struct tio_sim {
     size_t n_spans, cap_spans;
 };
 
+/* sim_series_alloc: sim's per-kernel series (k_*) for N kernels, zeroed, in one block that
+ * tio_sim_free frees. 0 or TIO_ENOMEM. */
+int sim_series_alloc(struct tio_sim *sim, size_t N);
+
 /* sim_view_init / sim_view_fini: a view of the trace with its own times and sizes. */
 int sim_view_init(struct sim_view *v, const struct tio_trace *trace);
 void sim_view_fini(struct sim_view *v);

@@ -169,22 +169,12 @@ static int ideal_makespan(const struct tio_trace *const *traces,
         iv[i].p2p = views[i]->p2p; /* borrowed: cleared before sim_view_fini */
         iv[i].p2p_link = views[i]->p2p_link;
         is[i] = tio_calloc(1, sizeof *is[i]);
-        if (!is[i]) {
+        if (!is[i] || sim_series_alloc(is[i], iv[i].n_kernels) < 0) {
             opened++;
             rc = TIO_ENOMEM;
             goto out;
         }
-        is[i]->n_kernels = iv[i].n_kernels;
-        is[i]->k_start_s = tio_calloc(iv[i].n_kernels + 1, sizeof(double));
-        is[i]->k_stall_s = tio_calloc(iv[i].n_kernels + 1, sizeof(double));
-        is[i]->k_dur_s = tio_calloc(iv[i].n_kernels + 1, sizeof(double));
-        is[i]->k_gpu = tio_calloc(iv[i].n_kernels + 1, sizeof(uint64_t));
         is[i]->bin_s = iv[i].ideal_s > 0 ? iv[i].ideal_s / (double)p->bins : 1.0;
-        if (!is[i]->k_start_s || !is[i]->k_stall_s || !is[i]->k_dur_s || !is[i]->k_gpu) {
-            opened++;
-            rc = TIO_ENOMEM;
-            goto out;
-        }
     }
     struct tio_sim_params ip = *p;
     ip.record_timeline = 0;

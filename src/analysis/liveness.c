@@ -90,13 +90,7 @@ void tio_liveness_free(struct tio_liveness *lv) {
     if (!lv) {
         return;
     }
-    tio_free(lv->use_off);
-    tio_free(lv->use_kernel);
-    tio_free(lv->use_mode);
-    tio_free(lv->first_use);
-    tio_free(lv->last_use);
-    tio_free(lv->resident);
-    tio_free(lv->active);
+    tio_free(lv->use_off); /* the block of every array (tio_liveness_build) */
     memset(lv, 0, sizeof *lv);
 }
 
@@ -126,18 +120,21 @@ int tio_liveness_build(const struct tio_trace_view *v, struct tio_liveness *lv) 
     const size_t n = v->n_kernels, nt = v->n_tensors;
     lv->n_kernels = n;
     lv->n_tensors = nt;
-    lv->use_off = alloc_array(nt + 1, sizeof *lv->use_off, 1);
-    lv->use_kernel = alloc_array(v->n_uses, sizeof *lv->use_kernel, 0);
-    lv->use_mode = alloc_array(v->n_uses, sizeof *lv->use_mode, 0);
-    lv->first_use = alloc_array(nt, sizeof *lv->first_use, 0);
-    lv->last_use = alloc_array(nt, sizeof *lv->last_use, 0);
-    lv->resident = alloc_array(n, sizeof *lv->resident, 0);
-    lv->active = alloc_array(n, sizeof *lv->active, 1);
-    if (!lv->use_off || !lv->use_kernel || !lv->use_mode || !lv->first_use || !lv->last_use ||
-        !lv->resident || !lv->active) {
-        tio_liveness_free(lv);
+    /* One zeroed block: the 8-byte arrays (use_off [nt + 1], first_use, last_use [nt], resident,
+     * active [n]), then use_kernel (4 bytes) and use_mode (1 byte) [n_uses]. */
+    _Static_assert(sizeof(size_t) == sizeof(uint64_t), "the arrays share one block");
+    const size_t wide = (nt + 1) + 2 * nt + 2 * n;
+    uint64_t *block = alloc_array(wide + (v->n_uses * 5 + 7) / 8, sizeof(uint64_t), 1);
+    if (!block) {
         return TIO_ENOMEM;
     }
+    lv->use_off = (size_t *)(void *)block;
+    lv->first_use = block + nt + 1;
+    lv->last_use = block + 2 * nt + 1;
+    lv->resident = block + 3 * nt + 1;
+    lv->active = block + 3 * nt + 1 + n;
+    lv->use_kernel = (uint32_t *)(void *)(block + wide);
+    lv->use_mode = (uint8_t *)(lv->use_kernel + v->n_uses);
     /* Transpose the kernel -> use CSR: count per tensor, prefix sums, scatter the kernels in
      * order (so each tensor's list comes out ascending); the scatter advances each offset to the
      * next tensor's start, so the offsets are shifted back by one afterwards. */

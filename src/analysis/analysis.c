@@ -59,10 +59,7 @@ int tio_size_bucket_of(uint64_t bytes) {
 }
 
 const char *tio_size_bucket_name(int bucket) {
-    if (bucket < 0 || bucket >= TIO_BUCKET_COUNT) {
-        return "unknown";
-    }
-    return bucket_names[bucket];
+    return tio_enum_name(bucket_names, TIO_BUCKET_COUNT, bucket, "unknown");
 }
 
 struct tio_analysis_params tio_analysis_params_default(void) {

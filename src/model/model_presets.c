@@ -178,17 +178,13 @@ static const char *const precision_names[TIO_PRECISION_COUNT] = {
 _Static_assert(TIO_ARRAY_LEN(precision_names) == TIO_PRECISION_COUNT, "one name per precision");
 
 const char *tio_model_precision_name(int32_t precision) {
-    if (precision < 0 || precision >= TIO_PRECISION_COUNT) {
-        return "unknown";
-    }
-    return precision_names[precision];
+    return tio_enum_name(precision_names, TIO_PRECISION_COUNT, precision, "unknown");
 }
 
 int tio_model_precision_parse(const char *name) {
-    for (int32_t i = 0; name && i < TIO_PRECISION_COUNT; i++) {
-        if (strcmp(name, precision_names[i]) == 0) {
-            return i;
-        }
+    int32_t precision = tio_enum_parse(precision_names, TIO_PRECISION_COUNT, name);
+    if (precision >= 0) {
+        return precision;
     }
     return tio_set_error(TIO_EINVAL, "model: unknown precision '%s'; use fp32 or bf16",
                          name ? name : "(null)");

@@ -45,16 +45,11 @@ static const char *const exec_names[TIO_PLAN_EXEC_COUNT] = {
 _Static_assert(TIO_ARRAY_LEN(exec_names) == TIO_PLAN_EXEC_COUNT, "one name per execution");
 
 const char *tio_plan_exec_name(int32_t exec) {
-    return exec >= 0 && exec < TIO_PLAN_EXEC_COUNT ? exec_names[exec] : NULL;
+    return tio_enum_name(exec_names, TIO_PLAN_EXEC_COUNT, exec, NULL);
 }
 
 int32_t tio_plan_exec_parse(const char *name) {
-    for (int32_t i = 0; name && i < TIO_PLAN_EXEC_COUNT; i++) {
-        if (strcmp(name, exec_names[i]) == 0) {
-            return i;
-        }
-    }
-    return -1;
+    return tio_enum_parse(exec_names, TIO_PLAN_EXEC_COUNT, name);
 }
 
 const char *tio_plan_policy_help(size_t i) {
@@ -88,10 +83,7 @@ const char *tio_tier_name(int32_t tier) {
         [TIO_TIER_SSD] = "ssd",
     };
     _Static_assert(TIO_ARRAY_LEN(names) == TIO_TIER_COUNT, "one name per tier");
-    if (tier < 0 || tier >= TIO_TIER_COUNT) {
-        return "?";
-    }
-    return names[tier];
+    return tio_enum_name(names, TIO_TIER_COUNT, tier, "?");
 }
 
 int tio_plan_rewrap(int rc, const char *prefix, const char *suffix) {

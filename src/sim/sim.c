@@ -53,10 +53,7 @@ const char *tio_sim_channel_name(int32_t channel) {
         [TIO_SIM_PCIE_D2H] = "pcie_d2h",
     };
     _Static_assert(TIO_ARRAY_LEN(names) == TIO_SIM_CHANNEL_COUNT, "channel names");
-    if (channel < 0 || channel >= TIO_SIM_CHANNEL_COUNT) {
-        return "unknown";
-    }
-    return names[channel];
+    return tio_enum_name(names, TIO_SIM_CHANNEL_COUNT, channel, "unknown");
 }
 
 void sim_view_uses_refresh(struct sim_view *v) {

@@ -18,17 +18,13 @@ static const char *const kind_names[TIO_TENSOR_KIND_COUNT] = {
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == TIO_TENSOR_KIND_COUNT, "kind names");
 
 const char *tio_tensor_kind_name(int32_t kind) {
-    if (kind < 0 || kind >= TIO_TENSOR_KIND_COUNT) {
-        return "unknown";
-    }
-    return kind_names[kind];
+    return tio_enum_name(kind_names, TIO_TENSOR_KIND_COUNT, kind, "unknown");
 }
 
 int tio_tensor_kind_parse(const char *name) {
-    for (int i = 0; name && i < TIO_TENSOR_KIND_COUNT; i++) {
-        if (strcmp(name, kind_names[i]) == 0) {
-            return i;
-        }
+    int32_t kind = tio_enum_parse(kind_names, TIO_TENSOR_KIND_COUNT, name);
+    if (kind >= 0) {
+        return kind;
     }
     return tio_set_error(TIO_EINVAL,
                          "unknown tensor kind '%s' (weight, grad, optim_state, "

@@ -70,7 +70,10 @@ TIO_TEST(builder_rejects_bad_arguments) {
     CHECK_RC(tio_trace_add_tensor(tr, 10, 99, 0, NULL, NULL), TIO_EINVAL);
     CHECK_ERR_HAS("kind");
     CHECK_RC(tio_trace_add_tensor(tr, 10, 0, 0x80, NULL, NULL), TIO_EINVAL);
+    CHECK_ERR_HAS("trace: tensor 0: unknown flags 0x80");
     CHECK_OK(tio_trace_add_tensor(tr, 10, 0, 0, NULL, NULL));
+    CHECK_RC(tio_trace_add_kernel(tr, "k", 1, 0x10, NULL), TIO_EINVAL);
+    CHECK_ERR_HAS("trace: kernel 0: unknown flags 0x10");
     CHECK_OK(tio_trace_add_kernel(tr, "k", 1, 0, NULL));
     CHECK_RC(tio_trace_add_use(tr, 5, TIO_USE_READ), TIO_EINVAL);
     CHECK_ERR_HAS("out of range");

@@ -262,7 +262,6 @@ int tio_analysis_new(const struct tio_trace *trace,
     }
     const size_t n = v.n_kernels, nt = v.n_tensors, nu = v.n_uses;
 
-    rc = TIO_ENOMEM;
     struct scratch w = { NULL, NULL };
     struct tio_analysis *a = tio_calloc(1, sizeof *a);
     if (!a) {

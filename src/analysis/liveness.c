@@ -108,8 +108,9 @@ int tio_liveness_trace_view(const struct tio_trace *trace,
                             const char *who,
                             struct tio_trace_view *v) {
     if (!tio_trace_is_finished(trace)) {
-        return tio_set_error(TIO_ESTATE,
-                             "%s: the trace is not finished (call tio_trace_finish first)", who);
+        (void)tio_set_error(TIO_ESTATE,
+                            "%s: the trace is not finished (call tio_trace_finish first)", who);
+        return TIO_ESTATE;
     }
     tio_trace_get_view(trace, v);
     return 0;

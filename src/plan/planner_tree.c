@@ -23,7 +23,7 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     t->size = size;
     /* One allocation: three int64 arrays then two double arrays of 2 * size nodes each. */
     _Static_assert(sizeof(int64_t) == sizeof(double), "the node arrays share one block");
-    int64_t *block = tio_calloc(5 * 2 * size, sizeof *block);
+    int64_t *block = tio_calloc(size * 10, sizeof *block);
     if (!block) {
         return TIO_ENOMEM;
     }

@@ -225,7 +225,8 @@ add_row(struct tio_trace *tr, int is_kernel, uint32_t flags, const char *name, u
     const char *what = is_kernel ? "kernel" : "tensor";
     const size_t n = is_kernel ? tr->n_kernels : tr->n_tensors;
     const uint32_t known = is_kernel ? TIO_KERNEL_FLAGS_ALL : TIO_TENSOR_FLAGS_ALL;
-    const uint32_t max = is_kernel ? TIO_TRACE_MAX_KERNELS : TIO_TRACE_MAX_TENSORS;
+    static const uint32_t max_rows[2] = { TIO_TRACE_MAX_TENSORS, TIO_TRACE_MAX_KERNELS };
+    const uint32_t max = max_rows[is_kernel != 0];
     if (flags & ~known) {
         return tio_set_error(TIO_EINVAL, "trace: %s %zu: unknown flags 0x%x", what, n, flags);
     }

@@ -59,10 +59,7 @@ int tio_size_bucket_of(uint64_t bytes) {
 }
 
 const char *tio_size_bucket_name(int bucket) {
-    if (bucket < 0 || bucket >= TIO_BUCKET_COUNT) {
-        return "unknown";
-    }
-    return bucket_names[bucket];
+    return tio_enum_name(bucket_names, TIO_BUCKET_COUNT, bucket, "unknown");
 }
 
 struct tio_analysis_params tio_analysis_params_default(void) {
@@ -258,15 +255,13 @@ int tio_analysis_new(const struct tio_trace *trace,
         return tio_set_error(TIO_EINVAL, "analysis: NULL trace or output pointer");
     }
     *out = NULL;
-    if (!tio_trace_is_finished(trace)) {
-        return tio_set_error(TIO_ESTATE, "analysis: the trace is not finished "
-                                         "(call tio_trace_finish first)");
-    }
     struct tio_trace_view v;
-    tio_trace_get_view(trace, &v);
+    int rc = tio_liveness_trace_view(trace, "analysis", &v);
+    if (rc < 0) {
+        return rc;
+    }
     const size_t n = v.n_kernels, nt = v.n_tensors, nu = v.n_uses;
 
-    int rc = TIO_ENOMEM;
     struct scratch w = { NULL, NULL };
     struct tio_analysis *a = tio_calloc(1, sizeof *a);
     if (!a) {

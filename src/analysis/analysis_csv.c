@@ -45,7 +45,8 @@ struct csv_file {
     char path[4200];
 };
 
-static int csv_open(struct csv_file *c, const char *dir, const char *name) {
+/* Open dir/name (put in place by csv_close) and write its header line. */
+static int csv_open(struct csv_file *c, const char *dir, const char *name, const char *header) {
     (void)snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
     c->f = NULL;
     int rc = tio_outfile_open(c->path, "analysis", &c->o);
@@ -53,6 +54,7 @@ static int csv_open(struct csv_file *c, const char *dir, const char *name) {
         return rc;
     }
     c->f = tio_outfile_stream(c->o);
+    (void)fputs(header, c->f);
     return 0;
 }
 
@@ -67,16 +69,9 @@ static int csv_close(struct csv_file *c, int rc) {
     return rc < 0 ? rc : crc;
 }
 
-/* Append the decimal digits of v at *p (fprintf's format parsing dominated the export time). */
+/* Append the decimal digits of v at *p. */
 static void put_u64(char **p, uint64_t v) {
-    char tmp[24];
-    size_t i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(*p, tmp + i, sizeof tmp - i);
-    *p += sizeof tmp - i;
+    *p += tio_u64_to_dec(*p, v);
 }
 
 static void put_str(char **p, const char *s) {
@@ -125,6 +120,16 @@ static void put_bandwidth(char **p, uint64_t bytes, uint64_t duration_ns) {
     }
 }
 
+/* Append the n numbers v at *p, separated by commas. */
+static void put_u64s(char **p, const uint64_t *v, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (i) {
+            *(*p)++ = ',';
+        }
+        put_u64(p, v[i]);
+    }
+}
+
 static void put_line(struct csv_file *c, char *line, char *end) {
     *end++ = '\n';
     (void)fwrite(line, 1, (size_t)(end - line), c->f);
@@ -132,7 +137,8 @@ static void put_line(struct csv_file *c, char *line, char *end) {
 
 static int write_memory(const struct tio_analysis *a, const char *dir) {
     struct csv_file c;
-    int rc = csv_open(&c, dir, "memory.csv");
+    int rc = csv_open(&c, dir, "memory.csv",
+                      "kernel,start_ns,duration_ns,resident_bytes,active_bytes\n");
     if (rc < 0) {
         return rc;
     }
@@ -141,18 +147,10 @@ static int write_memory(const struct tio_analysis *a, const char *dir) {
     const uint64_t *start = tio_analysis_kernel_start_ns(a);
     const uint64_t *res = tio_analysis_resident_bytes(a);
     const uint64_t *act = tio_analysis_active_bytes(a);
-    (void)fputs("kernel,start_ns,duration_ns,resident_bytes,active_bytes\n", c.f);
     for (size_t k = 0; k < s.n_kernels; k++) {
         char line[128], *q = line; /* 5 numbers of at most 20 digits */
-        put_u64(&q, k);
-        *q++ = ',';
-        put_u64(&q, start[k]);
-        *q++ = ',';
-        put_u64(&q, start[k + 1] - start[k]);
-        *q++ = ',';
-        put_u64(&q, res[k]);
-        *q++ = ',';
-        put_u64(&q, act[k]);
+        const uint64_t row[] = { k, start[k], start[k + 1] - start[k], res[k], act[k] };
+        put_u64s(&q, row, TIO_ARRAY_LEN(row));
         put_line(&c, line, q);
     }
     return csv_close(&c, 0);
@@ -160,7 +158,8 @@ static int write_memory(const struct tio_analysis *a, const char *dir) {
 
 static int write_periods(const struct tio_analysis *a, const char *dir) {
     struct csv_file c;
-    int rc = csv_open(&c, dir, "periods.csv");
+    int rc = csv_open(&c, dir, "periods.csv",
+                      "tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n");
     if (rc < 0) {
         return rc;
     }
@@ -169,20 +168,14 @@ static int write_periods(const struct tio_analysis *a, const char *dir) {
     tio_trace_get_view(tr, &v);
     size_t n;
     const struct tio_period *p = tio_analysis_periods(a, &n);
-    (void)fputs("tensor,kind,bytes,start,end,duration_ns,wraps,min_bandwidth_Bps\n", c.f);
     for (size_t i = 0; i < n; i++) {
         char line[256], *q = line; /* 6 numbers, a kind name (< 16), a flag */
         put_u64(&q, p[i].tensor);
         *q++ = ',';
         put_str(&q, tio_tensor_kind_name(v.tensor_kind[p[i].tensor]));
         *q++ = ',';
-        put_u64(&q, p[i].bytes);
-        *q++ = ',';
-        put_u64(&q, p[i].start);
-        *q++ = ',';
-        put_u64(&q, p[i].end);
-        *q++ = ',';
-        put_u64(&q, p[i].duration_ns);
+        const uint64_t nums[] = { p[i].bytes, p[i].start, p[i].end, p[i].duration_ns };
+        put_u64s(&q, nums, TIO_ARRAY_LEN(nums));
         *q++ = ',';
         *q++ = (p[i].flags & TIO_PERIOD_WRAPS) ? '1' : '0';
         *q++ = ',';
@@ -196,11 +189,10 @@ static int write_periods(const struct tio_analysis *a, const char *dir) {
  * bucket's periods whose duration is <= d. */
 static int write_cdf(const struct tio_analysis *a, const char *dir) {
     struct csv_file c;
-    int rc = csv_open(&c, dir, "cdf.csv");
+    int rc = csv_open(&c, dir, "cdf.csv", "bucket,duration_ns,fraction\n");
     if (rc < 0) {
         return rc;
     }
-    (void)fputs("bucket,duration_ns,fraction\n", c.f);
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
         size_t n;
         const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);

@@ -6,23 +6,25 @@
 
 #include "common/common_impl.h"
 
-void tio_liveness_first_last(size_t n_kernels,
-                             size_t n_tensors,
-                             const uint64_t *use_offset,
-                             const uint32_t *use_tensor,
-                             const uint8_t *skip,
-                             uint64_t *first,
-                             uint64_t *last) {
-    for (size_t t = 0; t < n_tensors; t++) {
+struct tio_liveness_csr tio_liveness_csr_of(const struct tio_trace_view *v, const uint8_t *skip) {
+    return (struct tio_liveness_csr){ .n_kernels = v->n_kernels,
+                                      .n_tensors = v->n_tensors,
+                                      .use_offset = v->kernel_use_offset,
+                                      .use_tensor = v->use_tensor,
+                                      .skip = skip };
+}
+
+void tio_liveness_first_last(const struct tio_liveness_csr *c, uint64_t *first, uint64_t *last) {
+    for (size_t t = 0; t < c->n_tensors; t++) {
         first[t] = TIO_NEVER_USED;
         last[t] = TIO_NEVER_USED;
     }
-    for (size_t k = 0; k < n_kernels; k++) {
-        if (skip && skip[k]) {
+    for (size_t k = 0; k < c->n_kernels; k++) {
+        if (c->skip && c->skip[k]) {
             continue;
         }
-        for (uint64_t u = use_offset[k]; u < use_offset[k + 1]; u++) {
-            uint32_t t = use_tensor[u];
+        for (uint64_t u = c->use_offset[k]; u < c->use_offset[k + 1]; u++) {
+            uint32_t t = c->use_tensor[u];
             if (first[t] == TIO_NEVER_USED) {
                 first[t] = k;
             }
@@ -31,57 +33,50 @@ void tio_liveness_first_last(size_t n_kernels,
     }
 }
 
-void tio_liveness_next_use(size_t n_kernels,
-                           size_t n_tensors,
-                           const uint64_t *use_offset,
-                           const uint32_t *use_tensor,
-                           const uint8_t *skip,
-                           uint64_t *next,
-                           uint64_t *first) {
+void tio_liveness_next_use(const struct tio_liveness_csr *c, uint64_t *next, uint64_t *first) {
     /* Backwards, with first[t] the earliest counted use seen so far: the next use of every use
      * of kernel k is read before k itself becomes that earliest use. */
-    for (size_t t = 0; t < n_tensors; t++) {
+    for (size_t t = 0; t < c->n_tensors; t++) {
         first[t] = TIO_NEVER_USED;
     }
-    for (size_t k = n_kernels; k-- > 0;) {
-        const uint64_t u0 = use_offset[k], u1 = use_offset[k + 1];
+    for (size_t k = c->n_kernels; k-- > 0;) {
+        const uint64_t u0 = c->use_offset[k], u1 = c->use_offset[k + 1];
         for (uint64_t u = u0; u < u1; u++) {
-            next[u] = first[use_tensor[u]];
+            next[u] = first[c->use_tensor[u]];
         }
-        if (!(skip && skip[k])) {
+        if (!(c->skip && c->skip[k])) {
             for (uint64_t u = u0; u < u1; u++) {
-                first[use_tensor[u]] = k;
+                first[c->use_tensor[u]] = k;
             }
         }
     }
 }
 
-void tio_liveness_resident(size_t n_kernels,
-                           size_t n_tensors,
+void tio_liveness_resident(const struct tio_trace_view *v,
                            const uint64_t *first,
                            const uint64_t *last,
-                           const uint64_t *bytes,
-                           const uint32_t *tensor_flags,
                            const uint8_t *exclude,
                            uint64_t *out) {
     /* A difference array in modular arithmetic: every partial sum is a true resident size, which
      * fits in 64 bits because the trace's total bytes do. */
+    const size_t n_kernels = v->n_kernels;
     uint64_t global = 0;
     memset(out, 0, n_kernels * sizeof *out);
-    for (size_t t = 0; t < n_tensors; t++) {
+    for (size_t t = 0; t < v->n_tensors; t++) {
         if (exclude && exclude[t]) {
             continue;
         }
-        if (tensor_flags[t] & TIO_TENSOR_GLOBAL) {
-            global += bytes[t];
+        const uint64_t bytes = v->tensor_bytes[t];
+        if (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) {
+            global += bytes;
             continue;
         }
         if (first[t] == TIO_NEVER_USED) {
             continue;
         }
-        out[first[t]] += bytes[t];
+        out[first[t]] += bytes;
         if (last[t] + 1 < n_kernels) {
-            out[last[t] + 1] -= bytes[t];
+            out[last[t] + 1] -= bytes;
         }
     }
     uint64_t run = global;
@@ -95,13 +90,7 @@ void tio_liveness_free(struct tio_liveness *lv) {
     if (!lv) {
         return;
     }
-    tio_free(lv->use_off);
-    tio_free(lv->use_kernel);
-    tio_free(lv->use_mode);
-    tio_free(lv->first_use);
-    tio_free(lv->last_use);
-    tio_free(lv->resident);
-    tio_free(lv->active);
+    tio_free(lv->use_off); /* the block of every array (tio_liveness_build) */
     memset(lv, 0, sizeof *lv);
 }
 
@@ -115,23 +104,38 @@ static void *alloc_array(size_t n, size_t elem, int zero) {
     return zero ? tio_calloc(1, bytes) : tio_malloc(bytes);
 }
 
+int tio_liveness_trace_view(const struct tio_trace *trace,
+                            const char *who,
+                            struct tio_trace_view *v) {
+    if (!tio_trace_is_finished(trace)) {
+        (void)tio_set_error(TIO_ESTATE,
+                            "%s: the trace is not finished (call tio_trace_finish first)", who);
+        return TIO_ESTATE;
+    }
+    tio_trace_get_view(trace, v);
+    return 0;
+}
+
 int tio_liveness_build(const struct tio_trace_view *v, struct tio_liveness *lv) {
     memset(lv, 0, sizeof *lv);
     const size_t n = v->n_kernels, nt = v->n_tensors;
     lv->n_kernels = n;
     lv->n_tensors = nt;
-    lv->use_off = alloc_array(nt + 1, sizeof *lv->use_off, 1);
-    lv->use_kernel = alloc_array(v->n_uses, sizeof *lv->use_kernel, 0);
-    lv->use_mode = alloc_array(v->n_uses, sizeof *lv->use_mode, 0);
-    lv->first_use = alloc_array(nt, sizeof *lv->first_use, 0);
-    lv->last_use = alloc_array(nt, sizeof *lv->last_use, 0);
-    lv->resident = alloc_array(n, sizeof *lv->resident, 0);
-    lv->active = alloc_array(n, sizeof *lv->active, 1);
-    if (!lv->use_off || !lv->use_kernel || !lv->use_mode || !lv->first_use || !lv->last_use ||
-        !lv->resident || !lv->active) {
-        tio_liveness_free(lv);
+    /* One zeroed block: the 8-byte arrays (use_off [nt + 1], first_use, last_use [nt], resident,
+     * active [n]), then use_kernel (4 bytes) and use_mode (1 byte) [n_uses]. */
+    _Static_assert(sizeof(size_t) == sizeof(uint64_t), "the arrays share one block");
+    const size_t wide = (nt + 1) + 2 * nt + 2 * n;
+    uint64_t *block = alloc_array(wide + (v->n_uses * 5 + 7) / 8, sizeof(uint64_t), 1);
+    if (!block) {
         return TIO_ENOMEM;
     }
+    lv->use_off = (size_t *)(void *)block;
+    lv->first_use = block + nt + 1;
+    lv->last_use = block + 2 * nt + 1;
+    lv->resident = block + 3 * nt + 1;
+    lv->active = block + 3 * nt + 1 + n;
+    lv->use_kernel = (uint32_t *)(void *)(block + wide);
+    lv->use_mode = (uint8_t *)(lv->use_kernel + v->n_uses);
     /* Transpose the kernel -> use CSR: count per tensor, prefix sums, scatter the kernels in
      * order (so each tensor's list comes out ascending); the scatter advances each offset to the
      * next tensor's start, so the offsets are shifted back by one afterwards. */
@@ -155,10 +159,9 @@ int tio_liveness_build(const struct tio_trace_view *v, struct tio_liveness *lv) 
         off[t] = off[t - 1];
     }
     off[0] = 0;
-    tio_liveness_first_last(n, nt, v->kernel_use_offset, v->use_tensor, NULL, lv->first_use,
-                            lv->last_use);
-    tio_liveness_resident(n, nt, lv->first_use, lv->last_use, v->tensor_bytes, v->tensor_flags,
-                          NULL, lv->resident);
+    const struct tio_liveness_csr csr = tio_liveness_csr_of(v, NULL);
+    tio_liveness_first_last(&csr, lv->first_use, lv->last_use);
+    tio_liveness_resident(v, lv->first_use, lv->last_use, NULL, lv->resident);
     return 0;
 }
 
@@ -214,12 +217,11 @@ int tio_analysis_liveness(const struct tio_trace *trace,
     if (!trace || !first || !last) {
         return tio_set_error(TIO_EINVAL, "liveness: NULL trace, first or last");
     }
-    if (!tio_trace_is_finished(trace)) {
-        return tio_set_error(TIO_ESTATE, "liveness: the trace is not finished "
-                                         "(call tio_trace_finish first)");
-    }
     struct tio_trace_view v;
-    tio_trace_get_view(trace, &v);
+    int rc = tio_liveness_trace_view(trace, "liveness", &v);
+    if (rc < 0) {
+        return rc;
+    }
     uint8_t *skip = NULL;
     if (skip_kernel) {
         skip = alloc_array(v.n_kernels, 1, 0);
@@ -231,11 +233,10 @@ int tio_analysis_liveness(const struct tio_trace *trace,
             skip[k] = name && strcmp(name, skip_kernel) == 0;
         }
     }
-    tio_liveness_first_last(v.n_kernels, v.n_tensors, v.kernel_use_offset, v.use_tensor, skip,
-                            first, last);
+    const struct tio_liveness_csr csr = tio_liveness_csr_of(&v, skip);
+    tio_liveness_first_last(&csr, first, last);
     if (resident) {
-        tio_liveness_resident(v.n_kernels, v.n_tensors, first, last, v.tensor_bytes, v.tensor_flags,
-                              exclude, resident);
+        tio_liveness_resident(&v, first, last, exclude, resident);
     }
     tio_free(skip);
     return 0;

@@ -24,45 +24,52 @@
 #include <teraio/trace.h>
 
 /*
- * tio_liveness_first_last: first[t] and last[t], the first and last kernel whose uses count
- * (skip[k] != 0: kernel k's uses do not; skip may be NULL), TIO_NEVER_USED for both when none
- * does. use_offset [n_kernels + 1] and use_tensor are the trace's kernel -> use CSR.
+ * The kernel -> use CSR the liveness functions read: use_offset [n_kernels + 1] and use_tensor
+ * [n_uses] (borrowed, e.g. from a struct tio_trace_view), and an optional skip mask [n_kernels]
+ * (skip[k] != 0: kernel k's uses do not count; NULL: all count).
  */
-void tio_liveness_first_last(size_t n_kernels,
-                             size_t n_tensors,
-                             const uint64_t *use_offset,
-                             const uint32_t *use_tensor,
-                             const uint8_t *skip,
-                             uint64_t *first,
-                             uint64_t *last);
+struct tio_liveness_csr {
+    size_t n_kernels, n_tensors;
+    const uint64_t *use_offset;
+    const uint32_t *use_tensor;
+    const uint8_t *skip;
+};
+
+/* tio_liveness_csr_of: the CSR of a trace view with the given skip mask (may be NULL). */
+struct tio_liveness_csr tio_liveness_csr_of(const struct tio_trace_view *v, const uint8_t *skip);
+
+/*
+ * tio_liveness_first_last: first[t] and last[t] [n_tensors], the first and last kernel whose uses
+ * count, TIO_NEVER_USED for both when none does.
+ */
+void tio_liveness_first_last(const struct tio_liveness_csr *c, uint64_t *first, uint64_t *last);
 
 /*
  * tio_liveness_next_use: next[u] for every use u [n_uses]: the next kernel after u's whose uses
  * count and that uses the same tensor, TIO_NEVER_USED if there is none in the iteration; and
  * first[t] [n_tensors] as tio_liveness_first_last sets it.
  */
-void tio_liveness_next_use(size_t n_kernels,
-                           size_t n_tensors,
-                           const uint64_t *use_offset,
-                           const uint32_t *use_tensor,
-                           const uint8_t *skip,
-                           uint64_t *next,
-                           uint64_t *first);
+void tio_liveness_next_use(const struct tio_liveness_csr *c, uint64_t *next, uint64_t *first);
 
 /*
- * tio_liveness_resident: out[k] [n_kernels] = bytes resident at kernel k with nothing offloaded,
- * over the tensors t with exclude[t] == 0 (exclude may be NULL): bytes[t] over the whole
- * iteration when tensor_flags[t] has TIO_TENSOR_GLOBAL, over [first[t], last[t]] otherwise (none
- * when never used).
+ * tio_liveness_resident: out[k] [v->n_kernels] = bytes resident at kernel k with nothing
+ * offloaded, over the tensors t of the trace view v with exclude[t] == 0 (exclude may be NULL):
+ * v->tensor_bytes[t] over the whole iteration when v->tensor_flags[t] has TIO_TENSOR_GLOBAL, over
+ * [first[t], last[t]] otherwise (none when never used).
  */
-void tio_liveness_resident(size_t n_kernels,
-                           size_t n_tensors,
+void tio_liveness_resident(const struct tio_trace_view *v,
                            const uint64_t *first,
                            const uint64_t *last,
-                           const uint64_t *bytes,
-                           const uint32_t *tensor_flags,
                            const uint8_t *exclude,
                            uint64_t *out);
+
+/*
+ * tio_liveness_trace_view: *v = the view of a finished trace; TIO_ESTATE "<who>: the trace is not
+ * finished (call tio_trace_finish first)" for one still being built.
+ */
+int tio_liveness_trace_view(const struct tio_trace *trace,
+                            const char *who,
+                            struct tio_trace_view *v);
 
 /* Per-tensor uses of a trace (all kernels count): the kernel -> use CSR transposed. */
 struct tio_liveness {

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <teraio/alloc.h>
 #include <teraio/assert.h>
@@ -92,6 +93,35 @@ void tio_input_close(struct tio_input *in);
 /* tio_input_looks_textual: 1 unless the first byte after leading whitespace in p[0..n) is a
  * control or non-ASCII byte (a zero-filled or binary file is not JSON: refuse it unread). */
 int tio_input_looks_textual(const unsigned char *p, size_t n);
+
+/* tio_enum_name: names[v] of a table indexed by an enum of n values; `unknown` outside [0, n). */
+static inline const char *
+tio_enum_name(const char *const *names, int32_t n, int32_t v, const char *unknown) {
+    return v >= 0 && v < n ? names[v] : unknown;
+}
+
+/* tio_enum_parse: the value whose name in such a table is `name` (NULL matches none), or -1. */
+static inline int32_t tio_enum_parse(const char *const *names, int32_t n, const char *name) {
+    for (int32_t i = 0; name && i < n; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* tio_u64_to_dec: the decimal digits of v at out (at most 20, no terminator); returns their count.
+ * For bulk CSV and JSON export, where fprintf's format parsing dominated the time. */
+static inline size_t tio_u64_to_dec(char *out, uint64_t v) {
+    char tmp[20];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(out, tmp + i, sizeof tmp - i);
+    return sizeof tmp - i;
+}
 
 /* p without its const, for a library that takes a non-const handle to read (jansson's object
  * iterators): a union, so neither -Wcast-qual nor an integer round trip is needed. */

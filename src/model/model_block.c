@@ -21,14 +21,9 @@ tagged(const struct gen *g, char *buf, size_t n, const char *tag, const char *su
     return buf;
 }
 
-void mg_rmsnorm_fwd(struct gen *g,
-                    const char *tag,
-                    uint32_t x,
-                    size_t pi,
-                    int32_t ks,
-                    uint32_t *rstd,
-                    uint32_t *nr,
-                    uint32_t *no) {
+void mg_rmsnorm_fwd(struct gen *g, struct mg_norm *n, int32_t ks) {
+    const char *tag = n->tag;
+    const uint32_t x = n->x;
     double th = (double)(g->T * g->h);
     uint64_t full = g->T * g->h * g->e, row = g->T * 4;
     char b[48] = "";
@@ -39,30 +34,23 @@ void mg_rmsnorm_fwd(struct gen *g,
         mg_ew(g, "aten::mean", th, sq, NONE, row, k_tmp, tagged(g, b, sizeof b, tag, "mean"));
     uint32_t mse = mg_ew(g, "aten::add", (double)g->T, ms, NONE, row, k_tmp,
                          tagged(g, b, sizeof b, tag, "mean_eps"));
-    *rstd = mg_ew(g, "aten::rsqrt", (double)g->T, mse, NONE, row, ks,
-                  tagged(g, b, sizeof b, tag, "rstd"));
-    *nr = mg_ew(g, "aten::mul", th, x, *rstd, full, ks, tagged(g, b, sizeof b, tag, "normed"));
-    *no =
-        mg_ew(g, "aten::mul", th, *nr, g->par[pi].w, full, ks, tagged(g, b, sizeof b, tag, "out"));
+    n->rstd = mg_ew(g, "aten::rsqrt", (double)g->T, mse, NONE, row, ks,
+                    tagged(g, b, sizeof b, tag, "rstd"));
+    n->nr = mg_ew(g, "aten::mul", th, x, n->rstd, full, ks, tagged(g, b, sizeof b, tag, "normed"));
+    n->no = mg_ew(g, "aten::mul", th, n->nr, g->par[n->pi].w, full, ks,
+                  tagged(g, b, sizeof b, tag, "out"));
 }
 
-/* Returns the gradient of x, plus `gres` (the residual branch's gradient) if not NONE, named
- * `gname`. */
-uint32_t mg_rmsnorm_bwd(struct gen *g,
-                        const char *tag,
-                        uint32_t gout,
-                        uint32_t x,
-                        uint32_t rstd,
-                        uint32_t nr,
-                        size_t pi,
-                        uint32_t gres,
-                        const char *gname) {
+uint32_t mg_rmsnorm_bwd(
+    struct gen *g, const struct mg_norm *n, uint32_t gout, uint32_t gres, const char *gname) {
+    const uint32_t x = n->x, rstd = n->rstd, nr = n->nr;
+    const size_t pi = n->pi;
     double th = (double)(g->T * g->h);
     uint64_t full = g->T * g->h * g->e, row = g->T * 4;
     const int32_t k_tmp = TIO_TENSOR_TEMP;
     char b[48] = "";
     char gt[40];
-    (void)snprintf(gt, sizeof gt, "g.%s", tag);
+    (void)snprintf(gt, sizeof gt, "g.%s", n->tag);
     uint32_t t1 =
         mg_ew(g, "aten::mul", th, gout, nr, full, k_tmp, tagged(g, b, sizeof b, gt, "t1"));
     mg_wgrad(g, "aten::sum", C_VEC, th, t1, NONE, pi);
@@ -100,13 +88,14 @@ void mg_block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute
     double th = (double)(tok * g->h);
     memset(s, 0xff, sizeof *s);
     s->x = x;
-    mg_rmsnorm_fwd(g, "attn_norm", x, base + P_N1, ks, &s->rstd1, &s->n1, &s->n1o);
+    s->norm1 = (struct mg_norm){ .tag = "attn_norm", .pi = base + P_N1, .x = x };
+    mg_rmsnorm_fwd(g, &s->norm1, ks);
     /* q and k are not saved: RoPE multiplies by freqs_cis, which needs no gradient, so
      * autograd keeps neither operand */
-    s->q = mg_mm(g, s->n1o, pa[P_WQ].w, tok, g->hq, g->h, k_tmp, "q");
-    s->k = mg_mm(g, s->n1o, pa[P_WK].w, tok, g->hkv, g->h, k_tmp, "k");
+    s->q = mg_mm(g, s->norm1.no, pa[P_WQ].w, tok, g->hq, g->h, k_tmp, "q");
+    s->k = mg_mm(g, s->norm1.no, pa[P_WK].w, tok, g->hkv, g->h, k_tmp, "k");
     int rep = g->hq != g->hkv;
-    uint32_t v = mg_mm(g, s->n1o, pa[P_WV].w, tok, g->hkv, g->h, rep ? k_tmp : ks, "v");
+    uint32_t v = mg_mm(g, s->norm1.no, pa[P_WV].w, tok, g->hkv, g->h, rep ? k_tmp : ks, "v");
     /* RoPE as a complex multiply with freqs_cis (saves its input q/k) */
     s->qr = mg_ew(g, "aten::mul", 3.0 * (double)(tok * g->hq), s->q, g->freqs, tok * g->hq * e, ks,
                   "q_rope");
@@ -135,9 +124,10 @@ void mg_block_fwd(struct gen *g, uint32_t x, uint32_t layer_local, int recompute
     uint32_t ao = mg_mm(g, s->oc, pa[P_WO].w, tok, g->h, g->hq, k_tmp, "attn.proj");
     mg_allreduce(g, ao, g->tp);
     s->hmid = mg_ew(g, "aten::add", th, x, ao, tok * g->h * e, ks, "h");
-    mg_rmsnorm_fwd(g, "ffn_norm", s->hmid, base + P_N2, ks, &s->rstd2, &s->n2, &s->n2o);
-    s->gt = mg_mm(g, s->n2o, pa[P_W1].w, tok, g->ffn, g->h, ks, "mlp.gate");
-    s->ut = mg_mm(g, s->n2o, pa[P_W3].w, tok, g->ffn, g->h, ks, "mlp.up");
+    s->norm2 = (struct mg_norm){ .tag = "ffn_norm", .pi = base + P_N2, .x = s->hmid };
+    mg_rmsnorm_fwd(g, &s->norm2, ks);
+    s->gt = mg_mm(g, s->norm2.no, pa[P_W1].w, tok, g->ffn, g->h, ks, "mlp.gate");
+    s->ut = mg_mm(g, s->norm2.no, pa[P_W3].w, tok, g->ffn, g->h, ks, "mlp.up");
     double tf = (double)(tok * g->ffn);
     s->sg = mg_ew(g, "aten::silu", 4 * tf, s->gt, NONE, tok * g->ffn * e, ks, "mlp.silu");
     s->pr = mg_ew(g, "aten::mul", tf, s->sg, s->ut, tok * g->ffn * e, ks, "mlp.prod");
@@ -161,14 +151,13 @@ uint32_t mg_block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, const st
     uint32_t gg =
         mg_ew(g, "aten::silu_backward", 6 * tf, gsg, s->gt, tok * g->ffn * e, k_tmp, "g.mlp.gate");
     uint32_t gna = mg_mm(g, gu, pa[P_W3].w, tok, g->h, g->ffn, k_tmp, "g.ffn_norm.out_up");
-    mg_wgrad(g, "aten::mm", C_MM, mmf, gu, s->n2o, base + P_W3);
+    mg_wgrad(g, "aten::mm", C_MM, mmf, gu, s->norm2.no, base + P_W3);
     uint32_t gnb = mg_mm(g, gg, pa[P_W1].w, tok, g->h, g->ffn, k_tmp, "g.ffn_norm.out_gate");
-    mg_wgrad(g, "aten::mm", C_MM, mmf, gg, s->n2o, base + P_W1);
+    mg_wgrad(g, "aten::mm", C_MM, mmf, gg, s->norm2.no, base + P_W1);
     uint32_t gn2 = mg_ew(g, "aten::add", (double)(tok * g->h), gna, gnb, tok * g->h * e, k_tmp,
                          "g.ffn_norm.out");
     mg_allreduce(g, gn2, g->tp);
-    uint32_t gh =
-        mg_rmsnorm_bwd(g, "ffn_norm", gn2, s->hmid, s->rstd2, s->n2, base + P_N2, gy, "g.h");
+    uint32_t gh = mg_rmsnorm_bwd(g, &s->norm2, gn2, gy, "g.h");
     /* attention */
     double mq = 2.0 * (double)tok * (double)g->h * (double)g->hq;
     double mkv = 2.0 * (double)tok * (double)g->h * (double)g->hkv;
@@ -200,14 +189,14 @@ uint32_t mg_block_bwd(struct gen *g, uint32_t gy, uint32_t layer_local, const st
     uint32_t gkk = mg_ew(g, "aten::mul", 3.0 * (double)(tok * g->hkv), gk, g->freqs,
                          tok * g->hkv * e, k_tmp, "g.k");
     uint32_t g1 = mg_mm(g, gqq, pa[P_WQ].w, tok, g->h, g->hq, k_tmp, "g.attn_norm.out_q");
-    mg_wgrad(g, "aten::mm", C_MM, mq, gqq, s->n1o, base + P_WQ);
+    mg_wgrad(g, "aten::mm", C_MM, mq, gqq, s->norm1.no, base + P_WQ);
     uint32_t g2 = mg_mm(g, gkk, pa[P_WK].w, tok, g->h, g->hkv, k_tmp, "g.attn_norm.out_k");
-    mg_wgrad(g, "aten::mm", C_MM, mkv, gkk, s->n1o, base + P_WK);
+    mg_wgrad(g, "aten::mm", C_MM, mkv, gkk, s->norm1.no, base + P_WK);
     uint32_t g3 = mg_mm(g, gv, pa[P_WV].w, tok, g->h, g->hkv, k_tmp, "g.attn_norm.out_v");
-    mg_wgrad(g, "aten::mm", C_MM, mkv, gv, s->n1o, base + P_WV);
+    mg_wgrad(g, "aten::mm", C_MM, mkv, gv, s->norm1.no, base + P_WV);
     double th = (double)(tok * g->h);
     uint32_t gn = mg_ew(g, "aten::add", th, g1, g2, tok * g->h * e, k_tmp, "g.attn_norm.out_qk");
     gn = mg_ew(g, "aten::add", th, gn, g3, tok * g->h * e, k_tmp, "g.attn_norm.out");
     mg_allreduce(g, gn, g->tp);
-    return mg_rmsnorm_bwd(g, "attn_norm", gn, s->x, s->rstd1, s->n1, base + P_N1, gh, "g.x");
+    return mg_rmsnorm_bwd(g, &s->norm1, gn, gh, "g.x");
 }

@@ -315,8 +315,9 @@ static int saved_per_block(const struct tio_model_params *p, uint32_t stage, uin
     }
     uint32_t x = mg_ten(&d, d.T * d.h * d.e, TIO_TENSOR_ACTIVATION, 0, "x");
     mg_block_fwd(&d, x, 0, 0, &s);
-    const uint32_t ids[] = { s.rstd1, s.n1,    s.n1o, s.qr,  s.krep, s.vrep, s.o,  s.lse, s.oc,
-                             s.hmid,  s.rstd2, s.n2,  s.n2o, s.gt,   s.ut,   s.sg, s.pr,  s.y };
+    const uint32_t ids[] = { s.norm1.rstd, s.norm1.nr, s.norm1.no, s.qr,   s.krep,       s.vrep,
+                             s.o,          s.lse,      s.oc,       s.hmid, s.norm2.rstd, s.norm2.nr,
+                             s.norm2.no,   s.gt,       s.ut,       s.sg,   s.pr,         s.y };
     *out = 0;
     for (size_t i = 0; i < TIO_ARRAY_LEN(ids); i++) {
         if (ids[i] == NONE || (d.ckpt && ids[i] != s.y)) {

@@ -35,14 +35,26 @@ struct param {
 /* Layer parameter slots. */
 enum { P_N1, P_WQ, P_WK, P_WV, P_WO, P_N2, P_W1, P_W2, P_W3, P_PER_LAYER };
 
-/* What a block's forward saves for its backward. */
+/* One RMSNorm: what names it and what it normalizes (set before mg_rmsnorm_fwd), and what its
+ * forward saves for the backward. */
+struct mg_norm {
+    const char *tag; /* tensors "<tag>.<what>", gradients "g.<tag>.<what>" */
+    size_t pi;       /* its weight's parameter */
+    uint32_t x;      /* its input */
+    uint32_t rstd;   /* saved: 1 / rms per row */
+    uint32_t nr;     /* saved: x * rstd */
+    uint32_t no;     /* the output, nr * weight */
+};
+
+/* What a block's forward saves for its backward (norm1.x is x, norm2.x is hmid). */
 struct blk {
-    uint32_t x, rstd1, n1, n1o, q, k, qr, krep, vrep, o, lse, oc, hmid, rstd2, n2, n2o, gt, ut, sg,
-        pr, y;
+    uint32_t x, q, k, qr, krep, vrep, o, lse, oc, hmid, gt, ut, sg, pr, y;
+    struct mg_norm norm1, norm2;
 };
 
 struct head_saved {
-    uint32_t x, rstd, nr, no, lsm, labels;
+    struct mg_norm norm;
+    uint32_t lsm, labels;
 };
 
 struct use_buf {
@@ -144,28 +156,14 @@ void mg_wgrad(
 
 /* ---- model_block.c ---- */
 
-/* RMSNorm of x with parameter pi (TorchTitan, unfused): the saved rstd (*rstd), normalized
- * (*nr) and output (*no) tensors, saved as kind ks. */
-void mg_rmsnorm_fwd(struct gen *g,
-                    const char *tag,
-                    uint32_t x,
-                    size_t pi,
-                    int32_t ks,
-                    uint32_t *rstd,
-                    uint32_t *nr,
-                    uint32_t *no);
+/* RMSNorm n of n->x with parameter n->pi (TorchTitan, unfused): sets the saved n->rstd, n->nr
+ * and the output n->no, saved as kind ks. */
+void mg_rmsnorm_fwd(struct gen *g, struct mg_norm *n, int32_t ks);
 
-/* Returns the gradient of x, plus `gres` (the residual branch's gradient) if not NONE, named
- * `gname`. */
-uint32_t mg_rmsnorm_bwd(struct gen *g,
-                        const char *tag,
-                        uint32_t gout,
-                        uint32_t x,
-                        uint32_t rstd,
-                        uint32_t nr,
-                        size_t pi,
-                        uint32_t gres,
-                        const char *gname);
+/* The backward of n from the output gradient gout: returns the gradient of n->x, plus `gres`
+ * (the residual branch's gradient) if not NONE, named `gname`. */
+uint32_t mg_rmsnorm_bwd(
+    struct gen *g, const struct mg_norm *n, uint32_t gout, uint32_t gres, const char *gname);
 
 /* One transformer block: forward of x (recompute: the checkpointed re-run), saving what the
  * backward needs in *s; backward of gradient gy; each returns the output (gradient). */

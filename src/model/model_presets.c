@@ -88,16 +88,37 @@ static const struct arch_preset arch_presets[] = {
     { "small", 4, 256, 8, 4, 768, 1024, 0, 8, 2, 128, 2 },
 };
 
-int tio_gpu_preset(const char *name, struct tio_gpu *out) {
-    for (size_t i = 0; name && i < TIO_ARRAY_LEN(gpu_presets); i++) {
-        if (strcmp(name, gpu_presets[i].name) == 0) {
-            *out = gpu_presets[i];
+/*
+ * *index = the preset i with name_of(i) equal to name (name_of returns NULL past the end); else
+ * TIO_ENOTFOUND "model: unknown <what> '<name>'; use one of <every name><hint>".
+ */
+static int find_preset(const char *(*name_of)(size_t),
+                       const char *what,
+                       const char *hint,
+                       const char *name,
+                       size_t *index) {
+    char list[256] = "";
+    size_t len = 0;
+    const char *s;
+    for (size_t i = 0; (s = name_of(i)) != NULL; i++) {
+        if (name && strcmp(name, s) == 0) {
+            *index = i;
             return 0;
         }
+        int n = snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", s);
+        len = n < 0 ? len : TIO_MIN(len + (size_t)n, sizeof list - 1);
     }
-    return tio_set_error(TIO_ENOTFOUND,
-                         "model: unknown GPU '%s'; use one of h100-nvl, h100-sxm, h200, a100-80gb",
-                         name ? name : "(null)");
+    return tio_set_error(TIO_ENOTFOUND, "model: unknown %s '%s'; use one of %s%s", what,
+                         name ? name : "(null)", list, hint);
+}
+
+int tio_gpu_preset(const char *name, struct tio_gpu *out) {
+    size_t i = 0;
+    int rc = find_preset(tio_gpu_preset_name, "GPU", "", name, &i);
+    if (rc == 0) {
+        *out = gpu_presets[i];
+    }
+    return rc;
 }
 
 size_t tio_gpu_preset_count(void) {
@@ -140,18 +161,14 @@ struct tio_model_params tio_model_params_default(void) {
 }
 
 int tio_model_preset(const char *name, struct tio_model_params *out) {
-    for (size_t i = 0; name && i < TIO_ARRAY_LEN(arch_presets); i++) {
-        if (strcmp(name, arch_presets[i].name) == 0) {
-            *out = tio_model_params_default();
-            apply_arch(&arch_presets[i], out);
-            return 0;
-        }
+    size_t i = 0;
+    int rc = find_preset(tio_model_preset_name, "preset",
+                         " (or --preset custom with --layers/--hidden/...)", name, &i);
+    if (rc == 0) {
+        *out = tio_model_params_default();
+        apply_arch(&arch_presets[i], out);
     }
-    return tio_set_error(
-        TIO_ENOTFOUND,
-        "model: unknown preset '%s'; use one of llama3-8b, llama3-70b, granite-code-8b, tiny, "
-        "small (or --preset custom with --layers/--hidden/...)",
-        name ? name : "(null)");
+    return rc;
 }
 
 size_t tio_model_preset_count(void) {
@@ -162,23 +179,20 @@ const char *tio_model_preset_name(size_t i) {
     return i < TIO_ARRAY_LEN(arch_presets) ? arch_presets[i].name : NULL;
 }
 
+static const char *const precision_names[TIO_PRECISION_COUNT] = {
+    [TIO_PRECISION_FP32] = "fp32",
+    [TIO_PRECISION_BF16] = "bf16",
+};
+_Static_assert(TIO_ARRAY_LEN(precision_names) == TIO_PRECISION_COUNT, "one name per precision");
+
 const char *tio_model_precision_name(int32_t precision) {
-    switch (precision) {
-    case TIO_PRECISION_FP32:
-        return "fp32";
-    case TIO_PRECISION_BF16:
-        return "bf16";
-    default:
-        return "unknown";
-    }
+    return tio_enum_name(precision_names, TIO_PRECISION_COUNT, precision, "unknown");
 }
 
 int tio_model_precision_parse(const char *name) {
-    if (name && strcmp(name, "fp32") == 0) {
-        return TIO_PRECISION_FP32;
-    }
-    if (name && strcmp(name, "bf16") == 0) {
-        return TIO_PRECISION_BF16;
+    int32_t precision = tio_enum_parse(precision_names, TIO_PRECISION_COUNT, name);
+    if (precision >= 0) {
+        return precision;
     }
     return tio_set_error(TIO_EINVAL, "model: unknown precision '%s'; use fp32 or bf16",
                          name ? name : "(null)");

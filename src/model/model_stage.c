@@ -144,12 +144,11 @@ void mg_fwd_mb(struct gen *g, uint32_t mb) {
     if (g->last) {
         struct head_saved *hs = &g->hsaved[slot];
         set_scope(g, mb, "head", NONE);
-        hs->x = x;
-        mg_rmsnorm_fwd(g, "norm", x, g->normf_par, TIO_TENSOR_ACTIVATION, &hs->rstd, &hs->nr,
-                       &hs->no);
+        hs->norm = (struct mg_norm){ .tag = "norm", .pi = g->normf_par, .x = x };
+        mg_rmsnorm_fwd(g, &hs->norm, TIO_TENSOR_ACTIVATION);
         uint64_t tv = g->T * g->vs;
-        uint32_t logits =
-            mg_mm(g, hs->no, g->par[g->head_par].w, g->T, g->vs, g->h, TIO_TENSOR_TEMP, "logits");
+        uint32_t logits = mg_mm(g, hs->norm.no, g->par[g->head_par].w, g->T, g->vs, g->h,
+                                TIO_TENSOR_TEMP, "logits");
         if (g->bf16) { /* cross-entropy in fp32: pred.float() */
             logits =
                 mg_ew(g, "aten::_to_copy", 0, logits, NONE, tv * 4, TIO_TENSOR_TEMP, "logits.fp32");
@@ -189,9 +188,10 @@ void mg_bwd_mb(struct gen *g, uint32_t mb) {
         }
         uint32_t gno =
             mg_mm(g, glog, g->par[g->head_par].w, g->T, g->h, g->vs, k_tmp, "g.norm.out");
-        mg_wgrad(g, "aten::mm", C_MM, 2.0 * (double)tv * (double)g->h, glog, hs->no, g->head_par);
+        mg_wgrad(g, "aten::mm", C_MM, 2.0 * (double)tv * (double)g->h, glog, hs->norm.no,
+                 g->head_par);
         mg_allreduce(g, gno, g->tp);
-        gy = mg_rmsnorm_bwd(g, "norm", gno, hs->x, hs->rstd, hs->nr, g->normf_par, NONE, "g.x");
+        gy = mg_rmsnorm_bwd(g, &hs->norm, gno, NONE, "g.x");
     } else {
         gy = recv_from_stage(g, mb, act, k_tmp, "g.y", g->recv_b);
     }

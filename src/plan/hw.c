@@ -80,33 +80,35 @@ static struct tio_hw paper_128g(void) {
     return hw;
 }
 
-static struct tio_hw h100_sxm_8ssd(void) {
+/*
+ * An 8-GPU server (2 TB host memory, 112 cores, no list price) with the paper's drives and PCIe
+ * links: ssds_per_gpu 990 PRO drives per GPU at $170 each.
+ */
+static struct tio_hw eight_gpu_server(const char *name,
+                                      const char *gpu,
+                                      uint64_t gpu_memory_bytes,
+                                      uint32_t ssds_per_gpu) {
     struct tio_hw hw = paper_1t();
-    (void)snprintf(hw.name, sizeof hw.name, "%s", "h100-sxm-8ssd");
-    (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", "h100-sxm");
+    (void)snprintf(hw.name, sizeof hw.name, "%s", name);
+    (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", gpu);
     hw.gpus = 8;
-    hw.gpu_memory_bytes = UINT64_C(80) << 30;
-    hw.ssd_count = 8; /* Section 3.3: 8 SSDs per GPU behind PCIe Gen5 switches, ~32 GB/s */
+    hw.gpu_memory_bytes = gpu_memory_bytes;
+    hw.ssd_count = ssds_per_gpu;
     hw.host_memory_bytes = UINT64_C(2000000000000);
     hw.host_offload_cap_bytes = UINT64_C(128000000000);
     hw.cpu_cores = 112;
     hw.server_price_usd = 0;
-    hw.ssd_price_usd = 64 * 170.0;
+    hw.ssd_price_usd = (double)(hw.gpus * ssds_per_gpu) * 170.0;
     return hw;
 }
 
+static struct tio_hw h100_sxm_8ssd(void) {
+    /* Section 3.3: 8 SSDs per GPU behind PCIe Gen5 switches, ~32 GB/s */
+    return eight_gpu_server("h100-sxm-8ssd", "h100-sxm", UINT64_C(80) << 30, 8);
+}
+
 static struct tio_hw h200_4ssd(void) {
-    struct tio_hw hw = paper_1t();
-    (void)snprintf(hw.name, sizeof hw.name, "%s", "h200-4ssd");
-    (void)snprintf(hw.gpu, sizeof hw.gpu, "%s", "h200");
-    hw.gpus = 8;
-    hw.gpu_memory_bytes = UINT64_C(141) << 30;
-    hw.host_memory_bytes = UINT64_C(2000000000000);
-    hw.host_offload_cap_bytes = UINT64_C(128000000000);
-    hw.cpu_cores = 112;
-    hw.server_price_usd = 0;
-    hw.ssd_price_usd = 32 * 170.0;
-    return hw;
+    return eight_gpu_server("h200-4ssd", "h200", UINT64_C(141) << 30, 4);
 }
 
 /* A small machine for CI and laptops: CPU "device" memory, one NVMe, no GDS. */

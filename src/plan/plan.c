@@ -45,16 +45,11 @@ static const char *const exec_names[TIO_PLAN_EXEC_COUNT] = {
 _Static_assert(TIO_ARRAY_LEN(exec_names) == TIO_PLAN_EXEC_COUNT, "one name per execution");
 
 const char *tio_plan_exec_name(int32_t exec) {
-    return exec >= 0 && exec < TIO_PLAN_EXEC_COUNT ? exec_names[exec] : NULL;
+    return tio_enum_name(exec_names, TIO_PLAN_EXEC_COUNT, exec, NULL);
 }
 
 int32_t tio_plan_exec_parse(const char *name) {
-    for (int32_t i = 0; name && i < TIO_PLAN_EXEC_COUNT; i++) {
-        if (strcmp(name, exec_names[i]) == 0) {
-            return i;
-        }
-    }
-    return -1;
+    return tio_enum_parse(exec_names, TIO_PLAN_EXEC_COUNT, name);
 }
 
 const char *tio_plan_policy_help(size_t i) {
@@ -82,16 +77,13 @@ struct tio_plan_params tio_plan_params_default(void) {
 }
 
 const char *tio_tier_name(int32_t tier) {
-    switch (tier) {
-    case TIO_TIER_GPU:
-        return "gpu";
-    case TIO_TIER_HOST:
-        return "host";
-    case TIO_TIER_SSD:
-        return "ssd";
-    default:
-        return "?";
-    }
+    static const char *const names[TIO_TIER_COUNT] = {
+        [TIO_TIER_GPU] = "gpu",
+        [TIO_TIER_HOST] = "host",
+        [TIO_TIER_SSD] = "ssd",
+    };
+    _Static_assert(TIO_ARRAY_LEN(names) == TIO_TIER_COUNT, "one name per tier");
+    return tio_enum_name(names, TIO_TIER_COUNT, tier, "?");
 }
 
 int tio_plan_rewrap(int rc, const char *prefix, const char *suffix) {
@@ -230,14 +222,22 @@ int tio_plan_add_move(struct tio_plan *plan, const struct tio_move *move) {
     return 0;
 }
 
-static int move_cmp(const void *a, const void *b) {
-    const struct tio_move *x = a, *y = b;
+int tio_move_cmp_issue(const struct tio_move *x, const struct tio_move *y) {
     if (x->trigger != y->trigger) {
         return x->trigger < y->trigger ? -1 : 1;
     }
     int ux = (x->flags & TIO_MOVE_URGENT) != 0, uy = (y->flags & TIO_MOVE_URGENT) != 0;
     if (ux != uy) {
         return ux ? -1 : 1;
+    }
+    return 0;
+}
+
+static int move_cmp(const void *a, const void *b) {
+    const struct tio_move *x = a, *y = b;
+    int c = tio_move_cmp_issue(x, y);
+    if (c != 0) {
+        return c;
     }
     if (x->tensor != y->tensor) {
         return x->tensor < y->tensor ? -1 : 1;

@@ -27,6 +27,9 @@ struct tio_plan {
     struct tio_plan_summary summary;
 };
 
+/* tio_move_cmp_issue: the order moves are issued in, by trigger and then urgent first: < 0, 0 (a
+ * tie: the caller orders further) or > 0. */
+int tio_move_cmp_issue(const struct tio_move *x, const struct tio_move *y);
 /* tio_plan_rewrap: set the error detail to prefix + the current detail + suffix (copies the
  * detail first: tio_set_error must not read its own buffer). Returns rc. */
 /* tio_hw_parse_json: a hardware description from JSON text in memory (what tio_hw_load does

@@ -70,8 +70,7 @@ int tio_pmodel_build(const struct tio_trace *trace,
             !(v.tensor_flags[t] & TIO_TENSOR_PINNED) && v.tensor_bytes[t] >= m->min_bytes;
         np += m->use_off[t + 1] - m->use_off[t] + ((v.tensor_flags[t] & TIO_TENSOR_GLOBAL) ? 1 : 0);
     }
-    tio_liveness_resident(n, nt, m->lv.first_use, m->lv.last_use, v.tensor_bytes, v.tensor_flags,
-                          m->movable, m->pinned_extra);
+    tio_liveness_resident(&v, m->lv.first_use, m->lv.last_use, m->movable, m->pinned_extra);
     for (size_t t = 0; t < nt; t++) {
         for (size_t i = m->use_off[t]; !m->movable[t] && i < m->use_off[t + 1]; i++) {
             m->pinned_extra[m->use_kernel[i]] -= v.tensor_bytes[t];

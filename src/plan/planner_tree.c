@@ -21,15 +21,17 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     }
     t->n = n;
     t->size = size;
-    t->mn = tio_malloc(2 * size * sizeof *t->mn);
-    t->mx = tio_malloc(2 * size * sizeof *t->mx);
-    t->lazy = tio_calloc(2 * size, sizeof *t->lazy);
-    t->st = tio_calloc(2 * size, sizeof *t->st);
-    t->svt = tio_calloc(2 * size, sizeof *t->svt);
-    if (!t->mn || !t->mx || !t->lazy || !t->st || !t->svt) {
-        tio_stree_fini(t);
+    /* One allocation: three int64 arrays then two double arrays of 2 * size nodes each. */
+    _Static_assert(sizeof(int64_t) == sizeof(double), "the node arrays share one block");
+    int64_t *block = tio_calloc(size * 10, sizeof *block);
+    if (!block) {
         return TIO_ENOMEM;
     }
+    t->mn = block;
+    t->mx = block + 2 * size;
+    t->lazy = block + 4 * size;
+    t->st = (double *)(void *)(block + 6 * size);
+    t->svt = (double *)(void *)(block + 8 * size);
     for (size_t i = 0; i < size; i++) {
         size_t x = size + i;
         /* padding leaves: never queried; INT64_MIN/2 keeps max() and min() harmless */
@@ -47,11 +49,7 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
 }
 
 void tio_stree_fini(struct tio_stree *t) {
-    tio_free(t->mn);
-    tio_free(t->mx);
-    tio_free(t->lazy);
-    tio_free(t->st);
-    tio_free(t->svt);
+    tio_free(t->mn); /* the block of every array (tio_stree_init) */
     memset(t, 0, sizeof *t);
 }
 
@@ -100,27 +98,36 @@ int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r) {
     return l < r ? max_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0) : INT64_MIN;
 }
 
+/*
+ * One benefit integral over [l, r): the sum of min(s, max(0, v - c)) * tau. With `by_leaf`, a
+ * node partly inside (c, c + s] is split down to its leaves instead of being summed from svt: on
+ * integer values and s = 1 that is exactly the time above c (crit), a sum of tau alone.
+ */
+struct capped_query {
+    size_t l, r;
+    int64_t c, s;
+    int by_leaf;
+};
+
 static double capped_rec(const struct tio_stree *t,
+                         const struct capped_query *q,
                          size_t x,
                          size_t lo,
                          size_t hi,
-                         size_t l,
-                         size_t r,
-                         int64_t acc,
-                         int64_t c,
-                         int64_t s) {
-    if (r <= lo || hi <= l) {
+                         int64_t acc) {
+    if (q->r <= lo || hi <= q->l) {
         return 0;
     }
+    const int64_t c = q->c, s = q->s;
     int64_t mn = t->mn[x] + acc, mx = t->mx[x] + acc;
     if (mx <= c) {
         return 0;
     }
-    if (l <= lo && hi <= r) {
+    if (q->l <= lo && hi <= q->r) {
         if (mn >= c + s) {
             return (double)s * t->st[x];
         }
-        if (mn >= c && mx <= c + s) {
+        if (!q->by_leaf && mn >= c && mx <= c + s) {
             return t->svt[x] + (double)acc * t->st[x] - (double)c * t->st[x];
         }
         if (hi - lo == 1) { /* a leaf is always one of the cases above */
@@ -129,40 +136,17 @@ static double capped_rec(const struct tio_stree *t,
     }
     size_t mid = (lo + hi) / 2;
     acc += t->lazy[x];
-    return capped_rec(t, 2 * x, lo, mid, l, r, acc, c, s) +
-           capped_rec(t, 2 * x + 1, mid, hi, l, r, acc, c, s);
+    return capped_rec(t, q, 2 * x, lo, mid, acc) + capped_rec(t, q, 2 * x + 1, mid, hi, acc);
 }
 
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
-    return l < r ? capped_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, c, s) : 0;
-}
-
-static double crit_rec(const struct tio_stree *t,
-                       size_t x,
-                       size_t lo,
-                       size_t hi,
-                       size_t l,
-                       size_t r,
-                       int64_t acc,
-                       int64_t c) {
-    if (r <= lo || hi <= l) {
-        return 0;
-    }
-    int64_t mn = t->mn[x] + acc, mx = t->mx[x] + acc;
-    if (mx <= c) {
-        return 0;
-    }
-    if (l <= lo && hi <= r && mn > c) {
-        return t->st[x];
-    }
-    size_t mid = (lo + hi) / 2;
-    acc += t->lazy[x];
-    return crit_rec(t, 2 * x, lo, mid, l, r, acc, c) +
-           crit_rec(t, 2 * x + 1, mid, hi, l, r, acc, c);
+    const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = s, .by_leaf = 0 };
+    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0) : 0;
 }
 
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
-    return l < r ? crit_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, c) : 0;
+    const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = 1, .by_leaf = 1 };
+    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0) : 0;
 }
 
 static size_t last_rec(const struct tio_stree *t,

@@ -125,12 +125,11 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     }
     /* Liveness (analysis/liveness.h): every use counts for a tensor's life; free markers are
      * not uses that need the tensor, so they do not count for its real uses. */
-    tio_liveness_first_last(nk, nt, rt->v.kernel_use_offset, rt->v.use_tensor, NULL, rt->first_use,
-                            rt->last_use);
-    tio_liveness_first_last(nk, nt, rt->v.kernel_use_offset, rt->v.use_tensor, rt->is_free,
-                            rt->first_real, rt->last_real);
-    tio_liveness_next_use(nk, nt, rt->v.kernel_use_offset, rt->v.use_tensor, rt->is_free,
-                          rt->next_of_use, rt->cursor);
+    const struct tio_liveness_csr all = tio_liveness_csr_of(&rt->v, NULL);
+    const struct tio_liveness_csr real = tio_liveness_csr_of(&rt->v, rt->is_free);
+    tio_liveness_first_last(&all, rt->first_use, rt->last_use);
+    tio_liveness_first_last(&real, rt->first_real, rt->last_real);
+    tio_liveness_next_use(&real, rt->next_of_use, rt->cursor);
     for (size_t k = 0; k < nk; k++) {
         if (rt->v.kernel_flags[k] & TIO_KERNEL_COMM) {
             for (uint64_t u = rt->v.kernel_use_offset[k]; u < rt->v.kernel_use_offset[k + 1]; u++) {

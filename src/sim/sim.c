@@ -7,6 +7,7 @@
 
 #include "analysis/liveness.h"
 #include "common/common_impl.h"
+#include "plan/planner_impl.h"
 #include "sim/sim_impl.h"
 
 /* Calibrated against the paper's measured ZeRO results: docs/baselines.md#calibration. */
@@ -52,15 +53,16 @@ const char *tio_sim_channel_name(int32_t channel) {
         [TIO_SIM_PCIE_D2H] = "pcie_d2h",
     };
     _Static_assert(TIO_ARRAY_LEN(names) == TIO_SIM_CHANNEL_COUNT, "channel names");
-    if (channel < 0 || channel >= TIO_SIM_CHANNEL_COUNT) {
-        return "unknown";
-    }
-    return names[channel];
+    return tio_enum_name(names, TIO_SIM_CHANNEL_COUNT, channel, "unknown");
 }
 
 void sim_view_uses_refresh(struct sim_view *v) {
-    tio_liveness_first_last(v->n_kernels, v->n_tensors, v->use_offset, v->use_tensor, v->skip_uses,
-                            v->first_use, v->last_use);
+    const struct tio_liveness_csr csr = { .n_kernels = v->n_kernels,
+                                          .n_tensors = v->n_tensors,
+                                          .use_offset = v->use_offset,
+                                          .use_tensor = v->use_tensor,
+                                          .skip = v->skip_uses };
+    tio_liveness_first_last(&csr, v->first_use, v->last_use);
 }
 
 int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {
@@ -74,19 +76,23 @@ int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {
     v->use_tensor = tv.use_tensor;
     v->use_mode = tv.use_mode;
     size_t n1 = N ? N : 1, t1 = T ? T : 1;
-    v->dur_s = tio_calloc(n1, sizeof *v->dur_s);
-    v->cpu_s = tio_calloc(n1, sizeof *v->cpu_s);
-    v->skip_uses = tio_calloc(n1, 1);
-    v->bytes = tio_calloc(t1, sizeof *v->bytes);
-    v->tflags = tio_calloc(t1, 1);
-    v->init_tier = tio_calloc(t1, 1);
-    v->first_use = tio_calloc(t1, sizeof *v->first_use);
-    v->last_use = tio_calloc(t1, sizeof *v->last_use);
-    if (!v->dur_s || !v->cpu_s || !v->skip_uses || !v->bytes || !v->tflags || !v->init_tier ||
-        !v->first_use || !v->last_use) {
-        sim_view_fini(v);
+    /* One zeroed block: the 8-byte columns (dur_s, cpu_s [N]; bytes, first_use, last_use [T]),
+     * then the byte columns (skip_uses [N]; tflags, init_tier [T]). */
+    _Static_assert(sizeof(double) == sizeof(uint64_t), "the columns share one block");
+    const size_t wide = 2 * n1 + 3 * t1;
+    uint64_t *block = tio_calloc(1, wide * sizeof(uint64_t) + n1 + 2 * t1);
+    if (!block) {
         return TIO_ENOMEM;
     }
+    v->dur_s = (double *)(void *)block;
+    v->cpu_s = (double *)(void *)(block + n1);
+    v->bytes = block + 2 * n1;
+    v->first_use = block + 2 * n1 + t1;
+    v->last_use = block + 2 * n1 + 2 * t1;
+    uint8_t *narrow = (uint8_t *)(void *)(block + wide);
+    v->skip_uses = narrow;
+    v->tflags = narrow + n1;
+    v->init_tier = narrow + n1 + t1;
     double ideal = 0.0;
     for (size_t k = 0; k < N; k++) {
         v->dur_s[k] = (double)tv.kernel_duration_ns[k] * 1e-9;
@@ -109,14 +115,7 @@ int sim_view_init(struct sim_view *v, const struct tio_trace *trace) {
 }
 
 void sim_view_fini(struct sim_view *v) {
-    tio_free(v->dur_s);
-    tio_free(v->cpu_s);
-    tio_free(v->skip_uses);
-    tio_free(v->bytes);
-    tio_free(v->tflags);
-    tio_free(v->init_tier);
-    tio_free(v->first_use);
-    tio_free(v->last_use);
+    tio_free(v->dur_s); /* the block of every column (sim_view_init) */
     tio_free(v->moves);
     tio_free(v->p2p);
     tio_free(v->p2p_link);
@@ -125,12 +124,9 @@ void sim_view_fini(struct sim_view *v) {
 
 static int move_cmp(const void *a, const void *b) {
     const struct tio_move *x = a, *y = b;
-    if (x->trigger != y->trigger) {
-        return x->trigger < y->trigger ? -1 : 1;
-    }
-    int ux = (x->flags & TIO_MOVE_URGENT) != 0, uy = (y->flags & TIO_MOVE_URGENT) != 0;
-    if (ux != uy) {
-        return ux ? -1 : 1;
+    int c = tio_move_cmp_issue(x, y);
+    if (c != 0) {
+        return c;
     }
     /* offloads before prefetches: freeing memory first lets the prefetch allocate */
     int px = x->to == TIO_TIER_GPU, py = y->to == TIO_TIER_GPU;
@@ -232,16 +228,27 @@ static int check_params(const struct tio_sim_params *p) {
     return 0;
 }
 
+int sim_series_alloc(struct tio_sim *sim, size_t N) {
+    /* One zeroed block of N + 1 entries per series (never empty): start, stall and duration
+     * (double) and GPU bytes (uint64_t), then the name ids (uint32_t). */
+    _Static_assert(sizeof(double) == sizeof(uint64_t), "the series share one block");
+    const size_t n1 = N + 1;
+    uint64_t *block = tio_calloc(n1, 4 * sizeof(uint64_t) + sizeof(uint32_t));
+    if (!block) {
+        return TIO_ENOMEM;
+    }
+    sim->n_kernels = N;
+    sim->k_start_s = (double *)(void *)block;
+    sim->k_stall_s = (double *)(void *)(block + n1);
+    sim->k_dur_s = (double *)(void *)(block + 2 * n1);
+    sim->k_gpu = block + 3 * n1;
+    sim->k_name = (uint32_t *)(void *)(block + 4 * n1);
+    return 0;
+}
+
 /* Per-kernel copies kept by the sim (names for the timeline). */
 static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_t N) {
-    size_t n1 = N ? N : 1;
-    sim->n_kernels = N;
-    sim->k_start_s = tio_calloc(n1, sizeof *sim->k_start_s);
-    sim->k_stall_s = tio_calloc(n1, sizeof *sim->k_stall_s);
-    sim->k_dur_s = tio_calloc(n1, sizeof *sim->k_dur_s);
-    sim->k_gpu = tio_calloc(n1, sizeof *sim->k_gpu);
-    sim->k_name = tio_calloc(n1, sizeof *sim->k_name);
-    if (!sim->k_start_s || !sim->k_stall_s || !sim->k_dur_s || !sim->k_gpu || !sim->k_name) {
+    if (sim_series_alloc(sim, N) < 0) {
         return TIO_ENOMEM;
     }
     struct tio_trace_view tv;
@@ -281,13 +288,12 @@ static int keep_series(struct tio_sim *sim, const struct tio_trace *trace, size_
  * drives then write at their sustained rate except after pauses that drain the cache). Coupled
  * stages (n > 1) each have their own drives: those whose caches grew start full in the repeat.
  */
-int sim_run_steady(struct sim_view *const *v,
-                   size_t n,
-                   size_t n_links,
+int sim_run_steady(const struct sim_group *g,
                    const struct tio_hw *hw,
-                   const struct tio_sim_params *p,
-                   struct tio_sim *const *sims,
-                   struct sim_stage_out *out) {
+                   const struct tio_sim_params *p) {
+    struct sim_view *const *v = g->v;
+    struct tio_sim *const *sims = g->sims;
+    const size_t n = g->n;
     double bin_s[SIM_MAX_STAGES];
     int grew[SIM_MAX_STAGES] = { 0 };
     if (n == 0 || n > SIM_MAX_STAGES) {
@@ -297,7 +303,7 @@ int sim_run_steady(struct sim_view *const *v,
         v[i]->cache_level0 = 0.0;
         bin_s[i] = sims[i]->bin_s;
     }
-    int rc = sim_engine_run_group((const struct sim_view *const *)v, n, n_links, hw, p, sims, out);
+    int rc = sim_engine_run_group(g, hw, p);
     if (rc < 0 || hw->ssd_count == 0 || hw->ssd_write_cache_bytes == 0 ||
         !(hw->ssd_sustained_write_Bps > 0)) {
         return rc;
@@ -326,7 +332,7 @@ int sim_run_steady(struct sim_view *const *v,
             v[i]->cache_level0 = (double)hw->ssd_count * (double)hw->ssd_write_cache_bytes;
         }
     }
-    rc = sim_engine_run_group((const struct sim_view *const *)v, n, n_links, hw, p, sims, out);
+    rc = sim_engine_run_group(g, hw, p);
     for (size_t i = 0; i < n; i++) {
         sims[i]->r.ssd_cache_full = grew[i];
     }
@@ -514,7 +520,8 @@ int tio_sim_run(const struct tio_trace *trace,
     }
     if (!host_oom) {
         struct sim_view *vp = &v;
-        rc = sim_run_steady(&vp, 1, 0, hw, &p, &sim, NULL);
+        const struct sim_group g = { .v = &vp, .n = 1, .n_links = 0, .sims = &sim, .out = NULL };
+        rc = sim_run_steady(&g, hw, &p);
         if (rc < 0) {
             sim_view_fini(&v);
             tio_sim_free(sim);
@@ -532,11 +539,7 @@ void tio_sim_free(struct tio_sim *sim) {
     if (!sim) {
         return;
     }
-    tio_free(sim->k_start_s);
-    tio_free(sim->k_stall_s);
-    tio_free(sim->k_dur_s);
-    tio_free(sim->k_gpu);
-    tio_free(sim->k_name);
+    tio_free(sim->k_start_s); /* the block of every series (sim_series_alloc) */
     for (size_t i = 0; i < sim->n_names; i++) {
         tio_free(sim->names[i]);
     }

@@ -351,13 +351,13 @@ static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
     }
 }
 
-int sim_engine_run_group(const struct sim_view *const *v,
-                         size_t n,
-                         size_t n_links,
+int sim_engine_run_group(const struct sim_group *g,
                          const struct tio_hw *hw,
-                         const struct tio_sim_params *p,
-                         struct tio_sim *const *sims,
-                         struct sim_stage_out *out) {
+                         const struct tio_sim_params *p) {
+    struct sim_view *const *v = g->v;
+    struct tio_sim *const *sims = g->sims;
+    struct sim_stage_out *out = g->out;
+    const size_t n = g->n, n_links = g->n_links;
     if (n == 0 || n > SIM_MAX_STAGES) {
         return tio_set_error(TIO_EINVAL, "sim: %zu stages (1 to %d)", n, SIM_MAX_STAGES);
     }
@@ -419,11 +419,4 @@ done:
     tio_free(grp.links);
     tio_free(e);
     return rc;
-}
-
-int sim_engine_run(const struct sim_view *v,
-                   const struct tio_hw *hw,
-                   const struct tio_sim_params *p,
-                   struct tio_sim *sim) {
-    return sim_engine_run_group(&v, 1, 0, hw, p, &sim, NULL);
 }

@@ -101,6 +101,10 @@ struct tio_sim {
     size_t n_spans, cap_spans;
 };
 
+/* sim_series_alloc: sim's per-kernel series (k_*) for N kernels, zeroed, in one block that
+ * tio_sim_free frees. 0 or TIO_ENOMEM. */
+int sim_series_alloc(struct tio_sim *sim, size_t N);
+
 /* sim_view_init / sim_view_fini: a view of the trace with its own times and sizes. */
 int sim_view_init(struct sim_view *v, const struct tio_trace *trace);
 void sim_view_fini(struct sim_view *v);
@@ -109,23 +113,24 @@ void sim_view_uses_refresh(struct sim_view *v);
 /* sim_view_set_moves: copy and sort moves; mark globals whose last move leaves them off. */
 int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t n);
 
-/* sim_engine_run: replay the view; fills sim (result, series). */
-int sim_engine_run(const struct sim_view *v,
-                   const struct tio_hw *hw,
-                   const struct tio_sim_params *p,
-                   struct tio_sim *sim);
+/*
+ * Stages simulated together, coupled by their p2p kernels over n_links directed links (a
+ * receive ends once the matching send has; an iteration starts when every stage has finished
+ * the previous one); one stage alone is n = 1 without links. sims[i] gets stage i's results,
+ * out[i] (out may be NULL) its end and waits.
+ */
+struct sim_group {
+    struct sim_view *const *v; /* [n] */
+    size_t n;                  /* 1 to SIM_MAX_STAGES */
+    size_t n_links;
+    struct tio_sim *const *sims; /* [n] */
+    struct sim_stage_out *out;   /* [n] or NULL */
+};
 
-/* sim_engine_run_group: run n views together, coupled by their p2p kernels over n_links
- * directed links (a receive ends once the matching send has; an iteration starts when every
- * stage has finished the previous one). sims[i] gets stage i's results; out (may be NULL) the
- * per-stage ends and waits. n = 1 without links is sim_engine_run. */
-int sim_engine_run_group(const struct sim_view *const *v,
-                         size_t n,
-                         size_t n_links,
+/* sim_engine_run_group: replay the group's views once (the engine only reads them). */
+int sim_engine_run_group(const struct sim_group *g,
                          const struct tio_hw *hw,
-                         const struct tio_sim_params *p,
-                         struct tio_sim *const *sims,
-                         struct sim_stage_out *out);
+                         const struct tio_sim_params *p);
 
 /* sim.c: one stage's sim and view before the run (sim_stage_open), the steady-state run of
  * one or more coupled stages (sim_run_steady), and the summary after it (sim_finish_result). */
@@ -137,13 +142,9 @@ int sim_stage_open(const struct tio_trace *trace,
                    struct tio_sim **out,
                    struct sim_view *v,
                    int *host_oom);
-int sim_run_steady(struct sim_view *const *v,
-                   size_t n,
-                   size_t n_links,
+int sim_run_steady(const struct sim_group *g,
                    const struct tio_hw *hw,
-                   const struct tio_sim_params *p,
-                   struct tio_sim *const *sims,
-                   struct sim_stage_out *out);
+                   const struct tio_sim_params *p);
 void sim_finish_result(struct tio_sim *sim,
                        const struct sim_view *v,
                        const struct tio_trace *trace,

@@ -146,12 +146,12 @@ static int check_links(size_t n, const size_t *sends, const size_t *recvs) {
 
 /* The coupled makespan with unlimited memory: every stage's kernels at their durations. */
 static int ideal_makespan(const struct tio_trace *const *traces,
-                          struct sim_view *const *views,
-                          size_t n,
-                          size_t n_links,
+                          const struct sim_group *g,
                           const struct tio_hw *hw,
                           const struct tio_sim_params *p,
                           double *out) {
+    struct sim_view *const *views = g->v;
+    const size_t n = g->n;
     struct sim_view iv[SIM_MAX_STAGES];
     struct sim_view *ivp[SIM_MAX_STAGES];
     struct tio_sim *is[SIM_MAX_STAGES];
@@ -169,26 +169,17 @@ static int ideal_makespan(const struct tio_trace *const *traces,
         iv[i].p2p = views[i]->p2p; /* borrowed: cleared before sim_view_fini */
         iv[i].p2p_link = views[i]->p2p_link;
         is[i] = tio_calloc(1, sizeof *is[i]);
-        if (!is[i]) {
+        if (!is[i] || sim_series_alloc(is[i], iv[i].n_kernels) < 0) {
             opened++;
             rc = TIO_ENOMEM;
             goto out;
         }
-        is[i]->n_kernels = iv[i].n_kernels;
-        is[i]->k_start_s = tio_calloc(iv[i].n_kernels + 1, sizeof(double));
-        is[i]->k_stall_s = tio_calloc(iv[i].n_kernels + 1, sizeof(double));
-        is[i]->k_dur_s = tio_calloc(iv[i].n_kernels + 1, sizeof(double));
-        is[i]->k_gpu = tio_calloc(iv[i].n_kernels + 1, sizeof(uint64_t));
         is[i]->bin_s = iv[i].ideal_s > 0 ? iv[i].ideal_s / (double)p->bins : 1.0;
-        if (!is[i]->k_start_s || !is[i]->k_stall_s || !is[i]->k_dur_s || !is[i]->k_gpu) {
-            opened++;
-            rc = TIO_ENOMEM;
-            goto out;
-        }
     }
     struct tio_sim_params ip = *p;
     ip.record_timeline = 0;
-    rc = sim_engine_run_group((const struct sim_view *const *)ivp, n, n_links, hw, &ip, is, so);
+    const struct sim_group ig = { .v = ivp, .n = n, .n_links = g->n_links, .sims = is, .out = so };
+    rc = sim_engine_run_group(&ig, hw, &ip);
     if (rc >= 0) {
         *out = 0;
         for (size_t i = 0; i < n; i++) {
@@ -269,12 +260,13 @@ int tio_sim_run_pipeline(const struct tio_trace *const *traces,
         goto fail;
     }
     double ideal = 0;
-    rc = ideal_makespan(traces, vp, n, n_links, hw, &p, &ideal);
+    const struct sim_group g = { .v = vp, .n = n, .n_links = n_links, .sims = sims, .out = so };
+    rc = ideal_makespan(traces, &g, hw, &p, &ideal);
     if (rc < 0) {
         goto fail;
     }
     if (!any_host_oom) {
-        rc = sim_run_steady(vp, n, n_links, hw, &p, sims, so);
+        rc = sim_run_steady(&g, hw, &p);
         if (rc < 0) {
             goto fail;
         }

@@ -18,17 +18,13 @@ static const char *const kind_names[TIO_TENSOR_KIND_COUNT] = {
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == TIO_TENSOR_KIND_COUNT, "kind names");
 
 const char *tio_tensor_kind_name(int32_t kind) {
-    if (kind < 0 || kind >= TIO_TENSOR_KIND_COUNT) {
-        return "unknown";
-    }
-    return kind_names[kind];
+    return tio_enum_name(kind_names, TIO_TENSOR_KIND_COUNT, kind, "unknown");
 }
 
 int tio_tensor_kind_parse(const char *name) {
-    for (int i = 0; name && i < TIO_TENSOR_KIND_COUNT; i++) {
-        if (strcmp(name, kind_names[i]) == 0) {
-            return i;
-        }
+    int32_t kind = tio_enum_parse(kind_names, TIO_TENSOR_KIND_COUNT, name);
+    if (kind >= 0) {
+        return kind;
     }
     return tio_set_error(TIO_EINVAL,
                          "unknown tensor kind '%s' (weight, grad, optim_state, "
@@ -220,6 +216,30 @@ static int intern_opt(struct tio_trace *tr, const char *name, uint32_t *id) {
     return tio_trace_intern_n(tr, name, strlen(name), id);
 }
 
+/*
+ * What adding a kernel (is_kernel) or a tensor shares after its own checks: its flags among the
+ * known ones, room for one more, its name interned into *nid and one more row reserved.
+ */
+static int
+add_row(struct tio_trace *tr, int is_kernel, uint32_t flags, const char *name, uint32_t *nid) {
+    const char *what = is_kernel ? "kernel" : "tensor";
+    const size_t n = is_kernel ? tr->n_kernels : tr->n_tensors;
+    const uint32_t known = is_kernel ? TIO_KERNEL_FLAGS_ALL : TIO_TENSOR_FLAGS_ALL;
+    static const uint32_t max_rows[2] = { TIO_TRACE_MAX_TENSORS, TIO_TRACE_MAX_KERNELS };
+    const uint32_t max = max_rows[is_kernel != 0];
+    if (flags & ~known) {
+        return tio_set_error(TIO_EINVAL, "trace: %s %zu: unknown flags 0x%x", what, n, flags);
+    }
+    if (n >= max) {
+        return tio_set_error(TIO_ENOMEM, "trace: more than %u %ss", (unsigned)max, what);
+    }
+    int rc = intern_opt(tr, name, nid);
+    if (rc < 0) {
+        return rc;
+    }
+    return is_kernel ? tio_trace_reserve(tr, n + 1, 0, 0) : tio_trace_reserve(tr, 0, n + 1, 0);
+}
+
 int tio_trace_add_tensor(struct tio_trace *tr,
                          uint64_t bytes,
                          int32_t kind,
@@ -237,20 +257,8 @@ int tio_trace_add_tensor(struct tio_trace *tr,
         return tio_set_error(TIO_EINVAL, "trace: tensor %zu: unknown kind %d", tr->n_tensors,
                              (int)kind);
     }
-    if (flags & ~(uint32_t)TIO_TENSOR_FLAGS_ALL) {
-        return tio_set_error(TIO_EINVAL, "trace: tensor %zu: unknown flags 0x%x", tr->n_tensors,
-                             flags);
-    }
-    if (tr->n_tensors >= TIO_TRACE_MAX_TENSORS) {
-        return tio_set_error(TIO_ENOMEM, "trace: more than %u tensors",
-                             (unsigned)TIO_TRACE_MAX_TENSORS);
-    }
     uint32_t nid = TIO_NO_NAME;
-    int rc = intern_opt(tr, name, &nid);
-    if (rc < 0) {
-        return rc;
-    }
-    rc = tio_trace_reserve(tr, 0, tr->n_tensors + 1, 0);
+    int rc = add_row(tr, 0, flags, name, &nid);
     if (rc < 0) {
         return rc;
     }
@@ -275,20 +283,8 @@ int tio_trace_add_kernel(
         return tio_set_error(TIO_EINVAL, "trace: kernel %zu: duration %llu ns exceeds the limit",
                              tr->n_kernels, (unsigned long long)duration_ns);
     }
-    if (flags & ~(uint32_t)TIO_KERNEL_FLAGS_ALL) {
-        return tio_set_error(TIO_EINVAL, "trace: kernel %zu: unknown flags 0x%x", tr->n_kernels,
-                             flags);
-    }
-    if (tr->n_kernels >= TIO_TRACE_MAX_KERNELS) {
-        return tio_set_error(TIO_ENOMEM, "trace: more than %u kernels",
-                             (unsigned)TIO_TRACE_MAX_KERNELS);
-    }
     uint32_t nid = TIO_NO_NAME;
-    int rc = intern_opt(tr, name, &nid);
-    if (rc < 0) {
-        return rc;
-    }
-    rc = tio_trace_reserve(tr, tr->n_kernels + 1, 0, 0);
+    int rc = add_row(tr, 1, flags, name, &nid);
     if (rc < 0) {
         return rc;
     }

@@ -125,6 +125,40 @@ static unsigned char *put_bytes(unsigned char *p, const void *src, size_t n) {
     return p + n;
 }
 
+/* One array of a fixed-size section as it is stored: the trace's column and its byte length. */
+struct column {
+    void *data;
+    size_t bytes;
+};
+
+/*
+ * The columns of section sec (SEC_KERNELS, SEC_TENSORS or SEC_USES) of tr, in file order, for its
+ * n_kernels, n_tensors and n_uses: what the writer stores and the reader fills. Returns their
+ * count.
+ */
+static size_t section_columns(const struct tio_trace *tr, int sec, struct column col[4]) {
+    const size_t nk = tr->n_kernels, nt = tr->n_tensors, nu = tr->n_uses;
+    switch (sec) {
+    case SEC_KERNELS:
+        col[0] = (struct column){ tr->kernel_duration_ns, nk * sizeof(uint64_t) };
+        col[1] = (struct column){ tr->kernel_flags, nk * sizeof(uint32_t) };
+        col[2] = (struct column){ tr->kernel_name, nk * sizeof(uint32_t) };
+        col[3] = (struct column){ tr->kernel_use_offset, (nk + 1) * sizeof(uint64_t) };
+        return 4;
+    case SEC_TENSORS:
+        col[0] = (struct column){ tr->tensor_bytes, nt * sizeof(uint64_t) };
+        col[1] = (struct column){ tr->tensor_kind, nt * sizeof(int32_t) };
+        col[2] = (struct column){ tr->tensor_flags, nt * sizeof(uint32_t) };
+        col[3] = (struct column){ tr->tensor_name, nt * sizeof(uint32_t) };
+        return 4;
+    default:
+        TIO_ASSERT(sec == SEC_USES);
+        col[0] = (struct column){ tr->use_tensor, nu * sizeof(uint32_t) };
+        col[1] = (struct column){ tr->use_mode, nu };
+        return 2;
+    }
+}
+
 int tio_trace_write_binary(const struct tio_trace *tr, void **data, size_t *len) {
     if (tr->n_meta > TIO_TRACE_MAX_META) {
         return tio_set_error(TIO_EINVAL, "trace: %zu metadata entries exceed the limit of %u",
@@ -164,25 +198,15 @@ int tio_trace_write_binary(const struct tio_trace *tr, void **data, size_t *len)
     put_u64(buf + H_FILE_BYTES, l.file_bytes);
     unsigned char *p = buf + TIO_TRACE_HEADER_BYTES;
 
-    size_t nk = tr->n_kernels, nt = tr->n_tensors, nu = tr->n_uses;
-    p = put_section_header(p, SEC_KERNELS, l.sec_len[SEC_KERNELS]);
-    p = put_bytes(p, tr->kernel_duration_ns, nk * sizeof(uint64_t));
-    p = put_bytes(p, tr->kernel_flags, nk * sizeof(uint32_t));
-    p = put_bytes(p, tr->kernel_name, nk * sizeof(uint32_t));
-    p = put_bytes(p, tr->kernel_use_offset, (nk + 1) * sizeof(uint64_t));
-    p = put_pad(p, l.sec_len[SEC_KERNELS]);
-
-    p = put_section_header(p, SEC_TENSORS, l.sec_len[SEC_TENSORS]);
-    p = put_bytes(p, tr->tensor_bytes, nt * sizeof(uint64_t));
-    p = put_bytes(p, tr->tensor_kind, nt * sizeof(int32_t));
-    p = put_bytes(p, tr->tensor_flags, nt * sizeof(uint32_t));
-    p = put_bytes(p, tr->tensor_name, nt * sizeof(uint32_t));
-    p = put_pad(p, l.sec_len[SEC_TENSORS]);
-
-    p = put_section_header(p, SEC_USES, l.sec_len[SEC_USES]);
-    p = put_bytes(p, tr->use_tensor, nu * sizeof(uint32_t));
-    p = put_bytes(p, tr->use_mode, nu);
-    p = put_pad(p, l.sec_len[SEC_USES]);
+    for (int s = SEC_KERNELS; s <= SEC_USES; s++) {
+        struct column col[4];
+        const size_t nc = section_columns(tr, s, col);
+        p = put_section_header(p, (uint32_t)s, l.sec_len[s]);
+        for (size_t c = 0; c < nc; c++) {
+            p = put_bytes(p, col[c].data, col[c].bytes);
+        }
+        p = put_pad(p, l.sec_len[s]);
+    }
 
     p = put_section_header(p, SEC_STRINGS, l.sec_len[SEC_STRINGS]);
     p = put_bytes(p, tr->str_data, tr->str_len);
@@ -459,35 +483,23 @@ int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out) 
     for (int i = 1; i <= SEC_COUNT; i++) {
         TIO_ASSERT(sec[i] != NULL); /* check_sections set every one */
     }
-    const unsigned char *p = sec[SEC_KERNELS];
-    memcpy(tr->kernel_duration_ns, p, nk * sizeof(uint64_t));
-    p += nk * sizeof(uint64_t);
-    memcpy(tr->kernel_flags, p, nk * sizeof(uint32_t));
-    p += nk * sizeof(uint32_t);
-    memcpy(tr->kernel_name, p, nk * sizeof(uint32_t));
-    p += nk * sizeof(uint32_t);
-    memcpy(tr->kernel_use_offset, p, (nk + 1) * sizeof(uint64_t));
-
-    p = sec[SEC_TENSORS];
-    if (nt) {
-        memcpy(tr->tensor_bytes, p, nt * sizeof(uint64_t));
-        p += nt * sizeof(uint64_t);
-        memcpy(tr->tensor_kind, p, nt * sizeof(int32_t));
-        p += nt * sizeof(int32_t);
-        memcpy(tr->tensor_flags, p, nt * sizeof(uint32_t));
-        p += nt * sizeof(uint32_t);
-        memcpy(tr->tensor_name, p, nt * sizeof(uint32_t));
-        memset(tr->tensor_last_kernel, 0xff, nt * sizeof(uint32_t));
-    }
-
-    p = sec[SEC_USES];
-    if (nu) {
-        memcpy(tr->use_tensor, p, nu * sizeof(uint32_t));
-        memcpy(tr->use_mode, p + nu * sizeof(uint32_t), nu);
-    }
     tr->n_kernels = nk;
     tr->n_tensors = nt;
     tr->n_uses = nu;
+    for (int s = SEC_KERNELS; s <= SEC_USES; s++) {
+        struct column col[4];
+        const size_t nc = section_columns(tr, s, col);
+        const unsigned char *p = sec[s];
+        for (size_t c = 0; c < nc; c++) {
+            if (col[c].bytes) {
+                memcpy(col[c].data, p, col[c].bytes);
+            }
+            p += col[c].bytes;
+        }
+    }
+    if (nt) {
+        memset(tr->tensor_last_kernel, 0xff, nt * sizeof(uint32_t));
+    }
 
     /* Strings are copied as one block; their offsets are recomputed (already checked). */
     size_t sb = (size_t)l.string_bytes, ns = (size_t)l.n_strings;
@@ -510,7 +522,7 @@ int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out) 
     tr->str_len = sb;
     tr->n_strings = ns;
 
-    p = sec[SEC_META];
+    const unsigned char *p = sec[SEC_META];
     char key[META_KEY_MAX + 1], value[TIO_TRACE_MAX_STRING + 1];
     for (size_t i = 0; i < (size_t)l.n_meta; i++) {
         uint32_t kl = get_u32(p), vl = get_u32(p + 4);

@@ -74,6 +74,28 @@ static int is_binary(const void *data, size_t len) {
     return len >= TIO_TRACE_MAGIC_LEN && memcmp(data, TIO_TRACE_MAGIC, TIO_TRACE_MAGIC_LEN) == 0;
 }
 
+/* The reader and writer of each stored format. */
+static const struct codec {
+    int (*read)(const void *data, size_t len, struct tio_trace **out);
+    int (*write)(const struct tio_trace *tr, void **data, size_t *len);
+} codecs[] = {
+    [TIO_TRACE_FORMAT_BINARY] = { tio_trace_read_binary, tio_trace_write_binary },
+    [TIO_TRACE_FORMAT_JSON] = { tio_trace_read_json, tio_trace_write_json },
+};
+
+/* The codec of `format`, `automatic` standing for TIO_TRACE_FORMAT_AUTO; NULL (the error set,
+ * naming the format) for an unknown one. */
+static const struct codec *codec_of(int32_t format, int32_t automatic) {
+    if (format == TIO_TRACE_FORMAT_AUTO) {
+        format = automatic;
+    }
+    if (format != TIO_TRACE_FORMAT_BINARY && format != TIO_TRACE_FORMAT_JSON) {
+        (void)tio_set_error(TIO_EINVAL, "trace: unknown format %d", (int)format);
+        return NULL;
+    }
+    return &codecs[format];
+}
+
 int tio_trace_load_mem(const void *data, size_t len, int32_t format, struct tio_trace **out) {
     if (!out || (!data && len)) {
         return tio_set_error(TIO_EINVAL, "trace: load_mem: NULL argument");
@@ -82,17 +104,9 @@ int tio_trace_load_mem(const void *data, size_t len, int32_t format, struct tio_
     if (!data) {
         data = empty;
     }
-    switch (format) {
-    case TIO_TRACE_FORMAT_AUTO:
-        return is_binary(data, len) ? tio_trace_read_binary(data, len, out)
-                                    : tio_trace_read_json(data, len, out);
-    case TIO_TRACE_FORMAT_BINARY:
-        return tio_trace_read_binary(data, len, out);
-    case TIO_TRACE_FORMAT_JSON:
-        return tio_trace_read_json(data, len, out);
-    default:
-        return tio_set_error(TIO_EINVAL, "trace: unknown format %d", (int)format);
-    }
+    const struct codec *c =
+        codec_of(format, is_binary(data, len) ? TIO_TRACE_FORMAT_BINARY : TIO_TRACE_FORMAT_JSON);
+    return c ? c->read(data, len, out) : TIO_EINVAL;
 }
 
 /*
@@ -160,15 +174,8 @@ int tio_trace_save_mem(const struct tio_trace *tr, int32_t format, void **data, 
     if (!tr->finished) {
         return tio_set_error(TIO_ESTATE, "trace: save of an unfinished trace (call finish)");
     }
-    switch (format) {
-    case TIO_TRACE_FORMAT_AUTO:
-    case TIO_TRACE_FORMAT_BINARY:
-        return tio_trace_write_binary(tr, data, len);
-    case TIO_TRACE_FORMAT_JSON:
-        return tio_trace_write_json(tr, data, len);
-    default:
-        return tio_set_error(TIO_EINVAL, "trace: unknown format %d", (int)format);
-    }
+    const struct codec *c = codec_of(format, TIO_TRACE_FORMAT_BINARY);
+    return c ? c->write(tr, data, len) : TIO_EINVAL;
 }
 
 static int ends_with(const char *s, const char *suffix) {

@@ -58,13 +58,8 @@ static void buf_puts(struct buf *b, const char *s) {
 }
 
 static void buf_u64(struct buf *b, uint64_t v) {
-    char tmp[24];
-    size_t i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    buf_put(b, tmp + i, sizeof tmp - i);
+    char tmp[20];
+    buf_put(b, tmp, tio_u64_to_dec(tmp, v));
 }
 
 /* A JSON string literal. Names are valid UTF-8 (the builder and readers enforce it), so only

@@ -80,14 +80,18 @@ TIO_TEST(first_last) {
     uint64_t first[N_T], last[N_T];
     const uint64_t want_first[N_T] = { 1, 0, NEVER, NEVER, 2, 3 };
     const uint64_t want_last[N_T] = { 4, 2, NEVER, NEVER, 5, 5 };
-    tio_liveness_first_last(N_K, N_T, v.kernel_use_offset, v.use_tensor, NULL, first, last);
+    const struct tio_liveness_csr all = tio_liveness_csr_of(&v, NULL);
+    CHECK_EQ_U(all.n_kernels, N_K);
+    CHECK_EQ_U(all.n_tensors, N_T);
+    tio_liveness_first_last(&all, first, last);
     for (size_t t = 0; t < N_T; t++) {
         CHECK_EQ_U(first[t], want_first[t]);
         CHECK_EQ_U(last[t], want_last[t]);
     }
     /* Kernel 5 skipped: t4 and t5 end at their earlier use. */
     const uint64_t want_last_skip[N_T] = { 4, 2, NEVER, NEVER, 2, 3 };
-    tio_liveness_first_last(N_K, N_T, v.kernel_use_offset, v.use_tensor, skip_free, first, last);
+    const struct tio_liveness_csr real = tio_liveness_csr_of(&v, skip_free);
+    tio_liveness_first_last(&real, first, last);
     for (size_t t = 0; t < N_T; t++) {
         CHECK_EQ_U(first[t], want_first[t]);
         CHECK_EQ_U(last[t], want_last_skip[t]);
@@ -107,7 +111,8 @@ TIO_TEST(next_use) {
     uint64_t next[8], first[N_T];
     const uint64_t want_first[N_T] = { 1, 0, NEVER, NEVER, 2, 3 };
     const uint64_t want_all[8] = { 2, 4, NEVER, 5, 5, NEVER, NEVER, NEVER };
-    tio_liveness_next_use(N_K, N_T, v.kernel_use_offset, v.use_tensor, NULL, next, first);
+    const struct tio_liveness_csr all = tio_liveness_csr_of(&v, NULL);
+    tio_liveness_next_use(&all, next, first);
     for (size_t u = 0; u < 8; u++) {
         CHECK_EQ_U(next[u], want_all[u]);
     }
@@ -116,7 +121,8 @@ TIO_TEST(next_use) {
     }
     /* Kernel 5 skipped: the uses at k2 (t4) and k3 (t5) have no next use any more. */
     const uint64_t want_skip[8] = { 2, 4, NEVER, NEVER, NEVER, NEVER, NEVER, NEVER };
-    tio_liveness_next_use(N_K, N_T, v.kernel_use_offset, v.use_tensor, skip_free, next, first);
+    const struct tio_liveness_csr real = tio_liveness_csr_of(&v, skip_free);
+    tio_liveness_next_use(&real, next, first);
     for (size_t u = 0; u < 8; u++) {
         CHECK_EQ_U(next[u], want_skip[u]);
     }
@@ -154,8 +160,7 @@ TIO_TEST(build_curves_and_periods) {
     /* Excluding t0: 100 bytes less everywhere. */
     uint64_t res[N_K];
     const uint8_t exclude[N_T] = { 1, 0, 0, 0, 0, 0 };
-    tio_liveness_resident(N_K, N_T, lv.first_use, lv.last_use, v.tensor_bytes, v.tensor_flags,
-                          exclude, res);
+    tio_liveness_resident(&v, lv.first_use, lv.last_use, exclude, res);
     for (size_t k = 0; k < N_K; k++) {
         CHECK_EQ_U(res[k], want_res[k] - 100);
     }

@@ -1,4 +1,6 @@
 /* The trace builder: argument checks, use merging, validation, hash, metadata. */
+#include <string.h>
+
 #include <teraio/teraio.h>
 
 #include "tio_test.h"
@@ -68,7 +70,10 @@ TIO_TEST(builder_rejects_bad_arguments) {
     CHECK_RC(tio_trace_add_tensor(tr, 10, 99, 0, NULL, NULL), TIO_EINVAL);
     CHECK_ERR_HAS("kind");
     CHECK_RC(tio_trace_add_tensor(tr, 10, 0, 0x80, NULL, NULL), TIO_EINVAL);
+    CHECK_ERR_HAS("trace: tensor 0: unknown flags 0x80");
     CHECK_OK(tio_trace_add_tensor(tr, 10, 0, 0, NULL, NULL));
+    CHECK_RC(tio_trace_add_kernel(tr, "k", 1, 0x10, NULL), TIO_EINVAL);
+    CHECK_ERR_HAS("trace: kernel 0: unknown flags 0x10");
     CHECK_OK(tio_trace_add_kernel(tr, "k", 1, 0, NULL));
     CHECK_RC(tio_trace_add_use(tr, 5, TIO_USE_READ), TIO_EINVAL);
     CHECK_ERR_HAS("out of range");
@@ -122,6 +127,33 @@ TIO_TEST(allocation_failures_are_clean) {
     }
 }
 
+TIO_TEST(unknown_format_is_refused) {
+    /* Loading and saving name a format outside the enum; AUTO picks by content / binary. */
+    struct tio_trace *tr = small_trace(), *back = NULL;
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    CHECK_OK(tio_trace_finish(tr));
+    void *d = NULL;
+    size_t n = 0;
+    CHECK_RC(tio_trace_save_mem(tr, 7, &d, &n), TIO_EINVAL);
+    CHECK_ERR_HAS("unknown format 7");
+    CHECK(d == NULL);
+    CHECK_RC(tio_trace_save_mem(tr, -1, &d, &n), TIO_EINVAL);
+    CHECK_ERR_HAS("unknown format -1");
+    CHECK_OK(tio_trace_save_mem(tr, TIO_TRACE_FORMAT_AUTO, &d, &n));
+    CHECK(d && n >= 8 && memcmp(d, "TIOTRACE", 8) == 0);
+    CHECK_RC(tio_trace_load_mem(d, n, 3, &back), TIO_EINVAL);
+    CHECK_ERR_HAS("unknown format 3");
+    CHECK(back == NULL);
+    CHECK_OK(tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_AUTO, &back));
+    CHECK(back && tio_trace_kernel_count(back) == tio_trace_kernel_count(tr));
+    tio_free(d);
+    tio_trace_free(back);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(build_and_view);
     RUN(names_are_interned);
@@ -129,5 +161,6 @@ int main(void) {
     RUN(hash_depends_on_content);
     RUN(metadata);
     RUN(allocation_failures_are_clean);
+    RUN(unknown_format_is_refused);
     return tio_test_done();
 }

@@ -1,0 +1,82 @@
+/* The planner's segment tree (plan/planner_tree.h) against a plain array: range add, max, the
+ * capped integral, the time above a line (crit) and the last kernel above a threshold. Values and
+ * weights are small integers, so every sum is exact in double and compared with ==. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <teraio/teraio.h>
+
+#include "plan/planner_tree.h"
+#include "tio_test.h"
+
+#define N_LEAVES 37 /* not a power of two: padding leaves exist */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(uint64_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state % n;
+}
+
+static double
+ref_capped(const int64_t *v, const double *tau, size_t l, size_t r, int64_t c, int64_t s) {
+    double sum = 0;
+    for (size_t k = l; k < r && k < N_LEAVES; k++) {
+        int64_t over = v[k] - c;
+        sum += (double)(over <= 0 ? 0 : (over < s ? over : s)) * tau[k];
+    }
+    return sum;
+}
+
+static double ref_crit(const int64_t *v, const double *tau, size_t l, size_t r, int64_t c) {
+    double sum = 0;
+    for (size_t k = l; k < r && k < N_LEAVES; k++) {
+        sum += v[k] > c ? tau[k] : 0;
+    }
+    return sum;
+}
+
+TIO_TEST(matches_a_plain_array) {
+    int64_t v[N_LEAVES];
+    double tau[N_LEAVES];
+    for (size_t k = 0; k < N_LEAVES; k++) {
+        v[k] = (int64_t)rnd(200);
+        tau[k] = (double)(1 + rnd(8));
+    }
+    struct tio_stree t;
+    CHECK_OK(tio_stree_init(&t, N_LEAVES, v, tau));
+    for (int step = 0; step < 400; step++) {
+        size_t l = (size_t)rnd(N_LEAVES + 1), r = (size_t)rnd(N_LEAVES + 3);
+        int64_t c = (int64_t)rnd(260) - 30, s = 1 + (int64_t)rnd(60);
+        CHECK(tio_stree_capped(&t, l, r, c, s) == (l < r ? ref_capped(v, tau, l, r, c, s) : 0));
+        CHECK(tio_stree_crit(&t, l, r, c) == (l < r ? ref_crit(v, tau, l, r, c) : 0));
+        int64_t mx = INT64_MIN;
+        size_t last = SIZE_MAX;
+        for (size_t k = l; k < r && k < N_LEAVES; k++) {
+            mx = v[k] > mx ? v[k] : mx;
+            last = v[k] > c ? k : last;
+        }
+        CHECK_EQ_I(tio_stree_max(&t, l, r), mx);
+        CHECK_EQ_U(tio_stree_last_above(&t, l, r, c), last);
+        /* then move part of the curve */
+        size_t al = (size_t)rnd(N_LEAVES), ar = al + (size_t)rnd(N_LEAVES - al + 1);
+        int64_t d = (int64_t)rnd(41) - 20;
+        tio_stree_add(&t, al, ar, d);
+        for (size_t k = al; k < ar; k++) {
+            v[k] += d;
+        }
+    }
+    int64_t out[N_LEAVES];
+    tio_stree_values(&t, out);
+    for (size_t k = 0; k < N_LEAVES; k++) {
+        CHECK_EQ_I(out[k], v[k]);
+    }
+    tio_stree_fini(&t);
+}
+
+int main(void) {
+    RUN(matches_a_plain_array);
+    return tio_test_done();
+}

@@ -19,6 +19,7 @@
 
 #include <teraio/teraio.h>
 
+#include "benchutil.h"
 #include "common/common_impl.h"
 
 enum {
@@ -69,15 +70,16 @@ kemit(struct tio_trace *tr, const char *name, uint64_t dur, uint32_t flags, cons
     return rc;
 }
 
-static int build_trace(struct tio_trace **out) {
+/* The synthetic trace; exits with a message if it cannot be built. */
+static struct tio_trace *build_trace(void) {
     struct tio_trace_params p = tio_trace_params_default();
     p.kernels_hint = KERNELS;
     p.uses_hint = (size_t)KERNELS * USES;
     p.tensors_hint = (size_t)LAYERS * WPL * 4 + (size_t)MICRO * LAYERS * (FWD + BWD);
-    struct tio_trace *tr;
+    struct tio_trace *tr = NULL;
     int rc = tio_trace_new(&p, &tr);
     if (rc < 0) {
-        return rc;
+        return bench_trace_finish(tr, rc, "bench_analysis: building the trace");
     }
     /* Globals: weight, grad, adam m, adam v per weight; ~50-450 MB each (fp32 70B / 80 layers
      * / 8 tensors is ~440 MB). */
@@ -178,25 +180,7 @@ static int build_trace(struct tio_trace **out) {
         }
         rc = kemit(tr, "adam", 50000 + next_rand() % 50000, TIO_KERNEL_OPTIM, &k);
     }
-    if (rc == 0) {
-        rc = tio_trace_finish(tr);
-    }
-    if (rc < 0) {
-        tio_trace_free(tr);
-        return rc;
-    }
-    *out = tr;
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return bench_trace_finish(tr, rc, "bench_analysis: building the trace");
 }
 
 int main(int argc, char **argv) {
@@ -205,13 +189,8 @@ int main(int argc, char **argv) {
         repeats = 5;
     }
     double t0 = tio_now_s();
-    struct tio_trace *tr;
-    int rc = build_trace(&tr);
-    if (rc < 0) {
-        (void)fprintf(stderr, "bench_analysis: building the trace: %s: %s\n", tio_strerror(rc),
-                      tio_last_error());
-        return 1;
-    }
+    struct tio_trace *tr = build_trace();
+    int rc;
     double build_s = tio_now_s() - t0;
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
@@ -256,7 +235,8 @@ int main(int argc, char **argv) {
         }
         tio_analysis_free(a);
     }
-    double ma = median(ta, repeats), mv = median(tv, repeats), mp = median(tp, repeats);
+    double ma = bench_median(ta, repeats), mv = bench_median(tv, repeats),
+           mp = bench_median(tp, repeats);
     printf("trace: %zu kernels, %zu tensors, %zu uses (built in %.2f s)\n", v.n_kernels,
            v.n_tensors, v.n_uses, build_s);
     printf("analysis: %zu periods, peak resident %.1f GB, global %.1f GB, active/resident mean "

@@ -19,21 +19,11 @@
 #include <teraio/model.h>
 #include <teraio/trace.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "benchutil.h"
+#include "common/common_impl.h"
 
 static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 static struct tio_model_params preset(const char *name) {
@@ -159,9 +149,9 @@ static void timing(const char *name) {
     void *data = NULL;
     size_t len = 0;
     for (int i = 0; i < 3; i++) {
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = tio_now_s(), c0 = cpu_s();
         struct tio_trace *tr = gen(&p, &in);
-        t[i] = now_s() - t0;
+        t[i] = tio_now_s() - t0;
         c[i] = cpu_s() - c0;
         if (!data && tio_trace_save_mem(tr, TIO_TRACE_FORMAT_BINARY, &data, &len) < 0) {
             fprintf(stderr, "bench_model: %s\n", tio_last_error());
@@ -171,18 +161,18 @@ static void timing(const char *name) {
     }
     for (int i = 0; i < 3; i++) {
         struct tio_trace *tr = NULL;
-        double t0 = now_s();
+        double t0 = tio_now_s();
         if (tio_trace_load_mem(data, len, TIO_TRACE_FORMAT_BINARY, &tr) < 0) {
             fprintf(stderr, "bench_model: %s\n", tio_last_error());
             exit(1);
         }
-        l[i] = now_s() - t0;
+        l[i] = tio_now_s() - t0;
         tio_trace_free(tr);
     }
     tio_free(data);
-    qsort(t, 3, sizeof t[0], cmp_d);
-    qsort(l, 3, sizeof l[0], cmp_d);
-    qsort(c, 3, sizeof c[0], cmp_d);
+    bench_sort(t, 3);
+    bench_sort(l, 3);
+    bench_sort(c, 3);
     printf("| %s (rank 0) | %zu | %zu | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n", name,
            in.n_kernels, in.n_tensors, in.n_uses, t[1], t[0], t[2], c[1], l[1], t[1] / l[1]);
 }

@@ -25,6 +25,7 @@
 #endif
 #endif
 
+#include "benchutil.h"
 #include "common/common_impl.h"
 
 #define MB 1000000ull
@@ -47,11 +48,31 @@ static uint64_t mem_ns(double bytes) {
     return (uint64_t)(bytes / 2.5e12 * 1e9) + 5000;
 }
 
-static int synth_trace(const struct synth *s, struct tio_trace **out) {
+/* One forward kernel of a layer: reads its input `in`, the weight `w` and, unless it is
+ * UINT32_MAX, the residual `res`; writes `out`. */
+static int layer_op(struct tio_trace *tr,
+                    const char *name,
+                    uint64_t ns,
+                    uint32_t in,
+                    uint32_t w,
+                    uint32_t res,
+                    uint32_t out) {
+    int rc = tio_trace_add_kernel(tr, name, ns, 0, NULL);
+    rc |= tio_trace_add_use(tr, in, TIO_USE_READ);
+    rc |= tio_trace_add_use(tr, w, TIO_USE_READ);
+    if (res != UINT32_MAX) {
+        rc |= tio_trace_add_use(tr, res, TIO_USE_READ);
+    }
+    rc |= tio_trace_add_use(tr, out, TIO_USE_WRITE);
+    return rc;
+}
+
+/* The synthetic trace of `s`; exits with a message if it cannot be built. */
+static struct tio_trace *synth_trace(const struct synth *s) {
     struct tio_trace *tr = NULL;
     int rc = tio_trace_new(NULL, &tr);
     if (rc < 0) {
-        return rc;
+        return bench_trace_finish(tr, rc, "synth");
     }
     uint32_t L = s->layers;
     double h = s->h, kv = s->kv, f = s->ffn, T = s->tokens;
@@ -59,8 +80,7 @@ static int synth_trace(const struct synth *s, struct tio_trace **out) {
     const double wsz[9] = { h * h, h * kv, h * kv, h * h, h * f, h * f, f * h, h, h };
     uint32_t *w = calloc((size_t)L * 9 * 4, sizeof *w);
     if (!w) {
-        tio_trace_free(tr);
-        return TIO_ENOMEM;
+        return bench_trace_finish(tr, TIO_ENOMEM, "synth");
     }
     for (uint32_t l = 0; l < L && rc == 0; l++) {
         for (int j = 0; j < 9 && rc == 0; j++) {
@@ -80,8 +100,7 @@ static int synth_trace(const struct synth *s, struct tio_trace **out) {
     uint32_t *sv = calloc((size_t)L * 9, sizeof *sv);
     if (!sv) {
         free(w);
-        tio_trace_free(tr);
-        return TIO_ENOMEM;
+        return bench_trace_finish(tr, TIO_ENOMEM, "synth");
     }
     for (uint32_t mb = 0; mb < s->micro && rc == 0; mb++) {
         uint32_t x;
@@ -100,15 +119,10 @@ static int synth_trace(const struct synth *s, struct tio_trace **out) {
             }
             /* rmsnorm, q, k, v, rope x2, attention, o, residual, rmsnorm, gate, up, silu*mul,
              * down, residual: 15 kernels */
-            rc |= tio_trace_add_kernel(tr, "rmsnorm", mem_ns(2.0 * (double)act), 0, &k);
-            rc |= tio_trace_add_use(tr, prev, TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, W[28], TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, a[0], TIO_USE_WRITE);
+            rc |= layer_op(tr, "rmsnorm", mem_ns(2.0 * (double)act), prev, W[28], UINT32_MAX, a[0]);
             for (int j = 0; j < 3; j++) {
-                rc |= tio_trace_add_kernel(tr, "mm", mm_ns(2 * T * wsz[j]), 0, &k);
-                rc |= tio_trace_add_use(tr, a[0], TIO_USE_READ);
-                rc |= tio_trace_add_use(tr, W[j * 4], TIO_USE_READ);
-                rc |= tio_trace_add_use(tr, a[1 + j], TIO_USE_WRITE);
+                rc |=
+                    layer_op(tr, "mm", mm_ns(2 * T * wsz[j]), a[0], W[j * 4], UINT32_MAX, a[1 + j]);
             }
             for (int j = 0; j < 2; j++) {
                 rc |= tio_trace_add_kernel(tr, "rope", mem_ns(2.0 * (double)act), 0, &k);
@@ -120,20 +134,11 @@ static int synth_trace(const struct synth *s, struct tio_trace **out) {
             }
             uint32_t r1;
             rc |= tio_trace_add_tensor(tr, act, TIO_TENSOR_ACTIVATION, 0, NULL, &r1);
-            rc |= tio_trace_add_kernel(tr, "mm_o", mm_ns(2 * T * wsz[3]), 0, &k);
-            rc |= tio_trace_add_use(tr, a[4], TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, W[12], TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, prev, TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, r1, TIO_USE_WRITE);
-            rc |= tio_trace_add_kernel(tr, "rmsnorm", mem_ns(2.0 * (double)act), 0, &k);
-            rc |= tio_trace_add_use(tr, r1, TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, W[32], TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, a[5], TIO_USE_WRITE);
+            rc |= layer_op(tr, "mm_o", mm_ns(2 * T * wsz[3]), a[4], W[12], prev, r1);
+            rc |= layer_op(tr, "rmsnorm", mem_ns(2.0 * (double)act), r1, W[32], UINT32_MAX, a[5]);
             for (int j = 0; j < 2; j++) {
-                rc |= tio_trace_add_kernel(tr, "mm", mm_ns(2 * T * wsz[4 + j]), 0, &k);
-                rc |= tio_trace_add_use(tr, a[5], TIO_USE_READ);
-                rc |= tio_trace_add_use(tr, W[(4 + j) * 4], TIO_USE_READ);
-                rc |= tio_trace_add_use(tr, a[6 + j], TIO_USE_WRITE);
+                rc |= layer_op(tr, "mm", mm_ns(2 * T * wsz[4 + j]), a[5], W[(4 + j) * 4],
+                               UINT32_MAX, a[6 + j]);
             }
             rc |= tio_trace_add_kernel(tr, "silu_mul", mem_ns(3.0 * (double)actf), 0, &k);
             rc |= tio_trace_add_use(tr, a[6], TIO_USE_READ);
@@ -141,11 +146,7 @@ static int synth_trace(const struct synth *s, struct tio_trace **out) {
             rc |= tio_trace_add_use(tr, a[8], TIO_USE_WRITE);
             uint32_t r2;
             rc |= tio_trace_add_tensor(tr, act, TIO_TENSOR_ACTIVATION, 0, NULL, &r2);
-            rc |= tio_trace_add_kernel(tr, "mm_down", mm_ns(2 * T * wsz[6]), 0, &k);
-            rc |= tio_trace_add_use(tr, a[8], TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, W[24], TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, r1, TIO_USE_READ);
-            rc |= tio_trace_add_use(tr, r2, TIO_USE_WRITE);
+            rc |= layer_op(tr, "mm_down", mm_ns(2 * T * wsz[6]), a[8], W[24], r1, r2);
             prev = r2;
         }
         /* loss / send, then backward in reverse: per layer 2 kernels per matrix (dX, dW) plus
@@ -212,28 +213,13 @@ static int synth_trace(const struct synth *s, struct tio_trace **out) {
     }
     free(w);
     free(sv);
-    if (rc == 0) {
-        rc = tio_trace_finish(tr);
-    }
-    if (rc < 0) {
-        tio_trace_free(tr);
-        return rc;
-    }
-    *out = tr;
-    return 0;
+    return bench_trace_finish(tr, rc, "synth");
 }
 
 /* CPU seconds of this thread: the machine the numbers come from is shared, so wall time
  * measures the neighbours as much as the planner; both are reported. */
 static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int dcmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
 static void bench_one(const char *name,
@@ -275,8 +261,8 @@ static void bench_one(const char *name,
         if (!ok) {
             continue;
         }
-        qsort(t, (size_t)runs, sizeof t[0], dcmp);
-        qsort(w, (size_t)runs, sizeof w[0], dcmp);
+        bench_sort(t, (size_t)runs);
+        bench_sort(w, (size_t)runs);
         double med = t[runs / 2], wmed = w[runs / 2];
         char a[32], b[32], c[32];
         printf("| %s | %zu | %.0f%% | %s | %.3f | %.3f | %s | %zu | %s | %s | %s |\n", name,
@@ -343,11 +329,7 @@ int main(int argc, char **argv) {
         if (micro) {
             s.micro = micro;
         }
-        struct tio_trace *tr = NULL;
-        if (synth_trace(&s, &tr) < 0) {
-            fprintf(stderr, "synth: %s\n", tio_last_error());
-            return 1;
-        }
+        struct tio_trace *tr = synth_trace(&s);
         bench_one(s.name, tr, &hw, runs, quick ? 0 : paper[i]);
         tio_trace_free(tr);
     }

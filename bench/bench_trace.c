@@ -17,13 +17,12 @@
 #include <teraio/alloc.h>
 #include <teraio/trace.h>
 
+#include "benchutil.h"
 #include "common/common_impl.h"
 
 /* Process CPU time (s): robust against other processes on a shared machine, unlike wall time. */
 static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 /* One measurement: wall and CPU seconds. */
@@ -37,16 +36,6 @@ static struct stamp start(void) {
 static void stop(struct stamp s, double *wall, double *cpu) {
     *wall = tio_now_s() - s.wall;
     *cpu = cpu_now() - s.cpu;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* xorshift64*: deterministic synthetic data. */
@@ -249,17 +238,17 @@ int main(int argc, char **argv) {
            (double)size_json / 1e6, (double)size_json / (double)size_bin, reps);
     printf("| operation | wall median (ms) | CPU median (ms) | MB/s (CPU) | CPU vs memcpy |\n"
            "|---|---:|---:|---:|---:|\n");
-    double anchor = median(cpus[MEMCPY], reps);
+    double anchor = bench_median(cpus[MEMCPY], reps);
     for (int row = 0; row < N_ROWS; row++) {
-        double m = median(times[row], reps), c = median(cpus[row], reps);
+        double m = bench_median(times[row], reps), c = bench_median(cpus[row], reps);
         size_t bytes = (row >= JS_SAVE) ? size_json : size_bin;
         printf("| %s | %.2f | %.2f | %.0f | %.1fx |\n", row_names[row], m * 1e3, c * 1e3,
                (double)bytes / 1e6 / c, c / anchor);
     }
-    double bin_rt = median(times[BIN_SAVE], reps) + median(times[BIN_LOAD], reps);
-    double js_rt = median(times[JS_SAVE], reps) + median(times[JS_LOAD], reps);
-    double bin_cpu = median(cpus[BIN_SAVE], reps) + median(cpus[BIN_LOAD], reps);
-    double js_cpu = median(cpus[JS_SAVE], reps) + median(cpus[JS_LOAD], reps);
+    double bin_rt = bench_median(times[BIN_SAVE], reps) + bench_median(times[BIN_LOAD], reps);
+    double js_rt = bench_median(times[JS_SAVE], reps) + bench_median(times[JS_LOAD], reps);
+    double bin_cpu = bench_median(cpus[BIN_SAVE], reps) + bench_median(cpus[BIN_LOAD], reps);
+    double js_cpu = bench_median(cpus[JS_SAVE], reps) + bench_median(cpus[JS_LOAD], reps);
     printf("\nsave+load in memory: binary %.1f ms wall / %.1f ms CPU; JSON %.1f ms wall / %.1f ms "
            "CPU (JSON/binary CPU %.0fx)\n",
            bin_rt * 1e3, bin_cpu * 1e3, js_rt * 1e3, js_cpu * 1e3, js_cpu / bin_cpu);

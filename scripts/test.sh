@@ -33,7 +33,7 @@ CC=clang cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITI
 cmake --build build-tsan --parallel "$jobs"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" -L io --no-tests=ignore)
 # the block cache is shared by PyTorch's allocating threads (teraio._torch_alloc)
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_blockcache$')
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_blockcache')
 
 if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
     step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-40} s per target)"

@@ -14,7 +14,8 @@ if(NOT TIO_BUILD_TESTS)
     return()
 endif()
 
-add_library(tio_fake_cudart SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart.c)
+add_library(tio_fake_cudart SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart.c
+    ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart_sched.c)
 add_library(tio_fake_cufile SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cufile.c)
 target_link_libraries(tio_fake_cudart PRIVATE Threads::Threads)
 target_link_libraries(tio_fake_cufile PRIVATE tio_fake_cudart)

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include <teraio/alloc.h>
 #include <teraio/assert.h>
@@ -90,6 +91,9 @@ int tio_input_open(const char *what, const char *path, uint64_t max_bytes, struc
 int tio_input_read(struct tio_input *in, uint64_t off, void *buf, size_t len);
 int tio_input_read_all(struct tio_input *in, void **data, size_t *len);
 void tio_input_close(struct tio_input *in);
+/* tio_file_kind_name: what a file of mode `m` (st_mode) is, for messages: "a directory", "a FIFO
+ * (named pipe)", "a character device", "a block device", "a socket", else "not a regular file". */
+const char *tio_file_kind_name(mode_t m);
 /* tio_input_looks_textual: 1 unless the first byte after leading whitespace in p[0..n) is a
  * control or non-ASCII byte (a zero-filled or binary file is not JSON: refuse it unread). */
 int tio_input_looks_textual(const unsigned char *p, size_t n);

@@ -11,7 +11,10 @@
 
 #include "common/common_impl.h"
 
-static const char *kind_name(mode_t m) {
+const char *tio_file_kind_name(mode_t m) {
+    if (S_ISDIR(m)) {
+        return "a directory";
+    }
     if (S_ISFIFO(m)) {
         return "a FIFO (named pipe)";
     }
@@ -34,7 +37,7 @@ static int check_kind(const char *what, const char *path, const struct stat *st,
     }
     if (!S_ISREG(st->st_mode)) {
         return tio_set_error(TIO_EINVAL, "%s: '%s' is %s; only regular files are read", what, path,
-                             kind_name(st->st_mode));
+                             tio_file_kind_name(st->st_mode));
     }
     if (st->st_size < 0 || (uint64_t)st->st_size > max) {
         /* the limits lie above the largest valid file of each kind */

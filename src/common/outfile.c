@@ -25,25 +25,6 @@ struct tio_outfile {
     int in_place; /* writing into the existing inode (owner not keepable, or hard links) */
 };
 
-static const char *kind_name(mode_t m) {
-    if (S_ISDIR(m)) {
-        return "a directory";
-    }
-    if (S_ISCHR(m)) {
-        return "a character device";
-    }
-    if (S_ISBLK(m)) {
-        return "a block device";
-    }
-    if (S_ISFIFO(m)) {
-        return "a FIFO";
-    }
-    if (S_ISSOCK(m)) {
-        return "a socket";
-    }
-    return "not a regular file";
-}
-
 /* Follow the symlinks at the end of `path` (a relative link is taken from the link's directory).
  * *out is the final path (tio_malloc'ed); *st its lstat and *exists whether it exists. */
 static int
@@ -156,6 +137,20 @@ static int open_tmp(struct tio_outfile *o, int *fd) {
     return tio_set_error(-EEXIST, "%s: no free temporary name next to '%s'", o->who, o->target);
 }
 
+/* Free `o`; with `discard`, first close its stream if open and remove its temporary file, so
+ * that nothing of an unfinished write is left and the target is untouched. */
+static void outfile_release(struct tio_outfile *o, int discard) {
+    if (discard && o->f) {
+        (void)fclose(o->f);
+    }
+    if (discard && o->tmp) {
+        (void)unlink(o->tmp);
+    }
+    tio_free(o->tmp);
+    tio_free(o->target);
+    tio_free(o);
+}
+
 int tio_outfile_open(const char *path, const char *who, struct tio_outfile **out) {
     if (!out) {
         return tio_set_error(TIO_EINVAL, "outfile: NULL argument");
@@ -185,7 +180,7 @@ int tio_outfile_open(const char *path, const char *who, struct tio_outfile **out
         rc = tio_set_error(TIO_EINVAL,
                            "%s: cannot write '%s': it is %s, not a regular file; teraio writes "
                            "only regular files (name a file)",
-                           who, path, kind_name(st.st_mode));
+                           who, path, tio_file_kind_name(st.st_mode));
         goto fail;
     }
     if (exists && st.st_nlink > 1) {
@@ -228,23 +223,12 @@ int tio_outfile_open(const char *path, const char *who, struct tio_outfile **out
     *out = o;
     return 0;
 fail:
-    if (o->tmp) {
-        (void)unlink(o->tmp);
-    }
-    tio_free(o->tmp);
-    tio_free(o->target);
-    tio_free(o);
+    outfile_release(o, 1);
     return rc;
 }
 
 FILE *tio_outfile_stream(struct tio_outfile *o) {
     return o ? o->f : NULL;
-}
-
-static void outfile_free(struct tio_outfile *o) {
-    tio_free(o->tmp);
-    tio_free(o->target);
-    tio_free(o);
 }
 
 /* fsync the directory holding `path`, so the rename itself is durable. Best effort. */
@@ -309,27 +293,17 @@ int tio_outfile_commit(struct tio_outfile *o) {
         e = errno;
         rc = tio_set_error(-e, "%s: cannot replace '%s': %s", o->who, o->target, tio_strerror(-e));
     }
-    if (rc < 0 && o->tmp) {
-        (void)unlink(o->tmp);
-    }
     if (rc == 0 && o->tmp) {
         sync_parent(o->target);
     }
-    outfile_free(o);
+    outfile_release(o, rc < 0);
     return rc;
 }
 
 void tio_outfile_abort(struct tio_outfile *o) {
-    if (!o) {
-        return;
+    if (o) {
+        outfile_release(o, 1);
     }
-    if (o->f) {
-        (void)fclose(o->f);
-    }
-    if (o->tmp) {
-        (void)unlink(o->tmp);
-    }
-    outfile_free(o);
 }
 
 int tio_outfile_save(const char *path, const char *who, const void *data, size_t len) {

@@ -1,8 +1,6 @@
 /* The CUDA runtime through dlopen (see cudart_shim.h). */
 #include "dl/cudart_shim.h"
 
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,64 +8,29 @@
 #include "common/common_impl.h"
 #include "dl/dl_impl.h"
 
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct tio_cudart_api loaded;
-static int loaded_ok;
-static char load_reason[300];
-static const struct tio_cudart_api *override;
-
-static void load(void) {
-    static const char *const names[] = { "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
-                                         "libcudart.so" };
-    const char *name = NULL;
-    void *lib = tio_dl_open("TIO_CUDART_LIB", names, TIO_ARRAY_LEN(names), "cudart", &name,
-                            load_reason, sizeof load_reason);
-    if (!lib) {
-        return;
-    }
-    const struct tio_dl_sym syms[] = {
-        { "cudaGetDeviceCount", &loaded.get_device_count },
-        { "cudaMalloc", &loaded.malloc_device },
-        { "cudaFree", &loaded.free_device },
-        { "cudaHostAlloc", &loaded.host_alloc },
-        { "cudaFreeHost", &loaded.free_host },
-        { "cudaMemcpy", &loaded.memcpy },
-        { "cudaGetErrorString", &loaded.get_error_string },
-        { "cudaStreamCreateWithFlags", &loaded.stream_create },
-        { "cudaStreamDestroy", &loaded.stream_destroy },
-        { "cudaStreamSynchronize", &loaded.stream_synchronize },
-        { "cudaStreamWaitEvent", &loaded.stream_wait_event },
-        { "cudaEventCreateWithFlags", &loaded.event_create },
-        { "cudaEventDestroy", &loaded.event_destroy },
-        { "cudaEventRecord", &loaded.event_record },
-        { "cudaEventQuery", &loaded.event_query },
-        { "cudaEventSynchronize", &loaded.event_synchronize },
-        { "cudaMemcpyAsync", &loaded.memcpy_async },
-    };
-    if (tio_dl_resolve_all(lib, syms, TIO_ARRAY_LEN(syms), name, load_reason, sizeof load_reason) <
-        0) {
-        return;
-    }
-    loaded_ok = 1;
-    (void)snprintf(load_reason, sizeof load_reason, "loaded %s", name);
-    TIO_LOG_DEBUG("cudart: %s", load_reason);
-}
-
-const struct tio_cudart_api *tio_cudart(void) {
-    if (override) {
-        return override;
-    }
-    pthread_once(&load_once, load);
-    return loaded_ok ? &loaded : NULL;
-}
-
-const char *tio_cudart_reason(void) {
-    if (override) {
-        return "test table";
-    }
-    pthread_once(&load_once, load);
-    return load_reason;
-}
+static const char *const names[] = { "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                                     "libcudart.so" };
+static const struct tio_dl_sym syms[] = {
+    { "cudaGetDeviceCount", &loaded.get_device_count },
+    { "cudaMalloc", &loaded.malloc_device },
+    { "cudaFree", &loaded.free_device },
+    { "cudaHostAlloc", &loaded.host_alloc },
+    { "cudaFreeHost", &loaded.free_host },
+    { "cudaMemcpy", &loaded.memcpy },
+    { "cudaGetErrorString", &loaded.get_error_string },
+    { "cudaStreamCreateWithFlags", &loaded.stream_create },
+    { "cudaStreamDestroy", &loaded.stream_destroy },
+    { "cudaStreamSynchronize", &loaded.stream_synchronize },
+    { "cudaStreamWaitEvent", &loaded.stream_wait_event },
+    { "cudaEventCreateWithFlags", &loaded.event_create },
+    { "cudaEventDestroy", &loaded.event_destroy },
+    { "cudaEventRecord", &loaded.event_record },
+    { "cudaEventQuery", &loaded.event_query },
+    { "cudaEventSynchronize", &loaded.event_synchronize },
+    { "cudaMemcpyAsync", &loaded.memcpy_async },
+};
+TIO_DL_SHIM_DEFINE(tio_cudart, tio_cudart_api, "cudart", "TIO_CUDART_LIB", names, syms, &loaded)
 
 int tio_cudart_usable(char *reason, size_t len) {
     const struct tio_cudart_api *cu = tio_cudart();
@@ -88,8 +51,4 @@ int tio_cudart_usable(char *reason, size_t len) {
     }
     (void)snprintf(reason, len, "%d CUDA device(s), %s", count, tio_cudart_reason());
     return 1;
-}
-
-void tio_cudart_set_api(const struct tio_cudart_api *fake) {
-    override = fake;
 }

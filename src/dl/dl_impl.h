@@ -1,41 +1,71 @@
-/* Private: the dlopen/dlsym steps every vendor shim shares (STYLE.md: load once, resolve every
- * required symbol up front, never dlclose). */
+/* Private: loading a vendor library once, the way every shim does (STYLE.md: load once, resolve
+ * every required symbol up front, never dlclose). */
 #ifndef TIO_DL_IMPL_H
 #define TIO_DL_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
-/* One required symbol and the function-pointer slot it fills. */
+/* One required symbol and the function-pointer slot it fills. `sym` may list names separated by
+ * '|', tried in order: the first the library has fills the slot (the last is named if none). */
 struct tio_dl_sym {
     const char *sym;
     void *slot;
 };
 
 /*
- * tio_dl_open: dlopen (RTLD_NOW | RTLD_LOCAL) the library named by the environment variable
- * `env_var` if it is set, else the first of `names` that loads. On success returns the handle
- * and sets *name to the name that loaded; on failure returns NULL and writes
- * "<what> not loadable (<names tried>): <dlerror>" into reason. Call only under pthread_once.
+ * One vendor library: a shim defines one, static, with the description (what, env_var, names,
+ * syms, table); the state below it starts zeroed. The first tio_dl_shim_api or
+ * tio_dl_shim_reason loads it, once, under a lock: dlopen (RTLD_NOW | RTLD_LOCAL) the path in
+ * the environment variable `env_var` if it is set, else the first of `names` that loads, then
+ * every symbol of `syms` into its slot in `table`. A missing library or symbol leaves the table
+ * unavailable as a whole, and the reason says why.
  */
-void *tio_dl_open(const char *env_var,
-                  const char *const *names,
-                  size_t n_names,
-                  const char *what,
-                  const char **name,
-                  char *reason,
-                  size_t reason_len);
+struct tio_dl_shim {
+    const char *what;         /* "cudart": names the library in reasons */
+    const char *env_var;      /* "TIO_CUDART_LIB" */
+    const char *const *names; /* sonames, in the order tried */
+    size_t n_names;
+    const struct tio_dl_sym *syms;
+    size_t n_syms;
+    const void *table; /* the function table the slots of syms lie in */
+    /* state */
+    _Atomic int tried;
+    int loaded_ok;
+    const void *override; /* a test table handed out instead (the shims' *_set_api) */
+    char reason[300];     /* "loaded <name>", or why not */
+};
 
-/* tio_dl_resolve: dlsym into a function-pointer slot (through memcpy: POSIX allows the
- * conversion, ISO C does not). 0 or -1 if the symbol is missing. */
-int tio_dl_resolve(void *lib, const char *sym, void *slot);
+/* The override if set, else the table once loaded, else NULL (reason in tio_dl_shim_reason). */
+const void *tio_dl_shim_api(struct tio_dl_shim *shim);
 
-/* tio_dl_resolve_all: every symbol of `syms`, or -1 with "<name>: symbol <sym> missing" in
- * reason (the backend is then unavailable as a whole). */
-int tio_dl_resolve_all(void *lib,
-                       const struct tio_dl_sym *syms,
-                       size_t n,
-                       const char *name,
-                       char *reason,
-                       size_t reason_len);
+/* "test table" under an override; else "loaded <name>", "<what> not loadable (<names tried>):
+ * <dlerror>" or "<name>: symbol <sym> missing". */
+const char *tio_dl_shim_reason(struct tio_dl_shim *shim);
+
+/*
+ * TIO_DL_SHIM_DEFINE(fn, api, what, env_var, names, syms, table): a shim's static struct
+ * tio_dl_shim over those fields and its typed calls, declared in the shim's header:
+ * `const struct api *fn(void)` (tio_dl_shim_api), `const char *fn##_reason(void)`
+ * (tio_dl_shim_reason) and `void fn##_set_api(const struct api *fake)` (a test table handed out
+ * in place of the library's; NULL hands the library's out again).
+ */
+#define TIO_DL_SHIM_DEFINE(fn, api, what_, env_var_, names_, syms_, table_)   \
+    static struct tio_dl_shim fn##_shim = { .what = (what_),                  \
+                                            .env_var = (env_var_),            \
+                                            .names = (names_),                \
+                                            .n_names = TIO_ARRAY_LEN(names_), \
+                                            .syms = (syms_),                  \
+                                            .n_syms = TIO_ARRAY_LEN(syms_),   \
+                                            .table = (table_) };              \
+    const struct api *fn(void) {                                              \
+        return tio_dl_shim_api(&fn##_shim);                                   \
+    }                                                                         \
+    const char *fn##_reason(void) {                                           \
+        return tio_dl_shim_reason(&fn##_shim);                                \
+    }                                                                         \
+    void fn##_set_api(const struct api *fake) {                               \
+        fn##_shim.override = fake;                                            \
+    }
 
 #endif

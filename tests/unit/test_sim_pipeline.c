@@ -9,33 +9,7 @@
  * The receives are recorded at 5 ms (a bubble a profiler saw); coupled, a receive takes
  * max(its start + the send kernel's 1 ms, the send's end) instead.
  */
-#include <string.h>
-
-#include <teraio/sim.h>
-#include <teraio/teraio.h>
-
-#include "tio_test.h"
-
-#define MS 1e-3
-
-static struct tio_hw test_hw(void) {
-    struct tio_hw hw;
-    memset(&hw, 0, sizeof hw);
-    snprintf(hw.name, sizeof hw.name, "test");
-    hw.gpus = 2;
-    hw.gpu_memory_bytes = UINT64_C(1) << 30;
-    hw.pcie_h2d_Bps = 1e10;
-    hw.pcie_d2h_Bps = 1e10;
-    hw.ssd_count = 1;
-    hw.ssd_read_Bps = 1e9;
-    hw.ssd_write_Bps = 1e9;
-    hw.ssd_efficiency = 1.0;
-    hw.host_memory_bytes = UINT64_C(1) << 40;
-    hw.host_memory_Bps = 1e11;
-    hw.gds = 1;
-    hw.cpu_cores = 4;
-    return hw;
-}
+#include "sim_util.h"
 
 struct k {
     const char *name;
@@ -98,7 +72,7 @@ static int run2(struct tio_trace *const *tr,
                 const size_t *nmv,
                 const char *policy,
                 struct tio_sim_result *r) {
-    struct tio_hw hw = test_hw();
+    struct tio_hw hw = sim_test_hw(2, UINT64_C(1) << 30);
     struct tio_sim_params p = tio_sim_params_default();
     p.host_latency_s = 0;
     p.policy = policy;
@@ -142,7 +116,7 @@ TIO_TEST(coupled_makespan_hand_computed) {
     CHECK_NEAR(r[0].stage_end_s, 94 * MS, 1e-9);
     CHECK_NEAR(r[1].stage_end_s, 74 * MS, 1e-9);
     /* simulated alone, a stage is its own trace */
-    struct tio_hw hw = test_hw();
+    struct tio_hw hw = sim_test_hw(2, UINT64_C(1) << 30);
     struct tio_sim_params p = tio_sim_params_default();
     p.policy = "ideal";
     struct tio_sim *one = NULL;
@@ -207,7 +181,7 @@ TIO_TEST(mismatched_stages_are_errors) {
     struct tio_sim_result r[2];
     CHECK_RC(run2(tr, NULL, NULL, "ideal", r), TIO_EINVAL);
     CHECK_ERR_HAS("stage 1 sends 1 gradients back per iteration, stage 0 receives 2");
-    struct tio_hw hw = test_hw();
+    struct tio_hw hw = sim_test_hw(2, UINT64_C(1) << 30);
     struct tio_sim *out[1] = { NULL };
     CHECK_RC(tio_sim_run_pipeline((const struct tio_trace *const *)tr, NULL, NULL, 1, &hw, NULL,
                                   NULL, out),

@@ -1,0 +1,145 @@
+/*
+ * Private to the fake CUDA runtime (fake_cudart.c, the runtime API, over fake_cudart_sched.c,
+ * the streams, events, device memory bookkeeping and test hooks): the state they share, under
+ * one lock, and the scheduler's calls. Hidden: the library exports only the CUDA entry points
+ * and the fake_cuda_* hooks.
+ */
+#ifndef TIO_FAKE_CUDART_IMPL_H
+#define TIO_FAKE_CUDART_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FAKE_DEV_BYTES   (UINT64_C(1) << 32) /* reserved, never touched unless used */
+#define FAKE_CUDA_POISON 0xDB                /* freed device bytes */
+#define MAX_VC           64 /* vector clocks (happens-before) cover the first MAX_VC stream slots */
+
+enum {
+    ERR_INVALID_VALUE = 1,
+    ERR_MEMORY_ALLOCATION = 2,
+    ERR_INVALID_RESOURCE_HANDLE = 400,
+    ERR_NOT_READY = 600
+};
+enum { KIND_H2H = 0, KIND_H2D = 1, KIND_D2H = 2, KIND_D2D = 3, KIND_DEFAULT = 4 };
+enum { OP_MARK, OP_COPY, OP_HOST };
+enum { TAG_STREAM = 0x4, TAG_EVENT = 0x8 };
+#define STREAM_NON_BLOCKING 0x1u
+#define STREAM_LEGACY       ((void *)0x1)
+
+/* ---- exported test hooks ------------------------------------------------------------------ */
+void *fake_cuda_translate(const void *p, size_t len);
+uint64_t fake_cuda_memcpy_calls(void);
+void fake_cuda_set_lag(unsigned max_us, uint64_t seed);
+uint64_t fake_cuda_sync_calls(void);
+uint64_t fake_cuda_thread_sync_calls(void);
+uint64_t fake_cuda_blocking_copies(void);
+uint64_t fake_cuda_bad_accesses(void);
+uint64_t fake_cuda_live_streams(void);
+uint64_t fake_cuda_device_bytes_in_use(void);
+uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes);
+
+#pragma GCC visibility push(hidden)
+
+/* ---- state (fake_cudart_sched.c) --------------------------------------------------------- */
+/* One lock and one condition variable for everything: completions are broadcast. */
+extern pthread_mutex_t mu;
+extern pthread_cond_t cv;
+
+extern _Atomic(unsigned char *) dev_base;
+extern unsigned char *shadow_base;
+struct extent {
+    uint64_t off, len;
+};
+extern struct extent *allocs; /* live allocations (unsorted) */
+extern size_t n_allocs, cap_allocs;
+
+extern _Atomic uint64_t memcpy_calls, blocking_copies, bad_accesses;
+
+struct dep {
+    uint32_t slot;
+    uint64_t pos; /* done when slots[slot].completed >= pos */
+};
+
+struct op {
+    struct op *next;
+    int kind;
+    uint32_t slot;
+    uint64_t pos;            /* its position on its stream */
+    uint64_t seen[MAX_VC];   /* observed_vc when it was queued */
+    uint64_t vc[MAX_VC];     /* vc[i]: the operations of slot i it comes after */
+    const uint64_t *wait_vc; /* cudaStreamWaitEvent: the record's clock, merged at enqueue */
+    void *dst;
+    const void *src;
+    size_t n;
+    const unsigned char *wdev; /* the device range a copy writes (NULL: host memory) */
+    const unsigned char *rdev; /* the device range a copy reads (NULL: host memory) */
+    void (*fn)(void *);
+    void *user;
+    size_t n_deps;
+    struct dep deps[];
+};
+
+struct stream {
+    pthread_t th;
+    uint32_t slot;
+    int stop;
+    int active; /* the head's dependencies are met: it runs (after its delay) or is running */
+    uint64_t rng;
+    unsigned lag_quarters; /* this stream's maximum delay: lag_max_us * lag_quarters / 4 */
+    struct op *head, *tail;
+};
+
+/* Slot 0 is the legacy stream. Counters survive the stream (dependencies name slots) and keep
+ * counting when a slot is reused, so a satisfied dependency stays satisfied. */
+struct slot {
+    struct stream *s; /* NULL: free */
+    int dying;        /* being destroyed: handle invalid, slot not reusable yet */
+    uint32_t gen;
+    unsigned flags;
+    uint64_t enqueued, completed;
+    uint64_t clock[MAX_VC]; /* the vector clock of its last queued operation */
+};
+
+struct event {
+    int live;
+    uint32_t gen;
+    int recorded;
+    uint32_t slot;
+    uint64_t pos;
+    uint64_t vc[MAX_VC]; /* the record's vector clock */
+};
+
+extern struct slot *slots;
+extern size_t n_slots, cap_slots;
+extern struct event *events;
+extern size_t n_events, cap_events;
+
+/* ---- the scheduler (fake_cudart_sched.c) ------------------------------------------------- */
+int grow(void **arr, size_t *cap, size_t need, size_t elem);
+void *encode(uint32_t idx, uint32_t gen, unsigned tag);
+/* Is [p, p+n) inside a live allocation? Under mu. */
+int dev_live(const unsigned char *p, size_t n);
+struct stream *start_stream(uint32_t slot);
+/* Under mu: make sure the legacy stream exists. */
+int init_locked(void);
+/* Under mu: the slot of a stream handle, or -1. */
+int64_t stream_slot(void *h);
+struct event *event_of(void *h);
+/* Under mu: a new op for `slot` with room for the legacy-stream dependencies and `extra`. */
+struct op *new_op(uint32_t slot, size_t extra);
+/* Under mu: queue o on slot; returns its position (completed >= position: done). */
+uint64_t enqueue(uint32_t slot, struct op *o);
+/* Under mu: the host saw the operations of clock vc complete. */
+void observe(const uint64_t *vc);
+/* Under mu: wait until slot completes position pos, whose clock was vc, and observe it. */
+void wait_observe(uint32_t slot, uint64_t pos, const uint64_t *vc);
+/* A call that blocks the host on device work (fake_cuda_sync_calls). */
+void count_sync(void);
+/* Under mu: wait for the work queued on every stream so far. */
+void device_sync_locked(void);
+
+#pragma GCC visibility pop
+
+#endif

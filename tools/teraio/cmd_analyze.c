@@ -43,26 +43,6 @@ static void usage(FILE *f) {
                      "  teraio analyze run.json --long-idle 5ms --top 20\n\n" TIO_CLI_EXIT_HELP);
 }
 
-/* The lower median of a sorted array (an actual value), 0 if empty. */
-static uint64_t lower_median(const uint64_t *d, size_t n) {
-    return n ? d[(n - 1) / 2] : 0;
-}
-
-/* Periods of a bucket idle strictly longer than the threshold (d is sorted
- * ascending). */
-static size_t count_above(const uint64_t *d, size_t n, uint64_t threshold) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d[mid] <= threshold) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return n - lo;
-}
-
 static void json_u64_array(FILE *f, const size_t *v, size_t n) {
     (void)fputc('[', f);
     for (size_t i = 0; i < n; i++) {
@@ -114,13 +94,13 @@ static void print_json(const char *path,
     json_u64_array(f, s.tensors_per_bucket, TIO_BUCKET_COUNT);
     (void)fputs(",\n  \"buckets\": [", f);
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        size_t n;
-        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        size_t n = s.periods_per_bucket[b];
         (void)fprintf(f,
                       "%s\n    {\"name\": \"%s\", \"tensors\": %zu, \"periods\": %zu, "
                       "\"median_idle_ns\": %" PRIu64 ", \"long_idle_periods\": %zu}",
                       b ? "," : "", tio_size_bucket_name(b), s.tensors_per_bucket[b], n,
-                      lower_median(d, n), count_above(d, n, prm->long_idle_ns));
+                      tio_analysis_bucket_median(a, b),
+                      tio_analysis_bucket_count_above(a, b, prm->long_idle_ns));
     }
     (void)fputs("\n  ],\n  \"top\": [", f);
     for (size_t i = 0; i < n_top; i++) {
@@ -217,14 +197,14 @@ static void print_text(const char *path,
     printf("%-10s %10s %10s %12s %12s\n", "size", "tensors", "periods", "median idle",
            "> long-idle");
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        size_t n;
-        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        size_t n = s.periods_per_bucket[b];
         char m[64] = "-";
         if (n) {
-            dur(lower_median(d, n), m, sizeof m);
+            dur(tio_analysis_bucket_median(a, b), m, sizeof m);
         }
+        size_t n_long = tio_analysis_bucket_count_above(a, b, prm->long_idle_ns);
         printf("%-10s %10zu %10zu %12s %12s\n", tio_size_bucket_name(b), s.tensors_per_bucket[b], n,
-               m, n ? pct((double)count_above(d, n, prm->long_idle_ns) / (double)n, b3, 64) : "-");
+               m, n ? pct((double)n_long / (double)n, b3, 64) : "-");
     }
     if (n_top == 0) {
         if (want_top) {

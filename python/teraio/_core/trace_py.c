@@ -163,25 +163,36 @@ static int parse_format(PyObject *obj, int32_t *out) {
     return 0;
 }
 
-static PyObject *trace_load(PyObject *cls, PyObject *args, PyObject *kwds) {
+/* The (path, format=None) arguments of Trace.load and Trace.save (spec: "O&|O:load" or
+ * "O&|O:save"): *path a new bytes object in the file system encoding. Returns 0 or -1 with an
+ * exception set. */
+static int
+path_format_args(PyObject *args, PyObject *kwds, const char *spec, PyObject **path, int32_t *fmt) {
     static char *kwlist[] = { "path", "format", NULL };
-    PyObject *path_obj = NULL, *fmt_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|O:load", kwlist, PyUnicode_FSConverter,
-                                     &path_obj, &fmt_obj)) {
-        return NULL;
+    PyObject *fmt_obj = NULL;
+    *path = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, spec, kwlist, PyUnicode_FSConverter, path,
+                                     &fmt_obj)) {
+        return -1;
     }
+    if (parse_format(fmt_obj, fmt) < 0) {
+        Py_CLEAR(*path);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *trace_load(PyObject *cls, PyObject *args, PyObject *kwds) {
+    PyObject *path;
     int32_t fmt;
-    if (parse_format(fmt_obj, &fmt) < 0) {
-        Py_DECREF(path_obj);
+    if (path_format_args(args, kwds, "O&|O:load", &path, &fmt) < 0) {
         return NULL;
     }
     struct tio_trace *tr = NULL;
-    int rc;
-    const char *path = PyBytes_AS_STRING(path_obj);
     PyThreadState *ts = PyEval_SaveThread(); /* file I/O and parsing without the GIL */
-    rc = tio_trace_load(path, fmt, &tr);
+    int rc = tio_trace_load(PyBytes_AS_STRING(path), fmt, &tr);
     PyEval_RestoreThread(ts);
-    Py_DECREF(path_obj);
+    Py_DECREF(path);
     if (rc < 0) {
         return tio_py_raise(rc, "Trace.load");
     }
@@ -300,10 +311,7 @@ static PyObject *trace_add_use(PyObject *self, PyObject *args, PyObject *kwds) {
         tensor = UINT32_MAX; /* out of range: the library reports it */
     }
     int rc = tio_trace_add_use(((TraceObject *)self)->tr, (uint32_t)tensor, (int32_t)mode);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.add_use");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.add_use");
 }
 
 static PyObject *trace_set_kernel_duration(PyObject *self, PyObject *args) {
@@ -314,10 +322,7 @@ static PyObject *trace_set_kernel_duration(PyObject *self, PyObject *args) {
     }
     int rc = tio_trace_set_kernel_duration(
         ((TraceObject *)self)->tr, kernel > UINT32_MAX ? UINT32_MAX : (uint32_t)kernel, dur);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.set_kernel_duration");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.set_kernel_duration");
 }
 
 static PyObject *trace_set_meta(PyObject *self, PyObject *args) {
@@ -326,44 +331,27 @@ static PyObject *trace_set_meta(PyObject *self, PyObject *args) {
         return NULL;
     }
     int rc = tio_trace_set_meta(((TraceObject *)self)->tr, key, value);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.set_meta");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.set_meta");
 }
 
 static PyObject *trace_finish(PyObject *self, PyObject *unused) {
     (void)unused;
     int rc = tio_trace_finish(((TraceObject *)self)->tr);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.finish");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.finish");
 }
 
 static PyObject *trace_save(PyObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = { "path", "format", NULL };
-    PyObject *path_obj = NULL, *fmt_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|O:save", kwlist, PyUnicode_FSConverter,
-                                     &path_obj, &fmt_obj)) {
-        return NULL;
-    }
+    PyObject *path;
     int32_t fmt;
-    if (parse_format(fmt_obj, &fmt) < 0) {
-        Py_DECREF(path_obj);
+    if (path_format_args(args, kwds, "O&|O:save", &path, &fmt) < 0) {
         return NULL;
     }
-    int rc;
-    const char *path = PyBytes_AS_STRING(path_obj);
     struct tio_trace *tr = ((TraceObject *)self)->tr;
     PyThreadState *ts = PyEval_SaveThread();
-    rc = tio_trace_save(tr, path, fmt);
+    int rc = tio_trace_save(tr, PyBytes_AS_STRING(path), fmt);
     PyEval_RestoreThread(ts);
-    Py_DECREF(path_obj);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.save");
-    }
-    Py_RETURN_NONE;
+    Py_DECREF(path);
+    return tio_py_none_or_raise(rc, "Trace.save");
 }
 
 static PyObject *trace_to_bytes(PyObject *self, PyObject *args, PyObject *kwds) {

@@ -354,22 +354,23 @@ static PyObject *use_item(const void *v, size_t i) {
     return use_or_none(((const uint64_t *)v)[i]);
 }
 
-static PyObject *analysis_first_use(PyObject *self_obj, PyObject *arg) {
+/* first_use(t) / last_use(t): `use` of the tensor argument, None for TIO_NEVER_USED. */
+static PyObject *
+use_of(PyObject *self_obj, PyObject *arg, uint64_t (*use)(const struct tio_analysis *, uint32_t)) {
     AnalysisObject *self = (AnalysisObject *)self_obj;
     uint32_t t;
     if (!ready(self) || tensor_arg(self, arg, &t) < 0) {
         return NULL;
     }
-    return use_or_none(tio_analysis_first_use(self->a, t));
+    return use_or_none(use(self->a, t));
+}
+
+static PyObject *analysis_first_use(PyObject *self_obj, PyObject *arg) {
+    return use_of(self_obj, arg, tio_analysis_first_use);
 }
 
 static PyObject *analysis_last_use(PyObject *self_obj, PyObject *arg) {
-    AnalysisObject *self = (AnalysisObject *)self_obj;
-    uint32_t t;
-    if (!ready(self) || tensor_arg(self, arg, &t) < 0) {
-        return NULL;
-    }
-    return use_or_none(tio_analysis_last_use(self->a, t));
+    return use_of(self_obj, arg, tio_analysis_last_use);
 }
 
 /* A bucket given as an index (0..4) or a name ("10-100MB"). */

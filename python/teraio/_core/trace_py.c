@@ -220,6 +220,46 @@ static PyObject *trace_from_bytes(PyObject *cls, PyObject *args, PyObject *kwds)
     return (PyObject *)trace_wrap((PyTypeObject *)cls, tr);
 }
 
+/* An enum argument of add_tensor (kind) or add_use (mode): a name, through parse (the value, or
+ * -1 with an exception set), or an int (one beyond int32_t becomes `invalid`, for the library to
+ * reject with its own message). Returns 0 or -1 with an exception set. */
+static int enum_arg(PyObject *o, int (*parse)(const char *), int32_t invalid, int32_t *out) {
+    if (PyUnicode_Check(o)) {
+        const char *s = PyUnicode_AsUTF8(o);
+        int v = s ? parse(s) : -1;
+        *out = v;
+        return v < 0 ? -1 : 0;
+    }
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = v < INT32_MIN || v > INT32_MAX ? invalid : (int32_t)v;
+    return 0;
+}
+
+/* "weight", "activation", ... (tio_tensor_kind_parse); teraio.Error for another name. */
+static int kind_parse(const char *s) {
+    int k = tio_tensor_kind_parse(s);
+    if (k < 0) {
+        tio_py_raise(k, "Trace.add_tensor");
+        return -1;
+    }
+    return k;
+}
+
+/* "r", "w" or "rw"; ValueError for another name. */
+static int mode_parse(const char *s) {
+    int mode = strcmp(s, "r") == 0    ? TIO_USE_READ
+               : strcmp(s, "w") == 0  ? TIO_USE_WRITE
+               : strcmp(s, "rw") == 0 ? TIO_USE_READ_WRITE
+                                      : -1;
+    if (mode < 0) {
+        PyErr_Format(PyExc_ValueError, "mode must be 'r', 'w' or 'rw', not '%s'", s);
+    }
+    return mode;
+}
+
 static PyObject *trace_add_tensor(PyObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = { "bytes", "kind", "global_", "name", "pinned", NULL };
     unsigned long long bytes;
@@ -230,31 +270,14 @@ static PyObject *trace_add_tensor(PyObject *self, PyObject *args, PyObject *kwds
                                      &global, &name, &pinned)) {
         return NULL;
     }
-    long kind;
-    if (PyUnicode_Check(kind_obj)) {
-        const char *s = PyUnicode_AsUTF8(kind_obj);
-        if (!s) {
-            return NULL;
-        }
-        int k = tio_tensor_kind_parse(s);
-        if (k < 0) {
-            return tio_py_raise(k, "Trace.add_tensor");
-        }
-        kind = k;
-    } else {
-        kind = PyLong_AsLong(kind_obj);
-        if (kind == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (kind < INT32_MIN || kind > INT32_MAX) {
-            kind = -1; /* rejected by the library with its message */
-        }
+    int32_t kind;
+    if (enum_arg(kind_obj, kind_parse, -1, &kind) < 0) {
+        return NULL;
     }
     uint32_t flags =
         (global ? (uint32_t)TIO_TENSOR_GLOBAL : 0u) | (pinned ? (uint32_t)TIO_TENSOR_PINNED : 0u);
     uint32_t id;
-    int rc =
-        tio_trace_add_tensor(((TraceObject *)self)->tr, bytes, (int32_t)kind, flags, name, &id);
+    int rc = tio_trace_add_tensor(((TraceObject *)self)->tr, bytes, kind, flags, name, &id);
     if (rc < 0) {
         return tio_py_raise(rc, "Trace.add_tensor");
     }
@@ -284,33 +307,14 @@ static PyObject *trace_add_use(PyObject *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "kO:add_use", kwlist, &tensor, &mode_obj)) {
         return NULL;
     }
-    long mode;
-    if (PyUnicode_Check(mode_obj)) {
-        const char *s = PyUnicode_AsUTF8(mode_obj);
-        if (!s) {
-            return NULL;
-        }
-        mode = strcmp(s, "r") == 0    ? TIO_USE_READ
-               : strcmp(s, "w") == 0  ? TIO_USE_WRITE
-               : strcmp(s, "rw") == 0 ? TIO_USE_READ_WRITE
-                                      : 0;
-        if (!mode) {
-            PyErr_Format(PyExc_ValueError, "mode must be 'r', 'w' or 'rw', not '%s'", s);
-            return NULL;
-        }
-    } else {
-        mode = PyLong_AsLong(mode_obj);
-        if (mode == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (mode < INT32_MIN || mode > INT32_MAX) {
-            mode = 0;
-        }
+    int32_t mode;
+    if (enum_arg(mode_obj, mode_parse, 0, &mode) < 0) {
+        return NULL;
     }
     if (tensor > UINT32_MAX) {
         tensor = UINT32_MAX; /* out of range: the library reports it */
     }
-    int rc = tio_trace_add_use(((TraceObject *)self)->tr, (uint32_t)tensor, (int32_t)mode);
+    int rc = tio_trace_add_use(((TraceObject *)self)->tr, (uint32_t)tensor, mode);
     return tio_py_none_or_raise(rc, "Trace.add_use");
 }
 

@@ -84,33 +84,51 @@ void cli_json_string(FILE *f, const char *s) {
     (void)fputc('"', f);
 }
 
-int cli_parse_bytes(const char *cmd, const char *opt, const char *text, uint64_t *out) {
-    if (tio_parse_bytes(text, out) < 0) {
-        cli_error(cmd, "%s: %s (e.g. 94GiB, 512MB, 4096)", opt, tio_last_error());
+/* The status rc of one of the library's text parsers (tio_parse_bytes, _rate, _duration) on
+ * opt's text, as an exit code: the library's reason for a failure, and with `what` ("rate") a
+ * value v that is not finite and above 0, each with examples ("6.5GB/s, 16GiB/s"). */
+static int unit_status(const char *cmd,
+                       const char *opt,
+                       const char *text,
+                       int rc,
+                       double v,
+                       const char *what,
+                       const char *examples) {
+    if (rc < 0) {
+        cli_error(cmd, "%s: %s (e.g. %s)", opt, tio_last_error(), examples);
+        return TIO_EXIT_USAGE;
+    }
+    if (what && (!isfinite(v) || !(v > 0))) {
+        cli_error(cmd, "%s: '%s' is not a finite %s above 0 (e.g. %s)", opt, text, what, examples);
         return TIO_EXIT_USAGE;
     }
     return 0;
 }
 
-int cli_parse_bytes_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
-    int rc = cli_parse_bytes(cmd, opt, text, out);
-    if (rc == 0 && *out == 0) {
-        cli_error(cmd, "%s: must be more than 0 bytes (got '%s')", opt, text);
+/* The exit code of a _pos parser: rc of the parse, then `rule` ("must be at least 1") broken
+ * unless the value is positive. */
+static int positive_status(
+    const char *cmd, const char *opt, const char *text, int rc, int positive, const char *rule) {
+    if (rc == 0 && !positive) {
+        cli_error(cmd, "%s: %s (got '%s')", opt, rule, text);
         return TIO_EXIT_USAGE;
     }
     return rc;
 }
 
+int cli_parse_bytes(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+    int rc = tio_parse_bytes(text, out);
+    return unit_status(cmd, opt, text, rc, 0, NULL, "94GiB, 512MB, 4096");
+}
+
+int cli_parse_bytes_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+    int rc = cli_parse_bytes(cmd, opt, text, out);
+    return positive_status(cmd, opt, text, rc, rc == 0 && *out > 0, "must be more than 0 bytes");
+}
+
 int cli_parse_rate(const char *cmd, const char *opt, const char *text, double *out) {
-    if (tio_parse_rate(text, out) < 0) {
-        cli_error(cmd, "%s: %s (e.g. 6.5GB/s, 16GiB/s)", opt, tio_last_error());
-        return TIO_EXIT_USAGE;
-    }
-    if (!isfinite(*out) || !(*out > 0)) {
-        cli_error(cmd, "%s: '%s' is not a finite rate above 0 (e.g. 6.5GB/s, 16GiB/s)", opt, text);
-        return TIO_EXIT_USAGE;
-    }
-    return 0;
+    int rc = tio_parse_rate(text, out);
+    return unit_status(cmd, opt, text, rc, rc < 0 ? 0 : *out, "rate", "6.5GB/s, 16GiB/s");
 }
 
 int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) {
@@ -127,11 +145,7 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *
 
 int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
     int rc = cli_parse_u64(cmd, opt, text, out);
-    if (rc == 0 && *out == 0) {
-        cli_error(cmd, "%s: must be at least 1 (got '%s')", opt, text);
-        return TIO_EXIT_USAGE;
-    }
-    return rc;
+    return positive_status(cmd, opt, text, rc, rc == 0 && *out > 0, "must be at least 1");
 }
 
 int cli_parse_double(const char *cmd, const char *opt, const char *text, double *out) {
@@ -151,22 +165,10 @@ int cli_parse_double(const char *cmd, const char *opt, const char *text, double 
 
 int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out) {
     int rc = cli_parse_double(cmd, opt, text, out);
-    if (rc == 0 && !(*out > 0)) {
-        cli_error(cmd, "%s: must be above 0 (got '%s')", opt, text);
-        return TIO_EXIT_USAGE;
-    }
-    return rc;
+    return positive_status(cmd, opt, text, rc, rc == 0 && *out > 0, "must be above 0");
 }
 
 int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds) {
-    if (tio_parse_duration(text, seconds) < 0) {
-        cli_error(cmd, "%s: %s (e.g. 10ms, 500us, 1s)", opt, tio_last_error());
-        return TIO_EXIT_USAGE;
-    }
-    if (!isfinite(*seconds) || !(*seconds > 0)) {
-        cli_error(cmd, "%s: '%s' is not a finite duration above 0 (e.g. 10ms, 500us, 1s)", opt,
-                  text);
-        return TIO_EXIT_USAGE;
-    }
-    return 0;
+    int rc = tio_parse_duration(text, seconds);
+    return unit_status(cmd, opt, text, rc, rc < 0 ? 0 : *seconds, "duration", "10ms, 500us, 1s");
 }

@@ -499,7 +499,8 @@ enum {
     COL_TENSOR_FLAGS,
     COL_TENSOR_NAME,
     COL_USE_TENSOR,
-    COL_USE_MODE
+    COL_USE_MODE,
+    COL_COUNT
 };
 
 static PyObject *numpy_asarray;
@@ -507,49 +508,10 @@ static PyObject *numpy_asarray;
 /* The getset closures: a pointer to the column or count id (closure_id[id] == id). */
 static int closure_id[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 
-static PyObject *trace_column(PyObject *self, void *closure) {
-    struct tio_trace *tr = ((TraceObject *)self)->tr;
-    if (!tio_trace_is_finished(tr)) {
-        tio_set_error(TIO_ESTATE, "trace: column views need a finished trace (call finish())");
-        return tio_py_raise(TIO_ESTATE, "Trace column");
-    }
-    struct tio_trace_view v;
-    tio_trace_get_view(tr, &v);
-    const void *ptr = NULL;
-    size_t n = 0, itemsize = 8;
-    const char *fmt = "Q";
-    switch (*(const int *)closure) {
-    case COL_KERNEL_DURATION:
-        ptr = v.kernel_duration_ns, n = v.n_kernels;
-        break;
-    case COL_KERNEL_FLAGS:
-        ptr = v.kernel_flags, n = v.n_kernels, itemsize = 4, fmt = "I";
-        break;
-    case COL_KERNEL_USE_OFFSET:
-        ptr = v.kernel_use_offset, n = v.n_kernels + 1;
-        break;
-    case COL_KERNEL_NAME:
-        ptr = v.kernel_name, n = v.n_kernels, itemsize = 4, fmt = "I";
-        break;
-    case COL_TENSOR_BYTES:
-        ptr = v.tensor_bytes, n = v.n_tensors;
-        break;
-    case COL_TENSOR_KIND:
-        ptr = v.tensor_kind, n = v.n_tensors, itemsize = 4, fmt = "i";
-        break;
-    case COL_TENSOR_FLAGS:
-        ptr = v.tensor_flags, n = v.n_tensors, itemsize = 4, fmt = "I";
-        break;
-    case COL_TENSOR_NAME:
-        ptr = v.tensor_name, n = v.n_tensors, itemsize = 4, fmt = "I";
-        break;
-    case COL_USE_TENSOR:
-        ptr = v.use_tensor, n = v.n_uses, itemsize = 4, fmt = "I";
-        break;
-    default:
-        ptr = v.use_mode, n = v.n_uses, itemsize = 1, fmt = "B";
-        break;
-    }
+/* A numpy array over n elements of one column of self's trace (itemsize bytes each, buffer
+ * format fmt), keeping the trace alive. */
+static PyObject *
+column_view(PyObject *self, const void *ptr, size_t n, size_t itemsize, const char *fmt) {
     ColumnObject *col = PyObject_New(ColumnObject, &column_type);
     if (!col) {
         return NULL;
@@ -577,6 +539,30 @@ static PyObject *trace_column(PyObject *self, void *closure) {
     PyObject *arr = PyObject_CallOneArg(numpy_asarray, (PyObject *)col);
     Py_DECREF(col);
     return arr;
+}
+
+static PyObject *trace_column(PyObject *self, void *closure) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    if (!tio_trace_is_finished(tr)) {
+        tio_set_error(TIO_ESTATE, "trace: column views need a finished trace (call finish())");
+        return tio_py_raise(TIO_ESTATE, "Trace column");
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    /* per column, in the order of the COL_* ids: the array, its length, element size, format */
+    const void *ptr[] = { v.kernel_duration_ns, v.kernel_flags, v.kernel_use_offset, v.kernel_name,
+                          v.tensor_bytes,       v.tensor_kind,  v.tensor_flags,      v.tensor_name,
+                          v.use_tensor,         v.use_mode };
+    const size_t n[] = { v.n_kernels, v.n_kernels, v.n_kernels + 1, v.n_kernels, v.n_tensors,
+                         v.n_tensors, v.n_tensors, v.n_tensors,     v.n_uses,    v.n_uses };
+    static const size_t itemsize[] = { 8, 4, 8, 4, 8, 4, 4, 4, 4, 1 };
+    static const char *const fmt[] = { "Q", "I", "Q", "I", "Q", "i", "I", "I", "I", "B" };
+    _Static_assert(sizeof ptr / sizeof ptr[0] == COL_COUNT && sizeof n / sizeof n[0] == COL_COUNT &&
+                       sizeof itemsize / sizeof itemsize[0] == COL_COUNT &&
+                       sizeof fmt / sizeof fmt[0] == COL_COUNT,
+                   "one entry per column");
+    int c = *(const int *)closure;
+    return column_view(self, ptr[c], n[c], itemsize[c], fmt[c]);
 }
 
 static PyObject *trace_get_count(PyObject *self, void *closure) {

@@ -74,4 +74,14 @@ int cli_parse_double(const char *cmd, const char *opt, const char *text, double 
 int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out);
 int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds);
 
+/* A flag option of a command's table: when given, *dst = value. */
+struct cli_flag {
+    const char *opt;
+    int32_t *dst;
+    int32_t value;
+};
+
+/* If arg is one of the n flags, set its dst and return 1; else 0. */
+int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg);
+
 #endif

@@ -131,16 +131,33 @@ int cli_parse_rate(const char *cmd, const char *opt, const char *text, double *o
     return unit_status(cmd, opt, text, rc, rc < 0 ? 0 : *out, "rate", "6.5GB/s, 16GiB/s");
 }
 
-int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+/* opt's text as a whole number without a sign (u, strtoull) or a finite number (d, strtod; the
+ * other pointer NULL), set only on success. Returns 0 or TIO_EXIT_USAGE. */
+static int
+parse_number(const char *cmd, const char *opt, const char *text, uint64_t *u, double *d) {
     char *end = NULL;
     errno = 0;
-    unsigned long long v = text ? strtoull(text, &end, 10) : 0;
-    if (!text || !*text || *end || errno || text[0] == '-') {
-        cli_error(cmd, "%s: '%s' is not a non-negative integer", opt, text ? text : "");
+    unsigned long long uv = text && u ? strtoull(text, &end, 10) : 0;
+    double dv = text && d ? strtod(text, &end) : 0;
+    if (!text || !*text || *end || (u && (errno || text[0] == '-'))) {
+        cli_error(cmd, "%s: '%s' is not %s", opt, text ? text : "",
+                  u ? "a non-negative integer" : "a number");
         return TIO_EXIT_USAGE;
     }
-    *out = v;
+    if (d && !isfinite(dv)) { /* strtod takes "nan", "inf" and overflows to inf */
+        cli_error(cmd, "%s: '%s' is not a finite number", opt, text);
+        return TIO_EXIT_USAGE;
+    }
+    if (u) {
+        *u = uv;
+    } else {
+        *d = dv;
+    }
     return 0;
+}
+
+int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *out) {
+    return parse_number(cmd, opt, text, out, NULL);
 }
 
 int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
@@ -149,18 +166,7 @@ int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64
 }
 
 int cli_parse_double(const char *cmd, const char *opt, const char *text, double *out) {
-    char *end = NULL;
-    double v = text ? strtod(text, &end) : 0;
-    if (!text || !*text || *end) {
-        cli_error(cmd, "%s: '%s' is not a number", opt, text ? text : "");
-        return TIO_EXIT_USAGE;
-    }
-    if (!isfinite(v)) { /* strtod takes "nan", "inf" and overflows to inf */
-        cli_error(cmd, "%s: '%s' is not a finite number", opt, text);
-        return TIO_EXIT_USAGE;
-    }
-    *out = v;
-    return 0;
+    return parse_number(cmd, opt, text, NULL, out);
 }
 
 int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out) {
@@ -171,4 +177,14 @@ int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *ou
 int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds) {
     int rc = tio_parse_duration(text, seconds);
     return unit_status(cmd, opt, text, rc, rc < 0 ? 0 : *seconds, "duration", "10ms, 500us, 1s");
+}
+
+int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg) {
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(arg, flags[i].opt) == 0) {
+            *flags[i].dst = flags[i].value;
+            return 1;
+        }
+    }
+    return 0;
 }

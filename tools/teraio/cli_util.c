@@ -55,30 +55,18 @@ int cli_stderr_is_tty(void) {
 }
 
 void cli_json_string(FILE *f, const char *s) {
+    /* the characters JSON escapes with a backslash and a letter; other control bytes as \u00XX */
+    static const char plain[] = "\"\\\n\t\r", letter[] = "\"\\ntr";
     (void)fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        switch (*p) {
-        case '"':
-            (void)fputs("\\\"", f);
-            break;
-        case '\\':
-            (void)fputs("\\\\", f);
-            break;
-        case '\n':
-            (void)fputs("\\n", f);
-            break;
-        case '\t':
-            (void)fputs("\\t", f);
-            break;
-        case '\r':
-            (void)fputs("\\r", f);
-            break;
-        default:
-            if (*p < 0x20) {
-                (void)fprintf(f, "\\u%04x", *p);
-            } else {
-                (void)fputc(*p, f);
-            }
+        const char *e = strchr(plain, *p);
+        if (e) {
+            (void)fputc('\\', f);
+            (void)fputc(letter[e - plain], f);
+        } else if (*p < 0x20) {
+            (void)fprintf(f, "\\u%04x", *p);
+        } else {
+            (void)fputc(*p, f);
         }
     }
     (void)fputc('"', f);

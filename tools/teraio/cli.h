@@ -84,4 +84,16 @@ struct cli_flag {
 /* If arg is one of the n flags, set its dst and return 1; else 0. */
 int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg);
 
+/* An option of a command's table with a uint64_t value, parsed by one of the cli_parse_* functions
+ * with that type (cli_parse_bytes, cli_parse_bytes_pos, cli_parse_u64, cli_parse_u64_pos). */
+struct cli_u64_opt {
+    const char *opt;
+    int (*parse)(const char *cmd, const char *opt, const char *text, uint64_t *out);
+    uint64_t *dst;
+};
+
+/* The entry of the n options named arg, or NULL. */
+const struct cli_u64_opt *
+cli_find_u64_opt(const struct cli_u64_opt *opts, size_t n, const char *arg);
+
 #endif

@@ -176,3 +176,13 @@ int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg) {
     }
     return 0;
 }
+
+const struct cli_u64_opt *
+cli_find_u64_opt(const struct cli_u64_opt *opts, size_t n, const char *arg) {
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(arg, opts[i].opt) == 0) {
+            return &opts[i];
+        }
+    }
+    return NULL;
+}

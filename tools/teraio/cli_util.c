@@ -72,32 +72,43 @@ void cli_json_string(FILE *f, const char *s) {
     (void)fputc('"', f);
 }
 
-/* The status rc of one of the library's text parsers (tio_parse_bytes, _rate, _duration) on
- * opt's text, as an exit code: the library's reason for a failure, and with `what` ("rate") a
- * value v that is not finite and above 0, each with examples ("6.5GB/s, 16GiB/s"). */
-static int unit_status(const char *cmd,
-                       const char *opt,
-                       const char *text,
-                       int rc,
-                       double v,
-                       const char *what,
-                       const char *examples) {
+/* opt's text through one of the library's unit parsers: bytes (tio_parse_bytes into *bytes),
+ * a rate or a duration (tio_parse_rate / tio_parse_duration into *v, which must be finite and
+ * above 0). Errors name the option and give examples. Returns 0 or TIO_EXIT_USAGE. */
+enum unit { UNIT_BYTES, UNIT_RATE, UNIT_DURATION };
+static int parse_unit(
+    const char *cmd, const char *opt, const char *text, int unit, uint64_t *bytes, double *v) {
+    static const char *const what[] = {
+        [UNIT_BYTES] = "size", [UNIT_RATE] = "rate", [UNIT_DURATION] = "duration"
+    };
+    static const char *const examples[] = { [UNIT_BYTES] = "94GiB, 512MB, 4096",
+                                            [UNIT_RATE] = "6.5GB/s, 16GiB/s",
+                                            [UNIT_DURATION] = "10ms, 500us, 1s" };
+    int rc = unit == UNIT_BYTES  ? tio_parse_bytes(text, bytes)
+             : unit == UNIT_RATE ? tio_parse_rate(text, v)
+                                 : tio_parse_duration(text, v);
     if (rc < 0) {
-        cli_error(cmd, "%s: %s (e.g. %s)", opt, tio_last_error(), examples);
+        cli_error(cmd, "%s: %s (e.g. %s)", opt, tio_last_error(), examples[unit]);
         return TIO_EXIT_USAGE;
     }
-    if (what && (!isfinite(v) || !(v > 0))) {
-        cli_error(cmd, "%s: '%s' is not a finite %s above 0 (e.g. %s)", opt, text, what, examples);
+    if (unit != UNIT_BYTES && (!isfinite(*v) || !(*v > 0))) {
+        cli_error(cmd, "%s: '%s' is not a finite %s above 0 (e.g. %s)", opt, text, what[unit],
+                  examples[unit]);
         return TIO_EXIT_USAGE;
     }
     return 0;
 }
 
-/* The exit code of a _pos parser: rc of the parse, then `rule` ("must be at least 1") broken
- * unless the value is positive. */
-static int positive_status(
-    const char *cmd, const char *opt, const char *text, int rc, int positive, const char *rule) {
-    if (rc == 0 && !positive) {
+/* The exit code of a _pos parser: rc, the parse's, then `rule` ("must be at least 1") broken
+ * unless the value it set (*u, or *d when u is NULL) is above 0. */
+static int positive_status(const char *cmd,
+                           const char *opt,
+                           const char *text,
+                           int rc,
+                           const uint64_t *u,
+                           const double *d,
+                           const char *rule) {
+    if (rc == 0 && !(u ? *u > 0 : *d > 0)) {
         cli_error(cmd, "%s: %s (got '%s')", opt, rule, text);
         return TIO_EXIT_USAGE;
     }
@@ -105,18 +116,16 @@ static int positive_status(
 }
 
 int cli_parse_bytes(const char *cmd, const char *opt, const char *text, uint64_t *out) {
-    int rc = tio_parse_bytes(text, out);
-    return unit_status(cmd, opt, text, rc, 0, NULL, "94GiB, 512MB, 4096");
+    return parse_unit(cmd, opt, text, UNIT_BYTES, out, NULL);
 }
 
 int cli_parse_bytes_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
-    int rc = cli_parse_bytes(cmd, opt, text, out);
-    return positive_status(cmd, opt, text, rc, rc == 0 && *out > 0, "must be more than 0 bytes");
+    return positive_status(cmd, opt, text, cli_parse_bytes(cmd, opt, text, out), out, NULL,
+                           "must be more than 0 bytes");
 }
 
 int cli_parse_rate(const char *cmd, const char *opt, const char *text, double *out) {
-    int rc = tio_parse_rate(text, out);
-    return unit_status(cmd, opt, text, rc, rc < 0 ? 0 : *out, "rate", "6.5GB/s, 16GiB/s");
+    return parse_unit(cmd, opt, text, UNIT_RATE, NULL, out);
 }
 
 /* opt's text as a whole number without a sign (u, strtoull) or a finite number (d, strtod; the
@@ -149,8 +158,8 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *
 }
 
 int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64_t *out) {
-    int rc = cli_parse_u64(cmd, opt, text, out);
-    return positive_status(cmd, opt, text, rc, rc == 0 && *out > 0, "must be at least 1");
+    return positive_status(cmd, opt, text, cli_parse_u64(cmd, opt, text, out), out, NULL,
+                           "must be at least 1");
 }
 
 int cli_parse_double(const char *cmd, const char *opt, const char *text, double *out) {
@@ -158,13 +167,12 @@ int cli_parse_double(const char *cmd, const char *opt, const char *text, double 
 }
 
 int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out) {
-    int rc = cli_parse_double(cmd, opt, text, out);
-    return positive_status(cmd, opt, text, rc, rc == 0 && *out > 0, "must be above 0");
+    return positive_status(cmd, opt, text, cli_parse_double(cmd, opt, text, out), NULL, out,
+                           "must be above 0");
 }
 
 int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds) {
-    int rc = tio_parse_duration(text, seconds);
-    return unit_status(cmd, opt, text, rc, rc < 0 ? 0 : *seconds, "duration", "10ms, 500us, 1s");
+    return parse_unit(cmd, opt, text, UNIT_DURATION, NULL, seconds);
 }
 
 int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg) {

@@ -108,7 +108,7 @@ static int positive_status(const char *cmd,
                            const uint64_t *u,
                            const double *d,
                            const char *rule) {
-    if (rc == 0 && !(u ? *u > 0 : *d > 0)) {
+    if (rc == 0 && !(u ? *u > 0 : d && *d > 0)) {
         cli_error(cmd, "%s: %s (got '%s')", opt, rule, text);
         return TIO_EXIT_USAGE;
     }
@@ -136,7 +136,7 @@ parse_number(const char *cmd, const char *opt, const char *text, uint64_t *u, do
     errno = 0;
     unsigned long long uv = text && u ? strtoull(text, &end, 10) : 0;
     double dv = text && d ? strtod(text, &end) : 0;
-    if (!text || !*text || *end || (u && (errno || text[0] == '-'))) {
+    if (!text || !*text || !end || *end || (u && (errno || text[0] == '-'))) {
         cli_error(cmd, "%s: '%s' is not %s", opt, text ? text : "",
                   u ? "a non-negative integer" : "a number");
         return TIO_EXIT_USAGE;

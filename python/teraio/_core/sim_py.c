@@ -17,11 +17,11 @@
 #include "core.h"
 
 /* {channel name: value} of one per-channel array of a result: bytes (ints) or, when bytes is
- * NULL, Bps (floats). */
-static PyObject *channel_dict(const uint64_t *bytes, const double *Bps) {
+ * NULL, bps, bytes/s (floats). */
+static PyObject *channel_dict(const uint64_t *bytes, const double *bps) {
     PyObject *d = PyDict_New();
     for (int c = 0; d && c < TIO_SIM_CHANNEL_COUNT; c++) {
-        PyObject *v = bytes ? PyLong_FromUnsignedLongLong(bytes[c]) : PyFloat_FromDouble(Bps[c]);
+        PyObject *v = bytes ? PyLong_FromUnsignedLongLong(bytes[c]) : PyFloat_FromDouble(bps[c]);
         if (tio_py_put(d, tio_sim_channel_name(c), v) < 0) {
             Py_CLEAR(d);
         }

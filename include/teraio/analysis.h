@@ -191,6 +191,21 @@ TIO_API const uint64_t *
 tio_analysis_bucket_durations(const struct tio_analysis *analysis, int bucket, size_t *n);
 
 /*
+ * tio_analysis_bucket_median: the lower median period duration in ns of one size bucket, an
+ * actual period's duration (element (n-1)/2 of tio_analysis_bucket_durations: of 4 periods the
+ * 2nd shortest); 0 when the bucket has no period or is out of range. O(1).
+ *
+ * tio_analysis_bucket_count_above: how many periods of one size bucket last strictly longer than
+ * threshold_ns (`teraio analyze` and teraio.Analysis.summary() list them per bucket with the
+ * analysis's long_idle_ns); 0 when the bucket is out of range. O(log n), a binary search of the
+ * sorted durations.
+ */
+TIO_API uint64_t tio_analysis_bucket_median(const struct tio_analysis *analysis, int bucket);
+TIO_API size_t tio_analysis_bucket_count_above(const struct tio_analysis *analysis,
+                                               int bucket,
+                                               uint64_t threshold_ns);
+
+/*
  * tio_analysis_write_csv: write memory.csv (kernel, start_ns, duration_ns, resident_bytes,
  * active_bytes), periods.csv (tensor, kind, bytes, start, end, duration_ns, wraps,
  * min_bandwidth_Bps = 2*bytes/duration) and cdf.csv (bucket, duration_ns, fraction) into an

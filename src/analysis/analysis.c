@@ -412,6 +412,28 @@ const uint64_t *tio_analysis_bucket_durations(const struct tio_analysis *a, int 
     return a->bucket_durations + a->bucket_off[bucket];
 }
 
+uint64_t tio_analysis_bucket_median(const struct tio_analysis *a, int bucket) {
+    size_t n;
+    const uint64_t *d = tio_analysis_bucket_durations(a, bucket, &n);
+    return n ? d[(n - 1) / 2] : 0;
+}
+
+size_t
+tio_analysis_bucket_count_above(const struct tio_analysis *a, int bucket, uint64_t threshold_ns) {
+    size_t n;
+    const uint64_t *d = tio_analysis_bucket_durations(a, bucket, &n);
+    size_t lo = 0, hi = n; /* the first duration > threshold_ns is in [lo, hi] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d[mid] <= threshold_ns) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return n - lo;
+}
+
 static int cmp_idle(const void *pa, const void *pb) {
     const struct tio_idle_tensor *a = pa, *b = pb;
     if (a->longest.duration_ns != b->longest.duration_ns) {

@@ -289,7 +289,7 @@ TIO_TEST(bucket_boundaries) {
  * Periods of [10 MB, 1 GB): t0 10 ms, t1 26 ms, t4 1 ms -> 1 of 3 longer than 10 ms; with a
  * threshold of 9,999,999 ns, 2 of 3.
  */
-TIO_TEST(fixture_b_long_idle_and_buckets) {
+static struct tio_trace *fixture_b(void) {
     static const struct tensor_spec tensors[] = {
         { 10000000, TIO_TENSOR_ACTIVATION, 0 },  { 999999999, TIO_TENSOR_WEIGHT, G },
         { 9999999, TIO_TENSOR_ACTIVATION, 0 },   { 1000000000, TIO_TENSOR_OPTIM_STATE, G },
@@ -297,7 +297,11 @@ TIO_TEST(fixture_b_long_idle_and_buckets) {
     };
     static const uint64_t dur[] = { 5000000, 10000000, 1000000, 20000000 };
     static const int uses[][8] = { { 0, 2, 3, 4, -1 }, { 1, 4, -1 }, { 0, -1 }, { 2, 4, -1 } };
-    struct tio_trace *tr = build(5, tensors, 4, dur, uses);
+    return build(5, tensors, 4, dur, uses);
+}
+
+TIO_TEST(fixture_b_long_idle_and_buckets) {
+    struct tio_trace *tr = fixture_b();
     CHECK(tr != NULL);
     if (!tr) {
         return;
@@ -354,6 +358,65 @@ TIO_TEST(fixture_b_long_idle_and_buckets) {
     CHECK_OK(tio_analysis_new(tr, &prm, &a));
     tio_analysis_get_summary(a, &s);
     CHECK_NEAR(s.long_idle_fraction_10mb_1gb, 2.0 / 3, 1e-15);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+}
+
+/*
+ * Per-bucket median and long-idle counts, worked by hand. Fixture A's ten periods are all < 1 MB;
+ * sorted: 20 50 50 60 70 70 140 150 180 210 ns, lower median the 5th = 70. Longer than 70: 140
+ * 150 180 210 (4); than 69: also both 70s (6); than 50: 60 and up (7); than 49: all but 20 (9).
+ * Fixture B's 100MB-1GB bucket holds 1 ms and 26 ms (lower median 1 ms), >= 1 GB holds 31 ms.
+ */
+TIO_TEST(bucket_median_and_count_above) {
+    struct tio_trace *tr = fixture_a();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    struct tio_analysis *a = NULL;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    if (!a) {
+        tio_trace_free(tr);
+        return;
+    }
+    CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_LT_1MB), 70);
+    static const struct {
+        uint64_t threshold;
+        size_t above;
+    } lt1[] = { { 0, 10 }, { 19, 10 }, { 20, 9 },  { 49, 9 },  { 50, 7 },
+                { 69, 6 }, { 70, 4 },  { 209, 1 }, { 210, 0 }, { UINT64_MAX, 0 } };
+    for (size_t i = 0; i < TIO_ARRAY_LEN_T(lt1); i++) {
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_LT_1MB, lt1[i].threshold),
+                   lt1[i].above);
+    }
+    for (int b = TIO_BUCKET_1_10MB; b < TIO_BUCKET_COUNT; b++) { /* empty buckets */
+        CHECK_EQ_U(tio_analysis_bucket_median(a, b), 0);
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, b, 0), 0);
+    }
+    CHECK_EQ_U(tio_analysis_bucket_median(a, -1), 0); /* out of range */
+    CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_COUNT), 0);
+    CHECK_EQ_U(tio_analysis_bucket_count_above(a, -1, 0), 0);
+    CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_COUNT, 0), 0);
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+
+    tr = fixture_b();
+    CHECK(tr != NULL);
+    if (!tr) {
+        return;
+    }
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    if (a) {
+        CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_100MB_1GB), 1000000);
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_100MB_1GB, 999999), 2);
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_100MB_1GB, 10000000), 1);
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_100MB_1GB, 26000000), 0);
+        CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_GE_1GB), 31000000);
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_GE_1GB, 30999999), 1);
+        CHECK_EQ_U(tio_analysis_bucket_count_above(a, TIO_BUCKET_GE_1GB, 31000000), 0);
+        CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_LT_1MB), 0);
+    }
     tio_analysis_free(a);
     tio_trace_free(tr);
 }
@@ -835,6 +898,7 @@ int main(void) {
     RUN(fixture_a_curves_and_summary);
     RUN(bucket_boundaries);
     RUN(fixture_b_long_idle_and_buckets);
+    RUN(bucket_median_and_count_above);
     RUN(zero_resident_kernels_excluded);
     RUN(one_kernel_and_empty_trace);
     RUN(errors);

@@ -74,4 +74,26 @@ int cli_parse_double(const char *cmd, const char *opt, const char *text, double 
 int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out);
 int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds);
 
+/* A flag option of a command's table: when given, *dst = value. */
+struct cli_flag {
+    const char *opt;
+    int32_t *dst;
+    int32_t value;
+};
+
+/* If arg is one of the n flags, set its dst and return 1; else 0. */
+int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg);
+
+/* An option of a command's table with a uint64_t value, parsed by one of the cli_parse_* functions
+ * with that type (cli_parse_bytes, cli_parse_bytes_pos, cli_parse_u64, cli_parse_u64_pos). */
+struct cli_u64_opt {
+    const char *opt;
+    int (*parse)(const char *cmd, const char *opt, const char *text, uint64_t *out);
+    uint64_t *dst;
+};
+
+/* The entry of the n options named arg, or NULL. */
+const struct cli_u64_opt *
+cli_find_u64_opt(const struct cli_u64_opt *opts, size_t n, const char *arg);
+
 #endif

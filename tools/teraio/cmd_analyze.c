@@ -43,26 +43,6 @@ static void usage(FILE *f) {
                      "  teraio analyze run.json --long-idle 5ms --top 20\n\n" TIO_CLI_EXIT_HELP);
 }
 
-/* The lower median of a sorted array (an actual value), 0 if empty. */
-static uint64_t lower_median(const uint64_t *d, size_t n) {
-    return n ? d[(n - 1) / 2] : 0;
-}
-
-/* Periods of a bucket idle strictly longer than the threshold (d is sorted
- * ascending). */
-static size_t count_above(const uint64_t *d, size_t n, uint64_t threshold) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d[mid] <= threshold) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return n - lo;
-}
-
 static void json_u64_array(FILE *f, const size_t *v, size_t n) {
     (void)fputc('[', f);
     for (size_t i = 0; i < n; i++) {
@@ -71,19 +51,22 @@ static void json_u64_array(FILE *f, const size_t *v, size_t n) {
     (void)fputc(']', f);
 }
 
-static void print_json(const char *path,
-                       const struct tio_trace *tr,
-                       const struct tio_analysis *a,
-                       const struct tio_analysis_params *prm,
-                       const struct tio_idle_tensor *top,
-                       size_t n_top) {
+/* What both printers print: one trace's analysis, its summary and view, the top idle tensors. */
+struct report {
+    const char *path;
+    const struct tio_trace *tr;
+    const struct tio_analysis *a;
+    const struct tio_analysis_params *prm;
     struct tio_analysis_summary s;
-    tio_analysis_get_summary(a, &s);
     struct tio_trace_view v;
-    tio_trace_get_view(tr, &v);
+    const struct tio_idle_tensor *top;
+    size_t n_top;
+};
+
+static void print_json(const struct report *r) {
     FILE *f = stdout;
     (void)fputs("{\n  \"trace\": ", f);
-    cli_json_string(f, path);
+    cli_json_string(f, r->path);
     (void)fprintf(f,
                   ",\n  \"capacity_bytes\": %" PRIu64 ",\n  \"long_idle_ns\": %" PRIu64
                   ",\n  \"n_kernels\": %zu,\n  \"n_tensors\": %zu,\n  \"n_uses\": %zu,\n"
@@ -91,10 +74,11 @@ static void print_json(const char *path,
                   "  \"iteration_ns\": %" PRIu64 ",\n  \"global_bytes\": %" PRIu64 ",\n"
                   "  \"peak_resident_bytes\": %" PRIu64 ",\n  \"peak_kernel\": %zu,\n"
                   "  \"peak_kernel_name\": ",
-                  prm->capacity_bytes, prm->long_idle_ns, s.n_kernels, s.n_tensors, s.n_uses,
-                  s.n_periods, s.n_periods, s.iteration_ns, s.global_bytes, s.peak_resident_bytes,
-                  s.peak_kernel);
-    const char *kname = s.n_kernels ? tio_trace_kernel_name(tr, (uint32_t)s.peak_kernel) : NULL;
+                  r->prm->capacity_bytes, r->prm->long_idle_ns, r->s.n_kernels, r->s.n_tensors,
+                  r->s.n_uses, r->s.n_periods, r->s.n_periods, r->s.iteration_ns, r->s.global_bytes,
+                  r->s.peak_resident_bytes, r->s.peak_kernel);
+    const char *kname =
+        r->s.n_kernels ? tio_trace_kernel_name(r->tr, (uint32_t)r->s.peak_kernel) : NULL;
     if (kname) {
         cli_json_string(f, kname);
     } else {
@@ -106,27 +90,27 @@ static void print_json(const char *path,
                   "  \"active_capacity_fraction_mean\": %.17g,\n"
                   "  \"active_capacity_fraction_max\": %.17g,\n"
                   "  \"long_idle_fraction_10mb_1gb\": %.17g,\n  \"periods_per_bucket\": ",
-                  s.peak_active_bytes, s.active_fraction_mean, s.active_fraction_max,
-                  s.active_capacity_fraction_mean, s.active_capacity_fraction_max,
-                  s.long_idle_fraction_10mb_1gb);
-    json_u64_array(f, s.periods_per_bucket, TIO_BUCKET_COUNT);
+                  r->s.peak_active_bytes, r->s.active_fraction_mean, r->s.active_fraction_max,
+                  r->s.active_capacity_fraction_mean, r->s.active_capacity_fraction_max,
+                  r->s.long_idle_fraction_10mb_1gb);
+    json_u64_array(f, r->s.periods_per_bucket, TIO_BUCKET_COUNT);
     (void)fputs(",\n  \"tensors_per_bucket\": ", f);
-    json_u64_array(f, s.tensors_per_bucket, TIO_BUCKET_COUNT);
+    json_u64_array(f, r->s.tensors_per_bucket, TIO_BUCKET_COUNT);
     (void)fputs(",\n  \"buckets\": [", f);
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        size_t n;
-        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        size_t n = r->s.periods_per_bucket[b];
         (void)fprintf(f,
                       "%s\n    {\"name\": \"%s\", \"tensors\": %zu, \"periods\": %zu, "
                       "\"median_idle_ns\": %" PRIu64 ", \"long_idle_periods\": %zu}",
-                      b ? "," : "", tio_size_bucket_name(b), s.tensors_per_bucket[b], n,
-                      lower_median(d, n), count_above(d, n, prm->long_idle_ns));
+                      b ? "," : "", tio_size_bucket_name(b), r->s.tensors_per_bucket[b], n,
+                      tio_analysis_bucket_median(r->a, b),
+                      tio_analysis_bucket_count_above(r->a, b, r->prm->long_idle_ns));
     }
     (void)fputs("\n  ],\n  \"top\": [", f);
-    for (size_t i = 0; i < n_top; i++) {
-        const struct tio_idle_tensor *e = &top[i];
+    for (size_t i = 0; i < r->n_top; i++) {
+        const struct tio_idle_tensor *e = &r->top[i];
         (void)fprintf(f, "%s\n    {\"tensor\": %u, \"name\": ", i ? "," : "", e->tensor);
-        const char *name = tio_trace_tensor_name(tr, e->tensor);
+        const char *name = tio_trace_tensor_name(r->tr, e->tensor);
         if (name) {
             cli_json_string(f, name);
         } else {
@@ -136,11 +120,12 @@ static void print_json(const char *path,
                       ", \"kind\": \"%s\", \"bytes\": %" PRIu64 ", \"longest_idle_ns\": %" PRIu64
                       ", \"start\": %" PRIu64 ", \"end\": %" PRIu64 ", \"total_idle_ns\": %" PRIu64
                       ", \"periods\": %u, \"wraps\": %s}",
-                      tio_tensor_kind_name(v.tensor_kind[e->tensor]), v.tensor_bytes[e->tensor],
-                      e->longest.duration_ns, e->longest.start, e->longest.end, e->total_ns,
-                      e->n_periods, (e->longest.flags & TIO_PERIOD_WRAPS) ? "true" : "false");
+                      tio_tensor_kind_name(r->v.tensor_kind[e->tensor]),
+                      r->v.tensor_bytes[e->tensor], e->longest.duration_ns, e->longest.start,
+                      e->longest.end, e->total_ns, e->n_periods,
+                      (e->longest.flags & TIO_PERIOD_WRAPS) ? "true" : "false");
     }
-    (void)fputs(n_top ? "\n  ]\n}\n" : "]\n}\n", f);
+    (void)fputs(r->n_top ? "\n  ]\n}\n" : "]\n}\n", f);
 }
 
 /* "15.8%", "0.0312%", "0%": one decimal from 10% up, three significant digits below. */
@@ -157,94 +142,87 @@ static const char *dur(uint64_t ns, char *buf, size_t len) {
     return tio_format_duration((double)ns * 1e-9, buf, len);
 }
 
-static void print_text(const char *path,
-                       const struct tio_trace *tr,
-                       const struct tio_analysis *a,
-                       const struct tio_analysis_params *prm,
-                       const struct tio_idle_tensor *top,
-                       size_t n_top,
-                       int want_top) {
-    struct tio_analysis_summary s;
-    tio_analysis_get_summary(a, &s);
-    struct tio_trace_view v;
-    tio_trace_get_view(tr, &v);
+static void print_text(const struct report *r, int want_top) {
     char b1[64], b2[64], b3[64];
-    printf("trace %s\n", path);
-    printf("  %zu kernels, %zu tensors, %zu uses, %zu inactive periods\n", s.n_kernels, s.n_tensors,
-           s.n_uses, s.n_periods);
-    printf("  iteration time      %s (sum of kernel durations)\n", dur(s.iteration_ns, b1, 64));
-    const char *kname = s.n_kernels ? tio_trace_kernel_name(tr, (uint32_t)s.peak_kernel) : NULL;
+    printf("trace %s\n", r->path);
+    printf("  %zu kernels, %zu tensors, %zu uses, %zu inactive periods\n", r->s.n_kernels,
+           r->s.n_tensors, r->s.n_uses, r->s.n_periods);
+    printf("  iteration time      %s (sum of kernel durations)\n", dur(r->s.iteration_ns, b1, 64));
+    const char *kname =
+        r->s.n_kernels ? tio_trace_kernel_name(r->tr, (uint32_t)r->s.peak_kernel) : NULL;
     printf("  peak resident       %s at kernel %zu (%s)",
-           tio_format_bytes(s.peak_resident_bytes, b1, 64), s.peak_kernel,
+           tio_format_bytes(r->s.peak_resident_bytes, b1, 64), r->s.peak_kernel,
            kname ? kname : "unnamed");
-    if (prm->capacity_bytes) {
-        double r = (double)s.peak_resident_bytes / (double)prm->capacity_bytes;
-        if (r >= 1) {
-            printf(", %.2fx the capacity of %s", r, tio_format_bytes(prm->capacity_bytes, b2, 64));
+    if (r->prm->capacity_bytes) {
+        double ratio = (double)r->s.peak_resident_bytes / (double)r->prm->capacity_bytes;
+        if (ratio >= 1) {
+            printf(", %.2fx the capacity of %s", ratio,
+                   tio_format_bytes(r->prm->capacity_bytes, b2, 64));
         } else {
-            printf(", %s of the capacity of %s", pct(r, b3, 64),
-                   tio_format_bytes(prm->capacity_bytes, b2, 64));
+            printf(", %s of the capacity of %s", pct(ratio, b3, 64),
+                   tio_format_bytes(r->prm->capacity_bytes, b2, 64));
         }
     }
-    printf("\n  global tensors      %s\n", tio_format_bytes(s.global_bytes, b1, 64));
-    printf("  peak active         %s\n\n", tio_format_bytes(s.peak_active_bytes, b1, 64));
+    printf("\n  global tensors      %s\n", tio_format_bytes(r->s.global_bytes, b1, 64));
+    printf("  peak active         %s\n\n", tio_format_bytes(r->s.peak_active_bytes, b1, 64));
 
     printf("Observation 1: active tensors need little memory\n");
-    printf("  active / resident   mean %s, max %s%s\n", pct(s.active_fraction_mean, b1, 64),
-           pct(s.active_fraction_max, b2, 64),
-           prm->capacity_bytes ? "" : "   (paper, of GPU capacity: 1.7% mean, <14% max)");
-    if (prm->capacity_bytes) {
+    printf("  active / resident   mean %s, max %s%s\n", pct(r->s.active_fraction_mean, b1, 64),
+           pct(r->s.active_fraction_max, b2, 64),
+           r->prm->capacity_bytes ? "" : "   (paper, of GPU capacity: 1.7% mean, <14% max)");
+    if (r->prm->capacity_bytes) {
         printf("  active / capacity   mean %s, max %s   paper: 1.7%% mean, <14%% "
                "max\n",
-               pct(s.active_capacity_fraction_mean, b1, 64),
-               pct(s.active_capacity_fraction_max, b2, 64));
+               pct(r->s.active_capacity_fraction_mean, b1, 64),
+               pct(r->s.active_capacity_fraction_max, b2, 64));
     } else {
         printf("  (pass --capacity to compare with the GPU capacity as the paper "
                "does)\n");
     }
     printf("Observation 2: inactive tensors are large and idle long\n");
-    size_t mid =
-        s.periods_per_bucket[TIO_BUCKET_10_100MB] + s.periods_per_bucket[TIO_BUCKET_100MB_1GB];
+    size_t mid = r->s.periods_per_bucket[TIO_BUCKET_10_100MB] +
+                 r->s.periods_per_bucket[TIO_BUCKET_100MB_1GB];
     if (mid) {
         printf("  periods of 10 MB-1 GB tensors idle > %s: %s of %zu   paper: >40%%\n\n",
-               dur(prm->long_idle_ns, b1, 64), pct(s.long_idle_fraction_10mb_1gb, b2, 64), mid);
+               dur(r->prm->long_idle_ns, b1, 64), pct(r->s.long_idle_fraction_10mb_1gb, b2, 64),
+               mid);
     } else {
         printf("  periods of 10 MB-1 GB tensors idle > %s: none (no such periods)   "
                "paper: >40%%\n\n",
-               dur(prm->long_idle_ns, b1, 64));
+               dur(r->prm->long_idle_ns, b1, 64));
     }
 
     printf("%-10s %10s %10s %12s %12s\n", "size", "tensors", "periods", "median idle",
            "> long-idle");
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        size_t n;
-        const uint64_t *d = tio_analysis_bucket_durations(a, b, &n);
+        size_t n = r->s.periods_per_bucket[b];
         char m[64] = "-";
         if (n) {
-            dur(lower_median(d, n), m, sizeof m);
+            dur(tio_analysis_bucket_median(r->a, b), m, sizeof m);
         }
-        printf("%-10s %10zu %10zu %12s %12s\n", tio_size_bucket_name(b), s.tensors_per_bucket[b], n,
-               m, n ? pct((double)count_above(d, n, prm->long_idle_ns) / (double)n, b3, 64) : "-");
+        size_t n_long = tio_analysis_bucket_count_above(r->a, b, r->prm->long_idle_ns);
+        printf("%-10s %10zu %10zu %12s %12s\n", tio_size_bucket_name(b), r->s.tensors_per_bucket[b],
+               n, m, n ? pct((double)n_long / (double)n, b3, 64) : "-");
     }
-    if (n_top == 0) {
+    if (r->n_top == 0) {
         if (want_top) {
             printf("\nno tensor of 10 MB or more has an inactive period\n");
         }
         return;
     }
-    printf("\ntop %zu tensors >= 10 MB by longest inactive period\n", n_top);
+    printf("\ntop %zu tensors >= 10 MB by longest inactive period\n", r->n_top);
     printf("%8s  %-24s %-12s %10s %12s %20s %12s %7s\n", "tensor", "name", "kind", "size",
            "longest idle", "kernels [start,end)", "total idle", "periods");
-    for (size_t i = 0; i < n_top; i++) {
-        const struct tio_idle_tensor *e = &top[i];
-        const char *name = tio_trace_tensor_name(tr, e->tensor);
+    for (size_t i = 0; i < r->n_top; i++) {
+        const struct tio_idle_tensor *e = &r->top[i];
+        const char *name = tio_trace_tensor_name(r->tr, e->tensor);
         char range[64];
         /* "w": the period wraps into the next iteration. */
         (void)snprintf(range, sizeof range, "[%" PRIu64 ",%" PRIu64 ")%s", e->longest.start,
                        e->longest.end, (e->longest.flags & TIO_PERIOD_WRAPS) ? "w" : "");
         printf("%8u  %-24.24s %-12s %10s %12s %20s %12s %7u\n", e->tensor, name ? name : "-",
-               tio_tensor_kind_name(v.tensor_kind[e->tensor]),
-               tio_format_bytes(v.tensor_bytes[e->tensor], b1, 64),
+               tio_tensor_kind_name(r->v.tensor_kind[e->tensor]),
+               tio_format_bytes(r->v.tensor_bytes[e->tensor], b1, 64),
                dur(e->longest.duration_ns, b2, 64), range, dur(e->total_ns, b3, 64), e->n_periods);
     }
 }
@@ -352,10 +330,13 @@ int cli_cmd_analyze(int argc, char **argv) {
             goto done;
         }
     }
+    struct report r = { .path = path, .tr = tr, .a = a, .prm = &prm, .top = top, .n_top = n_top };
+    tio_analysis_get_summary(a, &r.s);
+    tio_trace_get_view(tr, &r.v);
     if (json) {
-        print_json(path, tr, a, &prm, top, n_top);
+        print_json(&r);
     } else {
-        print_text(path, tr, a, &prm, top, n_top, top_n > 0);
+        print_text(&r, top_n > 0);
         if (csv_dir) {
             printf("\nwrote %s/memory.csv, periods.csv, cdf.csv\n", csv_dir);
         }

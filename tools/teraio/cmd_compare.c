@@ -104,9 +104,10 @@ static int sim_stages(struct tio_trace *const *tr,
                       struct tio_sim_result *res,
                       int *feasible) {
     struct tio_sim *sims[CLI_MAX_STAGES] = { NULL };
-    int rc = n == 1 ? cli_sim_policy_feasible(tr[0], hw, sys, 0, sp, &sims[0], feasible)
-                    : cli_sim_pipeline((const struct tio_trace *const *)tr, n, hw, NULL, sys, 0, sp,
-                                       sims, feasible);
+    const struct cli_sim_job job = { .hw = hw, .policy = sys, .min_tensor_bytes = 0, .sp = sp };
+    int rc = n == 1 ? cli_sim_policy(tr[0], &job, &sims[0], feasible)
+                    : cli_sim_pipeline((const struct tio_trace *const *)tr, n, NULL, &job, sims,
+                                       feasible);
     if (rc < 0) {
         return rc;
     }

@@ -150,7 +150,8 @@ print_human(const struct tio_model_params *p, const struct tio_model_info *in, c
 int cli_cmd_model(int argc, char **argv) {
     struct tio_model_params p = tio_model_params_default();
     const char *output = NULL, *preset = "llama3-8b", *gpu = NULL;
-    int json = 0, rc;
+    int32_t json = 0;
+    int rc;
     uint64_t gpu_mem = 0;
     /* pass 1: the preset, so that later options override it regardless of order */
     for (int i = 1; i < argc; i++) {
@@ -192,6 +193,13 @@ int cli_cmd_model(int argc, char **argv) {
         { "--rank", &p.rank },
         { "--grad-accum", &p.grad_accum },
     };
+    const struct cli_flag flags[] = { { "--json", &json, 1 },
+                                      { "--tied", &p.tied_embeddings, 1 },
+                                      { "--untied", &p.tied_embeddings, 0 },
+                                      { "--checkpointing", &p.checkpointing, 1 },
+                                      { "--no-checkpointing", &p.checkpointing, 0 },
+                                      { "--tf32", &p.allow_tf32, 1 },
+                                      { "--fused-adamw", &p.fused_adamw, 1 } };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -237,21 +245,7 @@ int cli_cmd_model(int argc, char **argv) {
             if ((rc = cli_parse_bytes_pos(CMD, a, argv[++i], &gpu_mem)) != 0) {
                 return rc;
             }
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--tied") == 0) {
-            p.tied_embeddings = 1;
-        } else if (strcmp(a, "--untied") == 0) {
-            p.tied_embeddings = 0;
-        } else if (strcmp(a, "--checkpointing") == 0) {
-            p.checkpointing = 1;
-        } else if (strcmp(a, "--no-checkpointing") == 0) {
-            p.checkpointing = 0;
-        } else if (strcmp(a, "--tf32") == 0) {
-            p.allow_tf32 = 1;
-        } else if (strcmp(a, "--fused-adamw") == 0) {
-            p.fused_adamw = 1;
-        } else {
+        } else if (!cli_set_flag(flags, sizeof flags / sizeof flags[0], a)) {
             cli_error(CMD, "unknown option '%s' (see teraio model --help)", a);
             return TIO_EXIT_USAGE;
         }

@@ -158,6 +158,12 @@ int cli_cmd_plan(int argc, char **argv) {
     struct tio_plan_params pp = tio_plan_params_default();
     uint64_t capacity = 0, reserve = UINT64_MAX, host_cap = UINT64_MAX, ssds = UINT64_MAX;
     int rc;
+    const struct cli_u64_opt u64s[] = { { "--capacity", cli_parse_bytes_pos, &capacity },
+                                        { "--reserve", cli_parse_bytes, &reserve },
+                                        { "--host-cap", cli_parse_bytes, &host_cap },
+                                        { "--ssds", cli_parse_u64, &ssds },
+                                        { "--min-tensor", cli_parse_bytes, &pp.min_tensor_bytes } };
+    const struct cli_u64_opt *u64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -204,34 +210,14 @@ int cli_cmd_plan(int argc, char **argv) {
             pp.clean_copies = 0;
         } else if (strcmp(a, "--no-overcommit") == 0) {
             pp.overcommit = 0;
-        } else if (strcmp(a, "--capacity") == 0) {
+        } else if ((u64 = cli_find_u64_opt(u64s, sizeof u64s / sizeof u64s[0], a)) != NULL) {
             NEED_VALUE();
-            if ((rc = cli_parse_bytes_pos(CMD, a, val, &capacity)) != 0) {
-                return rc;
-            }
-        } else if (strcmp(a, "--reserve") == 0) {
-            NEED_VALUE();
-            if ((rc = cli_parse_bytes(CMD, a, val, &reserve)) != 0) {
-                return rc;
-            }
-        } else if (strcmp(a, "--host-cap") == 0) {
-            NEED_VALUE();
-            if ((rc = cli_parse_bytes(CMD, a, val, &host_cap)) != 0) {
-                return rc;
-            }
-        } else if (strcmp(a, "--ssds") == 0) {
-            NEED_VALUE();
-            if ((rc = cli_parse_u64(CMD, a, val, &ssds)) != 0) {
+            if ((rc = u64->parse(CMD, a, val, u64->dst)) != 0) {
                 return rc;
             }
         } else if (strcmp(a, "--bandwidth-scale") == 0) {
             NEED_VALUE();
             if ((rc = cli_parse_pos(CMD, a, val, &pp.bandwidth_scale)) != 0) {
-                return rc;
-            }
-        } else if (strcmp(a, "--min-tensor") == 0) {
-            NEED_VALUE();
-            if ((rc = cli_parse_bytes(CMD, a, val, &pp.min_tensor_bytes)) != 0) {
                 return rc;
             }
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -6,53 +6,39 @@
 #include <teraio/sim.h>
 #include <teraio/teraio.h>
 
-/* Plan `policy` for tr on hw, against the capacity that is simulated (sp->capacity_bytes when
- * set); min_tensor_bytes 0: the planner's default. */
+/* Plan `policy` for tr on job->hw, against the capacity that is simulated (sp->capacity_bytes
+ * when set). */
 static int make_plan(const struct tio_trace *tr,
-                     const struct tio_hw *hw,
+                     const struct cli_sim_job *job,
                      const char *policy,
-                     uint64_t min_tensor_bytes,
-                     const struct tio_sim_params *sp,
                      struct tio_plan **out) {
     struct tio_plan_params pp = tio_plan_params_default();
     pp.policy = policy;
-    if (min_tensor_bytes) {
-        pp.min_tensor_bytes = min_tensor_bytes;
+    if (job->min_tensor_bytes) {
+        pp.min_tensor_bytes = job->min_tensor_bytes;
     }
-    struct tio_hw h = *hw;
-    if (sp->capacity_bytes) {
+    struct tio_hw h = *job->hw;
+    if (job->sp->capacity_bytes) {
         h.gpu_reserve_bytes = 0;
-        h.gpu_memory_bytes = sp->capacity_bytes;
+        h.gpu_memory_bytes = job->sp->capacity_bytes;
     }
     return tio_plan_make(tr, &h, &pp, out);
 }
 
 int cli_sim_policy(const struct tio_trace *tr,
-                   const struct tio_hw *hw,
-                   const char *policy,
-                   uint64_t min_tensor_bytes,
-                   const struct tio_sim_params *sp,
-                   struct tio_sim **out) {
-    return cli_sim_policy_feasible(tr, hw, policy, min_tensor_bytes, sp, out, NULL);
-}
-
-int cli_sim_policy_feasible(const struct tio_trace *tr,
-                            const struct tio_hw *hw,
-                            const char *policy,
-                            uint64_t min_tensor_bytes,
-                            const struct tio_sim_params *sp,
-                            struct tio_sim **out,
-                            int *plan_feasible) {
-    struct tio_sim_params p = *sp;
+                   const struct cli_sim_job *job,
+                   struct tio_sim **out,
+                   int *plan_feasible) {
     if (plan_feasible) {
         *plan_feasible = 1;
     }
-    if (tio_sim_policy_is_builtin(policy)) {
-        p.policy = policy;
-        return tio_sim_run(tr, hw, NULL, 0, &p, out);
+    if (tio_sim_policy_is_builtin(job->policy)) {
+        struct tio_sim_params p = *job->sp;
+        p.policy = job->policy;
+        return tio_sim_run(tr, job->hw, NULL, 0, &p, out);
     }
     struct tio_plan *plan = NULL;
-    int rc = make_plan(tr, hw, policy, min_tensor_bytes, sp, &plan);
+    int rc = make_plan(tr, job, job->policy, &plan);
     if (rc < 0) {
         return rc;
     }
@@ -61,21 +47,19 @@ int cli_sim_policy_feasible(const struct tio_trace *tr,
         tio_plan_get_summary(plan, &ps);
         *plan_feasible = ps.feasible != 0;
     }
-    rc = tio_sim_run_plan(tr, hw, plan, sp, out);
+    rc = tio_sim_run_plan(tr, job->hw, plan, job->sp, out);
     tio_plan_free(plan);
     return rc;
 }
 
 int cli_sim_pipeline(const struct tio_trace *const *trs,
                      size_t n,
-                     const struct tio_hw *hw,
                      const struct tio_plan *const *plans,
-                     const char *policy,
-                     uint64_t min_tensor_bytes,
-                     const struct tio_sim_params *sp,
+                     const struct cli_sim_job *job,
                      struct tio_sim **out,
                      int *plan_feasible) {
-    struct tio_sim_params p = *sp;
+    const char *policy = job->policy;
+    struct tio_sim_params p = *job->sp;
     if (plan_feasible) {
         *plan_feasible = 1;
     }
@@ -101,7 +85,7 @@ int cli_sim_pipeline(const struct tio_trace *const *trs,
     }
     if (!plans && tio_sim_policy_is_builtin(policy)) {
         p.policy = policy;
-        return tio_sim_run_pipeline(trs, NULL, NULL, n, hw, &p, NULL, out);
+        return tio_sim_run_pipeline(trs, NULL, NULL, n, job->hw, &p, NULL, out);
     }
     uint64_t cap[CLI_MAX_STAGES] = { 0 };
     struct tio_plan *made[CLI_MAX_STAGES] = { NULL };
@@ -111,7 +95,7 @@ int cli_sim_pipeline(const struct tio_trace *const *trs,
     for (size_t i = 0; i < n; i++) {
         const struct tio_plan *pl = plans ? plans[i] : NULL;
         if (!pl) {
-            rc = make_plan(trs[i], hw, policy, min_tensor_bytes, sp, &made[i]);
+            rc = make_plan(trs[i], job, policy, &made[i]);
             if (rc < 0) {
                 goto out;
             }
@@ -122,14 +106,14 @@ int cli_sim_pipeline(const struct tio_trace *const *trs,
         if (plan_feasible) {
             *plan_feasible &= ps.feasible != 0;
         }
-        if (plans && !sp->capacity_bytes) { /* simulate the capacity each plan was made for */
+        if (plans && !p.capacity_bytes) { /* simulate the capacity each plan was made for */
             cap[i] = ps.capacity_bytes;
         }
         mv[i] = tio_plan_moves(pl, &nmv[i]);
     }
     p.policy = NULL;
     p.label = policy;
-    rc = tio_sim_run_pipeline(trs, mv, nmv, n, hw, &p, cap, out);
+    rc = tio_sim_run_pipeline(trs, mv, nmv, n, job->hw, &p, cap, out);
 out:
     for (size_t i = 0; i < n; i++) {
         tio_plan_free(made[i]);

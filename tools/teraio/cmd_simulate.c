@@ -356,7 +356,10 @@ int cli_cmd_simulate(int argc, char **argv) {
     if (o.n_plans) {
         code = simulate_plan_file(tr, &hw, o.plans[0], &o.sp, &sim);
     } else {
-        rc = cli_sim_policy(tr, &hw, o.policy, o.min_tensor, &o.sp, &sim);
+        const struct cli_sim_job job = {
+            .hw = &hw, .policy = o.policy, .min_tensor_bytes = o.min_tensor, .sp = &o.sp
+        };
+        rc = cli_sim_policy(tr, &job, &sim, NULL);
         code = rc < 0 ? cli_fail(CMD, o.policy, rc) : 0;
     }
     if (code == 0) {
@@ -395,9 +398,11 @@ static int simulate_pipeline(struct opts *o) {
             }
         }
     }
-    rc = cli_sim_pipeline((const struct tio_trace *const *)tr, n, &hw,
-                          o->n_plans ? (const struct tio_plan *const *)pl : NULL, o->policy,
-                          o->min_tensor, &o->sp, sims, NULL);
+    const struct cli_sim_job job = {
+        .hw = &hw, .policy = o->policy, .min_tensor_bytes = o->min_tensor, .sp = &o->sp
+    };
+    rc = cli_sim_pipeline((const struct tio_trace *const *)tr, n,
+                          o->n_plans ? (const struct tio_plan *const *)pl : NULL, &job, sims, NULL);
     if (rc < 0) {
         code = cli_fail(CMD, "pipeline", rc);
         goto out;

@@ -180,7 +180,10 @@ int cli_cmd_sweep(int argc, char **argv) {
         rc = tio_hw_at_ssd_bandwidth(&hw, bws[i], &h);
         struct tio_sim *sim = NULL;
         if (rc == 0) {
-            rc = cli_sim_policy(tr, &h, policy, min_tensor, &sp, &sim);
+            const struct cli_sim_job job = {
+                .hw = &h, .policy = policy, .min_tensor_bytes = min_tensor, .sp = &sp
+            };
+            rc = cli_sim_policy(tr, &job, &sim, NULL);
         }
         if (rc < 0) {
             code = cli_fail(CMD, policy, rc);

@@ -237,37 +237,25 @@ static PyObject *u64_view(AnalysisObject *self, const uint64_t *p, size_t n) {
     return r;
 }
 
-static PyObject *get_resident(PyObject *self_obj, void *closure) {
-    (void)closure;
-    AnalysisObject *self = (AnalysisObject *)self_obj;
-    if (!ready(self)) {
-        return NULL;
-    }
-    struct tio_analysis_summary s;
-    tio_analysis_get_summary(self->a, &s);
-    return u64_view(self, tio_analysis_resident_bytes(self->a), s.n_kernels);
-}
+/* A per-kernel array of the analysis (a getter's closure): its accessor and how many entries it
+ * has beyond n_kernels. */
+struct curve {
+    const uint64_t *(*get)(const struct tio_analysis *);
+    size_t extra;
+};
+static struct curve curve_resident = { tio_analysis_resident_bytes, 0 };
+static struct curve curve_active = { tio_analysis_active_bytes, 0 };
+static struct curve curve_start = { tio_analysis_kernel_start_ns, 1 };
 
-static PyObject *get_active(PyObject *self_obj, void *closure) {
-    (void)closure;
+static PyObject *get_curve(PyObject *self_obj, void *closure) {
+    const struct curve *c = closure;
     AnalysisObject *self = (AnalysisObject *)self_obj;
     if (!ready(self)) {
         return NULL;
     }
     struct tio_analysis_summary s;
     tio_analysis_get_summary(self->a, &s);
-    return u64_view(self, tio_analysis_active_bytes(self->a), s.n_kernels);
-}
-
-static PyObject *get_start(PyObject *self_obj, void *closure) {
-    (void)closure;
-    AnalysisObject *self = (AnalysisObject *)self_obj;
-    if (!ready(self)) {
-        return NULL;
-    }
-    struct tio_analysis_summary s;
-    tio_analysis_get_summary(self->a, &s);
-    return u64_view(self, tio_analysis_kernel_start_ns(self->a), s.n_kernels + 1);
+    return u64_view(self, c->get(self->a), s.n_kernels + c->extra);
 }
 
 static PyObject *period_dtype(AnalysisObject *self) {
@@ -343,22 +331,46 @@ static PyObject *use_or_none(uint64_t k) {
     return PyLong_FromUnsignedLongLong(k);
 }
 
-static PyObject *analysis_first_use(PyObject *self_obj, PyObject *arg) {
+/* A list of n items, item(v, i) making each (a new reference): counts (size_t) or kernel indices
+ * (uint64_t, None for TIO_NEVER_USED). */
+static PyObject *list_of(const void *v, size_t n, PyObject *(*item)(const void *, size_t)) {
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l && i < n; i++) {
+        PyObject *x = item(v, i);
+        if (!x) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
+    }
+    return l;
+}
+
+static PyObject *count_item(const void *v, size_t i) {
+    return PyLong_FromSize_t(((const size_t *)v)[i]);
+}
+
+static PyObject *use_item(const void *v, size_t i) {
+    return use_or_none(((const uint64_t *)v)[i]);
+}
+
+/* first_use(t) / last_use(t): `use` of the tensor argument, None for TIO_NEVER_USED. */
+static PyObject *
+use_of(PyObject *self_obj, PyObject *arg, uint64_t (*use)(const struct tio_analysis *, uint32_t)) {
     AnalysisObject *self = (AnalysisObject *)self_obj;
     uint32_t t;
     if (!ready(self) || tensor_arg(self, arg, &t) < 0) {
         return NULL;
     }
-    return use_or_none(tio_analysis_first_use(self->a, t));
+    return use_or_none(use(self->a, t));
+}
+
+static PyObject *analysis_first_use(PyObject *self_obj, PyObject *arg) {
+    return use_of(self_obj, arg, tio_analysis_first_use);
 }
 
 static PyObject *analysis_last_use(PyObject *self_obj, PyObject *arg) {
-    AnalysisObject *self = (AnalysisObject *)self_obj;
-    uint32_t t;
-    if (!ready(self) || tensor_arg(self, arg, &t) < 0) {
-        return NULL;
-    }
-    return use_or_none(tio_analysis_last_use(self->a, t));
+    return use_of(self_obj, arg, tio_analysis_last_use);
 }
 
 /* A bucket given as an index (0..4) or a name ("10-100MB"). */
@@ -414,61 +426,20 @@ static PyObject *analysis_write_csv(PyObject *self_obj, PyObject *arg) {
     int rc = tio_analysis_write_csv(self->a, PyBytes_AS_STRING(bytes));
     PyEval_RestoreThread(ts);
     Py_DECREF(bytes);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Analysis.write_csv");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Analysis.write_csv");
 }
 
 /* ---- summary() ------------------------------------------------------------------------------ */
 
-/* Set d[key] = v (a new reference, stolen); -1 on failure. */
-static int put(PyObject *d, const char *key, PyObject *v) {
-    if (!v) {
-        return -1;
-    }
-    int rc = PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
-    return rc;
-}
-
-static PyObject *size_list(const size_t *v, size_t n) {
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; l && i < n; i++) {
-        PyObject *x = PyLong_FromSize_t(v[i]);
-        if (!x) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
-    }
-    return l;
-}
-
-/* Periods strictly longer than the threshold (d sorted ascending). */
-static size_t count_above(const uint64_t *d, size_t n, uint64_t threshold) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d[mid] <= threshold) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return n - lo;
-}
-
 static PyObject *buckets_list(AnalysisObject *self, const struct tio_analysis_summary *s) {
     PyObject *l = PyList_New(TIO_BUCKET_COUNT);
     for (int b = 0; l && b < TIO_BUCKET_COUNT; b++) {
-        size_t n;
-        const uint64_t *d = tio_analysis_bucket_durations(self->a, b, &n);
         PyObject *e = Py_BuildValue(
             "{s:s,s:n,s:n,s:K,s:n}", "name", tio_size_bucket_name(b), "tensors",
-            (Py_ssize_t)s->tensors_per_bucket[b], "periods", (Py_ssize_t)n, "median_idle_ns",
-            (unsigned long long)(n ? d[(n - 1) / 2] : 0), "long_idle_periods",
-            (Py_ssize_t)count_above(d, n, self->params.long_idle_ns));
+            (Py_ssize_t)s->tensors_per_bucket[b], "periods", (Py_ssize_t)s->periods_per_bucket[b],
+            "median_idle_ns", (unsigned long long)tio_analysis_bucket_median(self->a, b),
+            "long_idle_periods",
+            (Py_ssize_t)tio_analysis_bucket_count_above(self->a, b, self->params.long_idle_ns));
         if (!e) {
             Py_CLEAR(l);
             break;
@@ -536,32 +507,37 @@ static PyObject *analysis_summary(PyObject *self_obj, PyObject *args, PyObject *
     const char *kname = s.n_kernels ? tio_trace_kernel_name(tr, (uint32_t)s.peak_kernel) : NULL;
     PyObject *path = self->path ? self->path : Py_None;
     Py_INCREF(path);
-    if (put(d, "trace", path) < 0 ||
-        put(d, "capacity_bytes", PyLong_FromUnsignedLongLong(self->params.capacity_bytes)) < 0 ||
-        put(d, "long_idle_ns", PyLong_FromUnsignedLongLong(self->params.long_idle_ns)) < 0 ||
-        put(d, "n_kernels", PyLong_FromSize_t(s.n_kernels)) < 0 ||
-        put(d, "n_tensors", PyLong_FromSize_t(s.n_tensors)) < 0 ||
-        put(d, "n_uses", PyLong_FromSize_t(s.n_uses)) < 0 ||
-        put(d, "n_periods", PyLong_FromSize_t(s.n_periods)) < 0 ||
-        put(d, "inactive_periods", PyLong_FromSize_t(s.n_periods)) < 0 ||
-        put(d, "iteration_ns", PyLong_FromUnsignedLongLong(s.iteration_ns)) < 0 ||
-        put(d, "global_bytes", PyLong_FromUnsignedLongLong(s.global_bytes)) < 0 ||
-        put(d, "peak_resident_bytes", PyLong_FromUnsignedLongLong(s.peak_resident_bytes)) < 0 ||
-        put(d, "peak_kernel", PyLong_FromSize_t(s.peak_kernel)) < 0 ||
-        put(d, "peak_kernel_name", kname ? PyUnicode_FromString(kname) : Py_NewRef(Py_None)) < 0 ||
-        put(d, "peak_active_bytes", PyLong_FromUnsignedLongLong(s.peak_active_bytes)) < 0 ||
-        put(d, "active_fraction_mean", PyFloat_FromDouble(s.active_fraction_mean)) < 0 ||
-        put(d, "active_fraction_max", PyFloat_FromDouble(s.active_fraction_max)) < 0 ||
-        put(d, "active_capacity_fraction_mean",
-            PyFloat_FromDouble(s.active_capacity_fraction_mean)) < 0 ||
-        put(d, "active_capacity_fraction_max", PyFloat_FromDouble(s.active_capacity_fraction_max)) <
+    if (tio_py_put(d, "trace", path) < 0 ||
+        tio_py_put(d, "capacity_bytes", PyLong_FromUnsignedLongLong(self->params.capacity_bytes)) <
             0 ||
-        put(d, "long_idle_fraction_10mb_1gb", PyFloat_FromDouble(s.long_idle_fraction_10mb_1gb)) <
+        tio_py_put(d, "long_idle_ns", PyLong_FromUnsignedLongLong(self->params.long_idle_ns)) < 0 ||
+        tio_py_put(d, "n_kernels", PyLong_FromSize_t(s.n_kernels)) < 0 ||
+        tio_py_put(d, "n_tensors", PyLong_FromSize_t(s.n_tensors)) < 0 ||
+        tio_py_put(d, "n_uses", PyLong_FromSize_t(s.n_uses)) < 0 ||
+        tio_py_put(d, "n_periods", PyLong_FromSize_t(s.n_periods)) < 0 ||
+        tio_py_put(d, "inactive_periods", PyLong_FromSize_t(s.n_periods)) < 0 ||
+        tio_py_put(d, "iteration_ns", PyLong_FromUnsignedLongLong(s.iteration_ns)) < 0 ||
+        tio_py_put(d, "global_bytes", PyLong_FromUnsignedLongLong(s.global_bytes)) < 0 ||
+        tio_py_put(d, "peak_resident_bytes", PyLong_FromUnsignedLongLong(s.peak_resident_bytes)) <
             0 ||
-        put(d, "periods_per_bucket", size_list(s.periods_per_bucket, TIO_BUCKET_COUNT)) < 0 ||
-        put(d, "tensors_per_bucket", size_list(s.tensors_per_bucket, TIO_BUCKET_COUNT)) < 0 ||
-        put(d, "buckets", buckets_list(self, &s)) < 0 ||
-        put(d, "top", top_list(self, (size_t)top)) < 0) {
+        tio_py_put(d, "peak_kernel", PyLong_FromSize_t(s.peak_kernel)) < 0 ||
+        tio_py_put(d, "peak_kernel_name",
+                   kname ? PyUnicode_FromString(kname) : Py_NewRef(Py_None)) < 0 ||
+        tio_py_put(d, "peak_active_bytes", PyLong_FromUnsignedLongLong(s.peak_active_bytes)) < 0 ||
+        tio_py_put(d, "active_fraction_mean", PyFloat_FromDouble(s.active_fraction_mean)) < 0 ||
+        tio_py_put(d, "active_fraction_max", PyFloat_FromDouble(s.active_fraction_max)) < 0 ||
+        tio_py_put(d, "active_capacity_fraction_mean",
+                   PyFloat_FromDouble(s.active_capacity_fraction_mean)) < 0 ||
+        tio_py_put(d, "active_capacity_fraction_max",
+                   PyFloat_FromDouble(s.active_capacity_fraction_max)) < 0 ||
+        tio_py_put(d, "long_idle_fraction_10mb_1gb",
+                   PyFloat_FromDouble(s.long_idle_fraction_10mb_1gb)) < 0 ||
+        tio_py_put(d, "periods_per_bucket",
+                   list_of(s.periods_per_bucket, TIO_BUCKET_COUNT, count_item)) < 0 ||
+        tio_py_put(d, "tensors_per_bucket",
+                   list_of(s.tensors_per_bucket, TIO_BUCKET_COUNT, count_item)) < 0 ||
+        tio_py_put(d, "buckets", buckets_list(self, &s)) < 0 ||
+        tio_py_put(d, "top", top_list(self, (size_t)top)) < 0) {
         Py_DECREF(d);
         return NULL;
     }
@@ -602,14 +578,16 @@ static PyMethodDef analysis_methods[] = {
 };
 
 static PyGetSetDef analysis_getset[] = {
-    { "resident_bytes", get_resident, NULL,
+    { "resident_bytes", get_curve, NULL,
       "numpy uint64 [n_kernels]: bytes resident at each kernel if nothing is offloaded "
       "(read-only view).",
-      NULL },
-    { "active_bytes", get_active, NULL,
-      "numpy uint64 [n_kernels]: bytes of the tensors each kernel uses (read-only view).", NULL },
-    { "kernel_start_ns", get_start, NULL,
-      "numpy uint64 [n_kernels + 1]: prefix sums of kernel durations (read-only view).", NULL },
+      &curve_resident },
+    { "active_bytes", get_curve, NULL,
+      "numpy uint64 [n_kernels]: bytes of the tensors each kernel uses (read-only view).",
+      &curve_active },
+    { "kernel_start_ns", get_curve, NULL,
+      "numpy uint64 [n_kernels + 1]: prefix sums of kernel durations (read-only view).",
+      &curve_start },
     { NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -627,20 +605,6 @@ static PyTypeObject analysis_type = {
     .tp_init = analysis_init,
     .tp_new = PyType_GenericNew,
 };
-
-/* A list of kernel indices, None for TIO_NEVER_USED. */
-static PyObject *uses_list(const uint64_t *k, size_t n) {
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; l && i < n; i++) {
-        PyObject *x = use_or_none(k[i]);
-        if (!x) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
-    }
-    return l;
-}
 
 static PyObject *liveness_fn(PyObject *mod, PyObject *args, PyObject *kwds) {
     (void)mod;
@@ -693,7 +657,7 @@ static PyObject *liveness_fn(PyObject *mod, PyObject *args, PyObject *kwds) {
         tio_py_raise(rc, "liveness");
         goto done;
     }
-    PyObject *f = uses_list(first, v.n_tensors), *l = uses_list(last, v.n_tensors);
+    PyObject *f = list_of(first, v.n_tensors, use_item), *l = list_of(last, v.n_tensors, use_item);
     PyObject *r = PyList_New((Py_ssize_t)v.n_kernels);
     for (size_t k = 0; r && k < v.n_kernels; k++) {
         PyObject *x = PyLong_FromUnsignedLongLong(res[k]);

@@ -12,6 +12,13 @@ extern PyObject *tio_py_error;
 /* Raise teraio.Error from a status code and tio_last_error(); returns NULL. */
 PyObject *tio_py_raise(int status, const char *what);
 
+/* None for a status >= 0, else NULL with teraio.Error raised as by tio_py_raise (util_py.c). */
+PyObject *tio_py_none_or_raise(int status, const char *what);
+
+/* d[key] = v, stealing the new reference v; v NULL (its maker failed, an exception is set) is
+ * passed on. Returns 0 or -1 with an exception set (util_py.c). */
+int tio_py_put(PyObject *d, const char *key, PyObject *v);
+
 /* The C trace behind a teraio.Trace (borrowed: valid while obj lives), or NULL with TypeError if
  * obj is not one. To be defined by trace_py.c; weak so that bindings test for it (analysis_py.c
  * falls back to a copy through Trace.to_bytes() without it). */

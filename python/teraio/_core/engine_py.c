@@ -23,38 +23,34 @@ typedef struct {
 
 static PyTypeObject engine_type;
 
-static int parse_tier(PyObject *o, int32_t *out) {
-    if (PyLong_Check(o)) {
-        *out = (int32_t)PyLong_AsLong(o);
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
-    if (s && !strcmp(s, "ssd")) {
-        *out = TIO_TIER_SSD;
-    } else if (s && !strcmp(s, "host")) {
-        *out = TIO_TIER_HOST;
-    } else {
-        PyErr_SetString(PyExc_ValueError, "tier must be 'ssd' or 'host'");
-        return -1;
-    }
-    return 0;
-}
+/* An argument that is an int (taken as is) or one of two names. */
+struct choice {
+    const char *what;    /* the argument, for the error */
+    const char *name[2]; /* its names ... */
+    int32_t value[2];    /* ... and their values */
+};
+static const struct choice tier_choice = { "tier",
+                                           { "ssd", "host" },
+                                           { TIO_TIER_SSD, TIO_TIER_HOST } };
+static const struct choice priority_choice = { "priority",
+                                               { "normal", "urgent" },
+                                               { TIO_PRIO_NORMAL, TIO_PRIO_URGENT } };
 
-static int parse_priority(PyObject *o, int32_t *out) {
+/* *out from o per c; 0, or -1 with ValueError ("tier must be 'ssd' or 'host'"). */
+static int parse_choice(PyObject *o, const struct choice *c, int32_t *out) {
     if (PyLong_Check(o)) {
         *out = (int32_t)PyLong_AsLong(o);
         return PyErr_Occurred() ? -1 : 0;
     }
     const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
-    if (s && !strcmp(s, "normal")) {
-        *out = TIO_PRIO_NORMAL;
-    } else if (s && !strcmp(s, "urgent")) {
-        *out = TIO_PRIO_URGENT;
-    } else {
-        PyErr_SetString(PyExc_ValueError, "priority must be 'normal' or 'urgent'");
-        return -1;
+    for (int i = 0; s && i < 2; i++) {
+        if (!strcmp(s, c->name[i])) {
+            *out = c->value[i];
+            return 0;
+        }
     }
-    return 0;
+    PyErr_Format(PyExc_ValueError, "%s must be '%s' or '%s'", c->what, c->name[0], c->name[1]);
+    return -1;
 }
 
 static int check_open(EngineObject *self) {
@@ -303,10 +299,10 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
         return NULL;
     }
     int32_t tier = TIO_TIER_SSD, prio = TIO_PRIO_NORMAL;
-    if (tier_o && parse_tier(tier_o, &tier) < 0) {
+    if (tier_o && parse_choice(tier_o, &tier_choice, &tier) < 0) {
         return NULL;
     }
-    if (prio_o && parse_priority(prio_o, &prio) < 0) {
+    if (prio_o && parse_choice(prio_o, &priority_choice, &prio) < 0) {
         return NULL;
     }
     void *ptr;
@@ -390,7 +386,7 @@ static PyObject *submit_wait(EngineObject *self, PyObject *args, int write) {
         return NULL;
     }
     int32_t tier = TIO_TIER_SSD;
-    if (tier_o && parse_tier(tier_o, &tier) < 0) {
+    if (tier_o && parse_choice(tier_o, &tier_choice, &tier) < 0) {
         return NULL;
     }
     struct tio_engine *e = self->e;
@@ -506,10 +502,7 @@ static PyObject *engine_reserve(EngineObject *self, PyObject *arg) {
     int rc;
     struct tio_engine *e = self->e;
     Py_BEGIN_ALLOW_THREADS rc = tio_engine_reserve(e, bytes);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "Engine.reserve");
-    }
-    Py_RETURN_NONE;
+    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "Engine.reserve");
 }
 
 static PyObject *engine_info(EngineObject *self, PyObject *arg) {

@@ -119,49 +119,25 @@ static int set_option(struct tio_model_params *p, const char *key, PyObject *val
     return -1;
 }
 
-static int put(PyObject *d, const char *k, PyObject *v) {
-    if (!v) {
-        return -1;
-    }
-    int rc = PyDict_SetItemString(d, k, v);
-    Py_DECREF(v);
-    return rc;
-}
-
+/* The keys of `teraio model --json` (ints for counts and bytes, floats for FLOPs and times). */
 static PyObject *info_dict(const struct tio_model_params *p, const struct tio_model_info *in) {
-    PyObject *d = PyDict_New();
-    if (!d) {
-        return NULL;
-    }
-    if (put(d, "model", PyUnicode_FromString(p->model)) < 0 ||
-        put(d, "gpu", PyUnicode_FromString(p->gpu.name)) < 0 ||
-        put(d, "precision", PyUnicode_FromString(tio_model_precision_name(p->precision))) < 0 ||
-        put(d, "rank", PyLong_FromUnsignedLong(p->rank)) < 0 ||
-        put(d, "stage", PyLong_FromUnsignedLong(in->stage)) < 0 ||
-        put(d, "params", PyLong_FromUnsignedLongLong(in->params_total)) < 0 ||
-        put(d, "params_rank", PyLong_FromUnsignedLongLong(in->params_rank)) < 0 ||
-        put(d, "kernels", PyLong_FromSize_t(in->n_kernels)) < 0 ||
-        put(d, "tensors", PyLong_FromSize_t(in->n_tensors)) < 0 ||
-        put(d, "uses", PyLong_FromSize_t(in->n_uses)) < 0 ||
-        put(d, "micro_batches", PyLong_FromUnsignedLong(in->micro_batches)) < 0 ||
-        put(d, "tokens_per_iteration", PyLong_FromUnsignedLongLong(in->tokens_per_iteration)) < 0 ||
-        put(d, "flops_per_iteration", PyFloat_FromDouble(in->flops_per_iteration)) < 0 ||
-        put(d, "model_flops_per_iteration", PyFloat_FromDouble(in->model_flops_per_iteration)) <
-            0 ||
-        put(d, "global_bytes", PyLong_FromUnsignedLongLong(in->global_bytes)) < 0 ||
-        put(d, "peak_bytes", PyLong_FromUnsignedLongLong(in->peak_bytes)) < 0 ||
-        put(d, "peak_kernel", PyLong_FromSize_t(in->peak_kernel)) < 0 ||
-        put(d, "capacity_bytes", PyLong_FromUnsignedLongLong(in->capacity_bytes)) < 0 ||
-        put(d, "memory_ratio", PyFloat_FromDouble(in->memory_ratio)) < 0 ||
-        put(d, "activation_bytes_per_layer",
-            PyLong_FromUnsignedLongLong(in->activation_bytes_per_layer)) < 0 ||
-        put(d, "ideal_iteration_s", PyFloat_FromDouble(in->ideal_iteration_s)) < 0 ||
-        put(d, "rank_busy_s", PyFloat_FromDouble(in->rank_busy_s)) < 0 ||
-        put(d, "ideal_tokens_per_s", PyFloat_FromDouble(in->ideal_tokens_per_s)) < 0) {
-        Py_DECREF(d);
-        return NULL;
-    }
-    return d;
+    return Py_BuildValue(
+        "{s:s,s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:K,s:K,s:d,s:K,s:d,s:d,"
+        "s:d}",
+        "model", p->model, "gpu", p->gpu.name, "precision", tio_model_precision_name(p->precision),
+        "rank", (unsigned long long)p->rank, "stage", (unsigned long long)in->stage, "params",
+        (unsigned long long)in->params_total, "params_rank", (unsigned long long)in->params_rank,
+        "kernels", (unsigned long long)in->n_kernels, "tensors", (unsigned long long)in->n_tensors,
+        "uses", (unsigned long long)in->n_uses, "micro_batches",
+        (unsigned long long)in->micro_batches, "tokens_per_iteration",
+        (unsigned long long)in->tokens_per_iteration, "flops_per_iteration",
+        in->flops_per_iteration, "model_flops_per_iteration", in->model_flops_per_iteration,
+        "global_bytes", (unsigned long long)in->global_bytes, "peak_bytes",
+        (unsigned long long)in->peak_bytes, "peak_kernel", (unsigned long long)in->peak_kernel,
+        "capacity_bytes", (unsigned long long)in->capacity_bytes, "memory_ratio", in->memory_ratio,
+        "activation_bytes_per_layer", (unsigned long long)in->activation_bytes_per_layer,
+        "ideal_iteration_s", in->ideal_iteration_s, "rank_busy_s", in->rank_busy_s,
+        "ideal_tokens_per_s", in->ideal_tokens_per_s);
 }
 
 static PyObject *py_model(PyObject *self, PyObject *args, PyObject *kwargs) {

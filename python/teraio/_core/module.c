@@ -44,32 +44,29 @@ static PyObject *py_strerror(PyObject *self, PyObject *arg) {
     return PyUnicode_FromString(tio_strerror((int)s));
 }
 
-static PyObject *py_parse_bytes(PyObject *self, PyObject *arg) {
-    (void)self;
+/* parse_bytes / parse_rate: a str through tio_parse_bytes (an int) or tio_parse_rate (a float). */
+static PyObject *parse_quantity(PyObject *arg, int rate) {
     const char *s = PyUnicode_AsUTF8(arg);
     if (!s) {
         return NULL;
     }
-    uint64_t v;
-    int rc = tio_parse_bytes(s, &v);
+    uint64_t bytes = 0;
+    double bps = 0;
+    int rc = rate ? tio_parse_rate(s, &bps) : tio_parse_bytes(s, &bytes);
     if (rc < 0) {
-        return tio_py_raise(rc, "parse_bytes");
+        return tio_py_raise(rc, rate ? "parse_rate" : "parse_bytes");
     }
-    return PyLong_FromUnsignedLongLong(v);
+    return rate ? PyFloat_FromDouble(bps) : PyLong_FromUnsignedLongLong(bytes);
+}
+
+static PyObject *py_parse_bytes(PyObject *self, PyObject *arg) {
+    (void)self;
+    return parse_quantity(arg, 0);
 }
 
 static PyObject *py_parse_rate(PyObject *self, PyObject *arg) {
     (void)self;
-    const char *s = PyUnicode_AsUTF8(arg);
-    if (!s) {
-        return NULL;
-    }
-    double v;
-    int rc = tio_parse_rate(s, &v);
-    if (rc < 0) {
-        return tio_py_raise(rc, "parse_rate");
-    }
-    return PyFloat_FromDouble(v);
+    return parse_quantity(arg, 1);
 }
 
 static PyObject *py_format_bytes(PyObject *self, PyObject *arg) {

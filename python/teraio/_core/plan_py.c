@@ -184,10 +184,7 @@ static PyObject *plan_save(PlanObject *self, PyObject *arg) {
         return NULL;
     }
     int rc = tio_plan_save(self->plan, path, TIO_PLAN_FORMAT_AUTO);
-    if (rc < 0) {
-        return tio_py_raise(rc, path);
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, path);
 }
 
 static PyObject *plan_check(PlanObject *self, PyObject *arg) {
@@ -196,10 +193,7 @@ static PyObject *plan_check(PlanObject *self, PyObject *arg) {
         return NULL;
     }
     int rc = tio_plan_check_trace(self->plan, tr);
-    if (rc < 0) {
-        return tio_py_raise(rc, "plan");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "plan");
 }
 
 static PyObject *plan_summary(PlanObject *self, PyObject *unused) {

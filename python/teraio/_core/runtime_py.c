@@ -88,8 +88,12 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* Actions as a tuple of (kind, tensor, bytes); empty tuple when none (the common case). */
-static PyObject *actions(RuntimeObject *self, int n) {
+/* The n actions a call wrote, as a tuple of (kind, tensor, bytes); empty tuple when none (the
+ * common case). n < 0: the call failed with that status, teraio.Error raised naming `what`. */
+static PyObject *actions(RuntimeObject *self, int n, const char *what) {
+    if (n < 0) {
+        return tio_py_raise(n, what);
+    }
     PyObject *l = PyTuple_New(n);
     for (int i = 0; l && i < n; i++) {
         PyObject *it = Py_BuildValue("(iIK)", self->acts[i].kind, self->acts[i].tensor,
@@ -111,10 +115,7 @@ static PyObject *runtime_bind(RuntimeObject *self, PyObject *args) {
     }
     // NOLINTNEXTLINE(performance-no-int-to-ptr): an address from Python
     int rc = tio_runtime_bind(self->rt, t, (void *)(uintptr_t)ptr);
-    if (rc < 0) {
-        return tio_py_raise(rc, "runtime bind");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "runtime bind");
 }
 
 static PyObject *runtime_forget(RuntimeObject *self, PyObject *arg) {
@@ -124,20 +125,22 @@ static PyObject *runtime_forget(RuntimeObject *self, PyObject *arg) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = tio_runtime_forget(self->rt, (uint32_t)t);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime forget");
-    }
-    Py_RETURN_NONE;
+    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "runtime forget");
+}
+
+/* One of the calls that write actions for Python to carry out (begin_iteration, end_iteration,
+ * restore_begin), run with the GIL released; the actions as a tuple (see actions()). */
+static PyObject *run_actions(RuntimeObject *self,
+                             int (*call)(struct tio_runtime *, struct tio_rt_action *, size_t),
+                             const char *what) {
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = call(self->rt, self->acts, self->cap);
+    Py_END_ALLOW_THREADS return actions(self, rc, what);
 }
 
 static PyObject *runtime_begin(RuntimeObject *self, PyObject *unused) {
     (void)unused;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_begin_iteration(self->rt, self->acts, self->cap);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime");
-    }
-    return actions(self, rc);
+    return run_actions(self, tio_runtime_begin_iteration, "runtime");
 }
 
 static PyObject *runtime_before(RuntimeObject *self, PyObject *arg) {
@@ -147,10 +150,7 @@ static PyObject *runtime_before(RuntimeObject *self, PyObject *arg) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = tio_runtime_before_kernel(self->rt, k, self->acts, self->cap);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime");
-    }
-    return actions(self, rc);
+    Py_END_ALLOW_THREADS return actions(self, rc, "runtime");
 }
 
 static PyObject *runtime_ready(RuntimeObject *self, PyObject *arg) {
@@ -160,10 +160,7 @@ static PyObject *runtime_ready(RuntimeObject *self, PyObject *arg) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = tio_runtime_ready(self->rt, k);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime");
-    }
-    Py_RETURN_NONE;
+    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "runtime");
 }
 
 static PyObject *runtime_after(RuntimeObject *self, PyObject *arg) {
@@ -172,40 +169,24 @@ static PyObject *runtime_after(RuntimeObject *self, PyObject *arg) {
         return NULL;
     }
     int rc = tio_runtime_after_kernel(self->rt, k);
-    if (rc < 0) {
-        return tio_py_raise(rc, "runtime");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "runtime");
 }
 
 static PyObject *runtime_end(RuntimeObject *self, PyObject *unused) {
     (void)unused;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_end_iteration(self->rt, self->acts, self->cap);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime");
-    }
-    return actions(self, rc);
+    return run_actions(self, tio_runtime_end_iteration, "runtime");
 }
 
 static PyObject *runtime_restore_begin(RuntimeObject *self, PyObject *unused) {
     (void)unused;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_restore_begin(self->rt, self->acts, self->cap);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime restore");
-    }
-    return actions(self, rc);
+    return run_actions(self, tio_runtime_restore_begin, "runtime restore");
 }
 
 static PyObject *runtime_restore_finish(RuntimeObject *self, PyObject *unused) {
     (void)unused;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = tio_runtime_restore_finish(self->rt);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        return tio_py_raise(rc, "runtime restore");
-    }
-    Py_RETURN_NONE;
+    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "runtime restore");
 }
 
 static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
@@ -240,10 +221,7 @@ static PyObject *runtime_adopt(RuntimeObject *self, PyObject *args) {
         return NULL;
     }
     int rc = tio_runtime_adopt_stored(self->rt, t, id);
-    if (rc < 0) {
-        return tio_py_raise(rc, "runtime adopt_stored");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "runtime adopt_stored");
 }
 
 static PyObject *runtime_give_stored(RuntimeObject *self, PyObject *args) {

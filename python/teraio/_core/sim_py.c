@@ -16,13 +16,17 @@
 
 #include "core.h"
 
-static int set_num(PyObject *d, const char *k, PyObject *v) {
-    if (!v) {
-        return -1;
+/* {channel name: value} of one per-channel array of a result: bytes (ints) or, when bytes is
+ * NULL, bps, bytes/s (floats). */
+static PyObject *channel_dict(const uint64_t *bytes, const double *bps) {
+    PyObject *d = PyDict_New();
+    for (int c = 0; d && c < TIO_SIM_CHANNEL_COUNT; c++) {
+        PyObject *v = bytes ? PyLong_FromUnsignedLongLong(bytes[c]) : PyFloat_FromDouble(bps[c]);
+        if (tio_py_put(d, tio_sim_channel_name(c), v) < 0) {
+            Py_CLEAR(d);
+        }
     }
-    int rc = PyDict_SetItemString(d, k, v);
-    Py_DECREF(v);
-    return rc;
+    return d;
 }
 
 static PyObject *result_dict(const struct tio_sim *sim) {
@@ -34,47 +38,38 @@ static PyObject *result_dict(const struct tio_sim *sim) {
     }
     static const char *const oom_names[] = { "none", "gpu", "host" };
     int bad =
-        set_num(d, "policy", PyUnicode_FromString(tio_sim_policy(sim))) ||
-        set_num(d, "iteration_s", PyFloat_FromDouble(r.iteration_s)) ||
-        set_num(d, "ideal_s", PyFloat_FromDouble(r.ideal_s)) ||
-        set_num(d, "fraction_of_ideal", PyFloat_FromDouble(r.fraction_of_ideal)) ||
-        set_num(d, "stall_s", PyFloat_FromDouble(r.stall_s)) ||
-        set_num(d, "stall_data_s", PyFloat_FromDouble(r.stall_data_s)) ||
-        set_num(d, "stall_memory_s", PyFloat_FromDouble(r.stall_memory_s)) ||
-        set_num(d, "cpu_s", PyFloat_FromDouble(r.cpu_s)) ||
-        set_num(d, "overlap_s", PyFloat_FromDouble(r.overlap_s)) ||
-        set_num(d, "io_busy_s", PyFloat_FromDouble(r.io_busy_s)) ||
-        set_num(d, "tokens_per_s", PyFloat_FromDouble(r.tokens_per_s)) ||
-        set_num(d, "oom", PyBool_FromLong(r.oom != 0)) ||
-        set_num(d, "oom_kind", PyUnicode_FromString(oom_names[r.oom % 3])) ||
-        set_num(d, "oom_kernel",
-                r.oom ? PyLong_FromUnsignedLongLong(r.oom_kernel) : Py_NewRef(Py_None)) ||
-        set_num(d, "oom_bytes", PyLong_FromUnsignedLongLong(r.oom_bytes)) ||
-        set_num(d, "capacity_bytes", PyLong_FromUnsignedLongLong(r.capacity_bytes)) ||
-        set_num(d, "gpu_peak_bytes", PyLong_FromUnsignedLongLong(r.gpu_peak_bytes)) ||
-        set_num(d, "host_peak_bytes", PyLong_FromUnsignedLongLong(r.host_peak_bytes)) ||
-        set_num(d, "ssd_bytes_written", PyLong_FromUnsignedLongLong(r.ssd_bytes_written)) ||
-        set_num(d, "drive_life_years", PyFloat_FromDouble(r.drive_life_years)) ||
-        set_num(d, "moves_issued", PyLong_FromUnsignedLongLong(r.n_moves_issued)) ||
-        set_num(d, "moves_skipped", PyLong_FromUnsignedLongLong(r.n_moves_skipped)) ||
-        set_num(d, "moves_clean", PyLong_FromUnsignedLongLong(r.n_moves_clean)) ||
-        set_num(d, "moves_late", PyLong_FromUnsignedLongLong(r.n_moves_late)) ||
-        set_num(d, "demand_fetches", PyLong_FromUnsignedLongLong(r.n_demand_fetches)) ||
-        set_num(d, "demand_evictions", PyLong_FromUnsignedLongLong(r.n_demand_evictions)) ||
-        set_num(d, "demand_evicted_bytes", PyLong_FromUnsignedLongLong(r.demand_evicted_bytes)) ||
-        set_num(d, "ssd_cache_full", PyBool_FromLong(r.ssd_cache_full != 0));
-    PyObject *bytes = bad ? NULL : PyDict_New();
-    PyObject *peak = bad ? NULL : PyDict_New();
-    bad = bad || !bytes || !peak;
-    for (int c = 0; c < TIO_SIM_CHANNEL_COUNT && !bad; c++) {
-        bad = set_num(bytes, tio_sim_channel_name(c), PyLong_FromUnsignedLongLong(r.bytes[c])) ||
-              set_num(peak, tio_sim_channel_name(c), PyFloat_FromDouble(r.peak_Bps[c]));
-    }
-    if (!bad) {
-        bad = PyDict_SetItemString(d, "bytes", bytes) || PyDict_SetItemString(d, "peak_Bps", peak);
-    }
-    Py_XDECREF(bytes);
-    Py_XDECREF(peak);
+        tio_py_put(d, "policy", PyUnicode_FromString(tio_sim_policy(sim))) ||
+        tio_py_put(d, "iteration_s", PyFloat_FromDouble(r.iteration_s)) ||
+        tio_py_put(d, "ideal_s", PyFloat_FromDouble(r.ideal_s)) ||
+        tio_py_put(d, "fraction_of_ideal", PyFloat_FromDouble(r.fraction_of_ideal)) ||
+        tio_py_put(d, "stall_s", PyFloat_FromDouble(r.stall_s)) ||
+        tio_py_put(d, "stall_data_s", PyFloat_FromDouble(r.stall_data_s)) ||
+        tio_py_put(d, "stall_memory_s", PyFloat_FromDouble(r.stall_memory_s)) ||
+        tio_py_put(d, "cpu_s", PyFloat_FromDouble(r.cpu_s)) ||
+        tio_py_put(d, "overlap_s", PyFloat_FromDouble(r.overlap_s)) ||
+        tio_py_put(d, "io_busy_s", PyFloat_FromDouble(r.io_busy_s)) ||
+        tio_py_put(d, "tokens_per_s", PyFloat_FromDouble(r.tokens_per_s)) ||
+        tio_py_put(d, "oom", PyBool_FromLong(r.oom != 0)) ||
+        tio_py_put(d, "oom_kind", PyUnicode_FromString(oom_names[r.oom % 3])) ||
+        tio_py_put(d, "oom_kernel",
+                   r.oom ? PyLong_FromUnsignedLongLong(r.oom_kernel) : Py_NewRef(Py_None)) ||
+        tio_py_put(d, "oom_bytes", PyLong_FromUnsignedLongLong(r.oom_bytes)) ||
+        tio_py_put(d, "capacity_bytes", PyLong_FromUnsignedLongLong(r.capacity_bytes)) ||
+        tio_py_put(d, "gpu_peak_bytes", PyLong_FromUnsignedLongLong(r.gpu_peak_bytes)) ||
+        tio_py_put(d, "host_peak_bytes", PyLong_FromUnsignedLongLong(r.host_peak_bytes)) ||
+        tio_py_put(d, "ssd_bytes_written", PyLong_FromUnsignedLongLong(r.ssd_bytes_written)) ||
+        tio_py_put(d, "drive_life_years", PyFloat_FromDouble(r.drive_life_years)) ||
+        tio_py_put(d, "moves_issued", PyLong_FromUnsignedLongLong(r.n_moves_issued)) ||
+        tio_py_put(d, "moves_skipped", PyLong_FromUnsignedLongLong(r.n_moves_skipped)) ||
+        tio_py_put(d, "moves_clean", PyLong_FromUnsignedLongLong(r.n_moves_clean)) ||
+        tio_py_put(d, "moves_late", PyLong_FromUnsignedLongLong(r.n_moves_late)) ||
+        tio_py_put(d, "demand_fetches", PyLong_FromUnsignedLongLong(r.n_demand_fetches)) ||
+        tio_py_put(d, "demand_evictions", PyLong_FromUnsignedLongLong(r.n_demand_evictions)) ||
+        tio_py_put(d, "demand_evicted_bytes",
+                   PyLong_FromUnsignedLongLong(r.demand_evicted_bytes)) ||
+        tio_py_put(d, "ssd_cache_full", PyBool_FromLong(r.ssd_cache_full != 0));
+    bad = bad || tio_py_put(d, "bytes", channel_dict(r.bytes, NULL)) ||
+          tio_py_put(d, "peak_Bps", channel_dict(NULL, r.peak_Bps));
     if (bad) {
         Py_DECREF(d);
         return NULL;

@@ -163,25 +163,36 @@ static int parse_format(PyObject *obj, int32_t *out) {
     return 0;
 }
 
-static PyObject *trace_load(PyObject *cls, PyObject *args, PyObject *kwds) {
+/* The (path, format=None) arguments of Trace.load and Trace.save (spec: "O&|O:load" or
+ * "O&|O:save"): *path a new bytes object in the file system encoding. Returns 0 or -1 with an
+ * exception set. */
+static int
+path_format_args(PyObject *args, PyObject *kwds, const char *spec, PyObject **path, int32_t *fmt) {
     static char *kwlist[] = { "path", "format", NULL };
-    PyObject *path_obj = NULL, *fmt_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|O:load", kwlist, PyUnicode_FSConverter,
-                                     &path_obj, &fmt_obj)) {
-        return NULL;
+    PyObject *fmt_obj = NULL;
+    *path = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, spec, kwlist, PyUnicode_FSConverter, path,
+                                     &fmt_obj)) {
+        return -1;
     }
+    if (parse_format(fmt_obj, fmt) < 0) {
+        Py_CLEAR(*path);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *trace_load(PyObject *cls, PyObject *args, PyObject *kwds) {
+    PyObject *path;
     int32_t fmt;
-    if (parse_format(fmt_obj, &fmt) < 0) {
-        Py_DECREF(path_obj);
+    if (path_format_args(args, kwds, "O&|O:load", &path, &fmt) < 0) {
         return NULL;
     }
     struct tio_trace *tr = NULL;
-    int rc;
-    const char *path = PyBytes_AS_STRING(path_obj);
     PyThreadState *ts = PyEval_SaveThread(); /* file I/O and parsing without the GIL */
-    rc = tio_trace_load(path, fmt, &tr);
+    int rc = tio_trace_load(PyBytes_AS_STRING(path), fmt, &tr);
     PyEval_RestoreThread(ts);
-    Py_DECREF(path_obj);
+    Py_DECREF(path);
     if (rc < 0) {
         return tio_py_raise(rc, "Trace.load");
     }
@@ -209,6 +220,46 @@ static PyObject *trace_from_bytes(PyObject *cls, PyObject *args, PyObject *kwds)
     return (PyObject *)trace_wrap((PyTypeObject *)cls, tr);
 }
 
+/* An enum argument of add_tensor (kind) or add_use (mode): a name, through parse (the value, or
+ * -1 with an exception set), or an int (one beyond int32_t becomes `invalid`, for the library to
+ * reject with its own message). Returns 0 or -1 with an exception set. */
+static int enum_arg(PyObject *o, int (*parse)(const char *), int32_t invalid, int32_t *out) {
+    if (PyUnicode_Check(o)) {
+        const char *s = PyUnicode_AsUTF8(o);
+        int v = s ? parse(s) : -1;
+        *out = v;
+        return v < 0 ? -1 : 0;
+    }
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = v < INT32_MIN || v > INT32_MAX ? invalid : (int32_t)v;
+    return 0;
+}
+
+/* "weight", "activation", ... (tio_tensor_kind_parse); teraio.Error for another name. */
+static int kind_parse(const char *s) {
+    int k = tio_tensor_kind_parse(s);
+    if (k < 0) {
+        tio_py_raise(k, "Trace.add_tensor");
+        return -1;
+    }
+    return k;
+}
+
+/* "r", "w" or "rw"; ValueError for another name. */
+static int mode_parse(const char *s) {
+    int mode = strcmp(s, "r") == 0    ? TIO_USE_READ
+               : strcmp(s, "w") == 0  ? TIO_USE_WRITE
+               : strcmp(s, "rw") == 0 ? TIO_USE_READ_WRITE
+                                      : -1;
+    if (mode < 0) {
+        PyErr_Format(PyExc_ValueError, "mode must be 'r', 'w' or 'rw', not '%s'", s);
+    }
+    return mode;
+}
+
 static PyObject *trace_add_tensor(PyObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = { "bytes", "kind", "global_", "name", "pinned", NULL };
     unsigned long long bytes;
@@ -219,31 +270,14 @@ static PyObject *trace_add_tensor(PyObject *self, PyObject *args, PyObject *kwds
                                      &global, &name, &pinned)) {
         return NULL;
     }
-    long kind;
-    if (PyUnicode_Check(kind_obj)) {
-        const char *s = PyUnicode_AsUTF8(kind_obj);
-        if (!s) {
-            return NULL;
-        }
-        int k = tio_tensor_kind_parse(s);
-        if (k < 0) {
-            return tio_py_raise(k, "Trace.add_tensor");
-        }
-        kind = k;
-    } else {
-        kind = PyLong_AsLong(kind_obj);
-        if (kind == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (kind < INT32_MIN || kind > INT32_MAX) {
-            kind = -1; /* rejected by the library with its message */
-        }
+    int32_t kind;
+    if (enum_arg(kind_obj, kind_parse, -1, &kind) < 0) {
+        return NULL;
     }
     uint32_t flags =
         (global ? (uint32_t)TIO_TENSOR_GLOBAL : 0u) | (pinned ? (uint32_t)TIO_TENSOR_PINNED : 0u);
     uint32_t id;
-    int rc =
-        tio_trace_add_tensor(((TraceObject *)self)->tr, bytes, (int32_t)kind, flags, name, &id);
+    int rc = tio_trace_add_tensor(((TraceObject *)self)->tr, bytes, kind, flags, name, &id);
     if (rc < 0) {
         return tio_py_raise(rc, "Trace.add_tensor");
     }
@@ -273,37 +307,15 @@ static PyObject *trace_add_use(PyObject *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "kO:add_use", kwlist, &tensor, &mode_obj)) {
         return NULL;
     }
-    long mode;
-    if (PyUnicode_Check(mode_obj)) {
-        const char *s = PyUnicode_AsUTF8(mode_obj);
-        if (!s) {
-            return NULL;
-        }
-        mode = strcmp(s, "r") == 0    ? TIO_USE_READ
-               : strcmp(s, "w") == 0  ? TIO_USE_WRITE
-               : strcmp(s, "rw") == 0 ? TIO_USE_READ_WRITE
-                                      : 0;
-        if (!mode) {
-            PyErr_Format(PyExc_ValueError, "mode must be 'r', 'w' or 'rw', not '%s'", s);
-            return NULL;
-        }
-    } else {
-        mode = PyLong_AsLong(mode_obj);
-        if (mode == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (mode < INT32_MIN || mode > INT32_MAX) {
-            mode = 0;
-        }
+    int32_t mode;
+    if (enum_arg(mode_obj, mode_parse, 0, &mode) < 0) {
+        return NULL;
     }
     if (tensor > UINT32_MAX) {
         tensor = UINT32_MAX; /* out of range: the library reports it */
     }
-    int rc = tio_trace_add_use(((TraceObject *)self)->tr, (uint32_t)tensor, (int32_t)mode);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.add_use");
-    }
-    Py_RETURN_NONE;
+    int rc = tio_trace_add_use(((TraceObject *)self)->tr, (uint32_t)tensor, mode);
+    return tio_py_none_or_raise(rc, "Trace.add_use");
 }
 
 static PyObject *trace_set_kernel_duration(PyObject *self, PyObject *args) {
@@ -314,10 +326,7 @@ static PyObject *trace_set_kernel_duration(PyObject *self, PyObject *args) {
     }
     int rc = tio_trace_set_kernel_duration(
         ((TraceObject *)self)->tr, kernel > UINT32_MAX ? UINT32_MAX : (uint32_t)kernel, dur);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.set_kernel_duration");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.set_kernel_duration");
 }
 
 static PyObject *trace_set_meta(PyObject *self, PyObject *args) {
@@ -326,44 +335,27 @@ static PyObject *trace_set_meta(PyObject *self, PyObject *args) {
         return NULL;
     }
     int rc = tio_trace_set_meta(((TraceObject *)self)->tr, key, value);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.set_meta");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.set_meta");
 }
 
 static PyObject *trace_finish(PyObject *self, PyObject *unused) {
     (void)unused;
     int rc = tio_trace_finish(((TraceObject *)self)->tr);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.finish");
-    }
-    Py_RETURN_NONE;
+    return tio_py_none_or_raise(rc, "Trace.finish");
 }
 
 static PyObject *trace_save(PyObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = { "path", "format", NULL };
-    PyObject *path_obj = NULL, *fmt_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|O:save", kwlist, PyUnicode_FSConverter,
-                                     &path_obj, &fmt_obj)) {
-        return NULL;
-    }
+    PyObject *path;
     int32_t fmt;
-    if (parse_format(fmt_obj, &fmt) < 0) {
-        Py_DECREF(path_obj);
+    if (path_format_args(args, kwds, "O&|O:save", &path, &fmt) < 0) {
         return NULL;
     }
-    int rc;
-    const char *path = PyBytes_AS_STRING(path_obj);
     struct tio_trace *tr = ((TraceObject *)self)->tr;
     PyThreadState *ts = PyEval_SaveThread();
-    rc = tio_trace_save(tr, path, fmt);
+    int rc = tio_trace_save(tr, PyBytes_AS_STRING(path), fmt);
     PyEval_RestoreThread(ts);
-    Py_DECREF(path_obj);
-    if (rc < 0) {
-        return tio_py_raise(rc, "Trace.save");
-    }
-    Py_RETURN_NONE;
+    Py_DECREF(path);
+    return tio_py_none_or_raise(rc, "Trace.save");
 }
 
 static PyObject *trace_to_bytes(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -507,7 +499,8 @@ enum {
     COL_TENSOR_FLAGS,
     COL_TENSOR_NAME,
     COL_USE_TENSOR,
-    COL_USE_MODE
+    COL_USE_MODE,
+    COL_COUNT
 };
 
 static PyObject *numpy_asarray;
@@ -515,49 +508,10 @@ static PyObject *numpy_asarray;
 /* The getset closures: a pointer to the column or count id (closure_id[id] == id). */
 static int closure_id[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 
-static PyObject *trace_column(PyObject *self, void *closure) {
-    struct tio_trace *tr = ((TraceObject *)self)->tr;
-    if (!tio_trace_is_finished(tr)) {
-        tio_set_error(TIO_ESTATE, "trace: column views need a finished trace (call finish())");
-        return tio_py_raise(TIO_ESTATE, "Trace column");
-    }
-    struct tio_trace_view v;
-    tio_trace_get_view(tr, &v);
-    const void *ptr = NULL;
-    size_t n = 0, itemsize = 8;
-    const char *fmt = "Q";
-    switch (*(const int *)closure) {
-    case COL_KERNEL_DURATION:
-        ptr = v.kernel_duration_ns, n = v.n_kernels;
-        break;
-    case COL_KERNEL_FLAGS:
-        ptr = v.kernel_flags, n = v.n_kernels, itemsize = 4, fmt = "I";
-        break;
-    case COL_KERNEL_USE_OFFSET:
-        ptr = v.kernel_use_offset, n = v.n_kernels + 1;
-        break;
-    case COL_KERNEL_NAME:
-        ptr = v.kernel_name, n = v.n_kernels, itemsize = 4, fmt = "I";
-        break;
-    case COL_TENSOR_BYTES:
-        ptr = v.tensor_bytes, n = v.n_tensors;
-        break;
-    case COL_TENSOR_KIND:
-        ptr = v.tensor_kind, n = v.n_tensors, itemsize = 4, fmt = "i";
-        break;
-    case COL_TENSOR_FLAGS:
-        ptr = v.tensor_flags, n = v.n_tensors, itemsize = 4, fmt = "I";
-        break;
-    case COL_TENSOR_NAME:
-        ptr = v.tensor_name, n = v.n_tensors, itemsize = 4, fmt = "I";
-        break;
-    case COL_USE_TENSOR:
-        ptr = v.use_tensor, n = v.n_uses, itemsize = 4, fmt = "I";
-        break;
-    default:
-        ptr = v.use_mode, n = v.n_uses, itemsize = 1, fmt = "B";
-        break;
-    }
+/* A numpy array over n elements of one column of self's trace (itemsize bytes each, buffer
+ * format fmt), keeping the trace alive. */
+static PyObject *
+column_view(PyObject *self, const void *ptr, size_t n, size_t itemsize, const char *fmt) {
     ColumnObject *col = PyObject_New(ColumnObject, &column_type);
     if (!col) {
         return NULL;
@@ -585,6 +539,30 @@ static PyObject *trace_column(PyObject *self, void *closure) {
     PyObject *arr = PyObject_CallOneArg(numpy_asarray, (PyObject *)col);
     Py_DECREF(col);
     return arr;
+}
+
+static PyObject *trace_column(PyObject *self, void *closure) {
+    struct tio_trace *tr = ((TraceObject *)self)->tr;
+    if (!tio_trace_is_finished(tr)) {
+        tio_set_error(TIO_ESTATE, "trace: column views need a finished trace (call finish())");
+        return tio_py_raise(TIO_ESTATE, "Trace column");
+    }
+    struct tio_trace_view v;
+    tio_trace_get_view(tr, &v);
+    /* per column, in the order of the COL_* ids: the array, its length, element size, format */
+    const void *ptr[] = { v.kernel_duration_ns, v.kernel_flags, v.kernel_use_offset, v.kernel_name,
+                          v.tensor_bytes,       v.tensor_kind,  v.tensor_flags,      v.tensor_name,
+                          v.use_tensor,         v.use_mode };
+    const size_t n[] = { v.n_kernels, v.n_kernels, v.n_kernels + 1, v.n_kernels, v.n_tensors,
+                         v.n_tensors, v.n_tensors, v.n_tensors,     v.n_uses,    v.n_uses };
+    static const size_t itemsize[] = { 8, 4, 8, 4, 8, 4, 4, 4, 4, 1 };
+    static const char *const fmt[] = { "Q", "I", "Q", "I", "Q", "i", "I", "I", "I", "B" };
+    _Static_assert(sizeof ptr / sizeof ptr[0] == COL_COUNT && sizeof n / sizeof n[0] == COL_COUNT &&
+                       sizeof itemsize / sizeof itemsize[0] == COL_COUNT &&
+                       sizeof fmt / sizeof fmt[0] == COL_COUNT,
+                   "one entry per column");
+    int c = *(const int *)closure;
+    return column_view(self, ptr[c], n[c], itemsize[c], fmt[c]);
 }
 
 static PyObject *trace_get_count(PyObject *self, void *closure) {

@@ -7,13 +7,10 @@
 
 typedef struct {
     PyObject_HEAD struct tio_bounded *tb;
-    uint64_t *keys; /* scratch for pick/keys */
-    size_t cap;
 } BoundedObject;
 
 static void bounded_dealloc(BoundedObject *self) {
     tio_bounded_free(self->tb);
-    PyMem_Free(self->keys);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -35,20 +32,6 @@ static int bounded_init(BoundedObject *self, PyObject *args, PyObject *kw) {
         tio_py_raise(rc, "bounded");
         return -1;
     }
-    return 0;
-}
-
-static int want_keys(BoundedObject *self, size_t n) {
-    if (n <= self->cap) {
-        return 0;
-    }
-    uint64_t *k = PyMem_Realloc(self->keys, n * sizeof *k);
-    if (!k) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    self->keys = k;
-    self->cap = n;
     return 0;
 }
 
@@ -97,10 +80,15 @@ static PyObject *done(int rc, const char *what) {
     return PyLong_FromLong(rc);
 }
 
+/* The methods that only call fn(table). */
+static PyObject *call(BoundedObject *self, void (*fn)(struct tio_bounded *)) {
+    fn(self->tb);
+    Py_RETURN_NONE;
+}
+
 static PyObject *bounded_begin_op(BoundedObject *self, PyObject *unused) {
     (void)unused;
-    tio_bounded_begin_op(self->tb);
-    Py_RETURN_NONE;
+    return call(self, tio_bounded_begin_op);
 }
 
 /* use(key, nbytes, how) -> TRACKED | CREATED bits (0: not tracked) */
@@ -127,33 +115,33 @@ static PyObject *bounded_op_reads(BoundedObject *self, PyObject *unused) {
     return key_list(keys, n);
 }
 
-/* pick(budget, in_optim, more) -> [key, ...] */
+/* pick(budget, in_optim, more) -> [key, ...]: at most 256 victims a call; where they are not
+ * enough, the caller asks again with more=True (the round goes on) */
 static PyObject *bounded_pick(BoundedObject *self, PyObject *args) {
     unsigned long long budget;
     int in_optim, more;
     if (!PyArg_ParseTuple(args, "Kpp", &budget, &in_optim, &more)) {
         return NULL;
     }
-    if (want_keys(self, tio_bounded_count(self->tb) + 1) < 0) {
-        return NULL;
-    }
-    int rc = tio_bounded_pick(self->tb, budget, in_optim, more, self->keys, self->cap);
+    uint64_t keys[256];
+    int rc = tio_bounded_pick(self->tb, budget, in_optim, more, keys, sizeof keys / sizeof *keys);
     if (rc < 0) {
         return tio_py_raise(rc, "bounded pick");
     }
-    return key_list(self->keys, (size_t)rc);
+    return key_list(keys, (size_t)rc);
 }
 
 static PyObject *bounded_keys(BoundedObject *self, PyObject *unused) {
     (void)unused;
-    if (want_keys(self, tio_bounded_count(self->tb) + 1) < 0) {
-        return NULL;
+    size_t n = tio_bounded_count(self->tb);
+    uint64_t *keys = PyMem_Malloc(n ? n * sizeof *keys : 1);
+    if (!keys) {
+        return PyErr_NoMemory();
     }
-    int rc = tio_bounded_keys(self->tb, self->keys, self->cap);
-    if (rc < 0) {
-        return tio_py_raise(rc, "bounded keys");
-    }
-    return key_list(self->keys, (size_t)rc);
+    int rc = tio_bounded_keys(self->tb, keys, n);
+    PyObject *l = rc < 0 ? tio_py_raise(rc, "bounded keys") : key_list(keys, (size_t)rc);
+    PyMem_Free(keys);
+    return l;
 }
 
 /* get(key) -> (bytes, eid or None, flags), or None when the key is not tracked */
@@ -248,20 +236,17 @@ static PyObject *bounded_adopt(BoundedObject *self, PyObject *args) {
 
 static PyObject *bounded_begin_step(BoundedObject *self, PyObject *unused) {
     (void)unused;
-    tio_bounded_begin_step(self->tb);
-    Py_RETURN_NONE;
+    return call(self, tio_bounded_begin_step);
 }
 
 static PyObject *bounded_mark_peak(BoundedObject *self, PyObject *unused) {
     (void)unused;
-    tio_bounded_mark_peak(self->tb);
-    Py_RETURN_NONE;
+    return call(self, tio_bounded_mark_peak);
 }
 
 static PyObject *bounded_clear(BoundedObject *self, PyObject *unused) {
     (void)unused;
-    tio_bounded_clear(self->tb);
-    Py_RETURN_NONE;
+    return call(self, tio_bounded_clear);
 }
 
 /* op() -> (input_max, made, read_bytes) of the current operator */
@@ -347,29 +332,16 @@ static PyTypeObject bounded_type = {
 };
 
 int tio_py_add_bounded(PyObject *m) {
-    if (PyType_Ready(&bounded_type) < 0 ||
-        PyModule_AddObjectRef(m, "Bounded", (PyObject *)&bounded_type) < 0) {
+    /* the type (named after tp_name), the flags and use bits _bounded.py reads and passes */
+    if (PyModule_AddType(m, &bounded_type) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_RESIDENT", TIO_BOUNDED_RESIDENT) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_CLEAN", TIO_BOUNDED_CLEAN) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_CREATED", TIO_BOUNDED_CREATED) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_USE_WRITE", TIO_BOUNDED_USE_WRITE) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_USE_OPTIM", TIO_BOUNDED_USE_OPTIM) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_USE_COMM", TIO_BOUNDED_USE_COMM) < 0 ||
+        PyModule_AddIntConstant(m, "BOUNDED_USE_OUTPUT", TIO_BOUNDED_USE_OUTPUT) < 0) {
         return -1;
-    }
-    static const struct {
-        const char *name;
-        long value;
-    } consts[] = {
-        { "BOUNDED_RESIDENT", TIO_BOUNDED_RESIDENT },
-        { "BOUNDED_STORED", TIO_BOUNDED_STORED },
-        { "BOUNDED_CLEAN", TIO_BOUNDED_CLEAN },
-        { "BOUNDED_FIXED", TIO_BOUNDED_FIXED },
-        { "BOUNDED_GLOBAL", TIO_BOUNDED_GLOBAL },
-        { "BOUNDED_USE_WRITE", TIO_BOUNDED_USE_WRITE },
-        { "BOUNDED_USE_OPTIM", TIO_BOUNDED_USE_OPTIM },
-        { "BOUNDED_USE_COMM", TIO_BOUNDED_USE_COMM },
-        { "BOUNDED_USE_OUTPUT", TIO_BOUNDED_USE_OUTPUT },
-        { "BOUNDED_CREATED", TIO_BOUNDED_CREATED },
-    };
-    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
-        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) {
-            return -1;
-        }
     }
     return 0;
 }

@@ -362,6 +362,12 @@ class StepDriver:
             self.rt.after(k)
             self.k = k + 1
 
+    def _seen(self, st):
+        """(id, 0) of a storage this step has numbered; (None, its bytes) of one it has not
+        (0 bytes: an empty storage, nothing to track)."""
+        tid = self.ids.get(st._cdata)
+        return (tid, 0) if tid is not None else (None, st.nbytes())
+
     def _new_id(self, st):
         cd = st._cdata
         tid = self.n_ids
@@ -422,12 +428,10 @@ class StepDriver:
                 return func(*args, **kwargs)
         _, rets_w, comm = _arg_plan(func)
         uses: dict[int, int] = {}
-        ids = self.ids
         for t, w in _iter_args(func, args, kwargs):
             st = t.untyped_storage()
-            tid = ids.get(st._cdata)
+            tid, nb = self._seen(st)
             if tid is None:
-                nb = st.nbytes()
                 if nb == 0:
                     continue
                 tid = self._external(st, nb)
@@ -459,9 +463,8 @@ class StepDriver:
         # outputs
         for j, o in enumerate(_flat_out(out, [])):
             st = o.untyped_storage()
-            tid = ids.get(st._cdata)
+            tid, nb = self._seen(st)
             if tid is None:
-                nb = st.nbytes()
                 if nb == 0:
                     continue
                 tid = self._new_id(st)

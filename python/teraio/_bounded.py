@@ -9,12 +9,13 @@ the choice of victims are the C library's (teraio/bounded.h, teraio._core.Bounde
 optimizer, optimizer states first (only the optimizer uses them), then the least recently used;
 inside the optimizer, the tensors the optimizer already updated in this step, most recent first
 (a per-parameter optimizer is done with them) unless they were used by its last GRACE
-operators, then the least recently used. This module keeps what needs torch: the storages, their
-weak references, the engine calls. Synchronous and
-conservative: these steps get slower, not larger. Globals still offloaded when the first planned
-step starts are handed to the executor (tio_runtime_adopt_stored), so that step does not bring
-them back either; and an executor that goes (a switch to another plan, or to a step without a
-plan) hands its stored globals here (tio_runtime_give_stored). See docs/runtime.md.
+operators, then the ones it has not used, least recently used first, then those of its last
+GRACE operators. This module keeps what needs torch: the storages, their weak references, the
+engine calls, resize_. Synchronous and conservative: these steps get slower, not larger.
+Globals still offloaded when the first planned step starts are handed to the executor
+(tio_runtime_adopt_stored), so that step does not bring them back either; and an executor that
+goes (a switch to another plan, or to a step without a plan) hands its stored globals here
+(tio_runtime_give_stored). See docs/runtime.md.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ import weakref
 import torch
 
 from teraio import _core
-from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _arg_plan, _flat_out,
-                                _iter_args, release_storage)
+from teraio.torch._mode import (KIND_OPTIM, StepDriver, _arg_plan, _flat_out, _iter_args,
+                                release_storage)
 
 ID_BASE = 1 << 62  # engine ids of this module's copies (executors use generation << 32 + id)
 GRACE = 32  # operators: inside the optimizer, what it used in its last GRACE is offloaded last

@@ -258,8 +258,10 @@ static PyObject *bounded_op(BoundedObject *self, PyObject *unused) {
                          (unsigned long long)st.op_made, (unsigned long long)st.op_read_bytes);
 }
 
-/* Getters of the table's totals; closure: which (enum bounded_stat_field). */
+/* Getters of the table's totals; closure: which, a pointer into stat_ids. */
 enum bounded_stat_field { ST_RESIDENT, ST_LIVE, ST_PEAK_LIVE, ST_PEAK_RESIDENT, ST_CLOCK };
+static enum bounded_stat_field stat_ids[] = { ST_RESIDENT, ST_LIVE, ST_PEAK_LIVE, ST_PEAK_RESIDENT,
+                                              ST_CLOCK };
 
 static PyObject *bounded_stat(BoundedObject *self, void *closure) {
     struct tio_bounded_stats st;
@@ -269,7 +271,8 @@ static PyObject *bounded_stat(BoundedObject *self, void *closure) {
                            [ST_PEAK_LIVE] = st.peak_live,
                            [ST_PEAK_RESIDENT] = st.peak_resident,
                            [ST_CLOCK] = st.clock };
-    return PyLong_FromUnsignedLongLong((unsigned long long)v[(uintptr_t)closure]);
+    return PyLong_FromUnsignedLongLong(
+        (unsigned long long)v[*(const enum bounded_stat_field *)closure]);
 }
 
 static PyObject *bounded_count(BoundedObject *self, void *closure) {
@@ -279,13 +282,12 @@ static PyObject *bounded_count(BoundedObject *self, void *closure) {
 
 static PyGetSetDef bounded_getset[] = {
     { "resident", (getter)bounded_stat, NULL, "bytes of the resident entries",
-      (void *)(uintptr_t)ST_RESIDENT },
-    { "live", (getter)bounded_stat, NULL, "bytes of all entries", (void *)(uintptr_t)ST_LIVE },
-    { "peak_live", (getter)bounded_stat, NULL, "the most live was",
-      (void *)(uintptr_t)ST_PEAK_LIVE },
+      &stat_ids[ST_RESIDENT] },
+    { "live", (getter)bounded_stat, NULL, "bytes of all entries", &stat_ids[ST_LIVE] },
+    { "peak_live", (getter)bounded_stat, NULL, "the most live was", &stat_ids[ST_PEAK_LIVE] },
     { "peak_resident", (getter)bounded_stat, NULL, "the most resident was at a mark_peak()",
-      (void *)(uintptr_t)ST_PEAK_RESIDENT },
-    { "clock", (getter)bounded_stat, NULL, "operators begun", (void *)(uintptr_t)ST_CLOCK },
+      &stat_ids[ST_PEAK_RESIDENT] },
+    { "clock", (getter)bounded_stat, NULL, "operators begun", &stat_ids[ST_CLOCK] },
     { "count", (getter)bounded_count, NULL, "entries tracked", NULL },
     { NULL, NULL, NULL, NULL, NULL },
 };

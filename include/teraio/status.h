@@ -77,6 +77,16 @@ TIO_API const char *tio_last_error(void);
  */
 TIO_API int tio_set_error(int status, const char *fmt, ...) TIO_PRINTF(2, 3);
 
+/*
+ * tio_status_is_input_error: 1 when a failure with this status means the input was bad: a value
+ * out of range (TIO_EINVAL), a malformed or unsupported file (TIO_EFORMAT, TIO_EVERSION), a plan
+ * that does not fit its trace (TIO_EPLAN), a budget that cannot be met (TIO_EINFEASIBLE), a name
+ * that does not exist (TIO_ENOTFOUND), or a path that cannot be used (-ENOENT, -EISDIR, -ENOTDIR,
+ * -ELOOP, -EACCES, -EPERM); 0 for anything else (a failure while running, or success). The CLI
+ * exits 2 for the former, 3 for the latter, and so does the Python report.
+ */
+TIO_API int tio_status_is_input_error(int status);
+
 /* tio_clear_error: reset the calling thread's detail to "". */
 TIO_API void tio_clear_error(void);
 

@@ -12,6 +12,7 @@
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
  *   sim.h       the simulator: replay a trace and a plan or baseline on a hardware model
  *   runtime.h   the plan executor: runs a plan's moves on the engine around each kernel
+ *   bounded.h   the memory table and victim policy of the steps without a plan (warm-up)
  *   blockcache.h  large host blocks for CPU tensors, kept for reuse by size
  *   tier.h      the memory tiers plans and the engine share (GPU, host, SSD)
  *   device.h    CUDA device buffers through the library's runtime loader (tools, tests)
@@ -27,6 +28,7 @@
 #include <teraio/analysis.h>
 #include <teraio/assert.h>
 #include <teraio/blockcache.h>
+#include <teraio/bounded.h>
 #include <teraio/device.h>
 #include <teraio/hw.h>
 #include <teraio/io.h>

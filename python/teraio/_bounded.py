@@ -4,15 +4,18 @@ Before a plan exists nothing says which tensor is needed when, so the Offloader 
 under the budget reactively: every operator's tensors are made resident before it runs (read back
 from the engine if they were offloaded), and after it ran, while the tracked bytes exceed the
 budget, a tensor the operator did not use is written to the engine (and waited for) and its
-storage released (`untyped_storage().resize_(0)`, the executor's technique). Which one: outside the
+storage released (`untyped_storage().resize_(0)`, the executor's technique). The accounting and
+the choice of victims are the C library's (teraio/bounded.h, teraio._core.Bounded): outside the
 optimizer, optimizer states first (only the optimizer uses them), then the least recently used;
 inside the optimizer, the tensors the optimizer already updated in this step, most recent first
 (a per-parameter optimizer is done with them) unless they were used by its last GRACE
-operators, then the least recently used. Synchronous and
-conservative: these steps get slower, not larger. Globals still offloaded when the first planned
-step starts are handed to the executor (tio_runtime_adopt_stored), so that step does not bring
-them back either; and an executor that goes (a switch to another plan, or to a step without a
-plan) hands its stored globals here (tio_runtime_give_stored). See docs/runtime.md.
+operators, then the ones it has not used, least recently used first, then those of its last
+GRACE operators. This module keeps what needs torch: the storages, their weak references, the
+engine calls, resize_. Synchronous and conservative: these steps get slower, not larger.
+Globals still offloaded when the first planned step starts are handed to the executor
+(tio_runtime_adopt_stored), so that step does not bring them back either; and an executor that
+goes (a switch to another plan, or to a step without a plan) hands its stored globals here
+(tio_runtime_give_stored). See docs/runtime.md.
 """
 from __future__ import annotations
 
@@ -21,45 +24,27 @@ import weakref
 
 import torch
 
-from teraio.torch._mode import (F_GLOBAL, KIND_OPTIM, StepDriver, _arg_plan, _flat_out,
-                                _iter_args, release_storage)
+from teraio import _core
+from teraio.torch._mode import (KIND_OPTIM, StepDriver, _arg_plan, _flat_out, _iter_args,
+                                release_storage)
 
-ID_BASE = 1 << 62
-GRACE = 32  # operators  # engine ids of this module's copies (executors use generation << 32 + id)
+ID_BASE = 1 << 62  # engine ids of this module's copies (executors use generation << 32 + id)
+GRACE = 32  # operators: inside the optimizer, what it used in its last GRACE is offloaded last
 
-
-class _Entry:
-    __slots__ = ("ref", "nb", "resident", "last", "eid", "clean", "optim_state", "optim_used",
-                 "fixed", "name")
-
-    def __init__(self, ref, nb, last):
-        self.ref = ref
-        self.nb = nb
-        self.resident = True
-        self.last = last
-        self.eid = None
-        self.clean = False  # the engine holds an identical copy
-        self.optim_state = False
-        self.optim_used = False
-        self.fixed = False  # its storage cannot be released (not resizable)
-        self.name = None  # a global's name (parameter, gradient, optimizer state)
-
-    def what(self):
-        return (f"{self.name} ({self.nb} bytes)" if self.name else
-                f"an intermediate tensor of {self.nb} bytes")
+_RESIDENT, _CLEAN, _CREATED = _core.BOUNDED_RESIDENT, _core.BOUNDED_CLEAN, _core.BOUNDED_CREATED
+_WRITE, _OPTIM = _core.BOUNDED_USE_WRITE, _core.BOUNDED_USE_OPTIM
+_COMM, _OUTPUT = _core.BOUNDED_USE_COMM, _core.BOUNDED_USE_OUTPUT
 
 
 def error_in(ex, context):
     """teraio.Error ex (code, message) with context put before its message, code kept."""
-    from teraio import _core
-
     code, msg = ex.args[:2] if len(ex.args) >= 2 else (-5, str(ex))
     return _core.Error(code, f"{context}: {msg}")
 
 
-def _io_error(ex, what, e):
+def _io_error(ex, what, tensor):
     """An engine error of a warm-up or profiled step, naming the tensor it was moving."""
-    return error_in(ex, f"{what} {e.what()} in a step without a plan (warm-up or profiling)")
+    return error_in(ex, f"{what} {tensor} in a step without a plan (warm-up or profiling)")
 
 
 _META_CACHE: dict = {}
@@ -144,20 +129,18 @@ def new_output_bytes(func, args, kwargs, min_bytes):
 
 
 class BoundedMemory:
-    """Tracked storages (>= min_bytes) of the steps without a plan, kept under budget()."""
+    """Tracked storages (>= min_bytes) of the steps without a plan, kept under budget(). The
+    table (teraio._core.Bounded) is keyed by the storages' addresses (_cdata)."""
 
     def __init__(self, engine, min_bytes, budget, tier):
         self.engine = engine
         self.min_bytes = max(1, int(min_bytes))
         self.budget = budget  # callable: the current budget in bytes
         self.tier = tier      # callable: engine tiers to try, in order, for a tensor of n bytes
-        self.ent: dict[int, _Entry] = {}
+        self.table = _core.Bounded(self.min_bytes, GRACE)
+        self.refs: dict[int, weakref.ref] = {}  # key -> its storage (weak)
+        self.names: dict[int, str] = {}  # key -> a global's name (parameter, gradient, state)
         self.dead: list[int] = []
-        self.resident = 0
-        self.live = 0
-        self.peak_live = 0        # tracked bytes if nothing were offloaded
-        self.peak_resident = 0    # tracked bytes actually resident, max after each operator
-        self.clock = 0
         self.max_out = 0  # largest tracked output bytes of one operator: room made before each
         # per operator: its output bytes over its largest input that is not a global (what scales
         # with the batch's shape), the most seen: a step of a new, larger shape makes room for
@@ -174,162 +157,142 @@ class BoundedMemory:
         self.device = False
         self.sync = None
 
+    @property
+    def peak_live(self):
+        """Tracked bytes if nothing were offloaded, the most seen."""
+        return self.table.peak_live
+
+    @property
+    def peak_resident(self):
+        """Tracked bytes actually resident, the most after each operator."""
+        return self.table.peak_resident
+
     # ---- bookkeeping ------------------------------------------------------------------------
     def _died(self, cd, ref):
-        e = self.ent.get(cd)
-        if e is not None and e.ref is ref:
+        if self.refs.get(cd) is ref:
             self.dead.append(cd)
 
     def _flush_dead(self):
         while self.dead:
             cd = self.dead.pop()
-            e = self.ent.get(cd)
-            if e is None or e.ref() is not None:
-                continue
-            self._remove(cd, e)
+            r = self.refs.get(cd)
+            if r is not None and r() is None:
+                self._remove(cd)
 
-    def _remove(self, cd, e):
-        del self.ent[cd]
-        self.live -= e.nb
-        if e.resident:
-            self.resident -= e.nb
-        if e.eid is not None:
-            self.engine.drop(e.eid)
+    def _remove(self, cd):
+        del self.refs[cd]
+        self.names.pop(cd, None)
+        eid = self.table.remove(cd)
+        if eid is not None:
+            self.engine.drop(eid)
 
-    def _entry(self, st):
+    def _track(self, st, how=None):
+        """Track storage st (>= min_bytes; used by the current operator as `how`, unless None):
+        its key, or None when it is too small to track."""
         cd = st._cdata
-        e = self.ent.get(cd)
-        if e is not None:
-            if e.ref() is st:
-                return e
-            self._remove(cd, e)  # the address was reused by a new storage
-        nb = st.nbytes()
-        if nb < self.min_bytes:
+        r = self.refs.get(cd)
+        nb = 0  # tracked already: the table knows its size (0 now, if offloaded)
+        if r is None:
+            nb = st.nbytes()
+        elif r() is not st:
+            self._remove(cd)  # the address was reused by a new storage
+            nb = st.nbytes()
+        rc = self.table.track(cd, nb) if how is None else self.table.use(cd, nb, how)
+        if not rc:
             return None
-        e = _Entry(weakref.ref(st, lambda r, cd=cd: self._died(cd, r)), nb, self.clock)
-        self.ent[cd] = e
-        self.live += nb
-        self.resident += nb
-        self.peak_live = max(self.peak_live, self.live)
-        return e
+        if rc & _CREATED:
+            self.refs[cd] = weakref.ref(st, lambda r, cd=cd: self._died(cd, r))
+        return cd
+
+    def _what(self, cd, nb):
+        name = self.names.get(cd)
+        return f"{name} ({nb} bytes)" if name else f"an intermediate tensor of {nb} bytes"
 
     # ---- moves --------------------------------------------------------------------------------
-    def _write(self, e, st):
-        """Write e to the first tier with room; False when every tier is full."""
-        from teraio import _core
-
-        for tier in self.tier(e.nb):
+    def _write(self, cd, eid, nb, st):
+        """Write st to the first tier with room; False when every tier is full."""
+        for tier in self.tier(nb):
             try:
-                self.engine.write(e.eid, st.data_ptr(), e.nb, tier, self.device)
+                self.engine.write(eid, st.data_ptr(), nb, tier, self.device)
                 return True
             except _core.Error as ex:
                 if ex.args[0] != -28:  # -ENOSPC: try the next tier
-                    raise _io_error(ex, "offloading", e) from None
+                    raise _io_error(ex, "offloading", self._what(cd, nb)) from None
         return False
 
-    def _evict(self, e):
-        """Offload e; False when no tier has room for it."""
-        st = e.ref()
+    def _evict(self, cd):
+        """Offload the storage of key cd; False when no tier has room for it."""
+        st = self.refs[cd]()
         if st is None:
             return True
-        if st.nbytes() != e.nb:  # resized by its owner: track the new size, do not move it now
-            self.live += st.nbytes() - e.nb
-            self.resident += st.nbytes() - e.nb
-            e.nb = st.nbytes()
-            e.fixed = e.nb == 0
+        nb, eid, flags = self.table.get(cd)
+        if st.nbytes() != nb:  # resized by its owner: track the new size, do not move it now
+            self.table.resize(cd, st.nbytes())
             return True
         t0 = time.perf_counter()
-        fresh = e.eid is None
-        if fresh:
-            e.eid = self.next_eid
+        if eid is None:
+            eid = self.next_eid
             self.next_eid += 1
-        if not e.clean:
+        if not flags & _CLEAN:
             if self.sync is not None:
                 self.sync()
-            if not self._write(e, st):
-                if fresh:
-                    e.eid = None
+            if not self._write(cd, eid, nb, st):
                 return False
             self.stats["offloads"] += 1
-            self.stats["bytes_offloaded"] += e.nb
+            self.stats["bytes_offloaded"] += nb
         try:
             release_storage(st, self.discard)
         except RuntimeError:  # not resizable (e.g. from numpy): keep it, forget the copy
-            e.fixed = True
-            self.engine.drop(e.eid)
-            e.eid = None
-            e.clean = False
+            self.table.pin(cd)
+            self.engine.drop(eid)
             return True
-        e.clean = True
-        e.resident = False
-        self.resident -= e.nb
+        self.table.offloaded(cd, eid)
         self.stats["io_s"] += time.perf_counter() - t0
         return True
 
-    def _load(self, e, st):
+    def _load(self, cd):
+        st = self.refs[cd]()
+        nb, eid, _ = self.table.get(cd)
         t0 = time.perf_counter()
-        st.resize_(e.nb)
-        from teraio import _core
-
+        st.resize_(nb)
         if self.sync is not None:
             self.sync()
         try:
-            self.engine.read(e.eid, st.data_ptr(), e.nb, self.device)
+            self.engine.read(eid, st.data_ptr(), nb, self.device)
         except _core.Error as ex:
-            raise _io_error(ex, "reading back", e) from None
-        e.resident = True
-        self.resident += e.nb
+            raise _io_error(ex, "reading back", self._what(cd, nb)) from None
+        self.table.loaded(cd)
         self.stats["reads"] += 1
-        self.stats["bytes_read"] += e.nb
+        self.stats["bytes_read"] += nb
         self.stats["io_s"] += time.perf_counter() - t0
 
-    def _make_room(self, keep, in_optim, reserve=0):
+    def _make_room(self, in_optim, reserve=0):
+        """Offload the table's victims until the resident bytes are within the budget less
+        reserve, or the tiers are full (then run above the budget rather than fail)."""
         budget = max(0, self.budget() - reserve)
-        if self.resident <= budget:
-            return
-        cands = [e for e in self.ent.values()
-                 if e.resident and not e.fixed and id(e) not in keep]
-        if in_optim:
-            # done with: used by the optimizer, but not by its last few operators (a parameter's
-            # update is a burst of operators on its weight, gradient and states)
-            done = self.clock - GRACE
-            cands.sort(key=lambda e: (0, -e.last) if e.optim_used and e.last < done
-                       else (2, -e.last) if e.optim_used else (1, e.last))
-        else:
-            cands.sort(key=lambda e: (0 if e.optim_state else 1, e.last))
-        for e in cands:
-            if self.resident <= budget:
-                break
-            if not self._evict(e):
-                break  # the tiers are full: run above the budget rather than fail
+        tb = self.table
+        more = False
+        while tb.resident > budget:
+            victims = tb.pick(budget, in_optim, more)
+            if not victims:
+                return
+            for cd in victims:
+                if tb.resident <= budget or not self._evict(cd):
+                    return
+            more = True  # an offload freed less than planned: the round goes on
 
     # ---- around one operator ----------------------------------------------------------------
     def before(self, func, args, kwargs, in_optim):
+        """The operator's tensors tracked and resident, room made for its outputs. The table
+        keeps what it uses (never a victim until the next operator)."""
         self._flush_dead()
-        self.clock += 1
-        keep = set()
-        load = []
-        inb = 0
+        tb = self.table
+        tb.begin_op()
         comm = _arg_plan(func)[2]
+        how = (_OPTIM if in_optim else 0) | (_COMM if comm else 0)
         for t, w in _iter_args(func, args, kwargs):
-            st = t.untyped_storage()
-            e = self._entry(st)
-            if e is None:
-                continue
-            if comm:  # a collective (DDP's bucket allreduce) may use it after it returns
-                e.fixed = True
-                if not e.resident and id(e) not in keep:
-                    load.append((e, st))
-            if id(e) not in keep and not e.resident and not e.fixed:
-                load.append((e, st))
-            keep.add(id(e))
-            e.last = self.clock
-            if w:
-                e.clean = False
-            if in_optim:
-                e.optim_used = True
-            if e.name is None and e.nb > inb:
-                inb = e.nb
+            self._track(t.untyped_storage(), how | _WRITE if w else how)
+        inb, _, load_bytes = tb.op()
         self._op = (func, inb)
         room = new_output_bytes(func, args, kwargs, self.min_bytes)
         if room is None:  # not known beforehand: the most an operator made, or by this one's ratio
@@ -337,63 +300,52 @@ class BoundedMemory:
             if inb:
                 room = max(room, int(self.out_ratio.get(func, 0.0) * inb))
         # room for what comes back and for the outputs, before anything is allocated
-        self._make_room(keep, in_optim, room + sum(e.nb for e, _ in load))
-        for e, st in load:
-            self._load(e, st)
-        self.peak_resident = max(self.peak_resident, self.resident)
-        return keep
+        self._make_room(in_optim, room + load_bytes)
+        for cd in tb.op_reads():
+            self._load(cd)
+        tb.mark_peak()
 
-    def after(self, out, keep, in_optim):
-        made = 0
+    def after(self, out, in_optim):
         comm = self._op is not None and _arg_plan(self._op[0])[2]
+        how = _OUTPUT | (_OPTIM if in_optim else 0) | (_COMM if comm else 0)
         for o in _flat_out(out, []):
-            st = o.untyped_storage()
-            known = self.ent.get(st._cdata)
-            e = self._entry(st)
-            if e is None:
-                continue
-            if comm:
-                e.fixed = True
-            if known is not e:
-                made += e.nb
-            keep.add(id(e))
-            e.last = self.clock
-            e.clean = False
-            if in_optim:
-                e.optim_used = True
+            self._track(o.untyped_storage(), how)
+        made = self.table.op()[1]
         self.max_out = max(self.max_out, made)
         func, inb = self._op or (None, 0)
         if inb and made:
             self.out_ratio[func] = max(self.out_ratio.get(func, 0.0), made / inb)
         self._op = None
-        self.peak_resident = max(self.peak_resident, self.resident)
-        self._make_room(keep, in_optim)
+        self.table.mark_peak()
+        self._make_room(in_optim)
 
     # ---- between steps ------------------------------------------------------------------------
     def begin_step(self, globals_):
         self._flush_dead()
-        for e in self.ent.values():
-            e.optim_used = False
+        self.table.begin_step()
         for name, st, kind in globals_:
-            e = self._entry(st) if st.nbytes() else self.ent.get(st._cdata)
-            if e is not None:
-                e.name = name
-                e.optim_state = kind == KIND_OPTIM or e.optim_state
+            cd = self._track(st) if st.nbytes() else st._cdata
+            if cd is not None and self.table.set_global(cd, kind == KIND_OPTIM):
+                self.names[cd] = name
 
     def true_nbytes(self, st):
-        e = self.ent.get(st._cdata)
-        return e.nb if e is not None and e.ref() is st and not e.resident else st.nbytes()
+        cd = st._cdata
+        r = self.refs.get(cd)
+        if r is not None and r() is st:
+            nb, _, flags = self.table.get(cd)
+            if not flags & _RESIDENT:
+                return nb
+        return st.nbytes()
 
     def end_step(self, globals_):
         """Bring back what is offloaded but not a global (it would be read outside the step)."""
         self._flush_dead()
         gl = {st._cdata for _, st, _ in globals_}
-        for cd, e in list(self.ent.items()):
-            st = e.ref()
-            if st is None:
-                self._remove(cd, e)
-            elif not e.resident and cd not in gl:
-                self._load(e, st)
+        for cd in self.table.keys():
+            if self.refs[cd]() is None:
+                self._remove(cd)
+            elif not self.table.get(cd)[2] & _RESIDENT and cd not in gl:
+                self._load(cd)
 
     def adopt(self, st, nb, eid, name=None):
         """Storage st's contents (nb bytes) are in the engine as eid, handed over by an executor
@@ -405,19 +357,12 @@ class BoundedMemory:
             return
         self._flush_dead()
         cd = st._cdata
-        old = self.ent.get(cd)
-        if old is not None:
-            self._remove(cd, old)
-        e = _Entry(weakref.ref(st, lambda r, cd=cd: self._died(cd, r)), nb, self.clock)
-        e.eid = eid
-        e.clean = True
-        e.name = name
-        e.resident = st.nbytes() == nb
-        self.ent[cd] = e
-        self.live += nb
-        if e.resident:
-            self.resident += nb
-        self.peak_live = max(self.peak_live, self.live)
+        if cd in self.refs:
+            self._remove(cd)
+        self.table.adopt(cd, nb, eid, st.nbytes() == nb, name is not None)
+        self.refs[cd] = weakref.ref(st, lambda r, cd=cd: self._died(cd, r))
+        if name is not None:
+            self.names[cd] = name
 
     def hand_over(self, globals_, runtime, prog):
         """The first planned step begins: offloaded globals become the executor's copies. A
@@ -425,29 +370,31 @@ class BoundedMemory:
         anything else is brought back."""
         self._flush_dead()
         for i, (_, st, _) in enumerate(globals_):
-            e = self.ent.get(st._cdata)
-            if e is not None and e.ref() is st and not e.resident and \
-                    i < prog.n_globals and prog.tensors[i][0] == e.nb:
+            cd = st._cdata
+            r = self.refs.get(cd)
+            if r is None or r() is not st:
+                continue
+            nb, eid, flags = self.table.get(cd)
+            if not flags & _RESIDENT and i < prog.n_globals and prog.tensors[i][0] == nb:
                 try:
-                    runtime.adopt(i, e.eid)
+                    runtime.adopt(i, eid)
                 except Exception:  # noqa: BLE001 - e.g. pinned in the trace: bring it back below
                     continue
-                e.eid = None  # the executor owns (and drops) the copy now
-                del self.ent[st._cdata]
+                # the executor owns (and drops) the copy now: forgotten here, not dropped
+                del self.refs[cd]
+                self.names.pop(cd, None)
+                self.table.remove(cd)
         self.restore()
 
     def restore(self):
         """Bring every offloaded storage back and forget the copies."""
         self._flush_dead()
-        for cd, e in list(self.ent.items()):
-            st = e.ref()
-            if st is not None and not e.resident:
-                self._load(e, st)
-            if e.eid is not None:
-                self.engine.drop(e.eid)
-                e.eid = None
-        self.ent.clear()
-        self.resident = self.live = 0
+        for cd in self.table.keys():
+            st = self.refs[cd]()
+            if st is not None and not self.table.get(cd)[2] & _RESIDENT:
+                self._load(cd)
+            self._remove(cd)  # its copy dropped; one by one: a failed read leaves the rest
+        self.table.clear()
 
 
 class BoundedRecorder(StepDriver):
@@ -465,13 +412,13 @@ class BoundedRecorder(StepDriver):
     def _timed(self, func, args, kwargs, k):
         self.busy = True
         try:
-            keep = self.bounded.before(func, args, kwargs, self.in_optim())
+            self.bounded.before(func, args, kwargs, self.in_optim())
         finally:
             self.busy = False
         out = super()._timed(func, args, kwargs, k)
         self.busy = True
         try:
-            self.bounded.after(out, keep, self.in_optim())
+            self.bounded.after(out, self.in_optim())
         finally:
             self.busy = False
         return out

@@ -157,7 +157,7 @@ class Planning:
             raise ValueError(f"plan: {path!r} does not belong to {path + '.trace'!r}: {e}") \
                 from None
         prog = StepProgram(tensors=trace.tensors(), kernels=[
-            (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()])
+            (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()], trace=trace)
         prog.n_globals = int(trace.meta.get("n_globals") or 0)
         self._trace, self._plan, self._prog = trace, plan, prog
         self._loaded = (trace, plan, prog)
@@ -296,11 +296,16 @@ class Planning:
     def _make_plan(self, prog):
         if self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:
             self._measure_ssd()
-        if self.budget_fraction is not None:
-            self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
-        self._check_program(prog)
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
         trace = _core.Trace.build(prog.tensors, prog.kernels, meta)
+        prog.trace = trace  # final: the budget, the checks and the executor read its liveness
+        try:
+            if self.budget_fraction is not None:
+                self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
+            self._check_program(prog)
+        except ValueError:
+            prog.trace = None  # no plan: the program is not final
+            raise
         plan = _core.Plan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
         s = plan.summary()
         if not s["feasible"]:

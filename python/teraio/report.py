@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import errno
 import html
 import json
 import math
@@ -80,12 +79,6 @@ def run_cli(*args: str, want_json: bool = True) -> dict | str:
     return json.loads(proc.stdout) if want_json else proc.stdout
 
 
-# teraio statuses that are bad input (exit 2, as the CLI's cli_exit_code), the rest exit 3:
-# TIO_EINVAL, EFORMAT, EVERSION, EPLAN, EINFEASIBLE, ENOTFOUND and the errnos of a bad path
-_INPUT_STATUSES = {-1000, -1001, -1002, -1007, -1008, -1012} | {
-    -errno.ENOENT, -errno.EISDIR, -errno.ENOTDIR, -errno.ELOOP, -errno.EACCES, -errno.EPERM}
-
-
 def _lib(step: str, fn, *args, **kwargs):
     """Call teraio._core for one step of the report; a teraio.Error becomes a ReportError that
     names the step, with the exit code the CLI gives that status."""
@@ -96,7 +89,7 @@ def _lib(step: str, fn, *args, **kwargs):
     except _core.Error as e:
         status, message = e.args[0], e.args[1]
         raise ReportError(f"{step}: {message}",
-                          code=2 if status in _INPUT_STATUSES else 3) from None
+                          code=2 if _core.status_is_input_error(status) else 3) from None
 
 
 def _plt():
@@ -104,6 +97,23 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def _save(plt, fig, out: Path) -> None:
+    """Lay figure fig out, write it to out (120 dpi) and close it."""
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def _finish(plt, fig, ax, out: Path, title: str, legend: bool = True, **grid) -> None:
+    """The plots' common end: title, legend (lower right), a light grid (grid: which lines),
+    then _save."""
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, alpha=0.3, **grid)
+    _save(plt, fig, out)
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -142,12 +152,7 @@ def plot_memory(memory_csv: Path, capacity: int, out: Path, title: str) -> dict:
     ax.set_yscale("log")
     ax.set_xlabel("kernel index in one training iteration")
     ax.set_ylabel("memory / GPU capacity")
-    ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, out, title, which="both")
     return {"kernels": len(k), "capacity_bytes": cap}
 
 
@@ -171,12 +176,7 @@ def plot_cdf(cdf_csv: Path, out: Path, title: str, counts: dict | None = None) -
     ax.set_xlabel("inactive period length (us)")
     ax.set_ylabel("CDF of inactive periods")
     ax.set_ylim(0, 1.02)
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, out, title, which="both")
 
 
 def plot_sweep(points: list[dict], out: Path, title: str) -> None:
@@ -194,12 +194,7 @@ def plot_sweep(points: list[dict], out: Path, title: str) -> None:
     ax.set_xlabel("migration bandwidth per GPU (GB/s)")
     ax.set_ylabel("throughput / ideal")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, out, title)
 
 
 def plot_throughput(rows: list[dict], out: Path, title: str) -> None:
@@ -217,12 +212,8 @@ def plot_throughput(rows: list[dict], out: Path, title: str) -> None:
                     ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("tokens/s (simulated)")
     ax.set_xlabel("system (label: % of ideal)")
-    ax.set_title(title)
     ax.tick_params(axis="x", rotation=30)
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, out, title, legend=False, axis="y")
 
 
 def plot_timeline(sim_dir: Path, capacity: int, out: Path, title: str) -> None:
@@ -257,9 +248,7 @@ def plot_timeline(sim_dir: Path, capacity: int, out: Path, title: str) -> None:
                  va="center", transform=ax2.transAxes)
     ax2.grid(True, alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 /* Status codes, tio_strerror and the per-thread error detail. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -52,6 +53,26 @@ const char *tio_strerror(int status) {
         return s ? s : "unknown system error";
     }
     return "unknown teraio status";
+}
+
+int tio_status_is_input_error(int status) {
+    switch (status) {
+    case TIO_EINVAL:
+    case TIO_EFORMAT:
+    case TIO_EVERSION:
+    case TIO_EPLAN:
+    case TIO_ENOTFOUND:
+    case TIO_EINFEASIBLE:
+    case -ENOENT:
+    case -EISDIR:
+    case -ENOTDIR:
+    case -ELOOP:  /* a symlinked directory entry, refused on purpose */
+    case -EACCES: /* an unwritable directory or file the user named */
+    case -EPERM:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 const char *tio_last_error(void) {

@@ -90,6 +90,29 @@ def test_report_follows_the_cli_exit_codes(tmp_path, capsys):
                         "-o", str(tmp_path / "o3")]) == 2
 
 
+def test_library_failures_exit_as_the_cli_would():
+    """A library failure in a report step gets the CLI's exit code by the library's own rule
+    (teraio._core.status_is_input_error, the one cli_exit_code uses): 2 for bad input (values,
+    files, plans, budgets, names, unusable paths), 3 for a failure while running."""
+    import errno
+
+    from teraio import _core
+
+    cases = {-1000: 2, -1001: 2, -1002: 2, -1007: 2, -1008: 2, -1012: 2, -errno.ENOENT: 2,
+             -errno.EISDIR: 2, -errno.ENOTDIR: 2, -errno.ELOOP: 2, -errno.EACCES: 2,
+             -errno.EPERM: 2, -1003: 3, -1004: 3, -1009: 3, -1011: 3, -1013: 3,
+             -errno.ENOSPC: 3, -errno.EIO: 3}
+    for status, code in cases.items():
+        assert _core.status_is_input_error(status) is (code == 2), status
+
+        def fail(status=status):
+            raise _core.Error(status, "boom")
+
+        with pytest.raises(report.ReportError, match="^the step: boom$") as e:
+            report._lib("the step", fail)
+        assert e.value.code == code, status
+
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "example.tio"
 
 

@@ -26,6 +26,23 @@ TIO_TEST(error_detail_is_kept) {
     CHECK_STR(tio_last_error(), "");
 }
 
+/* The input-error rule the CLI's exit codes and the Python report share, code by code. */
+TIO_TEST(status_is_input_error) {
+    const int input[] = { TIO_EINVAL,      TIO_EFORMAT,   TIO_EVERSION, TIO_EPLAN,
+                          TIO_EINFEASIBLE, TIO_ENOTFOUND, -ENOENT,      -EISDIR,
+                          -ENOTDIR,        -ELOOP,        -EACCES,      -EPERM };
+    const int other[] = { 0,          1,           TIO_ENOMEM,   TIO_EUNAVAIL,
+                          TIO_ECUDA,  TIO_ECUFILE, TIO_ECORRUPT, TIO_ECANCELED,
+                          TIO_ESTATE, TIO_EIO,     -ENOSPC,      -EIO,
+                          -EINVAL,    -999999 };
+    for (size_t i = 0; i < sizeof input / sizeof input[0]; i++) {
+        CHECK_EQ_I(tio_status_is_input_error(input[i]), 1);
+    }
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        CHECK_EQ_I(tio_status_is_input_error(other[i]), 0);
+    }
+}
+
 TIO_TEST(parse_bytes) {
     uint64_t v = 0;
     CHECK_OK(tio_parse_bytes("4096", &v));
@@ -210,6 +227,7 @@ TIO_TEST(version) {
 int main(void) {
     RUN(strerror_covers_codes);
     RUN(error_detail_is_kept);
+    RUN(status_is_input_error);
     RUN(parse_bytes);
     RUN(parse_rate_and_duration);
     RUN(format_units);

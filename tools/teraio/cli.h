@@ -50,8 +50,8 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
  * and return the exit code for rc (TIO_EXIT_INPUT for format/value errors, else RUNTIME). */
 int cli_fail(const char *cmd, const char *what, int rc);
 
-/* The exit code for a library status: EINVAL/EFORMAT/EVERSION/EPLAN/ENOTFOUND/EINFEASIBLE and
- * -ENOENT give TIO_EXIT_INPUT, the rest TIO_EXIT_RUNTIME. */
+/* The exit code for a library status: TIO_EXIT_INPUT where tio_status_is_input_error(rc), else
+ * TIO_EXIT_RUNTIME. */
 int cli_exit_code(int rc);
 
 /* 1 if stderr is a terminal (progress output goes there only then). */

@@ -21,23 +21,7 @@ void cli_error(const char *cmd, const char *fmt, ...) {
 }
 
 int cli_exit_code(int rc) {
-    switch (rc) {
-    case TIO_EINVAL:
-    case TIO_EFORMAT:
-    case TIO_EVERSION:
-    case TIO_EPLAN:
-    case TIO_ENOTFOUND:
-    case TIO_EINFEASIBLE:
-    case -ENOENT:
-    case -EISDIR:
-    case -ENOTDIR:
-    case -ELOOP:  /* a symlinked directory entry, refused on purpose */
-    case -EACCES: /* an unwritable directory or file the user named */
-    case -EPERM:
-        return TIO_EXIT_INPUT;
-    default:
-        return TIO_EXIT_RUNTIME;
-    }
+    return tio_status_is_input_error(rc) ? TIO_EXIT_INPUT : TIO_EXIT_RUNTIME;
 }
 
 int cli_fail(const char *cmd, const char *what, int rc) {

@@ -44,6 +44,15 @@ static PyObject *py_strerror(PyObject *self, PyObject *arg) {
     return PyUnicode_FromString(tio_strerror((int)s));
 }
 
+static PyObject *py_status_is_input_error(PyObject *self, PyObject *arg) {
+    (void)self;
+    int status;
+    if (!PyArg_Parse(arg, "i", &status)) {
+        return NULL;
+    }
+    return PyBool_FromLong(tio_status_is_input_error(status));
+}
+
 /* parse_bytes / parse_rate: a str through tio_parse_bytes (an int) or tio_parse_rate (a float). */
 static PyObject *parse_quantity(PyObject *arg, int rate) {
     const char *s = PyUnicode_AsUTF8(arg);
@@ -113,6 +122,8 @@ static PyObject *py_malloc_mmap_threshold(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     { "version", py_version, METH_NOARGS, "version() -> str: libteraio's version." },
     { "strerror", py_strerror, METH_O, "strerror(status) -> str." },
+    { "status_is_input_error", py_status_is_input_error, METH_O,
+      "status_is_input_error(status) -> bool: bad input (the CLI's exit 2), not a failure." },
     { "parse_bytes", py_parse_bytes, METH_O, "parse_bytes('94GiB') -> int bytes." },
     { "parse_rate", py_parse_rate, METH_O, "parse_rate('6.5GB/s') -> float bytes/s." },
     { "format_bytes", py_format_bytes, METH_O, "format_bytes(n) -> '1.50 MiB'." },
@@ -149,7 +160,8 @@ PyMODINIT_FUNC PyInit__core(void) { // NOLINT(readability-identifier-naming)
     }
     int (*hooks[])(PyObject *) = { tio_py_add_trace,   tio_py_add_analysis, tio_py_add_model,
                                    tio_py_add_plan,    tio_py_add_sim,      tio_py_add_engine,
-                                   tio_py_add_runtime, tio_py_add_dispatch, tio_py_add_iobuf };
+                                   tio_py_add_runtime, tio_py_add_dispatch, tio_py_add_iobuf,
+                                   tio_py_add_bounded };
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
         if (hooks[i] && hooks[i](m) < 0) {
             Py_DECREF(m);

@@ -40,6 +40,11 @@ class StepProgram:
     tensors: list = field(default_factory=list)  # [(bytes, kind, flags, name)]
     kernels: list = field(default_factory=list)  # [(name, duration_ns, flags, uses)]
     n_globals: int = 0
+    # the C trace of this program once it is final (the one its plan is made from, or loaded
+    # with it): liveness reads it and keeps each result; None while recording, when liveness
+    # builds a temporary trace of the program as it stands
+    trace: object = field(default=None, repr=False, compare=False)
+    _live: dict = field(default_factory=dict, repr=False, compare=False)
 
     def working_sets(self):
         """Bytes each kernel touches (largest = the smallest budget that can ever work)."""
@@ -51,8 +56,14 @@ class StepProgram:
         executor's own definitions): first/last use per tensor (None: never used; operators
         named skip_kernel do not count) and the bytes resident at each operator with nothing
         offloaded, over the tensors not in exclude."""
-        trace = _c.Trace.build(self.tensors, self.kernels, {})
-        return _c.liveness(trace, skip_kernel, exclude)
+        if self.trace is None:
+            return _c.liveness(_c.Trace.build(self.tensors, self.kernels, {}), skip_kernel,
+                               exclude)
+        key = (skip_kernel, None if exclude is None else frozenset(exclude))
+        got = self._live.get(key)
+        if got is None:
+            got = self._live[key] = _c.liveness(self.trace, skip_kernel, exclude)
+        return got
 
     def peak_resident(self) -> int:
         """Tracked peak with nothing offloaded: globals plus intermediates between first and
@@ -351,6 +362,12 @@ class StepDriver:
             self.rt.after(k)
             self.k = k + 1
 
+    def _seen(self, st):
+        """(id, 0) of a storage this step has numbered; (None, its bytes) of one it has not
+        (0 bytes: an empty storage, nothing to track)."""
+        tid = self.ids.get(st._cdata)
+        return (tid, 0) if tid is not None else (None, st.nbytes())
+
     def _new_id(self, st):
         cd = st._cdata
         tid = self.n_ids
@@ -411,12 +428,10 @@ class StepDriver:
                 return func(*args, **kwargs)
         _, rets_w, comm = _arg_plan(func)
         uses: dict[int, int] = {}
-        ids = self.ids
         for t, w in _iter_args(func, args, kwargs):
             st = t.untyped_storage()
-            tid = ids.get(st._cdata)
+            tid, nb = self._seen(st)
             if tid is None:
-                nb = st.nbytes()
                 if nb == 0:
                     continue
                 tid = self._external(st, nb)
@@ -448,9 +463,8 @@ class StepDriver:
         # outputs
         for j, o in enumerate(_flat_out(out, [])):
             st = o.untyped_storage()
-            tid = ids.get(st._cdata)
+            tid, nb = self._seen(st)
             if tid is None:
-                nb = st.nbytes()
                 if nb == 0:
                     continue
                 tid = self._new_id(st)

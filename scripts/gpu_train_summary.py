@@ -9,8 +9,18 @@ torch.cuda.max_memory_allocated() over the steady steps and by the median steady
 (throughput = baseline step / run step). A run that ran out of device memory under
 --gpu-memory-cap shows "out of memory"; that is its result. Teraio's runs also show what the
 simulator predicted for a planned step (Offloader.predicted_step_s), the bytes moved per
-offloaded step and the stall time. Exit status 1 if a run failed without a result, or differs
-from its baseline.
+offloaded step and the stall time. A run with --gpu-memory-cap and no --budget must run out of
+device memory (the cap must be below the plain step's need); a run cut off by its time limit
+(timed_out, from scripts/gpu_validate.sh) or skipped shows so.
+
+A second table gives each run's wall time (the whole process, when gpu_validate.sh recorded it)
+and teraio's counters from Offloader.report() per offloaded step: the stall time split into
+demand offloads and the rest (waits for prefetches and for memory pressure), the training
+thread's time issuing I/O, and the counts of demand offloads, urgent reads, deferred
+prefetches and kernels that ran over the budget.
+
+Exit status 1 if a run failed without a result, was cut off or skipped, differs from its
+baseline, or a capped plain run did not run out of memory.
 """
 import json
 import statistics
@@ -44,7 +54,13 @@ def main(path):
         name, args, r = run["run"], run["args"], run["result"]
         p = preset(args)
         if r is None:
-            print(row([name, f"FAILED (see train-{name}.err)"] + [""] * 7))
+            if run.get("skipped"):
+                what = "SKIPPED (no time left)"
+            elif run.get("timed_out"):
+                what = f"CUT OFF at its limit of {run.get('limit_s')} s (see train-{name}.err)"
+            else:
+                what = f"FAILED (see train-{name}.err)"
+            print(row([name, what] + [""] * 7))
             ok = False
             continue
         device = device or r.get("cuda_device")
@@ -54,7 +70,13 @@ def main(path):
                       [""] * 6))
             continue
         steady = r.get("cuda_steady_max_allocated_bytes") or 0
-        if "--budget" not in args.split() and p not in base:
+        words = args.split()
+        if "--gpu-memory-cap" in words and "--budget" not in words:
+            print(row([name, "ran within the cap: NOT out of memory (lower --gpu-memory-cap)",
+                       f"{steady / MiB:.0f} MiB", f"{med(r) * 1e3:.0f} ms"] + [""] * 5))
+            ok = False
+            continue
+        if "--budget" not in words and p not in base:
             base[p] = r
             print(row([name, "baseline", f"{steady / MiB:.0f} MiB", f"{med(r) * 1e3:.0f} ms",
                        "1.00x", "", "", "", ""]))
@@ -89,7 +111,32 @@ def main(path):
     if device:
         print(f"\ndevice: {device}; max_allocated also counts what teraio does not manage "
               "(tensors under min_tensor_bytes, allocator rounding, cuBLAS workspaces)")
+    counters(runs)
     return 0 if ok else 1
+
+
+def counters(runs):
+    """The second table: wall time and Offloader.report()'s thread and stall counters."""
+    print()
+    print(row(["run", "wall", "stall: demand / other", "thread issuing I/O",
+               "demand offloads", "urgent reads", "deferred prefetches", "over-budget kernels"]))
+    print(row(["---"] * 8))
+    for run in runs:
+        r = run["result"] or {}
+        wall = f"{run['wall_s']} s" if "wall_s" in run else ""
+        rep = r.get("report")
+        if not rep:
+            print(row([run["run"], wall] + [""] * 6))
+            continue
+        n = max(1, rep.get("steps_offloaded") or 1)
+        demand = rep.get("demand_stall_s", 0.0)
+        other = max(0.0, rep.get("stall_s", 0.0) - demand)
+        print(row([run["run"], wall,
+                   f"{demand / n * 1e3:.1f} / {other / n * 1e3:.1f} ms/step",
+                   f"{rep.get('io_issue_s', 0.0) / n * 1e3:.1f} ms/step"] +
+                  [f"{rep.get(k, 0) / n:.1f}/step" for k in
+                   ("demand_offloads", "urgent_reads", "deferred_prefetches",
+                    "over_budget_kernels")]))
 
 
 if __name__ == "__main__":

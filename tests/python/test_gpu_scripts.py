@@ -1,5 +1,6 @@
-"""scripts/gpu_validate.sh's pieces that run without a GPU: its syntax, and the table that
-scripts/gpu_train_summary.py makes of the runs (fed real CPU runs of the example script)."""
+"""scripts/gpu_validate.sh without a GPU: its syntax, the table that scripts/gpu_train_summary.py
+makes of the runs (fed real CPU runs of the example script), and the whole script rehearsed on the
+CPU (TIO_GPU_REHEARSE=1): its phases, per-run timeouts, deadline and tables."""
 import json
 import os
 import subprocess
@@ -58,3 +59,109 @@ def test_summary_table(tmp_path):
     rc, out = _summary(tmp_path, [("plain", "--preset tiny", plain),
                                   ("b_ssd", "--preset tiny --budget 0.5", None)])
     assert rc == 1 and "FAILED" in out
+    # a capped plain run that completed does not show (c): the cap was too large
+    rc, out = _summary(tmp_path, [("plain", "--preset tiny", plain),
+                                  ("c_plain_capped", "--preset tiny --gpu-memory-cap 1GiB", plain)])
+    assert rc == 1 and "NOT out of memory" in out
+
+
+def test_summary_counters(tmp_path):
+    """The second table: Offloader.report()'s stall and thread counters per offloaded step."""
+    plain = _run("--preset", "tiny")
+    host = _run("--preset", "tiny", "--budget", "0.5", "--host-memory", "64MiB",
+                "--min-tensor-bytes", "16KiB")
+    rep = dict(host["report"], steps_offloaded=2, stall_s=0.5, demand_stall_s=0.2,
+               io_issue_s=0.03, demand_offloads=7, urgent_reads=3, deferred_prefetches=0,
+               over_budget_kernels=1)
+    rc, out = _summary(tmp_path, [("plain", "--preset tiny", plain),
+                                  ("a_host", "--preset tiny --budget 0.5", dict(host, report=rep))])
+    assert rc == 0, out
+    lines = out.splitlines()
+    i = lines.index("| run | wall | stall: demand / other | thread issuing I/O | demand offloads "
+                    "| urgent reads | deferred prefetches | over-budget kernels |")
+    assert lines[i + 2] == "| plain |  |  |  |  |  |  |  |"
+    assert lines[i + 3] == ("| a_host |  | 100.0 / 150.0 ms/step | 15.0 ms/step | 3.5/step "
+                            "| 1.5/step | 0.0/step | 0.5/step |")
+
+
+def _validate(tmp_path, phases=None, **env):
+    """scripts/gpu_validate.sh rehearsed on the CPU (TIO_GPU_REHEARSE=1): its exit status, its
+    console output and OUTDIR."""
+    out = tmp_path / "out"
+    e = dict(os.environ, TIO_GPU_REHEARSE="1", TIO_GPU_WORK=str(tmp_path / "work"),
+             PYTHON=sys.executable, **env)
+    e.pop("OUT", None)
+    args = ["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), str(out)]
+    if phases:
+        args.append(phases)
+    p = subprocess.run(args, env=e, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr, out
+
+
+def _table_rows(text, first):
+    """The rows of the Markdown table whose header starts with `first`, by run name."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells
+    return rows
+
+
+def test_rehearsal_runs_every_phase(tmp_path):
+    """The default phases on the CPU: the package built into the work folder, the runs of the
+    rehearsal's set, each phase's time and both tables in summary.txt, each run's row printed as it
+    completed."""
+    rc, log, out = _validate(tmp_path)
+    assert rc == 0, log
+    summary = (out / "summary.txt").read_text()
+    for phase in ("env", "install", "train"):
+        assert f"phase {phase}: ok (" in summary, summary
+    assert "REHEARSAL on the CPU" in summary
+    runs = [json.loads(line) for line in (out / "train.json").read_text().splitlines()]
+    assert [r["run"] for r in runs] == ["plain", "a_host", "b_ssd", "c_teraio"]
+    assert all(r["result"] is not None and r["wall_s"] >= 0 for r in runs)
+    table = _table_rows(summary, "| run | result vs plain |")
+    assert table["plain"][1] == "baseline"
+    assert table["a_host"][1] == "losses and parameters IDENTICAL", table["a_host"]
+    for name in ("b_ssd", "c_teraio"):  # 5 steps, the baseline 6
+        assert table[name][1] == "losses of 5 steps IDENTICAL", table[name]
+    # every teraio run moved bytes in its offloaded steps: "out / in MiB", both above zero
+    for name in ("a_host", "b_ssd", "c_teraio"):
+        moved = [float(x) for x in table[name][6].replace("MiB", "").split("/")]
+        assert min(moved) > 0, table[name]
+    counters = _table_rows(summary, "| run | wall |")
+    assert set(counters) == {"plain", "a_host", "b_ssd", "c_teraio"}
+    assert counters["a_host"][2].endswith("ms/step") and counters["plain"][2] == ""
+    # the teraio package the install phase built is the one the runs imported
+    assert str(tmp_path / "work" / "site") in (out / "install.log").read_text()
+    # rows on the console as each run completed, then the whole summary
+    assert log.index("| a_host |") < log.index("phase train: ok")
+    assert log.rstrip().endswith("all phases passed")
+
+
+def test_rehearsal_run_cut_off_leaves_a_table(tmp_path):
+    """A run that outlives its limit is cut off by its timeout; the runs after it still run,
+    the table says which run was cut off, and the phase and the script fail."""
+    runs = ("slow:3 --preset tiny --budget 0.5 --host-memory 64MiB --steps 100000\n"
+            "plain:60 --preset tiny\n")
+    rc, log, out = _validate(tmp_path, "train", TIO_GPU_RUNS=runs)
+    assert rc == 1, log
+    summary = (out / "summary.txt").read_text()
+    assert "phase train: FAILED" in summary, summary
+    table = _table_rows(summary, "| run | result vs plain |")
+    assert table["slow"][1].startswith("CUT OFF at its limit of 3 s"), table["slow"]
+    assert table["plain"][1] == "baseline"
+    slow = json.loads((out / "train.json").read_text().splitlines()[0])
+    assert slow["timed_out"] is True and slow["result"] is None
+
+
+def test_rehearsal_deadline_skips_what_does_not_fit(tmp_path):
+    """With the deadline spent, phases are not started: the summary says so, exit 1."""
+    rc, log, out = _validate(tmp_path, "train", TIO_GPU_DEADLINE_S="14")
+    assert rc == 1, log
+    summary = (out / "summary.txt").read_text()
+    assert "phase train: SKIPPED (no time left before the 14 s deadline)" in summary, summary

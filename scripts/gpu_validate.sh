@@ -6,29 +6,31 @@
 # On a lent GPU machine of this workplace (nothing can be downloaded there, a lease is 15
 # minutes in all, machine start included, one command at most 10): first, here,
 #   bash scripts/gpu_prepare.sh        # Debian packages and a build-tool wheel, into .gpu-carry/
-# then call the device tool's `run` with
-#   carry   [".gpu-carry"]
-#   command TIO_GPU_CARRY=.gpu-carry bash scripts/gpu_validate.sh $OUT
-#   timeout_s 540
-# The default phases ("env install train") end within TIO_GPU_DEADLINE_S (default 450 s, so 8
-# minutes with the last table), whatever happens: every phase and every training run runs
-# under its own `timeout`, cut to the time left. summary.txt (the phases with their times, then
-# the training table) is rewritten after each phase and each run, so a run cut off still leaves
-# a table, and each run's row is printed as it completes; the whole table is printed last.
+# then call the device tool's `run` with carry [".gpu-carry"], timeout_s 540 and the command
+#   TIO_GPU_CARRY=.gpu-carry bash scripts/gpu_validate.sh /tmp/tio-out; rc=$?; cp /tmp/tio-out/summary.txt /tmp/tio-out/train.json $OUT/; tar -czf $OUT/logs.tgz -C /tmp/tio-out .; exit $rc
+# (at most 8 files come back from $OUT: the logs travel as one archive). The default phases
+# ("env install train") end within TIO_GPU_DEADLINE_S (default 450 s, so 8 minutes with the
+# last table), whatever happens: every phase and every training run runs under its own
+# `timeout`, cut to the time left. summary.txt (the phases with their times, then the training
+# tables) is rewritten after each phase and each run, so a run cut off still leaves a table,
+# and each run's rows are printed as it completes; the whole summary is printed last.
 #
-# Sizing (the default runs, TIO_GPU_SET=xl): the one recorded GPU run (docs/bench/gpu.md, an
-# H100, the synchronous design that is slower than today's) measured the `xl` preset (0.42B
-# parameters, batch 4 x 1024 tokens): plain step 241 ms; at a 50% budget 7.8 GB moved each way
-# per step, 834 ms per step over the pinned host tier and 5944 ms over the SSD tier (the VM's
-# disk, ~2 GB/s). The five runs below take, by those numbers, 6 x 0.24 s (plain), 2 + 4 x 0.83 s
-# (host), 5 x 5.9 s (SSD), 3 steps to run out of memory, 5 x 5.9 s (capped, both tiers, at most
-# the SSD run's rate): about 70 s of steps; with each process's start (import, CUDA context, the
-# model's initialisation on the CPU, the final parameter digest; 10-20 s for xl) and the build
-# of the Python package (the rehearsal's install phase on 2 cores, far less on 16), about 3-4
-# minutes, half the 8-minute deadline. Each run's own limit (after the ':' in its name) is 3-6x
-# its estimate. TIO_GPU_SET=1b trains the 1.1B-parameter preset at sequence 2048 instead
-# (plain, host, SSD): unmeasured on any GPU, estimated ~25 GB moved each way per step, so
-# ~3 s per step on the host tier and ~20 s on the SSD tier; expect its SSD run to be cut off.
+# Sizing (the default runs, TIO_GPU_SET=xl; docs/bench/gpu.md has the table): the one recorded
+# GPU run (docs/bench/gpu.md, an H100, the synchronous design, slower than today's) measured
+# the `xl` preset (0.42B parameters, batch 4 x 1024 tokens): plain step 241 ms, steady
+# max_memory_allocated 9933 MiB; at a 50% budget 7.8 GB moved each way per step, 834 ms per
+# step over the pinned host tier and 5944 ms over the SSD tier (the VM's disk, ~2 GB/s). The
+# five runs below take, by those numbers, 6 x 0.24 s (plain), 2 x 0.24 + 4 x 0.83 s (host),
+# 5 x 5.9 s (SSD), under 1 s to run out of 7 GiB (plain capped), 5 x 5.9 s (capped, both
+# tiers, at most the SSD's rate): about 66 s of steps. Each process's start (import, model
+# initialisation on the CPU, final parameter digest: 2.5 + 8.2 + 2.7 s of CPU for xl on one
+# core of the development machine, plus the CUDA context) adds ~15 s per run, env ~15 s, and
+# the install phase's build from nothing took 193 s in the rehearsal on 2 busy cores (the GPU
+# machine has 16): about 6 minutes at the most, 3-4 with a 16-core build. Each run's own limit
+# (after the ':' in its name) is 2-5x its estimate, and the deadline holds regardless.
+# TIO_GPU_SET=1b trains the 1.1B-parameter preset at sequence 2048 instead (plain, host, SSD):
+# never run on a GPU; an estimated ~25 GB moved each way per step puts its SSD run past its
+# limit.
 #
 # The questions, in one table (summary.txt):
 #   (a) a_host: 50% of the model's memory on the pinned host tier, against plain PyTorch:
@@ -269,6 +271,13 @@ phase_io() {
     return $rc
 }
 
+need_teraio() { # the phases that train import the package the install phase built
+    "$PY" -c "import teraio._core" || {
+        echo "teraio does not import: run the install phase first (or install the package)"
+        return 1
+    }
+}
+
 # The training sets: one run per line, "NAME[:LIMIT_S] ARGS..." (train_llama_tiny.py options
 # after the common ones; a later --steps wins). A run without --budget that completes is the
 # baseline of the later runs with the same --preset (the first such run). A run with
@@ -312,6 +321,7 @@ EOF
 
 phase_train() {
     local j=$OUTDIR/train.json ex=$ROOT/examples/train_llama_tiny.py runs
+    need_teraio || return 1
     runs=$(train_set) || return 1
     [ -n "${TIO_GPU_RUNS:-}" ] && runs=$TIO_GPU_RUNS
     : >"$j"
@@ -374,6 +384,7 @@ phase_train() {
 # CPU training throughput on this machine (bench/torch_bench.py; TIO_GPU_CPU_BENCH overrides
 # its arguments): the same benchmark as docs/bench/torch.md, on a machine with more cores.
 phase_cpu() {
+    need_teraio || return 1
     # shellcheck disable=SC2086 # split on purpose
     "$PY" "$ROOT/bench/torch_bench.py" ${TIO_GPU_CPU_BENCH:---preset medium --threads 1 --steps 10 --rounds 3 --seq 512 --skip-micro --modes plain,teraio} --ssd-dir "$SSD/cpu"
 }
@@ -390,6 +401,7 @@ ssd --teraio.memory_budget 0.5 --teraio.ssd_dirs $SSD/titan"
 
 phase_titan() {
     say() { printf '%s\n' "$*" | tee -a "$OUTDIR/titan-summary.txt" >&3; }
+    need_teraio || return 1
     if ! "$PY" -c "import torchtitan.trainer" 2>/dev/null; then
         if [ -n "${TIO_TITAN_WHEELS:-}" ]; then
             "$PY" -m pip install -q --no-index --no-deps "$TIO_TITAN_WHEELS"/*.whl || return 1

@@ -35,10 +35,16 @@ def _summary(tmp_path, runs):
     return p.returncode, p.stdout
 
 
-def test_summary_table(tmp_path):
-    plain = _run("--preset", "tiny")
-    host = _run("--preset", "tiny", "--budget", "0.5", "--host-memory", "64MiB",
-                "--min-tensor-bytes", "16KiB")
+@pytest.fixture(scope="module")
+def cpu_runs():
+    """A plain run and a teraio run on the host tier, of the tiny preset on the CPU."""
+    return (_run("--preset", "tiny"),
+            _run("--preset", "tiny", "--budget", "0.5", "--host-memory", "64MiB",
+                 "--min-tensor-bytes", "16KiB"))
+
+
+def test_summary_table(tmp_path, cpu_runs):
+    plain, host = cpu_runs
     oom = {"oom": True, "steps_done": 1, "error": "CUDA out of memory", "cuda_max_allocated_bytes":
            3 << 20}
     rc, out = _summary(tmp_path, [("plain", "--preset tiny", plain),
@@ -65,11 +71,9 @@ def test_summary_table(tmp_path):
     assert rc == 1 and "NOT out of memory" in out
 
 
-def test_summary_counters(tmp_path):
+def test_summary_counters(tmp_path, cpu_runs):
     """The second table: Offloader.report()'s stall and thread counters per offloaded step."""
-    plain = _run("--preset", "tiny")
-    host = _run("--preset", "tiny", "--budget", "0.5", "--host-memory", "64MiB",
-                "--min-tensor-bytes", "16KiB")
+    plain, host = cpu_runs
     rep = dict(host["report"], steps_offloaded=2, stall_s=0.5, demand_stall_s=0.2,
                io_issue_s=0.03, demand_offloads=7, urgent_reads=3, deferred_prefetches=0,
                over_budget_kernels=1)

@@ -102,7 +102,9 @@ mkdir -p "$OUTDIR" "$SSD" "$WORK" || exit 1
 OUTDIR=$(cd "$OUTDIR" && pwd)
 PHASES_FILE=$OUTDIR/phases.txt
 failed=()
-export TIO_GPU_START=${TIO_GPU_START:-$(date +%s)} # the phases' children share the clock
+# the clock the deadline counts from, started by the script and shared by its phases' children
+[ "${3:-}" = __phase ] || TIO_GPU_START=$(date +%s)
+export TIO_GPU_START
 
 elapsed() { echo $(($(date +%s) - TIO_GPU_START)); }
 left() { echo $((DEADLINE - $(elapsed) - RESERVE)); }
@@ -112,7 +114,9 @@ has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 # whole (into a temporary file, then renamed) after every phase and every run.
 write_summary() {
     {
-        echo "gpu_validate.sh $(if [ "$REHEARSE" = 1 ]; then echo "REHEARSAL on the CPU"; else echo "on the GPU"; fi), deadline ${DEADLINE} s, $(elapsed) s so far"
+        local where="on the GPU"
+        [ "$REHEARSE" = 1 ] && where="REHEARSAL on the CPU"
+        echo "gpu_validate.sh $where, deadline ${DEADLINE} s, $(elapsed) s so far"
         cat "$PHASES_FILE"
         if [ -s "$OUTDIR/train-summary.txt" ]; then
             echo
@@ -173,12 +177,14 @@ EOF
     done
 }
 
+say_phase() { echo "$*" | tee -a "$PHASES_FILE"; }
+
 # A phase runs as `bash THIS_SCRIPT __phase NAME` under `timeout`, cut to the time left.
 run_phase() { # name
     local name=$1 t0=$SECONDS limit rc
     limit=$(left)
     if [ "$limit" -lt 5 ]; then
-        echo "phase $name: SKIPPED (no time left before the ${DEADLINE} s deadline)" | tee -a "$PHASES_FILE"
+        say_phase "phase $name: SKIPPED (no time left before the ${DEADLINE} s deadline)"
         failed+=("$name")
         write_summary
         return
@@ -189,12 +195,12 @@ run_phase() { # name
         bash "$0" "$OUTDIR" "$PHASES" __phase "$name" 3>&1 >"$OUTDIR/$name.log" 2>&1
     rc=$?
     if [ "$rc" -eq 0 ]; then
-        echo "phase $name: ok ($((SECONDS - t0)) s)" | tee -a "$PHASES_FILE"
+        say_phase "phase $name: ok ($((SECONDS - t0)) s)"
     else
         if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-            echo "phase $name: CUT OFF at its limit of ${limit} s, see $name.log" | tee -a "$PHASES_FILE"
+            say_phase "phase $name: CUT OFF at its limit of ${limit} s, see $name.log"
         else
-            echo "phase $name: FAILED ($((SECONDS - t0)) s, exit $rc), see $name.log" | tee -a "$PHASES_FILE"
+            say_phase "phase $name: FAILED ($((SECONDS - t0)) s, exit $rc), see $name.log"
         fi
         tail -n 30 "$OUTDIR/$name.log"
         failed+=("$name")
@@ -282,7 +288,8 @@ need_teraio() { # the phases that train import the package the install phase bui
 # after the common ones; a later --steps wins). A run without --budget that completes is the
 # baseline of the later runs with the same --preset (the first such run). A run with
 # --gpu-memory-cap and no --budget must run out of device memory: that is its result.
-# TIO_GPU_HOST (the pinned host tier) and TIO_GPU_CAP (the "too small" GPU) override the sizes.
+# TIO_GPU_HOST (the pinned host tier), TIO_GPU_CAP (the "too small" GPU) and TIO_GPU_CAP_BUDGET
+# (teraio's budget in it) override the sizes.
 train_set() {
     local s=$SSD/run
     if [ "$REHEARSE" = 1 ]; then # the CPU cannot be capped: no plain capped run there
@@ -296,13 +303,13 @@ EOF
     fi
     case ${TIO_GPU_SET:-xl} in
     xl) # docs/bench/gpu.md: 241 ms plain, 834 ms host, 5944 ms SSD per step on an H100
-        local host=${TIO_GPU_HOST:-8GiB} cap=${TIO_GPU_CAP:-7GiB}
+        local host=${TIO_GPU_HOST:-8GiB} cap=${TIO_GPU_CAP:-7GiB} budget=${TIO_GPU_CAP_BUDGET:-4GiB}
         cat <<EOF
 plain:60 --preset xl
 a_host:90 --preset xl --budget 0.5 --host-memory $host
 b_ssd:150 --preset xl --budget 0.5 --ssd-dir $s --steps 5
 c_plain_capped:60 --preset xl --gpu-memory-cap $cap --steps 3
-c_teraio_capped:150 --preset xl --gpu-memory-cap $cap --budget ${TIO_GPU_CAP_BUDGET:-4GiB} --host-memory 2GiB --ssd-dir $s --steps 5
+c_teraio_capped:150 --preset xl --gpu-memory-cap $cap --budget $budget --host-memory 2GiB --ssd-dir $s --steps 5
 EOF
         ;;
     1b) # unmeasured on a GPU: estimated ~50 GB peak at sequence 2048
@@ -368,8 +375,8 @@ phase_train() {
         else
             echo "run $name failed (exit $rc$($cut && echo ", cut off at ${limit} s")):"
             tail -20 "$OUTDIR/train-$name.err"
-            printf '{"run": "%s", "args": "%s", "wall_s": %d, "limit_s": %d, "timed_out": %s, "result": null}\n' \
-                "$name" "$args" "$wall" "$limit" "$cut" >>"$j"
+            printf '{"run": "%s", "args": "%s", "wall_s": %d, "limit_s": %d, "timed_out": %s, %s}\n' \
+                "$name" "$args" "$wall" "$limit" "$cut" '"result": null' >>"$j"
         fi
         summarize "$j" >"$OUTDIR/train-summary.txt" 2>&1 || bad=1
         write_summary

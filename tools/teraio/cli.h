@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit codes (DESIGN.md s.10), the same for every command; TIO_CLI_EXIT_HELP ends each --help. */
+/* Exit codes (docs/user-guide.md), the same for every command; TIO_CLI_EXIT_HELP ends --help. */
 enum {
     TIO_EXIT_OK = 0,
     TIO_EXIT_USAGE = 1,  /* bad command line */

@@ -1,5 +1,5 @@
 /* teraio analyze: tensor lifetimes, inactive periods and memory curves of a
- * trace (the paper's characterization, PAPER.md s.2: Observations 1 and 2). */
+ * trace (the paper's characterization, §2: Observations 1 and 2). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

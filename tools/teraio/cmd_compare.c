@@ -1,4 +1,4 @@
-/* teraio compare --paper: the paper's evaluation matrix (PAPER.md s.9.1) in simulation. */
+/* teraio compare --paper: the paper's evaluation matrix (paper §4.1) in simulation. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 
 static const char *const CMD = "compare";
 
-/* The matrix of Figure 7 (PAPER.md s.9.1); the point shared by both sweeps appears once. */
+/* The matrix of Figure 7 (paper §4.1); the point shared by both sweeps appears once. */
 struct cfg {
     const char *model;
     uint32_t batch, seq;
@@ -35,7 +35,7 @@ static const char *const all_systems[] = { "ideal",      "zero-offload", "zero-i
                                            "g10" };
 #define MAX_SYS 16
 
-/* The paper's measured fractions of ideal (PAPER.md s.9.3, s.13); NAN where not given. */
+/* The paper's measured fractions of ideal (paper §4.2); NAN where not given. */
 struct paper_num {
     const char *system, *model;
     double fraction;
@@ -119,7 +119,7 @@ static int sim_stages(struct tio_trace *const *tr,
 }
 
 /*
- * Host memory each system may use per GPU (PAPER.md s.9.2, s.9.7, s.9.8). TeraIO-Mixed gets
+ * Host memory each system may use per GPU (paper §4.2-§4.4). TeraIO-Mixed gets
  * ZeRO-Infinity's host budget: 170 GB for Llama3-8B and 770 GB for Llama3-70B over the two
  * GPUs; the paper gives none for Granite-8B, a model of the same size as Llama3-8B, which
  * gets Llama3-8B's. TeraIO-SSD runs on the 128 GB server and offloads to the SSDs only. The
@@ -140,7 +140,7 @@ static void usage(FILE *f) {
         f,
         "usage: teraio compare --paper [--json] [--systems LIST] [--models LIST] [--hw HW]\n"
         "                      [--demand-evict]\n\n"
-        "Run the paper's evaluation matrix in simulation (PAPER.md s.9.1): Llama3-8B bs32/64/128\n"
+        "Run the TeraIO paper's evaluation matrix in simulation (sec. 4.1): Llama3-8B bs32/64/128\n"
         "@2048 and bs64 @1024/2048/4096; Granite-8B bs32/64/128 @4096 and bs64 @2048/4096/8192;\n"
         "Llama3-70B bs8/16/32 @2048 and bs16 @2048/3072/4096, each trace from `teraio model`:\n"
         "both stages of the 2-stage pipeline, simulated together (the iteration is their coupled\n"
@@ -201,7 +201,7 @@ static int has(const char *const *list, size_t n, const char *s) {
 }
 
 /* The trace of one configuration: stage `rank` of the preset's layout (TeraIO: 2-stage 1F1B),
- * or tensor parallelism over the server's GPUs for the ZeRO baselines (PAPER.md s.8: "ZeRO
+ * or tensor parallelism over the server's GPUs for the ZeRO baselines (paper §4: "ZeRO
  * baselines used tensor parallelism"; rank 0). */
 static int gen(const struct cfg *c,
                uint32_t micro_batch,

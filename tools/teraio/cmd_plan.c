@@ -16,7 +16,7 @@ static void plan_usage(FILE *f) {
     (void)fprintf(
         f,
         "usage: teraio plan TRACE [--hw HW] [--policy P] [-o PLAN] [options]\n\n"
-        "Plan offloads and prefetches of inactive tensors for one GPU (DESIGN.md s.6).\n\n"
+        "Plan offloads and prefetches of inactive tensors for one GPU (docs/planner.md).\n\n"
         "  --hw HW               preset name or JSON file (default paper-2xh100nvl; see\n"
         "                        `teraio hw list`)\n"
         "  --policy P            teraio (= teraio-mixed), teraio-ssd, teraio-paper,\n"

@@ -32,7 +32,7 @@ static const struct row rows[] = {
     { "model --preset tiny --layers 0", 1, "--layers" },
     { "model --preset tiny --batch -3", 1, "--batch" },
     { "analyze %T --capacity 0", 1, "--capacity" },
-    { "analyze %T --long-idle 1e300h", 1, "too long" },
+    { "analyze %T --long-idle 1e300h", 1, "out of range" },
     { "analyze %T --long-idle nan", 1, "--long-idle" },
     { "analyze %T --long-idle 0", 1, "--long-idle" },
     { "plan %T --capacity 0", 1, "--capacity" },

@@ -714,6 +714,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--out", help="output folder (default: report; rank reports: "
                     "ranks.json and ranks.txt there, nothing without -o)")
     a = ap.parse_args(argv)
+    # the same rules as the C commands' parser: no empty value, list element or argument
+    for opt, val in (("--hw", a.hw), ("--plan", a.plan), ("-o", a.out)):
+        if val is not None and not val:
+            ap.error(f"{opt}: empty value")
+    if any(not p or p != p.strip() for p in a.policies.split(",")):
+        ap.error(f"--policies: '{a.policies}' has an empty element or one with spaces around it")
+    if any(not p for p in a.inputs):
+        ap.error("an argument is empty")
     try:
         ranks = [_maybe_rank_report(p) for p in a.inputs]
         if any(r is not None for r in ranks):
@@ -730,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ReportError("--json is for rank reports (a trace's report is a folder)",
                               code=1)
         index = make_report(a.inputs[0], a.hw, a.out or "report", plan=a.plan,
-                            policies=[p for p in a.policies.split(",") if p],
+                            policies=a.policies.split(","),
                             do_sweep=not a.no_sweep)
     except ReportError as e:
         print(f"teraio report: {e}", file=sys.stderr)

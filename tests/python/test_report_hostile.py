@@ -122,3 +122,20 @@ def test_links_the_rule_allows_are_followed(tmp_path, capsys):
     assert code == 0
     assert (tmp_path / "mine" / "ranks.json").is_file()
     assert os.path.islink(d / "mine")
+
+
+@pytest.mark.parametrize("args", [["--policies", "ideal,,teraio"], ["--policies", ","],
+                                  ["--policies", "ideal, teraio"], ["--hw", ""], ["-o", ""],
+                                  ["--plan", ""]])
+def test_empty_values_and_list_elements_are_usage_errors(capsys, args):
+    with pytest.raises(SystemExit) as e:
+        report.main([str(DATA / "example.tio"), *args])
+    assert e.value.code == 1
+    assert args[0] in capsys.readouterr().err
+
+
+def test_an_empty_argument_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        report.main([""])
+    assert e.value.code == 1
+    assert "empty" in capsys.readouterr().err

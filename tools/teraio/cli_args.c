@@ -9,13 +9,6 @@
 
 #include "cli.h"
 
-static const char *const kind_what[] = {
-    [CLI_FLAG] = "flag",  [CLI_TEXT] = "text",     [CLI_LIST] = "list",
-    [CLI_BYTES] = "size", [CLI_COUNT] = "count",   [CLI_NUMBER] = "number",
-    [CLI_RATE] = "rate",  [CLI_DURATION] = "time", [CLI_CALL] = "value",
-};
-_Static_assert(sizeof kind_what / sizeof kind_what[0] == CLI_KIND_COUNT, "one name per kind");
-
 static const char *const kind_example[] = {
     [CLI_FLAG] = "",
     [CLI_TEXT] = "",
@@ -27,6 +20,7 @@ static const char *const kind_example[] = {
     [CLI_DURATION] = "10ms, 500us, 1s",
     [CLI_CALL] = "",
 };
+_Static_assert(sizeof kind_example / sizeof kind_example[0] == CLI_KIND_COUNT, "one per kind");
 
 /* A limit as the user would write it, in the option's unit. */
 static const char *limit_text(int32_t kind, double v, char *buf, size_t len) {
@@ -248,6 +242,11 @@ int cli_parse_args(struct cli_spec *s, int argc, char **argv, int first, void *c
 }
 
 int cli_value_rate(const char *cmd, const char *opt, const char *text, double *out) {
-    struct cli_opt o = { .name = opt, .kind = CLI_RATE, .dst = out, CLI_LIMITS_RATE };
-    return take_value(cmd, &o, text, NULL);
+    double v = 0;
+    struct cli_opt o = { .name = opt, .kind = CLI_RATE, .dst = &v, CLI_LIMITS_RATE };
+    int rc = take_value(cmd, &o, text, NULL);
+    if (rc == 0) {
+        *out = v;
+    }
+    return rc;
 }

@@ -142,11 +142,12 @@ static int parse_precision(void *ctx, const char *opt, const char *text) {
 }
 
 /* The counts of the command line, each overriding the preset's when given. */
-#define MODEL_COUNTS(X)                                                                           \
-    X("--layers", layers)                                                                         \
-    X("--hidden", hidden) X("--heads", heads) X("--kv-heads", kv_heads) X("--head-dim", head_dim) \
-        X("--ffn-hidden", ffn_hidden) X("--vocab", vocab) X("--batch", global_batch)              \
-            X("--micro-batch", micro_batch) X("--seq", seq_len) X("--dp", dp) X("--tp", tp)       \
+#define MODEL_COUNTS(X)                                                                     \
+    X("--layers", layers)                                                                   \
+    X("--hidden", hidden)                                                                   \
+    X("--heads", heads) X("--kv-heads", kv_heads) X("--head-dim", head_dim)                 \
+        X("--ffn-hidden", ffn_hidden) X("--vocab", vocab) X("--batch", global_batch)        \
+            X("--micro-batch", micro_batch) X("--seq", seq_len) X("--dp", dp) X("--tp", tp) \
                 X("--pp", pp) X("--grad-accum", grad_accum)
 
 enum {
@@ -166,7 +167,7 @@ int cli_cmd_model(int argc, char **argv) {
     }
     const struct cli_opt opts[] = {
 #define MODEL_COUNT_OPT(opt, field)  \
-    { .name = opt,                   \
+    { .name = (opt),                 \
       .kind = CLI_COUNT,             \
       .dst = &counts[COUNT_##field], \
       .min = 1,                      \

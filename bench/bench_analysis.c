@@ -1,6 +1,6 @@
 /*
  * bench_analysis: time tio_analysis_new on a synthetic Llama3-70B-sized trace (250,000 kernels,
- * 2,500,000 uses; PAPER.md s.2 gives ~250k kernels per iteration on GPU0 for Llama3-70B).
+ * 2,500,000 uses; the paper's §2 gives ~250k kernels per iteration on GPU0 for Llama3-70B).
  *
  * Transformer-like pattern: 80 layers x 8 micro-batches; per layer and micro-batch 120 forward
  * kernels (each writes a new activation and reads the previous ones and the layer's weights) and

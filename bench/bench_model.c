@@ -1,7 +1,7 @@
 /*
  * bench_model: how long the workload model takes to generate the paper's traces (median of 3),
  * and what those traces say next to the paper: Observation 1 (active memory), Observation 2
- * (long inactive periods), kernels per iteration, peak-memory ratios M (PAPER.md s.9.1) and the
+ * (long inactive periods), kernels per iteration, peak-memory ratios M (paper §4.1) and the
  * ideal throughput. Prints Markdown (docs/bench/model.md is this output).
  *
  * The observation statistics are computed here with an independent sweep over the trace
@@ -207,7 +207,7 @@ int main(void) {
     timing("llama3-70b");
     timing("granite-code-8b");
 
-    printf("\n## Observations 1 and 2 (PAPER.md s.2) on our traces\n\n");
+    printf("\n## Observations 1 and 2 (paper §2) on our traces\n\n");
     printf("Active = bytes of the tensors the running kernel uses, as a fraction of GPU capacity "
            "(94 GiB), per kernel; long idle = fraction of the inactive periods of tensors of "
            "10 MB-1 GB that last more than 10 ms (wrap-around periods of global tensors "
@@ -237,7 +237,7 @@ int main(void) {
     }
     printf("| paper (all models) | | | 1.7%% | < 14%% | > 40%% | | |\n");
 
-    printf("\n## Peak memory ratio M (PAPER.md s.9.1, Figure 7 labels)\n\n");
+    printf("\n## Peak memory ratio M (paper §4.1, Figure 7 labels)\n\n");
     printf("M = peak resident bytes on one GPU / 94 GiB, nothing offloaded, 2-stage 1F1B, fp32, "
            "AdamW, no checkpointing. Ours for stage 0 (stage 1 in brackets) at micro-batch 4 "
            "(the default, which also reproduces the kernel counts) and at micro-batch 2.\n\n");

@@ -1,7 +1,7 @@
 /*
  * bench_plan: planning time of teraio-mixed and teraio-paper (one core), on synthetic layered
  * traces the size of the paper's (about 50k kernels for Llama3-8B, 250k for Llama3-70B per GPU,
- * PAPER.md s.2) and, when the workload model is built in, on the model's Llama3 traces.
+ * the paper's §2) and, when the workload model is built in, on the model's Llama3 traces.
  * The paper reports 31.2 s (Llama3-8B) and 396.6 s (Llama3-70B) for its planner (Table 1).
  *
  *   bench_plan [--quick] [--runs N] [--hw PRESET]

@@ -1,6 +1,6 @@
 /*
  * Trace format speed: a synthetic Llama-70B-sized iteration (250,000 kernels, 2,500,000 uses;
- * DESIGN.md s.3 scale target) written and read in both formats, in memory and through a file.
+ * the scale a reader, the analysis and the planner must handle) written and read in both formats.
  *
  *     bench_trace [kernels] [uses_per_kernel] [repetitions] [dir]
  *

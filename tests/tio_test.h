@@ -1,5 +1,5 @@
 /*
- * Minimal test harness (STYLE.md): checks print file, line and both values; the last line is
+ * Minimal test harness (docs/style.md): checks print file, line and both values; the last line is
  * "N passed, N failed"; exit 0 (all passed), 1 (a failure) or 77 (skipped).
  *
  *     TIO_TEST(parses_sizes) { uint64_t v; CHECK_OK(tio_parse_bytes("1KiB", &v)); CHECK_EQ_U(v,

@@ -1,5 +1,5 @@
 /*
- * teraio/analysis.h - liveness, inactive periods and memory curves of a trace (DESIGN.md s.5).
+ * teraio/analysis.h - liveness, inactive periods and memory curves of a trace (docs/analysis.md).
  *
  * Definitions (kernel indices are 0..N-1, N = n_kernels; "time" is the sum of kernel durations):
  *
@@ -58,7 +58,7 @@ struct tio_period {
     uint64_t duration_ns; /* idle time in ns */
 };
 
-/* Size buckets of Observation 2 (DESIGN.md s.5). Bounds are decimal (1 MB = 10^6 bytes). */
+/* Size buckets of Observation 2 (docs/analysis.md). Bounds are decimal (1 MB = 10^6 bytes). */
 enum tio_size_bucket {
     TIO_BUCKET_LT_1MB = 0,    /* < 1 MB */
     TIO_BUCKET_1_10MB = 1,    /* [1 MB, 10 MB) */

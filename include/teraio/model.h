@@ -1,7 +1,7 @@
 /*
  * teraio/model.h - training traces of decoder-only transformers, without running anything.
  *
- * The workload model (DESIGN.md s.4) emits one training iteration of one GPU (rank) as a trace:
+ * The workload model (docs/model.md) emits one training iteration of one GPU (rank) as a trace:
  * every operator of the forward pass, its backward, the gradient accumulation, the
  * communication (pipeline p2p, tensor-parallel and data-parallel all-reduce) and an AdamW step
  * per parameter, at roughly aten granularity, with the exact tensors each one reads and writes.

@@ -1,5 +1,5 @@
 /*
- * teraio/plan.h - migration plans and the policies that make them (DESIGN.md s.6).
+ * teraio/plan.h - migration plans and the policies that make them (docs/planner.md).
  *
  * A plan is, for one GPU and one steady-state iteration of a trace, the list of migrations
  * ("moves") sorted by trigger kernel. A move is issued just before kernel `trigger` runs and must

@@ -1,5 +1,5 @@
 /*
- * teraio/runtime.h - the plan executor: replays a plan on a live training (DESIGN.md s.9).
+ * teraio/runtime.h - the plan executor: replays a plan on a live training (docs/runtime.md).
  *
  * The executor holds a finished trace (what one iteration does), a plan (which tensor to move
  * when), a migration engine (teraio/io.h) and a tensor location table. The caller (the Python

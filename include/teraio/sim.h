@@ -1,6 +1,6 @@
 /*
  * teraio/sim.h - discrete-event replay of a trace and a migration plan on a hardware model
- * (DESIGN.md s.7). Model and assumptions: docs/simulator.md; baselines: docs/baselines.md.
+ * (docs/architecture.md). Model and assumptions: docs/simulator.md; baselines: docs/baselines.md.
  *
  * The simulator runs one compute stream (kernels in trace order) and four transfer channels
  * (SSD array read, SSD array write, PCIe host->GPU, PCIe GPU->host). A move from the plan is

@@ -3,7 +3,7 @@
  *
  * A trace is what the profiler records from a real run (python/teraio) and what the workload
  * model generates (teraio/model.h). Everything downstream (analysis, planning, simulation,
- * execution) reads it. Data model (DESIGN.md section 3):
+ * execution) reads it. Data model (docs/trace-format.md):
  *
  *   kernel  k = 0..n_kernels-1, in execution order: name, duration (ns), flags, and a CSR range
  *             of uses [use_offset[k], use_offset[k+1]).

@@ -9,6 +9,12 @@
  * Decimal prefixes (k, K, M, G, T, P, E with optional B) are powers of 1000, binary ones (KiB,
  * MiB, GiB, TiB, PiB, EiB) powers of 1024; every unit tio_format_bytes prints parses back. A bare
  * number is bytes (bytes/s for rates, seconds for times).
+ *
+ * The number is decimal only: digits with an optional fraction and exponent ("1.5", "2e9");
+ * hexadecimal, "inf", "nan", a negative value and a leading or trailing space
+ * are errors. Spaces may separate the number from its unit ("512 MiB"). A size without a unit
+ * must be a whole number of bytes ("1.5" is refused; "1.5KiB" is 1536); with a unit it is
+ * rounded to the nearest byte and must be below 2^64 (16 EiB).
  */
 #ifndef TERAIO_UNITS_H
 #define TERAIO_UNITS_H

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from teraio import report
 
-# The paper's settings (PAPER.md s.9.1): fp32, AdamW, 2-stage pipeline on 2x H100 NVL,
+# The paper's settings (the TeraIO paper, §4.1): fp32, AdamW, 2-stage pipeline on 2x H100 NVL,
 # both stages simulated together. One configuration per model for the demo; `teraio compare --paper` runs all.
 PAPER_RUNS = [
     {"name": "llama3-8b", "preset": "llama3-8b", "batch": 64, "seq": 2048},

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import html
+import io
 import json
 import math
 import os
@@ -27,6 +28,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from teraio import _outfile
 
 BUCKETS = ["<1MB", "1-10MB", "10-100MB", "100MB-1GB", ">=1GB"]
 SYSTEM_ORDER = ["ideal", "none", "zero-offload", "zero-infinity", "lru", "g10", "teraio-paper",
@@ -100,10 +103,21 @@ def _plt():
 
 
 def _save(plt, fig, out: Path) -> None:
-    """Lay figure fig out, write it to out (120 dpi) and close it."""
+    """Lay figure fig out, write it to out (120 dpi, through _outfile) and close it."""
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=120, format=out.suffix.lstrip(".") or "png")
     plt.close(fig)
+    _write(out, buf.getvalue())
+
+
+def _write(path, data) -> None:
+    """Write an output file (bytes or text) through _outfile; its refusals become ReportErrors
+    with the CLI's exit code."""
+    try:
+        _outfile.write_bytes(path, data if isinstance(data, bytes) else data.encode("utf-8"))
+    except _outfile.OutputError as e:
+        raise ReportError(str(e), code=e.code) from None
 
 
 def _finish(plt, fig, ax, out: Path, title: str, legend: bool = True, **grid) -> None:
@@ -297,8 +311,8 @@ class Page:
                 for row in body:
                     md.append("| " + " | ".join(row) + " |\n")
         parts.append("</body></html>")
-        (out_dir / "index.html").write_text("".join(parts))
-        (out_dir / "report.md").write_text("".join(md))
+        _write(out_dir / "index.html", "".join(parts))
+        _write(out_dir / "report.md", "".join(md))
         return out_dir / "index.html"
 
 
@@ -408,8 +422,10 @@ def make_report(trace: str, hw: str, out_dir: str | Path, plan: str | None = Non
                 policies: list[str] | None = None, name: str | None = None,
                 do_sweep: bool = True) -> Path:
     """Write the full report for one trace on one hardware description; returns index.html."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = Path(_outfile.make_dir(out_dir))
+    except _outfile.OutputError as e:
+        raise ReportError(str(e), code=e.code) from None
     name = name or Path(trace).stem
     from teraio import _core
 
@@ -469,9 +485,8 @@ def write_rank_report(off, path, step_s=None, extra=None) -> str:
 
     out = Path(_ranks.expand(path, off.rank, "report path"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(rank_report(off, step_s, extra), indent=1, default=str) + "\n")
-    os.replace(tmp, out)
+    _outfile.write_text(out, json.dumps(rank_report(off, step_s, extra), indent=1,
+                                        default=str) + "\n")
     return str(out)
 
 
@@ -485,11 +500,15 @@ def load_rank_report(path) -> dict | None:
     trace). Raises ReportError (code 2) for a file that cannot be read or is not JSON."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as e:
         raise ReportError(f"{path}: cannot read: {e.strerror}", code=2) from None
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{path}: not UTF-8 text (byte {e.start})", code=2) from None
     try:
         obj = json.loads(text)
+    except RecursionError:
+        raise ReportError(f"{path}: JSON nested too deeply", code=2) from None
     except ValueError as e:
         raise ReportError(f"{path}: not JSON ({e})", code=2) from None
     return obj if _is_rank_report(obj) else None
@@ -654,17 +673,20 @@ def format_aggregate(agg: dict) -> str:
 
 
 def aggregate_main(paths: list[str], as_json: bool, out: str | None) -> int:
-    agg = aggregate(paths)
+    try:
+        agg = aggregate(paths)
+        text = format_aggregate(agg)
+    except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as e:
+        # a JSON value of a kind no Offloader writes (a list for "engine", an object for "host")
+        raise ReportError(f"a rank report holds a value of the wrong kind ({e})", code=2) from None
     if out:
-        d = Path(out)
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "ranks.json").write_text(json.dumps(agg, indent=1) + "\n")
-            (d / "ranks.txt").write_text(format_aggregate(agg))
-        except OSError as e:
-            raise ReportError(f"{out}: cannot write the summary: {e.strerror}", code=2) from None
-    print(json.dumps(agg, indent=1) if as_json else format_aggregate(agg), end="\n" if as_json
-          else "")
+            d = Path(_outfile.make_dir(out))
+        except _outfile.OutputError as e:
+            raise ReportError(str(e), code=e.code) from None
+        _write(d / "ranks.json", json.dumps(agg, indent=1) + "\n")
+        _write(d / "ranks.txt", text)
+    print(json.dumps(agg, indent=1) if as_json else text, end="\n" if as_json else "")
     return 0
 
 
@@ -692,6 +714,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--out", help="output folder (default: report; rank reports: "
                     "ranks.json and ranks.txt there, nothing without -o)")
     a = ap.parse_args(argv)
+    # the same rules as the C commands' parser: no empty value, list element or argument
+    for opt, val in (("--hw", a.hw), ("--plan", a.plan), ("-o", a.out)):
+        if val is not None and not val:
+            ap.error(f"{opt}: empty value")
+    if any(not p or p != p.strip() for p in a.policies.split(",")):
+        ap.error(f"--policies: '{a.policies}' has an empty element or one with spaces around it")
+    if any(not p for p in a.inputs):
+        ap.error("an argument is empty")
     try:
         ranks = [_maybe_rank_report(p) for p in a.inputs]
         if any(r is not None for r in ranks):
@@ -708,11 +738,21 @@ def main(argv: list[str] | None = None) -> int:
             raise ReportError("--json is for rank reports (a trace's report is a folder)",
                               code=1)
         index = make_report(a.inputs[0], a.hw, a.out or "report", plan=a.plan,
-                            policies=[p for p in a.policies.split(",") if p],
+                            policies=a.policies.split(","),
                             do_sweep=not a.no_sweep)
     except ReportError as e:
         print(f"teraio report: {e}", file=sys.stderr)
         return e.code
+    except RecursionError:  # an input nested deeper than Python follows
+        print("teraio report: an input is nested too deeply", file=sys.stderr)
+        return 2
+    except UnicodeError as e:  # a path or a file that is not UTF-8
+        print(f"teraio report: not UTF-8: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # anything read or written outside the steps that name it
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"teraio report: {where}{e.strerror or e}", file=sys.stderr)
+        return 2 if e.errno in _outfile.PATH_ERRNOS else 3
     print(f"report written to {index}")
     return 0
 

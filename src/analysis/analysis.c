@@ -1,4 +1,4 @@
-/* Liveness, inactive periods and memory curves of a trace (teraio/analysis.h, DESIGN.md s.5).
+/* Liveness, inactive periods and memory curves of a trace (teraio/analysis.h, docs/analysis.md).
  *
  * Everything is linear in n_uses + n_kernels + n_tensors, plus a radix sort of the period
  * durations per size bucket:

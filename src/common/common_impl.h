@@ -12,7 +12,7 @@
 #include <teraio/log.h>
 #include <teraio/status.h>
 
-/* Always compiled, also in Release (STYLE.md). */
+/* Always compiled, also in Release (docs/style.md). */
 #define TIO_ASSERT(cond)                          \
     do {                                          \
         if (__builtin_expect(!(cond), 0))         \

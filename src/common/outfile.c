@@ -25,7 +25,39 @@ struct tio_outfile {
     int in_place; /* writing into the existing inode (owner not keepable, or hard links) */
 };
 
-/* Follow the symlinks at the end of `path` (a relative link is taken from the link's directory).
+/* The kernel's protected-symlink rule (fs.protected_symlinks), applied whatever the sysctl says
+ * since the links here are followed by hand: a link `link` (lstat in *lst) in a sticky
+ * world-writable directory is followed only by its owner or when it belongs to the directory's
+ * owner. 0, or -EACCES with detail. */
+static int
+check_protected_link(const char *link, const struct stat *lst, const char *who, const char *path) {
+    const char *slash = strrchr(link, '/');
+    char dir[PATH_MAX];
+    size_t len = !slash ? 0 : slash == link ? 1 : (size_t)(slash - link);
+    if (len >= sizeof dir) {
+        return tio_set_error(-ENAMETOOLONG, "%s: cannot write '%s': path too long", who, path);
+    }
+    memcpy(dir, len ? link : ".", len ? len : 1);
+    dir[len ? len : 1] = '\0';
+    struct stat dst;
+    if (stat(dir, &dst) < 0) {
+        int e = errno;
+        return tio_set_error(-e, "%s: cannot write '%s': %s: %s", who, path, dir, tio_strerror(-e));
+    }
+    int shared = (dst.st_mode & S_ISVTX) && (dst.st_mode & S_IWOTH);
+    if (shared && lst->st_uid != geteuid() && lst->st_uid != dst.st_uid) {
+        return tio_set_error(-EACCES,
+                             "%s: cannot write '%s': the symbolic link '%s' is in a sticky "
+                             "world-writable directory and belongs to uid %u, neither you nor "
+                             "the directory's owner: not followed (the kernel's protected-"
+                             "symlink rule)",
+                             who, path, link, (unsigned)lst->st_uid);
+    }
+    return 0;
+}
+
+/* Follow the symlinks at the end of `path` (a relative link is taken from the link's directory),
+ * each only where the protected-symlink rule allows it (check_protected_link).
  * *out is the final path (tio_malloc'ed); *st its lstat and *exists whether it exists. */
 static int
 resolve_target(const char *path, const char *who, char **out, struct stat *st, int *exists) {
@@ -53,6 +85,11 @@ resolve_target(const char *path, const char *who, char **out, struct stat *st, i
             tio_free(cur);
             return tio_set_error(-ELOOP, "%s: cannot write '%s': more than %d symbolic links", who,
                                  path, OUTFILE_MAX_LINKS);
+        }
+        int prc = check_protected_link(cur, st, who, path);
+        if (prc < 0) {
+            tio_free(cur);
+            return prc;
         }
         char link[PATH_MAX];
         ssize_t n = readlink(cur, link, sizeof link - 1);

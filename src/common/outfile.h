@@ -10,7 +10,9 @@
  *
  * What it guarantees about the path the user named:
  * - a symbolic link there is written through: its target (at the end of the chain, up to 40
- *   links) is what gets replaced, the link stays;
+ *   links) is what gets replaced, the link stays; except a link that the kernel's
+ *   protected-symlink rule would not follow (in a sticky world-writable directory such as /tmp,
+ *   owned by neither the caller nor the directory's owner), which is refused with -EACCES;
  * - anything there that is not a regular file (directory, device node, FIFO, socket) is refused
  *   with -EISDIR or TIO_EINVAL and a detail naming the kind, and is left untouched;
  * - an existing file keeps its owner, group and mode bits (the new content is written to a

@@ -44,16 +44,60 @@ static const struct unit time_units[] = {
     { "h", 3600.0 }, { "s", 1.0 },   { "", 1.0 },
 };
 
-/* Parse "<number><spaces><suffix>" with a suffix from `units`. */
-static int parse_scaled(
-    const char *text, const struct unit *units, size_t n_units, const char *what, double *out) {
+/* The length of the decimal number at the start of s: [-+]? (digits [. digits?] | . digits)
+ * ([eE] [-+]? digits)?, or 0 if s does not start with one. Only this grammar is a number: no
+ * hexadecimal, "inf", "nan" or leading space, which strtod would take. */
+static size_t decimal_len(const char *s) {
+    size_t i = (*s == '-' || *s == '+') ? 1 : 0, digits = 0;
+    for (; isdigit((unsigned char)s[i]); i++) {
+        digits++;
+    }
+    if (s[i] == '.') {
+        i++;
+        for (; isdigit((unsigned char)s[i]); i++) {
+            digits++;
+        }
+    }
+    if (digits == 0) {
+        return 0;
+    }
+    if (s[i] == 'e' || s[i] == 'E') {
+        size_t j = i + 1 + ((s[i + 1] == '-' || s[i + 1] == '+') ? 1 : 0);
+        if (isdigit((unsigned char)s[j])) {
+            while (isdigit((unsigned char)s[j])) {
+                j++;
+            }
+            i = j;
+        }
+    }
+    return i;
+}
+
+/* Parse "<number>[<spaces><suffix>]" with a suffix from `units` into *out (the number times the
+ * unit's scale) and *unit_scale. The number is decimal (decimal_len), finite and not negative;
+ * spaces are allowed only between the number and a suffix. */
+static int parse_scaled(const char *text,
+                        const struct unit *units,
+                        size_t n_units,
+                        const char *what,
+                        double *out,
+                        double *unit_scale) {
     if (!text || !*text) {
         return tio_set_error(TIO_EINVAL, "%s: empty value", what);
     }
+    size_t len = strlen(text);
+    if (isspace((unsigned char)text[0]) || isspace((unsigned char)text[len - 1])) {
+        return tio_set_error(TIO_EINVAL, "%s: '%s' starts or ends with a space", what, text);
+    }
+    size_t n = decimal_len(text);
     char *end = NULL;
-    double v = strtod(text, &end);
-    if (end == text || !isfinite(v)) {
-        return tio_set_error(TIO_EINVAL, "%s: '%s' is not a number with a unit", what, text);
+    double v = n ? strtod(text, &end) : 0;
+    if (n == 0 || end != text + n) {
+        return tio_set_error(TIO_EINVAL, "%s: '%s' is not a decimal number with a unit", what,
+                             text);
+    }
+    if (!isfinite(v)) {
+        return tio_set_error(TIO_EINVAL, "%s: '%s' is too large", what, text);
     }
     while (*end == ' ') {
         end++;
@@ -64,6 +108,10 @@ static int parse_scaled(
                 return tio_set_error(TIO_EINVAL, "%s: '%s' is negative", what, text);
             }
             *out = v * units[i].scale;
+            *unit_scale = units[i].scale;
+            if (!isfinite(*out)) {
+                return tio_set_error(TIO_EINVAL, "%s: '%s' is too large", what, text);
+            }
             return 0;
         }
     }
@@ -71,10 +119,14 @@ static int parse_scaled(
 }
 
 int tio_parse_bytes(const char *text, uint64_t *out) {
-    double v;
-    int rc = parse_scaled(text, byte_units, sizeof byte_units / sizeof byte_units[0], "size", &v);
+    double v, scale;
+    int rc = parse_scaled(text, byte_units, sizeof byte_units / sizeof byte_units[0], "size", &v,
+                          &scale);
     if (rc < 0) {
         return rc;
+    }
+    if (scale == 1.0 && v != floor(v)) { /* "1.5" or "1.5B": no unit rounds it */
+        return tio_set_error(TIO_EINVAL, "size: '%s' is not a whole number of bytes", text);
     }
     if (v >= 18446744073709551616.0) {
         return tio_set_error(TIO_EINVAL, "size: '%s' is too large", text);
@@ -99,8 +151,9 @@ int tio_parse_rate(const char *text, double *bytes_per_s) {
     if (per_s || b_ps) {
         buf[n - 2] = '\0';
     }
-    double v;
-    int rc = parse_scaled(buf, byte_units, sizeof byte_units / sizeof byte_units[0], "rate", &v);
+    double v, scale;
+    int rc =
+        parse_scaled(buf, byte_units, sizeof byte_units / sizeof byte_units[0], "rate", &v, &scale);
     if (rc < 0) {
         return rc;
     }
@@ -109,8 +162,9 @@ int tio_parse_rate(const char *text, double *bytes_per_s) {
 }
 
 int tio_parse_duration(const char *text, double *seconds) {
+    double scale;
     return parse_scaled(text, time_units, sizeof time_units / sizeof time_units[0], "duration",
-                        seconds);
+                        seconds, &scale);
 }
 
 const char *tio_format_bytes(uint64_t bytes, char *buf, size_t len) {

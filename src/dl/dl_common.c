@@ -83,7 +83,7 @@ static void load(struct tio_dl_shim *shim) {
         if (resolve_first(lib, shim->syms[i].sym, shim->syms[i].slot, &missing) < 0) {
             (void)snprintf(shim->reason, sizeof shim->reason, "%s: symbol %s missing", name,
                            missing);
-            return; /* never dlclose: see STYLE.md */
+            return; /* never dlclose: see docs/style.md */
         }
     }
     shim->loaded_ok = 1;

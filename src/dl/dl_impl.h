@@ -1,5 +1,5 @@
-/* Private: loading a vendor library once, the way every shim does (STYLE.md: load once, resolve
- * every required symbol up front, never dlclose). */
+/* Private: loading a vendor library once, the way every shim does (docs/style.md: load once,
+ * resolve every required symbol up front, never dlclose). */
 #ifndef TIO_DL_IMPL_H
 #define TIO_DL_IMPL_H
 

@@ -68,7 +68,7 @@ struct arch_preset {
     const char *name;
     uint32_t layers, hidden, heads, kv_heads, ffn_hidden, vocab;
     int32_t tied;
-    /* the paper's setting for this model (PAPER.md s.2 and s.9.1) */
+    /* the paper's setting for this model (paper §2 and §4.1) */
     uint32_t global_batch, micro_batch, seq_len, pp;
 };
 

@@ -1,5 +1,5 @@
 /*
- * The teraio planners (DESIGN.md s.6, PAPER.md s.6 Algorithm 1, docs/planner.md):
+ * The teraio planners (docs/method.md, the paper's Algorithm 1, docs/planner.md):
  *
  *   teraio-mixed / teraio-ssd   our planner: capped benefit, benefit/cost ranking, SSD first,
  *                               host memory within the cap, clean copies, early prefetch

@@ -33,7 +33,7 @@ struct tio_sim_params tio_sim_params_default(void) {
     p.zero_offload_fetch_Bps = TIO_SIM_ZERO_FETCH_BPS;
     p.zero_infinity_fetch_Bps = HUGE_VAL; /* no cap beyond the SSD array's rate */
     p.zero_fetch_overhead_s = TIO_SIM_ZERO_FETCH_OVERHEAD;
-    p.zero_bytes_scale = 1.0; /* FP32, as the paper ran every system (PAPER.md s.9.1) */
+    p.zero_bytes_scale = 1.0; /* FP32, as the paper ran every system (paper §4.1) */
     p.zero_layers = 0;
     p.label = NULL;
     p.demand_evict = 0;

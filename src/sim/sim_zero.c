@@ -44,7 +44,7 @@ static long layer_of(const char *name) {
     return -1;
 }
 
-/* DeepSpeed's stage3_param_persistence_threshold (PAPER.md Table 4: the default, 100K):
+/* DeepSpeed's stage3_param_persistence_threshold (the paper's Table 4: the default, 100K):
  * parameters with fewer values are not partitioned; they stay on the GPU and are never
  * fetched. */
 #define ZERO_PERSISTENCE_VALUES 1e5
@@ -374,7 +374,7 @@ int sim_zero_build(struct sim_view *v,
     /* The parameter fetch path (docs/baselines.md, "parameter fetch"): DeepSpeed fetches each
      * submodule's partitioned parameters in its hook, tensor by tensor, each at a fixed cost
      * (hook, all-gather, synchronisation) plus its bytes at the host->GPU rate; ZeRO-Infinity
-     * first reads them from NVMe into pinned host buffers (the "extra hop", PAPER.md s.9.3),
+     * first reads them from NVMe into pinned host buffers (the "extra hop", paper §4.2),
      * pipelined with that copy through its 18 buffers (Table 4). Fetched one after another, n
      * tensors of B bytes take n x overhead + B / rate: the path runs at mean / (overhead + mean /
      * rate), mean = B / n over the tensors streamed. */

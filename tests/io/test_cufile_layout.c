@@ -1,5 +1,5 @@
 /*
- * Our cuFile declarations (src/dl/cufile_shim.h) against the real cufile.h (STYLE.md
+ * Our cuFile declarations (src/dl/cufile_shim.h) against the real cufile.h (docs/style.md
  * pitfall 1): we call libcufile through them, so sizes and offsets must match exactly. The
  * checks are compile-time; the program only reports. Without cufile.h (nvidia-cufile wheel)
  * and cuda.h it exits 77.

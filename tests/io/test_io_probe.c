@@ -1,7 +1,7 @@
 /*
  * Backend probes: every backend reports availability with a reason; posix is always there;
  * a cudart that loads but has no driver (error 35) or no device is "unavailable", never just
- * "the library loaded" (STYLE.md pitfall 2); the registry rejects malformed backends.
+ * "the library loaded" (docs/style.md, vendor libraries); the registry rejects malformed backends.
  */
 #include "../tio_test.h"
 #include "backend_util.h"

@@ -32,7 +32,7 @@ static const struct row rows[] = {
     { "model --preset tiny --layers 0", 1, "--layers" },
     { "model --preset tiny --batch -3", 1, "--batch" },
     { "analyze %T --capacity 0", 1, "--capacity" },
-    { "analyze %T --long-idle 1e300h", 1, "too long" },
+    { "analyze %T --long-idle 1e300h", 1, "out of range" },
     { "analyze %T --long-idle nan", 1, "--long-idle" },
     { "analyze %T --long-idle 0", 1, "--long-idle" },
     { "plan %T --capacity 0", 1, "--capacity" },
@@ -152,6 +152,59 @@ TIO_TEST(table) {
     }
 }
 
+/* The first line of a file ("" when unreadable). */
+static const char *head(const char *path) {
+    static char buf[256];
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) {
+            buf[0] = '\0';
+        }
+        (void)fclose(f);
+    }
+    return buf;
+}
+
+TIO_TEST(outputs_refuse_protected_symlinks) {
+    /* -o, --timeline and the files of --csv DIR, through links planted by another user (uid
+     * 65534) in a sticky world-writable folder: exit 2 naming the rule; the target unchanged. */
+    static char out[65536];
+    char p[600], q[600], args[2048];
+    (void)snprintf(p, sizeof p, "%s/shared", dir);
+    CHECK_EQ_I(mkdir(p, 0755) == 0 && chmod(p, 01777) == 0, 1);
+    (void)snprintf(p, sizeof p, "%s/secret", dir);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) {
+        (void)fputs("secret\n", f);
+        (void)fclose(f);
+    }
+    static const char *const cmds[] = {
+        "plan %T -o %D/shared/link",
+        "model --preset tiny -o %D/shared/link",
+        "trace convert %T %D/shared/link",
+        "simulate %T --hw paper-2xh100nvl --policy none --timeline %D/shared/link",
+        "analyze %T --csv %D/shared",
+        "simulate %T --hw paper-2xh100nvl --policy none --csv %D/shared",
+    };
+    static const char *const links[] = { "link",    "memory.csv",  "periods.csv",
+                                         "cdf.csv", "kernels.csv", "bandwidth.csv" };
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        (void)snprintf(q, sizeof q, "%s/shared/%s", dir, links[i]);
+        CHECK_EQ_I(symlink(p, q) == 0 && lchown(q, 65534, 65534) == 0, 1);
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        expand(cmds[i], args, sizeof args);
+        int code = tio_test_run_cli(args, out, sizeof out);
+        if (code != 2 || !strstr(out, "protected-symlink")) {
+            TIO_T_FAIL("'teraio %s' exited %d, want 2 naming the protected-symlink rule:\n%s", args,
+                       code, out);
+        }
+        CHECK_STR(head(p), "secret\n");
+    }
+}
+
 int main(void) {
     if (!getenv("TIO_CLI") || !*getenv("TIO_CLI")) {
         TIO_SKIP("TIO_CLI not set (CLI not built)");
@@ -184,6 +237,11 @@ int main(void) {
     RUN(every_help_states_the_convention);
     RUN(unknown_option_is_usage_error_everywhere);
     RUN(table);
+    if (geteuid() == 0) {
+        RUN(outputs_refuse_protected_symlinks);
+    } else {
+        printf("not run: outputs_refuse_protected_symlinks (needs root to chown a link)\n");
+    }
     char cmd[600];
     (void)snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) { /* NOLINT(concurrency-mt-unsafe): single-threaded test */

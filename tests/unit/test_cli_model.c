@@ -76,11 +76,11 @@ TIO_TEST(bad_input_exit_codes) {
     CHECK_EQ_I(run("--preset small --tp 3"), 2);
     HAS("tp 3");
     CHECK_EQ_I(run("--preset small --seq 0"), 1); /* a count of 0 is refused at parsing */
-    HAS("--seq: must be at least 1");
+    HAS("--seq: '0' is out of range: from 1");
     CHECK_EQ_I(run("--preset small --gpu b200"), 2);
     HAS("unknown GPU");
     CHECK_EQ_I(run("--preset small --batch -4"), 1);
-    HAS("not a non-negative integer");
+    HAS("--batch: '-4' is not a whole number");
     CHECK_EQ_I(run("--preset small --bogus"), 1);
     HAS("unknown option '--bogus'");
     CHECK_EQ_I(run("--preset small --batch"), 1);

@@ -86,6 +86,31 @@ TIO_TEST(parse_rate_and_duration) {
     CHECK_RC(tio_parse_duration("3 fortnights", &s), TIO_EINVAL);
 }
 
+/* One decimal grammar for every value: what strtod would also take is refused. */
+TIO_TEST(parse_refuses_what_is_not_decimal) {
+    uint64_t v = 0;
+    double d = 0;
+    static const char *const bad[] = { " 1MiB", "1MiB ", "0x10", "0x1p4", "inf", "nan", "infinity",
+                                       "1e999", "",      " ",    "1e",    "e5",  "." };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_RC(tio_parse_bytes(bad[i], &v), TIO_EINVAL);
+        CHECK_RC(tio_parse_rate(bad[i], &d), TIO_EINVAL);
+        CHECK_RC(tio_parse_duration(bad[i], &d), TIO_EINVAL);
+    }
+    CHECK_RC(tio_parse_bytes("1.5", &v), TIO_EINVAL); /* not 2 bytes */
+    CHECK_ERR_HAS("whole number of bytes");
+    CHECK_RC(tio_parse_bytes("0.5B", &v), TIO_EINVAL);
+    CHECK_RC(tio_parse_rate("1e308GB/s", &d), TIO_EINVAL); /* inf after the unit */
+    CHECK_OK(tio_parse_bytes("1.5KiB", &v));
+    CHECK_EQ_U(v, 1536);
+    CHECK_OK(tio_parse_bytes("1e3", &v));
+    CHECK_EQ_U(v, 1000);
+    CHECK_OK(tio_parse_bytes(".5KiB", &v));
+    CHECK_EQ_U(v, 512);
+    CHECK_OK(tio_parse_duration("1.5e-3", &d));
+    CHECK_NEAR(d, 1.5e-3, 1e-15);
+}
+
 TIO_TEST(format_units) {
     char buf[32];
     CHECK_STR(tio_format_bytes(512, buf, sizeof buf), "512 B");
@@ -230,6 +255,7 @@ int main(void) {
     RUN(status_is_input_error);
     RUN(parse_bytes);
     RUN(parse_rate_and_duration);
+    RUN(parse_refuses_what_is_not_decimal);
     RUN(format_units);
     RUN(alloc_counts_and_fault_injection);
     RUN(io_alloc_alignment);

@@ -529,7 +529,7 @@ TIO_TEST(paper_scale_kernel_counts) {
 }
 
 /*
- * The paper's Observations 1 and 2 (PAPER.md s.2) on GPU 0 of its settings, through the
+ * The paper's Observations 1 and 2 (paper §2) on GPU 0 of its settings, through the
  * project's analysis: active memory under 14% of the GPU at most and a few percent on average;
  * more than 40% of the inactive periods of 10 MB-1 GB tensors longer than 10 ms.
  */

@@ -300,6 +300,65 @@ TIO_TEST(analysis_csv_refuses_fifo) {
     tio_trace_free(tr);
 }
 
+TIO_TEST(save_refuses_protected_symlink) {
+    /* As root, a link planted by another user in a sticky world-writable folder (/tmp) pointing
+     * at a root-only file got that file replaced, and a dangling one made root create a file
+     * where it pointed. The kernel's protected-symlink rule would not follow either. */
+    clean();
+    struct tio_plan *p = small_plan();
+    CHECK(p != NULL);
+    CHECK_EQ_I(mkdir(at("shared"), 0755), 0);
+    CHECK_EQ_I(chmod(at("shared"), 01777), 0);
+    put(at("secret"), "secret\n");
+    CHECK_EQ_I(chmod(at("secret"), 0600), 0);
+    CHECK_EQ_I(symlink(at("secret"), at("shared/out.plan")), 0);
+    CHECK_EQ_I(lchown(at("shared/out.plan"), 65534, 65534), 0);
+    CHECK_RC(tio_plan_save(p, at("shared/out.plan"), TIO_PLAN_FORMAT_JSON), -EACCES);
+    CHECK_ERR_HAS("protected-symlink");
+    CHECK_STR(head(at("secret")), "secret\n");
+    struct stat st;
+    CHECK(lstat(at("shared/out.plan"), &st) == 0 && S_ISLNK(st.st_mode));
+    /* a dangling one: nothing is created at its target */
+    CHECK_EQ_I(symlink(at("created"), at("shared/dangling.plan")), 0);
+    CHECK_EQ_I(lchown(at("shared/dangling.plan"), 65534, 65534), 0);
+    CHECK_RC(tio_plan_save(p, at("shared/dangling.plan"), TIO_PLAN_FORMAT_JSON), -EACCES);
+    CHECK(lstat(at("created"), &st) < 0);
+    /* the analysis CSV files go through the same routine */
+    struct tio_trace *tr = example();
+    struct tio_analysis *a = NULL;
+    CHECK(tr != NULL);
+    CHECK_OK(tio_analysis_new(tr, NULL, &a));
+    CHECK_EQ_I(symlink(at("secret"), at("shared/memory.csv")), 0);
+    CHECK_EQ_I(lchown(at("shared/memory.csv"), 65534, 65534), 0);
+    CHECK_RC(tio_analysis_write_csv(a, at("shared")), -EACCES);
+    CHECK_STR(head(at("secret")), "secret\n");
+    tio_analysis_free(a);
+    tio_trace_free(tr);
+    /* links the rule allows: the caller's own, and one in a folder that is not sticky */
+    CHECK_EQ_I(symlink(at("mine.plan"), at("shared/mine.plan")), 0);
+    CHECK_OK(tio_plan_save(p, at("shared/mine.plan"), TIO_PLAN_FORMAT_JSON));
+    CHECK(lstat(at("mine.plan"), &st) == 0 && S_ISREG(st.st_mode));
+    CHECK_EQ_I(symlink(at("theirs.plan"), at("their-link.plan")), 0);
+    CHECK_EQ_I(lchown(at("their-link.plan"), 65534, 65534), 0);
+    CHECK_OK(tio_plan_save(p, at("their-link.plan"), TIO_PLAN_FORMAT_JSON));
+    CHECK(lstat(at("theirs.plan"), &st) == 0 && S_ISREG(st.st_mode));
+    /* and one owned by the folder's owner */
+    CHECK_EQ_I(chown(at("shared"), 65534, 65534), 0);
+    CHECK_OK(tio_plan_save(p, at("shared/out.plan"), TIO_PLAN_FORMAT_JSON));
+    CHECK(strcmp(head(at("secret")), "secret\n") != 0);
+    tio_plan_free(p);
+    DIR *d = opendir(at("shared"));
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[600];
+        (void)snprintf(path, sizeof path, "%s/shared/%s", dir, e->d_name);
+        (void)unlink(path);
+    }
+    if (d) {
+        (void)closedir(d);
+    }
+    CHECK_EQ_I(rmdir(at("shared")), 0);
+}
+
 int main(void) {
     (void)snprintf(dir, sizeof dir, "/tmp/tio_outfile_%ld", (long)getpid());
     if (mkdir(dir, 0700) < 0) {
@@ -313,8 +372,10 @@ int main(void) {
     if (geteuid() == 0) {
         RUN(save_keeps_owner);
         RUN(save_in_place_when_owner_cannot_be_kept);
+        RUN(save_refuses_protected_symlink);
     } else {
-        printf("not run: save_keeps_owner, save_in_place_when_owner_cannot_be_kept (need root "
+        printf("not run: save_keeps_owner, save_in_place_when_owner_cannot_be_kept, "
+               "save_refuses_protected_symlink (need root "
                "to chown a file to another user and to become another user)\n");
     }
     RUN(abort_leaves_target_untouched);

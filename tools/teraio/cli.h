@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit codes (DESIGN.md s.10), the same for every command; TIO_CLI_EXIT_HELP ends each --help. */
+/* Exit codes (docs/user-guide.md), the same for every command; TIO_CLI_EXIT_HELP ends --help. */
 enum {
     TIO_EXIT_OK = 0,
     TIO_EXIT_USAGE = 1,  /* bad command line */
@@ -60,40 +60,85 @@ int cli_stderr_is_tty(void);
 /* Write a JSON string literal (with quotes and escapes) to f. */
 void cli_json_string(FILE *f, const char *s);
 
-/* Option helpers: parse a human size / rate / duration / number or report a usage error naming
- * the option (returns 0 or TIO_EXIT_USAGE). Numbers are always finite (nan, inf and overflows
- * are refused); rates are always above 0. The _pos variants also refuse 0, for options where 0
- * means nothing (a capacity, a count of layers, a scale): an option that has a default is
- * omitted, not set to 0. */
-int cli_parse_bytes(const char *cmd, const char *opt, const char *text, uint64_t *out);
-int cli_parse_bytes_pos(const char *cmd, const char *opt, const char *text, uint64_t *out);
-int cli_parse_rate(const char *cmd, const char *opt, const char *text, double *out);
-int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
-int cli_parse_u64_pos(const char *cmd, const char *opt, const char *text, uint64_t *out);
-int cli_parse_double(const char *cmd, const char *opt, const char *text, double *out);
-int cli_parse_pos(const char *cmd, const char *opt, const char *text, double *out);
-int cli_parse_duration_pos(const char *cmd, const char *opt, const char *text, double *seconds);
-
-/* A flag option of a command's table: when given, *dst = value. */
-struct cli_flag {
-    const char *opt;
-    int32_t *dst;
-    int32_t value;
+/*
+ * The one argument parser (cli_args.c). Each command describes its options in a table:
+ *
+ *     uint64_t cap = 0; int json = 0; const char *pos[1];
+ *     const struct cli_opt opts[] = {
+ *         { .name = "--capacity", .kind = CLI_BYTES, .dst = &cap, CLI_LIMITS_MEMORY },
+ *         { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 },
+ *     };
+ *     struct cli_spec s = { "analyze", opts, 2, usage, pos, 1, 0, "one trace per run" };
+ *     int rc = cli_parse_args(&s, argc, argv, 1, NULL);  // CLI_HELP_SHOWN, 0 or an exit code
+ *
+ * Options are "--name VALUE", "--name=VALUE" or the alias ("-o VALUE"); "--help"/"-h" prints the
+ * usage; "--" ends the options; an argument starting with '-' that is no option is an error;
+ * a repeated option keeps its last value. Values are read by the library's parsers
+ * (teraio/units.h: decimal numbers only, no hexadecimal, inf, nan or spaces at either end) and
+ * must lie within the option's limits [min, max] (min excluded when min_excl), in bytes, B/s,
+ * seconds or plain numbers. An empty value, an empty list element and an empty argument are
+ * refused. Every refusal is a usage error (TIO_EXIT_USAGE) whose message names the option.
+ */
+enum cli_kind {
+    CLI_FLAG,     /* no value: *(int *)dst = value */
+    CLI_TEXT,     /* non-empty text: *(const char **)dst (a name or a path) */
+    CLI_LIST,     /* comma-separated non-empty elements: struct cli_list *dst */
+    CLI_BYTES,    /* a size (tio_parse_bytes): *(uint64_t *)dst */
+    CLI_COUNT,    /* a whole decimal number: *(uint64_t *)dst */
+    CLI_NUMBER,   /* a decimal number without unit: *(double *)dst */
+    CLI_RATE,     /* bytes per second (tio_parse_rate): *(double *)dst */
+    CLI_DURATION, /* seconds (tio_parse_duration): *(double *)dst */
+    CLI_CALL,     /* call(ctx, name, value): 0 or an exit code (it reports its own errors) */
+    CLI_KIND_COUNT
 };
 
-/* If arg is one of the n flags, set its dst and return 1; else 0. */
-int cli_set_flag(const struct cli_flag *flags, size_t n, const char *arg);
-
-/* An option of a command's table with a uint64_t value, parsed by one of the cli_parse_* functions
- * with that type (cli_parse_bytes, cli_parse_bytes_pos, cli_parse_u64, cli_parse_u64_pos). */
-struct cli_u64_opt {
-    const char *opt;
-    int (*parse)(const char *cmd, const char *opt, const char *text, uint64_t *out);
-    uint64_t *dst;
+struct cli_opt {
+    const char *name;  /* "--capacity" */
+    const char *alias; /* "-o", or NULL */
+    int32_t kind;      /* enum cli_kind */
+    void *dst;
+    double min, max; /* limits of a number, size, rate or time (bytes, B/s, s), inclusive */
+    int min_excl;    /* 1: the value must be above min */
+    int value;       /* CLI_FLAG: what *dst becomes */
+    int (*call)(void *ctx, const char *opt, const char *text);
 };
 
-/* The entry of the n options named arg, or NULL. */
-const struct cli_u64_opt *
-cli_find_u64_opt(const struct cli_u64_opt *opts, size_t n, const char *arg);
+/* A CLI_LIST destination: items point into buf. */
+struct cli_list {
+    const char **items;
+    size_t max, n;
+    char *buf;
+    size_t buflen;
+};
+
+struct cli_spec {
+    const char *cmd;            /* "plan": in messages */
+    const struct cli_opt *opts; /* the command's options */
+    size_t n_opts;
+    void (*usage)(FILE *f); /* --help */
+    const char **pos;       /* positional arguments, in order */
+    size_t max_pos, n_pos;
+    const char *pos_hint; /* why another positional argument is wrong */
+};
+
+#define CLI_HELP_SHOWN  (-1)
+#define TIO_CLI_STR_(x) #x
+#define TIO_CLI_STR(x)  TIO_CLI_STR_(x) /* a number macro as a string literal */
+
+/* The documented limits (docs/user-guide.md, "Values and limits"). */
+#define CLI_MAX_MEMORY           1125899906842624.0 /* 1 PiB: a GPU, host or disk capacity */
+#define CLI_LIMITS_SIZE          .min = 0, .max = 18446744073709551615.0
+#define CLI_LIMITS_MEMORY        .min = 1, .max = CLI_MAX_MEMORY
+#define CLI_LIMITS_RATE          .min = 1e3, .max = 1e15 /* 1 kB/s to 1 PB/s */
+#define CLI_LIMITS_SCALE         .min = 1e-6, .max = 1e6 /* a multiplier of bandwidths */
+#define CLI_LIMITS_COUNT(lo, hi) .min = (lo), .max = (hi)
+
+/* Parse argv[first..argc) against s. Returns 0, CLI_HELP_SHOWN (usage printed: exit 0) or an
+ * exit code; s->n_pos is the number of positional arguments found. ctx goes to CLI_CALL. */
+int cli_parse_args(struct cli_spec *s, int argc, char **argv, int first, void *ctx);
+
+/* One rate (a CLI_RATE option's text with CLI_LIMITS_RATE), for list elements. 0 or
+ * TIO_EXIT_USAGE. */
+int cli_value_rate(const char *cmd, const char *opt, const char *text, double *out);
 
 #endif

@@ -1,5 +1,5 @@
 /* teraio analyze: tensor lifetimes, inactive periods and memory curves of a
- * trace (the paper's characterization, PAPER.md s.2: Observations 1 and 2). */
+ * trace (the paper's characterization, §2: Observations 1 and 2). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -227,74 +227,33 @@ static void print_text(const struct report *r, int want_top) {
     }
 }
 
-/* "--opt VALUE" or "--opt=VALUE": the value, advancing *i; NULL (usage error)
- * if missing. */
-static const char *opt_value(int argc, char **argv, int *i, const char *opt) {
-    size_t len = strlen(opt);
-    if (strncmp(argv[*i], opt, len) == 0 && argv[*i][len] == '=') {
-        return argv[*i] + len + 1;
-    }
-    if (*i + 1 >= argc) {
-        cli_error(cmd_name, "%s needs a value", opt);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-static int is_opt(const char *arg, const char *opt) {
-    size_t len = strlen(opt);
-    return strncmp(arg, opt, len) == 0 && (arg[len] == '\0' || arg[len] == '=');
-}
-
 int cli_cmd_analyze(int argc, char **argv) {
     const char *path = NULL, *csv_dir = NULL;
     int json = 0;
     uint64_t top_n = 10;
+    double long_idle_s = 0;
     struct tio_analysis_params prm = tio_analysis_params_default();
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val;
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(arg, "--json") == 0) {
-            json = 1;
-        } else if (is_opt(arg, "--capacity")) {
-            if (!(val = opt_value(argc, argv, &i, "--capacity")) ||
-                cli_parse_bytes_pos(cmd_name, "--capacity", val, &prm.capacity_bytes)) {
-                return TIO_EXIT_USAGE;
-            }
-        } else if (is_opt(arg, "--long-idle")) {
-            double sec;
-            if (!(val = opt_value(argc, argv, &i, "--long-idle"))) {
-                return TIO_EXIT_USAGE;
-            }
-            if (cli_parse_duration_pos(cmd_name, "--long-idle", val, &sec)) {
-                return TIO_EXIT_USAGE;
-            }
-            if (!(sec * 1e9 < 1.8e19)) { /* the threshold is kept in 64-bit nanoseconds */
-                cli_error(cmd_name, "--long-idle: '%s' is too long (at most 500 years)", val);
-                return TIO_EXIT_USAGE;
-            }
-            prm.long_idle_ns = (uint64_t)llround(sec * 1e9);
-        } else if (is_opt(arg, "--csv")) {
-            if (!(csv_dir = opt_value(argc, argv, &i, "--csv"))) {
-                return TIO_EXIT_USAGE;
-            }
-        } else if (is_opt(arg, "--top")) {
-            if (!(val = opt_value(argc, argv, &i, "--top")) ||
-                cli_parse_u64(cmd_name, "--top", val, &top_n)) {
-                return TIO_EXIT_USAGE;
-            }
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            cli_error(cmd_name, "unknown option '%s' (see teraio analyze --help)", arg);
-            return TIO_EXIT_USAGE;
-        } else if (!path) {
-            path = arg;
-        } else {
-            cli_error(cmd_name, "one trace at a time (got '%s' and '%s')", path, arg);
-            return TIO_EXIT_USAGE;
-        }
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 },
+        { .name = "--capacity", .kind = CLI_BYTES, .dst = &prm.capacity_bytes, CLI_LIMITS_MEMORY },
+        /* the threshold is kept in 64-bit nanoseconds: at most 500 years */
+        { .name = "--long-idle",
+          .kind = CLI_DURATION,
+          .dst = &long_idle_s,
+          .min = 0,
+          .max = 500 * 365.25 * 86400,
+          .min_excl = 1 },
+        { .name = "--csv", .kind = CLI_TEXT, .dst = &csv_dir },
+        { .name = "--top", .kind = CLI_COUNT, .dst = &top_n, CLI_LIMITS_COUNT(0, 4294967295.0) },
+    };
+    struct cli_spec spec = { cmd_name, opts, sizeof opts / sizeof opts[0], usage, &path,
+                             1,        0,    "one trace per run" };
+    int prc = cli_parse_args(&spec, argc, argv, 1, NULL);
+    if (prc) {
+        return prc == CLI_HELP_SHOWN ? TIO_EXIT_OK : prc;
+    }
+    if (long_idle_s > 0) {
+        prm.long_idle_ns = (uint64_t)llround(long_idle_s * 1e9);
     }
     if (!path) {
         cli_error(cmd_name, "missing TRACE (see teraio analyze --help)");

@@ -157,66 +157,46 @@ struct bench_opts {
     int json, verify, warmup, small_pages, device_mem;
 };
 
+/* --dir, repeated: one directory per SSD. */
+static int add_dir(void *ctx, const char *opt, const char *text) {
+    struct bench_opts *o = ctx;
+    if (o->ndirs == MAX_DIRS) {
+        cli_error("bench-io", "%s: at most %d directories", opt, MAX_DIRS);
+        return TIO_EXIT_USAGE;
+    }
+    o->dirs[o->ndirs++] = text;
+    return 0;
+}
+
 /* Parse argv into *o. Returns -1 to go on, or the exit code to end with (0 after --help). */
 static int parse_args(int argc, char **argv, struct bench_opts *o) {
-    const char *cmd = "bench-io";
-    const struct {
-        const char *name;
-        int *set;
-    } flags[] = { { "--json", &o->json },
-                  { "--verify", &o->verify },
-                  { "--warmup", &o->warmup },
-                  { "--small-pages", &o->small_pages },
-                  { "--device-mem", &o->device_mem } };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0, is_flag = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        for (size_t f = 0; f < sizeof flags / sizeof flags[0] && !is_flag; f++) {
-            if (!strcmp(a, flags[f].name)) {
-                *flags[f].set = 1;
-                is_flag = 1;
-            }
-        }
-        if (is_flag) {
-            continue;
-        }
-        if (!v) {
-            cli_error(cmd, "option %s needs a value (see teraio bench-io --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-        i++;
-        if (!strcmp(a, "--dir")) {
-            if (o->ndirs == MAX_DIRS) {
-                cli_error(cmd, "--dir: at most %d directories", MAX_DIRS);
-                return TIO_EXIT_USAGE;
-            }
-            o->dirs[o->ndirs++] = v;
-        } else if (!strcmp(a, "--size")) {
-            rc = cli_parse_bytes_pos(cmd, a, v, &o->size);
-        } else if (!strcmp(a, "--block")) {
-            rc = cli_parse_bytes_pos(cmd, a, v, &o->block);
-        } else if (!strcmp(a, "--chunk")) {
-            rc = cli_parse_bytes_pos(cmd, a, v, &o->chunk);
-        } else if (!strcmp(a, "--depth")) {
-            rc = cli_parse_u64_pos(cmd, a, v, &o->depth);
-        } else if (!strcmp(a, "--rw")) {
-            o->rw = v;
-        } else if (!strcmp(a, "--backend")) {
-            o->backend = v;
-        } else {
-            cli_error(cmd, "unknown option '%s' (see teraio bench-io --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-        if (rc) {
-            return rc;
-        }
-    }
-    return -1;
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &o->json, .value = 1 },
+        { .name = "--verify", .kind = CLI_FLAG, .dst = &o->verify, .value = 1 },
+        { .name = "--warmup", .kind = CLI_FLAG, .dst = &o->warmup, .value = 1 },
+        { .name = "--small-pages", .kind = CLI_FLAG, .dst = &o->small_pages, .value = 1 },
+        { .name = "--device-mem", .kind = CLI_FLAG, .dst = &o->device_mem, .value = 1 },
+        { .name = "--dir", .kind = CLI_CALL, .call = add_dir },
+        { .name = "--size", .kind = CLI_BYTES, .dst = &o->size, CLI_LIMITS_MEMORY },
+        /* a multiple of 4 KiB, checked with the others */
+        { .name = "--block",
+          .kind = CLI_BYTES,
+          .dst = &o->block,
+          .min = 4096,
+          .max = 4294967296.0 },
+        { .name = "--chunk",
+          .kind = CLI_BYTES,
+          .dst = &o->chunk,
+          .min = 4096,
+          .max = 1073741824.0 },
+        { .name = "--depth", .kind = CLI_COUNT, .dst = &o->depth, CLI_LIMITS_COUNT(1, 4096) },
+        { .name = "--rw", .kind = CLI_TEXT, .dst = &o->rw },
+        { .name = "--backend", .kind = CLI_TEXT, .dst = &o->backend },
+    };
+    struct cli_spec spec = { "bench-io",    opts, sizeof opts / sizeof opts[0], usage, NULL, 0, 0,
+                             "options only" };
+    int rc = cli_parse_args(&spec, argc, argv, 1, o);
+    return rc == CLI_HELP_SHOWN ? TIO_EXIT_OK : rc ? rc : -1;
 }
 
 /* The options against each other and the machine. Returns 0 or an exit code. */

@@ -1,4 +1,4 @@
-/* teraio compare --paper: the paper's evaluation matrix (PAPER.md s.9.1) in simulation. */
+/* teraio compare --paper: the paper's evaluation matrix (paper §4.1) in simulation. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 
 static const char *const CMD = "compare";
 
-/* The matrix of Figure 7 (PAPER.md s.9.1); the point shared by both sweeps appears once. */
+/* The matrix of Figure 7 (paper §4.1); the point shared by both sweeps appears once. */
 struct cfg {
     const char *model;
     uint32_t batch, seq;
@@ -35,7 +35,7 @@ static const char *const all_systems[] = { "ideal",      "zero-offload", "zero-i
                                            "g10" };
 #define MAX_SYS 16
 
-/* The paper's measured fractions of ideal (PAPER.md s.9.3, s.13); NAN where not given. */
+/* The paper's measured fractions of ideal (paper §4.2); NAN where not given. */
 struct paper_num {
     const char *system, *model;
     double fraction;
@@ -119,7 +119,7 @@ static int sim_stages(struct tio_trace *const *tr,
 }
 
 /*
- * Host memory each system may use per GPU (PAPER.md s.9.2, s.9.7, s.9.8). TeraIO-Mixed gets
+ * Host memory each system may use per GPU (paper §4.2-§4.4). TeraIO-Mixed gets
  * ZeRO-Infinity's host budget: 170 GB for Llama3-8B and 770 GB for Llama3-70B over the two
  * GPUs; the paper gives none for Granite-8B, a model of the same size as Llama3-8B, which
  * gets Llama3-8B's. TeraIO-SSD runs on the 128 GB server and offloads to the SSDs only. The
@@ -140,7 +140,7 @@ static void usage(FILE *f) {
         f,
         "usage: teraio compare --paper [--json] [--systems LIST] [--models LIST] [--hw HW]\n"
         "                      [--demand-evict]\n\n"
-        "Run the paper's evaluation matrix in simulation (PAPER.md s.9.1): Llama3-8B bs32/64/128\n"
+        "Run the TeraIO paper's evaluation matrix in simulation (sec. 4.1): Llama3-8B bs32/64/128\n"
         "@2048 and bs64 @1024/2048/4096; Granite-8B bs32/64/128 @4096 and bs64 @2048/4096/8192;\n"
         "Llama3-70B bs8/16/32 @2048 and bs16 @2048/3072/4096, each trace from `teraio model`:\n"
         "both stages of the 2-stage pipeline, simulated together (the iteration is their coupled\n"
@@ -175,22 +175,6 @@ static void usage(FILE *f) {
         "ideal,zero-offload,teraio-mixed\n\n" TIO_CLI_EXIT_HELP);
 }
 
-static int split(const char *text, const char **out, char *buf, size_t buflen, size_t *n) {
-    if (strlen(text) >= buflen) {
-        return -1;
-    }
-    (void)snprintf(buf, buflen, "%s", text);
-    *n = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (*n >= MAX_SYS) {
-            return -1;
-        }
-        out[(*n)++] = t;
-    }
-    return *n ? 0 : -1;
-}
-
 static int has(const char *const *list, size_t n, const char *s) {
     for (size_t i = 0; i < n; i++) {
         if (strcmp(list[i], s) == 0) {
@@ -201,7 +185,7 @@ static int has(const char *const *list, size_t n, const char *s) {
 }
 
 /* The trace of one configuration: stage `rank` of the preset's layout (TeraIO: 2-stage 1F1B),
- * or tensor parallelism over the server's GPUs for the ZeRO baselines (PAPER.md s.8: "ZeRO
+ * or tensor parallelism over the server's GPUs for the ZeRO baselines (paper §4: "ZeRO
  * baselines used tensor parallelism"; rank 0). */
 static int gen(const struct cfg *c,
                uint32_t micro_batch,
@@ -243,37 +227,6 @@ struct opts {
     struct tio_sim_params sp;
 };
 
-/* One of the ZeRO model knobs (--zero-offload-fetch, --zero-infinity-fetch, --cpu-adam,
- * --zero-prefetch, --zero-fetch-overhead). Returns 0 or an exit code. */
-static int parse_zero_knob(const char *a, const char *val, struct tio_sim_params *sp) {
-    int rc2;
-    if (strcmp(a, "--zero-offload-fetch") == 0) {
-        rc2 = cli_parse_rate(CMD, a, val, &sp->zero_offload_fetch_Bps);
-    } else if (strcmp(a, "--zero-infinity-fetch") == 0) {
-        rc2 = cli_parse_rate(CMD, a, val, &sp->zero_infinity_fetch_Bps);
-    } else if (strcmp(a, "--zero-fetch-overhead") == 0) {
-        sp->zero_fetch_overhead_s = 0;
-        rc2 = val && strcmp(val, "0") == 0
-                  ? 0
-                  : cli_parse_duration_pos(CMD, a, val, &sp->zero_fetch_overhead_s);
-    } else if (strcmp(a, "--cpu-adam") == 0) {
-        rc2 = cli_parse_pos(CMD, a, val, &sp->cpu_adam_params_per_core_s);
-    } else {
-        uint64_t d = 0;
-        rc2 = cli_parse_u64(CMD, a, val, &d);
-        sp->zero_prefetch_layers = (uint32_t)(d > 64 ? 64 : d);
-    }
-    if (rc2) {
-        return rc2;
-    }
-    if (!(sp->zero_offload_fetch_Bps > 0) || !(sp->zero_infinity_fetch_Bps > 0) ||
-        !(sp->cpu_adam_params_per_core_s > 0)) {
-        cli_error(CMD, "%s must be > 0", a);
-        return TIO_EXIT_USAGE;
-    }
-    return 0;
-}
-
 /* Parse argv into *o. Returns -1 to go on, or the exit code to end with (0 after --help). */
 static int parse_args(int argc, char **argv, struct opts *o) {
     o->n_sys = TIO_CLI_ARRAY_LEN(all_systems);
@@ -282,48 +235,45 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     for (size_t i = 0; i < o->n_sys; i++) {
         o->systems[i] = all_systems[i];
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else if (strcmp(a, "--paper") == 0) {
-            o->paper = 1;
-        } else if (strcmp(a, "--demand-evict") == 0) {
-            o->demand_col = 1;
-        } else if (strcmp(a, "--zero-offload-fetch") == 0 ||
-                   strcmp(a, "--zero-infinity-fetch") == 0 || strcmp(a, "--cpu-adam") == 0 ||
-                   strcmp(a, "--zero-prefetch") == 0 || strcmp(a, "--zero-fetch-overhead") == 0) {
-            int rc2 = parse_zero_knob(a, val, &o->sp);
-            if (rc2) {
-                return rc2;
-            }
-            i++;
-        } else if (strcmp(a, "--systems") == 0 || strcmp(a, "--models") == 0 ||
-                   strcmp(a, "--hw") == 0) {
-            if (!val) {
-                cli_error(CMD, "%s needs a value (see --help)", a);
-                return TIO_EXIT_USAGE;
-            }
-            if (strcmp(a, "--hw") == 0) {
-                o->hw_name = val;
-            } else if (strcmp(a, "--systems") == 0
-                           ? split(val, o->systems, o->sbuf, sizeof o->sbuf, &o->n_sys)
-                           : split(val, o->models, o->mbuf, sizeof o->mbuf, &o->n_models)) {
-                cli_error(CMD, "%s: bad list '%s'", a, val);
-                return TIO_EXIT_USAGE;
-            }
-            i++;
-        } else {
-            cli_error(CMD, "unknown argument '%s' (see --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-    }
-    return -1;
+    struct cli_list sys = { o->systems, MAX_SYS, o->n_sys, o->sbuf, sizeof o->sbuf };
+    struct cli_list models = { o->models, MAX_SYS, 0, o->mbuf, sizeof o->mbuf };
+    uint64_t prefetch = o->sp.zero_prefetch_layers;
+    struct tio_sim_params *sp = &o->sp;
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &o->json, .value = 1 },
+        { .name = "--paper", .kind = CLI_FLAG, .dst = &o->paper, .value = 1 },
+        { .name = "--demand-evict", .kind = CLI_FLAG, .dst = &o->demand_col, .value = 1 },
+        { .name = "--systems", .kind = CLI_LIST, .dst = &sys },
+        { .name = "--models", .kind = CLI_LIST, .dst = &models },
+        { .name = "--hw", .kind = CLI_TEXT, .dst = &o->hw_name },
+        { .name = "--zero-offload-fetch",
+          .kind = CLI_RATE,
+          .dst = &sp->zero_offload_fetch_Bps,
+          CLI_LIMITS_RATE },
+        { .name = "--zero-infinity-fetch",
+          .kind = CLI_RATE,
+          .dst = &sp->zero_infinity_fetch_Bps,
+          CLI_LIMITS_RATE },
+        { .name = "--zero-fetch-overhead",
+          .kind = CLI_DURATION,
+          .dst = &sp->zero_fetch_overhead_s,
+          .min = 0,
+          .max = 60 },
+        { .name = "--cpu-adam",
+          .kind = CLI_NUMBER,
+          .dst = &sp->cpu_adam_params_per_core_s,
+          .min = 0,
+          .max = 1e15,
+          .min_excl = 1 },
+        { .name = "--zero-prefetch", .kind = CLI_COUNT, .dst = &prefetch, CLI_LIMITS_COUNT(0, 64) },
+    };
+    struct cli_spec spec = { CMD, opts,          sizeof opts / sizeof opts[0], usage, NULL, 0,
+                             0,   "options only" };
+    int rc = cli_parse_args(&spec, argc, argv, 1, NULL);
+    o->n_sys = sys.n;
+    o->n_models = models.n;
+    sp->zero_prefetch_layers = (uint32_t)prefetch;
+    return rc == CLI_HELP_SHOWN ? TIO_EXIT_OK : rc ? rc : -1;
 }
 
 /* --paper given, every model in the matrix, every system known. Returns 0 or an exit code. */

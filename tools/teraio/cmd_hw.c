@@ -61,26 +61,16 @@ static int load(const char *what, struct tio_hw *hw) {
 
 int cli_cmd_hw(int argc, char **argv) {
     int json = 0;
-    const char *sub = NULL, *arg = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            hw_usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            cli_error(CMD, "unknown option '%s' (see --help)", argv[i]);
-            return TIO_EXIT_USAGE;
-        } else if (!sub) {
-            sub = argv[i];
-        } else if (!arg) {
-            arg = argv[i];
-        } else {
-            cli_error(CMD, "unexpected argument '%s'", argv[i]);
-            return TIO_EXIT_USAGE;
-        }
+    const char *pos[2] = { NULL, NULL };
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 }
+    };
+    struct cli_spec spec = { CMD, opts, 1, hw_usage, pos, 2, 0, "a subcommand and one NAME" };
+    int prc = cli_parse_args(&spec, argc, argv, 1, NULL);
+    if (prc) {
+        return prc == CLI_HELP_SHOWN ? TIO_EXIT_OK : prc;
     }
+    const char *sub = pos[0], *arg = pos[1];
     if (!sub) {
         hw_usage(stderr);
         return TIO_EXIT_USAGE;

@@ -49,23 +49,6 @@ static void help(FILE *f) {
            "1024\n\n" TIO_CLI_EXIT_HELP);
 }
 
-/* Every count is at least 1 except --rank (0 is the first GPU); a count with a derived default
- * (--head-dim, --grad-accum) is omitted to get it. */
-static int u32_opt(const char *opt, const char *text, uint32_t *out) {
-    uint64_t v;
-    int rc = strcmp(opt, "--rank") == 0 ? cli_parse_u64(CMD, opt, text, &v)
-                                        : cli_parse_u64_pos(CMD, opt, text, &v);
-    if (rc) {
-        return rc;
-    }
-    if (v > UINT32_MAX) {
-        cli_error(CMD, "%s: %s is too large", opt, text);
-        return TIO_EXIT_USAGE;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static void list_presets(void) {
     printf("models:");
     for (size_t i = 0; i < tio_model_preset_count(); i++) {
@@ -147,109 +130,97 @@ print_human(const struct tio_model_params *p, const struct tio_model_info *in, c
     }
 }
 
+/* --precision: fp32 or bf16. */
+static int parse_precision(void *ctx, const char *opt, const char *text) {
+    int pr = tio_model_precision_parse(text);
+    if (pr < 0) {
+        cli_error(CMD, "%s: %s", opt, tio_last_error());
+        return TIO_EXIT_USAGE;
+    }
+    *(int32_t *)ctx = pr;
+    return 0;
+}
+
+/* The counts of the command line, each overriding the preset's when given. */
+#define MODEL_COUNTS(X)                                                                     \
+    X("--layers", layers)                                                                   \
+    X("--hidden", hidden)                                                                   \
+    X("--heads", heads) X("--kv-heads", kv_heads) X("--head-dim", head_dim)                 \
+        X("--ffn-hidden", ffn_hidden) X("--vocab", vocab) X("--batch", global_batch)        \
+            X("--micro-batch", micro_batch) X("--seq", seq_len) X("--dp", dp) X("--tp", tp) \
+                X("--pp", pp) X("--grad-accum", grad_accum)
+
+enum {
+#define MODEL_COUNT_ENUM(opt, field) COUNT_##field,
+    MODEL_COUNTS(MODEL_COUNT_ENUM) N_COUNTS
+#undef MODEL_COUNT_ENUM
+};
+
 int cli_cmd_model(int argc, char **argv) {
     struct tio_model_params p = tio_model_params_default();
     const char *output = NULL, *preset = "llama3-8b", *gpu = NULL;
-    int32_t json = 0;
-    int rc;
-    uint64_t gpu_mem = 0;
-    /* pass 1: the preset, so that later options override it regardless of order */
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            help(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(argv[i], "--list") == 0) {
-            list_presets();
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) {
-            preset = argv[++i];
-        }
+    int json = 0, list = 0, tied = -1, ckpt = -1, tf32 = -1, fused = -1, rc;
+    int32_t precision = -1;
+    uint64_t gpu_mem = 0, rank = UINT64_MAX, counts[N_COUNTS];
+    for (size_t i = 0; i < N_COUNTS; i++) {
+        counts[i] = UINT64_MAX; /* not given */
     }
+    const struct cli_opt opts[] = {
+#define MODEL_COUNT_OPT(opt, field)  \
+    { .name = (opt),                 \
+      .kind = CLI_COUNT,             \
+      .dst = &counts[COUNT_##field], \
+      .min = 1,                      \
+      .max = (double)UINT32_MAX },
+        MODEL_COUNTS(MODEL_COUNT_OPT)
+#undef MODEL_COUNT_OPT
+            { .name = "--rank", .kind = CLI_COUNT, .dst = &rank, .max = (double)UINT32_MAX },
+        { .name = "--preset", .kind = CLI_TEXT, .dst = &preset },
+        { .name = "--output", .alias = "-o", .kind = CLI_TEXT, .dst = &output },
+        { .name = "--precision", .kind = CLI_CALL, .call = parse_precision },
+        { .name = "--gpu", .kind = CLI_TEXT, .dst = &gpu },
+        { .name = "--gpu-memory", .kind = CLI_BYTES, .dst = &gpu_mem, CLI_LIMITS_MEMORY },
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 },
+        { .name = "--list", .kind = CLI_FLAG, .dst = &list, .value = 1 },
+        { .name = "--tied", .kind = CLI_FLAG, .dst = &tied, .value = 1 },
+        { .name = "--untied", .kind = CLI_FLAG, .dst = &tied, .value = 0 },
+        { .name = "--checkpointing", .kind = CLI_FLAG, .dst = &ckpt, .value = 1 },
+        { .name = "--no-checkpointing", .kind = CLI_FLAG, .dst = &ckpt, .value = 0 },
+        { .name = "--tf32", .kind = CLI_FLAG, .dst = &tf32, .value = 1 },
+        { .name = "--fused-adamw", .kind = CLI_FLAG, .dst = &fused, .value = 1 },
+    };
+    struct cli_spec spec = { CMD, opts,          sizeof opts / sizeof opts[0], help, NULL, 0,
+                             0,   "options only" };
+    if ((rc = cli_parse_args(&spec, argc, argv, 1, &precision)) != 0) {
+        return rc == CLI_HELP_SHOWN ? TIO_EXIT_OK : rc;
+    }
+    if (list) {
+        list_presets();
+        return TIO_EXIT_OK;
+    }
+    /* the preset first, so that the other options override it regardless of order */
     if (strcmp(preset, "custom") == 0) {
         (void)snprintf(p.model, sizeof p.model, "custom");
     } else if (tio_model_preset(preset, &p) < 0) {
         cli_error(CMD, "%s", tio_last_error());
         return TIO_EXIT_INPUT;
     }
-    struct {
-        const char *opt;
-        uint32_t *dst;
-    } u32s[] = {
-        { "--layers", &p.layers },
-        { "--hidden", &p.hidden },
-        { "--heads", &p.heads },
-        { "--kv-heads", &p.kv_heads },
-        { "--head-dim", &p.head_dim },
-        { "--ffn-hidden", &p.ffn_hidden },
-        { "--vocab", &p.vocab },
-        { "--batch", &p.global_batch },
-        { "--micro-batch", &p.micro_batch },
-        { "--seq", &p.seq_len },
-        { "--dp", &p.dp },
-        { "--tp", &p.tp },
-        { "--pp", &p.pp },
-        { "--rank", &p.rank },
-        { "--grad-accum", &p.grad_accum },
-    };
-    const struct cli_flag flags[] = { { "--json", &json, 1 },
-                                      { "--tied", &p.tied_embeddings, 1 },
-                                      { "--untied", &p.tied_embeddings, 0 },
-                                      { "--checkpointing", &p.checkpointing, 1 },
-                                      { "--no-checkpointing", &p.checkpointing, 0 },
-                                      { "--tf32", &p.allow_tf32, 1 },
-                                      { "--fused-adamw", &p.fused_adamw, 1 } };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int matched = 0;
-        for (size_t j = 0; j < sizeof u32s / sizeof u32s[0]; j++) {
-            if (strcmp(a, u32s[j].opt) == 0) {
-                if (!val) {
-                    cli_error(CMD, "%s needs a value (see teraio model --help)", a);
-                    return TIO_EXIT_USAGE;
-                }
-                if ((rc = u32_opt(a, val, u32s[j].dst)) != 0) {
-                    return rc;
-                }
-                i++;
-                matched = 1;
-                break;
-            }
-        }
-        if (matched) {
-            continue;
-        }
-        int needs = strcmp(a, "--preset") == 0 || strcmp(a, "-o") == 0 ||
-                    strcmp(a, "--output") == 0 || strcmp(a, "--precision") == 0 ||
-                    strcmp(a, "--gpu") == 0 || strcmp(a, "--gpu-memory") == 0;
-        if (needs && !val) {
-            cli_error(CMD, "%s needs a value (see teraio model --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-        if (strcmp(a, "--preset") == 0) {
-            i++;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            output = argv[++i];
-        } else if (strcmp(a, "--precision") == 0) {
-            int pr = tio_model_precision_parse(argv[++i]);
-            if (pr < 0) {
-                cli_error(CMD, "%s", tio_last_error());
-                return TIO_EXIT_USAGE;
-            }
-            p.precision = pr;
-        } else if (strcmp(a, "--gpu") == 0) {
-            gpu = argv[++i];
-        } else if (strcmp(a, "--gpu-memory") == 0) {
-            if ((rc = cli_parse_bytes_pos(CMD, a, argv[++i], &gpu_mem)) != 0) {
-                return rc;
-            }
-        } else if (!cli_set_flag(flags, sizeof flags / sizeof flags[0], a)) {
-            cli_error(CMD, "unknown option '%s' (see teraio model --help)", a);
-            return TIO_EXIT_USAGE;
-        }
+#define MODEL_COUNT_SET(opt, field)                \
+    if (counts[COUNT_##field] != UINT64_MAX) {     \
+        p.field = (uint32_t)counts[COUNT_##field]; \
     }
+    MODEL_COUNTS(MODEL_COUNT_SET)
+#undef MODEL_COUNT_SET
+    if (rank != UINT64_MAX) {
+        p.rank = (uint32_t)rank;
+    }
+    if (precision >= 0) {
+        p.precision = precision;
+    }
+    p.tied_embeddings = tied >= 0 ? tied : p.tied_embeddings;
+    p.checkpointing = ckpt >= 0 ? ckpt : p.checkpointing;
+    p.allow_tf32 = tf32 >= 0 ? tf32 : p.allow_tf32;
+    p.fused_adamw = fused >= 0 ? fused : p.fused_adamw;
     if (gpu && tio_gpu_preset(gpu, &p.gpu) < 0) {
         cli_error(CMD, "%s", tio_last_error());
         return TIO_EXIT_INPUT;

@@ -16,7 +16,7 @@ static void plan_usage(FILE *f) {
     (void)fprintf(
         f,
         "usage: teraio plan TRACE [--hw HW] [--policy P] [-o PLAN] [options]\n\n"
-        "Plan offloads and prefetches of inactive tensors for one GPU (DESIGN.md s.6).\n\n"
+        "Plan offloads and prefetches of inactive tensors for one GPU (docs/planner.md).\n\n"
         "  --hw HW               preset name or JSON file (default paper-2xh100nvl; see\n"
         "                        `teraio hw list`)\n"
         "  --policy P            teraio (= teraio-mixed), teraio-ssd, teraio-paper,\n"
@@ -151,86 +151,59 @@ report_infeasible(const struct tio_trace *tr, const struct tio_plan_summary *s, 
               (unsigned long long)s->shortfall_kernel, kname ? kname : "unnamed");
 }
 
+/* --format: binary or json. */
+static int parse_format(void *ctx, const char *opt, const char *text) {
+    int32_t *format = ctx;
+    if (strcmp(text, "binary") == 0) {
+        *format = TIO_PLAN_FORMAT_BINARY;
+    } else if (strcmp(text, "json") == 0) {
+        *format = TIO_PLAN_FORMAT_JSON;
+    } else {
+        cli_error(CMD, "%s: '%s' is not binary or json", opt, text);
+        return TIO_EXIT_USAGE;
+    }
+    return 0;
+}
+
 int cli_cmd_plan(int argc, char **argv) {
     const char *trace_path = NULL, *hw_name = "paper-2xh100nvl", *out = NULL;
-    int json = 0, verify = 0, strict = 0;
+    int json = 0, verify = 0, strict = 0, early = 1, clean = 1, overcommit = 1;
     int32_t format = TIO_PLAN_FORMAT_AUTO;
     struct tio_plan_params pp = tio_plan_params_default();
     uint64_t capacity = 0, reserve = UINT64_MAX, host_cap = UINT64_MAX, ssds = UINT64_MAX;
     int rc;
-    const struct cli_u64_opt u64s[] = { { "--capacity", cli_parse_bytes_pos, &capacity },
-                                        { "--reserve", cli_parse_bytes, &reserve },
-                                        { "--host-cap", cli_parse_bytes, &host_cap },
-                                        { "--ssds", cli_parse_u64, &ssds },
-                                        { "--min-tensor", cli_parse_bytes, &pp.min_tensor_bytes } };
-    const struct cli_u64_opt *u64;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE()                                            \
-    do {                                                        \
-        if (!val) {                                             \
-            cli_error(CMD, "%s needs a value (see --help)", a); \
-            return TIO_EXIT_USAGE;                              \
-        }                                                       \
-        i++;                                                    \
-    } while (0)
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            plan_usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(a, "--hw") == 0) {
-            NEED_VALUE();
-            hw_name = val;
-        } else if (strcmp(a, "--policy") == 0) {
-            NEED_VALUE();
-            pp.policy = val;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            NEED_VALUE();
-            out = val;
-        } else if (strcmp(a, "--format") == 0) {
-            NEED_VALUE();
-            if (strcmp(val, "binary") == 0) {
-                format = TIO_PLAN_FORMAT_BINARY;
-            } else if (strcmp(val, "json") == 0) {
-                format = TIO_PLAN_FORMAT_JSON;
-            } else {
-                cli_error(CMD, "--format: '%s' is not binary or json", val);
-                return TIO_EXIT_USAGE;
-            }
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--verify") == 0) {
-            verify = 1;
-        } else if (strcmp(a, "--strict") == 0) {
-            strict = 1;
-        } else if (strcmp(a, "--no-early-prefetch") == 0) {
-            pp.early_prefetch = 0;
-        } else if (strcmp(a, "--no-clean-copies") == 0) {
-            pp.clean_copies = 0;
-        } else if (strcmp(a, "--no-overcommit") == 0) {
-            pp.overcommit = 0;
-        } else if ((u64 = cli_find_u64_opt(u64s, sizeof u64s / sizeof u64s[0], a)) != NULL) {
-            NEED_VALUE();
-            if ((rc = u64->parse(CMD, a, val, u64->dst)) != 0) {
-                return rc;
-            }
-        } else if (strcmp(a, "--bandwidth-scale") == 0) {
-            NEED_VALUE();
-            if ((rc = cli_parse_pos(CMD, a, val, &pp.bandwidth_scale)) != 0) {
-                return rc;
-            }
-        } else if (a[0] == '-' && a[1] != '\0') {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return TIO_EXIT_USAGE;
-        } else if (!trace_path) {
-            trace_path = a;
-        } else {
-            cli_error(CMD, "unexpected argument '%s' (one trace per run)", a);
-            return TIO_EXIT_USAGE;
-        }
-#undef NEED_VALUE
+    const struct cli_opt opts[] = {
+        { .name = "--hw", .kind = CLI_TEXT, .dst = &hw_name },
+        { .name = "--policy", .kind = CLI_TEXT, .dst = &pp.policy },
+        { .name = "--output", .alias = "-o", .kind = CLI_TEXT, .dst = &out },
+        { .name = "--format", .kind = CLI_CALL, .call = parse_format },
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 },
+        { .name = "--verify", .kind = CLI_FLAG, .dst = &verify, .value = 1 },
+        { .name = "--strict", .kind = CLI_FLAG, .dst = &strict, .value = 1 },
+        { .name = "--no-early-prefetch", .kind = CLI_FLAG, .dst = &early, .value = 0 },
+        { .name = "--no-clean-copies", .kind = CLI_FLAG, .dst = &clean, .value = 0 },
+        { .name = "--no-overcommit", .kind = CLI_FLAG, .dst = &overcommit, .value = 0 },
+        { .name = "--capacity", .kind = CLI_BYTES, .dst = &capacity, CLI_LIMITS_MEMORY },
+        { .name = "--reserve", .kind = CLI_BYTES, .dst = &reserve, .max = CLI_MAX_MEMORY },
+        { .name = "--host-cap", .kind = CLI_BYTES, .dst = &host_cap, .max = CLI_MAX_MEMORY },
+        { .name = "--ssds", .kind = CLI_COUNT, .dst = &ssds, CLI_LIMITS_COUNT(0, 1024) },
+        { .name = "--min-tensor",
+          .kind = CLI_BYTES,
+          .dst = &pp.min_tensor_bytes,
+          .max = CLI_MAX_MEMORY },
+        { .name = "--bandwidth-scale",
+          .kind = CLI_NUMBER,
+          .dst = &pp.bandwidth_scale,
+          CLI_LIMITS_SCALE },
+    };
+    struct cli_spec spec = { CMD, opts, sizeof opts / sizeof opts[0], plan_usage, &trace_path,
+                             1,   0,    "one trace per run" };
+    if ((rc = cli_parse_args(&spec, argc, argv, 1, &format)) != 0) {
+        return rc == CLI_HELP_SHOWN ? TIO_EXIT_OK : rc;
     }
+    pp.early_prefetch = early;
+    pp.clean_copies = clean;
+    pp.overcommit = overcommit;
     if (!trace_path) {
         cli_error(CMD, "missing TRACE (see --help)");
         return TIO_EXIT_USAGE;

@@ -48,16 +48,13 @@ static void print_caps(FILE *f, uint32_t caps, int json) {
 
 int cli_cmd_probe(int argc, char **argv) {
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        } else {
-            cli_error("probe", "unknown option '%s' (see teraio probe --help)", argv[i]);
-            return TIO_EXIT_USAGE;
-        }
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 }
+    };
+    struct cli_spec spec = { "probe", opts, 1, usage, NULL, 0, 0, "options only" };
+    int prc = cli_parse_args(&spec, argc, argv, 1, NULL);
+    if (prc) {
+        return prc == CLI_HELP_SHOWN ? TIO_EXIT_OK : prc;
     }
     struct tio_io_backend_info b[32];
     int n = tio_io_probe_all(b, 32);

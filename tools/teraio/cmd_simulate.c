@@ -180,84 +180,64 @@ struct opts {
     struct tio_sim_params sp;
 };
 
-/* An option that takes a value (val). Returns 0 or the exit code. */
-static int parse_value_option(struct opts *o, const char *a, const char *val) {
-    if (strcmp(a, "--hw") == 0) {
-        o->hw = val;
-    } else if (strcmp(a, "--plan") == 0) {
-        if (o->n_plans == CLI_MAX_STAGES) {
-            cli_error(CMD, "at most %d --plan", CLI_MAX_STAGES);
-            return TIO_EXIT_USAGE;
-        }
-        o->plans[o->n_plans++] = val;
-    } else if (strcmp(a, "--policy") == 0) {
-        o->policy = val;
-    } else if (strcmp(a, "--csv") == 0) {
-        o->csv_dir = val;
-    } else if (strcmp(a, "--timeline") == 0) {
-        o->timeline = val;
-        o->sp.record_timeline = 1;
-    } else if (strcmp(a, "--capacity") == 0) {
-        return cli_parse_bytes_pos(CMD, a, val, &o->sp.capacity_bytes);
-    } else if (strcmp(a, "--min-tensor") == 0) {
-        return cli_parse_bytes_pos(CMD, a, val, &o->min_tensor);
-    } else if (strcmp(a, "--ssd-scale") == 0) {
-        return cli_parse_pos(CMD, a, val, &o->sp.ssd_bandwidth_scale);
-    } else if (strcmp(a, "--warmup") == 0) {
-        uint64_t w = 0;
-        int rc = cli_parse_u64(CMD, a, val, &w);
-        if (rc == 0 && w > 16) {
-            cli_error(CMD, "--warmup %llu: at most 16", (unsigned long long)w);
-            rc = TIO_EXIT_USAGE;
-        }
-        o->sp.warmup_iterations = (uint32_t)w;
-        return rc;
-    } else if (strcmp(a, "--iterations-per-day") == 0) {
-        return cli_parse_pos(CMD, a, val, &o->sp.iterations_per_day); /* omit: continuous */
-    } else {
-        cli_error(CMD, "unknown option '%s' (see --help)", a);
+/* --plan, once per trace. */
+static int add_plan(void *ctx, const char *opt, const char *text) {
+    struct opts *o = ctx;
+    if (o->n_plans == CLI_MAX_STAGES) {
+        cli_error(CMD, "at most %d %s", CLI_MAX_STAGES, opt);
         return TIO_EXIT_USAGE;
     }
+    o->plans[o->n_plans++] = text;
     return 0;
 }
 
 /* Parse argv into o. Returns 0, an exit code, or -1 when --help was printed. */
 static int parse_args(int argc, char **argv, struct opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-            continue;
-        }
-        if (strcmp(a, "--demand-evict") == 0 || strcmp(a, "--no-demand-evict") == 0) {
-            o->sp.demand_evict = strcmp(a, "--demand-evict") == 0;
-            continue;
-        }
-        if (a[0] == '-' && a[1] != '\0' && !val) {
-            cli_error(CMD, "%s needs a value (see --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-        if (a[0] != '-') {
-            if (o->n_traces == CLI_MAX_STAGES) {
-                cli_error(CMD, "unexpected argument '%s': at most %d traces (see --help)", a,
-                          CLI_MAX_STAGES);
-                return TIO_EXIT_USAGE;
-            }
-            o->traces[o->n_traces++] = a;
-            continue;
-        }
-        int rc = parse_value_option(o, a, val);
-        if (rc) {
-            return rc;
-        }
-        i++;
+    uint64_t warmup = o->sp.warmup_iterations;
+    int demand = o->sp.demand_evict;
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &o->json, .value = 1 },
+        { .name = "--demand-evict", .kind = CLI_FLAG, .dst = &demand, .value = 1 },
+        { .name = "--no-demand-evict", .kind = CLI_FLAG, .dst = &demand, .value = 0 },
+        { .name = "--hw", .kind = CLI_TEXT, .dst = &o->hw },
+        { .name = "--plan", .kind = CLI_CALL, .call = add_plan },
+        { .name = "--policy", .kind = CLI_TEXT, .dst = &o->policy },
+        { .name = "--csv", .kind = CLI_TEXT, .dst = &o->csv_dir },
+        { .name = "--timeline", .kind = CLI_TEXT, .dst = &o->timeline },
+        { .name = "--capacity",
+          .kind = CLI_BYTES,
+          .dst = &o->sp.capacity_bytes,
+          CLI_LIMITS_MEMORY },
+        { .name = "--min-tensor", .kind = CLI_BYTES, .dst = &o->min_tensor, CLI_LIMITS_MEMORY },
+        { .name = "--ssd-scale",
+          .kind = CLI_NUMBER,
+          .dst = &o->sp.ssd_bandwidth_scale,
+          CLI_LIMITS_SCALE },
+        { .name = "--warmup", .kind = CLI_COUNT, .dst = &warmup, CLI_LIMITS_COUNT(0, 16) },
+        /* omitted: continuous training */
+        { .name = "--iterations-per-day",
+          .kind = CLI_NUMBER,
+          .dst = &o->sp.iterations_per_day,
+          .min = 0,
+          .max = 1e9,
+          .min_excl = 1 },
+    };
+    struct cli_spec spec = { CMD,
+                             opts,
+                             sizeof opts / sizeof opts[0],
+                             usage,
+                             o->traces,
+                             CLI_MAX_STAGES,
+                             0,
+                             "at most " TIO_CLI_STR(CLI_MAX_STAGES) " traces" };
+    int rc = cli_parse_args(&spec, argc, argv, 1, o);
+    o->n_traces = spec.n_pos;
+    o->sp.warmup_iterations = (uint32_t)warmup;
+    o->sp.demand_evict = demand;
+    if (o->timeline) {
+        o->sp.record_timeline = 1;
     }
-    return 0;
+    return rc;
 }
 
 /* The combinations of options. Returns 0 or TIO_EXIT_USAGE. */

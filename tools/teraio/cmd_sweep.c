@@ -38,30 +38,18 @@ static void usage(FILE *f) {
         "--json\n\n" TIO_CLI_EXIT_HELP);
 }
 
-/* "4,8,16GB/s": numbers without a unit take the unit of the last item. */
-static int parse_list(const char *text, double *out, size_t *n) {
-    char buf[1024];
-    if (strlen(text) >= sizeof buf) {
-        cli_error(CMD, "--bandwidths: list too long");
-        return TIO_EXIT_USAGE;
-    }
-    (void)snprintf(buf, sizeof buf, "%s", text);
+/* "4,8,16GB/s": numbers without a unit take the unit of the last item. The list's elements are
+ * already split and non-empty (CLI_LIST). */
+static int parse_rates(const struct cli_list *l, double *out, size_t *n) {
     const char *unit = "";
-    char *last = strrchr(buf, ',');
-    last = last ? last + 1 : buf;
-    for (const char *u = last; *u; u++) {
+    for (const char *u = l->items[l->n - 1]; *u; u++) {
         if ((*u < '0' || *u > '9') && *u != '.' && *u != 'e' && *u != 'E') {
             unit = u;
             break;
         }
     }
-    *n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n >= MAX_POINTS) {
-            cli_error(CMD, "--bandwidths: at most %d values", MAX_POINTS);
-            return TIO_EXIT_USAGE;
-        }
+    for (*n = 0; *n < l->n; (*n)++) {
+        const char *tok = l->items[*n];
         char item[1100];
         int has_unit = 0;
         for (const char *c = tok; *c; c++) {
@@ -70,77 +58,39 @@ static int parse_list(const char *text, double *out, size_t *n) {
             }
         }
         (void)snprintf(item, sizeof item, "%s%s", tok, has_unit ? "" : unit);
-        int rc = cli_parse_rate(CMD, "--bandwidths", item, &out[*n]);
+        int rc = cli_value_rate(CMD, "--bandwidths", item, &out[*n]);
         if (rc) {
             return rc;
         }
-        if (!(out[*n] > 0)) {
-            cli_error(CMD, "--bandwidths: '%s' must be > 0", tok);
-            return TIO_EXIT_USAGE;
-        }
-        (*n)++;
-    }
-    if (*n == 0) {
-        cli_error(CMD, "--bandwidths: empty list");
-        return TIO_EXIT_USAGE;
     }
     return 0;
 }
 
 int cli_cmd_sweep(int argc, char **argv) {
     const char *trace_path = NULL, *hw_name = NULL, *policy = "teraio-ssd";
-    const char *list = NULL; /* NULL: TIO_HW_SWEEP_BANDWIDTHS */
-    int json = 0;
+    const char *items[MAX_POINTS];
+    char list_buf[1024];
+    struct cli_list list = { items, MAX_POINTS, 0, list_buf, sizeof list_buf }; /* n 0: default */
+    int json = 0, demand = 0;
     struct tio_sim_params sp = tio_sim_params_default();
     uint64_t min_tensor = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "--demand-evict") == 0) {
-            sp.demand_evict = 1;
-            continue;
-        }
-        if (a[0] == '-' && a[1] != '\0' && !val) {
-            cli_error(CMD, "%s needs a value (see --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-        if (strcmp(a, "--hw") == 0) {
-            hw_name = val;
-        } else if (strcmp(a, "--policy") == 0) {
-            policy = val;
-        } else if (strcmp(a, "--bandwidths") == 0) {
-            list = val;
-        } else if (strcmp(a, "--capacity") == 0) {
-            rc = cli_parse_bytes_pos(CMD, a, val, &sp.capacity_bytes);
-        } else if (strcmp(a, "--min-tensor") == 0) {
-            rc = cli_parse_bytes(CMD, a, val, &min_tensor);
-            if (rc == 0 && min_tensor == 0) {
-                cli_error(CMD, "--min-tensor must be > 0");
-                rc = TIO_EXIT_USAGE;
-            }
-        } else if (a[0] == '-') {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return TIO_EXIT_USAGE;
-        } else if (!trace_path) {
-            trace_path = a;
-            continue;
-        } else {
-            cli_error(CMD, "unexpected argument '%s' (see --help)", a);
-            return TIO_EXIT_USAGE;
-        }
-        if (rc) {
-            return rc;
-        }
-        i++;
+    const struct cli_opt opts[] = {
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 },
+        { .name = "--demand-evict", .kind = CLI_FLAG, .dst = &demand, .value = 1 },
+        { .name = "--hw", .kind = CLI_TEXT, .dst = &hw_name },
+        { .name = "--policy", .kind = CLI_TEXT, .dst = &policy },
+        { .name = "--bandwidths", .kind = CLI_LIST, .dst = &list },
+        { .name = "--capacity", .kind = CLI_BYTES, .dst = &sp.capacity_bytes, CLI_LIMITS_MEMORY },
+        { .name = "--min-tensor", .kind = CLI_BYTES, .dst = &min_tensor, CLI_LIMITS_MEMORY },
+    };
+    struct cli_spec spec = { CMD, opts, sizeof opts / sizeof opts[0], usage, &trace_path,
+                             1,   0,    "one trace per run" };
+    int prc = cli_parse_args(&spec, argc, argv, 1, NULL);
+    if (prc) {
+        return prc == CLI_HELP_SHOWN ? TIO_EXIT_OK : prc;
+    }
+    if (demand) {
+        sp.demand_evict = 1;
     }
     if (!trace_path || !hw_name) {
         cli_error(CMD, "need TRACE and --hw (see --help)");
@@ -150,8 +100,8 @@ int cli_cmd_sweep(int argc, char **argv) {
     double bws[MAX_POINTS];
     size_t n = 0;
     int rc = 0;
-    if (list) {
-        rc = parse_list(list, bws, &n);
+    if (list.n) {
+        rc = parse_rates(&list, bws, &n);
     } else {
         n = sizeof default_bws / sizeof default_bws[0];
         memcpy(bws, default_bws, sizeof default_bws);

@@ -271,6 +271,18 @@ static int cmd_convert(const char *in, const char *out, int32_t format) {
     return TIO_EXIT_OK;
 }
 
+/* --format of convert: binary or json. */
+static int parse_format(void *ctx, const char *opt, const char *text) {
+    if (strcmp(text, "binary") == 0) {
+        *(int32_t *)ctx = TIO_TRACE_FORMAT_BINARY;
+    } else if (strcmp(text, "json") == 0) {
+        *(int32_t *)ctx = TIO_TRACE_FORMAT_JSON;
+    } else {
+        return usage_error("%s: '%s' is not binary or json", opt, text);
+    }
+    return 0;
+}
+
 int cli_cmd_trace(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -285,45 +297,30 @@ int cli_cmd_trace(int argc, char **argv) {
         return usage_error("unknown subcommand '%s' (info, validate, convert)", sub);
     }
     const char *pos[2] = { NULL, NULL };
-    int npos = 0, json = 0;
+    int json = 0;
     uint64_t top = 10;
     int32_t format = TIO_TRACE_FORMAT_AUTO;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return TIO_EXIT_OK;
-        }
-        if (strcmp(a, "--json") == 0 && strcmp(sub, "info") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--top") == 0 && strcmp(sub, "info") == 0) {
-            if (i + 1 >= argc) {
-                return usage_error("%s needs a value", a);
-            }
-            int r = cli_parse_u64(CMD, "--top", argv[++i], &top);
-            if (r) {
-                return r;
-            }
-        } else if (strcmp(a, "--format") == 0 && strcmp(sub, "convert") == 0) {
-            if (i + 1 >= argc) {
-                return usage_error("%s needs a value (binary or json)", a);
-            }
-            const char *f = argv[++i];
-            if (strcmp(f, "binary") == 0) {
-                format = TIO_TRACE_FORMAT_BINARY;
-            } else if (strcmp(f, "json") == 0) {
-                format = TIO_TRACE_FORMAT_JSON;
-            } else {
-                return usage_error("--format: '%s' is not binary or json", f);
-            }
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option '%s'", a);
-        } else if (npos < 2) {
-            pos[npos++] = a;
-        } else {
-            return usage_error("unexpected argument '%s'", a);
-        }
+    const struct cli_opt opts[] = {
+        /* info */
+        { .name = "--json", .kind = CLI_FLAG, .dst = &json, .value = 1 },
+        { .name = "--top", .kind = CLI_COUNT, .dst = &top, CLI_LIMITS_COUNT(0, 4294967295.0) },
+        /* convert */
+        { .name = "--format", .kind = CLI_CALL, .call = parse_format },
+    };
+    int is_info = strcmp(sub, "info") == 0, is_convert = strcmp(sub, "convert") == 0;
+    struct cli_spec spec = { CMD,
+                             is_convert ? opts + 2 : opts,
+                             is_info ? 2 : is_convert,
+                             usage,
+                             pos,
+                             2,
+                             0,
+                             "convert takes IN and OUT, info and validate one FILE" };
+    int rc = cli_parse_args(&spec, argc, argv, 2, &format);
+    if (rc) {
+        return rc == CLI_HELP_SHOWN ? TIO_EXIT_OK : rc;
     }
+    int npos = (int)spec.n_pos;
     if (strcmp(sub, "convert") == 0) {
         if (npos != 2) {
             return usage_error("%s needs IN and OUT", "convert");

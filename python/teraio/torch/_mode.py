@@ -1,6 +1,6 @@
 """The TorchDispatchMode that profiles a training step or drives the C executor through one.
 
-Identity across iterations (DESIGN.md s.9): global tensors (parameters, gradients that exist at
+Identity across iterations (docs/runtime.md): global tensors (parameters, gradients that exist at
 step start, optimizer states) get ids 0..G-1 in registration order; every other storage gets the
 next id when it is first seen, so that an intermediate is identified by the operator that created
 it and its position among that operator's outputs, and a tensor made outside the step (the batch)

@@ -1,7 +1,8 @@
 /*
  * The fake CUDA runtime's entry points for tests (tests/io/fakes/fake_cudart.c, the lagging-GPU
  * emulator), looked up in the library TIO_CUDART_LIB names: the cudart calls the shim does not
- * resolve (cudaLaunchHostFunc, cudaDeviceSynchronize) and the fake's test hooks. Header-only.
+ * resolve (cudaLaunchHostFunc, cudaDeviceSynchronize, cudaSetDevice, cudaGetDevice) and the fake's
+ * test hooks. Header-only.
  */
 #ifndef TIO_TESTS_IO_FAKE_CUDA_H
 #define TIO_TESTS_IO_FAKE_CUDA_H
@@ -30,6 +31,8 @@ struct fake_cuda {
     int (*event_synchronize)(void *e);
     int (*device_synchronize)(void);
     int (*launch_host_func)(void *s, void (*fn)(void *), void *user);
+    int (*set_device)(int dev);
+    int (*get_device)(int *dev);
     /* test hooks */
     void *(*translate)(const void *p, size_t len);
     void (*set_lag)(unsigned max_us, uint64_t seed);
@@ -40,6 +43,7 @@ struct fake_cuda {
     uint64_t (*live_streams)(void);
     uint64_t (*memcpy_calls)(void);
     uint64_t (*racing_copies)(const void *p, size_t n, int writes);
+    uint64_t (*cross_device_copies)(void);
 };
 
 /* Fill *f from $TIO_CUDART_LIB; 0, or -1 with a message (the library or a symbol missing). */
@@ -69,6 +73,8 @@ static inline int fake_cuda_load(struct fake_cuda *f) {
         { "cudaEventSynchronize", offsetof(struct fake_cuda, event_synchronize) },
         { "cudaDeviceSynchronize", offsetof(struct fake_cuda, device_synchronize) },
         { "cudaLaunchHostFunc", offsetof(struct fake_cuda, launch_host_func) },
+        { "cudaSetDevice", offsetof(struct fake_cuda, set_device) },
+        { "cudaGetDevice", offsetof(struct fake_cuda, get_device) },
         { "fake_cuda_translate", offsetof(struct fake_cuda, translate) },
         { "fake_cuda_set_lag", offsetof(struct fake_cuda, set_lag) },
         { "fake_cuda_sync_calls", offsetof(struct fake_cuda, sync_calls) },
@@ -78,6 +84,7 @@ static inline int fake_cuda_load(struct fake_cuda *f) {
         { "fake_cuda_live_streams", offsetof(struct fake_cuda, live_streams) },
         { "fake_cuda_memcpy_calls", offsetof(struct fake_cuda, memcpy_calls) },
         { "fake_cuda_racing_copies", offsetof(struct fake_cuda, racing_copies) },
+        { "fake_cuda_cross_device_copies", offsetof(struct fake_cuda, cross_device_copies) },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(lib, syms[i].name);

@@ -30,6 +30,15 @@
  * ordered neither before it (nor seen complete by the host before it was queued) nor after it:
  * a missing event or wait shows up even when the timing happened to leave the bytes right.
  *
+ * Devices: FAKE_CUDA_DEVICES of them, one address space. cudaSetDevice/cudaGetDevice keep a
+ * current device per host thread (0 until set); a stream, an event and an allocation belong to the
+ * device current when they were made. As in CUDA, cudaEventRecord fails (cudaErrorInvalidResource-
+ * Handle) when the event's device is not the stream's; cudaStreamWaitEvent may cross devices;
+ * cudaDeviceSynchronize waits for the current device's streams; a copy of device memory queued on
+ * a stream of another device works (unified addressing) and is counted
+ * (fake_cuda_cross_device_copies). One legacy stream serves every device, as the legacy stream of
+ * the calling thread's current device.
+ *
  * Environment: FAKE_CUDA_DEVICES=n (device count, default 1), FAKE_CUDA_ERROR=e
  * (cudaGetDeviceCount fails with e, e.g. 35), FAKE_CUDA_LAG_US=max (default 0: no delay),
  * FAKE_CUDA_SEED=s. Test hooks: fake_cuda_set_lag, the fake_cuda_* counters below.
@@ -50,6 +59,8 @@ static _Atomic uint64_t host_allocs;
 
 /* ---- the CUDA runtime API ---------------------------------------------------------------- */
 int cudaGetDeviceCount(int *count);
+int cudaSetDevice(int dev);
+int cudaGetDevice(int *dev);
 int cudaMalloc(void **p, size_t n);
 int cudaFree(void *p);
 int cudaHostAlloc(void **p, size_t n, unsigned flags);
@@ -76,8 +87,22 @@ int cudaGetDeviceCount(int *count) {
     const char *err = getenv("FAKE_CUDA_ERROR");
     if (err && atoi(err))
         return atoi(err);
-    const char *n = getenv("FAKE_CUDA_DEVICES");
-    *count = n ? atoi(n) : 1;
+    *count = device_count();
+    return 0;
+}
+
+/* Per host thread, as in CUDA. */
+int cudaSetDevice(int dev) {
+    if (dev < 0 || dev >= device_count())
+        return ERR_INVALID_DEVICE;
+    cur_dev = dev;
+    return 0;
+}
+
+int cudaGetDevice(int *dev) {
+    if (!dev)
+        return ERR_INVALID_VALUE;
+    *dev = cur_dev;
     return 0;
 }
 
@@ -116,7 +141,7 @@ static int add_hole(uint64_t off, uint64_t len) {
         if (grow((void **)&holes, &cap_holes, n_holes + 1, sizeof *holes) < 0)
             return -1;
         memmove(&holes[i + 1], &holes[i], (n_holes - i) * sizeof *holes);
-        holes[i] = (struct extent){ off, len };
+        holes[i] = (struct extent){ off, len, 0 };
         n_holes++;
     }
     return 0;
@@ -148,7 +173,7 @@ int cudaMalloc(void **p, size_t n) {
         pthread_mutex_unlock(&mu);
         return ERR_MEMORY_ALLOCATION;
     }
-    allocs[n_allocs++] = (struct extent){ off, len };
+    allocs[n_allocs++] = (struct extent){ off, len, cur_dev };
     *p = atomic_load(&dev_base) + off;
     pthread_mutex_unlock(&mu);
     return 0;
@@ -168,7 +193,7 @@ int cudaFree(void *p) {
         return ERR_INVALID_VALUE;
     }
     if (init_locked() == 0)
-        device_sync_locked(); /* cudaFree synchronizes the device */
+        device_sync_locked(-1); /* cudaFree synchronizes the device */
     count_sync();
     struct extent x = allocs[i];
     allocs[i] = allocs[--n_allocs];
@@ -197,7 +222,7 @@ int cudaFreeHost(void *p) {
         return 0;
     pthread_mutex_lock(&mu);
     if (init_locked() == 0)
-        device_sync_locked();
+        device_sync_locked(-1);
     count_sync();
     pthread_mutex_unlock(&mu);
     free(p);
@@ -219,6 +244,9 @@ static struct op *copy_op(uint32_t slot, void *dst, const void *src, size_t n, i
         *err = ERR_INVALID_VALUE;
         return NULL;
     }
+    int sdev = slot_dev(slot);
+    if ((to_dev && dev_owner(dst) != sdev) || (from_dev && dev_owner(src) != sdev))
+        atomic_fetch_add(&cross_device_copies, 1);
     struct op *o = new_op(slot, 0);
     if (!o) {
         *err = ERR_MEMORY_ALLOCATION;
@@ -302,6 +330,7 @@ int cudaStreamCreateWithFlags(void **s, unsigned flags) {
     }
     slots[idx].gen++;
     slots[idx].flags = flags;
+    slots[idx].dev = cur_dev;
     slots[idx].s = start_stream(idx);
     if (!slots[idx].s) {
         pthread_mutex_unlock(&mu);
@@ -414,6 +443,7 @@ int cudaEventCreateWithFlags(void **e, unsigned flags) {
     ev->live = 1;
     ev->gen++;
     ev->recorded = 0;
+    ev->dev = cur_dev;
     *e = encode((uint32_t)idx, ev->gen, TAG_EVENT);
     pthread_mutex_unlock(&mu);
     return 0;
@@ -437,8 +467,8 @@ int cudaEventRecord(void *e, void *s) {
     int64_t slot = stream_slot(s);
     struct event *ev = event_of(e);
     int rc = 0;
-    if (slot < 0 || !ev) {
-        rc = ERR_INVALID_RESOURCE_HANDLE;
+    if (slot < 0 || !ev || ev->dev != slot_dev((uint32_t)slot)) {
+        rc = ERR_INVALID_RESOURCE_HANDLE; /* the event and the stream must share a device */
     } else {
         struct op *o = new_op((uint32_t)slot, 0);
         if (!o) {
@@ -484,7 +514,7 @@ int cudaDeviceSynchronize(void) {
     int rc = init_locked() < 0 ? ERR_MEMORY_ALLOCATION : 0;
     if (rc == 0) {
         count_sync();
-        device_sync_locked();
+        device_sync_locked(cur_dev);
     }
     pthread_mutex_unlock(&mu);
     return rc;

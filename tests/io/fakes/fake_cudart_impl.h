@@ -19,6 +19,7 @@
 enum {
     ERR_INVALID_VALUE = 1,
     ERR_MEMORY_ALLOCATION = 2,
+    ERR_INVALID_DEVICE = 101,
     ERR_INVALID_RESOURCE_HANDLE = 400,
     ERR_NOT_READY = 600
 };
@@ -39,6 +40,7 @@ uint64_t fake_cuda_bad_accesses(void);
 uint64_t fake_cuda_live_streams(void);
 uint64_t fake_cuda_device_bytes_in_use(void);
 uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes);
+uint64_t fake_cuda_cross_device_copies(void);
 
 #pragma GCC visibility push(hidden)
 
@@ -51,11 +53,14 @@ extern _Atomic(unsigned char *) dev_base;
 extern unsigned char *shadow_base;
 struct extent {
     uint64_t off, len;
+    int dev; /* an allocation's device (cudaSetDevice current when it was made) */
 };
 extern struct extent *allocs; /* live allocations (unsorted) */
 extern size_t n_allocs, cap_allocs;
 
-extern _Atomic uint64_t memcpy_calls, blocking_copies, bad_accesses;
+extern _Atomic uint64_t memcpy_calls, blocking_copies, bad_accesses, cross_device_copies;
+/* The calling thread's current device (cudaSetDevice; 0 until set). */
+extern _Thread_local int cur_dev;
 
 struct dep {
     uint32_t slot;
@@ -98,6 +103,7 @@ struct slot {
     int dying;        /* being destroyed: handle invalid, slot not reusable yet */
     uint32_t gen;
     unsigned flags;
+    int dev; /* the device current when the stream was created (slot 0: see slot_dev) */
     uint64_t enqueued, completed;
     uint64_t clock[MAX_VC]; /* the vector clock of its last queued operation */
 };
@@ -106,6 +112,7 @@ struct event {
     int live;
     uint32_t gen;
     int recorded;
+    int dev; /* the device current when the event was created */
     uint32_t slot;
     uint64_t pos;
     uint64_t vc[MAX_VC]; /* the record's vector clock */
@@ -126,6 +133,13 @@ struct stream *start_stream(uint32_t slot);
 int init_locked(void);
 /* Under mu: the slot of a stream handle, or -1. */
 int64_t stream_slot(void *h);
+/* Under mu: the device of a stream slot. The legacy stream (slot 0) stands for the legacy stream
+ * of the calling thread's current device. */
+int slot_dev(uint32_t slot);
+/* Under mu: the device owning device address p (a live allocation), or -1. */
+int dev_owner(const unsigned char *p);
+/* The number of devices (FAKE_CUDA_DEVICES, default 1). */
+int device_count(void);
 struct event *event_of(void *h);
 /* Under mu: a new op for `slot` with room for the legacy-stream dependencies and `extra`. */
 struct op *new_op(uint32_t slot, size_t extra);
@@ -137,8 +151,8 @@ void observe(const uint64_t *vc);
 void wait_observe(uint32_t slot, uint64_t pos, const uint64_t *vc);
 /* A call that blocks the host on device work (fake_cuda_sync_calls). */
 void count_sync(void);
-/* Under mu: wait for the work queued on every stream so far. */
-void device_sync_locked(void);
+/* Under mu: wait for the work queued so far on every stream of device dev (-1: every device). */
+void device_sync_locked(int dev);
 
 #pragma GCC visibility pop
 

@@ -22,7 +22,8 @@ unsigned char *shadow_base;
 struct extent *allocs;
 size_t n_allocs, cap_allocs;
 
-_Atomic uint64_t memcpy_calls, blocking_copies, bad_accesses;
+_Atomic uint64_t memcpy_calls, blocking_copies, bad_accesses, cross_device_copies;
+_Thread_local int cur_dev;
 static _Atomic uint64_t sync_calls;
 static _Thread_local uint64_t thread_sync_calls;
 static uint64_t completions; /* operations completed (under mu) */
@@ -121,6 +122,25 @@ int dev_live(const unsigned char *p, size_t n) {
         if (off >= allocs[i].off && off + n <= allocs[i].off + allocs[i].len)
             return 1;
     return 0;
+}
+
+int dev_owner(const unsigned char *p) {
+    const unsigned char *b = atomic_load(&dev_base);
+    uint64_t off = (uint64_t)(p - b);
+    for (size_t i = 0; i < n_allocs; i++)
+        if (off >= allocs[i].off && off < allocs[i].off + allocs[i].len)
+            return allocs[i].dev;
+    return -1;
+}
+
+int slot_dev(uint32_t slot) {
+    return slot == 0 ? cur_dev : slots[slot].dev;
+}
+
+int device_count(void) {
+    const char *n = getenv("FAKE_CUDA_DEVICES");
+    int c = n && *n ? atoi(n) : 1;
+    return c > 0 ? c : 1;
 }
 
 static void run_op(struct op *o) {
@@ -313,8 +333,9 @@ void count_sync(void) {
     thread_sync_calls++;
 }
 
-/* Under mu: wait for the work queued on every stream so far. */
-void device_sync_locked(void) {
+/* Under mu: wait for the work queued so far on every stream of device dev (-1: of every device;
+ * the legacy stream counts for every device). */
+void device_sync_locked(int dev) {
     size_t n = n_slots;
     uint64_t *pos = malloc((n ? n : 1) * sizeof *pos);
     if (!pos) { /* wait stream by stream instead */
@@ -324,8 +345,10 @@ void device_sync_locked(void) {
     }
     uint64_t vc[MAX_VC] = { 0 };
     for (size_t i = 0; i < n; i++) {
-        pos[i] = slots[i].enqueued;
-        vc_merge(vc, slots[i].clock);
+        int mine = dev < 0 || i == 0 || slots[i].dev == dev;
+        pos[i] = mine ? slots[i].enqueued : 0;
+        if (mine)
+            vc_merge(vc, slots[i].clock);
     }
     for (size_t i = 0; i < n; i++)
         wait_pos((uint32_t)i, pos[i]);
@@ -435,6 +458,13 @@ uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes) {
     }
     pthread_mutex_unlock(&mu);
     return hits;
+}
+
+/* Copies of device memory queued on a stream of another device than the memory's (legal with
+ * unified addressing, but a peer copy at a fraction of the bandwidth: a stream bound to the wrong
+ * device). */
+uint64_t fake_cuda_cross_device_copies(void) {
+    return atomic_load(&cross_device_copies);
 }
 
 uint64_t fake_cuda_device_bytes_in_use(void) {

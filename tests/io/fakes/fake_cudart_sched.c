@@ -180,13 +180,24 @@ static void *worker(void *arg) {
         while (!deps_done(o))
             pthread_cond_wait(&cv, &mu);
         st->active = 1;
-        uint64_t lag = (uint64_t)atomic_load(&lag_max_us) * st->lag_quarters / 4;
+        int timed = timing.on;
+        uint64_t end = timed ? timed_end(o) : 0;
+        uint64_t lag = timed ? 0 : (uint64_t)atomic_load(&lag_max_us) * st->lag_quarters / 4;
         uint64_t d = lag ? splitmix(&st->rng) % (lag + 1) : 0;
         pthread_mutex_unlock(&mu);
-        if (lag)
+        if (timed)
+            sleep_until_ns(end);
+        else if (lag)
             sleep_us(d);
         run_op(o);
         pthread_mutex_lock(&mu);
+        if (timed)
+            timed_done(o, end);
+        if (o->ev_idx >= 0 && (size_t)o->ev_idx < n_events) {
+            struct event *ev = &events[o->ev_idx];
+            if (ev->live && ev->gen == o->ev_gen && ev->slot == o->slot && ev->pos == o->pos)
+                ev->t_done = (int64_t)(timed ? end : now_ns());
+        }
         st->active = 0;
         completions++;
         if (o->kind == OP_COPY && (o->wdev || o->rdev)) {
@@ -202,6 +213,8 @@ static void *worker(void *arg) {
         if (!st->head)
             st->tail = NULL;
         slots[st->slot].completed++;
+        if (timed)
+            timed_wake(st->slot);
         pthread_cond_broadcast(&cv);
         free(o);
     }
@@ -264,6 +277,7 @@ struct op *new_op(uint32_t slot, size_t extra) {
     struct op *o = calloc(1, sizeof *o + (n_slots + extra) * sizeof(struct dep));
     if (!o)
         return NULL;
+    o->ev_idx = -1;
     if (slot == 0) {
         for (uint32_t i = 1; i < n_slots; i++)
             if ((slots[i].s || slots[i].dying) && !(slots[i].flags & STREAM_NON_BLOCKING) &&
@@ -294,6 +308,7 @@ uint64_t enqueue(uint32_t slot, struct op *o) {
         vc_merge(o->vc, o->wait_vc);
     o->wait_vc = NULL;
     o->slot = slot;
+    o->t_enq = now_ns();
     o->pos = slots[slot].enqueued + 1;
     memcpy(o->seen, observed_vc, sizeof o->seen);
     if (slot < MAX_VC) {
@@ -331,6 +346,7 @@ void wait_observe(uint32_t slot, uint64_t pos, const uint64_t *vc) {
 void count_sync(void) {
     atomic_fetch_add(&sync_calls, 1);
     thread_sync_calls++;
+    count_wait();
 }
 
 /* Under mu: wait for the work queued so far on every stream of device dev (-1: of every device;

@@ -10,8 +10,9 @@
  * thread's CPU time per kernel. Self-check: with no moves the twin must equal its ideal within
  * 2% (exit 1 otherwise). docs/bench/twin.md has the method and the results.
  *
- * usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--tiers LIST]
- *                       [--budget F] [--trace FILE]... [--no-model] [--dir DIR]
+ * usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--time-scale T]
+ *                       [--tiers LIST] [--budget F] [--trace FILE]... [--no-model]
+ *                       [--no-offloader] [--dir DIR]
  */
 #include <errno.h>
 #include <math.h>
@@ -39,8 +40,10 @@
 static struct fake_cuda fc;
 
 struct opts {
-    int json, iters, no_model;
+    int json, iters, no_model, no_offloader;
     double byte_scale, budget_frac;
+    double time_scale; /* 0: per trace, so that an iteration's ideal is at most 1 s */
+    /* byte_scale 0: per trace, the power of 2 that brings its peak under 400 MiB */
     const char *tiers, *dir;
     const char *traces[MAX_TRACES];
     int ntraces;
@@ -93,8 +96,9 @@ static struct tio_trace *model_trace(void) {
     return tr;
 }
 
-/* tr with every tensor's bytes divided by s (rounded up to 512), kernels and uses unchanged. */
-static struct tio_trace *scaled_trace(const struct tio_trace *tr, double s) {
+/* tr with every tensor's bytes divided by s (rounded up to 512) and every kernel's duration
+ * multiplied by ts, uses unchanged. */
+static struct tio_trace *scaled_trace(const struct tio_trace *tr, double s, double ts) {
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     struct tio_trace *out = NULL;
@@ -107,7 +111,8 @@ static struct tio_trace *scaled_trace(const struct tio_trace *tr, double s) {
     }
     for (size_t k = 0; k < v.n_kernels && rc == 0; k++) {
         rc = tio_trace_add_kernel(out, tio_trace_string(tr, v.kernel_name[k]),
-                                  v.kernel_duration_ns[k], v.kernel_flags[k], NULL);
+                                  (uint64_t)((double)v.kernel_duration_ns[k] * ts),
+                                  v.kernel_flags[k], NULL);
         for (uint64_t u = v.kernel_use_offset[k]; u < v.kernel_use_offset[k + 1] && rc == 0; u++)
             rc = tio_trace_add_use(out, v.use_tensor[u], v.use_mode[u]);
     }
@@ -119,6 +124,7 @@ static struct tio_trace *scaled_trace(const struct tio_trace *tr, double s) {
 struct result {
     const char *trace;
     enum tier tier;
+    double time_scale, byte_scale;
     double budget_frac;
     uint64_t budget, peak, tensors, kernels, moves;
     double twin_s, ideal_s, predicted_s, stall_s, read_stall_s, pressure_s, demand_s, us_per_kernel,
@@ -162,8 +168,23 @@ static uint64_t peak_bytes(const struct tio_trace *tr, uint32_t *first, uint32_t
     return peak;
 }
 
-/* The paper's server with bytes and bandwidths divided by s; the tiers a run may use. */
-static struct tio_hw twin_hw(double s, enum tier tier, uint64_t budget, uint64_t host_cap) {
+static uint64_t raw_peak(const struct tio_trace *tr) {
+    size_t n = tio_trace_tensor_count(tr);
+    uint32_t *first = malloc((n ? n : 1) * sizeof *first),
+             *last = malloc((n ? n : 1) * sizeof *last);
+    if (!first || !last)
+        die("malloc", TIO_ENOMEM);
+    uint64_t peak = peak_bytes(tr, first, last);
+    free(first);
+    free(last);
+    return peak;
+}
+
+/* The paper's server with bytes divided by bs and bandwidths by bs * ts; the tiers a run may
+ * use. */
+static struct tio_hw
+twin_hw(double bs, double ts, enum tier tier, uint64_t budget, uint64_t host_cap) {
+    double s = bs * ts;
     struct tio_hw hw;
     if (tio_hw_preset("paper-2xh100nvl", &hw) < 0)
         die("tio_hw_preset", -1);
@@ -175,13 +196,14 @@ static struct tio_hw twin_hw(double s, enum tier tier, uint64_t budget, uint64_t
     hw.ssd_write_Bps /= s;
     hw.ssd_mixed_Bps /= s;
     hw.ssd_sustained_write_Bps /= s;
-    hw.ssd_write_cache_bytes = (uint64_t)((double)hw.ssd_write_cache_bytes / s);
+    hw.ssd_write_cache_bytes = (uint64_t)((double)hw.ssd_write_cache_bytes / bs);
     hw.host_memory_Bps /= s;
-    hw.host_memory_bytes = (uint64_t)((double)hw.host_memory_bytes / s);
+    hw.host_memory_bytes = (uint64_t)((double)hw.host_memory_bytes / bs);
+    hw.ssd_latency_s *= ts;
     hw.host_offload_cap_bytes = tier == TIER_SSD ? 0 : host_cap;
     if (tier <= TIER_HOST)
         hw.ssd_count = 0; /* no SSD tier */
-    hw.gds = 0; /* the engine's cuda backend bounces through pinned host buffers */
+    hw.gds = 0;           /* the engine's cuda backend bounces through pinned host buffers */
     return hw;
 }
 
@@ -250,6 +272,9 @@ static void fail(struct result *r, const char *what, int rc) {
 static void run(const struct opts *o,
                 const char *name,
                 const struct tio_trace *tr,
+                double bs,
+                double ts,
+                uint64_t min_bytes,
                 enum tier tier,
                 struct result *r) {
     struct tio_trace_view v;
@@ -257,6 +282,8 @@ static void run(const struct opts *o,
     memset(r, 0, sizeof *r);
     r->trace = name;
     r->tier = tier;
+    r->time_scale = ts;
+    r->byte_scale = bs;
     r->tensors = v.n_tensors;
     r->kernels = v.n_kernels;
     r->ideal_s = (double)tio_trace_total_duration_ns(tr) * 1e-9;
@@ -276,10 +303,10 @@ static void run(const struct opts *o,
     /* the host tier: room for every tensor (host), for half of what must leave the device
      * (both: the SSDs take the rest), none (ssd) */
     uint64_t need = r->peak - r->budget, host_cap = tier == TIER_BOTH ? need / 2 : total;
-    struct tio_hw hw = twin_hw(o->byte_scale, tier, r->budget, host_cap);
+    struct tio_hw hw = twin_hw(bs, ts, tier, r->budget, host_cap);
     struct tio_plan_params pp = tio_plan_params_default();
     pp.policy = tier <= TIER_NONE ? "none" : tier == TIER_SSD ? "teraio-ssd" : "teraio-mixed";
-    pp.min_tensor_bytes = (uint64_t)((double)(1u << 20) / o->byte_scale);
+    pp.min_tensor_bytes = min_bytes;
     struct tio_plan *plan = NULL;
     struct tio_sim *sim = NULL;
     struct tio_engine *e = NULL;
@@ -436,7 +463,9 @@ static void print_json(const struct result *r) {
     }
     printf("{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
            "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
-           "\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_s\":%.6f,\"predicted_step_s\":%.6f,"
+           "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
+           "s\":%.6f,\"predicted_"
+           "step_s\":%.6f,"
            "\"stall_s\":%.6f,"
            "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
            "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
@@ -444,8 +473,9 @@ static void print_json(const struct result *r) {
            "\"thread_us_per_kernel\":%.2f}\n",
            r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
            (unsigned long long)r->peak, (unsigned long long)r->tensors,
-           (unsigned long long)r->kernels, (unsigned long long)r->moves, r->twin_s, r->host_s,
-           r->ideal_s, isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
+           (unsigned long long)r->kernels, (unsigned long long)r->moves, r->byte_scale,
+           r->time_scale, r->twin_s, r->host_s, r->ideal_s,
+           isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
            r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
            (unsigned long long)r->urgent, (unsigned long long)r->offloads,
            (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
@@ -454,11 +484,11 @@ static void print_json(const struct result *r) {
 
 static void print_row(const struct result *r) {
     if (r->error[0]) {
-        printf("%-10s %-5s %4.0f%% %6llu  FAILED: %s\n", r->trace, tier_names[r->tier],
+        printf("%-15s %-5s %4.0f%% %6llu  FAILED: %s\n", r->trace, tier_names[r->tier],
                100 * r->budget_frac, (unsigned long long)r->tensors, r->error);
         return;
     }
-    printf("%-10s %-5s %4.0f%% %6llu %7.3f %7.3f %7.3f %6.3f %7.3f %6.3f %6.3f %6.3f %5llu %5.2f "
+    printf("%-15s %-5s %4.0f%% %6llu %7.3f %7.3f %7.3f %6.3f %7.3f %6.3f %6.3f %6.3f %5llu %5.2f "
            "%5.2f %7.2f\n",
            r->trace, tier_names[r->tier], 100 * r->budget_frac, (unsigned long long)r->tensors,
            r->twin_s, r->ideal_s, r->predicted_s, r->twin_s / r->ideal_s, r->host_s,
@@ -470,19 +500,25 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--tiers "
             "LIST]\n"
-            "                      [--budget F] [--trace FILE]... [--no-model] [--dir DIR]\n"
+            "                      [--budget F] [--trace FILE]... [--no-model] [--no-offloader]\n"
+            "                      [--time-scale T] [--dir DIR]\n"
             "  --tiers LIST   comma-separated of none,host,ssd,both (default all)\n"
             "  --budget F     device budget as a fraction of the peak (default 0.5)\n"
-            "  --byte-scale S bytes and bandwidths divided by S (default 64)\n"
-            "  --iters N      measured iterations after one warm-up (default 2; --quick: 1)\n"
+            "  --byte-scale S bytes and bandwidths divided by S (default: per trace, the power\n"
+            "                 of 2 that brings its peak under 400 MiB)\n"
+            "  --time-scale T kernel durations times T, bandwidths divided by T (default: 1, or\n"
+            "                 less for a trace whose iteration takes over 1 s: then 1 s)\n"
+            "  --iters N      measured iterations after one warm-up (default 3; --quick: 1)\n"
             "  --trace FILE   also run a saved trace (.tio or .json), e.g. an Offloader's\n"
+            "  --no-model     skip the built-in 1.1B Llama trace (teraio model)\n"
+            "  --no-offloader skip the shipped Offloader trace (bench/data/offloader-llama.tio)\n"
             "  --dir DIR      the SSD tier's directory (default: a new one under $TMPDIR)\n");
     exit(2);
 }
 
 static void parse(int argc, char **argv, struct opts *o) {
     *o = (struct opts){
-        .iters = 2, .byte_scale = 64, .budget_frac = 0.5, .tiers = "none,host,ssd,both"
+        .iters = 3, .byte_scale = 0, .budget_frac = 0.5, .tiers = "none,host,ssd,both"
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -492,10 +528,14 @@ static void parse(int argc, char **argv, struct opts *o) {
             o->iters = 1;
         } else if (!strcmp(a, "--no-model")) {
             o->no_model = 1;
+        } else if (!strcmp(a, "--no-offloader")) {
+            o->no_offloader = 1;
         } else if (val && !strcmp(a, "--iters")) {
             o->iters = atoi(val), i++;
         } else if (val && !strcmp(a, "--byte-scale")) {
             o->byte_scale = strtod(val, NULL), i++;
+        } else if (val && !strcmp(a, "--time-scale")) {
+            o->time_scale = strtod(val, NULL), i++;
         } else if (val && !strcmp(a, "--budget")) {
             o->budget_frac = strtod(val, NULL), i++;
         } else if (val && !strcmp(a, "--tiers")) {
@@ -509,8 +549,11 @@ static void parse(int argc, char **argv, struct opts *o) {
             usage();
         }
     }
-    if (o->iters < 1 || !(o->byte_scale >= 1) || !(o->budget_frac > 0 && o->budget_frac <= 1)) {
-        fprintf(stderr, "bench_gpu_twin: --iters >= 1, --byte-scale >= 1, 0 < --budget <= 1\n");
+    if (o->iters < 1 || !(o->byte_scale == 0 || o->byte_scale >= 1) || !(o->time_scale >= 0) ||
+        !(o->budget_frac > 0 && o->budget_frac <= 1)) {
+        fprintf(
+            stderr,
+            "bench_gpu_twin: --iters >= 1, --byte-scale >= 1 (or 0: auto), 0 < --budget <= 1\n");
         usage();
     }
 }
@@ -534,32 +577,53 @@ int main(int argc, char **argv) {
     }
     struct tio_trace *raw[MAX_TRACES + 1];
     const char *names[MAX_TRACES + 1];
+    char *owned[MAX_TRACES + 1] = { NULL };
     int n = 0;
     if (!o.no_model) {
         raw[n] = model_trace();
         names[n++] = "llama-1b";
     }
+#ifdef TIO_TWIN_OFFLOADER_TRACE
+    if (!o.no_offloader && o.ntraces < MAX_TRACES) /* shipped: bench/gpu_twin_offloader.py */
+        o.traces[o.ntraces++] = TIO_TWIN_OFFLOADER_TRACE;
+#endif
     for (int i = 0; i < o.ntraces; i++) {
         int rc = tio_trace_load(o.traces[i], TIO_TRACE_FORMAT_AUTO, &raw[n]);
         if (rc < 0)
             die(o.traces[i], rc);
         const char *slash = strrchr(o.traces[i], '/');
-        names[n++] = slash ? slash + 1 : o.traces[i];
+        char *base = strdup(slash ? slash + 1 : o.traces[i]),
+             *dot = base ? strrchr(base, '.') : NULL;
+        if (!base)
+            die("strdup", TIO_ENOMEM);
+        if (dot && dot != base)
+            *dot = '\0';
+        owned[n] = base;
+        names[n++] = base;
     }
     if (!o.json)
-        printf("byte scale 1/%.0f, %d measured iteration(s) after a warm-up, SSD tier in %s\n"
-               "%-10s %-5s %5s %6s %7s %7s %7s %6s %7s %6s %6s %6s %5s %5s %5s %7s\n",
-               o.byte_scale, o.iters, o.dir, "trace", "tier", "budg", "tens", "twin_s", "ideal",
-               "predict", "x_idl", "host_s", "read", "press", "demand", "qfull", "h2d", "d2h",
-               "us/kern");
+        printf("%d measured iteration(s) after a warm-up, SSD tier in %s\n"
+               "%-15s %-5s %5s %6s %7s %7s %7s %6s %7s %6s %6s %6s %5s %5s %5s %7s\n",
+               o.iters, o.dir, "trace", "tier", "budg", "tens", "twin_s", "ideal", "predict",
+               "x_idl", "host_s", "read", "press", "demand", "qfull", "h2d", "d2h", "us/kern");
     int bad = 0;
     for (int i = 0; i < n; i++) {
-        struct tio_trace *tr = scaled_trace(raw[i], o.byte_scale);
+        double ideal = (double)tio_trace_total_duration_ns(raw[i]) * 1e-9;
+        double ts = o.time_scale > 0 ? o.time_scale : ideal > 1 ? 1 / ideal : 1;
+        uint64_t peak = raw_peak(raw[i]);
+        double bs = o.byte_scale;
+        if (bs == 0)
+            for (bs = 1; (double)peak / bs > 400.0 * 1024 * 1024;)
+                bs *= 2;
+        /* the planner's smallest movable tensor: 1 MiB, or a thousandth of a small trace's peak */
+        uint64_t min_bytes =
+            (uint64_t)((double)(peak / 1000 < (1u << 20) ? peak / 1000 : 1u << 20) / bs);
+        struct tio_trace *tr = scaled_trace(raw[i], bs, ts);
         for (int t = TIER_BARE; t <= TIER_BOTH; t++) {
             if (t != TIER_BARE && !strstr(o.tiers, tier_names[t]))
                 continue;
             struct result r;
-            run(&o, names[i], tr, (enum tier)t, &r);
+            run(&o, names[i], tr, bs, ts, min_bytes, (enum tier)t, &r);
             if (o.json)
                 print_json(&r);
             else
@@ -575,6 +639,7 @@ int main(int argc, char **argv) {
         }
         tio_trace_free(tr);
         tio_trace_free(raw[i]);
+        free(owned[i]);
     }
     if (tmp[0]) { /* the engine removed its files; the directory is ours */
         if (rmdir(tmp) != 0)

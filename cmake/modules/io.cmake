@@ -14,6 +14,8 @@
 if(TARGET bench_gpu_twin)
     target_include_directories(bench_gpu_twin PRIVATE ${PROJECT_SOURCE_DIR}/tests)
     target_link_libraries(bench_gpu_twin PRIVATE m)
+    target_compile_definitions(bench_gpu_twin PRIVATE
+        TIO_TWIN_OFFLOADER_TRACE="${PROJECT_SOURCE_DIR}/bench/data/offloader-llama.tio")
 endif()
 if(NOT TIO_BUILD_TESTS)
     return()
@@ -34,7 +36,7 @@ set(_tio_fake_env
     "TIO_CUDART_LIB=$<TARGET_FILE:tio_fake_cudart>"
     "TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile>")
 foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test_runtime_stream
-        test_cuda_devices test_cuda_timed)
+        test_cuda_devices test_cuda_timed test_runtime_waits)
     if(TARGET ${t})
         add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})

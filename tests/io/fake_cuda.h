@@ -49,6 +49,7 @@ struct fake_cuda {
     uint64_t (*memcpy_calls)(void);
     uint64_t (*racing_copies)(const void *p, size_t n, int writes);
     uint64_t (*cross_device_copies)(void);
+    uint64_t (*copy_races)(void);
     /* timed mode (the GPU twin) and the stricter checks */
     int (*set_timing)(int on, double h2d_Bps, double d2h_Bps, double pageable_Bps, unsigned depth);
     int (*launch_kernel)(void *s, uint64_t ns);
@@ -114,6 +115,7 @@ static inline int fake_cuda_load(struct fake_cuda *f) {
         { "fake_cuda_memcpy_calls", offsetof(struct fake_cuda, memcpy_calls) },
         { "fake_cuda_racing_copies", offsetof(struct fake_cuda, racing_copies) },
         { "fake_cuda_cross_device_copies", offsetof(struct fake_cuda, cross_device_copies) },
+        { "fake_cuda_copy_races", offsetof(struct fake_cuda, copy_races) },
         { "fake_cuda_set_timing", offsetof(struct fake_cuda, set_timing) },
         { "fake_cuda_launch_kernel", offsetof(struct fake_cuda, launch_kernel) },
         { "fake_cuda_timed_stats", offsetof(struct fake_cuda, timed_stats) },

@@ -28,7 +28,11 @@
  * cudaMemcpy, cudaFree) are remembered. fake_cuda_racing_copies tells a host function running on
  * a stream (a test's kernel) how many copies touching its device bytes in a conflicting way are
  * ordered neither before it (nor seen complete by the host before it was queued) nor after it:
- * a missing event or wait shows up even when the timing happened to leave the bytes right.
+ * a missing event or wait shows up even when the timing happened to leave the bytes right. Copies
+ * are checked against each other the same way when each starts (fake_cuda_copy_races): two copies
+ * that write the same bytes, or one writes what the other reads, device or host memory, with
+ * neither ordered before the other (streams, events, or the host seeing the first complete before
+ * it queued the second).
  *
  * Devices: FAKE_CUDA_DEVICES of them, one address space. cudaSetDevice/cudaGetDevice keep a
  * current device per host thread (0 until set); a stream, an event and an allocation belong to the
@@ -304,6 +308,8 @@ static struct op *copy_op(uint32_t slot, void *dst, const void *src, size_t n, i
     o->n = n;
     o->wdev = to_dev ? dst : NULL;
     o->rdev = from_dev ? src : NULL;
+    o->whost = to_dev ? NULL : dst;
+    o->rhost = from_dev ? NULL : src;
     atomic_fetch_add(&memcpy_calls, 1);
     if (slot == 0 || !(slots[slot].flags & STREAM_NON_BLOCKING))
         atomic_fetch_add(&blocking_copies, 1);

@@ -41,6 +41,7 @@ uint64_t fake_cuda_live_streams(void);
 uint64_t fake_cuda_device_bytes_in_use(void);
 uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes);
 uint64_t fake_cuda_cross_device_copies(void);
+uint64_t fake_cuda_copy_races(void);
 int fake_cuda_set_timing(
     int on, double h2d_Bps, double d2h_Bps, double pageable_Bps, unsigned depth);
 int fake_cuda_launch_kernel(void *stream, uint64_t ns);
@@ -85,8 +86,9 @@ struct op {
     void *dst;
     const void *src;
     size_t n;
-    const unsigned char *wdev; /* the device range a copy writes (NULL: host memory) */
-    const unsigned char *rdev; /* the device range a copy reads (NULL: host memory) */
+    const unsigned char *wdev;          /* the device range a copy writes (NULL: host memory) */
+    const unsigned char *rdev;          /* the device range a copy reads (NULL: host memory) */
+    const unsigned char *whost, *rhost; /* the host ranges a copy writes, reads (NULL: device) */
     void (*fn)(void *);
     void *user;
     uint64_t t_enq;  /* CLOCK_MONOTONIC ns when it was queued */

@@ -7,6 +7,8 @@
  * (a thread that waits for an engine request whose fence is behind the held GPU would hang: a
  * watchdog opens the GPU after 3 s and the test fails).
  *
+ * A second test runs the same steps on device 1 of 2 (see executor_on_device_1).
+ *
  * The held section starts after the step's first kernel is launched (its input, read back from
  * the host tier, is queued before the GPU is held: today's engine starts a read only once its
  * fence has passed) and ends after the last kernel's after_kernel (end_iteration drains the
@@ -25,6 +27,7 @@
 #include <teraio/trace.h>
 
 #include "io/fake_cuda.h"
+#include "io/io_util.h"
 #include "io/runtime_util.h"
 #include "tio_test.h"
 
@@ -92,9 +95,9 @@ static struct tio_trace *make_trace(void) {
     return rt_trace_finish(tr, rc);
 }
 
-/* The plan offloads W after kernel 0 and G1 after kernel 3 to the host tier, both read back when
- * the next step's kernel 0 needs them: inside the held section it only offloads. */
-static struct tio_plan *make_plan(const struct tio_trace *tr) {
+/* The plan offloads W after kernel 0 to the host tier and G1 after kernel 3 (to g1_tier), both
+ * read back when the next step's kernel 0 needs them: inside the held section it only offloads. */
+static struct tio_plan *make_plan(const struct tio_trace *tr, int32_t g1_tier) {
     const struct tio_move m[] = {
         { .tensor = 0,
           .from = TIO_TIER_GPU,
@@ -104,7 +107,7 @@ static struct tio_plan *make_plan(const struct tio_trace *tr) {
           .bytes = 256 * KiB },
         { .tensor = 1,
           .from = TIO_TIER_GPU,
-          .to = TIO_TIER_HOST,
+          .to = g1_tier,
           .trigger = 4,
           .deadline = NK,
           .bytes = 64 * KiB },
@@ -185,7 +188,7 @@ static uint64_t step(struct run *r, struct hold *h) {
 
 TIO_TEST(offloads_do_not_hold_the_training_thread) {
     struct tio_trace *tr = make_trace();
-    struct tio_plan *plan = tr ? make_plan(tr) : NULL;
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_HOST) : NULL;
     struct tio_engine *e = rt_engine(NULL, "cuda", NULL, 4 * 256 * KiB);
     CHECK(tr && plan && e);
     void *slab = NULL, *stream = NULL;
@@ -225,9 +228,51 @@ TIO_TEST(offloads_do_not_hold_the_training_thread) {
     CHECK_EQ_I(fc.free_device(slab), 0);
 }
 
+/* The same steps with every CUDA object of the caller on device 1 of 2, G1 on the SSD tier: the
+ * executor's events and the engine's streams and copies must be device 1's too (an event recorded
+ * on another device's stream fails, a copy of device 1's memory on a device-0 stream is counted).
+ */
+TIO_TEST(executor_on_device_1) {
+    char dir[512];
+    io_mkdtemp(dir, sizeof dir, "waits");
+    CHECK_EQ_I(fc.set_device(1), 0);
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD) : NULL;
+    struct tio_engine *e = rt_engine(dir, "cuda", NULL, 4 * 256 * KiB);
+    void *slab = NULL, *stream = NULL;
+    CHECK_EQ_I(fc.malloc_device(&slab, NT * 256 * KiB), 0);
+    CHECK_EQ_I(fc.stream_create(&stream, 1), 0);
+    struct run r = { .stream = stream, .slab = slab };
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    rp.mem = TIO_MEM_DEVICE;
+    rp.stream = stream;
+    rp.stream_ordered = 1;
+    CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
+    if (r.rt) {
+        for (uint32_t g = 0; g < 3; g++)
+            CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
+        uint64_t x0 = fc.cross_device_copies();
+        for (int i = 0; i < 3 && !r.err; i++)
+            (void)step(&r, NULL);
+        CHECK_EQ_I(r.err, 0);
+        CHECK_EQ_U(fc.cross_device_copies(), x0);
+        struct tio_runtime_stats st;
+        tio_runtime_get_stats(r.rt, &st);
+        CHECK(st.offloads >= 6);
+        (void)fc.stream_synchronize(stream);
+        tio_runtime_free(r.rt);
+    }
+    rt_free_inputs(plan, e, tr);
+    CHECK_EQ_I(fc.stream_destroy(stream), 0);
+    CHECK_EQ_I(fc.free_device(slab), 0);
+    CHECK_EQ_I(fc.set_device(0), 0);
+    (void)rmdir(dir);
+}
+
 int main(void) {
-    if (fake_cuda_load(&fc) < 0)
+    if (setenv("FAKE_CUDA_DEVICES", "2", 1) != 0 || fake_cuda_load(&fc) < 0)
         return 1;
     RUN(offloads_do_not_hold_the_training_thread);
+    RUN(executor_on_device_1);
     return tio_test_done();
 }

@@ -28,7 +28,27 @@
  * cudaMemcpy, cudaFree) are remembered. fake_cuda_racing_copies tells a host function running on
  * a stream (a test's kernel) how many copies touching its device bytes in a conflicting way are
  * ordered neither before it (nor seen complete by the host before it was queued) nor after it:
- * a missing event or wait shows up even when the timing happened to leave the bytes right.
+ * a missing event or wait shows up even when the timing happened to leave the bytes right. Copies
+ * are checked against each other the same way when each starts (fake_cuda_copy_races): two copies
+ * that write the same bytes, or one writes what the other reads, device or host memory, with
+ * neither ordered before the other (streams, events, or the host seeing the first complete before
+ * it queued the second).
+ *
+ * Devices: FAKE_CUDA_DEVICES of them, one address space. cudaSetDevice/cudaGetDevice keep a
+ * current device per host thread (0 until set); a stream, an event and an allocation belong to the
+ * device current when they were made. As in CUDA, cudaEventRecord fails (cudaErrorInvalidResource-
+ * Handle) when the event's device is not the stream's; cudaStreamWaitEvent may cross devices;
+ * cudaDeviceSynchronize waits for the current device's streams; a copy of device memory queued on
+ * a stream of another device works (unified addressing) and is counted
+ * (fake_cuda_cross_device_copies). One legacy stream serves every device, as the legacy stream of
+ * the calling thread's current device.
+ *
+ * Pinned and pageable host memory: cudaHostAlloc and cudaHostRegister pin a range. A copy
+ * between the device and host memory that is not pinned returns only once it completed (on a GPU
+ * it is staged through a driver buffer) and is counted (fake_cuda_pageable_copies). The thread
+ * registered by fake_cuda_watch_thread has its waits on device progress counted
+ * (fake_cuda_watched_waits). Timed mode (fake_cuda_set_timing, the GPU twin): see
+ * fake_cudart_timed.c.
  *
  * Environment: FAKE_CUDA_DEVICES=n (device count, default 1), FAKE_CUDA_ERROR=e
  * (cudaGetDeviceCount fails with e, e.g. 35), FAKE_CUDA_LAG_US=max (default 0: no delay),
@@ -50,10 +70,14 @@ static _Atomic uint64_t host_allocs;
 
 /* ---- the CUDA runtime API ---------------------------------------------------------------- */
 int cudaGetDeviceCount(int *count);
+int cudaSetDevice(int dev);
+int cudaGetDevice(int *dev);
 int cudaMalloc(void **p, size_t n);
 int cudaFree(void *p);
 int cudaHostAlloc(void **p, size_t n, unsigned flags);
 int cudaFreeHost(void *p);
+int cudaHostRegister(void *p, size_t n, unsigned flags);
+int cudaHostUnregister(void *p);
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind);
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream);
 const char *cudaGetErrorString(int err);
@@ -69,6 +93,7 @@ int cudaEventDestroy(void *e);
 int cudaEventRecord(void *e, void *s);
 int cudaEventQuery(void *e);
 int cudaEventSynchronize(void *e);
+int cudaEventElapsedTime(float *ms, void *start, void *end);
 int cudaDeviceSynchronize(void);
 int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user);
 
@@ -76,8 +101,22 @@ int cudaGetDeviceCount(int *count) {
     const char *err = getenv("FAKE_CUDA_ERROR");
     if (err && atoi(err))
         return atoi(err);
-    const char *n = getenv("FAKE_CUDA_DEVICES");
-    *count = n ? atoi(n) : 1;
+    *count = device_count();
+    return 0;
+}
+
+/* Per host thread, as in CUDA. */
+int cudaSetDevice(int dev) {
+    if (dev < 0 || dev >= device_count())
+        return ERR_INVALID_DEVICE;
+    cur_dev = dev;
+    return 0;
+}
+
+int cudaGetDevice(int *dev) {
+    if (!dev)
+        return ERR_INVALID_VALUE;
+    *dev = cur_dev;
     return 0;
 }
 
@@ -116,14 +155,23 @@ static int add_hole(uint64_t off, uint64_t len) {
         if (grow((void **)&holes, &cap_holes, n_holes + 1, sizeof *holes) < 0)
             return -1;
         memmove(&holes[i + 1], &holes[i], (n_holes - i) * sizeof *holes);
-        holes[i] = (struct extent){ off, len };
+        holes[i] = (struct extent){ off, len, 0 };
         n_holes++;
     }
     return 0;
 }
 
+/* Under mu, timed mode: allocations wait for the device, as on hardware. */
+static void alloc_sync_locked(void) {
+    if (timing.on && init_locked() == 0) {
+        count_sync();
+        device_sync_locked(-1);
+    }
+}
+
 int cudaMalloc(void **p, size_t n) {
     pthread_mutex_lock(&mu);
+    alloc_sync_locked();
     if (!atomic_load(&dev_base)) {
         void *d = mmap(NULL, FAKE_DEV_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
@@ -148,7 +196,7 @@ int cudaMalloc(void **p, size_t n) {
         pthread_mutex_unlock(&mu);
         return ERR_MEMORY_ALLOCATION;
     }
-    allocs[n_allocs++] = (struct extent){ off, len };
+    allocs[n_allocs++] = (struct extent){ off, len, cur_dev };
     *p = atomic_load(&dev_base) + off;
     pthread_mutex_unlock(&mu);
     return 0;
@@ -168,7 +216,7 @@ int cudaFree(void *p) {
         return ERR_INVALID_VALUE;
     }
     if (init_locked() == 0)
-        device_sync_locked(); /* cudaFree synchronizes the device */
+        device_sync_locked(-1); /* cudaFree synchronizes the device */
     count_sync();
     struct extent x = allocs[i];
     allocs[i] = allocs[--n_allocs];
@@ -182,11 +230,20 @@ int cudaFree(void *p) {
     return 0;
 }
 
+/* Pinned host memory: copies to and from it are asynchronous. */
 int cudaHostAlloc(void **p, size_t n, unsigned flags) {
     (void)flags;
     void *m = NULL;
     if (posix_memalign(&m, 4096, n ? n : 1) != 0)
         return ERR_MEMORY_ALLOCATION;
+    pthread_mutex_lock(&mu);
+    alloc_sync_locked();
+    int rc = pin_add(m, n ? n : 1);
+    pthread_mutex_unlock(&mu);
+    if (rc < 0) {
+        free(m);
+        return ERR_MEMORY_ALLOCATION;
+    }
     atomic_fetch_add(&host_allocs, 1);
     *p = m;
     return 0;
@@ -197,11 +254,34 @@ int cudaFreeHost(void *p) {
         return 0;
     pthread_mutex_lock(&mu);
     if (init_locked() == 0)
-        device_sync_locked();
+        device_sync_locked(-1);
     count_sync();
+    int rc = pin_remove(p);
     pthread_mutex_unlock(&mu);
+    if (rc < 0)
+        return ERR_INVALID_VALUE;
     free(p);
     return 0;
+}
+
+/* Pins [p, p+n) of memory the caller allocated. */
+int cudaHostRegister(void *p, size_t n, unsigned flags) {
+    (void)flags;
+    if (!p || n == 0)
+        return ERR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    int rc = host_pinned(p, 1)   ? 712 /* cudaErrorHostMemoryAlreadyRegistered */
+             : pin_add(p, n) < 0 ? ERR_MEMORY_ALLOCATION
+                                 : 0;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+int cudaHostUnregister(void *p) {
+    pthread_mutex_lock(&mu);
+    int rc = pin_remove(p) < 0 ? 713 /* cudaErrorHostMemoryNotRegistered */ : 0;
+    pthread_mutex_unlock(&mu);
+    return rc;
 }
 
 /* Under mu: a copy op with translated pointers, or NULL with *err set. */
@@ -219,30 +299,46 @@ static struct op *copy_op(uint32_t slot, void *dst, const void *src, size_t n, i
         *err = ERR_INVALID_VALUE;
         return NULL;
     }
+    int sdev = slot_dev(slot);
+    if ((to_dev && dev_owner(dst) != sdev) || (from_dev && dev_owner(src) != sdev))
+        atomic_fetch_add(&cross_device_copies, 1);
     struct op *o = new_op(slot, 0);
     if (!o) {
         *err = ERR_MEMORY_ALLOCATION;
         return NULL;
     }
     o->kind = OP_COPY;
+    const void *host = to_dev && !from_dev ? src : from_dev && !to_dev ? dst : NULL;
+    o->pageable = host && !host_pinned(host, n);
     o->dst = to_dev ? td : dst;
     o->src = from_dev ? ts : src;
     o->n = n;
     o->wdev = to_dev ? dst : NULL;
     o->rdev = from_dev ? src : NULL;
+    o->whost = to_dev ? NULL : dst;
+    o->rhost = from_dev ? NULL : src;
     atomic_fetch_add(&memcpy_calls, 1);
     if (slot == 0 || !(slots[slot].flags & STREAM_NON_BLOCKING))
         atomic_fetch_add(&blocking_copies, 1);
     return o;
 }
 
+/* A copy between device memory and pageable host memory returns only once it completed (on a
+ * GPU it goes through a staging buffer): counted (fake_cuda_pageable_copies). */
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream) {
     pthread_mutex_lock(&mu);
-    int64_t slot = stream_slot(stream);
+    int64_t slot = queue_room(stream, stream_slot(stream));
     int err = ERR_INVALID_RESOURCE_HANDLE;
     struct op *o = slot < 0 ? NULL : copy_op((uint32_t)slot, dst, src, n, kind, &err);
-    if (o)
-        (void)enqueue((uint32_t)slot, o);
+    if (o) {
+        int pageable = o->pageable;
+        uint64_t pos = enqueue((uint32_t)slot, o);
+        if (pageable) {
+            atomic_fetch_add(&pageable_copies, 1);
+            count_sync();
+            wait_observe((uint32_t)slot, pos, slots[slot].clock);
+        }
+    }
     pthread_mutex_unlock(&mu);
     return o ? 0 : err;
 }
@@ -302,6 +398,7 @@ int cudaStreamCreateWithFlags(void **s, unsigned flags) {
     }
     slots[idx].gen++;
     slots[idx].flags = flags;
+    slots[idx].dev = cur_dev;
     slots[idx].s = start_stream(idx);
     if (!slots[idx].s) {
         pthread_mutex_unlock(&mu);
@@ -332,6 +429,7 @@ int cudaStreamDestroy(void *s) {
     pthread_join(st->th, NULL);
     pthread_mutex_lock(&mu);
     slots[slot].s = NULL;
+    timed_wake((uint32_t)slot);
     slots[slot].dying = 0;
     pthread_mutex_unlock(&mu);
     free(st);
@@ -355,6 +453,7 @@ int cudaStreamSynchronize(void *s) {
         uint64_t pos = enqueue(0, o);
         wait_observe(0, pos, slots[0].clock);
     } else {
+        count_wait();
         wait_observe((uint32_t)slot, slots[slot].enqueued, slots[slot].clock);
     }
     pthread_mutex_unlock(&mu);
@@ -368,6 +467,8 @@ int cudaStreamQuery(void *s) {
                       : (slots[slot].completed >= slots[slot].enqueued ? 0 : ERR_NOT_READY);
     if (rc == 0)
         observe(slots[slot].clock);
+    else if (rc == ERR_NOT_READY)
+        count_wait(); /* a poll for device progress */
     pthread_mutex_unlock(&mu);
     return rc;
 }
@@ -414,6 +515,7 @@ int cudaEventCreateWithFlags(void **e, unsigned flags) {
     ev->live = 1;
     ev->gen++;
     ev->recorded = 0;
+    ev->dev = cur_dev;
     *e = encode((uint32_t)idx, ev->gen, TAG_EVENT);
     pthread_mutex_unlock(&mu);
     return 0;
@@ -434,11 +536,11 @@ int cudaEventDestroy(void *e) {
 
 int cudaEventRecord(void *e, void *s) {
     pthread_mutex_lock(&mu);
-    int64_t slot = stream_slot(s);
+    int64_t slot = queue_room(s, stream_slot(s));
     struct event *ev = event_of(e);
     int rc = 0;
-    if (slot < 0 || !ev) {
-        rc = ERR_INVALID_RESOURCE_HANDLE;
+    if (slot < 0 || !ev || ev->dev != slot_dev((uint32_t)slot)) {
+        rc = ERR_INVALID_RESOURCE_HANDLE; /* the event and the stream must share a device */
     } else {
         struct op *o = new_op((uint32_t)slot, 0);
         if (!o) {
@@ -446,6 +548,9 @@ int cudaEventRecord(void *e, void *s) {
         } else {
             ev->recorded = 1;
             ev->slot = (uint32_t)slot;
+            ev->t_done = -1;
+            o->ev_idx = ev - events;
+            o->ev_gen = ev->gen;
             ev->pos = enqueue((uint32_t)slot, o);
             memcpy(ev->vc, o->vc, sizeof ev->vc);
         }
@@ -461,6 +566,8 @@ int cudaEventQuery(void *e) {
                  : (!ev->recorded || slots[ev->slot].completed >= ev->pos ? 0 : ERR_NOT_READY);
     if (rc == 0 && ev->recorded)
         observe(ev->vc);
+    else if (rc == ERR_NOT_READY)
+        count_wait(); /* a poll for device progress */
     pthread_mutex_unlock(&mu);
     return rc;
 }
@@ -479,12 +586,27 @@ int cudaEventSynchronize(void *e) {
     return 0;
 }
 
+/* Milliseconds between two completed records (timed mode: between their end times). */
+int cudaEventElapsedTime(float *ms, void *start, void *end) {
+    if (!ms)
+        return ERR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct event *a = event_of(start), *b = event_of(end);
+    int rc = !a || !b || !a->recorded || !b->recorded ? ERR_INVALID_RESOURCE_HANDLE
+             : a->t_done < 0 || b->t_done < 0         ? ERR_NOT_READY
+                                                      : 0;
+    if (rc == 0)
+        *ms = (float)((double)(b->t_done - a->t_done) * 1e-6);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
 int cudaDeviceSynchronize(void) {
     pthread_mutex_lock(&mu);
     int rc = init_locked() < 0 ? ERR_MEMORY_ALLOCATION : 0;
     if (rc == 0) {
         count_sync();
-        device_sync_locked();
+        device_sync_locked(cur_dev);
     }
     pthread_mutex_unlock(&mu);
     return rc;
@@ -494,7 +616,7 @@ int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user) {
     if (!fn)
         return ERR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    int64_t slot = stream_slot(s);
+    int64_t slot = queue_room(s, stream_slot(s));
     struct op *o = slot < 0 ? NULL : new_op((uint32_t)slot, 0);
     if (o) {
         o->kind = OP_HOST;

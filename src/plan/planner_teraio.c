@@ -76,7 +76,7 @@ static int planner_init(struct planner *p,
     p->m = m;
     p->variant = variant;
     p->n = n;
-    p->cap = (int64_t)m->capacity;
+    p->cap = (int64_t)m->plan_line;
     p->use_ssd = m->bw[TIO_CH_SSD_W] > 0 && m->bw[TIO_CH_SSD_R] > 0;
     p->use_host = variant != TIO_VAR_SSD && variant != TIO_VAR_PAPER_SSD && m->host_cap > 0;
     p->clean_copies =

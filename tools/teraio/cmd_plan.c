@@ -34,6 +34,7 @@ static void plan_usage(FILE *f) {
         "  --host-cap SIZE       override the host-memory cap for offloading (0 = SSD only)\n"
         "  --ssds N              override the SSDs per GPU\n"
         "  --bandwidth-scale X   multiply every bandwidth (sweeps)\n"
+        "  --slack F             fraction of the capacity the plan keeps free (default 0.02)\n"
         "  --min-tensor SIZE     never move tensors smaller than this (default 1MiB)\n"
         "  --verify              re-check the plan independently (slots, pairing, memory)\n"
         "  --strict              exit 2 when the plan cannot fit the capacity\n\n"
@@ -214,6 +215,14 @@ int cli_cmd_plan(int argc, char **argv) {
             NEED_VALUE();
             if ((rc = u64->parse(CMD, a, val, u64->dst)) != 0) {
                 return rc;
+            }
+        } else if (strcmp(a, "--slack") == 0) {
+            NEED_VALUE();
+            char *end = NULL;
+            pp.memory_slack = strtod(val, &end);
+            if (!end || *end != '\0' || !(pp.memory_slack >= 0 && pp.memory_slack <= 0.5)) {
+                cli_error(CMD, "--slack: '%s' must be a fraction in [0, 0.5]", val);
+                return TIO_EXIT_USAGE;
             }
         } else if (strcmp(a, "--bandwidth-scale") == 0) {
             NEED_VALUE();

@@ -334,6 +334,35 @@ static int summarize(struct planner *p, const uint8_t *dropped, struct tio_plan 
     return 0;
 }
 
+/* pt_evaluate through the memo: a period's last evaluation is reused until a pick touches one
+ * of its kernels. */
+static double memo_evaluate(struct planner *p, uint32_t pi, struct eval *e, double *ub) {
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    struct memo *mo = &p->memo[pi];
+    if (mo->stamp != UINT32_MAX && pt_mod_max(p, q->start, q->end) <= mo->stamp) {
+        /* nothing it depends on changed since */
+        *e = (struct eval){ .viable = mo->viable,
+                            .tier = mo->tier,
+                            .clean = mo->clean,
+                            .off = q->start + mo->off,
+                            .pre = q->start + mo->pre,
+                            .benefit = mo->benefit };
+        *ub = mo->ub;
+        return mo->score;
+    }
+    double sc = pt_evaluate(p, pi, e, ub);
+    *mo = (struct memo){ .score = sc,
+                         .ub = *ub,
+                         .benefit = e->benefit,
+                         .stamp = p->n_commits,
+                         .off = (uint32_t)(e->off >= q->start ? e->off - q->start : 0),
+                         .pre = (uint32_t)(e->pre >= q->start ? e->pre - q->start : 0),
+                         .viable = (uint8_t)e->viable,
+                         .tier = (uint8_t)e->tier,
+                         .clean = (uint8_t)e->clean };
+    return sc;
+}
+
 int tio_planner_teraio(const struct tio_pmodel *m,
                        const struct tio_plan_params *params,
                        int variant,
@@ -396,31 +425,8 @@ int tio_planner_teraio(const struct tio_pmodel *m,
                 continue; /* consumed, or superseded by a re-keyed copy */
             }
             struct eval e;
-            double ub, sc;
-            const struct tio_pperiod *cq = &m->periods[c.period];
-            struct memo *mo = &p.memo[c.period];
-            if (mo->stamp != UINT32_MAX && pt_mod_max(&p, cq->start, cq->end) <= mo->stamp) {
-                /* nothing it depends on changed since */
-                e = (struct eval){ .viable = mo->viable,
-                                   .tier = mo->tier,
-                                   .clean = mo->clean,
-                                   .off = cq->start + mo->off,
-                                   .pre = cq->start + mo->pre,
-                                   .benefit = mo->benefit };
-                sc = mo->score;
-                ub = mo->ub;
-            } else {
-                sc = pt_evaluate(&p, c.period, &e, &ub);
-                *mo = (struct memo){ .score = sc,
-                                     .ub = ub,
-                                     .benefit = e.benefit,
-                                     .stamp = p.n_commits,
-                                     .off = (uint32_t)(e.off >= cq->start ? e.off - cq->start : 0),
-                                     .pre = (uint32_t)(e.pre >= cq->start ? e.pre - cq->start : 0),
-                                     .viable = (uint8_t)e.viable,
-                                     .tier = (uint8_t)e.tier,
-                                     .clean = (uint8_t)e.clean };
-            }
+            double ub;
+            double sc = memo_evaluate(&p, c.period, &e, &ub);
             if (ub <= 0) {
                 alive[c.period] = 0; /* bounds only fall: never viable again */
                 continue;

@@ -5,8 +5,13 @@
  * The paper reports 31.2 s (Llama3-8B) and 396.6 s (Llama3-70B) for its planner (Table 1).
  *
  *   bench_plan [--quick] [--runs N] [--hw PRESET]
+ *   bench_plan --scale [--runs N] [--max-kernels N]
  *
- * Prints a Markdown table (median of N runs) for docs/bench/plan.md.
+ * Prints a Markdown table (median of N runs) for docs/bench/plan.md. --scale plans the model's
+ * Llama3-70B stage with more micro-batches (about 0.25M, 0.5M, 1M and 2M kernels) and reports
+ * CPU time and the planner's peak memory per kernel (Linux: VmHWM after resetting it through
+ * /proc/self/clear_refs, minus the resident size before planning; the whole process's peak is
+ * given too).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,14 +282,130 @@ static void bench_one(const char *name,
     }
 }
 
+#ifdef HAVE_MODEL
+/* A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), 0 if unreadable (not Linux). */
+static uint64_t proc_status_bytes(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t v = 0;
+    size_t len = strlen(field);
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, len) == 0 && line[len] == ':') {
+            v = strtoull(line + len + 1, NULL, 10) * 1024;
+            break;
+        }
+    }
+    if (f) {
+        (void)fclose(f);
+    }
+    return v;
+}
+
+/* Reset the process's peak resident size to the current one (Linux 4.0+); 0 on success. */
+static int reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) {
+        return -1;
+    }
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* The Llama3-70B preset (rank 0) with `micro` micro-batches of 4 sequences. */
+static struct tio_trace *llama70_micro(uint32_t micro) {
+    struct tio_model_params mp;
+    struct tio_trace *tr = NULL;
+    if (tio_model_preset("llama3-70b", &mp) < 0) {
+        return NULL;
+    }
+    mp.global_batch = micro * mp.micro_batch;
+    if (tio_model_generate(&mp, &tr, NULL) < 0) {
+        fprintf(stderr, "llama3-70b x%u: %s\n", micro, tio_last_error());
+        return NULL;
+    }
+    return tr;
+}
+
+/* Planning time and memory against the kernel count (docs/bench/plan.md, "Scaling"). */
+static int bench_scale(const struct tio_hw *hw, int runs, size_t max_kernels) {
+    struct tio_trace *a = llama70_micro(8), *b = llama70_micro(16);
+    if (!a || !b) {
+        tio_trace_free(a);
+        tio_trace_free(b);
+        return 1;
+    }
+    double per_mb = (double)(tio_trace_kernel_count(b) - tio_trace_kernel_count(a)) / 8.0;
+    double base = (double)tio_trace_kernel_count(a) - 8.0 * per_mb;
+    tio_trace_free(a);
+    tio_trace_free(b);
+    const double targets[] = { 250e3, 500e3, 1e6, 2e6 };
+    const char *pols[] = { "teraio-mixed", "teraio-paper" };
+    int npol = getenv("BENCH_MIXED_ONLY") ? 1 : 2;
+    printf("| kernels | micro-batches | policy | planning CPU s | wall s | planner peak B/kernel "
+           "| process peak B/kernel | moves | feasible | to SSD/iter | to host/iter |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < TIO_ARRAY_LEN(targets); i++) {
+        if (targets[i] > (double)max_kernels) {
+            continue;
+        }
+        uint32_t micro = (uint32_t)((targets[i] - base) / per_mb + 0.5);
+        struct tio_trace *tr = llama70_micro(micro);
+        if (!tr) {
+            return 1;
+        }
+        size_t n = tio_trace_kernel_count(tr);
+        for (int p = 0; p < npol; p++) {
+            double t[16], w[16], mem[16], tot[16];
+            struct tio_plan_summary s = { 0 };
+            for (int r = 0; r < runs; r++) {
+                struct tio_plan_params pp = tio_plan_params_default();
+                pp.policy = pols[p];
+                struct tio_plan *plan = NULL;
+                int have_peak = reset_peak_rss() == 0;
+                uint64_t rss0 = proc_status_bytes("VmRSS");
+                double t0 = cpu_now(), w0 = tio_now_s();
+                int rc = tio_plan_make(tr, hw, &pp, &plan);
+                t[r] = cpu_now() - t0;
+                w[r] = tio_now_s() - w0;
+                uint64_t hwm = proc_status_bytes("VmHWM");
+                mem[r] = have_peak && hwm > rss0 ? (double)(hwm - rss0) / (double)n : -1;
+                tot[r] = have_peak ? (double)hwm / (double)n : -1;
+                if (rc < 0) {
+                    fprintf(stderr, "%zu kernels %s: %s: %s\n", n, pols[p], tio_strerror(rc),
+                            tio_last_error());
+                    tio_trace_free(tr);
+                    return 1;
+                }
+                tio_plan_get_summary(plan, &s);
+                tio_plan_free(plan);
+            }
+            char x[32], y[32];
+            printf("| %zu | %u | %s | %.3f | %.3f | %.0f | %.0f | %zu | %s | %s | %s |\n", n, micro,
+                   pols[p], bench_median(t, runs), bench_median(w, runs), bench_median(mem, runs),
+                   bench_median(tot, runs), s.n_moves, s.feasible ? "yes" : "no",
+                   tio_format_bytes(s.bytes_to_ssd, x, sizeof x),
+                   tio_format_bytes(s.bytes_to_host, y, sizeof y));
+            fflush(stdout);
+        }
+        tio_trace_free(tr);
+    }
+    return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
-    int quick = 0, runs = 3;
+    int quick = 0, runs = 3, scale = 0;
+    size_t max_kernels = 2100000;
     const char *only = NULL;
     uint32_t micro = 0;
     const char *hwname = "paper-2xh100nvl";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--scale") == 0) {
+            scale = 1;
+        } else if (strcmp(argv[i], "--max-kernels") == 0 && i + 1 < argc) {
+            max_kernels = (size_t)strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
             runs = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--micro") == 0 && i + 1 < argc) {
@@ -295,7 +416,7 @@ int main(int argc, char **argv) {
             hwname = argv[++i];
         } else {
             fprintf(stderr, "usage: bench_plan [--quick] [--runs N] [--hw PRESET] [--only 8b|70b] "
-                            "[--micro N]\n");
+                            "[--micro N] [--scale [--max-kernels N]]\n");
             return 1;
         }
     }
@@ -308,6 +429,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("hw %s, median of %d runs, one thread\n\n", hw.name, runs);
+    if (scale) {
+#ifdef HAVE_MODEL
+        return bench_scale(&hw, runs, max_kernels);
+#else
+        fprintf(stderr, "bench_plan --scale needs the workload model (teraio/model.h)\n");
+        return 1;
+#endif
+    }
     printf("| trace | kernels | M (peak/GPU) | policy | planning CPU s | wall s | paper s (ratio) "
            "| moves | feasible | to SSD/iter | to host/iter |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");

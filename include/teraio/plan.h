@@ -111,10 +111,18 @@ struct tio_plan_params {
                              waits for them) until memory fits (teraio, teraio-mixed,
                              teraio-ssd only; default 1). 0: the plan stays within the
                              bandwidth and may be infeasible. */
+    double memory_slack;  /* fraction of the planning capacity the planned policies
+                             (teraio*, g10) keep free: they plan under
+                             capacity x (1 - memory_slack), so that a plan replayed with
+                             transfers a little late still fits; feasibility is judged against
+                             the capacity itself. [0, 0.5], default TIO_PLAN_DEFAULT_SLACK. */
 };
 
+/* The default memory_slack (docs/decisions.md, "Planning slack"). */
+#define TIO_PLAN_DEFAULT_SLACK 0.02
+
 /* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB,
- * clean_copies 1, overcommit 1. */
+ * clean_copies 1, overcommit 1, memory_slack TIO_PLAN_DEFAULT_SLACK. */
 TIO_API struct tio_plan_params tio_plan_params_default(void);
 
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */

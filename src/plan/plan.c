@@ -72,6 +72,7 @@ struct tio_plan_params tio_plan_params_default(void) {
         .min_tensor_bytes = UINT64_C(1) << 20,
         .clean_copies = 1,
         .overcommit = 1,
+        .memory_slack = TIO_PLAN_DEFAULT_SLACK,
     };
     return p;
 }
@@ -433,6 +434,10 @@ int tio_plan_make(const struct tio_trace *trace,
     if (!(pp.bandwidth_scale > 0) || pp.bandwidth_scale > 1e6) {
         return tio_set_error(TIO_EINVAL, "plan: bandwidth_scale: must be in (0, 1e6] (got %g)",
                              pp.bandwidth_scale);
+    }
+    if (!(pp.memory_slack >= 0 && pp.memory_slack <= 0.5)) {
+        return tio_set_error(TIO_EINVAL, "plan: memory_slack: must be in [0, 0.5] (got %g)",
+                             pp.memory_slack);
     }
     int rc = tio_hw_validate(hw);
     if (rc < 0) {

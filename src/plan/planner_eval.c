@@ -31,10 +31,10 @@ int pt_host_allowed(struct planner *p, const struct tio_pperiod *q) {
         return 0;
     }
     int64_t cap = (int64_t)p->m->host_cap, s = (int64_t)q->bytes;
-    if (p->host.mx[1] + s <= cap) {
+    if (tio_mtree_top(&p->host) + s <= cap) {
         return 1; /* the root holds the max over every kernel: fits anywhere */
     }
-    return pt_ext_max(&p->host, p->n, q->start, q->end) + s <= cap;
+    return pt_host_max(p, q->start, q->end) + s <= cap;
 }
 
 /* The windows of one tier: offload completion (forward walk) and latest prefetch start

@@ -91,7 +91,8 @@ struct tio_pmodel {
     const uint8_t *use_mode;    /* [n_uses] TIO_USE_* (lv.use_mode) */
     struct tio_pperiod *periods;
     size_t n_periods;
-    uint64_t capacity;       /* tio_hw_plan_capacity */
+    uint64_t capacity;       /* tio_hw_plan_capacity: the line a feasible plan stays under */
+    uint64_t plan_line;      /* capacity x (1 - memory_slack): the line the planners aim for */
     double bw[TIO_CH_COUNT]; /* bytes/s per channel (scaled); SSD channels 0 without SSDs;
                                 the SSD rates are each direction alone */
     double ssd_mix;          /* tio_hw_ssd_mix_factor: SSD reads and writes share one budget,

@@ -36,8 +36,12 @@ int tio_pmodel_build(const struct tio_trace *trace,
     m->n_tensors = nt;
     m->trace = trace;
     m->capacity = tio_hw_plan_capacity(hw);
+    double slack = params->memory_slack > 0 ? params->memory_slack : 0;
+    m->plan_line = m->capacity - (uint64_t)((double)m->capacity * slack);
     double scale = params->bandwidth_scale > 0 ? params->bandwidth_scale : 1.0;
-    m->bw[TIO_CH_SSD_W] = hw->ssd_count ? tio_hw_ssd_write_Bps(hw) * scale : 0;
+    /* The write rate of the steady state: an iteration's writes spend the drives' write
+     * cache long before the next one, and the simulator runs them at the sustained rate. */
+    m->bw[TIO_CH_SSD_W] = hw->ssd_count ? tio_hw_ssd_sustained_write_Bps(hw) * scale : 0;
     m->bw[TIO_CH_SSD_R] = hw->ssd_count ? tio_hw_ssd_read_Bps(hw) * scale : 0;
     m->bw[TIO_CH_D2H] = hw->pcie_d2h_Bps * scale;
     m->bw[TIO_CH_H2D] = hw->pcie_h2d_Bps * scale;

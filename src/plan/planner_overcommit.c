@@ -23,7 +23,7 @@ int pt_commit(struct planner *p, uint32_t pi, const struct eval *e) {
     pt_ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
     pt_mod_mark(p, q->start, q->end, ++p->n_commits); /* slots, memory and host all lie in here */
     if (e->tier == TIO_TIER_HOST) {
-        pt_ext_add(&p->host, p->n, q->start, q->end, (int64_t)q->bytes);
+        pt_host_add(p, q->start, q->end, (int64_t)q->bytes);
     }
     if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
         return TIO_ENOMEM;
@@ -49,7 +49,7 @@ static int rekey(struct planner *p, uint32_t pi, const uint8_t *alive) {
         return 0;
     }
     p->version[pi]++;
-    p->cstamp[pi] = UINT32_MAX; /* its clean status changed: re-evaluate */
+    p->memo[pi].stamp = UINT32_MAX; /* its clean status changed: re-evaluate */
     return pt_heap_push(p, ub, pi);
 }
 
@@ -178,7 +178,7 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
     pt_ext_add(&p->mem, p->n, a, q->end - 1, -s);
     pt_mod_mark(p, q->start, q->end, ++p->n_commits);
     if (tier == TIO_TIER_HOST) {
-        pt_ext_add(&p->host, p->n, q->start, q->end, s);
+        pt_host_add(p, q->start, q->end, s);
     }
     if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
         return TIO_ENOMEM;

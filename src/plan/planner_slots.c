@@ -13,7 +13,9 @@
 
 /* Free capacity of slot k of channel ch, in bytes of that channel's direction. */
 static double slot_free(const struct planner *p, int ch, size_t k) {
-    return (p->capk[ch][k] - p->used[ch][k]) / p->unit[ch];
+    /* capacity: bytes for PCIe (rate x tau), seconds of the array's time for the shared SSD
+     * slot (tau; capmul 1) */
+    return (p->capmul[ch] * p->m->tau[k] - p->used[ch][k]) / p->unit[ch];
 }
 
 /* Deposit `bytes` in slot k of channel ch. */
@@ -193,6 +195,34 @@ int64_t pt_ext_max(struct tio_stree *t, size_t n, uint64_t a, uint64_t b) {
         return tio_stree_max(t, (size_t)a, (size_t)b);
     }
     int64_t x = tio_stree_max(t, (size_t)a, n), y = tio_stree_max(t, 0, (size_t)(b - n));
+    return TIO_MAX(x, y);
+}
+
+void pt_host_add(struct planner *p, uint64_t a, uint64_t b, int64_t d) {
+    size_t n = p->n;
+    if (a >= b) {
+        return;
+    }
+    ext_fold(n, &a, &b);
+    if (b <= n) {
+        tio_mtree_add(&p->host, (size_t)a, (size_t)b, d);
+    } else {
+        tio_mtree_add(&p->host, (size_t)a, n, d);
+        tio_mtree_add(&p->host, 0, (size_t)(b - n), d);
+    }
+}
+
+int64_t pt_host_max(const struct planner *p, uint64_t a, uint64_t b) {
+    size_t n = p->n;
+    if (a >= b) {
+        return INT64_MIN;
+    }
+    ext_fold(n, &a, &b);
+    if (b <= n) {
+        return tio_mtree_max(&p->host, (size_t)a, (size_t)b);
+    }
+    int64_t x = tio_mtree_max(&p->host, (size_t)a, n);
+    int64_t y = tio_mtree_max(&p->host, 0, (size_t)(b - n));
     return TIO_MAX(x, y);
 }
 

@@ -23,23 +23,22 @@
 
 /* ---- setup and main loop ------------------------------------------------------------------- */
 
-static void planner_free(struct planner *p) {
+/* Free what only the search needs (slots, heap, memo, clean-copy index), so that the plan's
+ * moves are not allocated on top of it. Safe to call twice. */
+static void planner_free_search(struct planner *p) {
     if (p->used[TIO_CH_SSD_R] == p->used[TIO_CH_SSD_W]) {
         p->used[TIO_CH_SSD_R] = NULL; /* shared with SSD_W */
-        p->capk[TIO_CH_SSD_R] = NULL;
     }
     for (int c = 0; c < TIO_CH_COUNT; c++) {
         tio_free(p->used[c]);
-        tio_free(p->capk[c]);
         tio_free(p->fnext[c]);
         tio_free(p->bprev[c]);
+        p->used[c] = NULL;
+        p->fnext[c] = NULL;
+        p->bprev[c] = NULL;
     }
-    tio_free(p->tprefix);
-    tio_stree_fini(&p->mem);
-    tio_stree_fini(&p->host);
     tio_free(p->heap);
     tio_free(p->version);
-    tio_free(p->picks);
     tio_free(p->seg_key);
     tio_free(p->seg_pos);
     tio_free(p->seg_len);
@@ -49,10 +48,23 @@ static void planner_free(struct planner *p) {
     tio_free(p->nowrite);
     tio_free(p->mod_max);
     tio_free(p->mod_tag);
-    tio_free(p->cstamp);
-    tio_free(p->csc);
-    tio_free(p->cub);
-    tio_free(p->ce);
+    tio_free(p->memo);
+    p->heap = NULL;
+    p->n_heap = p->cap_heap = 0;
+    p->version = NULL;
+    p->seg_key = p->seg_pos = p->seg_len = p->seg_min[0] = p->seg_min[1] = NULL;
+    p->period_of_use = NULL;
+    p->nowrite = NULL;
+    p->mod_max = p->mod_tag = NULL;
+    p->memo = NULL;
+}
+
+static void planner_free(struct planner *p) {
+    planner_free_search(p);
+    tio_free(p->tprefix);
+    tio_free(p->picks);
+    tio_stree_fini(&p->mem);
+    tio_mtree_fini(&p->host);
 }
 
 static int planner_init(struct planner *p,
@@ -64,7 +76,7 @@ static int planner_init(struct planner *p,
     p->m = m;
     p->variant = variant;
     p->n = n;
-    p->cap = (int64_t)m->capacity;
+    p->cap = (int64_t)m->plan_line;
     p->use_ssd = m->bw[TIO_CH_SSD_W] > 0 && m->bw[TIO_CH_SSD_R] > 0;
     p->use_host = variant != TIO_VAR_SSD && variant != TIO_VAR_PAPER_SSD && m->host_cap > 0;
     p->clean_copies =
@@ -78,18 +90,14 @@ static int planner_init(struct planner *p,
         p->unit[c] = shared ? m->ssd_mix / m->bw[c] : 1.0;
         if (c == TIO_CH_SSD_R && shared) {
             p->used[c] = p->used[TIO_CH_SSD_W]; /* one budget for reads and writes */
-            p->capk[c] = p->capk[TIO_CH_SSD_W];
         } else {
             p->used[c] = tio_calloc(n, sizeof(double));
-            p->capk[c] = tio_malloc(n * sizeof(double));
-            if (!p->used[c] || !p->capk[c]) {
+            if (!p->used[c]) {
                 return TIO_ENOMEM;
             }
-            for (size_t k = 0; k < n; k++) {
-                /* bytes for PCIe, seconds of the array's time for the shared SSD slot */
-                p->capk[c][k] = shared ? m->tau[k] : m->bw[c] * m->tau[k];
-            }
         }
+        /* bytes for PCIe, seconds of the array's time for the shared SSD slot */
+        p->capmul[c] = shared ? 1.0 : m->bw[c];
         int fwd = c == TIO_CH_SSD_W || c == TIO_CH_D2H;
         if (fwd) {
             p->fnext[c] = tio_malloc((n + 1) * sizeof(uint32_t));
@@ -121,15 +129,12 @@ static int planner_init(struct planner *p,
     size_t np = m->n_periods ? m->n_periods : 1;
     p->mod_max = tio_calloc(2 * p->mod_size, sizeof *p->mod_max);
     p->mod_tag = tio_calloc(2 * p->mod_size, sizeof *p->mod_tag);
-    p->cstamp = tio_malloc(np * sizeof *p->cstamp);
-    p->csc = tio_malloc(np * sizeof *p->csc);
-    p->cub = tio_malloc(np * sizeof *p->cub);
-    p->ce = tio_malloc(np * sizeof *p->ce);
-    if (!p->mod_max || !p->mod_tag || !p->cstamp || !p->csc || !p->cub || !p->ce) {
+    p->memo = tio_malloc(np * sizeof *p->memo);
+    if (!p->mod_max || !p->mod_tag || !p->memo) {
         return TIO_ENOMEM;
     }
     for (size_t i = 0; i < np; i++) {
-        p->cstamp[i] = UINT32_MAX;
+        p->memo[i].stamp = UINT32_MAX;
     }
     p->tprefix = tio_malloc((n + 1) * sizeof(double));
     int64_t *vals = tio_malloc(n * sizeof *vals);
@@ -154,13 +159,10 @@ static int planner_init(struct planner *p,
         vals[k] = (int64_t)m->resident[k];
     }
     int rc = tio_stree_init(&p->mem, n, vals, m->tau);
-    for (size_t k = 0; k < n; k++) {
-        vals[k] = 0;
-    }
-    if (rc == 0) {
-        rc = tio_stree_init(&p->host, n, vals, m->tau);
-    }
     tio_free(vals);
+    if (rc == 0) {
+        rc = tio_mtree_init(&p->host, n);
+    }
     if (rc < 0) {
         return rc;
     }
@@ -205,6 +207,18 @@ static int planner_init(struct planner *p,
 static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan) {
     const struct tio_pmodel *m = p->m;
     size_t n = p->n;
+    size_t want = plan->n_moves;
+    for (size_t i = 0; i < p->n_picks; i++) {
+        want += dropped[i] ? 0 : 2;
+    }
+    if (want > plan->cap_moves) { /* exactly: doubling would leave up to half of it unused */
+        struct tio_move *mv = tio_realloc(plan->moves, want * sizeof *mv);
+        if (!mv) {
+            return TIO_ENOMEM;
+        }
+        plan->moves = mv;
+        plan->cap_moves = want;
+    }
     for (size_t i = 0; i < p->n_picks; i++) {
         if (dropped[i]) {
             continue;
@@ -280,7 +294,7 @@ static int summarize(struct planner *p, const uint8_t *dropped, struct tio_plan 
         }
     }
     s.feasible = s.shortfall_bytes == 0;
-    int64_t hp = tio_stree_max(&p->host, 0, n);
+    int64_t hp = tio_mtree_max(&p->host, 0, n);
     s.host_peak_bytes = hp > 0 ? (uint64_t)hp : 0;
     for (size_t i = 0; i < p->n_picks; i++) {
         if (dropped[i]) {
@@ -318,6 +332,35 @@ static int summarize(struct planner *p, const uint8_t *dropped, struct tio_plan 
     tio_free(ssd);
     tio_plan_set_summary(plan, &s);
     return 0;
+}
+
+/* pt_evaluate through the memo: a period's last evaluation is reused until a pick touches one
+ * of its kernels. */
+static double memo_evaluate(struct planner *p, uint32_t pi, struct eval *e, double *ub) {
+    const struct tio_pperiod *q = &p->m->periods[pi];
+    struct memo *mo = &p->memo[pi];
+    if (mo->stamp != UINT32_MAX && pt_mod_max(p, q->start, q->end) <= mo->stamp) {
+        /* nothing it depends on changed since */
+        *e = (struct eval){ .viable = mo->viable,
+                            .tier = mo->tier,
+                            .clean = mo->clean,
+                            .off = q->start + mo->off,
+                            .pre = q->start + mo->pre,
+                            .benefit = mo->benefit };
+        *ub = mo->ub;
+        return mo->score;
+    }
+    double sc = pt_evaluate(p, pi, e, ub);
+    *mo = (struct memo){ .score = sc,
+                         .ub = *ub,
+                         .benefit = e->benefit,
+                         .stamp = p->n_commits,
+                         .off = (uint32_t)(e->off >= q->start ? e->off - q->start : 0),
+                         .pre = (uint32_t)(e->pre >= q->start ? e->pre - q->start : 0),
+                         .viable = (uint8_t)e->viable,
+                         .tier = (uint8_t)e->tier,
+                         .clean = (uint8_t)e->clean };
+    return sc;
 }
 
 int tio_planner_teraio(const struct tio_pmodel *m,
@@ -382,20 +425,8 @@ int tio_planner_teraio(const struct tio_pmodel *m,
                 continue; /* consumed, or superseded by a re-keyed copy */
             }
             struct eval e;
-            double ub, sc;
-            const struct tio_pperiod *cq = &m->periods[c.period];
-            if (p.cstamp[c.period] != UINT32_MAX &&
-                pt_mod_max(&p, cq->start, cq->end) <= p.cstamp[c.period]) {
-                e = p.ce[c.period]; /* nothing it depends on changed since */
-                sc = p.csc[c.period];
-                ub = p.cub[c.period];
-            } else {
-                sc = pt_evaluate(&p, c.period, &e, &ub);
-                p.cstamp[c.period] = p.n_commits;
-                p.ce[c.period] = e;
-                p.csc[c.period] = sc;
-                p.cub[c.period] = ub;
-            }
+            double ub;
+            double sc = memo_evaluate(&p, c.period, &e, &ub);
             if (ub <= 0) {
                 alive[c.period] = 0; /* bounds only fall: never viable again */
                 continue;
@@ -447,6 +478,12 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     if (params->early_prefetch && !pt_is_paper(variant)) {
         pt_relax_prefetches(&p, dropped);
     }
+    tio_free(alive);
+    tio_free(taken);
+    tio_free(stash);
+    alive = taken = NULL;
+    stash = NULL;
+    planner_free_search(&p);
     if ((rc = emit(&p, dropped, plan)) < 0) {
         goto out;
     }

@@ -35,6 +35,15 @@ struct eval {
     double benefit;
 };
 
+/* A period's cached evaluation (the memo): score, bound and struct eval packed in 40 bytes,
+ * the window stored relative to the period's start (both within n < 2^32 of it). */
+struct memo {
+    double score, ub, benefit;
+    uint32_t stamp; /* n_commits at the evaluation, UINT32_MAX = none */
+    uint32_t off, pre;
+    uint8_t viable, tier, clean;
+};
+
 struct pick {
     uint32_t period;
     int32_t tier;
@@ -53,13 +62,13 @@ struct planner {
      * time, seconds): used[SSD_W] == used[SSD_R]; unit[c] converts bytes to the slot's unit
      * (1 for the PCIe channels, ssd_mix / rate for the SSD ones). */
     double *used[TIO_CH_COUNT];
-    double *capk[TIO_CH_COUNT];
+    double capmul[TIO_CH_COUNT]; /* slot capacity of kernel k: capmul x tau[k] */
     double unit[TIO_CH_COUNT];
     uint32_t *fnext[TIO_CH_COUNT]; /* DSU: next slot >= k with room (forward channels) */
     uint32_t *bprev[TIO_CH_COUNT]; /* DSU on k + 1: previous slot <= k with room (backward) */
     double *tprefix;               /* [n + 1] prefix sums of tau */
     struct tio_stree mem;          /* M'[k] */
-    struct tio_stree host;         /* host bytes held per kernel */
+    struct tio_mtree host;         /* host bytes held per kernel */
     int use_host, use_ssd, clean_copies;
     double cost_per_byte; /* seconds per byte moved out and back on the reference tier */
     double eps;           /* accept a pick within (1 - eps) of the best bound (0: exact) */
@@ -74,9 +83,7 @@ struct planner {
     size_t mod_size;
     uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range */
     uint32_t n_commits;
-    uint32_t *cstamp; /* per period: n_commits at its cached evaluation, UINT32_MAX = none */
-    double *csc, *cub;
-    struct eval *ce;
+    struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic
      * for globals). A copy stored after use i is still identical after use j when i and j are
      * in the same segment and i comes first. Indexed by global use index (use_off[t] + u). */
@@ -125,6 +132,11 @@ pt_walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, i
 void pt_ext_add(struct tio_stree *t, size_t n, uint64_t a, uint64_t b, int64_t d);
 
 int64_t pt_ext_max(struct tio_stree *t, size_t n, uint64_t a, uint64_t b);
+
+/* The same two on the host tree. */
+void pt_host_add(struct planner *p, uint64_t a, uint64_t b, int64_t d);
+
+int64_t pt_host_max(const struct planner *p, uint64_t a, uint64_t b);
 
 /* The benefit of freeing s bytes over [a, b): the capped integral over capacity (ours), or
  * s x the time of the kernels over it (teraio-paper, g10). */

@@ -1,16 +1,65 @@
-/* Segment tree with lazy range add over the memory curve (planner_tree.h). Recursion depth is
- * log2(N) <= 29, so the recursive walks are bounded. */
+/* Segment trees with lazy range add over the memory curve (planner_tree.h). Recursion depth is
+ * log2(N) <= 29, so the recursive walks are bounded. Node x < size is an inner node, node
+ * x >= size the leaf x - size; leaves past n are padding, never queried. */
 #include "plan/planner_tree.h"
 
 #include <string.h>
 
 #include "common/common_impl.h"
 
+/* Padding leaves: INT64_MIN/4 and INT64_MAX/4 keep max() and min() harmless. */
+#define PAD_MX (INT64_MIN / 4)
+#define PAD_MN (INT64_MAX / 4)
+
+static inline int64_t node_mn(const struct tio_stree *t, size_t x) {
+    if (x < t->size) {
+        return t->node[x].mn;
+    }
+    return x - t->size < t->n ? t->leaf_v[x - t->size] : PAD_MN;
+}
+
+static inline int64_t node_mx(const struct tio_stree *t, size_t x) {
+    if (x < t->size) {
+        return t->node[x].mx;
+    }
+    return x - t->size < t->n ? t->leaf_v[x - t->size] : PAD_MX;
+}
+
+static inline double node_st(const struct tio_stree *t, size_t x) {
+    if (x < t->size) {
+        return t->node[x].st;
+    }
+    return x - t->size < t->n ? t->tau[x - t->size] : 0;
+}
+
+static inline double node_svt(const struct tio_stree *t, size_t x) {
+    if (x < t->size) {
+        return t->node[x].svt;
+    }
+    return x - t->size < t->n ? t->leaf_svt[x - t->size] : 0;
+}
+
 static void pull(struct tio_stree *t, size_t x) {
     size_t a = 2 * x, b = 2 * x + 1;
-    t->mn[x] = TIO_MIN(t->mn[a], t->mn[b]) + t->lazy[x];
-    t->mx[x] = TIO_MAX(t->mx[a], t->mx[b]) + t->lazy[x];
-    t->svt[x] = t->svt[a] + t->svt[b] + (double)t->lazy[x] * t->st[x];
+    struct tio_stree_node *nd = &t->node[x];
+    nd->mn = TIO_MIN(node_mn(t, a), node_mn(t, b)) + nd->lazy;
+    nd->mx = TIO_MAX(node_mx(t, a), node_mx(t, b)) + nd->lazy;
+    nd->svt = node_svt(t, a) + node_svt(t, b) + (double)nd->lazy * nd->st;
+}
+
+/* Add d to the whole of node x (its lazy, or the leaf itself). */
+static void apply(struct tio_stree *t, size_t x, int64_t d) {
+    if (x < t->size) {
+        struct tio_stree_node *nd = &t->node[x];
+        nd->mn += d;
+        nd->mx += d;
+        nd->lazy += d;
+        nd->svt += (double)d * nd->st;
+    } else if (x - t->size < t->n) {
+        size_t i = x - t->size;
+        t->leaf_v[i] += d;
+        t->leaf_svt[i] += (double)d * t->tau[i];
+    }
 }
 
 int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double *tau) {
@@ -21,35 +70,29 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     }
     t->n = n;
     t->size = size;
-    /* One allocation: three int64 arrays then two double arrays of 2 * size nodes each. */
-    _Static_assert(sizeof(int64_t) == sizeof(double), "the node arrays share one block");
-    int64_t *block = tio_calloc(size * 10, sizeof *block);
-    if (!block) {
+    t->tau = tau;
+    t->node = tio_calloc(size, sizeof *t->node);
+    t->leaf_v = tio_malloc((n ? n : 1) * sizeof *t->leaf_v);
+    t->leaf_svt = tio_malloc((n ? n : 1) * sizeof *t->leaf_svt);
+    if (!t->node || !t->leaf_v || !t->leaf_svt) {
+        tio_stree_fini(t);
         return TIO_ENOMEM;
     }
-    t->mn = block;
-    t->mx = block + 2 * size;
-    t->lazy = block + 4 * size;
-    t->st = (double *)(void *)(block + 6 * size);
-    t->svt = (double *)(void *)(block + 8 * size);
-    for (size_t i = 0; i < size; i++) {
-        size_t x = size + i;
-        /* padding leaves: never queried; INT64_MIN/2 keeps max() and min() harmless */
-        int64_t val = i < n ? v[i] : INT64_MIN / 4;
-        t->mn[x] = i < n ? val : INT64_MAX / 4;
-        t->mx[x] = val;
-        t->st[x] = i < n ? tau[i] : 0;
-        t->svt[x] = i < n ? (double)val * tau[i] : 0;
+    for (size_t i = 0; i < n; i++) {
+        t->leaf_v[i] = v[i];
+        t->leaf_svt[i] = (double)v[i] * tau[i];
     }
     for (size_t x = size - 1; x >= 1; x--) {
-        t->st[x] = t->st[2 * x] + t->st[2 * x + 1];
+        t->node[x].st = node_st(t, 2 * x) + node_st(t, 2 * x + 1);
         pull(t, x);
     }
     return 0;
 }
 
 void tio_stree_fini(struct tio_stree *t) {
-    tio_free(t->mn); /* the block of every array (tio_stree_init) */
+    tio_free(t->node);
+    tio_free(t->leaf_v);
+    tio_free(t->leaf_svt);
     memset(t, 0, sizeof *t);
 }
 
@@ -60,10 +103,7 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
         return;
     }
     if (l <= lo && hi <= r) {
-        t->mn[x] += d;
-        t->mx[x] += d;
-        t->lazy[x] += d;
-        t->svt[x] += (double)d * t->st[x];
+        apply(t, x, d);
         return;
     }
     size_t mid = (lo + hi) / 2;
@@ -85,10 +125,10 @@ static int64_t max_rec(
         return INT64_MIN;
     }
     if (l <= lo && hi <= r) {
-        return t->mx[x] + acc;
+        return node_mx(t, x) + acc;
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->lazy[x];
+    acc += t->node[x].lazy;
     int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc);
     int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc);
     return TIO_MAX(a, b);
@@ -119,23 +159,25 @@ static double capped_rec(const struct tio_stree *t,
         return 0;
     }
     const int64_t c = q->c, s = q->s;
-    int64_t mn = t->mn[x] + acc, mx = t->mx[x] + acc;
+    int64_t mx = node_mx(t, x) + acc;
     if (mx <= c) {
         return 0;
     }
     if (q->l <= lo && hi <= q->r) {
+        int64_t mn = node_mn(t, x) + acc;
         if (mn >= c + s) {
-            return (double)s * t->st[x];
+            return (double)s * node_st(t, x);
         }
         if (!q->by_leaf && mn >= c && mx <= c + s) {
-            return t->svt[x] + (double)acc * t->st[x] - (double)c * t->st[x];
+            double st = node_st(t, x);
+            return node_svt(t, x) + (double)acc * st - (double)c * st;
         }
         if (hi - lo == 1) { /* a leaf is always one of the cases above */
             return 0;
         }
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->lazy[x];
+    acc += t->node[x].lazy;
     return capped_rec(t, q, 2 * x, lo, mid, acc) + capped_rec(t, q, 2 * x + 1, mid, hi, acc);
 }
 
@@ -157,14 +199,14 @@ static size_t last_rec(const struct tio_stree *t,
                        size_t r,
                        int64_t acc,
                        int64_t thr) {
-    if (r <= lo || hi <= l || t->mx[x] + acc <= thr) {
+    if (r <= lo || hi <= l || node_mx(t, x) + acc <= thr) {
         return SIZE_MAX;
     }
     if (hi - lo == 1) {
         return lo;
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->lazy[x];
+    acc += t->node[x].lazy;
     size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
     return k != SIZE_MAX ? k : last_rec(t, 2 * x, lo, mid, l, r, acc, thr);
 }
@@ -177,17 +219,100 @@ size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr
 void tio_stree_values(struct tio_stree *t, int64_t *out) {
     /* push every lazy down, then read the leaves */
     for (size_t x = 1; x < t->size; x++) {
-        if (t->lazy[x]) {
-            for (size_t c = 2 * x; c <= 2 * x + 1; c++) {
-                t->mn[c] += t->lazy[x];
-                t->mx[c] += t->lazy[x];
-                t->lazy[c] += t->lazy[x];
-                t->svt[c] += (double)t->lazy[x] * t->st[c];
-            }
-            t->lazy[x] = 0;
+        int64_t d = t->node[x].lazy;
+        if (d) {
+            apply(t, 2 * x, d);
+            apply(t, 2 * x + 1, d);
+            t->node[x].lazy = 0;
         }
     }
     for (size_t i = 0; i < t->n; i++) {
-        out[i] = t->mx[t->size + i];
+        out[i] = t->leaf_v[i];
     }
+}
+
+/* ---- the max-only tree --------------------------------------------------------------------- */
+
+static inline int64_t mnode_mx(const struct tio_mtree *t, size_t x) {
+    if (x < t->size) {
+        return t->node[x].mx;
+    }
+    return x - t->size < t->n ? t->leaf[x - t->size] : PAD_MX;
+}
+
+int tio_mtree_init(struct tio_mtree *t, size_t n) {
+    memset(t, 0, sizeof *t);
+    size_t size = 1;
+    while (size < n) {
+        size *= 2;
+    }
+    t->n = n;
+    t->size = size;
+    t->node = tio_calloc(size, sizeof *t->node);
+    t->leaf = tio_calloc(n ? n : 1, sizeof *t->leaf);
+    if (!t->node || !t->leaf) {
+        tio_mtree_fini(t);
+        return TIO_ENOMEM;
+    }
+    for (size_t x = size - 1; x >= 1; x--) {
+        t->node[x].mx = TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1));
+    }
+    return 0;
+}
+
+void tio_mtree_fini(struct tio_mtree *t) {
+    tio_free(t->node);
+    tio_free(t->leaf);
+    memset(t, 0, sizeof *t);
+}
+
+// NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
+static void
+madd_rec(struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
+    if (r <= lo || hi <= l) {
+        return;
+    }
+    if (l <= lo && hi <= r) {
+        if (x < t->size) {
+            t->node[x].mx += d;
+            t->node[x].lazy += d;
+        } else {
+            t->leaf[x - t->size] += d; /* within [l, r), so never padding */
+        }
+        return;
+    }
+    size_t mid = (lo + hi) / 2;
+    madd_rec(t, 2 * x, lo, mid, l, r, d);
+    madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    t->node[x].mx = TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1)) + t->node[x].lazy;
+}
+
+static int64_t mmax_rec(
+    const struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t acc) {
+    if (r <= lo || hi <= l) {
+        return INT64_MIN;
+    }
+    if (l <= lo && hi <= r) {
+        return mnode_mx(t, x) + acc;
+    }
+    size_t mid = (lo + hi) / 2;
+    acc += t->node[x].lazy;
+    int64_t a = mmax_rec(t, 2 * x, lo, mid, l, r, acc);
+    int64_t b = mmax_rec(t, 2 * x + 1, mid, hi, l, r, acc);
+    return TIO_MAX(a, b);
+}
+// NOLINTEND(misc-no-recursion)
+
+void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {
+    if (l < r && d != 0) {
+        madd_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), d);
+    }
+}
+
+int64_t tio_mtree_max(const struct tio_mtree *t, size_t l, size_t r) {
+    return l < r ? mmax_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0) : INT64_MIN;
+}
+
+int64_t tio_mtree_top(const struct tio_mtree *t) {
+    return t->n ? mnode_mx(t, 1) : INT64_MIN;
 }

@@ -1,4 +1,5 @@
-/* Private: a segment tree over the kernels of one iteration (the planned memory curve M'[k]). */
+/* Private: segment trees over the kernels of one iteration (the planned memory curve M'[k], and
+ * the host bytes held per kernel). */
 #ifndef TIO_PLANNER_TREE_H
 #define TIO_PLANNER_TREE_H
 
@@ -12,12 +13,23 @@
  *   crit(l, r, c)      = sum over k in [l, r) with v[k] > c of tau[k]
  * Both prune whole nodes that lie entirely under c, entirely in (c, c + s] or entirely above
  * c + s, so a smooth curve costs O(log N) per crossing of those two lines.
+ *
+ * Layout: the inner nodes [1, size) are one array of structs (a descent reads one cache line per
+ * node, not five); the leaves are two plain arrays (value, sum of v x tau) and the caller's tau,
+ * which the tree borrows: 40 B per inner node and 16 B per leaf.
  */
+struct tio_stree_node {
+    int64_t mn, mx, lazy;
+    double st;  /* sum of tau */
+    double svt; /* sum of v * tau */
+};
+
 struct tio_stree {
-    size_t n, size; /* leaves, power of two >= n */
-    int64_t *mn, *mx, *lazy;
-    double *st;  /* sum of tau */
-    double *svt; /* sum of v * tau */
+    size_t n, size;              /* leaves, power of two >= n */
+    struct tio_stree_node *node; /* [size], index 0 unused */
+    int64_t *leaf_v;             /* [n] */
+    double *leaf_svt;            /* [n] */
+    const double *tau;           /* [n], borrowed: must outlive the tree */
 };
 
 int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double *tau);
@@ -30,5 +42,26 @@ double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c);
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr);
 /* tio_stree_values: write every leaf value to out[n]. */
 void tio_stree_values(struct tio_stree *t, int64_t *out);
+
+/*
+ * A max-only segment tree (range add, range max) over n values that start at 0: the host bytes
+ * held per kernel. 16 B per inner node, 8 B per leaf.
+ */
+struct tio_mtree_node {
+    int64_t mx, lazy;
+};
+
+struct tio_mtree {
+    size_t n, size;
+    struct tio_mtree_node *node; /* [size], index 0 unused */
+    int64_t *leaf;               /* [n] */
+};
+
+int tio_mtree_init(struct tio_mtree *t, size_t n);
+void tio_mtree_fini(struct tio_mtree *t);
+void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d);
+int64_t tio_mtree_max(const struct tio_mtree *t, size_t l, size_t r);
+/* tio_mtree_top: the maximum over every value (INT64_MIN when n is 0). */
+int64_t tio_mtree_top(const struct tio_mtree *t);
 
 #endif

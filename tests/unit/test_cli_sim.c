@@ -277,16 +277,19 @@ TIO_TEST(compare_usage_and_json) {
                            "\"oom\": false",
                            "\"summary\"",
                            "\"mean_fraction_of_ideal\"",
+                           "\"mean_fraction_of_ideal_all_runs\"",
+                           "\"host_cap_bytes\": 500000000000", /* every system: 1 TB / 2 GPUs */
                            "\"mean_speedup_vs_best_zero\"",
                            "\"paper\"" };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         CHECK(has(keys[i]));
     }
-    /* teraio-ssd offloads to the SSDs only (host cap 0), teraio-mixed gets the paper's host
-     * budget for Llama3-8B, 85 GB per GPU; every row says whether its plan stands on its own,
-     * and --demand-evict adds on-demand eviction as a column of its own */
+    /* teraio-ssd offloads to the SSDs only (host cap 0), teraio-mixed gets the host memory
+     * given to every system (here the paper's budget for Llama3-8B, 85 GB per GPU); every row
+     * says whether its plan stands on its own, and --demand-evict adds on-demand eviction as a
+     * column of its own */
     CHECK_EQ_I(run("compare --paper --models llama3-8b --systems teraio-ssd,teraio-mixed --json "
-                   "--demand-evict"),
+                   "--demand-evict --host-per-gpu 85GB"),
                0);
     CHECK(has("\"system\": \"teraio-ssd\", \"tokens_per_s\""));
     CHECK(has("\"host_cap_bytes\": 0"));

@@ -563,6 +563,106 @@ TIO_TEST(policy_registry) {
     CHECK_EQ_U(pp.min_tensor_bytes, 1u << 20);
 }
 
+/*
+ * 10 kernels of 1 ms. A: global 100 MB used at k0 and k9; B: global 50 MB used by k1..k8 (its
+ * idle period k9, k0 is too short for a round trip: it never moves). Resident 150 MB everywhere;
+ * the largest working set is A's 100 MB at k0 and k9.
+ */
+static struct tio_trace *trace_ab(void) {
+    struct tio_trace *tr = NULL;
+    uint32_t a, b, k;
+    if (tio_trace_new(NULL, &tr) < 0 ||
+        tio_trace_add_tensor(tr, 100 * MB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "A", &a) < 0 ||
+        tio_trace_add_tensor(tr, 50 * MB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "B", &b) < 0) {
+        abort();
+    }
+    for (uint32_t i = 0; i < 10; i++) {
+        int rc = tio_trace_add_kernel(tr, "k", 1000000, 0, &k);
+        if (rc == 0 && (i == 0 || i == 9)) {
+            rc = tio_trace_add_use(tr, a, TIO_USE_READ);
+        }
+        if (rc == 0 && i > 0 && i < 9) {
+            rc = tio_trace_add_use(tr, b, TIO_USE_READ);
+        }
+        if (rc < 0) {
+            abort();
+        }
+    }
+    if (tio_trace_finish(tr) < 0) {
+        abort();
+    }
+    return tr;
+}
+
+/*
+ * Slack: at 160 MB the trace fits (150 MB) and needs no move; with memory_slack 0.1 the planner
+ * aims for 144 MB and offloads A (the only tensor that can move), while the summary still
+ * judges the plan against the 160 MB capacity. Out-of-range slack is an error naming it.
+ */
+TIO_TEST(slack_plans_under_the_margin) {
+    struct tio_trace *tr = trace_ab();
+    struct tio_hw hw = tiny_hw(160 * MB, 50e9, 1000e9, 0);
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = "teraio-ssd";
+    struct tio_plan *p = NULL;
+    size_t n = 99;
+    struct tio_plan_summary s;
+    pp.memory_slack = 0;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    (void)tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 0);
+    tio_plan_free(p);
+    pp.memory_slack = 0.1;
+    p = NULL;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    const struct tio_move *m = tio_plan_moves(p, &n);
+    CHECK(n >= 2);
+    CHECK(n >= 2 && m[0].tensor == 0 && m[0].to == TIO_TIER_SSD);
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_I(s.feasible, 1);
+    CHECK_EQ_U(s.capacity_bytes, 160 * MB);
+    CHECK(s.planned_peak_bytes <= 150 * MB);
+    CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL));
+    tio_plan_free(p);
+    pp.memory_slack = 0.6;
+    CHECK_RC(tio_plan_make(tr, &hw, &pp, &p), TIO_EINVAL);
+    CHECK_ERR_HAS("memory_slack");
+    CHECK_EQ_I(tio_plan_params_default().memory_slack == TIO_PLAN_DEFAULT_SLACK, 1);
+    tio_trace_free(tr);
+}
+
+/*
+ * The planner plans writes at the drives' sustained rate once a write cache is modelled: at
+ * capacity 140 MB A must leave (no overcommit, so the walks alone decide). Without a cache
+ * model the write runs at 50 GB/s (50 MB per slot): k1, k2, gone from k3. With a cache and a
+ * sustained 25 GB/s: k1..k4, gone from k5. The prefetch reads at 50 GB/s: k8, k7 either way.
+ */
+TIO_TEST(writes_planned_at_the_sustained_rate) {
+    struct tio_trace *tr = trace_ab();
+    struct tio_hw hw = tiny_hw(140 * MB, 50e9, 1000e9, 0);
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = "teraio-ssd";
+    pp.overcommit = 0;
+    pp.memory_slack = 0;
+    for (int cache = 0; cache < 2; cache++) {
+        hw.ssd_write_cache_bytes = cache ? 1000 * MB : 0;
+        hw.ssd_sustained_write_Bps = cache ? 25e9 : 0;
+        struct tio_plan *p = NULL;
+        CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+        size_t n = 0;
+        const struct tio_move *m = tio_plan_moves(p, &n);
+        CHECK_EQ_U(n, 2);
+        if (n == 2) {
+            CHECK(check_move(&m[0], 0, TIO_TIER_GPU, TIO_TIER_SSD, 1, cache ? 5 : 3,
+                             TIO_MOVE_URGENT));
+            CHECK(check_move(&m[1], 0, TIO_TIER_SSD, TIO_TIER_GPU, 7, 9, TIO_MOVE_URGENT));
+        }
+        CHECK_OK(tio_plan_verify(p, tr, &hw, &pp, NULL));
+        tio_plan_free(p);
+    }
+    tio_trace_free(tr);
+}
+
 /* verify catches broken plans: an offload without its prefetch, and a slot over capacity */
 TIO_TEST(verify_rejects_bad_plans) {
     struct tio_trace *tr = trace_wxy();
@@ -607,6 +707,8 @@ int main(void) {
     RUN(working_set_above_capacity);
     RUN(clean_copies_for_unwritten_tensors);
     RUN(verify_rejects_bad_plans);
+    RUN(slack_plans_under_the_margin);
+    RUN(writes_planned_at_the_sustained_rate);
     RUN(policy_registry);
     RUN(random_traces_invariants);
     return tio_test_done();

@@ -76,7 +76,33 @@ TIO_TEST(matches_a_plain_array) {
     tio_stree_fini(&t);
 }
 
+/* The max-only tree (the host bytes per kernel) against a plain array that starts at 0. */
+TIO_TEST(max_tree_matches_a_plain_array) {
+    int64_t v[N_LEAVES] = { 0 };
+    struct tio_mtree t;
+    CHECK_OK(tio_mtree_init(&t, N_LEAVES));
+    CHECK_EQ_I(tio_mtree_top(&t), 0);
+    for (int step = 0; step < 400; step++) {
+        size_t al = (size_t)rnd(N_LEAVES), ar = al + (size_t)rnd(N_LEAVES - al + 1);
+        int64_t d = (int64_t)rnd(41) - 20;
+        tio_mtree_add(&t, al, ar, d);
+        for (size_t k = al; k < ar; k++) {
+            v[k] += d;
+        }
+        size_t l = (size_t)rnd(N_LEAVES + 1), r = (size_t)rnd(N_LEAVES + 3);
+        int64_t mx = INT64_MIN, top = INT64_MIN;
+        for (size_t k = 0; k < N_LEAVES; k++) {
+            mx = k >= l && k < r && v[k] > mx ? v[k] : mx;
+            top = v[k] > top ? v[k] : top;
+        }
+        CHECK_EQ_I(tio_mtree_max(&t, l, r), mx);
+        CHECK_EQ_I(tio_mtree_top(&t), top);
+    }
+    tio_mtree_fini(&t);
+}
+
 int main(void) {
     RUN(matches_a_plain_array);
+    RUN(max_tree_matches_a_plain_array);
     return tio_test_done();
 }

@@ -34,6 +34,7 @@ static void plan_usage(FILE *f) {
         "  --host-cap SIZE       override the host-memory cap for offloading (0 = SSD only)\n"
         "  --ssds N              override the SSDs per GPU\n"
         "  --bandwidth-scale X   multiply every bandwidth (sweeps)\n"
+        "  --slack F             fraction of the capacity the plan keeps free (default 0.02)\n"
         "  --min-tensor SIZE     never move tensors smaller than this (default 1MiB)\n"
         "  --verify              re-check the plan independently (slots, pairing, memory)\n"
         "  --strict              exit 2 when the plan cannot fit the capacity\n\n"
@@ -191,6 +192,7 @@ int cli_cmd_plan(int argc, char **argv) {
           .kind = CLI_BYTES,
           .dst = &pp.min_tensor_bytes,
           .max = CLI_MAX_MEMORY },
+        { .name = "--slack", .kind = CLI_NUMBER, .dst = &pp.memory_slack, .min = 0, .max = 0.5 },
         { .name = "--bandwidth-scale",
           .kind = CLI_NUMBER,
           .dst = &pp.bandwidth_scale,

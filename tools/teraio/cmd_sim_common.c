@@ -17,6 +17,9 @@ static int make_plan(const struct tio_trace *tr,
     if (job->min_tensor_bytes) {
         pp.min_tensor_bytes = job->min_tensor_bytes;
     }
+    if (job->slack_set) {
+        pp.memory_slack = job->slack;
+    }
     struct tio_hw h = *job->hw;
     if (job->sp->capacity_bytes) {
         h.gpu_reserve_bytes = 0;

@@ -13,6 +13,8 @@ struct cli_sim_job {
     const char *policy;
     uint64_t min_tensor_bytes; /* tensors under it never move; 0 = the planner's default */
     const struct tio_sim_params *sp;
+    double slack; /* the plans' memory_slack, when slack_set */
+    int slack_set;
 };
 
 /* Simulate job->policy on one trace. *plan_feasible (may be NULL): the plan's own verdict (1 for

@@ -34,6 +34,15 @@ foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})
     endif()
 endforeach()
+# The stream-ordered executor with one tier alone (the SSDs, the host tier): the same emulator
+# test over engines that have only that tier, every planned move sent there.
+if(TARGET test_runtime_stream)
+    foreach(tier ssd host)
+        add_test(NAME test_runtime_stream_${tier} COMMAND test_runtime_stream)
+        set_tests_properties(test_runtime_stream_${tier} PROPERTIES TIMEOUT 300 LABELS io
+            ENVIRONMENT "TIO_STREAM_TIERS=${tier};TIO_STREAM_SCHEDULES=400;${_tio_fake_env}")
+    endforeach()
+endif()
 if(TARGET test_io_probe)
     add_dependencies(test_io_probe tio_fake_cudart)
     set_property(TEST test_io_probe APPEND PROPERTY ENVIRONMENT

@@ -9,8 +9,8 @@
  *     land on the device only after the gate opened;
  *   - a write copies the device bytes only after its fence: what the producer wrote, not what
  *     was there before;
- *   - a host-memory write into the host tier waits for a pool read still queued on the H2D
- *     stream (the extent it reuses is that read's source);
+ *   - a write into the host tier (host memory, or device memory on the D2H stream) waits for a
+ *     pool read still queued on the H2D stream (the extent it reuses is that read's source);
  *   - a failed SSD write keeps the tensor's previous copy and the caller's memory;
  *   - an engine made on device 1 copies on device 1's streams, whatever device the thread
  *     that submits has, and gives that thread its device back;
@@ -38,7 +38,9 @@ static const char *g_dirv[1] = { g_dir };
 static atomic_int g_gate;
 static void gate_fn(void *arg) {
     (void)arg;
-    while (!atomic_load(&g_gate)) {
+    /* opens itself after 5 s, so that an engine that waits for the stream under its lock makes
+     * the test fail instead of hang */
+    for (int i = 0; i < 25000 && !atomic_load(&g_gate); i++) {
         struct timespec ts = { 0, 200000 };
         nanosleep(&ts, NULL);
     }
@@ -171,17 +173,18 @@ TIO_TEST(host_only_and_both_tiers) {
     fc.set_lag(0, 0);
 }
 
-/* A host-memory write into the pool reuses the extent a read's device copy still reads: it
- * must wait for that copy. */
-TIO_TEST(pool_write_waits_for_queued_pool_reads) {
+/* A write into the pool reuses the extent a read's device copy still reads (the read has
+ * completed: its copy is only queued): it must wait for that copy, whether it copies host
+ * memory (on the host) or device memory (on the D2H stream). */
+static void pool_reuse(int32_t mem2) {
     uint64_t fails = 0;
     for (uint64_t round = 0; round < 8; round++) {
         fc.set_lag(300, 3 + round);
         struct tio_engine *e = engine("posix", 2u << 20, 0);
-        void *d = dev_alloc(N), *done = new_event(), *s = NULL;
+        void *d = dev_alloc(N), *d2 = dev_alloc(N), *done = new_event(), *s = NULL;
         CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
         unsigned char *h = malloc(N);
-        if (!e || !d || !done || !s || !h) {
+        if (!e || !d || !d2 || !done || !s || !h) {
             free(h);
             tio_engine_free(e);
             return;
@@ -194,8 +197,9 @@ TIO_TEST(pool_write_waits_for_queued_pool_reads) {
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* issued; the copy may still be queued */
         CHECK_OK(tio_engine_drop(e, 1));
         io_fill(h, N, 42); /* tensor 2 takes the freed extent */
-        CHECK_OK(
-            tio_engine_write(e, 2, h, N, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 3, NULL));
+        io_fill(fc.translate(d2, N), N, 42);
+        CHECK_OK(tio_engine_write(e, 2, mem2 == TIO_MEM_HOST ? (void *)h : d2, N, mem2,
+                                  TIO_TIER_HOST, TIO_PRIO_NORMAL, 3, NULL));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
         CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
         CHECK_EQ_I(fc.stream_synchronize(s), 0);
@@ -205,9 +209,18 @@ TIO_TEST(pool_write_waits_for_queued_pool_reads) {
         CHECK_EQ_I(fc.stream_destroy(s), 0);
         CHECK_EQ_I(fc.event_destroy(done), 0);
         CHECK_EQ_I(fc.free_device(d), 0);
+        CHECK_EQ_I(fc.free_device(d2), 0);
     }
     CHECK_EQ_U(fails, 0);
     fc.set_lag(0, 0);
+}
+
+TIO_TEST(pool_write_waits_for_queued_pool_reads) {
+    pool_reuse(TIO_MEM_HOST);
+}
+
+TIO_TEST(pool_device_write_waits_for_queued_pool_reads) {
+    pool_reuse(TIO_MEM_DEVICE);
 }
 
 /* A failed SSD write (the fault backend) completes with an error: the previous copy stays
@@ -313,6 +326,7 @@ int main(void) {
     RUN(ssd_only_takes_device_memory_and_done);
     RUN(host_only_and_both_tiers);
     RUN(pool_write_waits_for_queued_pool_reads);
+    RUN(pool_device_write_waits_for_queued_pool_reads);
     RUN(failed_write_keeps_the_previous_copy);
     RUN(engine_is_bound_to_its_device);
     RUN(device_memory_needs_a_usable_device);

@@ -10,12 +10,20 @@
 # nvidia-cufile wheel (site-packages/nvidia/cu13/include or nvidia/cufile/include). cufile.h
 # includes cuda.h, found via CUDAToolkit_INCLUDE_DIRS or /usr/local/cuda/include. The test
 # exits 77 (skip) when either header is missing.
+# The GPU twin (bench/bench_gpu_twin.c) drives the fake cudart through tests/io/fake_cuda.h.
+if(TARGET bench_gpu_twin)
+    target_include_directories(bench_gpu_twin PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+    target_link_libraries(bench_gpu_twin PRIVATE m)
+    target_compile_definitions(bench_gpu_twin PRIVATE
+        TIO_TWIN_OFFLOADER_TRACE="${PROJECT_SOURCE_DIR}/bench/data/offloader-llama.tio")
+endif()
 if(NOT TIO_BUILD_TESTS)
     return()
 endif()
 
 add_library(tio_fake_cudart SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart.c
-    ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart_sched.c)
+    ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart_sched.c
+    ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart_timed.c)
 add_library(tio_fake_cufile SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cufile.c)
 target_link_libraries(tio_fake_cudart PRIVATE Threads::Threads)
 target_link_libraries(tio_fake_cufile PRIVATE tio_fake_cudart)
@@ -28,7 +36,7 @@ set(_tio_fake_env
     "TIO_CUDART_LIB=$<TARGET_FILE:tio_fake_cudart>"
     "TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile>")
 foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test_runtime_stream
-        test_cuda_devices test_io_gpu_path)
+        test_cuda_devices test_cuda_timed test_runtime_waits test_cuda_races test_io_gpu_path)
     if(TARGET ${t})
         add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})
@@ -87,4 +95,10 @@ if(TARGET test_cufile_layout AND TIO_CUFILE_INCLUDE_DIR AND TIO_CUDA_H_DIR
 else()
     message(STATUS "teraio: cufile.h not found (pip install nvidia-cufile, or set "
                    "TIO_CUFILE_INCLUDE_DIR): the cuFile layout test will be skipped")
+endif()
+
+if(TARGET bench_gpu_twin)
+    add_dependencies(bench_gpu_twin tio_fake_cudart)
+    target_compile_definitions(bench_gpu_twin PRIVATE
+        TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>")
 endif()

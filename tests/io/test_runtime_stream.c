@@ -18,9 +18,10 @@
  * its previous user ran or that a kernel reads before it lands, memory released before its copy
  * completed) shows up as a kernel finding another version, poison or foreign bytes. The test also
  * checks that the training thread never synchronizes with the device while it drives the iterations
- * and that the engine never copies on the legacy stream or a blocking stream. Now and then the
- * caller forgets an intermediate the plan still holds (a read in flight preferred) and frees its
- * block on the stream, which the allocator hands out again at once.
+ * and that the engine never copies on the legacy stream or a blocking stream, nor between the
+ * device and pageable host memory (a copy a GPU makes synchronous). Now and then the caller
+ * forgets an intermediate the plan still holds (a read in flight preferred) and frees its block
+ * on the stream, which the allocator hands out again at once.
  *
  * Environment: TIO_STREAM_TIERS (both, the default: the cuda backend with a host tier; ssd or
  * host: an engine with that tier alone, every planned move sent there, the posix backend),
@@ -615,6 +616,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     const char *lag_env = getenv("TIO_STREAM_LAG_US");
     long lag_us = lag_env && *lag_env ? strtol(lag_env, NULL, 10) : -1;
     uint64_t bad0 = fc.bad_accesses(), blocking0 = fc.blocking_copies();
+    uint64_t pageable0 = fc.pageable_copies(), races0 = fc.copy_races();
     uint64_t streams0 = fc.live_streams();
     g_slab_bytes = 64 * 1024 * KiB;
     void *slab = NULL;
@@ -690,6 +692,8 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     CHECK(tot.forgets_reading > 0);
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
+    CHECK_EQ_U(fc.pageable_copies(), pageable0); /* from pinned memory: asynchronous */
+    CHECK_EQ_U(fc.copy_races(), races0);         /* no two copies unordered on the same bytes */
     for (int i = 1; i < 3; i++)
         CHECK_EQ_I(fc.stream_destroy(streams[i]), 0);
     CHECK_EQ_U(fc.live_streams(), streams0); /* every engine joined its streams */

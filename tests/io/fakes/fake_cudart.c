@@ -28,7 +28,11 @@
  * cudaMemcpy, cudaFree) are remembered. fake_cuda_racing_copies tells a host function running on
  * a stream (a test's kernel) how many copies touching its device bytes in a conflicting way are
  * ordered neither before it (nor seen complete by the host before it was queued) nor after it:
- * a missing event or wait shows up even when the timing happened to leave the bytes right.
+ * a missing event or wait shows up even when the timing happened to leave the bytes right. Copies
+ * are checked against each other the same way when each starts (fake_cuda_copy_races): two copies
+ * that write the same bytes, or one writes what the other reads, device or host memory, with
+ * neither ordered before the other (streams, events, or the host seeing the first complete before
+ * it queued the second).
  *
  * Devices: FAKE_CUDA_DEVICES of them, one address space. cudaSetDevice/cudaGetDevice keep a
  * current device per host thread (0 until set); a stream, an event and an allocation belong to the
@@ -65,6 +69,8 @@ int cudaMalloc(void **p, size_t n);
 int cudaFree(void *p);
 int cudaHostAlloc(void **p, size_t n, unsigned flags);
 int cudaFreeHost(void *p);
+int cudaHostRegister(void *p, size_t n, unsigned flags);
+int cudaHostUnregister(void *p);
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind);
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream);
 const char *cudaGetErrorString(int err);
@@ -80,6 +86,7 @@ int cudaEventDestroy(void *e);
 int cudaEventRecord(void *e, void *s);
 int cudaEventQuery(void *e);
 int cudaEventSynchronize(void *e);
+int cudaEventElapsedTime(float *ms, void *start, void *end);
 int cudaDeviceSynchronize(void);
 int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user);
 
@@ -147,8 +154,17 @@ static int add_hole(uint64_t off, uint64_t len) {
     return 0;
 }
 
+/* Under mu, timed mode: allocations wait for the device, as on hardware. */
+static void alloc_sync_locked(void) {
+    if (timing.on && init_locked() == 0) {
+        count_sync();
+        device_sync_locked(-1);
+    }
+}
+
 int cudaMalloc(void **p, size_t n) {
     pthread_mutex_lock(&mu);
+    alloc_sync_locked();
     if (!atomic_load(&dev_base)) {
         void *d = mmap(NULL, FAKE_DEV_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
@@ -207,11 +223,20 @@ int cudaFree(void *p) {
     return 0;
 }
 
+/* Pinned host memory: copies to and from it are asynchronous. */
 int cudaHostAlloc(void **p, size_t n, unsigned flags) {
     (void)flags;
     void *m = NULL;
     if (posix_memalign(&m, 4096, n ? n : 1) != 0)
         return ERR_MEMORY_ALLOCATION;
+    pthread_mutex_lock(&mu);
+    alloc_sync_locked();
+    int rc = pin_add(m, n ? n : 1);
+    pthread_mutex_unlock(&mu);
+    if (rc < 0) {
+        free(m);
+        return ERR_MEMORY_ALLOCATION;
+    }
     atomic_fetch_add(&host_allocs, 1);
     *p = m;
     return 0;
@@ -224,9 +249,32 @@ int cudaFreeHost(void *p) {
     if (init_locked() == 0)
         device_sync_locked(-1);
     count_sync();
+    int rc = pin_remove(p);
     pthread_mutex_unlock(&mu);
+    if (rc < 0)
+        return ERR_INVALID_VALUE;
     free(p);
     return 0;
+}
+
+/* Pins [p, p+n) of memory the caller allocated. */
+int cudaHostRegister(void *p, size_t n, unsigned flags) {
+    (void)flags;
+    if (!p || n == 0)
+        return ERR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    int rc = host_pinned(p, 1)   ? 712 /* cudaErrorHostMemoryAlreadyRegistered */
+             : pin_add(p, n) < 0 ? ERR_MEMORY_ALLOCATION
+                                 : 0;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+int cudaHostUnregister(void *p) {
+    pthread_mutex_lock(&mu);
+    int rc = pin_remove(p) < 0 ? 713 /* cudaErrorHostMemoryNotRegistered */ : 0;
+    pthread_mutex_unlock(&mu);
+    return rc;
 }
 
 /* Under mu: a copy op with translated pointers, or NULL with *err set. */
@@ -253,24 +301,37 @@ static struct op *copy_op(uint32_t slot, void *dst, const void *src, size_t n, i
         return NULL;
     }
     o->kind = OP_COPY;
+    const void *host = to_dev && !from_dev ? src : from_dev && !to_dev ? dst : NULL;
+    o->pageable = host && !host_pinned(host, n);
     o->dst = to_dev ? td : dst;
     o->src = from_dev ? ts : src;
     o->n = n;
     o->wdev = to_dev ? dst : NULL;
     o->rdev = from_dev ? src : NULL;
+    o->whost = to_dev ? NULL : dst;
+    o->rhost = from_dev ? NULL : src;
     atomic_fetch_add(&memcpy_calls, 1);
     if (slot == 0 || !(slots[slot].flags & STREAM_NON_BLOCKING))
         atomic_fetch_add(&blocking_copies, 1);
     return o;
 }
 
+/* A copy between device memory and pageable host memory returns only once it completed (on a
+ * GPU it goes through a staging buffer): counted (fake_cuda_pageable_copies). */
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream) {
     pthread_mutex_lock(&mu);
-    int64_t slot = stream_slot(stream);
+    int64_t slot = queue_room(stream, stream_slot(stream));
     int err = ERR_INVALID_RESOURCE_HANDLE;
     struct op *o = slot < 0 ? NULL : copy_op((uint32_t)slot, dst, src, n, kind, &err);
-    if (o)
-        (void)enqueue((uint32_t)slot, o);
+    if (o) {
+        int pageable = o->pageable;
+        uint64_t pos = enqueue((uint32_t)slot, o);
+        if (pageable) {
+            atomic_fetch_add(&pageable_copies, 1);
+            count_sync();
+            wait_observe((uint32_t)slot, pos, slots[slot].clock);
+        }
+    }
     pthread_mutex_unlock(&mu);
     return o ? 0 : err;
 }
@@ -361,6 +422,7 @@ int cudaStreamDestroy(void *s) {
     pthread_join(st->th, NULL);
     pthread_mutex_lock(&mu);
     slots[slot].s = NULL;
+    timed_wake((uint32_t)slot);
     slots[slot].dying = 0;
     pthread_mutex_unlock(&mu);
     free(st);
@@ -384,6 +446,7 @@ int cudaStreamSynchronize(void *s) {
         uint64_t pos = enqueue(0, o);
         wait_observe(0, pos, slots[0].clock);
     } else {
+        count_wait();
         wait_observe((uint32_t)slot, slots[slot].enqueued, slots[slot].clock);
     }
     pthread_mutex_unlock(&mu);
@@ -397,6 +460,8 @@ int cudaStreamQuery(void *s) {
                       : (slots[slot].completed >= slots[slot].enqueued ? 0 : ERR_NOT_READY);
     if (rc == 0)
         observe(slots[slot].clock);
+    else if (rc == ERR_NOT_READY)
+        count_wait(); /* a poll for device progress */
     pthread_mutex_unlock(&mu);
     return rc;
 }
@@ -464,7 +529,7 @@ int cudaEventDestroy(void *e) {
 
 int cudaEventRecord(void *e, void *s) {
     pthread_mutex_lock(&mu);
-    int64_t slot = stream_slot(s);
+    int64_t slot = queue_room(s, stream_slot(s));
     struct event *ev = event_of(e);
     int rc = 0;
     if (slot < 0 || !ev || ev->dev != slot_dev((uint32_t)slot)) {
@@ -476,6 +541,9 @@ int cudaEventRecord(void *e, void *s) {
         } else {
             ev->recorded = 1;
             ev->slot = (uint32_t)slot;
+            ev->t_done = -1;
+            o->ev_idx = ev - events;
+            o->ev_gen = ev->gen;
             ev->pos = enqueue((uint32_t)slot, o);
             memcpy(ev->vc, o->vc, sizeof ev->vc);
         }
@@ -491,6 +559,8 @@ int cudaEventQuery(void *e) {
                  : (!ev->recorded || slots[ev->slot].completed >= ev->pos ? 0 : ERR_NOT_READY);
     if (rc == 0 && ev->recorded)
         observe(ev->vc);
+    else if (rc == ERR_NOT_READY)
+        count_wait(); /* a poll for device progress */
     pthread_mutex_unlock(&mu);
     return rc;
 }
@@ -509,6 +579,21 @@ int cudaEventSynchronize(void *e) {
     return 0;
 }
 
+/* Milliseconds between two completed records (timed mode: between their end times). */
+int cudaEventElapsedTime(float *ms, void *start, void *end) {
+    if (!ms)
+        return ERR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct event *a = event_of(start), *b = event_of(end);
+    int rc = !a || !b || !a->recorded || !b->recorded ? ERR_INVALID_RESOURCE_HANDLE
+             : a->t_done < 0 || b->t_done < 0         ? ERR_NOT_READY
+                                                      : 0;
+    if (rc == 0)
+        *ms = (float)((double)(b->t_done - a->t_done) * 1e-6);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
 int cudaDeviceSynchronize(void) {
     pthread_mutex_lock(&mu);
     int rc = init_locked() < 0 ? ERR_MEMORY_ALLOCATION : 0;
@@ -524,7 +609,7 @@ int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *user) {
     if (!fn)
         return ERR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    int64_t slot = stream_slot(s);
+    int64_t slot = queue_room(s, stream_slot(s));
     struct op *o = slot < 0 ? NULL : new_op((uint32_t)slot, 0);
     if (o) {
         o->kind = OP_HOST;

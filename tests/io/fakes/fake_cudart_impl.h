@@ -24,7 +24,7 @@ enum {
     ERR_NOT_READY = 600
 };
 enum { KIND_H2H = 0, KIND_H2D = 1, KIND_D2H = 2, KIND_D2D = 3, KIND_DEFAULT = 4 };
-enum { OP_MARK, OP_COPY, OP_HOST };
+enum { OP_MARK, OP_COPY, OP_HOST, OP_KERNEL };
 enum { TAG_STREAM = 0x4, TAG_EVENT = 0x8 };
 #define STREAM_NON_BLOCKING 0x1u
 #define STREAM_LEGACY       ((void *)0x1)
@@ -41,6 +41,14 @@ uint64_t fake_cuda_live_streams(void);
 uint64_t fake_cuda_device_bytes_in_use(void);
 uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes);
 uint64_t fake_cuda_cross_device_copies(void);
+uint64_t fake_cuda_copy_races(void);
+int fake_cuda_set_timing(
+    int on, double h2d_Bps, double d2h_Bps, double pageable_Bps, unsigned depth);
+int fake_cuda_launch_kernel(void *stream, uint64_t ns);
+int fake_cuda_timed_stats(uint64_t *out, size_t n);
+uint64_t fake_cuda_pageable_copies(void);
+void fake_cuda_watch_thread(void);
+uint64_t fake_cuda_watched_waits(void);
 
 #pragma GCC visibility push(hidden)
 
@@ -78,10 +86,16 @@ struct op {
     void *dst;
     const void *src;
     size_t n;
-    const unsigned char *wdev; /* the device range a copy writes (NULL: host memory) */
-    const unsigned char *rdev; /* the device range a copy reads (NULL: host memory) */
+    const unsigned char *wdev;          /* the device range a copy writes (NULL: host memory) */
+    const unsigned char *rdev;          /* the device range a copy reads (NULL: host memory) */
+    const unsigned char *whost, *rhost; /* the host ranges a copy writes, reads (NULL: device) */
     void (*fn)(void *);
     void *user;
+    uint64_t t_enq;  /* CLOCK_MONOTONIC ns when it was queued */
+    uint64_t dur_ns; /* OP_KERNEL: its duration (timed mode) */
+    int pageable;    /* OP_COPY: its host memory is not pinned */
+    int64_t ev_idx;  /* an event record: the event's index (else -1) ... */
+    uint32_t ev_gen; /* ... and generation */
     size_t n_deps;
     struct dep deps[];
 };
@@ -106,7 +120,10 @@ struct slot {
     int dev; /* the device current when the stream was created (slot 0: see slot_dev) */
     uint64_t enqueued, completed;
     uint64_t clock[MAX_VC]; /* the vector clock of its last queued operation */
+    uint64_t vt_last;       /* timed mode: the end time of its last completed operation */
+    uint64_t *vt_ring;      /* timed mode: end times by position % VT_RING (NULL: none yet) */
 };
+#define VT_RING 4096
 
 struct event {
     int live;
@@ -116,12 +133,43 @@ struct event {
     uint32_t slot;
     uint64_t pos;
     uint64_t vc[MAX_VC]; /* the record's vector clock */
+    int64_t t_done;      /* when the record completed (timed mode: its end time); -1: not yet */
 };
 
 extern struct slot *slots;
 extern size_t n_slots, cap_slots;
 extern struct event *events;
 extern size_t n_events, cap_events;
+
+/* ---- timed mode, pinned memory, the watched thread (fake_cudart_timed.c) ------------------ */
+struct timing {
+    int on;
+    double h2d_Bps, d2h_Bps; /* the copy engines' rates, bytes/s */
+    double pageable_Bps;     /* a copy from or to pageable host memory, bytes/s */
+    unsigned depth;          /* launch queue entries per stream (0: unbounded) */
+};
+extern struct timing timing; /* under mu */
+uint64_t now_ns(void);
+void sleep_until_ns(uint64_t t);
+/* Under mu: when o ends in timed mode: it starts once its stream's previous operation, the
+ * operations it depends on and (a copy) its copy engine are done, and no earlier than it was
+ * queued; it lasts its duration (a kernel) or its bytes at its engine's rate (a copy). */
+uint64_t timed_end(struct op *o);
+/* Under mu: o completed at end (timed mode). */
+void timed_done(const struct op *o, uint64_t end);
+/* Under mu: an operation of slot completed, or the stream went away (wakes hosts waiting for room
+ * in its launch queue). */
+void timed_wake(uint32_t slot);
+/* Under mu: block while the stream's launch queue is full (timed mode); the slot of handle h
+ * again afterwards (-1: the stream went away). */
+int64_t queue_room(void *h, int64_t slot);
+/* Under mu: is host range [p, p+n) pinned (cudaHostAlloc, cudaHostRegister)? */
+int host_pinned(const void *p, size_t n);
+int pin_add(const void *p, size_t n); /* under mu */
+int pin_remove(const void *p);        /* under mu: 0, or -1 when p was not pinned */
+/* Under mu: the calling thread blocks on device progress (counted when it is the watched one). */
+void count_wait(void);
+extern _Atomic uint64_t pageable_copies;
 
 /* ---- the scheduler (fake_cudart_sched.c) ------------------------------------------------- */
 int grow(void **arr, size_t *cap, size_t need, size_t elem);

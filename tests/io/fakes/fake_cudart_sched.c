@@ -160,13 +160,59 @@ static void run_op(struct op *o) {
 /* The last copies completed, for the race check (under mu). */
 #define RING 1024
 static struct done_copy {
-    const unsigned char *wdev, *rdev;
+    const unsigned char *wdev, *rdev, *whost, *rhost;
     size_t n;
     uint32_t slot;
     uint64_t pos;
     uint64_t vc[MAX_VC];
 } ring[RING];
 static uint64_t ring_n;
+
+static _Atomic uint64_t copy_races;
+
+/* Do copies a (n bytes) and b (m bytes) conflict: one writes what the other
+ * writes or reads, in device or host memory? */
+static int copies_conflict(const unsigned char *const a[4],
+                           size_t n,
+                           const unsigned char *const b[4],
+                           size_t m) {
+    for (int s = 0; s < 4; s += 2) { /* [0] written, [1] read: device, then host */
+        const unsigned char *aw = a[s], *ar = a[s + 1], *bw = b[s], *br = b[s + 1];
+        if ((aw && bw && aw < bw + m && bw < aw + n) || (aw && br && aw < br + m && br < aw + n) ||
+            (ar && bw && ar < bw + m && bw < ar + n))
+            return 1;
+    }
+    return 0;
+}
+
+/* Under mu, copy o about to run: the copies that conflict with it and are ordered neither before
+ * nor after it (queued or running on another stream; among the last RING completed, neither
+ * before it nor seen complete by the host before it was queued). */
+static uint64_t copy_races_of(const struct op *o) {
+    if (o->slot >= MAX_VC)
+        return 0;
+    const unsigned char *mine[4] = { o->wdev, o->rdev, o->whost, o->rhost };
+    uint64_t hits = 0;
+    for (size_t i = 0; i < n_slots; i++) {
+        if (i == o->slot || i >= MAX_VC)
+            continue;
+        for (const struct op *q = slots[i].s ? slots[i].s->head : NULL; q; q = q->next) {
+            const unsigned char *theirs[4] = { q->wdev, q->rdev, q->whost, q->rhost };
+            if (q->kind == OP_COPY && copies_conflict(mine, o->n, theirs, q->n) &&
+                q->vc[o->slot] < o->pos && o->vc[i] < q->pos)
+                hits++;
+        }
+    }
+    uint64_t first = ring_n > RING ? ring_n - RING : 0;
+    for (uint64_t k = first; k < ring_n; k++) {
+        const struct done_copy *d = &ring[k % RING];
+        const unsigned char *theirs[4] = { d->wdev, d->rdev, d->whost, d->rhost };
+        if (d->slot != o->slot && d->slot < MAX_VC && copies_conflict(mine, o->n, theirs, d->n) &&
+            o->vc[d->slot] < d->pos && o->seen[d->slot] < d->pos)
+            hits++;
+    }
+    return hits;
+}
 
 static void *worker(void *arg) {
     struct stream *st = arg;
@@ -180,19 +226,34 @@ static void *worker(void *arg) {
         while (!deps_done(o))
             pthread_cond_wait(&cv, &mu);
         st->active = 1;
-        uint64_t lag = (uint64_t)atomic_load(&lag_max_us) * st->lag_quarters / 4;
+        if (o->kind == OP_COPY)
+            atomic_fetch_add(&copy_races, copy_races_of(o));
+        int timed = timing.on;
+        uint64_t end = timed ? timed_end(o) : 0;
+        uint64_t lag = timed ? 0 : (uint64_t)atomic_load(&lag_max_us) * st->lag_quarters / 4;
         uint64_t d = lag ? splitmix(&st->rng) % (lag + 1) : 0;
         pthread_mutex_unlock(&mu);
-        if (lag)
+        if (timed)
+            sleep_until_ns(end);
+        else if (lag)
             sleep_us(d);
         run_op(o);
         pthread_mutex_lock(&mu);
+        if (timed)
+            timed_done(o, end);
+        if (o->ev_idx >= 0 && (size_t)o->ev_idx < n_events) {
+            struct event *ev = &events[o->ev_idx];
+            if (ev->live && ev->gen == o->ev_gen && ev->slot == o->slot && ev->pos == o->pos)
+                ev->t_done = (int64_t)(timed ? end : now_ns());
+        }
         st->active = 0;
         completions++;
-        if (o->kind == OP_COPY && (o->wdev || o->rdev)) {
+        if (o->kind == OP_COPY) {
             struct done_copy *d = &ring[ring_n++ % RING];
             d->wdev = o->wdev;
             d->rdev = o->rdev;
+            d->whost = o->whost;
+            d->rhost = o->rhost;
             d->n = o->n;
             d->slot = o->slot;
             d->pos = o->pos;
@@ -202,6 +263,8 @@ static void *worker(void *arg) {
         if (!st->head)
             st->tail = NULL;
         slots[st->slot].completed++;
+        if (timed)
+            timed_wake(st->slot);
         pthread_cond_broadcast(&cv);
         free(o);
     }
@@ -264,6 +327,7 @@ struct op *new_op(uint32_t slot, size_t extra) {
     struct op *o = calloc(1, sizeof *o + (n_slots + extra) * sizeof(struct dep));
     if (!o)
         return NULL;
+    o->ev_idx = -1;
     if (slot == 0) {
         for (uint32_t i = 1; i < n_slots; i++)
             if ((slots[i].s || slots[i].dying) && !(slots[i].flags & STREAM_NON_BLOCKING) &&
@@ -294,6 +358,7 @@ uint64_t enqueue(uint32_t slot, struct op *o) {
         vc_merge(o->vc, o->wait_vc);
     o->wait_vc = NULL;
     o->slot = slot;
+    o->t_enq = now_ns();
     o->pos = slots[slot].enqueued + 1;
     memcpy(o->seen, observed_vc, sizeof o->seen);
     if (slot < MAX_VC) {
@@ -331,6 +396,7 @@ void wait_observe(uint32_t slot, uint64_t pos, const uint64_t *vc) {
 void count_sync(void) {
     atomic_fetch_add(&sync_calls, 1);
     thread_sync_calls++;
+    count_wait();
 }
 
 /* Under mu: wait for the work queued so far on every stream of device dev (-1: of every device;
@@ -465,6 +531,11 @@ uint64_t fake_cuda_racing_copies(const void *p, size_t n, int writes) {
  * device). */
 uint64_t fake_cuda_cross_device_copies(void) {
     return atomic_load(&cross_device_copies);
+}
+
+/* Pairs of copies that raced (see copy_races_of), counted when the later one started. */
+uint64_t fake_cuda_copy_races(void) {
+    return atomic_load(&copy_races);
 }
 
 uint64_t fake_cuda_device_bytes_in_use(void) {

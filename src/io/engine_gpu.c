@@ -335,7 +335,7 @@ uint32_t tio_eng_gpu_poll(struct tio_engine *e, struct batch_item *batch, uint32
         struct gpu_copy c = g->copying[i];
         int dead = c.rq->error || c.rq->canceled;
         int ok = event_done(g, g->ring[1].ev[c.ring]);
-        if (!dead && ok == 0) {
+        if (ok == 0) { /* H7: also a dead request's buffer waits for its copy */
             i++;
             continue;
         }
@@ -352,9 +352,6 @@ uint32_t tio_eng_gpu_poll(struct tio_engine *e, struct batch_item *batch, uint32
         if (ok < 0 && !dead) {
             tio_eng_request_fail(e, c.rq, TIO_ECUDA, c.pc.chunk, 1,
                                  "cudaEventQuery on a piece's copy to staging failed");
-        }
-        if (ok == 0) {
-            (void)g->cu->event_synchronize(g->ring[1].ev[c.ring]); /* H7 before reuse */
         }
         tio_eng_gpu_put(e, 1, c.ring);
         c.rq->inflight--;

@@ -45,10 +45,15 @@ endforeach()
 # The stream-ordered executor with one tier alone (the SSDs, the host tier): the same emulator
 # test over engines that have only that tier, every planned move sent there.
 if(TARGET test_runtime_stream)
+    set(_tio_tier_schedules 400)
+    if(TIO_SANITIZE)
+        set(_tio_tier_schedules 60)
+    endif()
     foreach(tier ssd host)
         add_test(NAME test_runtime_stream_${tier} COMMAND test_runtime_stream)
         set_tests_properties(test_runtime_stream_${tier} PROPERTIES TIMEOUT 300 LABELS io
-            ENVIRONMENT "TIO_STREAM_TIERS=${tier};TIO_STREAM_SCHEDULES=400;${_tio_fake_env}")
+            ENVIRONMENT
+            "TIO_STREAM_TIERS=${tier};TIO_STREAM_SCHEDULES=${_tio_tier_schedules};${_tio_fake_env}")
     endforeach()
 endif()
 if(TARGET test_io_probe)

@@ -40,6 +40,7 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
             !(rt->tflags[t] & TF_PINNED) && rt->state[t] == ST_RESIDENT && rt->ptr[t]) {
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            tio_rt_touch(rt, t);
             rc = tio_rt_planned_write(rt, t, last_to[t], 0);
             rc = rc > 0 ? 0 : rc;
         }
@@ -79,6 +80,7 @@ int tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t e
     rt->state[t] = ST_STORED;
     rt->tflags[t] |= TF_HAS_COPY;
     rt->tflags[t] &= ~(uint32_t)TF_DIRTY;
+    tio_rt_touch(rt, t);
     tio_rt_sub_resident(rt, t);
     rt->st.stored_bytes += rt->v.tensor_bytes[t];
     return 0;
@@ -107,6 +109,7 @@ int tio_runtime_give_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t *e
     rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
     rt->state[t] = ST_ABSENT; /* no longer this executor's: neither resident nor stored */
     rt->ptr[t] = NULL;
+    tio_rt_touch(rt, t);
     uint64_t b = rt->v.tensor_bytes[t];
     rt->st.stored_bytes = rt->st.stored_bytes >= b ? rt->st.stored_bytes - b : 0;
     return 1;
@@ -132,6 +135,8 @@ int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *ou
     rt->next_k = 0;
     memcpy(rt->cursor, rt->first_real,
            (rt->v.n_tensors ? rt->v.n_tensors : 1) * sizeof *rt->cursor);
+    tio_rt_victims_rekey(rt);
+    TIO_RT_VERIFY(rt);
     return (int)n;
 }
 
@@ -167,6 +172,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
         if (rt->state[t] == ST_ABSENT && rt->first_use[t] == k) {
             rt->state[t] = ST_RESIDENT;
             rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY);
+            tio_rt_touch(rt, t);
             tio_rt_add_resident(rt, t);
         }
     }
@@ -187,12 +193,14 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
                 rt->state[t] = ST_WRITING; /* clean: the stored copy is identical */
                 rt->tflags[t] |= TF_DONE;
+                tio_rt_touch(rt, t);
                 rt->st.offloads++;
                 rt->st.clean_offloads++;
                 continue;
             }
             rt->state[t] = ST_WRITING;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            tio_rt_touch(rt, t);
             if ((rc = tio_rt_planned_write(rt, t, m->to, (m->flags & TIO_MOVE_URGENT) != 0)) < 0) {
                 return rc;
             }
@@ -202,6 +210,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                        (rt->last_real[t] == TIO_NEVER_USED || rt->last_real[t] < k);
             if (!dead && rt->state[t] == ST_STORED) {
                 rt->state[t] = ST_MATERIALIZE;
+                tio_rt_touch(rt, t);
                 tio_rt_add_resident(rt, t);
                 if ((rc = tio_rt_push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) <
                     0) {
@@ -214,6 +223,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 } else {
                     rt->tflags[t] |= TF_KEEP;
                 }
+                tio_rt_touch(rt, t);
             } else {
                 rt->st.moves_skipped++;
             }
@@ -226,6 +236,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
         case ST_STORED:
             rt->state[t] = ST_MATERIALIZE;
             rt->tflags[t] |= TF_URGENT;
+            tio_rt_touch(rt, t);
             rt->st.urgent_reads++;
             tio_rt_add_resident(rt, t);
             if ((rc = tio_rt_push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) <
@@ -235,13 +246,16 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             break;
         case ST_MATERIALIZE:
             rt->tflags[t] |= TF_URGENT;
+            tio_rt_touch(rt, t);
             break;
         case ST_WRITING:
             if (rt->tflags[t] & TF_DONE) {
                 rt->tflags[t] &= ~(uint32_t)TF_DONE;
                 rt->state[t] = ST_RESIDENT;
+                tio_rt_touch(rt, t);
             } else {
                 rt->tflags[t] |= TF_KEEP;
+                tio_rt_touch(rt, t);
                 if ((rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s)) < 0) {
                     return rc;
                 }
@@ -259,11 +273,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 rt->inflight == 0) {
                 break;
             }
-            int writing = 0;
-            for (uint32_t t = 0; t < rt->v.n_tensors && !writing; t++) {
-                writing = rt->state[t] == ST_WRITING && !(rt->tflags[t] & (TF_DONE | TF_KEEP));
-            }
-            if (!writing) {
+            if (rt->n_writing == 0) { /* no offload in flight that would free memory */
                 break;
             }
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
@@ -285,6 +295,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
     if (rt->failed) {
         return tio_rt_sticky(rt);
     }
+    TIO_RT_VERIFY(rt);
     return (int)n;
 }
 
@@ -294,7 +305,10 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
         return rc;
     }
     double t0 = tio_now_s();
-    for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+    const uint32_t *mat;
+    size_t n_mat = tio_rt_set_sorted(rt, TIO_RT_SET_MAT, &mat); /* in id order, as a scan */
+    for (size_t i = 0; i < n_mat; i++) {
+        uint32_t t = mat[i];
         if (rt->state[t] != ST_MATERIALIZE) {
             continue;
         }
@@ -325,6 +339,7 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
     if (rt->st.resident_bytes > rt->st.peak_resident_bytes) {
         rt->st.peak_resident_bytes = rt->st.resident_bytes;
     }
+    TIO_RT_VERIFY(rt);
     return 0;
 }
 
@@ -333,6 +348,7 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
 static void forget_tensor(struct tio_runtime *rt, uint32_t t) {
     rt->state[t] = ST_ABSENT;
     rt->ptr[t] = NULL;
+    tio_rt_touch(rt, t);
     tio_rt_sub_resident(rt, t);
     if (rt->tflags[t] & TF_HAS_COPY) {
         tio_rt_drop_copy(rt, t);
@@ -350,6 +366,7 @@ static void retire_stored(struct tio_runtime *rt, uint32_t t) {
         tio_rt_drop_copy(rt, t);
     }
     rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_DIRTY | TF_URGENT);
+    tio_rt_touch(rt, t);
 }
 
 int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
@@ -369,6 +386,7 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
         if (rt->state[t] == ST_WRITING) { /* completed: the memory is gone with the tensor */
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
             rt->state[t] = ST_RESIDENT;
+            tio_rt_touch(rt, t);
         }
     }
     /* after the wait: a read that completed in it is landing only now. Its owner frees the
@@ -386,6 +404,7 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
     } else if (rt->state[t] == ST_RESIDENT) {
         forget_tensor(rt, t);
     }
+    TIO_RT_VERIFY(rt);
     return rt->failed ? tio_rt_sticky(rt) : 0;
 }
 
@@ -401,6 +420,7 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         }
         if (!rt->is_free[k]) {
             rt->cursor[t] = rt->next_of_use[u];
+            tio_rt_cursor_moved(rt, t);
         }
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_STORED) {
             retire_stored(rt, t);
@@ -408,6 +428,7 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_RESIDENT) {
             rt->state[t] = ST_ABSENT;
             rt->ptr[t] = NULL;
+            tio_rt_touch(rt, t);
             tio_rt_sub_resident(rt, t);
             if (rt->tflags[t] & TF_HAS_COPY) {
                 tio_rt_drop_copy(rt, t);
@@ -417,6 +438,7 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
     }
     rt->next_k = k + 1;
     rt->st.kernels++;
+    TIO_RT_VERIFY(rt);
     return 0;
 }
 
@@ -446,6 +468,7 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out,
     }
     rt->in_iter = 0;
     rt->st.iterations++;
+    TIO_RT_VERIFY(rt);
     return (int)n;
 }
 
@@ -462,12 +485,14 @@ int tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_rt_action *out,
         if (rt->state[t] == ST_WRITING) { /* completed, never released: still in memory */
             rt->state[t] = ST_RESIDENT;
             rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            tio_rt_touch(rt, t);
         } else if (rt->state[t] == ST_STORED || rt->state[t] == ST_MATERIALIZE) {
             if (rt->state[t] == ST_STORED) {
                 tio_rt_add_resident(rt, t);
             }
             rt->state[t] = ST_MATERIALIZE;
             rt->tflags[t] |= TF_URGENT;
+            tio_rt_touch(rt, t);
             if ((rc = tio_rt_push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) <
                 0) {
                 return rc;
@@ -504,6 +529,7 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
     }
     rt->in_iter = 0;
     rt->steady = 0; /* everything is resident again: the next iteration re-enters it */
+    TIO_RT_VERIFY(rt);
     return 0;
 }
 

@@ -35,6 +35,17 @@ enum {
 
 #define TAG_READ (UINT64_C(1) << 63)
 
+/* The live sets (executor_sets.c): what tio_rt_touch() files a tensor under, from its state,
+ * flags and pointer, so that the per-kernel paths visit only the tensors concerned. */
+enum {
+    IN_MAT = 1u << 0,     /* ST_MATERIALIZE: ready() issues its read */
+    IN_REL = 1u << 1,     /* ST_WRITING with TF_DONE: its RELEASE is handed out next */
+    IN_WRITING = 1u << 2, /* ST_WRITING, neither TF_DONE nor TF_KEEP: the budget waits for it */
+    IN_LAND = 1u << 3,    /* TF_LANDING */
+    IN_VICTIM = 1u << 4   /* a demand offload could take it (budget set; in the victim heap) */
+};
+enum { TIO_RT_SET_MAT = 0, TIO_RT_SET_REL = 1, TIO_RT_SET_LAND = 2, TIO_RT_NSETS = 3 };
+
 struct tio_runtime {
     const struct tio_trace *trace;
     const struct tio_plan *plan;
@@ -67,11 +78,22 @@ struct tio_runtime {
     tio_cuda_stream stream;
     tio_cuda_event *fence;  /* [n_tensors] created on first use; one request per tensor at once */
     tio_cuda_event *landed; /* [n_tensors] the reads' done events (TF_LANDING) */
-    uint64_t next_k;        /* the kernel expected next */
-    int in_iter;            /* between begin_iteration and end_iteration */
-    int steady;             /* the plan's state at iteration start has been established */
-    size_t inflight;        /* engine requests outstanding */
-    int failed;             /* sticky engine failure */
+    /* The live sets (executor_sets.c), kept by tio_rt_touch(). */
+    uint8_t *member;              /* [n_tensors] IN_* bits */
+    uint32_t *set_item, *set_pos; /* [TIO_RT_NSETS][n_tensors] members / index or UINT32_MAX */
+    uint32_t set_n[TIO_RT_NSETS];
+    uint64_t pending_bytes; /* bytes of IN_REL: completed offloads not released yet */
+    size_t n_writing;       /* tensors in IN_WRITING */
+    uint32_t *heap, *hpos;  /* IN_VICTIM, best demand-offload victim first; hpos: index */
+    uint32_t heap_n;
+    uint32_t *stash; /* victims kernel k uses, out of the heap during one selection */
+    uint32_t stash_n;
+    uint32_t *scratch; /* [n_tensors] a set's members sorted by id */
+    uint64_t next_k;   /* the kernel expected next */
+    int in_iter;       /* between begin_iteration and end_iteration */
+    int steady;        /* the plan's state at iteration start has been established */
+    size_t inflight;   /* engine requests outstanding */
+    int failed;        /* sticky engine failure */
     int fail_rc;
     char fail_msg[512];
     struct tio_runtime_stats st;
@@ -107,5 +129,32 @@ void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n);
 int tio_rt_demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, size_t *n);
 /* tio_rt_submit_read: read t back into its bound memory. */
 int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t);
+
+/* executor_sets.c: the live sets. */
+
+int tio_rt_sets_alloc(struct tio_runtime *rt);
+void tio_rt_sets_free(struct tio_runtime *rt);
+/* tio_rt_touch: re-file t after any change of its state, flags or pointer. */
+void tio_rt_touch(struct tio_runtime *rt, uint32_t t);
+/* tio_rt_set_sorted: the members of set s (TIO_RT_SET_*) in id order, in rt->scratch (valid
+ * until the next call); returns their count. */
+size_t tio_rt_set_sorted(struct tio_runtime *rt, int s, const uint32_t **out);
+/* How far t's next use is, seen from the current kernel (larger: better victim). */
+uint64_t tio_rt_next_use_distance(const struct tio_runtime *rt, uint32_t t);
+/* tio_rt_cursor_moved: cursor[t] changed; tio_rt_victims_rekey: every cursor did. */
+void tio_rt_cursor_moved(struct tio_runtime *rt, uint32_t t);
+void tio_rt_victims_rekey(struct tio_runtime *rt);
+/* tio_rt_best_victim: the demand-offload victim before kernel k (the furthest next use, then the
+ * largest, then the lowest id; not used by k), or UINT32_MAX. Victims k uses are set aside until
+ * tio_rt_victims_unstash(), which a selection ends with. */
+uint32_t tio_rt_best_victim(struct tio_runtime *rt, uint64_t k);
+void tio_rt_victims_unstash(struct tio_runtime *rt);
+#if !defined(NDEBUG) || defined(TIO_SANITIZED)
+/* tio_rt_verify: abort if the live sets differ from a scan of the table (debug builds). */
+void tio_rt_verify(struct tio_runtime *rt);
+#define TIO_RT_VERIFY(rt) tio_rt_verify(rt)
+#else
+#define TIO_RT_VERIFY(rt) ((void)0)
+#endif
 
 #endif

@@ -64,6 +64,7 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
         if (!is_read) {
             rt->tflags[t] &= ~(uint32_t)TF_HAS_COPY;
         }
+        tio_rt_touch(rt, t);
         return;
     }
     if (is_read) {
@@ -87,6 +88,7 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
             rt->tflags[t] |= TF_DONE; /* stays WRITING until the RELEASE is handed out */
         }
     }
+    tio_rt_touch(rt, t);
 }
 
 /* Reap completions: wait for at least `min` (0: poll only). */
@@ -151,6 +153,7 @@ int tio_rt_settle(struct tio_runtime *rt, uint32_t t) {
         return 0;
     }
     rt->tflags[t] &= ~(uint32_t)TF_LANDING;
+    tio_rt_touch(rt, t);
     int err = rt->cu->stream_wait_event(rt->stream, rt->landed[t], 0);
     if (err) {
         char d[96];
@@ -163,15 +166,20 @@ int tio_rt_settle(struct tio_runtime *rt, uint32_t t) {
 
 int tio_rt_settle_all(struct tio_runtime *rt) {
     int rc = 0;
-    for (uint32_t t = 0; t < rt->v.n_tensors && rc == 0; t++) {
-        rc = tio_rt_settle(rt, t);
+    const uint32_t *land;
+    size_t n = tio_rt_set_sorted(rt, TIO_RT_SET_LAND, &land); /* in id order, as a scan */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = tio_rt_settle(rt, land[i]);
     }
     return rc;
 }
 
 /* Hand out RELEASE for every completed, not-kept offload. */
 int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
-    for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
+    const uint32_t *rel;
+    size_t nr = tio_rt_set_sorted(rt, TIO_RT_SET_REL, &rel); /* in id order, as a scan */
+    for (size_t i = 0; i < nr; i++) {
+        uint32_t t = rel[i];
         if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
             int rc = tio_rt_settle(rt, t); /* a clean offload of a tensor still landing */
             if (rc == 0) {
@@ -183,6 +191,7 @@ int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
             rt->tflags[t] &= ~(uint32_t)TF_DONE;
             rt->state[t] = ST_STORED;
             rt->ptr[t] = NULL;
+            tio_rt_touch(rt, t);
             rt->st.stored_bytes += rt->v.tensor_bytes[t];
             tio_rt_sub_resident(rt, t);
         }
@@ -282,6 +291,7 @@ int tio_rt_planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int u
     if (rc == -ENOSPC) {
         TIO_LOG_DEBUG("runtime: offload of tensor %u kept resident: %s", t, tio_last_error());
         rt->state[t] = ST_RESIDENT;
+        tio_rt_touch(rt, t);
         rt->st.tier_full_kept++;
         return 1;
     }
@@ -290,13 +300,7 @@ int tio_rt_planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int u
 
 /* Bytes of completed offloads whose RELEASE has not been handed out yet. */
 uint64_t tio_rt_pending_release(const struct tio_runtime *rt) {
-    uint64_t pending = 0;
-    for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
-        if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
-            pending += rt->v.tensor_bytes[t];
-        }
-    }
-    return pending;
+    return rt->pending_bytes;
 }
 
 /* Reorder out[0..n) so that the RELEASE actions out[m..n) come before the MATERIALIZE actions
@@ -315,18 +319,6 @@ void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n) {
             out[j - 1] = tmp;
         }
     }
-}
-
-/* How far away tensor t's next use is, seen from the current kernel (larger: better victim). */
-static uint64_t next_use_distance(const struct tio_runtime *rt, uint32_t t) {
-    if (rt->cursor[t] != TIO_NEVER_USED) {
-        return rt->cursor[t];
-    }
-    if (rt->tflags[t] & TF_GLOBAL) { /* next iteration */
-        return rt->first_real[t] == TIO_NEVER_USED ? UINT64_MAX - 1
-                                                   : rt->v.n_kernels + rt->first_real[t];
-    }
-    return UINT64_MAX; /* only its free marker is left: never read again in this iteration */
 }
 
 static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
@@ -360,25 +352,9 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
     size_t nv = 0;
     int rc = 0;
     while (over > 0) {
-        uint32_t best = UINT32_MAX;
-        uint64_t best_d = 0;
-        for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
-            /* a prefetch handed out by this call and not performed yet can be taken back */
-            int fresh =
-                rt->state[t] == ST_MATERIALIZE && !rt->ptr[t] && !(rt->tflags[t] & TF_URGENT);
-            if ((rt->state[t] != ST_RESIDENT || !rt->ptr[t]) && !fresh) {
-                continue;
-            }
-            if ((rt->tflags[t] & TF_PINNED) || rt->v.tensor_bytes[t] == 0 || rt->cursor[t] == k) {
-                continue;
-            }
-            uint64_t d = next_use_distance(rt, t);
-            if (best == UINT32_MAX || d > best_d ||
-                (d == best_d && rt->v.tensor_bytes[t] > rt->v.tensor_bytes[best])) {
-                best = t;
-                best_d = d;
-            }
-        }
+        /* among the resident, bound, unpinned tensors k does not use and the prefetches handed
+         * out by this call and not performed yet (they can be taken back) */
+        uint32_t best = tio_rt_best_victim(rt, k);
         if (best == UINT32_MAX) {
             break;
         }
@@ -395,6 +371,7 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
                 (*n)--;
             }
             rt->state[t] = ST_STORED;
+            tio_rt_touch(rt, t);
             tio_rt_sub_resident(rt, t);
             rt->st.deferred_prefetches++;
             continue;
@@ -402,8 +379,10 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
         rt->st.demand_offloads++;
         rt->state[t] = ST_WRITING;
         rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+        tio_rt_touch(rt, t);
         if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
             rt->tflags[t] |= TF_DONE; /* clean: the stored copy is identical */
+            tio_rt_touch(rt, t);
             rt->st.offloads++;
             rt->st.clean_offloads++;
             continue;
@@ -413,17 +392,19 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
         if (rc == -ENOSPC) { /* no room anywhere: keep it, run above the budget */
             TIO_LOG_DEBUG("runtime: demand offload of tensor %u: %s", t, tio_last_error());
             rt->state[t] = ST_RESIDENT;
+            tio_rt_touch(rt, t);
             rt->st.demand_offloads--;
             over += b;
             rc = 0;
             break;
         }
         if (rc < 0) {
-            return rc;
+            break;
         }
         rt->st.bytes_demand_offloaded += b;
         rt->victims[nv++] = t;
     }
+    tio_rt_victims_unstash(rt);
     for (size_t i = 0; i < nv && rc == 0; i++) {
         rc = tio_rt_wait_tensor(rt, rt->victims[i], &rt->st.demand_stall_s);
     }
@@ -432,6 +413,8 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
     }
     if (over > 0) {
         rt->st.over_budget_kernels++;
+    }
+    if (over > 0 && TIO_LOG_DEBUG <= tio_log_get_level()) { /* the diagnosis scans the table */
         uint64_t unbound = 0, pinned = 0, incoming = 0, used = 0;
         for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
             uint64_t b = rt->v.tensor_bytes[t];
@@ -482,6 +465,7 @@ int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t) {
         }
         rt->inflight++;
         rt->state[t] = ST_READING;
+        tio_rt_touch(rt, t);
         return 0;
     }
 }

@@ -87,7 +87,8 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
     }
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
         !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
-        !rt->victims || !rt->eid || (p->stream_ordered && (!rt->fence || !rt->landed))) {
+        !rt->victims || !rt->eid || (p->stream_ordered && (!rt->fence || !rt->landed)) ||
+        tio_rt_sets_alloc(rt) < 0) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
     }
@@ -142,6 +143,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
         if (rt->tflags[t] & TF_GLOBAL) {
             rt->state[t] = ST_RESIDENT;
             tio_rt_add_resident(rt, t);
+            tio_rt_touch(rt, t);
         }
     }
     *out = rt;
@@ -191,6 +193,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
     }
     tio_free(rt->fence);
     tio_free(rt->landed);
+    tio_rt_sets_free(rt);
     tio_free(rt);
 }
 
@@ -207,5 +210,6 @@ int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr) {
         return tio_set_error(TIO_ESTATE, "runtime: bind: tensor %u has I/O in flight", tensor);
     }
     rt->ptr[tensor] = ptr;
+    tio_rt_touch(rt, tensor);
     return 0;
 }

@@ -67,6 +67,9 @@ struct host {
     int stored[MAXT]; /* released and not materialised again */
     uint64_t held, peak_held;
     int data_ok;
+    int k;                        /* the kernel whose actions apply() performs (-1: iteration) */
+    char log[MAXK][4 * MAXT + 1]; /* per kernel of the last iteration: its actions in order,
+                                     "r2" for RELEASE of tensor 2, "m0" for MATERIALIZE of 0 */
 };
 
 static uint8_t pat(int t, uint8_t version, size_t i) {
@@ -110,8 +113,15 @@ static int alloc(struct tio_runtime *rt, struct host *h, int t) {
 
 static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a, int n) {
     int seen_materialize = 0;
+    if (h->k >= 0) {
+        h->log[h->k][0] = 0;
+    }
     for (int i = 0; i < n; i++) {
         int t = (int)a[i].tensor;
+        if (h->k >= 0 && t < 10 && strlen(h->log[h->k]) + 2 < sizeof h->log[0]) {
+            char e[3] = { a[i].kind == TIO_RT_RELEASE ? 'r' : 'm', (char)('0' + t), 0 };
+            strcat(h->log[h->k], e);
+        }
         if (a[i].kind == TIO_RT_RELEASE) {
             if (seen_materialize || !h->buf[t]) {
                 return -1; /* releases come first; a released tensor was resident */
@@ -146,11 +156,13 @@ static int last_use(const struct spec *s, int t) {
 static int iterate(struct tio_runtime *rt, struct host *h) {
     const struct spec *s = h->s;
     struct tio_rt_action a[MAXT];
+    h->k = -1;
     int rc = tio_runtime_begin_iteration(rt, a, MAXT);
     if (rc < 0 || apply(rt, h, a, rc) < 0) {
         return rc < 0 ? rc : -1;
     }
     for (int k = 0; k < s->nk; k++) {
+        h->k = k;
         int n = tio_runtime_before_kernel(rt, (uint64_t)k, a, MAXT);
         if (n < 0) {
             return n;
@@ -195,6 +207,7 @@ static int iterate(struct tio_runtime *rt, struct host *h) {
             }
         }
     }
+    h->k = -1;
     int n = tio_runtime_end_iteration(rt, a, MAXT);
     if (n < 0) {
         return n;
@@ -231,6 +244,7 @@ static void run_plan(const struct spec *s,
     struct host *h = &out->h;
     h->s = s;
     h->data_ok = 1;
+    h->k = -1;
     for (int t = 0; t < s->nt; t++) {
         if (s->global[t] && rt) {
             CHECK_OK(alloc(rt, h, t));
@@ -552,6 +566,51 @@ TIO_TEST(bad_demand_tier_is_refused) {
     rt_free_inputs(plan, e, tr);
 }
 
+/*
+ * The order of the actions within one call: RELEASE before MATERIALIZE, each kind by tensor id,
+ * whatever the order in which the offloads completed or the victims were picked. Four globals
+ * of 1 MiB, all read only, budget 2 MiB:
+ *   k0: R 0, R 1   all 4 resident: victims 2 and 3 (both next used at k1; lower id first),
+ *                  written, released: r2 r3
+ *   k1: R 2, R 3   2 and 3 read back (urgent); victims 0 and 1 (next use k2): r0 r1 m2 m3
+ *   k2: R 0, R 1   0 and 1 read back; victims 3 (next use k4) then 2 (k3), both clean (stored
+ *                  and not written since): released at once, in id order: r2 r3 m0 m1
+ *   k3: R 2        victims 0 and 1 tie (next use: k0 of the next iteration); the lower id, 0,
+ *                  clean: r0 m2
+ *   k4: R 3        victims 1 (next iteration's k0) and 2 (its k1): 2, clean: r2 m3
+ * Per iteration: 8 demand offloads (4 clean: 4 MiB written), 6 urgent reads, 2 MiB held.
+ */
+static const struct spec g_s4 = {
+    .nt = 4,
+    .nk = 5,
+    .bytes = { MB, MB, MB, MB },
+    .global = { 1, 1, 1, 1 },
+    .kname = { "k0", "k1", "k2", "k3", "k4" },
+    .uses = { { { 0, TIO_USE_READ }, { 1, TIO_USE_READ } },
+              { { 2, TIO_USE_READ }, { 3, TIO_USE_READ } },
+              { { 0, TIO_USE_READ }, { 1, TIO_USE_READ } },
+              { { 2, TIO_USE_READ } },
+              { { 3, TIO_USE_READ } } },
+};
+
+TIO_TEST(actions_come_in_id_order_within_their_kind) {
+    struct run r;
+    run_spec(&g_s4, 2 * MB, 0, 1, &r);
+    CHECK(r.ok);
+    CHECK_STR(r.h.log[0], "r2r3");
+    CHECK_STR(r.h.log[1], "r0r1m2m3");
+    CHECK_STR(r.h.log[2], "r2r3m0m1");
+    CHECK_STR(r.h.log[3], "r0m2");
+    CHECK_STR(r.h.log[4], "r2m3");
+    CHECK_EQ_U(r.st.demand_offloads, 8);
+    CHECK_EQ_U(r.st.clean_offloads, 4);
+    CHECK_EQ_U(r.st.bytes_demand_offloaded, 4 * MB);
+    CHECK_EQ_U(r.st.urgent_reads, 6);
+    CHECK_EQ_U(r.st.over_budget_kernels, 0);
+    CHECK_EQ_U(r.st.peak_resident_bytes, 2 * MB);
+    CHECK_EQ_U(r.h.peak_held, 2 * MB);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         return 1;
@@ -565,6 +624,7 @@ int main(void) {
     RUN(adopted_global_is_read_back_when_needed);
     RUN(stored_global_is_handed_to_the_next_executor);
     RUN(bad_demand_tier_is_refused);
+    RUN(actions_come_in_id_order_within_their_kind);
     rmdir(g_dir);
     return tio_test_done();
 }

@@ -73,8 +73,9 @@ static void die(const char *what, int rc) {
 static struct tio_trace *model_trace(void) {
     struct tio_model_params p;
     int rc = tio_model_preset("llama3-8b", &p);
-    if (rc < 0)
+    if (rc < 0) {
         die("tio_model_preset", rc);
+    }
     (void)snprintf(p.model, sizeof p.model, "custom");
     p.layers = 16;
     p.hidden = 2048;
@@ -91,8 +92,9 @@ static struct tio_trace *model_trace(void) {
     p.rank = 0;
     struct tio_trace *tr = NULL;
     struct tio_model_info info;
-    if ((rc = tio_model_generate(&p, &tr, &info)) < 0)
+    if ((rc = tio_model_generate(&p, &tr, &info)) < 0) {
         die("tio_model_generate", rc);
+    }
     return tr;
 }
 
@@ -113,8 +115,9 @@ static struct tio_trace *scaled_trace(const struct tio_trace *tr, double s, doub
         rc = tio_trace_add_kernel(out, tio_trace_string(tr, v.kernel_name[k]),
                                   (uint64_t)((double)v.kernel_duration_ns[k] * ts),
                                   v.kernel_flags[k], NULL);
-        for (uint64_t u = v.kernel_use_offset[k]; u < v.kernel_use_offset[k + 1] && rc == 0; u++)
+        for (uint64_t u = v.kernel_use_offset[k]; u < v.kernel_use_offset[k + 1] && rc == 0; u++) {
             rc = tio_trace_add_use(out, v.use_tensor[u], v.use_mode[u]);
+        }
     }
     return bench_trace_finish(out, rc, "scaled trace");
 }
@@ -141,15 +144,17 @@ static uint64_t peak_bytes(const struct tio_trace *tr, uint32_t *first, uint32_t
         first[t] = UINT32_MAX;
         last[t] = 0;
     }
-    for (size_t k = 0; k < v.n_kernels; k++)
+    for (size_t k = 0; k < v.n_kernels; k++) {
         for (uint64_t u = v.kernel_use_offset[k]; u < v.kernel_use_offset[k + 1]; u++) {
             uint32_t t = v.use_tensor[u];
             first[t] = first[t] == UINT32_MAX ? (uint32_t)k : first[t];
             last[t] = (uint32_t)k;
         }
+    }
     int64_t *delta = calloc(v.n_kernels + 1, sizeof *delta);
-    if (!delta)
+    if (!delta) {
         die("calloc", TIO_ENOMEM);
+    }
     uint64_t globals = 0, peak = 0;
     for (size_t t = 0; t < v.n_tensors; t++) {
         if (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) {
@@ -172,8 +177,9 @@ static uint64_t raw_peak(const struct tio_trace *tr) {
     size_t n = tio_trace_tensor_count(tr);
     uint32_t *first = malloc((n ? n : 1) * sizeof *first),
              *last = malloc((n ? n : 1) * sizeof *last);
-    if (!first || !last)
+    if (!first || !last) {
         die("malloc", TIO_ENOMEM);
+    }
     uint64_t peak = peak_bytes(tr, first, last);
     free(first);
     free(last);
@@ -186,8 +192,9 @@ static struct tio_hw
 twin_hw(double bs, double ts, enum tier tier, uint64_t budget, uint64_t host_cap) {
     double s = bs * ts;
     struct tio_hw hw;
-    if (tio_hw_preset("paper-2xh100nvl", &hw) < 0)
+    if (tio_hw_preset("paper-2xh100nvl", &hw) < 0) {
         die("tio_hw_preset", -1);
+    }
     hw.gpu_memory_bytes = budget;
     hw.gpu_reserve_bytes = 0;
     hw.pcie_h2d_Bps /= s;
@@ -201,9 +208,10 @@ twin_hw(double bs, double ts, enum tier tier, uint64_t budget, uint64_t host_cap
     hw.host_memory_bytes = (uint64_t)((double)hw.host_memory_bytes / bs);
     hw.ssd_latency_s *= ts;
     hw.host_offload_cap_bytes = tier == TIER_SSD ? 0 : host_cap;
-    if (tier <= TIER_HOST)
+    if (tier <= TIER_HOST) {
         hw.ssd_count = 0; /* no SSD tier */
-    hw.gds = 0;           /* the engine's cuda backend bounces through pinned host buffers */
+    }
+    hw.gds = 0; /* the engine's cuda backend bounces through pinned host buffers */
     return hw;
 }
 
@@ -222,51 +230,62 @@ struct caller {
 };
 
 static int apply(struct caller *c, int n) {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (c->act[i].kind != TIO_RT_RELEASE) {
             int rc = tio_runtime_bind(c->rt, c->act[i].tensor, c->slab + c->off[c->act[i].tensor]);
-            if (rc < 0)
+            if (rc < 0) {
                 return rc;
+            }
         }
+    }
     return 0;
 }
 
 static int iteration(struct caller *c) {
     if (c->bare) {
-        for (uint32_t k = 0; k < c->v.n_kernels; k++)
-            if (fc.launch_kernel(c->stream, c->v.kernel_duration_ns[k]) != 0)
+        for (uint32_t k = 0; k < c->v.n_kernels; k++) {
+            if (fc.launch_kernel(c->stream, c->v.kernel_duration_ns[k]) != 0) {
                 return tio_set_error(TIO_ECUDA, "fake_cuda_launch_kernel failed");
+            }
+        }
         return 0;
     }
     int n = tio_runtime_begin_iteration(c->rt, c->act, c->cap);
-    if (n < 0 || (n = apply(c, n)) < 0)
+    if (n < 0 || (n = apply(c, n)) < 0) {
         return n;
+    }
     for (uint32_t k = 0; k < c->v.n_kernels; k++) {
         n = tio_runtime_before_kernel(c->rt, k, c->act, c->cap);
-        if (n < 0 || (n = apply(c, n)) < 0)
+        if (n < 0 || (n = apply(c, n)) < 0) {
             return n;
+        }
         int rc = tio_runtime_ready(c->rt, k);
-        if (rc < 0)
+        if (rc < 0) {
             return rc;
+        }
         uint64_t ns = c->v.kernel_duration_ns[k];
-        if (fc.launch_kernel(c->stream, ns) != 0)
+        if (fc.launch_kernel(c->stream, ns) != 0) {
             return tio_set_error(TIO_ECUDA, "fake_cuda_launch_kernel failed");
+        }
         for (uint64_t u = c->v.kernel_use_offset[k]; u < c->v.kernel_use_offset[k + 1]; u++) {
             uint32_t t = c->v.use_tensor[u];
             if (!(c->v.tensor_flags[t] & TIO_TENSOR_GLOBAL) && c->first[t] == k &&
-                (rc = tio_runtime_bind(c->rt, t, c->slab + c->off[t])) < 0)
+                (rc = tio_runtime_bind(c->rt, t, c->slab + c->off[t])) < 0) {
                 return rc;
+            }
         }
-        if ((rc = tio_runtime_after_kernel(c->rt, k)) < 0)
+        if ((rc = tio_runtime_after_kernel(c->rt, k)) < 0) {
             return rc;
+        }
     }
     n = tio_runtime_end_iteration(c->rt, c->act, c->cap);
     return n < 0 ? n : apply(c, n);
 }
 
 static void fail(struct result *r, const char *what, int rc) {
-    if (!r->error[0])
+    if (!r->error[0]) {
         (void)snprintf(r->error, sizeof r->error, "%s: %d (%s)", what, rc, tio_last_error());
+    }
 }
 
 static void run(const struct opts *o,
@@ -290,8 +309,9 @@ static void run(const struct opts *o,
     uint32_t *first = malloc(v.n_tensors * sizeof *first),
              *last = malloc(v.n_tensors * sizeof *last);
     uint64_t *off = malloc(v.n_tensors * sizeof *off);
-    if (!first || !last || !off)
+    if (!first || !last || !off) {
         die("malloc", TIO_ENOMEM);
+    }
     r->peak = peak_bytes(tr, first, last);
     uint64_t total = 0;
     for (size_t t = 0; t < v.n_tensors; t++) {
@@ -323,8 +343,9 @@ static void run(const struct opts *o,
     const struct tio_move *mv = tio_plan_moves(plan, &nm);
     r->moves = nm;
     struct tio_sim_params sp = tio_sim_params_default();
-    if (tier <= TIER_NONE)
+    if (tier <= TIER_NONE) {
         sp.policy = "ideal";
+    }
     struct tio_sim_result sr;
     if ((rc = tio_sim_run(tr, &hw, tier <= TIER_NONE ? NULL : mv, tier <= TIER_NONE ? 0 : nm, &sp,
                           &sim)) < 0) {
@@ -372,14 +393,16 @@ static void run(const struct opts *o,
     }
     c.cap = tio_runtime_max_actions(c.rt);
     c.act = calloc(c.cap ? c.cap : 1, sizeof *c.act);
-    if (!c.act)
+    if (!c.act) {
         die("calloc", TIO_ENOMEM);
-    for (size_t t = 0; t < v.n_tensors; t++)
+    }
+    for (size_t t = 0; t < v.n_tensors; t++) {
         if ((v.tensor_flags[t] & TIO_TENSOR_GLOBAL) &&
             (rc = tio_runtime_bind(c.rt, (uint32_t)t, c.slab + off[t])) < 0) {
             fail(r, "bind", rc);
             goto out;
         }
+    }
     /* one warm-up iteration, then the measured ones, queued without a pause: the step time is
      * the steady state's, between events recorded after the warm-up and after the last one */
     if (fc.event_create(&ev[0], 0) != 0 || fc.event_create(&ev[1], 0) != 0) {
@@ -397,11 +420,12 @@ static void run(const struct opts *o,
     (void)fc.timed_stats(st0, FAKE_N_STATS);
     uint64_t pg0 = fc.pageable_copies();
     double cpu0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID), t0 = now_s();
-    for (int it = 0; it < o->iters; it++)
+    for (int it = 0; it < o->iters; it++) {
         if ((rc = iteration(&c)) < 0) {
             fail(r, "iteration", rc);
             goto out;
         }
+    }
     (void)fc.event_record(ev[1], c.stream);
     double cpu = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - cpu0;
     r->host_s = (now_s() - t0) / o->iters; /* the training thread has queued everything */
@@ -428,17 +452,22 @@ static void run(const struct opts *o,
     r->d2h_util = (double)(st1[FAKE_D2H_BUSY_NS] - st0[FAKE_D2H_BUSY_NS]) * 1e-9 / wall;
     r->pageable = fc.pageable_copies() - pg0;
 out:
-    if (c.stream)
+    if (c.stream) {
         (void)fc.stream_synchronize(c.stream);
-    for (int i = 0; i < 2; i++)
-        if (ev[i])
+    }
+    for (int i = 0; i < 2; i++) {
+        if (ev[i]) {
             (void)fc.event_destroy(ev[i]);
+        }
+    }
     tio_runtime_free(c.rt);
     tio_engine_free(e);
-    if (c.stream)
+    if (c.stream) {
         (void)fc.stream_destroy(c.stream);
-    if (c.slab)
+    }
+    if (c.slab) {
         (void)fc.free_device(c.slab);
+    }
     (void)fc.set_timing(0, 0, 0, 0, 0);
     free(c.act);
     tio_sim_free(sim);
@@ -456,8 +485,9 @@ static void print_json(const struct result *r) {
                "\"tensors\":%llu,\"kernels\":%llu,\"error\":\"",
                r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
                (unsigned long long)r->tensors, (unsigned long long)r->kernels);
-        for (const char *p = r->error; *p; p++)
+        for (const char *p = r->error; *p; p++) {
             printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char)*p < 32 ? " " : "%c", *p);
+        }
         printf("\"}\n");
         return;
     }
@@ -562,17 +592,20 @@ int main(int argc, char **argv) {
     struct opts o;
     parse(argc, argv, &o);
 #ifdef TIO_FAKE_CUDART_PATH
-    if (setenv("TIO_CUDART_LIB", TIO_FAKE_CUDART_PATH, 0) != 0)
+    if (setenv("TIO_CUDART_LIB", TIO_FAKE_CUDART_PATH, 0) != 0) {
         die("setenv", -errno);
+    }
 #endif
-    if (fake_cuda_load(&fc) < 0)
+    if (fake_cuda_load(&fc) < 0) {
         return 1;
+    }
     char tmp[512] = "";
     if (!o.dir) {
         const char *base = getenv("TMPDIR");
         (void)snprintf(tmp, sizeof tmp, "%s/tio-twin-XXXXXX", base && *base ? base : "/var/tmp");
-        if (!mkdtemp(tmp))
+        if (!mkdtemp(tmp)) {
             die("mkdtemp", -errno);
+        }
         o.dir = tmp;
     }
     struct tio_trace *raw[MAX_TRACES + 1];
@@ -584,50 +617,59 @@ int main(int argc, char **argv) {
         names[n++] = "llama-1b";
     }
 #ifdef TIO_TWIN_OFFLOADER_TRACE
-    if (!o.no_offloader && o.ntraces < MAX_TRACES) /* shipped: bench/gpu_twin_offloader.py */
+    if (!o.no_offloader && o.ntraces < MAX_TRACES) { /* shipped: bench/gpu_twin_offloader.py */
         o.traces[o.ntraces++] = TIO_TWIN_OFFLOADER_TRACE;
+    }
 #endif
     for (int i = 0; i < o.ntraces; i++) {
         int rc = tio_trace_load(o.traces[i], TIO_TRACE_FORMAT_AUTO, &raw[n]);
-        if (rc < 0)
+        if (rc < 0) {
             die(o.traces[i], rc);
+        }
         const char *slash = strrchr(o.traces[i], '/');
         char *base = strdup(slash ? slash + 1 : o.traces[i]),
              *dot = base ? strrchr(base, '.') : NULL;
-        if (!base)
+        if (!base) {
             die("strdup", TIO_ENOMEM);
-        if (dot && dot != base)
+        }
+        if (dot && dot != base) {
             *dot = '\0';
+        }
         owned[n] = base;
         names[n++] = base;
     }
-    if (!o.json)
+    if (!o.json) {
         printf("%d measured iteration(s) after a warm-up, SSD tier in %s\n"
                "%-15s %-5s %5s %6s %7s %7s %7s %6s %7s %6s %6s %6s %5s %5s %5s %7s\n",
                o.iters, o.dir, "trace", "tier", "budg", "tens", "twin_s", "ideal", "predict",
                "x_idl", "host_s", "read", "press", "demand", "qfull", "h2d", "d2h", "us/kern");
+    }
     int bad = 0;
     for (int i = 0; i < n; i++) {
         double ideal = (double)tio_trace_total_duration_ns(raw[i]) * 1e-9;
         double ts = o.time_scale > 0 ? o.time_scale : ideal > 1 ? 1 / ideal : 1;
         uint64_t peak = raw_peak(raw[i]);
         double bs = o.byte_scale;
-        if (bs == 0)
-            for (bs = 1; (double)peak / bs > 400.0 * 1024 * 1024;)
+        if (bs == 0) {
+            for (bs = 1; (double)peak / bs > 400.0 * 1024 * 1024;) {
                 bs *= 2;
+            }
+        }
         /* the planner's smallest movable tensor: 1 MiB, or a thousandth of a small trace's peak */
         uint64_t min_bytes =
             (uint64_t)((double)(peak / 1000 < (1u << 20) ? peak / 1000 : 1u << 20) / bs);
         struct tio_trace *tr = scaled_trace(raw[i], bs, ts);
         for (int t = TIER_BARE; t <= TIER_BOTH; t++) {
-            if (t != TIER_BARE && !strstr(o.tiers, tier_names[t]))
+            if (t != TIER_BARE && !strstr(o.tiers, tier_names[t])) {
                 continue;
+            }
             struct result r;
             run(&o, names[i], tr, bs, ts, min_bytes, (enum tier)t, &r);
-            if (o.json)
+            if (o.json) {
                 print_json(&r);
-            else
+            } else {
                 print_row(&r);
+            }
             fflush(stdout);
             if (t == TIER_BARE && (r.error[0] || fabs(r.twin_s / r.ideal_s - 1) > 0.02)) {
                 fprintf(stderr,
@@ -642,8 +684,9 @@ int main(int argc, char **argv) {
         free(owned[i]);
     }
     if (tmp[0]) { /* the engine removed its files; the directory is ours */
-        if (rmdir(tmp) != 0)
+        if (rmdir(tmp) != 0) {
             fprintf(stderr, "bench_gpu_twin: could not remove %s\n", tmp);
+        }
     }
     return bad;
 }

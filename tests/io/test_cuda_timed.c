@@ -19,7 +19,7 @@
 #define H2D  1
 #define D2H  2
 #define MiB  (1024u * 1024u)
-#define RATE 20e6 /* bytes/s of both copy engines: 4 MiB take 0.21 s */
+#define RATE 10e6 /* bytes/s of both copy engines: 4 MiB take 0.42 s */
 
 static struct fake_cuda fc;
 
@@ -39,15 +39,15 @@ TIO_TEST(kernels_run_back_to_back) {
     CHECK_EQ_I(fc.stream_create(&s, 1), 0);
     double t0 = now_s();
     for (int i = 0; i < 20; i++)
-        CHECK_EQ_I(fc.launch_kernel(s, 5000000), 0); /* 5 ms */
+        CHECK_EQ_I(fc.launch_kernel(s, 25000000), 0); /* 25 ms */
     double queued = now_s() - t0;
-    CHECK(queued < 0.05); /* launching does not wait for the kernels */
+    CHECK(queued < 0.25); /* launching does not wait for the kernels (0.5 s) */
     CHECK_EQ_I(fc.stream_synchronize(s), 0);
-    CHECK(now_s() - t0 >= 0.1);
+    CHECK(now_s() - t0 >= 0.5);
     uint64_t st[FAKE_N_STATS] = { 0 };
     CHECK_EQ_I(fc.timed_stats(st, FAKE_N_STATS), FAKE_N_STATS);
     CHECK_EQ_U(st[FAKE_KERNELS], 20);
-    CHECK_EQ_U(st[FAKE_KERNEL_NS], 100000000);
+    CHECK_EQ_U(st[FAKE_KERNEL_NS], 500000000);
     CHECK_EQ_I(fc.stream_destroy(s), 0);
 }
 
@@ -85,7 +85,7 @@ TIO_TEST(one_copy_engine_per_direction) {
     double t0 = now_s();
     CHECK_EQ_I(fc.memcpy_async(b.dev[0], b.host[0], 4 * MiB, H2D, s[0]), 0);
     CHECK_EQ_I(fc.memcpy_async(b.dev[1], b.host[1], 4 * MiB, H2D, s[1]), 0);
-    CHECK(now_s() - t0 < one / 2); /* pinned: asynchronous */
+    CHECK(now_s() - t0 < one); /* pinned: asynchronous (the two take 2 * one) */
     CHECK_EQ_I(fc.stream_synchronize(s[0]), 0);
     CHECK_EQ_I(fc.stream_synchronize(s[1]), 0);
     double same = now_s() - t0;
@@ -152,11 +152,11 @@ TIO_TEST(pageable_copies_are_synchronous_and_slower) {
     CHECK_EQ_U(fc.pageable_copies(), p0 + 1);
     const unsigned char *d = fc.translate(dev, MiB);
     CHECK(d && d[MiB - 1] == 0x5A);
-    /* registered memory is pinned: asynchronous again */
+    /* registered memory is pinned: asynchronous again (the copy takes 0.1 s) */
     CHECK_EQ_I(fc.host_register(page, MiB, 0), 0);
     t0 = now_s();
     CHECK_EQ_I(fc.memcpy_async(page, dev, MiB, D2H, s), 0);
-    CHECK(now_s() - t0 < MiB / RATE / 2);
+    CHECK(now_s() - t0 < MiB / RATE);
     CHECK_EQ_U(fc.pageable_copies(), p0 + 1);
     CHECK_EQ_I(fc.stream_synchronize(s), 0);
     CHECK_EQ_I(fc.host_unregister(page), 0);

@@ -43,6 +43,13 @@
  * (fake_cuda_cross_device_copies). One legacy stream serves every device, as the legacy stream of
  * the calling thread's current device.
  *
+ * Pinned and pageable host memory: cudaHostAlloc and cudaHostRegister pin a range. A copy
+ * between the device and host memory that is not pinned returns only once it completed (on a GPU
+ * it is staged through a driver buffer) and is counted (fake_cuda_pageable_copies). The thread
+ * registered by fake_cuda_watch_thread has its waits on device progress counted
+ * (fake_cuda_watched_waits). Timed mode (fake_cuda_set_timing, the GPU twin): see
+ * fake_cudart_timed.c.
+ *
  * Environment: FAKE_CUDA_DEVICES=n (device count, default 1), FAKE_CUDA_ERROR=e
  * (cudaGetDeviceCount fails with e, e.g. 35), FAKE_CUDA_LAG_US=max (default 0: no delay),
  * FAKE_CUDA_SEED=s. Test hooks: fake_cuda_set_lag, the fake_cuda_* counters below.

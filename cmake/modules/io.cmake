@@ -37,12 +37,26 @@ set(_tio_fake_env
     "TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile>")
 foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test_runtime_stream
         test_cuda_devices test_cuda_timed test_runtime_waits test_cuda_races
-        test_runtime_forget)
+        test_runtime_forget test_io_gpu_path)
     if(TARGET ${t})
         add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})
     endif()
 endforeach()
+# The stream-ordered executor with one tier alone (the SSDs, the host tier): the same emulator
+# test over engines that have only that tier, every planned move sent there.
+if(TARGET test_runtime_stream)
+    set(_tio_tier_schedules 400)
+    if(TIO_SANITIZE)
+        set(_tio_tier_schedules 60)
+    endif()
+    foreach(tier ssd host)
+        add_test(NAME test_runtime_stream_${tier} COMMAND test_runtime_stream)
+        set_tests_properties(test_runtime_stream_${tier} PROPERTIES TIMEOUT 300 LABELS io
+            ENVIRONMENT
+            "TIO_STREAM_TIERS=${tier};TIO_STREAM_SCHEDULES=${_tio_tier_schedules};${_tio_fake_env}")
+    endforeach()
+endif()
 if(TARGET test_io_probe)
     add_dependencies(test_io_probe tio_fake_cudart)
     set_property(TEST test_io_probe APPEND PROPERTY ENVIRONMENT

@@ -42,8 +42,11 @@
  * waits first. The engine runs one internal progress thread plus the backend's own threads.
  *
  * Memory kinds: TIO_MEM_HOST is ordinary host memory (any alignment: unaligned buffers go
- * through aligned staging buffers); TIO_MEM_DEVICE is CUDA device memory and needs the
- * `cufile` or `cuda` backend (or a host tier allocated with CUDA), else TIO_EUNAVAIL.
+ * through aligned staging buffers); TIO_MEM_DEVICE is CUDA device memory and needs a CUDA
+ * device usable when the engine was made (any backend: the engine moves it through pinned
+ * staging rings on copy streams of its own, docs/engine.md "The GPU data path"; the `cufile`
+ * backend reads and writes it with cuFile), else TIO_EUNAVAIL. An engine belongs to the device
+ * current on the thread that made it: its streams, events and threads are that device's.
  */
 #ifndef TERAIO_IO_H
 #define TERAIO_IO_H
@@ -151,8 +154,9 @@ TIO_API TIO_MUST_CHECK int tio_engine_reserve(struct tio_engine *e, uint64_t byt
  * it: the old copy is freed only when the new one is complete.
  *
  * `fence` (a cudaEvent_t, or NULL for none): no byte of the request moves before it has
- * completed. The engine's own threads poll it with cudaEventQuery (every 50 us while nothing
- * else wakes them); the caller never blocks on it. Use it for device memory that kernels
+ * completed. For device memory the engine's copy stream waits on it (cudaStreamWaitEvent);
+ * otherwise (host memory, cuFile) the engine's own threads poll it with cudaEventQuery (every
+ * 50 us while nothing else wakes them); the caller never blocks on it. Use it for device memory that kernels
  * already queued on a stream may still use: a tensor offloaded after its last use, memory the
  * caching allocator just handed out (record the event on that stream first). The event must
  * stay alive and must not be recorded again until the request's completion is reaped. A
@@ -179,12 +183,11 @@ TIO_API TIO_MUST_CHECK int tio_engine_write(struct tio_engine *e,
  * size). Asynchronous like tio_engine_write, with a `fence` as there (NULL: none); the tensor
  * stays stored (drop it explicitly).
  *
- * `done` (a cudaEvent_t, or NULL): the engine records it, on the non-blocking stream its device
- * copies run on, once every copy of the read has been issued, just before the completion.
- * Device memory read from the host tier is then copied asynchronously: the completion means
- * "issued", and the bytes are in place once `done` has completed, so the caller makes its
- * stream wait on it (cudaStreamWaitEvent) before any use of the memory, freeing included.
- * Without `done` (or from the SSD tier) the completion means the bytes are in place.
+ * `done` (a cudaEvent_t, or NULL): the engine records it on its host-to-device copy stream once
+ * every copy of the read to the device has been queued there, just before the completion. The
+ * completion then means "queued" (from either tier), and the bytes are in place once `done` has
+ * completed, so the caller makes its stream wait on it (cudaStreamWaitEvent) before any use of
+ * the memory, freeing included. Without `done` the completion means the bytes are in place.
  *
  * Errors at once: TIO_ENOTFOUND (no such tensor), TIO_EINVAL (size mismatch; a `done` without
  * device memory or without a CUDA device usable when the engine was made), -EAGAIN,

@@ -29,6 +29,8 @@ static const struct tio_dl_sym syms[] = {
     { "cudaEventQuery", &loaded.event_query },
     { "cudaEventSynchronize", &loaded.event_synchronize },
     { "cudaMemcpyAsync", &loaded.memcpy_async },
+    { "cudaSetDevice", &loaded.set_device },
+    { "cudaGetDevice", &loaded.get_device },
 };
 TIO_DL_SHIM_DEFINE(tio_cudart, tio_cudart_api, "cudart", "TIO_CUDART_LIB", names, syms, &loaded)
 

@@ -33,6 +33,8 @@ enum {
 #define TIO_CUDA_STREAM_NON_BLOCKING 0x1u
 /* cudaEventDisableTiming: the cheapest event (no timestamps). */
 #define TIO_CUDA_EVENT_DISABLE_TIMING 0x2u
+/* cudaHostAllocPortable: pinned memory usable by every device, not only the current one. */
+#define TIO_CUDA_HOST_ALLOC_PORTABLE 0x1u
 
 /* Streams and events are opaque handles (cudaStream_t, cudaEvent_t). NULL as a stream is the
  * legacy default stream, which synchronizes with every blocking stream of the device. */
@@ -61,6 +63,10 @@ struct tio_cudart_api {
     int (*event_synchronize)(tio_cuda_event e); /* cudaEventSynchronize */
     int (*memcpy_async)(void *dst, const void *src, size_t n, int kind, tio_cuda_stream s);
     /* cudaMemcpyAsync */
+    /* Device identity: streams, events and device memory belong to the device current on the
+     * thread that made them; the engine binds its threads to its device. */
+    int (*set_device)(int device);  /* cudaSetDevice */
+    int (*get_device)(int *device); /* cudaGetDevice */
 };
 
 /* The loaded table (or the one set for tests), NULL if no library loads or a symbol is

@@ -45,9 +45,9 @@ enum tio_io_op { TIO_IO_OP_READ = 0, TIO_IO_OP_WRITE = 1 };
 
 /* tio_io_req.flags */
 enum tio_io_req_flag {
-    /* a device-memory read need not be complete when its result is reaped: the engine
-     * records the request's done event after its last piece (record_event), and the caller
-     * waits on that (backends without record_event ignore the flag) */
+    /* a device-memory copy need not be complete when its result is reaped: it is queued on
+     * the engine's copy stream, and the engine waits for an event recorded after it (the
+     * host tier; other backends ignore the flag) */
     TIO_IO_REQ_NO_WAIT = 1u << 0,
 };
 
@@ -77,6 +77,9 @@ struct tio_io_config {
     uint64_t max_op;     /* largest len the core will submit (<= TIO_IO_MAX_OP) */
     const char *options; /* tio_engine_params.backend_options (may be NULL) */
     uint64_t pool_bytes; /* memory-tier backends (host): bytes of memory to hold; else 0 */
+    /* memory-tier backends: the engine's copy streams (cudaStream_t, one per direction; NULL:
+     * no usable CUDA device, device memory is refused) */
+    void *h2d_stream, *d2h_stream;
 };
 
 struct tio_io_backend_ops {
@@ -134,10 +137,6 @@ struct tio_io_backend_ops {
      * state move memory of kind `mem` (enum tio_mem_kind)? 1 or 0. For what init found (the
      * host tier: a usable CUDA device); thread-safe, never blocks. */
     int (*mem_ok)(void *state, int32_t mem);
-    /* (optional: default unsupported) record CUDA event `event` on the stream of the device
-     * copies submitted so far, so that it completes when they have (reads flagged
-     * TIO_IO_REQ_NO_WAIT). 0 or < 0 (TIO_ECUDA). */
-    int (*record_event)(void *state, void *event);
 };
 
 /* The registry (registry.c): every backend compiled in, in a static array. */

@@ -9,12 +9,12 @@
  * chunk by chunk with SSD work (engine_piece.c). It is not in the registry: the engine makes
  * one beside its SSD backend when host_tier_bytes > 0.
  *
- * Device memory is copied with cudaMemcpyAsync on a non-blocking stream of the backend's own,
- * then cudaStreamSynchronize on it: cudaMemcpy would run on the legacy default stream, which
- * synchronizes with every blocking stream (PyTorch's compute included), so each copy would
- * wait for every queued kernel and hold back later ones. A read flagged TIO_IO_REQ_NO_WAIT is
- * not waited for: the engine records the request's done event on the stream (record_event)
- * once every piece is copied, and the caller waits on that event.
+ * Device memory is copied with cudaMemcpyAsync on the engine's copy streams (cfg.h2d_stream
+ * for reads, cfg.d2h_stream for writes; non-blocking, so no copy waits for the kernels on the
+ * legacy default stream). A copy flagged TIO_IO_REQ_NO_WAIT is not waited for: the engine
+ * records an event after the request's last copy and settles on it (engine_gpu.c). A write
+ * of host memory into the pool first waits for the pool reads queued on the H2D stream: the
+ * extent it fills may be a dropped tensor's that a queued copy still reads.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -29,12 +29,12 @@
 struct host_state {
     unsigned char *pool; /* pool_bytes of host memory */
     uint64_t pool_bytes;
-    int pool_cuda;          /* allocated with cudaHostAlloc */
-    size_t locked;          /* bytes under mlock (0: none) */
-    tio_cuda_stream stream; /* non-blocking stream of the device copies */
-    int stream_ok;          /* set at init: device copies are possible */
-    /* copies on `stream` not waited for (reads with TIO_IO_REQ_NO_WAIT). Atomic: the thread
-     * that drives changes from one request to the next (the engine lock orders them too) */
+    int pool_cuda;            /* allocated with cudaHostAlloc */
+    size_t locked;            /* bytes under mlock (0: none) */
+    tio_cuda_stream h2d, d2h; /* the engine's copy streams (not owned) */
+    int stream_ok;            /* set at init: device copies are possible */
+    /* copies on h2d not waited for (TIO_IO_REQ_NO_WAIT). Atomic: the thread that drives
+     * changes from one request to the next (the engine lock orders them too) */
     _Atomic int copy_pending;
     struct tio_io_cqe *done; /* results of submitted copies, not yet reaped */
     uint32_t ndone, cap;
@@ -51,9 +51,9 @@ static void host_fini(void *state) {
         return;
     }
     const struct tio_cudart_api *cu = tio_cudart();
-    if (h->stream_ok && cu) {
-        (void)cu->stream_synchronize(h->stream); /* reads not waited for (NO_WAIT) */
-        (void)cu->stream_destroy(h->stream);
+    if (h->stream_ok && cu) { /* copies not waited for (NO_WAIT) still use the pool */
+        (void)cu->stream_synchronize(h->h2d);
+        (void)cu->stream_synchronize(h->d2h);
     }
     if (h->pool && h->pool_cuda) {
         if (cu) {
@@ -89,10 +89,11 @@ static int host_init(const struct tio_io_config *cfg, void **state) {
     char why[200];
     const struct tio_cudart_api *cu = tio_cudart_usable(why, sizeof why) ? tio_cudart() : NULL;
     void *mem = NULL;
-    if (cu && cu->stream_create(&h->stream, TIO_CUDA_STREAM_NON_BLOCKING) == 0) {
-        h->stream_ok = 1;
-    }
-    if (cu && cu->host_alloc(&mem, (size_t)hb, 0) == 0 && mem) {
+    h->h2d = cfg->h2d_stream;
+    h->d2h = cfg->d2h_stream;
+    h->stream_ok = cu && h->h2d && h->d2h;
+    /* portable: pinned for every device, whichever is current */
+    if (cu && cu->host_alloc(&mem, (size_t)hb, TIO_CUDA_HOST_ALLOC_PORTABLE) == 0 && mem) {
         h->pool_cuda = 1;
     } else {
         mem = tio_io_alloc((size_t)hb);
@@ -126,22 +127,24 @@ static int64_t host_copy(struct host_state *h, const struct tio_io_req *r) {
         if (!cu || !h->stream_ok) {
             return TIO_EUNAVAIL;
         }
-        /* on the backend's non-blocking stream: cudaMemcpy would run on the legacy default
-         * stream and so wait for every kernel queued there (and hold back the later ones) */
+        /* on the engine's non-blocking copy streams: cudaMemcpy would run on the legacy
+         * default stream and so wait for every kernel queued there (and hold back later ones) */
+        tio_cuda_stream s = r->op == TIO_IO_OP_WRITE ? h->d2h : h->h2d;
         int err = r->op == TIO_IO_OP_WRITE
-                      ? cu->memcpy_async(pool, user, r->len, TIO_CUDA_MEMCPY_D2H, h->stream)
-                      : cu->memcpy_async(user, pool, r->len, TIO_CUDA_MEMCPY_H2D, h->stream);
-        if (!err && r->op == TIO_IO_OP_READ && (r->flags & TIO_IO_REQ_NO_WAIT)) {
-            atomic_store(&h->copy_pending, 1); /* the caller waits on its done event */
-        } else if (!err) {
-            err = cu->stream_synchronize(h->stream);
+                      ? cu->memcpy_async(pool, user, r->len, TIO_CUDA_MEMCPY_D2H, s)
+                      : cu->memcpy_async(user, pool, r->len, TIO_CUDA_MEMCPY_H2D, s);
+        if (!err && r->op == TIO_IO_OP_READ) {
+            atomic_store(&h->copy_pending, 1);
+        }
+        if (!err && !(r->flags & TIO_IO_REQ_NO_WAIT)) {
+            err = cu->stream_synchronize(s);
         }
         return err ? TIO_ECUDA : (int64_t)r->len;
     }
     if (r->op == TIO_IO_OP_WRITE && atomic_exchange(&h->copy_pending, 0)) {
         /* a copy still reading the pool may read these bytes (a dropped tensor's extent) */
         const struct tio_cudart_api *cu = tio_cudart();
-        if (!cu || cu->stream_synchronize(h->stream)) {
+        if (!cu || cu->stream_synchronize(h->h2d)) {
             return TIO_ECUDA;
         }
     }
@@ -182,15 +185,6 @@ static int host_mem_ok(void *state, int32_t mem) {
     return mem == TIO_MEM_HOST || (mem == TIO_MEM_DEVICE && h->stream_ok && tio_cudart());
 }
 
-static int host_record_event(void *state, void *event) {
-    struct host_state *h = state;
-    const struct tio_cudart_api *cu = tio_cudart();
-    if (!cu || !h->stream_ok || cu->event_record(event, h->stream)) {
-        return TIO_ECUDA;
-    }
-    return 0;
-}
-
 const struct tio_io_backend_ops tio_io_backend_host = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "host",
@@ -201,5 +195,4 @@ const struct tio_io_backend_ops tio_io_backend_host = {
     .submit = host_submit,
     .reap = host_reap,
     .mem_ok = host_mem_ok,
-    .record_event = host_record_event,
 };

@@ -9,6 +9,10 @@
 int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, uint32_t n) {
     memset(b, 0, sizeof(*b));
     b->cu = cu;
+    b->device = -1;
+    if (cu->get_device && cu->get_device(&b->device) != 0) {
+        b->device = -1;
+    }
     b->bufs = tio_calloc(n, sizeof(*b->bufs));
     b->streams = tio_calloc(n, sizeof(*b->streams));
     if (!b->bufs || !b->streams) {
@@ -17,7 +21,7 @@ int tio_bounce_init(struct tio_bounce_set *b, const struct tio_cudart_api *cu, u
     }
     for (uint32_t i = 0; i < n; i++) {
         void *p = NULL;
-        int err = cu->host_alloc(&p, TIO_BOUNCE_BYTES, 0);
+        int err = cu->host_alloc(&p, TIO_BOUNCE_BYTES, TIO_CUDA_HOST_ALLOC_PORTABLE);
         if (err != 0 || !p) {
             tio_bounce_fini(b);
             return tio_set_error(TIO_ECUDA, "cudaHostAlloc(%u bytes): error %d", TIO_BOUNCE_BYTES,
@@ -56,9 +60,16 @@ copy_on(struct tio_bounce_set *b, uint32_t i, void *dst, const void *src, size_t
     return err ? err : b->cu->stream_synchronize(b->streams[i]);
 }
 
+/* The device a worker thread is bound to (-1: none yet). */
+static _Thread_local int tl_device = -1;
+
 int64_t
 tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker) {
     uint32_t w = worker % b->n;
+    if (b->device >= 0 && tl_device != b->device && b->cu->set_device &&
+        b->cu->set_device(b->device) == 0) {
+        tl_device = b->device; /* the streams and buffers are that device's */
+    }
     unsigned char *bounce = b->bufs[w];
     unsigned char *dev = r->buf;
     uint64_t done = 0;

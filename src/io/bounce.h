@@ -15,6 +15,7 @@ struct tio_bounce_set {
     tio_cuda_stream *streams; /* one non-blocking stream per worker: its copies never wait
                                  for the legacy default stream, where kernels run */
     uint32_t n;
+    int device; /* the device current at init (-1: unknown): workers bind to it */
 };
 
 /* Allocate n pinned buffers with cudaHostAlloc and n non-blocking streams. 0, TIO_ECUDA or

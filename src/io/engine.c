@@ -93,11 +93,12 @@ static int check_mem(struct tio_engine *e, int32_t mem, int32_t tier, const char
     if (mem != TIO_MEM_DEVICE) {
         return 0;
     }
-    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_IO_CAP_DEVICE_MEM)) {
+    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_IO_CAP_DEVICE_MEM) &&
+        !tio_eng_gpu_path(e, mem, tier)) {
         return tio_set_error(TIO_EUNAVAIL,
-                             "engine %s: device memory needs the cufile or cuda backend (this "
-                             "engine uses %s)",
-                             what, e->ops->name);
+                             "engine %s: device memory needs a usable CUDA device when the engine "
+                             "was made (%s), or the cufile or cuda backend (this engine uses %s)",
+                             what, tio_cudart_reason(), e->ops->name);
     }
     if (tier == TIO_TIER_HOST && !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE)) {
         return tio_set_error(TIO_EUNAVAIL,
@@ -136,6 +137,7 @@ static int enqueue(struct tio_engine *e,
     rq->tag = tag;
     rq->fence = fence;
     rq->done = done;
+    rq->gpu = tio_eng_gpu_path(e, mem, pl->tier);
     rq->op = op;
     rq->mem = mem;
     rq->prio = prio;
@@ -254,7 +256,7 @@ int tio_engine_read(struct tio_engine *e,
     if (rc == 0) {
         rc = check_fence(fence, "read");
     }
-    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !tio_eng_host_mem_ok(e, TIO_MEM_DEVICE))) {
+    if (rc == 0 && done && (mem != TIO_MEM_DEVICE || !e->gpu.cu)) {
         rc = tio_set_error(TIO_EINVAL,
                            "engine read: a done event needs device memory and a usable CUDA "
                            "device when the engine was made");
@@ -445,8 +447,8 @@ int tio_engine_cancel(struct tio_engine *e, uint64_t tag) {
         if (rq->tag == tag && !rq->canceled) {
             rq->canceled = 1;
             n++;
-            if (rq->inflight == 0) {
-                tio_eng_request_finish(e, rq); /* nothing in the backend: complete it now */
+            if (rq->inflight == 0 && !rq->tail) { /* (a settling one is finished by its poll) */
+                tio_eng_request_finish(e, rq);    /* nothing in the backend: complete it now */
             }
         }
         rq = next;

@@ -142,7 +142,7 @@ static void progress_loop(struct tio_engine *e) {
             if (tio_eng_done_wake_due(e)) {
                 pthread_cond_broadcast(&e->done_cv);
             }
-            if (e->fence_blocked) { /* poll the fences: nobody signals a CUDA event */
+            if (e->fence_blocked || e->gpu_pending) { /* nobody signals a CUDA event: poll */
                 struct timespec ts;
                 tio_deadline_in(TIO_FENCE_POLL_NS, &ts);
                 (void)pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
@@ -154,7 +154,8 @@ static void progress_loop(struct tio_engine *e) {
         /* wait for results; new work wakes us through notify (or a short poll without it) */
         int full = e->nop_free == 0;
         int64_t wait_ns = (full || e->ops->notify) ? 100000000 : 500000;
-        (void)drive_reap(e, e->fence_blocked && !full ? TIO_FENCE_POLL_NS : wait_ns);
+        (void)drive_reap(e, (e->fence_blocked || e->gpu_pending) && !full ? TIO_FENCE_POLL_NS
+                                                                          : wait_ns);
     }
 }
 
@@ -243,9 +244,9 @@ static void progress_park_loop(struct tio_engine *e) {
                 break;
             }
             tio_eng_drive_end(e, NULL, 1);
-            if (depth - e->nop_free == 0 && !queued_work(e)) {
+            if (depth - e->nop_free == 0 && !queued_work(e) && !e->gpu_pending) {
                 park_ns = -1; /* idle: whoever queues work unparks us */
-            } else if (e->fence_blocked) {
+            } else if (e->fence_blocked || e->gpu_pending) {
                 park_ns = TIO_FENCE_POLL_NS;
             }
         }
@@ -260,6 +261,7 @@ static void progress_park_loop(struct tio_engine *e) {
 
 void *tio_eng_progress_main(void *arg) {
     struct tio_engine *e = arg;
+    tio_eng_gpu_bind_thread(e); /* its CUDA calls are on the engine's device */
     pthread_mutex_lock(&e->mu);
     if (e->caller_drive) {
         progress_park_loop(e);
@@ -336,7 +338,8 @@ int tio_eng_drive_wait(struct tio_engine *e,
                 return e->cq_count < min;
             }
         }
-        (void)drive_reap(e, e->fence_blocked && (left < 0 || left > TIO_FENCE_POLL_NS)
+        (void)drive_reap(e, (e->fence_blocked || e->gpu_pending) &&
+                                    (left < 0 || left > TIO_FENCE_POLL_NS)
                                 ? TIO_FENCE_POLL_NS
                                 : left);
     }

@@ -12,6 +12,8 @@
  *                    copies, and a backend result's completion
  *   engine_drive.c   who drives the backend: the progress thread (two regimes) and callers
  *                    (caller-driven completions), submit / reap, wake-ups
+ *   engine_gpu.c     the GPU data path: the copy streams (one per direction), the pinned
+ *                    staging rings with an event per buffer, the device the engine is bound to
  *   engine_setup.c   parameters, backend selection, tio_engine_new / tio_engine_free
  *   engine.c         the public calls: reserve, write, read, drop, poll, wait, cancel, stats
  *
@@ -35,6 +37,11 @@
  *  H6 A stored copy (placement) is freed only when no request uses it: a write's new copy
  *     replaces the old one when it completes; reads and a write of the same tensor exclude
  *     each other (TIO_ESTATE), so `readers` and `pending` keep a placement alive.
+ *  H7 (the GPU data path, engine_gpu.c) A staging ring buffer is reused only once the copy
+ *     stream is past its last use: an H2D buffer when the event recorded after its copy to the
+ *     device has completed, a D2H buffer when its SSD write has completed. A request whose
+ *     last device copies are still queued is finished only when their event has completed
+ *     (or, for a read with a `done` event, once `done` is recorded after them).
  */
 #ifndef TIO_IO_ENGINE_INTERNAL_H
 #define TIO_IO_ENGINE_INTERNAL_H
@@ -98,10 +105,16 @@ struct request {
     uint32_t inflight;       /* pieces in the backend */
     int64_t error;           /* first error (< 0) or 0 */
     int canceled;
-    void *fence; /* cudaEvent_t that must complete before any byte moves (NULL: none) */
-    void *done;  /* read: cudaEvent_t recorded by the host tier (record_event) once every copy
-                    is issued; its device copies are then not waited for (NULL: they are) */
-    int queued;  /* in a priority queue */
+    void *fence;      /* cudaEvent_t that must complete before any byte moves (NULL: none) */
+    void *done;       /* read: cudaEvent_t recorded on the engine's H2D stream once every copy is
+                         queued; its device copies are then not waited for (NULL: they are) */
+    int gpu;          /* device memory moved by the engine's copy streams (engine_gpu.c): its fence
+                         is waited for on the copy stream (cudaStreamWaitEvent), never polled */
+    int fence_queued; /* gpu: the copy stream already waits on the fence */
+    int copies;       /* gpu: device copies queued for it, not yet known complete */
+    void *tail;       /* gpu: event after its last copy while it settles (engine_gpu.c) */
+    struct request *snext; /* next in e->settling */
+    int queued;            /* in a priority queue */
     struct request *qprev, *qnext;
     struct request *aprev, *anext; /* all active requests (cancel by tag) */
 };
@@ -113,6 +126,41 @@ struct op {
     int32_t stage;   /* staging buffer index or -1 */
     int32_t file;
     int32_t heavy; /* completing it copies out of staging or computes a CRC */
+    int32_t ring;  /* GPU path: the staging ring buffer (H7) the transfer uses, or -1 */
+};
+
+/* A pinned staging ring of one copy direction (H7): n buffers of `bytes`, an event each. */
+struct gpu_ring {
+    unsigned char *mem; /* n * bytes, cudaHostAlloc(portable), 4 KiB aligned */
+    tio_cuda_event *ev; /* per buffer: recorded after its device copy */
+    int32_t *free;      /* free buffers */
+    uint32_t nfree;
+    int32_t *busy; /* H2D: buffers whose copy to the device may still run */
+    uint32_t nbusy;
+    uint32_t n;
+};
+
+/* A device-to-staging copy queued on the D2H stream whose SSD write waits for its event. */
+struct gpu_copy {
+    struct request *rq; /* held through inflight (H3) */
+    struct piece pc;
+    int32_t ring;
+};
+
+/* The GPU data path (engine_gpu.c); cu NULL: none (no usable CUDA device at creation). */
+struct tio_eng_gpu {
+    const struct tio_cudart_api *cu; /* set at creation */
+    int device;                      /* the device the engine was made on (set at creation) */
+    tio_cuda_stream h2d, d2h;        /* one non-blocking copy stream per direction */
+    struct gpu_ring ring[2];         /* [0] H2D (reads), [1] D2H (writes) */
+    struct gpu_copy *copying;        /* D2H copies waiting for their event */
+    uint32_t ncopying;
+    tio_cuda_event *evpool; /* spare events for settling requests */
+    uint32_t nevpool;
+    size_t capevpool;
+    tio_cuda_event h2d_mark;  /* recorded on h2d so that d2h can wait for pool reads */
+    struct request *settling; /* requests finished but for their last copies' event */
+    int h2d_pending;          /* host-tier copies from the pool may still run on h2d */
 };
 
 struct batch_item {
@@ -165,6 +213,8 @@ struct tio_engine {
     void *host_bst;
     struct tio_extents host_ext; /* the pool's extents */
     int fence_blocked; /* tio_eng_pick() passed over a request whose fence has not completed */
+    int gpu_pending;   /* copy events to poll (staging buffers, settling requests, copies) */
+    struct tio_eng_gpu gpu;
 
     unsigned char *stage_mem; /* depth buffers of stage_bytes, 4 KiB aligned; a buffer's bytes
                                  belong to the op slot that holds it (H5) */
@@ -246,6 +296,44 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
 void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res);
 /* Can the host tier take memory of kind mem (0 without a host tier)? Any thread. */
 int tio_eng_host_mem_ok(const struct tio_engine *e, int32_t mem);
+
+/* ---- engine_gpu.c: the GPU data path (under mu unless said otherwise) ---- */
+
+/* Set up the copy streams and staging rings when a CUDA device is usable (else gpu.cu stays
+ * NULL and device memory needs a device-capable backend). 0 or < 0. Not under mu. */
+int tio_eng_gpu_init(struct tio_engine *e);
+/* Wait for every queued copy and free the streams, rings and events. Not under mu. */
+void tio_eng_gpu_fini(struct tio_engine *e);
+/* Does device memory of a request on `tier` go through the engine's copy streams? */
+int tio_eng_gpu_path(const struct tio_engine *e, int32_t mem, int32_t tier);
+/* Bind the calling thread to the engine's device for CUDA calls; *prev for tio_eng_gpu_leave.
+ * The engine's own threads are bound once, callers for the duration of the call. */
+void tio_eng_gpu_enter(const struct tio_engine *e, int *prev);
+void tio_eng_gpu_leave(const struct tio_engine *e, int prev);
+/* The progress thread: bind it to the engine's device for its life. */
+void tio_eng_gpu_bind_thread(const struct tio_engine *e);
+/* Queue on `stream` a wait for the request's fence, once. 0 or TIO_ECUDA. */
+int tio_eng_gpu_fence(struct tio_engine *e, struct request *rq, tio_cuda_stream stream);
+/* Poll the copy events: give back staging buffers whose copies completed, submit ready
+ * D2H pieces to batch[] (returns how many, at most max), finish settled requests. Sets
+ * gpu_pending while anything is left to poll. */
+uint32_t tio_eng_gpu_poll(struct tio_engine *e, struct batch_item *batch, uint32_t max);
+/* A gpu read piece of `len` bytes: take an H2D staging buffer (-1: none free now). */
+int32_t tio_eng_gpu_take(struct tio_engine *e, int dir);
+/* Stage B of a read piece that arrived in ring buffer `ring`: queue its copy to the device
+ * after the fence, record the buffer's event. 0 or TIO_ECUDA. */
+int tio_eng_gpu_h2d(
+    struct tio_engine *e, struct request *rq, const struct piece *pc, int32_t ring, uint64_t len);
+/* Stage 1 of a write piece: queue its copy from the device into ring buffer `ring` after the
+ * fence; the SSD write is submitted by tio_eng_gpu_poll once the copy's event completed. */
+int tio_eng_gpu_d2h(struct tio_engine *e, struct request *rq, const struct piece *pc, int32_t ring);
+/* Give a D2H ring buffer back after its SSD write completed (H7). */
+void tio_eng_gpu_put(struct tio_engine *e, int dir, int32_t ring);
+/* A request with every piece done: 1 if it must settle first (its last copies are queued:
+ * record the tail event, finish later), 0 finish now (done recorded if it has one). */
+int tio_eng_gpu_settle(struct tio_engine *e, struct request *rq);
+/* Address of ring buffer i of direction dir. */
+unsigned char *tio_eng_gpu_buf(const struct tio_engine *e, int dir, int32_t i);
 
 /* ---- engine_drive.c: driving the backend ---- */
 

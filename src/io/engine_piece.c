@@ -75,8 +75,9 @@ static int64_t host_piece(struct tio_engine *e, const struct request *rq, const 
         .mem = rq->mem,
         .file = 0,
         .buf_index = -1,
-        /* the caller waits on its done event, recorded when the request finishes */
-        .flags = rq->op == TIO_IO_OP_READ && rq->done ? TIO_IO_REQ_NO_WAIT : 0,
+        /* device copies are queued on the engine's copy streams: the request settles on
+         * an event after its last one (engine_gpu.c) */
+        .flags = rq->gpu ? TIO_IO_REQ_NO_WAIT : 0,
     };
     int rc = e->host_ops->submit(e->host_bst, &r, 1);
     if (rc < 0) {
@@ -152,6 +153,7 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
     struct piece pc = o->pc;
     unsigned char *stage =
         o->stage >= 0 ? e->stage_mem + (uint64_t)o->stage * e->stage_bytes : NULL;
+    int32_t ring = o->ring;
     rq->inflight--;
     e->nheavy -= (uint32_t)o->heavy;
     if (res > 0) {
@@ -161,6 +163,12 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
         }
         if (stage && rq->op == TIO_IO_OP_READ && moved) {
             memcpy(rq->buf + (uint64_t)pc.chunk * e->p.chunk_bytes + pc.pos, stage, (size_t)moved);
+        }
+        if (ring >= 0 && rq->op == TIO_IO_OP_READ && moved && !rq->error && !rq->canceled) {
+            /* stage B: the ring buffer goes to the device on the H2D stream (H7) */
+            if (tio_eng_gpu_h2d(e, rq, &pc, ring, moved) == 0) {
+                ring = -1; /* busy until its event completes */
+            }
         }
         if (moved < pc.len) {
             e->st.short_transfers++;
@@ -192,6 +200,10 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
     if (o->stage >= 0) {
         e->stage_free[e->nstage_free++] = o->stage;
     }
+    if (ring >= 0) { /* a D2H buffer after its SSD write (H7), or a read's that went nowhere */
+        tio_eng_gpu_put(e, rq->op == TIO_IO_OP_READ ? 0 : 1, ring);
+    }
+    o->ring = -1;
     o->rq = NULL;
     e->op_free[e->nop_free++] = slot;
     if (rq->inflight == 0 && !tio_eng_request_has_work(rq)) {
@@ -205,13 +217,91 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
  * piece or a write that needs a staging copy ends the batch instead (left queued for the
  * progress thread). Returns the number of transfers built.
  */
+/* A GPU-path piece of an SSD request (engine_gpu.c): a read goes to the backend into an H2D
+ * ring buffer (no fence: it touches no device memory); a write is first copied from the
+ * device into a D2H ring buffer on the D2H stream, its SSD write follows from
+ * tio_eng_gpu_poll. Returns 1 if a transfer was added to *b. */
+static int gpu_piece(struct tio_engine *e, struct request *rq, struct batch_item *b) {
+    int dir = rq->op == TIO_IO_OP_READ ? 0 : 1;
+    int32_t ring = tio_eng_gpu_take(e, dir);
+    TIO_ASSERT(ring >= 0); /* tio_eng_pick passes over it while its ring is empty */
+    int from_cursor = rq->nredo == 0;
+    struct piece pc = next_piece(e, rq);
+    uint64_t len = TIO_MIN(TIO_MIN(pc.len, e->max_op), e->stage_bytes);
+    if (from_cursor) {
+        advance_cursor(e, rq, &pc, len);
+    } else if (len < pc.len) {
+        piece_unissue(e, rq, (struct piece){ pc.chunk, pc.attempts, pc.pos + len, pc.len - len });
+    }
+    pc.len = len;
+    if (dir == 1) {
+        (void)tio_eng_gpu_d2h(e, rq, &pc, ring); /* a failure fails rq */
+        return 0;
+    }
+    uint32_t fi = tio_eng_chunk_file(e, rq->pl, pc.chunk);
+    uint32_t slot = e->op_free[--e->nop_free];
+    struct op *o = &e->opv[slot];
+    o->rq = rq;
+    o->pc = pc;
+    o->file = (int32_t)fi;
+    o->stage = -1;
+    o->ring = ring;
+    o->heavy = 0;
+    o->io_len =
+        e->files[fi].direct ? (len + TIO_IO_ALIGN - 1) & ~(uint64_t)(TIO_IO_ALIGN - 1) : len;
+    memset(b, 0, sizeof(*b));
+    b->req.user = slot;
+    b->req.op = TIO_IO_OP_READ;
+    b->req.mem = TIO_MEM_HOST;
+    b->req.file = (int32_t)fi;
+    b->req.off = rq->pl->off[pc.chunk] + pc.pos;
+    b->req.buf_index = -1;
+    b->req.buf = tio_eng_gpu_buf(e, 0, ring);
+    b->req.len = (uint32_t)o->io_len;
+    rq->inflight++; /* H3 */
+    return 1;
+}
+
+/* Before a GPU-path host-tier piece: the copy stream waits on the fence (once), and a device
+ * write into the pool waits for the pool reads queued on h2d (a dropped tensor's extent may
+ * be this one). 0 or TIO_ECUDA (rq failed). */
+static int gpu_host_prepare(struct tio_engine *e, struct request *rq) {
+    struct tio_eng_gpu *g = &e->gpu;
+    int prev;
+    tio_eng_gpu_enter(e, &prev);
+    int rc = tio_eng_gpu_fence(e, rq, rq->op == TIO_IO_OP_READ ? g->h2d : g->d2h);
+    if (rc == 0 && rq->op == TIO_IO_OP_WRITE && g->h2d_pending) {
+        if (g->cu->event_record(g->h2d_mark, g->h2d) ||
+            g->cu->stream_wait_event(g->d2h, g->h2d_mark, 0)) {
+            tio_eng_request_fail(e, rq, TIO_ECUDA, 0, 1,
+                                 "ordering the D2H stream after the pool reads failed");
+            rc = TIO_ECUDA;
+        } else {
+            g->h2d_pending = 0;
+        }
+    }
+    if (rc == 0) {
+        g->h2d_pending |= rq->op == TIO_IO_OP_READ;
+        rq->copies++;
+    }
+    tio_eng_gpu_leave(e, prev);
+    return rc;
+}
+
 uint32_t
 tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max, int copies) {
-    uint32_t n = 0;
+    uint32_t n = copies ? tio_eng_gpu_poll(e, batch, max) : 0;
     while (n < max && e->nop_free) {
         struct request *rq = tio_eng_pick(e);
-        if (!rq || (rq->pl->tier == TIO_TIER_HOST && !copies)) {
+        if (!rq || ((rq->pl->tier == TIO_TIER_HOST || rq->gpu) && !copies)) {
             break;
+        }
+        if (rq->gpu && rq->pl->tier == TIO_TIER_SSD) {
+            n += (uint32_t)gpu_piece(e, rq, &batch[n]);
+            continue;
+        }
+        if (rq->gpu && rq->pl->tier == TIO_TIER_HOST && gpu_host_prepare(e, rq) < 0) {
+            continue; /* failed: pick() finishes it */
         }
         int from_cursor = rq->nredo == 0;
         struct piece pc = next_piece(e, rq);
@@ -284,6 +374,7 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
         o->pc = pc;
         o->file = (int32_t)fi;
         o->stage = -1;
+        o->ring = -1;
         o->io_len = len;
         struct batch_item *b = &batch[n++];
         memset(b, 0, sizeof(*b));

@@ -106,6 +106,22 @@ void tio_eng_request_free(struct request *rq) {
 void tio_eng_request_finish(struct tio_engine *e, struct request *rq) {
     TIO_ASSERT(rq->inflight == 0);
     queue_remove(e, rq);
+    if (rq->tail) {
+        return; /* settling already: tio_eng_gpu_poll finishes it */
+    }
+    /* H7: device copies still queued keep the request (and its memory) until they ran; a read
+     * with `done` records it after them and finishes now */
+    int settle = tio_eng_gpu_settle(e, rq);
+    if (settle > 0) {
+        return;
+    }
+    if (settle < 0 && !rq->error) {
+        rq->error = settle;
+        (void)snprintf(e->last_error, sizeof e->last_error,
+                       "read of tensor %llu (tag %llu): cudaEventRecord of its done event "
+                       "failed",
+                       (unsigned long long)rq->t->id, (unsigned long long)rq->tag);
+    }
     if (rq->aprev) {
         rq->aprev->anext = rq->anext;
     } else {
@@ -117,16 +133,6 @@ void tio_eng_request_finish(struct tio_engine *e, struct request *rq) {
     int64_t res = rq->error;
     if (!res && rq->canceled) {
         res = TIO_ECANCELED;
-    }
-    if (rq->done) { /* after every copy of the request, on the stream that made them */
-        if ((!e->host_ops->record_event || e->host_ops->record_event(e->host_bst, rq->done) < 0) &&
-            res == 0) {
-            res = TIO_ECUDA;
-            (void)snprintf(e->last_error, sizeof e->last_error,
-                           "read of tensor %llu (tag %llu): cudaEventRecord of its done event "
-                           "failed",
-                           (unsigned long long)rq->t->id, (unsigned long long)rq->tag);
-        }
     }
     struct tensor *t = rq->t;
     /* H6: the old copy is freed only now that the new one is complete; no read uses it (a
@@ -198,7 +204,7 @@ int tio_eng_request_has_work(const struct request *rq) {
 /* Has rq's fence completed? 1 yes (the fence is then forgotten), 0 not yet (fence_blocked is
  * set: whoever drives polls again soon), -1 the query failed (the request has failed). */
 static int fence_passed(struct tio_engine *e, struct request *rq) {
-    if (!rq->fence) {
+    if (!rq->fence || rq->gpu) { /* gpu: the copy stream waits on it (engine_gpu.c) */
         return 1;
     }
     const struct tio_cudart_api *cu = tio_cudart();
@@ -223,6 +229,13 @@ struct request *tio_eng_pick(struct tio_engine *e) {
         struct request *rq = e->qhead[q];
         while (rq) {
             struct request *next = rq->qnext;
+            if (rq->gpu && rq->pl->tier == TIO_TIER_SSD &&
+                !e->gpu.ring[rq->op == TIO_IO_OP_READ ? 0 : 1].nfree &&
+                tio_eng_request_has_work(rq)) {
+                e->gpu_pending = 1; /* no staging buffer free: polled until one is */
+                rq = next;
+                continue;
+            }
             if (tio_eng_request_has_work(rq) && fence_passed(e, rq) > 0) {
                 return rq;
             }

@@ -160,6 +160,8 @@ static int make_host_tier(struct tio_engine *e) {
         .threads = 1,
         .max_op = e->max_op,
         .pool_bytes = (e->p.host_tier_bytes + TIO_IO_ALIGN - 1) & ~(uint64_t)(TIO_IO_ALIGN - 1),
+        .h2d_stream = e->gpu.h2d,
+        .d2h_stream = e->gpu.d2h,
     };
     int rc = tio_io_backend_validate(&tio_io_backend_host);
     if (rc == 0) {
@@ -246,10 +248,15 @@ int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **o
     }
     for (uint32_t i = 0; i < depth; i++) {
         e->op_free[e->nop_free++] = depth - 1 - i;
+        e->opv[i].ring = -1;
     }
 
     int any_direct = 0;
     rc = open_swapfiles(e, params, &any_direct);
+    if (rc < 0) {
+        goto fail;
+    }
+    rc = tio_eng_gpu_init(e); /* before the host tier, which copies on its streams */
     if (rc < 0) {
         goto fail;
     }
@@ -342,9 +349,10 @@ void tio_engine_free(struct tio_engine *e) {
         tio_swapfile_close(&e->files[i]);
     }
     if (e->host_bst) {
-        e->host_ops->fini(e->host_bst); /* waits for reads not waited for (`done`) */
+        e->host_ops->fini(e->host_bst); /* waits for copies not waited for (`done`) */
         tio_extents_fini(&e->host_ext);
     }
+    tio_eng_gpu_fini(e); /* after the host tier, which copies on its streams */
     tio_free(e->stage_mem);
     tio_free(e->buckets);
     tio_free(e->opv);

@@ -377,10 +377,6 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
     if (rt->tflags[t] & TF_GLOBAL) {
         return tio_set_error(TIO_EINVAL, "runtime: forget: tensor %u is global", t);
     }
-    int src = tio_rt_settle(rt, t); /* its owner frees the memory on the compute stream */
-    if (src < 0) {
-        return src;
-    }
     if (rt->state[t] == ST_WRITING || rt->state[t] == ST_READING) {
         double dummy = 0;
         int rc = tio_rt_wait_tensor(rt, t, &dummy);
@@ -392,6 +388,12 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
             rt->state[t] = ST_RESIDENT;
             tio_rt_touch(rt, t);
         }
+    }
+    /* after the wait: a read that completed in it is landing only now. Its owner frees the
+     * memory on the compute stream, which must wait for the bytes first */
+    int src = tio_rt_settle(rt, t);
+    if (src < 0) {
+        return src;
     }
     if (rt->state[t] == ST_STORED) {
         retire_stored(rt, t);

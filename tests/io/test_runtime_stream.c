@@ -19,9 +19,13 @@
  * completed) shows up as a kernel finding another version, poison or foreign bytes. The test also
  * checks that the training thread never synchronizes with the device while it drives the iterations
  * and that the engine never copies on the legacy stream or a blocking stream, nor between the
- * device and pageable host memory (a copy a GPU makes synchronous).
+ * device and pageable host memory (a copy a GPU makes synchronous). Now and then the caller
+ * forgets an intermediate the plan still holds (a read in flight preferred) and frees its block
+ * on the stream, which the allocator hands out again at once.
  *
- * Environment: TIO_STREAM_SCHEDULES (default 1200; 120 under sanitizers), TIO_STREAM_SEED (first
+ * Environment: TIO_STREAM_TIERS (both, the default: the cuda backend with a host tier; ssd or
+ * host: an engine with that tier alone, every planned move sent there, the posix backend),
+ * TIO_STREAM_SCHEDULES (default 1200; 120 under sanitizers), TIO_STREAM_SEED (first
  * seed, default 1), TIO_STREAM_LAG_US (every schedule's maximum delay per stream operation;
  * default: 0, 20, 100 or 300 us drawn per schedule), TIO_STREAM_VERBOSE=1 (print the actions and
  * kernels), TIO_STREAM_STRICT=1 (a clean offload's release while a kernel using the memory is
@@ -35,38 +39,22 @@
 #include <string.h>
 #include <time.h>
 
-#include <teraio/hw.h>
 #include <teraio/io.h>
-#include <teraio/plan.h>
 #include <teraio/runtime.h>
-#include <teraio/trace.h>
 
 #include "io/fake_cuda.h"
 #include "io/io_util.h"
 #include "io/runtime_util.h"
+#include "io/stream_spec.h"
 #include "tio_test.h"
 
-#define KiB                 UINT64_C(1024)
-#define MAX_T               24
-#define MAX_K               32
-#define MAX_USES            16 /* >= the tensors of a trace: add_use never fails */
 #define ITERS               2
 #define SCHEDULES_PER_TRACE 6
 #define POISON              UINT64_C(0xDBDBDBDBDBDBDBDB)
 
 static struct fake_cuda fc;
 static char g_dir[512];
-
-/* ---- random numbers ---------------------------------------------------------------------- */
-static uint64_t rng_next(uint64_t *x) {
-    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-static uint64_t rng_below(uint64_t *x, uint64_t n) {
-    return n ? rng_next(x) % n : 0;
-}
+static int32_t g_only; /* TIO_STREAM_TIERS: 0 both tiers, else the one tier */
 
 /* ---- contents: version v of tensor t ------------------------------------------------------ */
 static uint64_t pat_base(uint32_t t, uint64_t v) {
@@ -91,186 +79,6 @@ static void record_failure(const char *fmt, ...) {
     (void)vsnprintf(g_first, sizeof g_first, fmt, ap);
     pthread_mutex_unlock(&g_fail_mu);
     va_end(ap);
-}
-
-/* ---- the trace ------------------------------------------------------------------------------ */
-struct use {
-    uint32_t t;
-    int32_t mode;
-};
-struct spec {
-    uint32_t nt, ng, nk; /* tensors 0..ng-1 are globals */
-    uint64_t bytes[MAX_T];
-    uint32_t first[MAX_T], last[MAX_T]; /* intermediates: first (a write) and last use */
-    uint32_t nu[MAX_K];
-    struct use u[MAX_K][MAX_USES];
-};
-
-static int has_use(const struct spec *s, uint32_t k, uint32_t t) {
-    for (uint32_t i = 0; i < s->nu[k]; i++)
-        if (s->u[k][i].t == t)
-            return 1;
-    return 0;
-}
-static void add_use(struct spec *s, uint32_t k, uint32_t t, int32_t mode) {
-    if (s->nu[k] < MAX_USES && !has_use(s, k, t))
-        s->u[k][s->nu[k]++] = (struct use){ t, mode };
-}
-
-static void make_spec(struct spec *s, uint64_t seed) {
-    uint64_t x = seed;
-    memset(s, 0, sizeof *s);
-    s->ng = 2 + (uint32_t)rng_below(&x, 3);
-    s->nt = s->ng + 4 + (uint32_t)rng_below(&x, 9);
-    s->nk = 8 + (uint32_t)rng_below(&x, 14);
-    for (uint32_t t = 0; t < s->nt; t++) /* 4 KiB .. 128 KiB, now and then 1 MiB */
-        s->bytes[t] = rng_below(&x, 24) == 0 ? 1024 * KiB : (4 * KiB) << rng_below(&x, 6);
-    for (uint32_t t = s->ng; t < s->nt; t++) { /* written at first, read at last, some between */
-        uint32_t f = (uint32_t)rng_below(&x, s->nk - 2);
-        uint32_t l = f + 2 + (uint32_t)rng_below(&x, s->nk - f - 2);
-        s->first[t] = f;
-        s->last[t] = l;
-        add_use(s, f, t, TIO_USE_WRITE);
-        for (uint32_t k = f + 1; k < l; k++)
-            if (rng_below(&x, 5) == 0)
-                add_use(s, k, t, rng_below(&x, 2) ? TIO_USE_READ : TIO_USE_READ_WRITE);
-        if (!has_use(s, l, t) && s->nu[l] < MAX_USES) {
-            add_use(s, l, t, rng_below(&x, 2) ? TIO_USE_READ : TIO_USE_READ_WRITE);
-        } else if (!has_use(s, l, t)) { /* kernel full: end where the last use landed */
-            uint32_t k = l;
-            while (k > f && !has_use(s, k, t))
-                k--;
-            s->last[t] = k;
-        }
-    }
-    for (uint32_t g = 0; g < s->ng; g++) {
-        int n = 0;
-        for (uint32_t k = 0; k < s->nk; k++) {
-            if (rng_below(&x, 4) != 0)
-                continue;
-            uint64_t r = rng_below(&x, 10);
-            int32_t mode = r < 6 ? TIO_USE_READ : r < 9 ? TIO_USE_READ_WRITE : TIO_USE_WRITE;
-            add_use(s, k, g, mode);
-            n++;
-        }
-        for (; n < 2; n++)
-            add_use(s, (uint32_t)rng_below(&x, s->nk), g, TIO_USE_READ);
-    }
-    /* an intermediate alive over a full kernel keeps a use list in step with [first, last] */
-    for (uint32_t t = s->ng; t < s->nt; t++) {
-        uint32_t f = s->nk, l = 0;
-        for (uint32_t k = 0; k < s->nk; k++)
-            if (has_use(s, k, t)) {
-                f = k < f ? k : f;
-                l = k;
-            }
-        s->first[t] = f;
-        s->last[t] = l;
-    }
-}
-
-static struct tio_trace *spec_trace(const struct spec *s) {
-    struct tio_trace *tr = NULL;
-    if (tio_trace_new(NULL, &tr) < 0)
-        return NULL;
-    int rc = 0;
-    for (uint32_t t = 0; t < s->nt; t++) {
-        char name[16];
-        (void)snprintf(name, sizeof name, "t%u", t);
-        rc |= tio_trace_add_tensor(tr, s->bytes[t],
-                                   t < s->ng ? TIO_TENSOR_WEIGHT : TIO_TENSOR_ACTIVATION,
-                                   t < s->ng ? TIO_TENSOR_GLOBAL : 0, name, NULL);
-    }
-    for (uint32_t k = 0; k < s->nk; k++) {
-        rc |= tio_trace_add_kernel(tr, "k", 100000, 0, NULL);
-        for (uint32_t i = 0; i < s->nu[k]; i++)
-            rc |= tio_trace_add_use(tr, s->u[k][i].t, s->u[k][i].mode);
-    }
-    return rt_trace_finish(tr, rc);
-}
-
-/* Bytes resident at k if nothing moved; the largest kernel working set. */
-static void spec_sizes(const struct spec *s, uint64_t *peak, uint64_t *max_ws) {
-    *peak = *max_ws = 0;
-    for (uint32_t k = 0; k < s->nk; k++) {
-        uint64_t live = 0, ws = 0;
-        for (uint32_t t = 0; t < s->nt; t++)
-            if (t < s->ng || (s->first[t] <= k && k <= s->last[t]))
-                live += s->bytes[t];
-        for (uint32_t i = 0; i < s->nu[k]; i++)
-            ws += s->bytes[s->u[k][i].t];
-        *peak = live > *peak ? live : *peak;
-        *max_ws = ws > *max_ws ? ws : *max_ws;
-    }
-}
-
-/* The planner's plan at a capacity between the largest working set and the peak. */
-static struct tio_plan *
-planner_plan(const struct tio_trace *tr, const struct spec *s, uint64_t *x, uint64_t *cap) {
-    uint64_t peak, ws;
-    spec_sizes(s, &peak, &ws);
-    struct tio_hw hw;
-    if (tio_hw_preset("cpu-ci", &hw) < 0)
-        return NULL;
-    uint64_t c = peak / 2 + rng_below(x, peak / 4);
-    *cap = c > ws ? c : ws;
-    hw.gpu_memory_bytes = *cap;
-    hw.gpu_reserve_bytes = 0;
-    hw.host_offload_cap_bytes = 2 * 1024 * KiB;
-    struct tio_plan_params pp = tio_plan_params_default();
-    pp.policy = "teraio-mixed";
-    pp.min_tensor_bytes = 4 * KiB;
-    struct tio_plan *plan = NULL;
-    if (tio_plan_make(tr, &hw, &pp, &plan) < 0) {
-        printf("  planner: %s\n", tio_last_error());
-        return NULL;
-    }
-    return plan;
-}
-
-/* A random plan: for each gap between two uses of a tensor (a global's wrap-around gap too),
- * maybe an offload after the first, then maybe a prefetch before the second. */
-static struct tio_plan *random_plan(const struct tio_trace *tr, const struct spec *s, uint64_t *x) {
-    struct tio_move m[256];
-    size_t nm = 0;
-    for (uint32_t t = 0; t < s->nt; t++) {
-        uint32_t at[MAX_K], n = 0;
-        for (uint32_t k = 0; k < s->nk; k++)
-            if (has_use(s, k, t))
-                at[n++] = k;
-        for (uint32_t i = 0; i < n && nm + 2 <= sizeof m / sizeof m[0]; i++) {
-            uint64_t a = at[i], b;
-            if (i + 1 < n)
-                b = at[i + 1];
-            else if (t < s->ng)
-                b = at[0] + s->nk; /* the next iteration's first use */
-            else
-                break;
-            if (b - a < 2 || rng_below(x, 3) == 0)
-                continue;
-            uint64_t off = a + 1 + rng_below(x, b - a - 1);
-            if (off >= s->nk)
-                continue;
-            int32_t tier = rng_below(x, 2) ? TIO_TIER_HOST : TIO_TIER_SSD;
-            m[nm++] = (struct tio_move){ .tensor = t,
-                                         .from = TIO_TIER_GPU,
-                                         .to = tier,
-                                         .trigger = off,
-                                         .deadline = b,
-                                         .bytes = s->bytes[t] };
-            if (b - off >= 2 && rng_below(x, 5) != 0) { /* else read when needed */
-                uint64_t pre = off + 1 + rng_below(x, b - off - 1);
-                if (pre < s->nk)
-                    m[nm++] = (struct tio_move){ .tensor = t,
-                                                 .from = tier,
-                                                 .to = TIO_TIER_GPU,
-                                                 .trigger = pre,
-                                                 .deadline = b,
-                                                 .bytes = s->bytes[t] };
-            }
-        }
-    }
-    return rt_plan(tr, s->nk, m, nm);
 }
 
 /* ---- the caller's caching allocator --------------------------------------------------------- */
@@ -449,7 +257,10 @@ struct caller {
     uint64_t version[MAX_T]; /* the version the next reader must see */
     uint64_t user[MAX_T];    /* the last kernel launched that uses t's current memory */
     uint64_t clean_queued;   /* clean releases while a kernel using the memory was queued */
-    int err;                 /* a harness or executor call failed */
+    uint64_t forgets;        /* tio_runtime_forget calls, reads in flight among them */
+    uint64_t forgets_reading;
+    int dead[MAX_T]; /* forgotten in this iteration: its later uses are dropped */
+    int err;         /* a harness or executor call failed */
 };
 
 static uint64_t *shadow(void *p, uint64_t bytes) {
@@ -554,11 +365,13 @@ static void launch(struct caller *c, uint64_t iter, uint32_t k) {
         caller_error(c, "calloc", 0);
         return;
     }
-    *kn = (struct kernel){ .seed = c->seed, .iter = iter, .k = k, .n = s->nu[k] };
+    *kn = (struct kernel){ .seed = c->seed, .iter = iter, .k = k };
     kn->seq = ++g_launched;
     for (uint32_t i = 0; i < s->nu[k]; i++) {
         uint32_t t = s->u[k][i].t;
         int32_t mode = s->u[k][i].mode;
+        if (c->dead[t])
+            continue;
         if (!c->ptr[t]) {
             record_failure("seed %llu iteration %llu kernel %u: tensor %u has no memory after "
                            "ready() (state %d)",
@@ -568,13 +381,13 @@ static void launch(struct caller *c, uint64_t iter, uint32_t k) {
             free(kn);
             return;
         }
-        kn->u[i] = (struct kuse){ .t = t,
-                                  .mode = mode,
-                                  .dev = c->ptr[t],
-                                  .w = shadow(c->ptr[t], s->bytes[t]),
-                                  .nw = s->bytes[t] / 8,
-                                  .expect = c->version[t],
-                                  .write = c->version[t] + 1 };
+        kn->u[kn->n++] = (struct kuse){ .t = t,
+                                        .mode = mode,
+                                        .dev = c->ptr[t],
+                                        .w = shadow(c->ptr[t], s->bytes[t]),
+                                        .nw = s->bytes[t] / 8,
+                                        .expect = c->version[t],
+                                        .write = c->version[t] + 1 };
         if (mode & TIO_USE_WRITE)
             c->version[t]++;
         c->user[t] = kn->seq;
@@ -617,9 +430,34 @@ static void check_globals(struct caller *c, uint64_t iter, int all) {
         free(kn);
 }
 
+/* Now and then the caller frees an intermediate the plan still holds (tio_runtime_forget), a read
+ * in flight preferred, and frees its block on the stream: the allocator hands it out again at
+ * once, so a read still filling it or landing in it would corrupt the next tensor. */
+static void maybe_forget(struct caller *c, uint64_t *x) {
+    uint32_t pick = MAX_T, nt = c->s->nt, off = (uint32_t)rng_below(x, nt);
+    for (uint32_t i = 0; i < nt && rng_below(x, 3) == 0; i++) {
+        uint32_t t = (off + i) % nt;
+        int st = tio_runtime_tensor_state(c->rt, t);
+        if (t >= c->s->ng && !c->dead[t] && c->ptr[t] && (st == 5 || (st == 1 && pick == MAX_T)))
+            pick = t;
+    }
+    if (pick == MAX_T)
+        return;
+    c->forgets_reading += tio_runtime_tensor_state(c->rt, pick) == 5;
+    int rc = tio_runtime_forget(c->rt, pick);
+    if (rc < 0) {
+        caller_error(c, "tio_runtime_forget", rc);
+        return;
+    }
+    c->forgets++;
+    c->dead[pick] = 1;
+    free_on_stream(c, pick);
+}
+
 static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act, size_t cap) {
     const struct spec *s = c->s;
-    uint64_t c0 = cleans(c);
+    uint64_t c0 = cleans(c), x = c->seed * 31 + iter;
+    memset(c->dead, 0, sizeof c->dead);
     int n = tio_runtime_begin_iteration(c->rt, act, cap);
     if (n < 0) {
         caller_error(c, "begin_iteration", n);
@@ -661,6 +499,7 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act
             caller_error(c, "after_kernel", rc);
             return;
         }
+        maybe_forget(c, &x);
         for (uint32_t i = 0; i < s->nu[k]; i++) { /* intermediates that died at k */
             uint32_t t = s->u[k][i].t;
             if (t >= s->ng && s->last[t] == k && c->ptr[t])
@@ -682,7 +521,7 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act
 
 struct totals {
     uint64_t schedules, offloads, prefetches, bytes_offloaded, bytes_prefetched, urgent,
-        demand_offloads, moves_planned, clean_offloads, clean_queued;
+        demand_offloads, moves_planned, clean_offloads, clean_queued, forgets, forgets_reading;
 };
 
 static void run_schedule(const struct spec *s,
@@ -746,6 +585,8 @@ static void run_schedule(const struct spec *s,
     tot->demand_offloads += st.demand_offloads;
     tot->clean_offloads += st.clean_offloads;
     tot->clean_queued += c.clean_queued;
+    tot->forgets += c.forgets;
+    tot->forgets_reading += c.forgets_reading;
 }
 
 static double now_s(void) {
@@ -768,6 +609,10 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     uint64_t seed0 = env_u64("TIO_STREAM_SEED", 1);
     g_verbose = (int)env_u64("TIO_STREAM_VERBOSE", 0);
     g_strict = (int)env_u64("TIO_STREAM_STRICT", 0);
+    const char *tiers = getenv("TIO_STREAM_TIERS");
+    g_only = !tiers || !*tiers || !strcmp(tiers, "both") ? 0
+             : !strcmp(tiers, "ssd")                     ? TIO_TIER_SSD
+                                                         : TIO_TIER_HOST;
     const char *lag_env = getenv("TIO_STREAM_LAG_US");
     long lag_us = lag_env && *lag_env ? strtol(lag_env, NULL, 10) : -1;
     uint64_t bad0 = fc.bad_accesses(), blocking0 = fc.blocking_copies();
@@ -793,9 +638,12 @@ TIO_TEST(stream_ordered_executor_under_lag) {
         struct tio_trace *tr = spec_trace(&s);
         uint64_t cap = 0;
         struct tio_plan *plans[2] = { tr ? planner_plan(tr, &s, &x, &cap) : NULL,
-                                      tr ? random_plan(tr, &s, &x) : NULL };
-        struct tio_engine *e =
-            rt_engine(g_dir, "cuda", NULL, 1024 * KiB + rng_below(&x, 2) * 1024 * KiB);
+                                      tr ? random_plan(tr, &s, &x, g_only) : NULL };
+        if (g_only)
+            plans[0] = only_tier(plans[0], tr, s.nk, g_only);
+        uint64_t host = g_only == TIO_TIER_SSD ? 0 : 1024 * KiB + rng_below(&x, 2) * 1024 * KiB;
+        struct tio_engine *e = rt_engine(g_only == TIO_TIER_HOST ? NULL : g_dir,
+                                         g_only ? "posix" : "cuda", NULL, host);
         CHECK(tr && plans[0] && plans[1] && e);
         if (!tr || !plans[0] || !plans[1] || !e) {
             tio_plan_free(plans[0]);
@@ -827,8 +675,9 @@ TIO_TEST(stream_ordered_executor_under_lag) {
            (unsigned long long)tot.urgent, (double)tot.bytes_offloaded / (1024.0 * 1024.0),
            (double)tot.bytes_prefetched / (1024.0 * 1024.0), (unsigned long long)tot.moves_planned);
     printf("  %llu clean offloads, %llu of them released while a kernel using the memory was "
-           "still queued (freed through the stream)\n",
-           (unsigned long long)tot.clean_offloads, (unsigned long long)tot.clean_queued);
+           "still queued (freed through the stream); %llu forgets, %llu with a read in flight\n",
+           (unsigned long long)tot.clean_offloads, (unsigned long long)tot.clean_queued,
+           (unsigned long long)tot.forgets, (unsigned long long)tot.forgets_reading);
     uint64_t failures = atomic_load(&g_failures);
     if (failures) {
         pthread_mutex_lock(&g_fail_mu);
@@ -840,6 +689,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     CHECK(tot.moves_planned > 0);
     CHECK(tot.bytes_offloaded > 0);
     CHECK(tot.bytes_prefetched > 0);
+    CHECK(tot.forgets_reading > 0);
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
     CHECK_EQ_U(fc.pageable_copies(), pageable0); /* from pinned memory: asynchronous */

@@ -1,0 +1,338 @@
+/*
+ * The engine's GPU data path (src/io/engine_gpu.c) against the lagging-GPU emulator
+ * (tests/io/fakes): device memory moves in two stages around pinned staging rings on one copy
+ * stream per direction, ordered by events on the GPU, never by the host waiting for a fence.
+ *
+ *   - an SSD-only engine (posix backend, no host tier) takes device memory and a `done` event;
+ *   - a read's SSD stage starts although its fence has not completed (the kernel before it is
+ *     held back by a gate), its completion arrives while the gate is still closed, and its bytes
+ *     land on the device only after the gate opened;
+ *   - a write copies the device bytes only after its fence: what the producer wrote, not what
+ *     was there before;
+ *   - a write into the host tier (host memory, or device memory on the D2H stream) waits for a
+ *     pool read still queued on the H2D stream (the extent it reuses is that read's source);
+ *   - a failed SSD write keeps the tensor's previous copy and the caller's memory;
+ *   - an engine made on device 1 copies on device 1's streams, whatever device the thread
+ *     that submits has, and gives that thread its device back;
+ *   - without a usable CUDA device, device memory is refused at once.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <teraio/io.h>
+
+#include "../tio_test.h"
+#include "common/common_impl.h"
+#include "dl/cudart_shim.h"
+#include "io/fake_cuda.h"
+#include "io/io_util.h"
+
+static struct fake_cuda fc;
+static char g_dir[512];
+static const char *g_dirv[1] = { g_dir };
+
+/* ---- a gate: a host function that holds its stream until opened ------------------------- */
+static atomic_int g_gate;
+static void gate_fn(void *arg) {
+    (void)arg;
+    /* opens itself after 5 s, so that an engine that waits for the stream under its lock makes
+     * the test fail instead of hang */
+    for (int i = 0; i < 25000 && !atomic_load(&g_gate); i++) {
+        struct timespec ts = { 0, 200000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- a producer: a host function that fills device memory (through its shadow) ---------- */
+struct fill {
+    unsigned char *shadow;
+    uint64_t n, seed;
+};
+static void fill_fn(void *arg) {
+    struct fill *f = arg;
+    io_fill(f->shadow, f->n, f->seed);
+}
+
+static struct tio_engine *engine(const char *backend, uint64_t host_bytes, int ssd) {
+    struct tio_engine_params p = io_params(backend, ssd ? g_dirv : NULL, ssd ? 1 : 0);
+    p.host_tier_bytes = host_bytes;
+    p.chunk_bytes = 64 * 1024; /* pieces of 64 KiB: a tensor takes several trips of the ring */
+    p.preallocate = 0;
+    struct tio_engine *e = NULL;
+    int rc = tio_engine_new(&p, &e);
+    if (rc < 0)
+        printf("  engine: %s: %s\n", tio_strerror(rc), tio_last_error());
+    return e;
+}
+
+#define N ((1u << 20) + 12345u)
+
+static void *dev_alloc(uint64_t n) {
+    void *d = NULL;
+    CHECK_EQ_I(fc.malloc_device(&d, n), 0);
+    return d;
+}
+
+static void *new_event(void) {
+    void *ev = NULL;
+    CHECK_EQ_I(fc.event_create(&ev, TIO_CUDA_EVENT_DISABLE_TIMING), 0);
+    return ev;
+}
+
+/* Bytes a read stages ahead of its fence: the H2D ring of an engine of depth 16 with 64 KiB
+ * pieces is 4 buffers (engine_gpu.c). A larger read completes once the GPU passed its fence. */
+#define RING_BYTES (4u * 64u * 1024u)
+#define SMALL      (RING_BYTES - 5000u)
+
+/* Write `seed` bytes (n) of tensor id from device memory on tier, fenced by an event recorded
+ * on a stream after a producer that fills the memory behind a gate: the write waits for it.
+ * Then read them back into other memory with a fence held by a gate: a read that fits the
+ * staging ring completes before the gate opens (its SSD stage ran), its bytes land after. */
+static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t seed, uint64_t n) {
+    void *s = NULL, *d = dev_alloc(n), *d2 = dev_alloc(n), *fence = new_event(),
+         *done = new_event();
+    CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
+    if (!s || !d || !d2 || !fence || !done)
+        return;
+    unsigned char *sh2 = fc.translate(d2, n);
+    memset(sh2, 0, n);
+    atomic_store(&g_gate, 0);
+    struct fill f = { fc.translate(d, n), n, seed };
+    memset(f.shadow, 0xEE, n);
+    CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
+    CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f), 0);
+    CHECK_EQ_I(fc.event_record(fence, s), 0);
+    CHECK_OK(tio_engine_write(e, id, d, n, TIO_MEM_DEVICE, tier, TIO_PRIO_NORMAL, 1, fence));
+    struct tio_completion c;
+    CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 50000000), 0); /* held by the gate */
+    atomic_store(&g_gate, 1);
+    c = io_wait1(e);
+    CHECK_EQ_U(c.tag, 1);
+    CHECK_EQ_I(c.res, (int64_t)n);
+    atomic_store(&g_gate, 0);
+    CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
+    CHECK_EQ_I(fc.event_record(fence, s), 0);
+    CHECK_OK(tio_engine_read(e, id, d2, n, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, fence, done));
+    int ahead = tier == TIO_TIER_HOST || n <= RING_BYTES; /* the pool needs no ring */
+    if (ahead) {
+        c = io_wait1(e);
+    } else { /* the ring cannot hold it: it completes only once the GPU passed the fence */
+        CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 50000000), 0);
+        CHECK(sh2[0] == 0 && sh2[n - 1] == 0);
+        atomic_store(&g_gate, 1);
+        c = io_wait1(e);
+    }
+    CHECK_EQ_U(c.tag, 2);
+    CHECK_EQ_I(c.res, (int64_t)n);
+    int untouched = 1;
+    for (uint64_t i = 0; i < n && ahead; i += 4096)
+        untouched &= sh2[i] == 0;
+    CHECK(untouched); /* nothing landed before the fence */
+    CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
+    atomic_store(&g_gate, 1);
+    CHECK_EQ_I(fc.stream_synchronize(s), 0);
+    CHECK(io_check(sh2, n, seed));
+    CHECK_EQ_I(fc.stream_destroy(s), 0);
+    CHECK_EQ_I(fc.event_destroy(fence), 0);
+    CHECK_EQ_I(fc.event_destroy(done), 0);
+    CHECK_EQ_I(fc.free_device(d), 0);
+    CHECK_EQ_I(fc.free_device(d2), 0);
+}
+
+TIO_TEST(ssd_only_takes_device_memory_and_done) {
+    fc.set_lag(100, 1);
+    struct tio_engine *e = engine("posix", 0, 1);
+    if (!e)
+        return;
+    round_trip(e, TIO_TIER_SSD, 1, 11, SMALL);
+    round_trip(e, TIO_TIER_SSD, 1, 12, N); /* again over the same tensor: replaced, read again */
+    struct tio_engine_stats st;
+    CHECK_OK(tio_engine_stats(e, &st));
+    CHECK_EQ_U(st.requests_failed, 0);
+    tio_engine_free(e);
+    fc.set_lag(0, 0);
+}
+
+TIO_TEST(host_only_and_both_tiers) {
+    fc.set_lag(100, 2);
+    struct tio_engine *e = engine("posix", 8u << 20, 0);
+    if (e) {
+        round_trip(e, TIO_TIER_HOST, 1, 21, N); /* the pool needs no ring: read ahead whole */
+        tio_engine_free(e);
+    }
+    e = engine("posix", 8u << 20, 1);
+    if (e) {
+        round_trip(e, TIO_TIER_HOST, 1, 31, SMALL);
+        round_trip(e, TIO_TIER_SSD, 2, 32, SMALL);
+        round_trip(e, TIO_TIER_SSD, 3, 33, N);
+        tio_engine_free(e);
+    }
+    fc.set_lag(0, 0);
+}
+
+/* A write into the pool reuses the extent a read's device copy still reads (the read has
+ * completed: its copy is only queued): it must wait for that copy, whether it copies host
+ * memory (on the host) or device memory (on the D2H stream). */
+static void pool_reuse(int32_t mem2) {
+    uint64_t fails = 0;
+    for (uint64_t round = 0; round < 8; round++) {
+        fc.set_lag(300, 3 + round);
+        struct tio_engine *e = engine("posix", 2u << 20, 0);
+        void *d = dev_alloc(N), *d2 = dev_alloc(N), *done = new_event(), *s = NULL;
+        CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
+        unsigned char *h = malloc(N);
+        if (!e || !d || !d2 || !done || !s || !h) {
+            free(h);
+            tio_engine_free(e);
+            return;
+        }
+        io_fill(h, N, 41);
+        CHECK_OK(
+            tio_engine_write(e, 1, h, N, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
+        CHECK_OK(tio_engine_read(e, 1, d, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* issued; the copy may still be queued */
+        CHECK_OK(tio_engine_drop(e, 1));
+        io_fill(h, N, 42); /* tensor 2 takes the freed extent */
+        io_fill(fc.translate(d2, N), N, 42);
+        CHECK_OK(tio_engine_write(e, 2, mem2 == TIO_MEM_HOST ? (void *)h : d2, N, mem2,
+                                  TIO_TIER_HOST, TIO_PRIO_NORMAL, 3, NULL));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
+        CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
+        CHECK_EQ_I(fc.stream_synchronize(s), 0);
+        fails += !io_check(fc.translate(d, N), N, 41);
+        free(h);
+        tio_engine_free(e);
+        CHECK_EQ_I(fc.stream_destroy(s), 0);
+        CHECK_EQ_I(fc.event_destroy(done), 0);
+        CHECK_EQ_I(fc.free_device(d), 0);
+        CHECK_EQ_I(fc.free_device(d2), 0);
+    }
+    CHECK_EQ_U(fails, 0);
+    fc.set_lag(0, 0);
+}
+
+TIO_TEST(pool_write_waits_for_queued_pool_reads) {
+    pool_reuse(TIO_MEM_HOST);
+}
+
+TIO_TEST(pool_device_write_waits_for_queued_pool_reads) {
+    pool_reuse(TIO_MEM_DEVICE);
+}
+
+/* A failed SSD write (the fault backend) completes with an error: the previous copy stays
+ * readable and the caller still has its memory (nothing was freed on its behalf). */
+TIO_TEST(failed_write_keeps_the_previous_copy) {
+    struct tio_engine_params p = io_params("fault", g_dirv, 1);
+    p.chunk_bytes = 64 * 1024;
+    p.preallocate = 0;
+    p.retries = 0;
+    p.backend_options = "write_fail=20";
+    struct tio_engine *e = NULL;
+    CHECK_OK(tio_engine_new(&p, &e));
+    void *d = dev_alloc(N), *d2 = dev_alloc(N);
+    if (!e || !d || !d2)
+        return;
+    io_fill(fc.translate(d, N), N, 51);
+    CHECK_OK(tio_engine_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* 17 pieces: writes 1..17 */
+    io_fill(fc.translate(d, N), N, 52);
+    CHECK_OK(tio_engine_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK(io_wait1(e).res < 0);                 /* its third piece fails */
+    CHECK(io_check(fc.translate(d, N), N, 52)); /* the caller's bytes are untouched */
+    CHECK_OK(tio_engine_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 3, NULL, NULL));
+    CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
+    CHECK(io_check(fc.translate(d2, N), N, 51)); /* the previous copy */
+    tio_engine_free(e);
+    CHECK_EQ_I(fc.free_device(d), 0);
+    CHECK_EQ_I(fc.free_device(d2), 0);
+}
+
+/* An engine made while device 1 is current (a second rank's) moves device 1's memory on copy
+ * streams of device 1, whatever device the calling thread has when it submits: no copy crosses
+ * devices and every event is recorded on a stream of its own device (the fake fails a record
+ * across devices, as CUDA does). */
+TIO_TEST(engine_is_bound_to_its_device) {
+    CHECK_EQ_I(fc.set_device(1), 0);
+    struct tio_engine *e = engine("posix", 8u << 20, 1);
+    uint64_t cross0 = fc.cross_device_copies();
+    fc.set_lag(50, 7);
+    if (e) { /* the caller's memory, streams and events are device 1's (round_trip makes them) */
+        CHECK_EQ_I(fc.set_device(1), 0);
+        round_trip(e, TIO_TIER_HOST, 1, 61, SMALL);
+        round_trip(e, TIO_TIER_SSD, 2, 62, N);
+        /* a read without done settles on an event the engine makes: of its device too */
+        void *d = dev_alloc(SMALL);
+        CHECK_EQ_I(fc.set_device(0), 0); /* the submitting thread is elsewhere now */
+        CHECK_OK(tio_engine_read(e, 1, d, SMALL, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 3, NULL, NULL));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)SMALL);
+        CHECK(io_check(fc.translate(d, SMALL), SMALL, 61));
+        int cur = -1;
+        CHECK_EQ_I(fc.get_device(&cur), 0);
+        CHECK_EQ_I(cur, 0); /* the engine handed the caller its device back */
+        CHECK_EQ_I(fc.set_device(1), 0);
+        CHECK_EQ_I(fc.free_device(d), 0);
+        tio_engine_free(e);
+    }
+    CHECK_EQ_U(fc.cross_device_copies(), cross0);
+    CHECK_EQ_I(fc.set_device(0), 0);
+    fc.set_lag(0, 0);
+}
+
+static int no_device_count(int *count) {
+    *count = 0;
+    return 35;
+}
+static const char *no_device_string(int err) {
+    (void)err;
+    return "CUDA driver version is insufficient";
+}
+
+TIO_TEST(device_memory_needs_a_usable_device) {
+    struct tio_cudart_api none = { 0 };
+    none.get_device_count = no_device_count;
+    none.get_error_string = no_device_string;
+    tio_cudart_set_api(&none);
+    struct tio_engine *e = engine("posix", 1u << 20, 1);
+    static unsigned char buf[8192];
+    if (e) {
+        CHECK_RC(tio_engine_write(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_TIER_SSD,
+                                  TIO_PRIO_NORMAL, 1, NULL),
+                 TIO_EUNAVAIL);
+        CHECK_ERR_HAS("usable CUDA device");
+        CHECK_RC(tio_engine_write(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_TIER_HOST,
+                                  TIO_PRIO_NORMAL, 1, NULL),
+                 TIO_EUNAVAIL);
+        CHECK_OK(tio_engine_write(e, 1, buf, sizeof buf, TIO_MEM_HOST, TIO_TIER_SSD,
+                                  TIO_PRIO_NORMAL, 1, NULL));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)sizeof buf);
+        CHECK_RC(
+            tio_engine_read(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, buf),
+            TIO_EINVAL); /* a done event without a device */
+        tio_engine_free(e);
+    }
+    tio_cudart_set_api(NULL);
+}
+
+int main(void) {
+    if (setenv("FAKE_CUDA_DEVICES", "2", 1) != 0 || fake_cuda_load(&fc) < 0)
+        return 1;
+    io_mkdtemp(g_dir, sizeof g_dir, "gpupath");
+    uint64_t bad0 = fc.bad_accesses(), blocking0 = fc.blocking_copies();
+    uint64_t streams0 = fc.live_streams();
+    RUN(ssd_only_takes_device_memory_and_done);
+    RUN(host_only_and_both_tiers);
+    RUN(pool_write_waits_for_queued_pool_reads);
+    RUN(pool_device_write_waits_for_queued_pool_reads);
+    RUN(failed_write_keeps_the_previous_copy);
+    RUN(engine_is_bound_to_its_device);
+    RUN(device_memory_needs_a_usable_device);
+    CHECK_EQ_U(fc.bad_accesses(), bad0);
+    CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
+    CHECK_EQ_U(fc.live_streams(), streams0);     /* every engine destroyed its streams */
+    CHECK(rmdir(g_dir) == 0);
+    return tio_test_done();
+}

@@ -142,3 +142,30 @@ train(m, o, None, 1, start=3); train(pm, po, None, 1, start=3)
 assert digest(m.state_dict()) == digest(pm.state_dict())
 print("CASE OK")
 """, tmp_path)
+
+
+def test_resume_from_checkpoint_keeps_offloading(tmp_path):
+    """torch.load gives storages that cannot be resized: the Offloader copies them once (adopts
+    them) so that a resumed run offloads at the budget that worked before."""
+    _ok("""
+path = os.path.join(TMP, "ckpt.pt")
+torch.save({"model": m.state_dict(), "opt": o.state_dict()}, path)
+off.close()
+ck = torch.load(path)
+ppath = os.path.join(TMP, "plain.pt")
+torch.save({"model": pm.state_dict(), "opt": po.state_dict()}, ppath)
+pck = torch.load(ppath)
+m2, o2 = fresh()
+m2.load_state_dict(ck["model"], assign=True); o2.load_state_dict(ck["opt"])
+pm2, po2 = fresh()
+pm2.load_state_dict(pck["model"], assign=True); po2.load_state_dict(pck["opt"])
+assert any(not t.untyped_storage().resizable() for _, t in tensors(m2, o2))
+off2 = make_off(m2, o2, budget=0.2)
+train(m2, o2, off2, 4, start=3); train(pm2, po2, None, 4, start=3)
+n = offloaded(m2, o2)
+print("offloaded after resuming:", n)
+assert n > 0
+assert digest(o2.state_dict()) == digest(po2.state_dict())
+assert digest(m2.state_dict()) == digest(pm2.state_dict())
+print("CASE OK")
+""", tmp_path)

@@ -642,7 +642,17 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
                 try:
                     self._make_plan(driver.prog)
                 except (ValueError, _Error) as e:
-                    raise _after_update(e, self._opt_ran) from None
+                    err = _after_update(e, self._opt_ran)
+                    lost = _attempt(self._restore_all)  # no plan: nothing stays offloaded
+                    note = ("teraio: no plan was made; " + (
+                        "every tensor teraio had offloaded is back in memory (the next step "
+                        "profiles again; to change the options, close() this Offloader and "
+                        "make a new one)" if lost is None else
+                        f"bringing the offloaded tensors back failed too ({lost}): some "
+                        "parameters or optimizer states hold no data"))
+                    if hasattr(err, "add_note"):
+                        err.add_note(note)
+                    raise err from None
                 self._plans[key] = (self._trace, self._plan, self._prog)
                 self._cur_key = key
             return
@@ -731,6 +741,9 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             raise RuntimeError("restore() inside a step: call it between steps")
         if self._closed:
             return
+        self._restore_all()
+
+    def _restore_all(self):
         self._drop_guard()
         if self._guard is not None:  # not the innermost mode: it stays, unarmed
             self._guard.armed = False

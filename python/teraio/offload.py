@@ -6,7 +6,7 @@
     for batch in loader:
         with off.step():
             loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
-    off.restore()            # before touching parameters outside a step (eval, checkpoint)
+    off.restore()            # optional: a use between steps brings offloaded tensors back
     print(off.report())
 
 Steps: `warmup_steps` run first (optimizer state is created lazily), the next `profile_steps` are

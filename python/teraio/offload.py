@@ -102,6 +102,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         from teraio import _between
 
         self._closed = False  # close(): steps refused, restore() a no-op
+        self._io_seen = (0, 0)  # the engine's retries and checksum mismatches logged so far
         self._in_step = False
         self._guard = None  # _between.Guard on the mode stack between steps
         self._hooks = []
@@ -450,6 +451,24 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             self._in_step = False
             if not self._closed:
                 self._arm_guard()
+                self._log_io()
+
+    def _log_io(self):
+        """Transfers the engine retried (transient failures) or found corrupt (verify) since the
+        last step: counted in report() (io_retries, io_crc_errors) and logged as a warning on
+        the "teraio" logger, never silent."""
+        if self._engine is None:
+            return
+        st = self._engine.stats()
+        new = (st["retries"] - self._io_seen[0], st["crc_errors"] - self._io_seen[1])
+        if new[0] > 0 or new[1] > 0:
+            import logging
+
+            self._io_seen = (st["retries"], st["crc_errors"])
+            logging.getLogger("teraio").warning(
+                "teraio: step %d: the engine retried %d transfer(s) (%d checksum mismatch(es)) "
+                "and they succeeded; a disk that keeps failing will fail a step",
+                self._steps, new[0], new[1])
 
     @contextlib.contextmanager
     def _step(self, kind=None):

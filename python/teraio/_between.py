@@ -108,18 +108,19 @@ def release(off, objs):
                 del _OWNERS[obj]
 
 
-def adopt_storages(model, optimizer):
-    """Give the parameters, gradients and optimizer states whose storage cannot be resized (from
-    torch.load, numpy, an mmap) a resizable copy, so that they can be offloaded: the same values
-    in the same tensors (tensors that shared a storage share the copy). Returns how many
-    storages were copied."""
+def adopt_storages(model, optimizer, params=True):
+    """Give the parameters, gradients (params) and optimizer states whose storage cannot be
+    resized (from torch.load, numpy, an mmap) a resizable copy, so that they can be offloaded:
+    the same values in the same tensors (tensors that shared a storage share the copy). Returns
+    how many storages were copied. params=False for a model wrapped by DDP or FSDP, which keep
+    their own views of the parameters' memory."""
     tensors = []
-    if model is not None:
+    if params and model is not None:
         for p in model.parameters():
             tensors.append(p)
             if p.grad is not None:
                 tensors.append(p.grad)
-    if optimizer is not None:
+    if params and optimizer is not None:
         for g in optimizer.param_groups:
             for p in g["params"]:
                 tensors.append(p)

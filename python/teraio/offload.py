@@ -444,7 +444,10 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         try:
             from teraio import _between
 
-            _between.adopt_storages(self.model, self.optimizer)  # e.g. from torch.load
+            _between.adopt_storages(  # e.g. from torch.load; DDP and FSDP: the states only
+                self.model, self.optimizer,
+                params=self._gmodel is self.model
+                and type(self.model).__name__ != "DistributedDataParallel")
             with self._step(kind):
                 yield self
         finally:

@@ -108,24 +108,14 @@ def release(off, objs):
                 del _OWNERS[obj]
 
 
-def adopt_storages(model, optimizer, params=True):
-    """Give the parameters, gradients (params) and optimizer states whose storage cannot be
-    resized (from torch.load, numpy, an mmap) a resizable copy, so that they can be offloaded:
-    the same values in the same tensors (tensors that shared a storage share the copy). Returns
-    how many storages were copied. params=False for a model wrapped by DDP or FSDP, which keep
-    their own views of the parameters' memory."""
+def adopt_storages(optimizer):
+    """Give the optimizer states whose storage cannot be resized (what optimizer.load_state_dict()
+    keeps of a torch.load'ed state dict) a resizable copy, so that they can be offloaded: the
+    same values in the same tensors (tensors that shared a storage share the copy). Returns how
+    many storages were copied. Parameters are left alone: one shared with numpy (or another view
+    of its memory that the user or a DDP/FSDP wrapper keeps) must stay the same memory."""
     tensors = []
-    if params and model is not None:
-        for p in model.parameters():
-            tensors.append(p)
-            if p.grad is not None:
-                tensors.append(p.grad)
-    if params and optimizer is not None:
-        for g in optimizer.param_groups:
-            for p in g["params"]:
-                tensors.append(p)
-                if p.grad is not None:
-                    tensors.append(p.grad)
+    if optimizer is not None:
         for s in optimizer.state.values():
             if isinstance(s, dict):
                 tensors.extend(v for v in s.values() if isinstance(v, torch.Tensor))

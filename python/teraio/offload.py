@@ -444,10 +444,8 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         try:
             from teraio import _between
 
-            _between.adopt_storages(  # e.g. from torch.load; DDP and FSDP: the states only
-                self.model, self.optimizer,
-                params=self._gmodel is self.model
-                and type(self.model).__name__ != "DistributedDataParallel")
+            if self._steps == 0:  # resuming: states from a torch.load'ed state dict (later
+                _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
             with self._step(kind):
                 yield self
         finally:

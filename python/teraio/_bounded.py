@@ -367,8 +367,10 @@ class BoundedMemory:
     def hand_over(self, globals_, runtime, prog):
         """The first planned step begins: offloaded globals become the executor's copies. A
         copy goes only to the plan's tensor of its size (globals_ are in the plan's order);
-        anything else is brought back."""
+        anything else is brought back. Returns {tensor id: engine id} of the copies handed over
+        (the executor keeps their engine ids)."""
         self._flush_dead()
+        given = {}
         for i, (_, st, _) in enumerate(globals_):
             cd = st._cdata
             r = self.refs.get(cd)
@@ -381,10 +383,12 @@ class BoundedMemory:
                 except Exception:  # noqa: BLE001 - e.g. pinned in the trace: bring it back below
                     continue
                 # the executor owns (and drops) the copy now: forgotten here, not dropped
+                given[i] = eid
                 del self.refs[cd]
                 self.names.pop(cd, None)
                 self.table.remove(cd)
         self.restore()
+        return given
 
     def restore(self):
         """Bring every offloaded storage back and forget the copies."""

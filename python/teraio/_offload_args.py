@@ -55,11 +55,28 @@ def _warn(message: str) -> None:
 def _budget_arg(v):
     """memory_budget as (fraction, bytes): a float in (0, 1) is a fraction of the profiled
     peak, an int or a size string is bytes. Any other float is refused rather than rounded (1.5
-    would be 1 byte): bytes as a float only where they are a whole number of MiB (8e9)."""
+    would be 1 byte): bytes as a float only where they are a whole number of MiB (8e9). A string
+    is read as the user means it: "0.5" or "50%" is a fraction, as 0.5 is; a string that is a
+    number without a unit ("1000") is refused (bytes need their unit: "1000B", "8GiB")."""
     hint = ("memory_budget: expected bytes (an int, or a size string like '8GiB') or a fraction "
-            f"of the profiled peak as a float in (0, 1), got {v!r}")
+            f"of the profiled peak (0.5, '0.5' or '50%'), got {v!r}")
     if isinstance(v, bool):
         raise ValueError(hint)
+    if isinstance(v, str):
+        s = v.strip()
+        number = s[:-1].strip() if s.endswith("%") else s
+        try:
+            f = float(number)
+        except ValueError:
+            f = None  # a size with its unit: bytes, below
+        if f is not None:
+            if s.endswith("%"):
+                f /= 100
+            if 0 < f < 1:
+                return f, 0
+            raise ValueError(hint + (": a fraction must be in (0, 1), 0% to 100% exclusive"
+                                     if s.endswith("%") or "." in s else
+                                     ": a size needs its unit ('8GiB', '512MB', '1000B')"))
     if isinstance(v, float):
         if 0 < v < 1:
             return v, 0

@@ -66,6 +66,10 @@ class Report:
             out["predicted_step_s"] = self.predicted_step_s()
         if self._engine is not None:
             out["engine"] = self._engine.stats()
+            # transfers retried after a transient failure / a checksum mismatch (verify): each
+            # also logged on the "teraio" logger at the end of its step
+            out["io_retries"] = out["engine"]["retries"]
+            out["io_crc_errors"] = out["engine"]["crc_errors"]
         if self.ssd_dirs:
             out["ssd_read_Bps"] = self.ssd_read_Bps  # what the planner assumed, per directory
             out["ssd_write_Bps"] = self.ssd_write_Bps

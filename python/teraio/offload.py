@@ -6,7 +6,7 @@
     for batch in loader:
         with off.step():
             loss = model(batch).loss; loss.backward(); opt.step(); opt.zero_grad()
-    off.restore()            # before touching parameters outside a step (eval, checkpoint)
+    off.restore()            # optional: a use between steps brings offloaded tensors back
     print(off.report())
 
 Steps: `warmup_steps` run first (optimizer state is created lazily), the next `profile_steps` are
@@ -99,6 +99,16 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self.options = o = _options_arg(options, deprecated)
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
+        from teraio import _between
+
+        self._closed = False  # close(): steps refused, restore() a no-op
+        self._io_seen = (0, 0)  # the engine's retries and checksum mismatches logged so far
+        self._in_step = False
+        self._guard = None  # _between.Guard on the mode stack between steps
+        self._hooks = []
+        self._owned = (("model", model), ("optimizer", optimizer))
+        _between.claim(self, self._owned)  # one open Offloader per model and optimizer
+
         self.model = model
         self.optimizer = optimizer
         from teraio.torch import _fsdp  # FSDP2: what collect_globals reads; refuses TP DTensors
@@ -185,15 +195,16 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self._opt_ran = False
         self._step_state = None  # the running step's ("warmup", "profile", "execute")
         self._rt_globals = {}  # the executor's globals: storage -> (weak reference, tensor id)
+        self._rt_sizes = {}  # their bytes in the plan, and names, by tensor id
+        self._rt_names = {}
+        self._rt_id_base = 0
+        self._rt_eids = {}
         self._in_optim = False
         self._stats_done = {}
         self._counts = dict(steps_profiled=0, steps_offloaded=0, steps_diverged=0,
                             steps_passthrough=0, steps_unplanned=0, replans=0)
         self._plans_full_warned = False
         self.last_divergence = None
-        if optimizer is not None:
-            optimizer.register_step_pre_hook(lambda *a: self._set_optim(True))
-            optimizer.register_step_post_hook(lambda *a: self._set_optim(False))
         # warm-up and profiled steps (no plan yet) kept within the budget reactively (CPU, one
         # process: a collective may still be using a buffer, and CUDA needs stream ordering)
         self.bounded_unplanned = o.bounded_unplanned
@@ -209,8 +220,68 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         if mmap_threshold == "auto":  # the fallback of cpu_allocator=True where it cannot serve
             mmap_threshold = 64 << 10 if o.cpu_allocator and not self.cpu_allocator else None
         self.cpu_mmap_threshold = self._tune_malloc(model, mmap_threshold)
+        self._install_hooks(model, optimizer)
+        _between.register(self, self._owned)
+
+    def _install_hooks(self, model, optimizer):
+        """The optimizer's step marks the optimizer's part of a step; outside a step, every way
+        into the model and the optimizer brings the offloaded tensors back (teraio._between)."""
+        h = self._hooks
+        if optimizer is not None:
+            h.append(optimizer.register_step_pre_hook(lambda *a: self._set_optim(True)))
+            h.append(optimizer.register_step_post_hook(lambda *a: self._set_optim(False)))
+            h.append(optimizer.register_state_dict_pre_hook(
+                lambda *a: self._outside("optimizer.state_dict()")))
+            h.append(optimizer.register_load_state_dict_pre_hook(
+                lambda *a: self._outside("optimizer.load_state_dict()")))
+        if model is not None and hasattr(model, "register_forward_pre_hook"):
+            h.append(model.register_forward_pre_hook(
+                lambda *a: self._outside("the model's forward")))
+            for m in model.modules():
+                h.append(m.register_state_dict_pre_hook(
+                    lambda *a: self._outside("the model's state_dict()")))
+                h.append(m.register_load_state_dict_pre_hook(
+                    lambda *a: self._outside("the model's load_state_dict()")))
+
+    def _outside(self, what):
+        if not self._in_step:
+            self._bring_back(what)
+
+    def _bring_back(self, what):
+        """restore() for `what` (a use of the model or optimizer between steps); its failure is
+        a teraio.Error that says what it could not bring back."""
+        if self._closed:
+            return
+        self._drop_guard()
+        try:
+            self.restore()
+        except Exception as e:  # noqa: BLE001 - said with what needed the tensors
+            code = e.args[0] if isinstance(e, _Error) and len(e.args) >= 2 else -5
+            raise _Error(code, f"teraio: {what} needs the tensors the Offloader offloaded, and "
+                         f"bringing them back failed: {e}") from e
+
+    def _drop_guard(self):
+        if self._guard is not None:
+            from teraio import _between
+
+            if _between.pop(self._guard):
+                self._guard = None
+
+    def _arm_guard(self):
+        """At the end of a step: while tensors may be offloaded, guard them (teraio._between)."""
+        self._drop_guard()
+        if self._guard is None and (self._runtime is not None or self._bounded is not None):
+            from teraio import _between
+
+            self._guard = _between.Guard(self)
+            _between.push(self._guard)
 
     def _set_optim(self, v):
+        if v and not self._in_step:  # optimizer.step() between steps: on restored tensors
+            self._bring_back("optimizer.step()")
+            return
+        if not self._in_step:
+            return
         if v and not self._opt_ran and self._driver is not None:
             self._check_dynamo("raised before optimizer.step() updated anything; this step's "
                                "gradients are in .grad")
@@ -327,6 +398,9 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             import torch
 
             stream = torch.cuda.current_stream().cuda_stream
+        # its copy of global t: engine id base + t, or the one it adopted (_rt_eids)
+        self._rt_id_base = self._generation << 32
+        self._rt_eids = {}
         self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
                                       budget_bytes=self.budget, device=self._cuda,
                                       id_base=self._generation << 32, demand_tier=tier,
@@ -355,6 +429,50 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
     # ---- the step -------------------------------------------------------------------------
     @contextlib.contextmanager
     def step(self, kind=None):
+        """Context manager around one training step (see _step); refused after close() and
+        inside another step."""
+        if self._closed:
+            raise RuntimeError("off.step(): this Offloader was closed (close() brought every "
+                               "tensor back and released its files): make a new "
+                               "teraio.Offloader to offload again")
+        if self._in_step:
+            raise RuntimeError("off.step() inside another off.step() of the same Offloader: "
+                               "steps do not nest; use one `with off.step():` per training "
+                               "step (step(kind=...) tells kinds of steps apart)")
+        self._in_step = True
+        self._drop_guard()
+        try:
+            from teraio import _between
+
+            if self._steps == 0:  # resuming: states from a torch.load'ed state dict (later
+                _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
+            with self._step(kind):
+                yield self
+        finally:
+            self._in_step = False
+            if not self._closed:
+                self._arm_guard()
+                self._log_io()
+
+    def _log_io(self):
+        """Transfers the engine retried (transient failures) or found corrupt (verify) since the
+        last step: counted in report() (io_retries, io_crc_errors) and logged as a warning on
+        the "teraio" logger, never silent."""
+        if self._engine is None:
+            return
+        st = self._engine.stats()
+        new = (st["retries"] - self._io_seen[0], st["crc_errors"] - self._io_seen[1])
+        if new[0] > 0 or new[1] > 0:
+            import logging
+
+            self._io_seen = (st["retries"], st["crc_errors"])
+            logging.getLogger("teraio").warning(
+                "teraio: step %d: the engine retried %d transfer(s) (%d checksum mismatch(es)) "
+                "and they succeeded; a disk that keeps failing will fail a step",
+                self._steps, new[0], new[1])
+
+    @contextlib.contextmanager
+    def _step(self, kind=None):
         """Context manager around one training step (forward, backward, optimizer step).
 
         kind: optional, hashable: tells apart steps that look alike at their start but run
@@ -388,7 +506,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         if watch:  # Dynamo lists the frames it skips: a compiled one would say "dispatch mode"
             tls.skip_reasons = []
         self._dynamo_skips = tls.skip_reasons if watch else None
-        failure = lost = None
+        failure = lost = end_failure = None
         ok = False
         try:
             if driver is None:
@@ -414,22 +532,28 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
                         lost = lost or _attempt(self._bounded.restore)
             else:
                 state, driver, bounded = self._cur
-            if bounded is not None:
-                if ok:
-                    driver.end()
-                    bounded.end_step(collect_globals(self._gmodel, self.optimizer))
-                else:
-                    lost = _attempt(bounded.restore)
-            elif driver is not None and driver.record:
-                if ok:
-                    driver.end()  # trailing free markers; CUDA event times
-            elif driver is not None:
-                if ok:
-                    driver.end()
-                elif not driver.passthrough:
-                    lost = _attempt(driver.restore)  # an exception: bring everything back
+            if ok:  # the step's end (the executor's last transfers) may fail too
+                try:
+                    if driver is not None:
+                        driver.end()  # recording: trailing free markers; CUDA event times
+                    if bounded is not None:
+                        bounded.end_step(collect_globals(self._gmodel, self.optimizer))
+                except BaseException as exc:
+                    ok = False
+                    failure = end_failure = exc
+            if not ok and bounded is not None:
+                lost = _attempt(bounded.restore)
+            elif not ok and driver is not None and not driver.record:
+                # an exception: bring everything back (again, where a divergence of the step
+                # tried it and failed, leaving the driver passing operators through)
+                lost = _attempt(driver.restore)
+                if lost is not None and self._runtime is not None:
+                    # the executor failed (sticky): read back from the copies instead
+                    lost = _attempt(lambda: self._restore_from_copies(lost))
             if failure is not None:
                 self._note_failure(failure, lost)
+            if end_failure is not None:
+                raise end_failure
             if ok:
                 self._check_dynamo("this step ran eagerly to its end; its optimizer update "
                                    "stands" if self._opt_ran else "this step ran eagerly")
@@ -449,7 +573,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             self._start_runtime()
             self._bind_globals(globals_)
             if self._bounded is not None:  # offloaded globals stay offloaded: the executor's now
-                self._bounded.hand_over(globals_, self._runtime, self._prog)
+                self._rt_eids = self._bounded.hand_over(globals_, self._runtime, self._prog)
                 self._bounded_stop()
         if state == "execute":
             self._set_prefault(self.cpu_prefault)
@@ -538,7 +662,17 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
                 try:
                     self._make_plan(driver.prog)
                 except (ValueError, _Error) as e:
-                    raise _after_update(e, self._opt_ran) from None
+                    err = _after_update(e, self._opt_ran)
+                    lost = _attempt(self._restore_all)  # no plan: nothing stays offloaded
+                    note = ("teraio: no plan was made; " + (
+                        "every tensor teraio had offloaded is back in memory (the next step "
+                        "profiles again; to change the options, close() this Offloader and "
+                        "make a new one)" if lost is None else
+                        f"bringing the offloaded tensors back failed too ({lost}): some "
+                        "parameters or optimizer states hold no data"))
+                    if hasattr(err, "add_note"):
+                        err.add_note(note)
+                    raise err from None
                 self._plans[key] = (self._trace, self._plan, self._prog)
                 self._cur_key = key
             return
@@ -556,6 +690,9 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         globals collected later may be others (a gradient that appeared, a state that went)."""
         self._rt_globals = {st._cdata: (weakref.ref(st), i)
                             for i, (_, st, _) in enumerate(globals_)}
+        tensors = self._prog.tensors if self._prog is not None else ()
+        self._rt_sizes = {i: tensors[i][0] for i in range(min(len(globals_), len(tensors)))}
+        self._rt_names = {i: name for i, (name, _, _) in enumerate(globals_)}
 
     def _restore_runtime(self):
         if self._runtime is None:
@@ -563,33 +700,99 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         import torch
 
         by_id = {i: ref() for ref, i in self._rt_globals.values()}
-        acts = self._runtime.restore_begin()
-        for kind, t, nb in acts:
-            st = by_id.get(t)
-            if st is None:  # died while stored (its owner dropped it): read into scratch memory
-                st = by_id[t] = torch.UntypedStorage(nb, device="cuda" if self._cuda else "cpu")
-            if st.nbytes() != nb:  # else never released (a failed release): memory still there
-                st.resize_(nb)
-            self._runtime.bind(t, st.data_ptr())
-        self._runtime.restore_finish()
+        try:
+            acts = self._runtime.restore_begin()
+            for kind, t, nb in acts:
+                st = by_id.get(t)
+                if st is None:  # died while stored (its owner dropped it): scratch memory
+                    st = by_id[t] = torch.UntypedStorage(nb,
+                                                         device="cuda" if self._cuda else "cpu")
+                if st.nbytes() != nb:  # else never released (a failed release): memory there
+                    st.resize_(nb)
+                self._runtime.bind(t, st.data_ptr())
+            self._runtime.restore_finish()
+        except _Error as e:
+            self._restore_from_copies(e)
+
+    def _restore_from_copies(self, failure):
+        """restore() without the executor, after one of its transfers failed (its error is
+        sticky: it refuses every call): every global it released is read back from its copy in
+        the engine, which is complete (a tensor is released only once its copy is written; a
+        failed write keeps the tensor in memory and the previous copy on disk), and so is the
+        one whose read failed (its memory is undefined). Reads only: a disk that fails writes
+        loses nothing. The executor is dropped (a new one starts with the next step). Raises
+        a teraio.Error naming the tensors it could not bring back."""
+        import re
+
+        rt, base = self._runtime, self._rt_id_base
+        bad_read = re.search(r"read of tensor (\d+) ", str(failure))
+        bad_read = int(bad_read.group(1)) if bad_read else None
+        lost = []
+        for ref, t in list(self._rt_globals.values()):
+            st = ref()
+            nb = self._rt_sizes.get(t)
+            if st is None or nb is None:
+                continue
+            state = rt.state(t)
+            if st.nbytes() == nb and state != 4 and t != bad_read:  # 4: ST_MATERIALIZE
+                continue  # in memory: resident, or written and not released yet
+            try:
+                if st.nbytes() != nb:
+                    st.resize_(nb)
+                if self._cuda:
+                    import torch
+
+                    torch.cuda.current_stream().synchronize()
+                self._engine.read(self._rt_eids.get(t, base + t), st.data_ptr(), nb,
+                                  self._cuda)
+            except Exception as e:  # noqa: BLE001 - listed below; the others are still read
+                lost.append(f"{self._rt_names.get(t, t)} ({e})")
+        self._runtime = None  # failed for good: its copies go with it
+        self._set_prefault(False)
+        if lost:
+            raise _Error(failure.args[0] if len(failure.args) >= 2 else -5,
+                         f"{failure}; reading back from the copies failed for {len(lost)} "
+                         f"tensor(s), which hold no data: {'; '.join(lost[:4])}")
 
     def restore(self):
         """Bring every offloaded tensor back (before evaluating, checkpointing or inspecting the
         parameters outside a step). Offloading resumes with the next step."""
-        if self._driver is not None:
+        if self._driver is not None or self._in_step:
             raise RuntimeError("restore() inside a step: call it between steps")
+        if self._closed:
+            return
+        self._restore_all()
+
+    def _restore_all(self):
+        self._drop_guard()
+        if self._guard is not None:  # not the innermost mode: it stays, unarmed
+            self._guard.armed = False
         self._set_prefault(False)  # until the next step
         self._restore_runtime()
+        # the executor would take its copies for clean at the next step, but code between steps
+        # may change the tensors (optimizer.step(), load_state_dict()): the next step starts a
+        # new one, which writes what it offloads again
+        self._drop_runtime()
         if self._bounded is not None:
             self._bounded.restore()
 
     def close(self):
-        """restore() and release the engine's files."""
+        """restore() and release the engine's files; the model and optimizer are free for a new
+        Offloader. Steps are refused after it; a second close() does nothing."""
+        if self._closed:
+            return
         self.restore()
         self._bounded_stop()
         self._drop_runtime()
         self._engine = None
         self._uninstall_allocator()
+        self._closed = True
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        from teraio import _between
+
+        _between.release(self, self._owned)
 
     def __enter__(self):
         return self

@@ -53,7 +53,9 @@ class OffloadOptions:
         per rank on this node (LOCAL_WORLD_SIZE). report()["cpu_prefault"] says what applies.
 
     Planning:
-    policy: planner policy ("teraio", "teraio-ssd", "teraio-mixed", ...; see teraio/plan.h).
+    policy: planner policy: "teraio" (default: teraio-mixed with a host tier, else teraio-ssd),
+        "teraio-mixed", "teraio-ssd", "teraio-paper", "teraio-paper-ssd", "g10" or "none"
+        (see teraio/plan.h; the simulator's other policies cannot run here).
     plan: path of a plan saved by Offloader.save_plan(); skips profiling if it matches the model.
     warmup_steps: steps run before profiling (optimizer state is created lazily); None
         (default): 1, or 2 for DistributedDataParallel (it rebuilds its gradient buckets in the
@@ -91,8 +93,9 @@ class OffloadOptions:
         then raised). Default False, as in the C engine: measured, it costs 37-58% of the
         engine's bandwidth (docs/bench/io.md); without it a corrupted read comes back as the
         drive returned it.
-    io_queue_depth, io_chunk: requests in flight per directory (8) and bytes per request
-        ("1MiB"); the staging memory for unaligned tensors is their product.
+    io_queue_depth, io_chunk: requests in flight per directory (8; 1 to 4096) and bytes per
+        request ("1MiB"; a multiple of 4 KiB); the staging memory for unaligned tensors is
+        their product.
     rank: this process's rank for "{rank}" in ssd_dirs; None (default): torch.distributed's,
         else $RANK, else 0.
     """
@@ -143,19 +146,36 @@ class OffloadOptions:
             bad("profile_steps", "an int >= 1")
         if not _is_int(self.max_plans, 1):
             bad("max_plans", "an int >= 1 (plans kept, one per kind of step)")
-        if not _is_int(self.io_queue_depth, 1):
-            bad("io_queue_depth", "an int >= 1")
-        if _bytes(self.io_chunk, "OffloadOptions.io_chunk") <= 0:
-            bad("io_chunk", "a size > 0 such as '1MiB'")
+        if not _is_int(self.io_queue_depth, 1) or self.io_queue_depth > 4096:
+            bad("io_queue_depth", "an int from 1 to 4096")
+        chunk = _bytes(self.io_chunk, "OffloadOptions.io_chunk")
+        if chunk <= 0 or chunk % 4096:
+            bad("io_chunk", "a positive multiple of 4 KiB such as '1MiB' (the engine's "
+                "O_DIRECT transfers are in whole 4 KiB blocks)")
         if self.ssd_bandwidth != "auto":
             _rate_arg(self.ssd_bandwidth, "OffloadOptions.ssd_bandwidth", "'auto' or ")
         _rate_arg(self.host_bandwidth, "OffloadOptions.host_bandwidth")
-        if self.backend is not None and not isinstance(self.backend, str):
-            bad("backend", "None or a backend name such as 'posix'")
+        if self.policy not in POLICIES:
+            bad("policy", "one of " + ", ".join(repr(p) for p in POLICIES))
+        if self.backend is not None and self.backend not in backends():
+            bad("backend", "None or one of " + ", ".join(repr(b) for b in backends()))
         if self.backend_options is not None and not isinstance(self.backend_options, str):
             bad("backend_options", "None or a string of key=value options")
         if self.rank is not None and not _is_int(self.rank, 0):
             bad("rank", "None or an int >= 0")
+
+
+# the planner's policies that the Offloader can execute (src/plan/plan.c; the simulator-only
+# ones, lru, ideal, zero-offload and zero-infinity, are not)
+POLICIES = ("teraio", "teraio-mixed", "teraio-ssd", "teraio-paper", "teraio-paper-ssd", "g10",
+            "none")
+
+
+def backends():
+    """The engine's backend names ("auto" and those it was built with, available here or not)."""
+    from teraio import _core
+
+    return ("auto",) + tuple(b["name"] for b in _core.probe())
 
 
 def _is_int(v, low):

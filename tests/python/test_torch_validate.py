@@ -188,6 +188,9 @@ def test_a_failing_step_says_which_state_it_left(tmp_path, monkeypatch, where):
             raise teraio.Error(-5, "engine read: injected")
 
         monkeypatch.setattr(_mode.StepDriver, "restore", broken)
+        # and the reads from the copies that follow a failed executor
+        monkeypatch.setattr(teraio.Offloader, "_restore_from_copies",
+                            lambda self, failure: broken(self))
     opt.armed = where == "during"
     with pytest.raises(_Boom) as e:
         with off.step():

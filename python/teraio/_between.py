@@ -1,0 +1,135 @@
+"""What guards the offloaded tensors between steps (teraio.offload).
+
+Between steps the Offloader leaves the parameters, gradients and optimizer states it offloaded
+with their shapes but no memory (a storage of 0 bytes): a kernel that read one would read no
+memory at all. So while any may be offloaded, every way in brings them back first:
+- hooks on the model (forward, state_dict(), load_state_dict(), on every submodule) and on the
+  optimizer (step(), state_dict(), load_state_dict()) call Offloader.restore();
+- any other operator on such a tensor (p.sum(), clip_grad_norm_, an evaluation without the
+  model's forward) is seen by a TorchDispatchMode pushed on this thread's mode stack at the
+  end of the step (Guard), which calls restore() before the operator runs. The guard steps
+  aside at once after that (every tensor is back) and leaves the stack at the next hook, step
+  or restore() where it is the innermost mode.
+A restore() that fails raises a teraio.Error saying what it could not bring back, never a crash.
+
+One Offloader per model and per optimizer at a time (Owners): a second one would see the first
+one's offloaded tensors as tensors of 0 bytes.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+_OWNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _storage_bytes(t):
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):  # a wrapper subclass without storage
+        return -1
+
+
+def touches_offloaded(args, kwargs):
+    """Whether an operator's arguments include a tensor with elements but no memory."""
+    stack = [args, kwargs]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            if v.numel() > 0 and _storage_bytes(v) == 0:
+                return True
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return False
+
+
+class Guard(TorchDispatchMode):
+    """Pushed at the end of a step while tensors may be offloaded: the first operator that uses a
+    tensor with no memory brings every offloaded tensor back (restore) before it runs."""
+
+    def __init__(self, off):
+        super().__init__()
+        self.off = weakref.ref(off)
+        self.armed = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.armed and touches_offloaded(args, kwargs):
+            off = self.off()
+            if off is not None:
+                off._bring_back(f"the operator {func} between steps")
+        return func(*args, **kwargs)
+
+
+def push(guard):
+    guard.__enter__()
+
+
+def pop(guard):
+    """Take guard off this thread's mode stack if it is the innermost mode; False if it is not
+    (another mode entered after it is still active: it stays, unarmed, until a later call)."""
+    guard.armed = False
+    if _get_current_dispatch_mode() is guard:
+        guard.__exit__(None, None, None)
+        return True
+    return False
+
+
+def claim(off, objs):
+    """Refuse a second Offloader on a model or optimizer that an open one holds."""
+    for what, obj in objs:
+        if obj is None:
+            continue
+        ref = _OWNERS.get(obj)
+        prev = ref() if ref is not None else None
+        if prev is not None and prev is not off and not prev._closed:
+            raise ValueError(
+                f"{what}: another teraio.Offloader is open on this {what} and may hold some of "
+                f"its tensors offloaded (they have no memory outside its steps): call close() on "
+                f"that Offloader first (it brings every tensor back, as restore() does, and "
+                f"releases its files), then make the new one")
+
+
+def register(off, objs):
+    for _, obj in objs:
+        if obj is not None:
+            _OWNERS[obj] = weakref.ref(off)
+
+
+def release(off, objs):
+    for _, obj in objs:
+        if obj is not None:
+            ref = _OWNERS.get(obj)
+            if ref is not None and ref() is off:
+                del _OWNERS[obj]
+
+
+def adopt_storages(optimizer):
+    """Give the optimizer states whose storage cannot be resized (what optimizer.load_state_dict()
+    keeps of a torch.load'ed state dict) a resizable copy, so that they can be offloaded: the
+    same values in the same tensors (tensors that shared a storage share the copy). Returns how
+    many storages were copied. Parameters are left alone: one shared with numpy (or another view
+    of its memory that the user or a DDP/FSDP wrapper keeps) must stay the same memory."""
+    tensors = []
+    if optimizer is not None:
+        for s in optimizer.state.values():
+            if isinstance(s, dict):
+                tensors.extend(v for v in s.values() if isinstance(v, torch.Tensor))
+    copies = {}
+    for t in tensors:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.numel() == 0:
+            continue
+        st = t.untyped_storage()
+        if st.resizable() or st.nbytes() == 0:
+            continue
+        new = copies.get(st._cdata)
+        if new is None:
+            new = copies[st._cdata] = (st, torch.UntypedStorage(st.nbytes(), device=st.device))
+            new[1].copy_(st)
+        with torch.no_grad():
+            t.set_(new[1], t.storage_offset(), t.size(), t.stride())
+    return len(copies)

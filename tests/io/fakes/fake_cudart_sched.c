@@ -143,14 +143,21 @@ int device_count(void) {
     return c > 0 ? c : 1;
 }
 
+/* The copies' bytes move one copy at a time: two copies that race (unordered on the GPU, which
+ * copy_races_of counts) must not also race as threads of this process, where ThreadSanitizer
+ * would report the fake's own memmoves instead of the test's finding. */
+static pthread_mutex_t copy_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void run_op(struct op *o) {
     if (o->kind == OP_COPY) {
         pthread_mutex_lock(&mu);
         int ok = (!o->wdev || dev_live(o->wdev, o->n)) && (!o->rdev || dev_live(o->rdev, o->n));
         pthread_mutex_unlock(&mu);
-        if (ok)
+        if (ok) {
+            pthread_mutex_lock(&copy_mu);
             memmove(o->dst, o->src, o->n);
-        else
+            pthread_mutex_unlock(&copy_mu);
+        } else
             atomic_fetch_add(&bad_accesses, 1); /* freed under a queued copy */
     } else if (o->kind == OP_HOST) {
         o->fn(o->user);

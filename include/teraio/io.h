@@ -156,11 +156,11 @@ TIO_API TIO_MUST_CHECK int tio_engine_reserve(struct tio_engine *e, uint64_t byt
  * `fence` (a cudaEvent_t, or NULL for none): no byte of the request moves before it has
  * completed. For device memory the engine's copy stream waits on it (cudaStreamWaitEvent);
  * otherwise (host memory, cuFile) the engine's own threads poll it with cudaEventQuery (every
- * 50 us while nothing else wakes them); the caller never blocks on it. Use it for device memory that kernels
- * already queued on a stream may still use: a tensor offloaded after its last use, memory the
- * caching allocator just handed out (record the event on that stream first). The event must
- * stay alive and must not be recorded again until the request's completion is reaped. A
- * failed query completes the request with TIO_ECUDA.
+ * 50 us while nothing else wakes them); the caller never blocks on it. Use it for device memory
+ * that kernels already queued on a stream may still use: a tensor offloaded after its last use,
+ * memory the caching allocator just handed out (record the event on that stream first). The event
+ * must stay alive and must not be recorded again until the request's completion is reaped. A failed
+ * query completes the request with TIO_ECUDA.
  *
  * Errors (returned at once, no completion): TIO_EINVAL (bytes == 0, bad enum, NULL ptr),
  * -EAGAIN (max_requests outstanding: reap and retry), TIO_ESTATE (a request on this tensor

@@ -142,13 +142,23 @@ static int parse_precision(void *ctx, const char *opt, const char *text) {
 }
 
 /* The counts of the command line, each overriding the preset's when given. */
-#define MODEL_COUNTS(X)                                                                     \
-    X("--layers", layers)                                                                   \
-    X("--hidden", hidden)                                                                   \
-    X("--heads", heads) X("--kv-heads", kv_heads) X("--head-dim", head_dim)                 \
-        X("--ffn-hidden", ffn_hidden) X("--vocab", vocab) X("--batch", global_batch)        \
-            X("--micro-batch", micro_batch) X("--seq", seq_len) X("--dp", dp) X("--tp", tp) \
-                X("--pp", pp) X("--grad-accum", grad_accum)
+// clang-format off
+#define MODEL_COUNTS(X) \
+    X("--layers", layers) \
+    X("--hidden", hidden) \
+    X("--heads", heads) \
+    X("--kv-heads", kv_heads) \
+    X("--head-dim", head_dim) \
+    X("--ffn-hidden", ffn_hidden) \
+    X("--vocab", vocab) \
+    X("--batch", global_batch) \
+    X("--micro-batch", micro_batch) \
+    X("--seq", seq_len) \
+    X("--dp", dp) \
+    X("--tp", tp) \
+    X("--pp", pp) \
+    X("--grad-accum", grad_accum)
+// clang-format on
 
 enum {
 #define MODEL_COUNT_ENUM(opt, field) COUNT_##field,

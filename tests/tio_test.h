@@ -126,6 +126,33 @@ static inline int tio_test_run_cli(const char *args, char *out, size_t outlen) {
 }
 
 /*
+ * tio_test_expand: copy a CLI test's argument template into out (NUL-terminated, cut at len-1
+ * bytes) with "%T" replaced by `trace` and "%D" by `dir`.
+ */
+static inline void
+tio_test_expand(const char *args, const char *trace, const char *dir, char *out, size_t len) {
+    size_t n = 0;
+    for (const char *p = args; *p && n + 1 < len; p++) {
+        const char *sub = NULL;
+        if (p[0] == '%' && p[1] == 'T') {
+            sub = trace;
+        } else if (p[0] == '%' && p[1] == 'D') {
+            sub = dir;
+        }
+        if (sub) {
+            n += (size_t)snprintf(out + n, len - n, "%s", sub);
+            p++;
+        } else {
+            out[n++] = *p;
+        }
+        if (n >= len) {
+            n = len - 1;
+        }
+    }
+    out[n] = '\0';
+}
+
+/*
  * tio_test_bounded: run fn(arg) in a child process limited to `seconds` of wall time (alarm)
  * and, except under AddressSanitizer (which reserves terabytes of address space), to `mib` MiB
  * of address space; returns fn's result (its exit status), or -1 if the child was killed (a

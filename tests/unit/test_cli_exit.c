@@ -86,25 +86,7 @@ static const struct row rows[] = {
 
 /* args with %T and %D expanded */
 static void expand(const char *args, char *out, size_t len) {
-    size_t n = 0;
-    for (const char *p = args; *p && n + 1 < len; p++) {
-        const char *sub = NULL;
-        if (p[0] == '%' && p[1] == 'T') {
-            sub = trace;
-        } else if (p[0] == '%' && p[1] == 'D') {
-            sub = dir;
-        }
-        if (sub) {
-            n += (size_t)snprintf(out + n, len - n, "%s", sub);
-            p++;
-        } else {
-            out[n++] = *p;
-        }
-        if (n >= len) {
-            n = len - 1;
-        }
-    }
-    out[n] = '\0';
+    tio_test_expand(args, trace, dir, out, len);
 }
 
 TIO_TEST(every_help_states_the_convention) {

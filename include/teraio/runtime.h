@@ -243,6 +243,18 @@ struct tio_runtime_stats {
                                         instead: the host tier had no free extent large enough */
     uint64_t tier_full_kept;         /* planned offloads dropped (the tensor stays resident, the
                                         demand offloads then keep the budget): no tier had room */
+    /* The training thread's waits by reason: calls that waited (count) and their time (s). */
+    uint64_t wait_read_count;   /* ready(k): a read kernel k needs was not complete */
+    double wait_read_s;         /*   (also in stall_s) */
+    uint64_t wait_write_count;  /* a kernel modifies a tensor whose offload is in flight, or an
+                                   intermediate kept for a reader dies with its offload in flight */
+    double wait_write_s;        /*   (also in stall_s) */
+    uint64_t wait_budget_count; /* offloads (planned or demand) to get under the budget */
+    double wait_budget_s;       /*   (also in pressure_stall_s or demand_stall_s) */
+    uint64_t wait_end_count;    /* end_iteration: requests still in flight */
+    double wait_end_s;          /*   (also in stall_s) */
+    uint64_t wait_other_count;  /* forget, the first iteration's steady state */
+    double wait_other_s;
 };
 
 /*

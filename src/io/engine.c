@@ -14,6 +14,7 @@
 
 #include "common/common_impl.h"
 #include "io/engine_internal.h"
+#include "io/engine_ordered.h"
 
 int tio_engine_reserve(struct tio_engine *e, uint64_t bytes) {
     if (!e) {
@@ -176,18 +177,25 @@ static void *writable(const void *ptr) {
     return u.m;
 }
 
-int tio_engine_write(struct tio_engine *e,
-                     uint64_t tensor_id,
-                     const void *ptr,
-                     uint64_t bytes,
-                     int32_t mem,
-                     int32_t tier,
-                     int32_t priority,
-                     uint64_t tag,
-                     void *fence) {
+static int write_request(struct tio_engine *e,
+                         uint64_t tensor_id,
+                         const void *ptr,
+                         uint64_t bytes,
+                         int32_t mem,
+                         int32_t tier,
+                         int32_t priority,
+                         uint64_t tag,
+                         void *fence,
+                         void *done) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "write");
     if (rc == 0) {
         rc = check_fence(fence, "write");
+    }
+    if (rc == 0 && done &&
+        (tier != TIO_TIER_HOST || !e->host_bst || !tio_eng_gpu_path(e, mem, tier))) {
+        rc = tio_set_error(TIO_EINVAL,
+                           "engine write: a done event needs device memory, the host tier and a "
+                           "usable CUDA device when the engine was made");
     }
     if (rc < 0) {
         return rc;
@@ -230,7 +238,7 @@ int tio_engine_write(struct tio_engine *e,
     if (rc >= 0) {
         t->pending = pl;
         rc = enqueue(e, t, pl, TIO_IO_OP_WRITE, writable(ptr), bytes, mem, priority, tag, fence,
-                     NULL);
+                     done);
         if (rc < 0) {
             t->pending = NULL;
             tio_eng_placement_free(e, pl);
@@ -241,6 +249,31 @@ int tio_engine_write(struct tio_engine *e,
     }
     tio_eng_unlock_signal(e); /* kick may have completed requests */
     return rc;
+}
+
+int tio_engine_write(struct tio_engine *e,
+                     uint64_t tensor_id,
+                     const void *ptr,
+                     uint64_t bytes,
+                     int32_t mem,
+                     int32_t tier,
+                     int32_t priority,
+                     uint64_t tag,
+                     void *fence) {
+    return write_request(e, tensor_id, ptr, bytes, mem, tier, priority, tag, fence, NULL);
+}
+
+int tio_eng_write_ordered(struct tio_engine *e,
+                          uint64_t tensor_id,
+                          const void *ptr,
+                          uint64_t bytes,
+                          int32_t tier,
+                          int32_t priority,
+                          uint64_t tag,
+                          void *fence,
+                          void *done) {
+    return write_request(e, tensor_id, ptr, bytes, TIO_MEM_DEVICE, tier, priority, tag, fence,
+                         done);
 }
 
 int tio_engine_read(struct tio_engine *e,

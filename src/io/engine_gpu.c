@@ -390,11 +390,26 @@ int tio_eng_gpu_settle(struct tio_engine *e, struct request *rq) {
     tio_eng_gpu_enter(e, &prev);
     int rc = 0;
     tio_cuda_stream s = rq->op == TIO_IO_OP_READ ? g->h2d : g->d2h;
-    if (rq->op == TIO_IO_OP_READ && rq->done) {
-        /* the caller's stream waits on it: bytes land when it completes */
-        rc = g->cu->event_record(rq->done, g->h2d) ? TIO_ECUDA : 0;
+    /* a write that failed or was canceled waits for its copies: its pool extents are freed */
+    void *done = rq->op == TIO_IO_OP_READ || (!rq->error && !rq->canceled) ? rq->done : NULL;
+    if (done && rq->op == TIO_IO_OP_WRITE) {
+        /* H8: the engine's own event marks the pool bytes, whatever the caller does with done */
+        rq->pl->landing = take_event(g);
+        g->pool_d2h_pending = 1;
+        if (!rq->pl->landing || g->cu->event_record(rq->pl->landing, s) != 0) {
+            if (rq->pl->landing) {
+                give_event(g, rq->pl->landing);
+                rq->pl->landing = NULL;
+            }
+            (void)g->cu->stream_synchronize(s); /* the pool bytes are in place */
+        }
+    }
+    if (done) {
+        /* the caller's stream waits on it: a read's bytes land, a write's copies have read the
+         * device memory, when it completes */
+        rc = g->cu->event_record(done, s) ? TIO_ECUDA : 0;
         if (rc < 0) {
-            (void)g->cu->stream_synchronize(g->h2d); /* the completion then means "landed" */
+            (void)g->cu->stream_synchronize(s); /* the completion then means "landed" */
         }
     } else if (rq->copies) {
         rq->tail = take_event(g);
@@ -414,4 +429,35 @@ int tio_eng_gpu_settle(struct tio_engine *e, struct request *rq) {
     }
     tio_eng_gpu_leave(e, prev);
     return rc;
+}
+
+int tio_eng_gpu_landed(struct tio_engine *e, struct request *rq) {
+    struct placement *pl = rq->pl;
+    struct tio_eng_gpu *g = &e->gpu;
+    int host = !rq->gpu && g->pool_d2h_pending;
+    if (rq->landed || (!host && (!pl->landing || rq->op != TIO_IO_OP_READ))) {
+        return 0;
+    }
+    int prev;
+    tio_eng_gpu_enter(e, &prev);
+    int err =
+        host ? g->cu->stream_synchronize(g->d2h) : g->cu->stream_wait_event(g->h2d, pl->landing, 0);
+    tio_eng_gpu_leave(e, prev);
+    if (host && !err) {
+        g->pool_d2h_pending = 0;
+    }
+    if (err) {
+        tio_eng_request_fail(e, rq, TIO_ECUDA, 0, 1,
+                             "ordering the read after the device copies that wrote its pool bytes");
+        return TIO_ECUDA;
+    }
+    rq->landed = 1;
+    return 0;
+}
+
+void tio_eng_gpu_landing_free(struct tio_engine *e, struct placement *pl) {
+    if (pl->landing) {
+        give_event(&e->gpu, pl->landing); /* no CUDA call: it may be recorded again later */
+        pl->landing = NULL;
+    }
 }

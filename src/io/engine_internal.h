@@ -41,7 +41,12 @@
  *     stream is past its last use: an H2D buffer when the event recorded after its copy to the
  *     device has completed, a D2H buffer when its SSD write has completed. A request whose
  *     last device copies are still queued is finished only when their event has completed
- *     (or, for a read with a `done` event, once `done` is recorded after them).
+ *     (or, with a `done` event, once `done` is recorded after them).
+ *  H8 (host-tier writes with a `done` event) The pool bytes of such a copy are valid once its
+ *     placement's `landing` event has completed: a copy from the pool to the device waits for it
+ *     on the H2D stream (cudaStreamWaitEvent). Its extents may be freed and reused before: by
+ *     another such copy, queued after it on the same D2H stream; a host-side copy into or out of
+ *     the pool (host memory) first waits for the D2H stream (pool_d2h_pending).
  */
 #ifndef TIO_IO_ENGINE_INTERNAL_H
 #define TIO_IO_ENGINE_INTERNAL_H
@@ -71,6 +76,9 @@ struct placement {
     uint32_t first;   /* directory of chunk 0 (chunk c is on (first + c) % ndirs) */
     uint64_t *off;    /* per chunk: byte offset in the swap file / host pool */
     uint32_t *crc;    /* per chunk CRC32C (verify on), else NULL */
+    void *landing;    /* host tier, written with a `done` event (tio_eng_write_ordered): an
+                         engine event recorded on the D2H stream after the write's last copy into
+                         the pool; the pool bytes are valid once it completed (H8) */
 };
 
 struct tensor {
@@ -106,11 +114,13 @@ struct request {
     int64_t error;           /* first error (< 0) or 0 */
     int canceled;
     void *fence;      /* cudaEvent_t that must complete before any byte moves (NULL: none) */
-    void *done;       /* read: cudaEvent_t recorded on the engine's H2D stream once every copy is
-                         queued; its device copies are then not waited for (NULL: they are) */
+    void *done;       /* cudaEvent_t recorded on the engine's copy stream (read: H2D, host-tier
+                         write: D2H) once every copy is queued; the request then finishes without
+                         waiting for its device copies (NULL: they are waited for) */
     int gpu;          /* device memory moved by the engine's copy streams (engine_gpu.c): its fence
                          is waited for on the copy stream (cudaStreamWaitEvent), never polled */
     int fence_queued; /* gpu: the copy stream already waits on the fence */
+    int landed;       /* read: ordered after its placement's landing event (H8) */
     int copies;       /* gpu: device copies queued for it, not yet known complete */
     void *tail;       /* gpu: event after its last copy while it settles (engine_gpu.c) */
     struct request *snext; /* next in e->settling */
@@ -161,6 +171,7 @@ struct tio_eng_gpu {
     tio_cuda_event h2d_mark;  /* recorded on h2d so that d2h can wait for pool reads */
     struct request *settling; /* requests finished but for their last copies' event */
     int h2d_pending;          /* host-tier copies from the pool may still run on h2d */
+    int pool_d2h_pending;     /* H8: copies into the pool of completed writes may still run */
 };
 
 struct batch_item {
@@ -332,6 +343,13 @@ void tio_eng_gpu_put(struct tio_engine *e, int dir, int32_t ring);
 /* A request with every piece done: 1 if it must settle first (its last copies are queued:
  * record the tail event, finish later), 0 finish now (done recorded if it has one). */
 int tio_eng_gpu_settle(struct tio_engine *e, struct request *rq);
+/* H8: before a host-tier piece of rq: a device read waits on the H2D stream for its placement's
+ * landing event; a host-memory copy waits on the host for every copy into the pool still queued
+ * (by the driver: never the training thread of a device-memory caller). 0 or TIO_ECUDA (rq
+ * failed). */
+int tio_eng_gpu_landed(struct tio_engine *e, struct request *rq);
+/* H8: give pl's landing event back (its extents are freed: see H8 for their reuse). */
+void tio_eng_gpu_landing_free(struct tio_engine *e, struct placement *pl);
 /* Address of ring buffer i of direction dir. */
 unsigned char *tio_eng_gpu_buf(const struct tio_engine *e, int dir, int32_t i);
 

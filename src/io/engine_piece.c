@@ -303,6 +303,9 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
         if (rq->gpu && rq->pl->tier == TIO_TIER_HOST && gpu_host_prepare(e, rq) < 0) {
             continue; /* failed: pick() finishes it */
         }
+        if (rq->pl->tier == TIO_TIER_HOST && tio_eng_gpu_landed(e, rq) < 0) {
+            continue; /* H8; failed: pick() finishes it */
+        }
         int from_cursor = rq->nredo == 0;
         struct piece pc = next_piece(e, rq);
         if (rq->pl->tier == TIO_TIER_HOST) {

@@ -92,6 +92,7 @@ void tio_eng_placement_free(struct tio_engine *e, struct placement *pl) {
     if (!pl) {
         return;
     }
+    tio_eng_gpu_landing_free(e, pl); /* H8 */
     for (uint32_t c = 0; c < pl->nchunks; c++) {
         if (pl->off[c] == UINT64_MAX) {
             continue;

@@ -47,10 +47,14 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
     }
     tio_free(last_to);
     double t0 = tio_now_s();
+    int waited = rt->inflight > 0;
     if (rc == 0) {
         rc = drain(rt);
     }
     rt->st.pressure_stall_s += tio_now_s() - t0;
+    if (waited) {
+        tio_rt_count_wait(rt, WAIT_OTHER, tio_now_s() - t0);
+    }
     if (rc == 0 && rt->failed) {
         rc = tio_rt_sticky(rt);
     }
@@ -254,9 +258,13 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 rt->state[t] = ST_RESIDENT;
                 tio_rt_touch(rt, t);
             } else {
+                /* kept; a kernel that only reads it runs beside the write (both read the
+                 * memory), one that modifies it waits until the write's copies are queued
+                 * (ready() then orders the kernel after them) */
                 rt->tflags[t] |= TF_KEEP;
                 tio_rt_touch(rt, t);
-                if ((rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s)) < 0) {
+                if ((rt->v.use_mode[u] & TIO_USE_WRITE) &&
+                    (rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s, WAIT_WRITE)) < 0) {
                     return rc;
                 }
             }
@@ -268,6 +276,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
     /* Memory pressure: wait for in-flight offloads until under the budget. */
     if (rt->budget) {
         double p0 = tio_now_s();
+        int waited = 0;
         for (;;) {
             if (rt->st.resident_bytes - tio_rt_pending_release(rt) <= rt->budget ||
                 rt->inflight == 0) {
@@ -276,11 +285,15 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             if (rt->n_writing == 0) { /* no offload in flight that would free memory */
                 break;
             }
+            waited = 1;
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;
             }
         }
         rt->st.pressure_stall_s += tio_now_s() - p0;
+        if (waited) {
+            tio_rt_count_wait(rt, WAIT_BUDGET, tio_now_s() - p0);
+        }
         /* Still above: the plan did not schedule enough; offload on demand. */
         if ((rc = tio_rt_demand_offload(rt, k, out, &n)) < 0) {
             return rc;
@@ -324,11 +337,14 @@ int tio_runtime_ready(struct tio_runtime *rt, uint64_t k) {
     double io = tio_now_s() - t0;
     for (uint64_t u = rt->v.kernel_use_offset[k]; u < rt->v.kernel_use_offset[k + 1]; u++) {
         uint32_t t = rt->v.use_tensor[u];
-        if (rt->state[t] == ST_READING && (rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s)) < 0) {
+        if (rt->state[t] == ST_READING &&
+            (rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s, WAIT_READ)) < 0) {
             return rc;
         }
-        /* stream-ordered: the compute stream, not this thread, waits for the bytes to land */
-        if ((rc = tio_rt_settle(rt, t)) < 0) {
+        /* stream-ordered: the compute stream, not this thread, waits for a read's bytes to land,
+         * and for a write's copies to read the memory before a kernel modifies it */
+        if (((rt->tflags[t] & TF_LANDING) || (rt->v.use_mode[u] & TIO_USE_WRITE)) &&
+            (rc = tio_rt_settle(rt, t)) < 0) {
             return rc;
         }
     }
@@ -379,7 +395,7 @@ int tio_runtime_forget(struct tio_runtime *rt, uint32_t tensor) {
     }
     if (rt->state[t] == ST_WRITING || rt->state[t] == ST_READING) {
         double dummy = 0;
-        int rc = tio_rt_wait_tensor(rt, t, &dummy);
+        int rc = tio_rt_wait_tensor(rt, t, &dummy, WAIT_OTHER);
         if (rc < 0) {
             return rc;
         }
@@ -425,7 +441,26 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_STORED) {
             retire_stored(rt, t);
         }
+        if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_WRITING &&
+            !(rt->tflags[t] & TF_DONE)) {
+            /* kept for a kernel that only read it, and dead now: its memory goes back to its
+             * owner once the write's copies are queued (the compute stream waits for them) */
+            rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s, WAIT_WRITE);
+            if (rc < 0) {
+                return rc;
+            }
+        }
+        if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_WRITING &&
+            (rt->tflags[t] & TF_DONE)) {
+            rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            rt->state[t] = ST_RESIDENT;
+            tio_rt_touch(rt, t);
+        }
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_RESIDENT) {
+            rc = tio_rt_settle(rt, t); /* the owner frees it on the compute stream */
+            if (rc < 0) {
+                return rc;
+            }
             rt->state[t] = ST_ABSENT;
             rt->ptr[t] = NULL;
             tio_rt_touch(rt, t);
@@ -451,8 +486,12 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out,
                              (unsigned long long)rt->next_k, rt->v.n_kernels);
     }
     double t0 = tio_now_s();
+    int waited = rt->inflight > 0;
     int rc = drain(rt);
     rt->st.stall_s += tio_now_s() - t0;
+    if (waited) {
+        tio_rt_count_wait(rt, WAIT_END, tio_now_s() - t0);
+    }
     if (rc == 0) { /* what the caller does after the step sees every byte read in it */
         rc = tio_rt_settle_all(rt);
     }

@@ -28,10 +28,18 @@ enum {
     TF_KEEP = 1u << 4,     /* offload in flight but needed again: do not release */
     TF_DONE = 1u << 5,     /* write completed, RELEASE pending */
     TF_URGENT = 1u << 6,   /* read must be urgent (a kernel needs it now) */
-    TF_LANDING = 1u << 7   /* stream-ordered: read completed, its bytes land on the device when
+    TF_LANDING = 1u << 7,  /* stream-ordered: read completed, its bytes land on the device when
                               landed[t] does (the compute stream must wait on it before any use
                               of the memory, its release included) */
+    TF_WEV = 1u << 8,      /* stream-ordered: the write in flight records landed[t] after its
+                              device-to-host copies (host tier) */
+    TF_WLAND = 1u << 9     /* stream-ordered: a write completed whose copies may still read the
+                              memory until landed[t] does (the compute stream must wait on it
+                              before a kernel modifies the memory, and before its release) */
 };
+
+/* Why the training thread waited (the wait_* counters of struct tio_runtime_stats). */
+enum tio_rt_wait { WAIT_READ, WAIT_WRITE, WAIT_BUDGET, WAIT_END, WAIT_OTHER };
 
 #define TAG_READ (UINT64_C(1) << 63)
 
@@ -109,8 +117,11 @@ void tio_rt_add_resident(struct tio_runtime *rt, uint32_t t);
 void tio_rt_sub_resident(struct tio_runtime *rt, uint32_t t);
 /* tio_rt_reap: apply at least `min` completions (waiting for them). */
 int tio_rt_reap(struct tio_runtime *rt, size_t min);
-/* tio_rt_wait_tensor: wait until t has no request in flight, adding the wait to *acc. */
-int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc);
+/* tio_rt_wait_tensor: wait until t has no request in flight, adding the wait to *acc and, if
+ * the thread waited, to the counters of `why` (enum tio_rt_wait). */
+int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc, int why);
+/* tio_rt_count_wait: count one wait of `dt` seconds for reason `why`. */
+void tio_rt_count_wait(struct tio_runtime *rt, int why, double dt);
 /* tio_rt_push: append one action to out[*n] (TIO_EINVAL when max is reached). */
 int tio_rt_push(
     struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes);

@@ -8,6 +8,7 @@
 
 #include "../common/common_impl.h"
 #include "executor_impl.h"
+#include "io/engine_ordered.h"
 
 int tio_rt_sticky(struct tio_runtime *rt) {
     return tio_set_error(rt->fail_rc, "%s", rt->fail_msg);
@@ -60,7 +61,7 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
         /* A failed write keeps the tensor resident (nothing was released); a failed read leaves
          * the memory undefined, which the sticky error reports before any kernel runs. */
         rt->state[t] = ST_RESIDENT;
-        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP | TF_WEV);
         if (!is_read) {
             rt->tflags[t] &= ~(uint32_t)TF_HAS_COPY;
         }
@@ -78,7 +79,10 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
         rt->st.stored_bytes -= rt->st.stored_bytes >= bytes ? bytes : rt->st.stored_bytes;
     } else {
         rt->tflags[t] |= TF_HAS_COPY;
-        rt->tflags[t] &= ~(uint32_t)TF_DIRTY;
+        if (rt->tflags[t] & TF_WEV) { /* its copies may still read the memory */
+            rt->tflags[t] |= TF_WLAND;
+        }
+        rt->tflags[t] &= ~(uint32_t)(TF_DIRTY | TF_WEV);
         rt->st.offloads++;
         rt->st.bytes_offloaded += bytes;
         if (rt->tflags[t] & TF_KEEP) {
@@ -115,18 +119,50 @@ int tio_rt_reap(struct tio_runtime *rt, size_t min) {
     }
 }
 
+void tio_rt_count_wait(struct tio_runtime *rt, int why, double dt) {
+    struct tio_runtime_stats *s = &rt->st;
+    switch (why) {
+    case WAIT_READ:
+        s->wait_read_count++;
+        s->wait_read_s += dt;
+        break;
+    case WAIT_WRITE:
+        s->wait_write_count++;
+        s->wait_write_s += dt;
+        break;
+    case WAIT_BUDGET:
+        s->wait_budget_count++;
+        s->wait_budget_s += dt;
+        break;
+    case WAIT_END:
+        s->wait_end_count++;
+        s->wait_end_s += dt;
+        break;
+    default:
+        s->wait_other_count++;
+        s->wait_other_s += dt;
+        break;
+    }
+}
+
 /* Wait until tensor t has no request in flight; the time counts as a stall. */
-int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc) {
+int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc, int why) {
     double t0 = tio_now_s();
+    int waited = 0;
     while ((rt->state[t] == ST_READING ||
             (rt->state[t] == ST_WRITING && !(rt->tflags[t] & TF_DONE))) &&
            rt->inflight > 0) {
+        waited = 1;
         int rc = tio_rt_reap(rt, 1);
         if (rc < 0) {
             return rc;
         }
     }
-    *acc += tio_now_s() - t0;
+    double dt = tio_now_s() - t0;
+    *acc += dt;
+    if (waited) {
+        tio_rt_count_wait(rt, why, dt);
+    }
     return 0;
 }
 
@@ -145,20 +181,25 @@ int tio_rt_push(
     return 0;
 }
 
-/* A read of t completed with its bytes still on the way (TF_LANDING): make the compute stream
- * wait for them, so no kernel launched from now on (nor the caching allocator's next user of
- * the memory, once it is released) sees the memory before they land. */
+/* A read of t completed with its bytes still on the way (TF_LANDING), or a write of t whose
+ * copies may still read the memory (TF_WLAND): make the compute stream wait for them, so no
+ * kernel launched from now on (nor the caching allocator's next user of the memory, once it is
+ * released) sees the memory before a read's bytes land or changes it before a write's copies
+ * read it. This is what makes a RELEASE stream-ordered: its memory may be reused at once by
+ * work queued later on the compute stream. */
 int tio_rt_settle(struct tio_runtime *rt, uint32_t t) {
-    if (!(rt->tflags[t] & TF_LANDING)) {
+    uint32_t f = rt->tflags[t] & (TF_LANDING | TF_WLAND);
+    if (!f) {
         return 0;
     }
-    rt->tflags[t] &= ~(uint32_t)TF_LANDING;
+    rt->tflags[t] &= ~f;
     tio_rt_touch(rt, t);
     int err = rt->cu->stream_wait_event(rt->stream, rt->landed[t], 0);
     if (err) {
         char d[96];
-        (void)snprintf(d, sizeof d, "cudaStreamWaitEvent on its read: CUDA error %d", err);
-        fail(rt, TIO_ECUDA, "read", t, d);
+        (void)snprintf(d, sizeof d, "cudaStreamWaitEvent on its %s: CUDA error %d",
+                       f & TF_LANDING ? "read" : "write", err);
+        fail(rt, TIO_ECUDA, f & TF_LANDING ? "read" : "write", t, d);
         return tio_rt_sticky(rt);
     }
     return 0;
@@ -181,7 +222,9 @@ int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
     for (size_t i = 0; i < nr; i++) {
         uint32_t t = rel[i];
         if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
-            int rc = tio_rt_settle(rt, t); /* a clean offload of a tensor still landing */
+            /* stream-ordered release: the compute stream waits for the write's copies (or the
+             * landing read of a clean offload); the memory may then go to later work on it */
+            int rc = tio_rt_settle(rt, t);
             if (rc == 0) {
                 rc = tio_rt_push(out, max, n, t, TIO_RT_RELEASE, rt->v.tensor_bytes[t]);
             }
@@ -241,14 +284,23 @@ static void *fence_now(struct tio_runtime *rt, uint32_t t, int *rc) {
 /* Queue the write of t. soft: a full tier (-ENOSPC) is returned to the caller, not recorded as
  * the executor's failure (demand offloads then try elsewhere or give up). */
 static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int soft) {
-    int rc;
-    void *fence = fence_now(rt, t, &rc);
+    /* landed[t] is about to carry this write's event: what it marked is waited for first */
+    int rc = tio_rt_settle(rt, t);
+    void *fence = rc < 0 ? NULL : fence_now(rt, t, &rc);
+    /* host tier: the write completes once its copies are queued, its memory is released in
+     * stream order (tio_rt_settle); the SSD tier completes once the SSD write succeeded */
+    int ordered = rt->cu && tier == TIO_TIER_HOST;
+    void *done = rc < 0 || !ordered ? NULL : tensor_event(rt, rt->landed, t, 0, "done event", &rc);
     if (rc < 0) {
         return rc;
     }
     for (;;) {
-        rc = tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                              tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, (uint64_t)t, fence);
+        int32_t prio = urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL;
+        rc = ordered
+                 ? tio_eng_write_ordered(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
+                                         tier, prio, (uint64_t)t, fence, done)
+                 : tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
+                                    rt->mem, tier, prio, (uint64_t)t, fence);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;
@@ -263,6 +315,11 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
             return tio_rt_sticky(rt);
         }
         rt->inflight++;
+        if (ordered) {
+            rt->tflags[t] |= TF_WEV;
+        } else {
+            rt->tflags[t] &= ~(uint32_t)TF_WEV;
+        }
         return 0;
     }
 }
@@ -406,7 +463,7 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
     }
     tio_rt_victims_unstash(rt);
     for (size_t i = 0; i < nv && rc == 0; i++) {
-        rc = tio_rt_wait_tensor(rt, rt->victims[i], &rt->st.demand_stall_s);
+        rc = tio_rt_wait_tensor(rt, rt->victims[i], &rt->st.demand_stall_s, WAIT_BUDGET);
     }
     if (rc < 0) {
         return rc;

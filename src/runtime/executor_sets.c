@@ -245,7 +245,7 @@ static uint8_t membership(const struct tio_runtime *rt, uint32_t t) {
     if (s == ST_WRITING) {
         m |= (f & TF_DONE) ? IN_REL : (f & TF_KEEP) ? 0 : IN_WRITING;
     }
-    if (f & TF_LANDING) {
+    if (f & (TF_LANDING | TF_WLAND)) {
         m |= IN_LAND;
     }
     if (rt->budget && !(f & TF_PINNED) && rt->v.tensor_bytes[t] > 0 &&

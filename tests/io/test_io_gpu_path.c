@@ -12,6 +12,9 @@
  *   - a write into the host tier (host memory, or device memory on the D2H stream) waits for a
  *     pool read still queued on the H2D stream (the extent it reuses is that read's source);
  *   - a failed SSD write keeps the tensor's previous copy and the caller's memory;
+ *   - a stream-ordered host-tier write (a `done` event) completes while its fence is held,
+ *     records `done` after its copies (the device memory may be overwritten after it), and a
+ *     read of its copy is ordered after those copies on the H2D stream;
  *   - an engine made on device 1 copies on device 1's streams, whatever device the thread
  *     that submits has, and gives that thread its device back;
  *   - without a usable CUDA device, device memory is refused at once.
@@ -27,6 +30,7 @@
 #include "../tio_test.h"
 #include "common/common_impl.h"
 #include "dl/cudart_shim.h"
+#include "io/engine_ordered.h"
 #include "io/fake_cuda.h"
 #include "io/io_util.h"
 
@@ -223,6 +227,59 @@ TIO_TEST(pool_device_write_waits_for_queued_pool_reads) {
     pool_reuse(TIO_MEM_DEVICE);
 }
 
+/* A host-tier write with a done event completes once its copies are queued (its fence is still
+ * held by a gate); `done` completes after them: the device memory, overwritten by work ordered
+ * after `done`, leaves the stored copy intact; a read issued at once, with no fence, lands the
+ * written bytes (the engine orders it after the write's copies), with no two copies unordered. */
+TIO_TEST(ordered_write_releases_in_stream_order) {
+    uint64_t races0 = fc.copy_races(), fails = 0;
+    for (uint64_t round = 0; round < 6; round++) {
+        fc.set_lag(300, 70 + round);
+        struct tio_engine *e = engine("posix", 4u << 20, round % 2);
+        void *d = dev_alloc(N), *d2 = dev_alloc(N), *fence = new_event(), *done = new_event(),
+             *done2 = new_event(), *s = NULL;
+        CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
+        if (!e || !d || !d2 || !fence || !done || !done2 || !s) {
+            tio_engine_free(e);
+            return;
+        }
+        memset(fc.translate(d2, N), 0, N);
+        struct fill f1 = { fc.translate(d, N), N, 61 }, f2 = { fc.translate(d, N), N, 62 };
+        atomic_store(&g_gate, 0);
+        CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
+        CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f1), 0);
+        CHECK_EQ_I(fc.event_record(fence, s), 0);
+        if (round == 0) /* only the host tier takes a done event */
+            CHECK_EQ_I(
+                tio_eng_write_ordered(e, 9, d, N, TIO_TIER_SSD, TIO_PRIO_NORMAL, 9, fence, done),
+                TIO_EINVAL);
+        CHECK_OK(tio_eng_write_ordered(e, 1, d, N, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, fence, done));
+        struct tio_completion c;
+        CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 2000000000), 1); /* with the gate closed */
+        CHECK_EQ_I(c.res, (int64_t)N);
+        CHECK_EQ_I(atomic_load(&g_gate), 0);
+        /* stream order: the memory is overwritten by work queued after `done` */
+        CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
+        CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f2), 0);
+        CHECK_OK(tio_engine_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done2));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
+        atomic_store(&g_gate, 1);
+        CHECK_EQ_I(fc.stream_wait_event(s, done2, 0), 0);
+        CHECK_EQ_I(fc.stream_synchronize(s), 0);
+        fails += !io_check(fc.translate(d2, N), N, 61);
+        tio_engine_free(e);
+        CHECK_EQ_I(fc.stream_destroy(s), 0);
+        CHECK_EQ_I(fc.event_destroy(fence), 0);
+        CHECK_EQ_I(fc.event_destroy(done), 0);
+        CHECK_EQ_I(fc.event_destroy(done2), 0);
+        CHECK_EQ_I(fc.free_device(d), 0);
+        CHECK_EQ_I(fc.free_device(d2), 0);
+    }
+    CHECK_EQ_U(fails, 0);
+    CHECK_EQ_U(fc.copy_races(), races0);
+    fc.set_lag(0, 0);
+}
+
 /* A failed SSD write (the fault backend) completes with an error: the previous copy stays
  * readable and the caller still has its memory (nothing was freed on its behalf). */
 TIO_TEST(failed_write_keeps_the_previous_copy) {
@@ -327,6 +384,7 @@ int main(void) {
     RUN(host_only_and_both_tiers);
     RUN(pool_write_waits_for_queued_pool_reads);
     RUN(pool_device_write_waits_for_queued_pool_reads);
+    RUN(ordered_write_releases_in_stream_order);
     RUN(failed_write_keeps_the_previous_copy);
     RUN(engine_is_bound_to_its_device);
     RUN(device_memory_needs_a_usable_device);

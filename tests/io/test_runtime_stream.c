@@ -8,28 +8,27 @@
  * allocator that hands a freed block out again at once (no synchronisation), most recently
  * freed first. When the compute stream runs a kernel, the kernel checks every input against the
  * content of the version program order says it must see (a pattern derived from the tensor and
- * the version) and writes the next version of its outputs. A RELEASE'd block is poisoned from
- * the host at once: its copy is complete, and no kernel still queued may use it (checked). The
- * exception is a clean offload, which writes nothing and releases at once: when a call made one,
- * its releases are freed through the stream, which is safe with stream-ordered reuse. A freed
- * intermediate's block is poisoned by a host function queued on the stream (the caller frees it
- * while its last kernel may still be queued). Whatever the executor or the engine gets wrong in
- * ordering (a write that reads a tensor before its producer ran, a read that fills memory before
- * its previous user ran or that a kernel reads before it lands, memory released before its copy
- * completed) shows up as a kernel finding another version, poison or foreign bytes. The test also
- * checks that the training thread never synchronizes with the device while it drives the iterations
- * and that the engine never copies on the legacy stream or a blocking stream, nor between the
- * device and pageable host memory (a copy a GPU makes synchronous). Now and then the caller
- * forgets an intermediate the plan still holds (a read in flight preferred) and frees its block
- * on the stream, which the allocator hands out again at once.
+ * the version) and writes the next version of its outputs. Releases are stream-ordered (a
+ * host-tier write completes once its copies are queued, and the compute stream waits for them
+ * before the memory is reused; a clean offload writes nothing): a RELEASE'd block, like a freed
+ * intermediate's, is poisoned by a host function queued on the stream, which checks that no
+ * engine copy of the block is still unordered with it. Whatever the executor or the engine gets
+ * wrong in ordering (a write that reads a tensor before its producer ran, a read that fills memory
+ * before its previous user ran or that a kernel reads before it lands, memory released before its
+ * copy completed) shows up as a kernel finding another version, poison or foreign bytes. The test
+ * also checks that the training thread never synchronizes with the device while it drives the
+ * iterations and that the engine never copies on the legacy stream or a blocking stream, nor
+ * between the device and pageable host memory (a copy a GPU makes synchronous). Now and then the
+ * caller forgets an intermediate the plan still holds (a read in flight preferred) and frees its
+ * block on the stream, which the allocator hands out again at once.
  *
  * Environment: TIO_STREAM_TIERS (both, the default: the cuda backend with a host tier; ssd or
  * host: an engine with that tier alone, every planned move sent there, the posix backend),
  * TIO_STREAM_SCHEDULES (default 1200; 120 under sanitizers), TIO_STREAM_SEED (first
  * seed, default 1), TIO_STREAM_LAG_US (every schedule's maximum delay per stream operation;
  * default: 0, 20, 100 or 300 us drawn per schedule), TIO_STREAM_VERBOSE=1 (print the actions and
- * kernels), TIO_STREAM_STRICT=1 (a clean offload's release while a kernel using the memory is
- * queued fails too). A failure prints the seed of its schedule: rerun with TIO_STREAM_SEED=that and
+ * kernels), TIO_STREAM_STRICT=1 (a release while a kernel using the memory is queued fails). A
+ * failure prints the seed of its schedule: rerun with TIO_STREAM_SEED=that and
  * TIO_STREAM_SCHEDULES=1.
  */
 #include <pthread.h>
@@ -254,10 +253,11 @@ struct caller {
     void *stream;
     uint64_t seed;
     void *ptr[MAX_T];
-    uint64_t version[MAX_T]; /* the version the next reader must see */
-    uint64_t user[MAX_T];    /* the last kernel launched that uses t's current memory */
-    uint64_t clean_queued;   /* clean releases while a kernel using the memory was queued */
-    uint64_t forgets;        /* tio_runtime_forget calls, reads in flight among them */
+    uint64_t version[MAX_T];  /* the version the next reader must see */
+    uint64_t user[MAX_T];     /* the last kernel launched that uses t's current memory */
+    uint64_t clean_queued;    /* clean releases while a kernel using the memory was queued */
+    uint64_t released_queued; /* releases after a write, likewise */
+    uint64_t forgets;         /* tio_runtime_forget calls, reads in flight among them */
     uint64_t forgets_reading;
     int dead[MAX_T]; /* forgotten in this iteration: its later uses are dropped */
     int err;         /* a harness or executor call failed */
@@ -300,7 +300,7 @@ static void free_on_stream(struct caller *c, uint32_t t) {
 }
 
 static int g_verbose; /* TIO_STREAM_VERBOSE=1: print the actions and kernels */
-static int g_strict;  /* TIO_STREAM_STRICT=1: a clean release with queued users fails too */
+static int g_strict;  /* TIO_STREAM_STRICT=1: a release with queued users fails */
 
 static uint64_t cleans(const struct caller *c) {
     struct tio_runtime_stats st;
@@ -323,26 +323,21 @@ static void apply(struct caller *c, const struct tio_rt_action *a, int n, int cl
                 return;
             }
             int queued = c->user[t] > atomic_load(&g_ran); /* a kernel using it has not run */
-            if (queued && (!clean || g_strict)) {
+            if (queued && g_strict) {
                 record_failure("seed %llu: tensor %u released while kernel #%llu that uses it has "
                                "not run",
                                (unsigned long long)c->seed, t, (unsigned long long)c->user[t]);
                 c->err = 1;
                 return;
             }
-            if (clean) {
-                /* a clean offload (the stored copy is identical, no write) releases at once:
-                 * kernels queued earlier may still read the memory, and a read that filled it may
-                 * still be landing (the compute stream waits for it). Stream-ordered reuse
-                 * (PyTorch's caching allocator) makes both safe: free it through the stream. */
-                c->clean_queued += (uint64_t)queued;
-                free_on_stream(c, t);
-                continue;
-            }
-            /* nothing queued uses these bytes and its copy is complete: poison them now */
-            memset(shadow(c->ptr[t], c->s->bytes[t]), 0xDB, c->s->bytes[t]);
-            pool_free(c->ptr[t], c->s->bytes[t]);
-            c->ptr[t] = NULL;
+            /* Releases are stream-ordered: kernels queued earlier may still use the memory, a
+             * host-tier write's copies may still read it and a read that filled it may still be
+             * landing (the compute stream waits for both). Stream-ordered reuse (PyTorch's
+             * caching allocator) makes that safe: free it through the stream, where the poison
+             * checks that no engine copy of it is still unordered with the stream. */
+            c->clean_queued += (uint64_t)(queued && clean);
+            c->released_queued += (uint64_t)(queued && !clean);
+            free_on_stream(c, t);
         } else {
             if (c->ptr[t]) /* materialised again (restore): drop the block handed out before */
                 free_on_stream(c, t);
@@ -521,7 +516,8 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act
 
 struct totals {
     uint64_t schedules, offloads, prefetches, bytes_offloaded, bytes_prefetched, urgent,
-        demand_offloads, moves_planned, clean_offloads, clean_queued, forgets, forgets_reading;
+        demand_offloads, moves_planned, clean_offloads, clean_queued, forgets, forgets_reading,
+        released_queued, wait_write;
 };
 
 static void run_schedule(const struct spec *s,
@@ -585,6 +581,8 @@ static void run_schedule(const struct spec *s,
     tot->demand_offloads += st.demand_offloads;
     tot->clean_offloads += st.clean_offloads;
     tot->clean_queued += c.clean_queued;
+    tot->released_queued += c.released_queued;
+    tot->wait_write += st.wait_write_count;
     tot->forgets += c.forgets;
     tot->forgets_reading += c.forgets_reading;
 }
@@ -675,9 +673,11 @@ TIO_TEST(stream_ordered_executor_under_lag) {
            (unsigned long long)tot.urgent, (double)tot.bytes_offloaded / (1024.0 * 1024.0),
            (double)tot.bytes_prefetched / (1024.0 * 1024.0), (unsigned long long)tot.moves_planned);
     printf("  %llu clean offloads, %llu of them released while a kernel using the memory was "
-           "still queued (freed through the stream); %llu forgets, %llu with a read in flight\n",
+           "still queued; %llu releases after a write likewise (all freed through the stream); "
+           "%llu forgets, %llu with a read in flight; %llu waits for a write a kernel modifies\n",
            (unsigned long long)tot.clean_offloads, (unsigned long long)tot.clean_queued,
-           (unsigned long long)tot.forgets, (unsigned long long)tot.forgets_reading);
+           (unsigned long long)tot.released_queued, (unsigned long long)tot.forgets,
+           (unsigned long long)tot.forgets_reading, (unsigned long long)tot.wait_write);
     uint64_t failures = atomic_load(&g_failures);
     if (failures) {
         pthread_mutex_lock(&g_fail_mu);
@@ -690,6 +690,8 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     CHECK(tot.bytes_offloaded > 0);
     CHECK(tot.bytes_prefetched > 0);
     CHECK(tot.forgets_reading > 0);
+    if (g_only != TIO_TIER_SSD) /* host-tier releases run ahead of the GPU (stream-ordered) */
+        CHECK(tot.released_queued > 0);
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
     CHECK_EQ_U(fc.pageable_copies(), pageable0); /* from pinned memory: asynchronous */

@@ -45,7 +45,8 @@
  *   so a caller performing them in order frees memory before allocating.
  * - The caller performs the actions in order: RELEASE: free the tensor's memory; MATERIALIZE:
  *   allocate `bytes` and tio_runtime_bind() the new pointer. Memory is only released after
- *   its copy is complete in the engine, so a failed write never loses data.
+ *   its copy is complete in the engine (stream-ordered for the host tier: see `stream`), so a
+ *   failed write never loses data.
  * - ready(k) issues the reads for materialised tensors and waits for the reads kernel k needs
  *   (a "stall"). after_kernel(k) marks written tensors dirty and retires the intermediates
  *   whose last use is k.
@@ -103,16 +104,20 @@ struct tio_runtime_params {
      * synchronizes the device. Every write and read the executor issues carries a fence, an
      * event recorded on `stream` when it is issued: the engine moves no byte before the kernels
      * queued until then have run (a write never reads a tensor before its last user ran, a read
-     * never fills memory that queued kernels still use). Memory is still released only once its
-     * copy is complete; a clean offload (an identical copy already stored) writes nothing and is
-     * released at once, while kernels queued earlier may still read the memory: the caller must
-     * free it in stream order on `stream` (as PyTorch's caching allocator does: the block goes
-     * only to work queued later on the same stream), never to the host or another stream before
-     * the stream has passed that point. A read's bytes may land after it completes (host tier):
-     * the executor makes `stream` wait for them (cudaStreamWaitEvent) before the first kernel
-     * that uses the tensor, before its RELEASE, forget and the end of the iteration, so a kernel
-     * launched after ready(k) finds its inputs in place. 0 (default): the caller makes sure that
-     * no queued kernel uses a tensor the executor moves (it synchronizes before each call). */
+     * never fills memory that queued kernels still use). Releases are stream-ordered: an SSD-tier
+     * offload is released once its SSD write succeeded, a host-tier one once its device-to-host
+     * copies are queued and the executor made `stream` wait for them (cudaStreamWaitEvent), a
+     * clean offload (an identical copy already stored) at once; kernels queued earlier (and the
+     * copies) may still use the memory: the caller must free it in stream order on `stream` (as
+     * PyTorch's caching allocator does: the block goes only to work queued later on the same
+     * stream), never to the host or another stream before the stream has passed that point. A
+     * kernel that only reads a tensor whose offload is in flight runs without waiting; one that
+     * modifies it waits until the copies are queued and is ordered after them. A read's bytes may
+     * land after it completes (host tier): the executor makes `stream` wait for them
+     * (cudaStreamWaitEvent) before the first kernel that uses the tensor, before its RELEASE,
+     * forget and the end of the iteration, so a kernel launched after ready(k) finds its inputs in
+     * place. 0 (default): the caller makes sure that no queued kernel uses a tensor the executor
+     * moves (it synchronizes before each call). */
     void *stream;
     int32_t stream_ordered;
 };

@@ -41,6 +41,9 @@ class Report:
             "tier_full_kept": st.get("tier_full_kept", 0),
             "io_issue_s": st.get("io_issue_s", 0.0),
         }
+        for why in ("read", "write", "budget", "end", "other"):  # the training thread's waits
+            out[f"wait_{why}_count"] = st.get(f"wait_{why}_count", 0)
+            out[f"wait_{why}_s"] = st.get(f"wait_{why}_s", 0.0)
         bs = dict(self._bounded_done)
         bpeak = self._bounded_peak
         if self._bounded is not None:

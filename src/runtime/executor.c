@@ -51,9 +51,10 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
     if (rc == 0) {
         rc = drain(rt);
     }
-    rt->st.pressure_stall_s += tio_now_s() - t0;
+    double dt = tio_now_s() - t0;
+    rt->st.pressure_stall_s += dt;
     if (waited) {
-        tio_rt_count_wait(rt, WAIT_OTHER, tio_now_s() - t0);
+        tio_rt_count_wait(rt, WAIT_OTHER, dt);
     }
     if (rc == 0 && rt->failed) {
         rc = tio_rt_sticky(rt);
@@ -290,9 +291,10 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 return rc;
             }
         }
-        rt->st.pressure_stall_s += tio_now_s() - p0;
+        double dt = tio_now_s() - p0;
+        rt->st.pressure_stall_s += dt;
         if (waited) {
-            tio_rt_count_wait(rt, WAIT_BUDGET, tio_now_s() - p0);
+            tio_rt_count_wait(rt, WAIT_BUDGET, dt);
         }
         /* Still above: the plan did not schedule enough; offload on demand. */
         if ((rc = tio_rt_demand_offload(rt, k, out, &n)) < 0) {
@@ -488,9 +490,10 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out,
     double t0 = tio_now_s();
     int waited = rt->inflight > 0;
     int rc = drain(rt);
-    rt->st.stall_s += tio_now_s() - t0;
+    double dt = tio_now_s() - t0;
+    rt->st.stall_s += dt;
     if (waited) {
-        tio_rt_count_wait(rt, WAIT_END, tio_now_s() - t0);
+        tio_rt_count_wait(rt, WAIT_END, dt);
     }
     if (rc == 0) { /* what the caller does after the step sees every byte read in it */
         rc = tio_rt_settle_all(rt);

@@ -583,6 +583,13 @@ static void run_schedule(const struct spec *s,
     tot->clean_queued += c.clean_queued;
     tot->released_queued += c.released_queued;
     tot->wait_write += st.wait_write_count;
+    /* the waits by reason are parts of the stall totals */
+    if (st.wait_read_s + st.wait_write_s + st.wait_end_s > st.stall_s + 1e-9 ||
+        st.wait_budget_s > st.pressure_stall_s + st.demand_stall_s + 1e-9)
+        record_failure("seed %llu: waits by reason (%g read, %g write, %g end, %g budget s) exceed "
+                       "the stalls (%g, %g + %g s)",
+                       (unsigned long long)seed, st.wait_read_s, st.wait_write_s, st.wait_end_s,
+                       st.wait_budget_s, st.stall_s, st.pressure_stall_s, st.demand_stall_s);
     tot->forgets += c.forgets;
     tot->forgets_reading += c.forgets_reading;
 }
@@ -692,6 +699,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     CHECK(tot.forgets_reading > 0);
     if (g_only != TIO_TIER_SSD) /* host-tier releases run ahead of the GPU (stream-ordered) */
         CHECK(tot.released_queued > 0);
+    CHECK(tot.wait_write > 0); /* kernels that modify a tensor being offloaded wait (counted) */
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
     CHECK_EQ_U(fc.pageable_copies(), pageable0); /* from pinned memory: asynchronous */

@@ -7,7 +7,8 @@
  * (a thread that waits for an engine request whose fence is behind the held GPU would hang: a
  * watchdog opens the GPU after 3 s and the test fails).
  *
- * A second test runs the same steps on device 1 of 2 (see executor_on_device_1).
+ * A second test runs the same steps under a budget that the first offload must free (see
+ * budget_release_does_not_wait_for_the_gpu), a third on device 1 of 2 (executor_on_device_1).
  *
  * The held section starts after the step's first kernel is launched (its input, read back from
  * the host tier, is queued before the GPU is held: today's engine starts a read only once its
@@ -120,9 +121,13 @@ struct run {
     void *stream;
     unsigned char *slab;
     int err;
+    int held;              /* inside the held section */
+    uint64_t held_release; /* RELEASE actions handed out inside it */
 };
 
 static void apply(struct run *r, const struct tio_rt_action *a, int n) {
+    for (int i = 0; i < n; i++)
+        r->held_release += r->held && a[i].kind == TIO_RT_RELEASE;
     for (int i = 0; i < n; i++)
         if (a[i].kind != TIO_RT_RELEASE &&
             tio_runtime_bind(r->rt, a[i].tensor, r->slab + a[i].tensor * 256 * KiB) < 0)
@@ -165,12 +170,14 @@ static uint64_t step(struct run *r, struct hold *h) {
                 break;
             }
             dog_on = 1;
+            r->held = 1;
             w0 = fc.watched_waits();
         }
         if (tio_runtime_after_kernel(r->rt, k) < 0)
             r->err = 1;
     }
     uint64_t waits = h ? fc.watched_waits() - w0 : 0;
+    r->held = 0;
     if (dog_on) {
         atomic_store(&h->open, 1);
         pthread_join(dog, NULL);
@@ -228,6 +235,50 @@ TIO_TEST(offloads_do_not_hold_the_training_thread) {
     CHECK_EQ_I(fc.free_device(slab), 0);
 }
 
+/* The same steps under a budget of 448 KiB: when A (128 KiB) is created at kernel 1 the tracked
+ * bytes are W + G1 + G2 + A = 512 KiB, so the executor must release W (whose host-tier offload is
+ * triggered there) before kernel 1 runs, while the GPU is held before W's fence. The release is
+ * stream-ordered: W's write completes once its copy is queued and the compute stream waits for
+ * the copy, so the training thread gets W's RELEASE at once instead of waiting for the GPU. */
+TIO_TEST(budget_release_does_not_wait_for_the_gpu) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_HOST) : NULL;
+    struct tio_engine *e = rt_engine(NULL, "cuda", NULL, 4 * 256 * KiB);
+    void *slab = NULL, *stream = NULL;
+    CHECK_EQ_I(fc.malloc_device(&slab, NT * 256 * KiB), 0);
+    CHECK_EQ_I(fc.stream_create(&stream, 1), 0);
+    struct run r = { .stream = stream, .slab = slab };
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    rp.mem = TIO_MEM_DEVICE;
+    rp.stream = stream;
+    rp.stream_ordered = 1;
+    rp.budget_bytes = 448 * KiB;
+    CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
+    if (r.rt) {
+        for (uint32_t g = 0; g < 3; g++)
+            CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
+        fc.watch_thread();
+        (void)step(&r, NULL);
+        for (int i = 0; i < 2 && !r.err; i++) {
+            struct hold h = { 0 };
+            r.held_release = 0;
+            uint64_t waits = step(&r, &h);
+            CHECK_EQ_U(waits, 0);
+            CHECK_EQ_I(atomic_load(&h.forced), 0); /* it did not wait for the held GPU */
+            CHECK(r.held_release >= 1);            /* W, released while the GPU is held */
+        }
+        CHECK_EQ_I(r.err, 0);
+        struct tio_runtime_stats st;
+        tio_runtime_get_stats(r.rt, &st);
+        CHECK(st.peak_resident_bytes <= 448 * KiB);
+        (void)fc.stream_synchronize(stream);
+        tio_runtime_free(r.rt);
+    }
+    rt_free_inputs(plan, e, tr);
+    CHECK_EQ_I(fc.stream_destroy(stream), 0);
+    CHECK_EQ_I(fc.free_device(slab), 0);
+}
+
 /* The same steps with every CUDA object of the caller on device 1 of 2, G1 on the SSD tier: the
  * executor's events and the engine's streams and copies must be device 1's too (an event recorded
  * on another device's stream fails, a copy of device 1's memory on a device-0 stream is counted).
@@ -273,6 +324,7 @@ int main(void) {
     if (setenv("FAKE_CUDA_DEVICES", "2", 1) != 0 || fake_cuda_load(&fc) < 0)
         return 1;
     RUN(offloads_do_not_hold_the_training_thread);
+    RUN(budget_release_does_not_wait_for_the_gpu);
     RUN(executor_on_device_1);
     return tio_test_done();
 }

@@ -194,7 +194,8 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
     struct tio_runtime_stats s;
     tio_runtime_get_stats(self->rt, &s);
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K,s:K,s:d,s:K,s:K,s:K}",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K,s:K,s:d,s:K,s:K,s:K,"
+        "s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:d}",
         "iterations", (unsigned long long)s.iterations, "kernels", (unsigned long long)s.kernels,
         "offloads", (unsigned long long)s.offloads, "clean_offloads",
         (unsigned long long)s.clean_offloads, "prefetches", (unsigned long long)s.prefetches,
@@ -211,7 +212,12 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
         (unsigned long long)s.over_budget_kernels, "demand_stall_s", s.demand_stall_s,
         "deferred_prefetches", (unsigned long long)s.deferred_prefetches, "tier_fallbacks",
         (unsigned long long)s.tier_fallbacks, "tier_full_kept",
-        (unsigned long long)s.tier_full_kept);
+        (unsigned long long)s.tier_full_kept, "wait_read_count",
+        (unsigned long long)s.wait_read_count, "wait_read_s", s.wait_read_s, "wait_write_count",
+        (unsigned long long)s.wait_write_count, "wait_write_s", s.wait_write_s, "wait_budget_count",
+        (unsigned long long)s.wait_budget_count, "wait_budget_s", s.wait_budget_s, "wait_end_count",
+        (unsigned long long)s.wait_end_count, "wait_end_s", s.wait_end_s, "wait_other_count",
+        (unsigned long long)s.wait_other_count, "wait_other_s", s.wait_other_s);
 }
 
 static PyObject *runtime_adopt(RuntimeObject *self, PyObject *args) {

@@ -136,7 +136,8 @@ TIO_API TIO_MUST_CHECK int tio_runtime_new(const struct tio_runtime_params *para
                                            struct tio_runtime **out);
 
 /* tio_runtime_free: drop every copy this executor stored in the engine. Accepts NULL. In-flight
- * requests are waited for first. */
+ * requests are waited for first; stream-ordered, `stream` then waits for the copies of the
+ * memory still bound (free it in stream order). */
 TIO_API void tio_runtime_free(struct tio_runtime *rt);
 
 /* tio_runtime_max_actions: capacity of the action array that can never overflow (n_tensors). */

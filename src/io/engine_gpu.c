@@ -10,13 +10,15 @@
  *          write completed
  *   host   pool <-> device on the same two streams (the pool is pinned): reads after a wait
  *   tier   on the fence on h2d, writes after one on d2h (and after the pool reads queued on
- *          h2d, whose extents a write may reuse)
+ *          h2d, whose extents a write may reuse); a write with `done` (the executor's,
+ *          engine_ordered.h) records its landing event and `done` on d2h after its copies and
+ *          completes at once, and a read of that copy waits on h2d for the landing event (H8)
  *
  * One stream per direction, made on the device current when the engine was created; the
  * progress thread binds itself to that device, a caller thread that drives for a moment is
  * bound for the call and handed back its own. Nothing here waits for a stream on the host:
  * events are polled by whoever drives (gpu_pending makes it poll every TIO_FENCE_POLL_NS).
- * Rule H7 (engine_internal.h) says when a ring buffer and a request are free.
+ * Rules H7 and H8 (engine_internal.h) say when a ring buffer, a request and a pool copy are free.
  */
 #include <string.h>
 

@@ -339,6 +339,9 @@ void tio_engine_free(struct tio_engine *e) {
         while (e->buckets[i]) {
             struct tensor *t = e->buckets[i];
             e->buckets[i] = t->next;
+            if (t->stored) {
+                tio_eng_gpu_landing_free(e, t->stored); /* to the pool gpu_fini destroys */
+            }
             tio_free(t->stored ? t->stored->off : NULL);
             tio_free(t->stored ? t->stored->crc : NULL);
             tio_free(t->stored);

@@ -60,7 +60,7 @@ enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max
         rc = tio_rt_sticky(rt);
     }
     if (rc == 0) {
-        rc = tio_rt_releases(rt, out, max, n);
+        rc = tio_rt_releases(rt, out, max, n, 0);
     }
     return rc;
 }
@@ -155,6 +155,25 @@ static int check_k(struct tio_runtime *rt, uint64_t k, const char *fn) {
                              rt->in_iter ? "" : " (no iteration begun)");
     }
     return 0;
+}
+
+/* Wait for in-flight offloads until the tracked bytes fit the budget (or none is left). */
+static int pressure_wait(struct tio_runtime *rt) {
+    double p0 = tio_now_s();
+    int waited = 0, rc = 0;
+    while (rt->st.resident_bytes - tio_rt_pending_release(rt) > rt->budget && rt->inflight > 0 &&
+           rt->n_writing > 0) { /* n_writing: offloads in flight that would free memory */
+        waited = 1;
+        if ((rc = tio_rt_reap(rt, 1)) < 0) {
+            break;
+        }
+    }
+    double dt = tio_now_s() - p0;
+    rt->st.pressure_stall_s += dt;
+    if (waited) {
+        tio_rt_count_wait(rt, WAIT_BUDGET, dt);
+    }
+    return rc;
 }
 
 int tio_runtime_before_kernel(struct tio_runtime *rt,
@@ -276,25 +295,8 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
     }
     /* Memory pressure: wait for in-flight offloads until under the budget. */
     if (rt->budget) {
-        double p0 = tio_now_s();
-        int waited = 0;
-        for (;;) {
-            if (rt->st.resident_bytes - tio_rt_pending_release(rt) <= rt->budget ||
-                rt->inflight == 0) {
-                break;
-            }
-            if (rt->n_writing == 0) { /* no offload in flight that would free memory */
-                break;
-            }
-            waited = 1;
-            if ((rc = tio_rt_reap(rt, 1)) < 0) {
-                return rc;
-            }
-        }
-        double dt = tio_now_s() - p0;
-        rt->st.pressure_stall_s += dt;
-        if (waited) {
-            tio_rt_count_wait(rt, WAIT_BUDGET, dt);
+        if ((rc = pressure_wait(rt)) < 0) {
+            return rc;
         }
         /* Still above: the plan did not schedule enough; offload on demand. */
         if ((rc = tio_rt_demand_offload(rt, k, out, &n)) < 0) {
@@ -302,7 +304,7 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
         }
     }
     size_t n_mat = n;
-    if ((rc = tio_rt_releases(rt, out, max, &n)) < 0) {
+    if ((rc = tio_rt_releases(rt, out, max, &n, 1)) < 0) {
         return rc;
     }
     tio_rt_releases_first(out, n_mat, n);
@@ -505,7 +507,7 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out,
         return tio_rt_sticky(rt);
     }
     size_t n = 0;
-    if ((rc = tio_rt_releases(rt, out, max, &n)) < 0) {
+    if ((rc = tio_rt_releases(rt, out, max, &n, 0)) < 0) {
         return rc;
     }
     rt->in_iter = 0;

@@ -128,8 +128,10 @@ int tio_rt_push(
 /* tio_rt_settle / tio_rt_settle_all: order the compute stream after landed reads. */
 int tio_rt_settle(struct tio_runtime *rt, uint32_t t);
 int tio_rt_settle_all(struct tio_runtime *rt);
-/* tio_rt_releases: hand out RELEASE for every completed, not-kept offload. */
-int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n);
+/* tio_rt_releases: hand out RELEASE for every completed, not-kept offload; lazy: those whose
+ * copies may still read the memory (TF_WLAND) only as far as the budget needs. */
+int tio_rt_releases(
+    struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n, int lazy);
 /* tio_rt_planned_write: the plan's offload of t to `tier`. */
 int tio_rt_planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent);
 /* tio_rt_pending_release: bytes of completed offloads whose RELEASE is not handed out yet. */

@@ -215,13 +215,32 @@ int tio_rt_settle_all(struct tio_runtime *rt) {
     return rc;
 }
 
-/* Hand out RELEASE for every completed, not-kept offload. */
-int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
+/* Hand out RELEASE for the completed, not-kept offloads: all of them, except (lazy) those whose
+ * copies may still read the memory (TF_WLAND) beyond what the budget needs. Releasing such a
+ * tensor makes the compute stream wait for its copies, so it is released only when its memory
+ * is needed: a kernel that runs meanwhile does not wait for the D2H stream, and a kernel that
+ * needs the tensor again takes it back without a read. */
+int tio_rt_releases(
+    struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n, int lazy) {
     const uint32_t *rel;
     size_t nr = tio_rt_set_sorted(rt, TIO_RT_SET_REL, &rel); /* in id order, as a scan */
-    for (size_t i = 0; i < nr; i++) {
-        uint32_t t = rel[i];
+    if (nr == 0) {
+        return 0;
+    }
+    lazy = lazy && rt->budget && rt->cu;
+    uint64_t over = rt->st.resident_bytes > rt->budget ? rt->st.resident_bytes - rt->budget : 0;
+    for (size_t i = 0; i < nr * 2; i++) { /* the others first, then TF_WLAND while over */
+        uint32_t t = rel[i % nr];
+        int wland = (rt->tflags[t] & TF_WLAND) != 0;
+        if (lazy && (wland != (i >= nr) || (wland && over == 0))) {
+            continue;
+        }
+        if (!lazy && i >= nr) {
+            break;
+        }
         if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
+            uint64_t b = rt->v.tensor_bytes[t];
+            over = over > b ? over - b : 0;
             /* stream-ordered release: the compute stream waits for the write's copies (or the
              * landing read of a clean offload); the memory may then go to later work on it */
             int rc = tio_rt_settle(rt, t);

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <teraio/alloc_internal.h> /* the library's allocation counters and fault injection */
 #include <teraio/status.h>
 
 static int tio_t_passed, tio_t_failed, tio_t_cur_failed;

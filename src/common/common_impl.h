@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/assert.h>
 #include <teraio/log.h>
 #include <teraio/status.h>

@@ -9,7 +9,7 @@
 #endif
 #include <time.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/device.h>
 #include <teraio/io.h>
 #include <teraio/status.h>

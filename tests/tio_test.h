@@ -54,6 +54,15 @@ static const char *tio_t_name;
             TIO_T_FAIL("CHECK(%s) failed", #cond); \
     } while (0)
 
+/* REQUIRE: like CHECK, but a failure also ends the test (what follows needs `cond`). */
+#define REQUIRE(cond)                                \
+    do {                                             \
+        if (!(cond)) {                               \
+            TIO_T_FAIL("REQUIRE(%s) failed", #cond); \
+            return;                                  \
+        }                                            \
+    } while (0)
+
 #define CHECK_EQ_U(a, b)                                                       \
     do {                                                                       \
         uint64_t va_ = (uint64_t)(a), vb_ = (uint64_t)(b);                     \

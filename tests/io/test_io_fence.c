@@ -53,8 +53,7 @@ static void held(struct tio_engine *e) {
 
 TIO_TEST(fence_holds_the_request_until_its_event_completes) {
     struct tio_engine *e = make();
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N), *b = tio_aligned_alloc(4096, N);
     io_fill(a, N, 7);
     memset(b, 0, N);
@@ -84,8 +83,7 @@ TIO_TEST(fence_holds_the_request_until_its_event_completes) {
 
 TIO_TEST(failed_fence_query_fails_the_request) {
     struct tio_engine *e = make();
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N);
     io_fill(a, N, 8);
     atomic_store(&g_event, EV_FAILS);
@@ -105,8 +103,7 @@ TIO_TEST(failed_fence_query_fails_the_request) {
 
 TIO_TEST(done_event_needs_device_memory) {
     struct tio_engine *e = make();
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N);
     io_fill(a, N, 9);
     CHECK_OK(tio_engine_write(e, 3, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 31, NULL));

@@ -145,8 +145,7 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
 TIO_TEST(ssd_only_takes_device_memory_and_done) {
     fc.set_lag(100, 1);
     struct tio_engine *e = engine("posix", 0, 1);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     round_trip(e, TIO_TIER_SSD, 1, 11, SMALL);
     round_trip(e, TIO_TIER_SSD, 1, 12, N); /* again over the same tensor: replaced, read again */
     struct tio_engine_stats st;

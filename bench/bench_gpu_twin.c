@@ -352,7 +352,7 @@ static void run(const struct opts *o,
         fail(r, "tio_sim_run", rc);
         goto out;
     }
-    tio_sim_get_result(sim, &sr);
+    tio_sim_get_result(sim, &sr, sizeof sr);
     r->predicted_s = sr.oom ? (double)NAN : sr.iteration_s;
 
     /* the twin: copy engines at the modelled PCIe rates, pageable copies at 40% of them */

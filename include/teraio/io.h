@@ -84,6 +84,9 @@ enum tio_priority { TIO_PRIO_NORMAL = 0, TIO_PRIO_URGENT = 1, TIO_PRIO_COUNT };
 #define TIO_ENGINE_DEFAULT_MAX_REQUESTS 1024u
 
 struct tio_engine_params {
+    /* Size of this struct as the caller's header declares it: set by tio_engine_params_default(s)
+     * (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     /* SSD directories (borrowed: copied by tio_engine_new). Each must be a real directory,
      * not a symbolic link. May be empty (ndirs 0) for a host-tier-only engine. */
     const char *const *dirs;
@@ -121,6 +124,12 @@ struct tio_engine_params {
 /* tio_engine_params_default: zero dirs, no host tier, "auto", 4 MiB chunks, depth 16, no
  * verify, no reservation, 1024 requests, 2 retries, preallocate on. */
 TIO_API struct tio_engine_params tio_engine_params_default(void);
+/* tio_engine_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_engine_params_default returns, as far as this library knows them (a newer header's extra
+ * fields are zeroed), and set out->struct_size. Unlike tio_engine_params_default, safe for a caller
+ * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
+ * below the first versioned struct tio_engine_params). */
+TIO_API int tio_engine_params_defaults(struct tio_engine_params *out, size_t size);
 
 struct tio_engine;
 

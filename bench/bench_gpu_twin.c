@@ -224,14 +224,14 @@ struct caller {
     unsigned char *slab;
     uint64_t *off;
     void *stream;
-    struct tio_rt_action *act;
+    struct tio_runtime_action *act;
     size_t cap;
     int bare; /* launch the kernels only */
 };
 
 static int apply(struct caller *c, int n) {
     for (int i = 0; i < n; i++) {
-        if (c->act[i].kind != TIO_RT_RELEASE) {
+        if (c->act[i].kind != TIO_RUNTIME_RELEASE) {
             int rc = tio_runtime_bind(c->rt, c->act[i].tensor, c->slab + c->off[c->act[i].tensor]);
             if (rc < 0) {
                 return rc;

@@ -287,31 +287,31 @@ TIO_API const char *tio_engine_backend(const struct tio_engine *e);
 /* Probing the backends (teraio probe)                                                         */
 /* ----------------------------------------------------------------------------------------- */
 
-/* Backend capability bits (also in tio_io_backend_info.caps). */
-enum tio_io_caps {
-    TIO_IO_CAP_ASYNC = 1u << 0,       /* submit returns before the transfer is done */
-    TIO_IO_CAP_SYNC = 1u << 1,        /* transfers run synchronously in worker threads */
-    TIO_IO_CAP_DEVICE_MEM = 1u << 2,  /* accepts TIO_MEM_DEVICE buffers */
-    TIO_IO_CAP_NEEDS_ALIGN = 1u << 3, /* needs 4 KiB aligned buffers/lengths (O_DIRECT) */
-    TIO_IO_CAP_REG_BUFS = 1u << 4,    /* can register buffers */
-    TIO_IO_CAP_REG_FILES = 1u << 5,   /* can register files */
-    TIO_IO_CAP_TEST_ONLY = 1u << 6    /* never picked by "auto" (null, fault) */
+/* Backend capability bits (also in tio_engine_backend_info.caps). */
+enum tio_engine_caps {
+    TIO_ENGINE_CAP_ASYNC = 1u << 0,       /* submit returns before the transfer is done */
+    TIO_ENGINE_CAP_SYNC = 1u << 1,        /* transfers run synchronously in worker threads */
+    TIO_ENGINE_CAP_DEVICE_MEM = 1u << 2,  /* accepts TIO_MEM_DEVICE buffers */
+    TIO_ENGINE_CAP_NEEDS_ALIGN = 1u << 3, /* needs 4 KiB aligned buffers/lengths (O_DIRECT) */
+    TIO_ENGINE_CAP_REG_BUFS = 1u << 4,    /* can register buffers */
+    TIO_ENGINE_CAP_REG_FILES = 1u << 5,   /* can register files */
+    TIO_ENGINE_CAP_TEST_ONLY = 1u << 6    /* never picked by "auto" (null, fault) */
 };
 
-struct tio_io_backend_info {
+struct tio_engine_backend_info {
     char name[16];
     int32_t available; /* 1 if it can run here */
     int32_t score;     /* 0: unavailable; higher wins "auto" */
-    uint32_t caps;     /* TIO_IO_CAP_* */
+    uint32_t caps;     /* TIO_ENGINE_CAP_* */
     char reason[240];  /* why (un)available, e.g. "io_uring_setup: Operation not permitted" */
 };
 
 /*
- * tio_io_probe_all: probe every backend known to this build (also those compiled out, which
+ * tio_engine_probe_all: probe every backend known to this build (also those compiled out, which
  * report available 0 and why). Writes up to `max` entries to out[] and returns how many
  * backends exist (may exceed max). Thread-safe; probes may load vendor libraries.
  */
-TIO_API int tio_io_probe_all(struct tio_io_backend_info *out, size_t max);
+TIO_API int tio_engine_probe_all(struct tio_engine_backend_info *out, size_t max);
 
 #ifdef __cplusplus
 }

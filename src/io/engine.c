@@ -93,7 +93,7 @@ static int check_mem(struct tio_engine *e, int32_t mem, int32_t tier, const char
     if (mem != TIO_MEM_DEVICE) {
         return 0;
     }
-    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_IO_CAP_DEVICE_MEM) &&
+    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_ENGINE_CAP_DEVICE_MEM) &&
         !tio_eng_gpu_path(e, mem, tier)) {
         return tio_set_error(TIO_EUNAVAIL,
                              "engine %s: device memory needs a usable CUDA device when the engine "

@@ -69,7 +69,7 @@ static int select_backend(struct tio_engine *e, const char *name) {
     int best = 0;
     for (size_t i = 0; i < tio_io_backend_count(); i++) {
         const struct tio_io_backend_ops *ops = tio_io_backend_at(i);
-        if ((ops->caps & TIO_IO_CAP_TEST_ONLY) || tio_io_backend_validate(ops) < 0) {
+        if ((ops->caps & TIO_ENGINE_CAP_TEST_ONLY) || tio_io_backend_validate(ops) < 0) {
             continue;
         }
         int score = ops->probe(reason, sizeof reason);

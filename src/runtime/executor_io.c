@@ -130,8 +130,12 @@ int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc) {
     return 0;
 }
 
-int tio_rt_push(
-    struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes) {
+int tio_rt_push(struct tio_runtime_action *out,
+                size_t max,
+                size_t *n,
+                uint32_t t,
+                int32_t kind,
+                uint64_t bytes) {
     if (*n >= max) {
         return tio_set_error(TIO_EINVAL,
                              "runtime: action array too small (max %zu): pass "
@@ -175,7 +179,7 @@ int tio_rt_settle_all(struct tio_runtime *rt) {
 }
 
 /* Hand out RELEASE for every completed, not-kept offload. */
-int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
+int tio_rt_releases(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max, size_t *n) {
     const uint32_t *rel;
     size_t nr = tio_rt_set_sorted(rt, TIO_RT_SET_REL, &rel); /* in id order, as a scan */
     for (size_t i = 0; i < nr; i++) {
@@ -183,7 +187,7 @@ int tio_rt_releases(struct tio_runtime *rt, struct tio_rt_action *out, size_t ma
         if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
             int rc = tio_rt_settle(rt, t); /* a clean offload of a tensor still landing */
             if (rc == 0) {
-                rc = tio_rt_push(out, max, n, t, TIO_RT_RELEASE, rt->v.tensor_bytes[t]);
+                rc = tio_rt_push(out, max, n, t, TIO_RUNTIME_RELEASE, rt->v.tensor_bytes[t]);
             }
             if (rc < 0) {
                 return rc;
@@ -305,12 +309,12 @@ uint64_t tio_rt_pending_release(const struct tio_runtime *rt) {
 
 /* Reorder out[0..n) so that the RELEASE actions out[m..n) come before the MATERIALIZE actions
  * out[0..m) (a caller performing them in order frees memory before allocating). */
-void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n) {
+void tio_rt_releases_first(struct tio_runtime_action *out, size_t m, size_t n) {
     if (m == 0 || m == n) {
         return;
     }
     /* Rotate left by m: three reversals. */
-    struct tio_rt_action tmp;
+    struct tio_runtime_action tmp;
     size_t spans[3][2] = { { 0, m }, { m, n }, { 0, n } };
     for (int s = 0; s < 3; s++) {
         for (size_t i = spans[s][0], j = spans[s][1]; i + 1 < j; i++, j--) {
@@ -342,7 +346,7 @@ static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
  */
 int tio_rt_demand_offload(struct tio_runtime *rt,
                           uint64_t k,
-                          struct tio_rt_action *out,
+                          struct tio_runtime_action *out,
                           size_t *n) {
     uint64_t pending = tio_rt_pending_release(rt);
     if (rt->st.resident_bytes - pending <= rt->budget) {
@@ -363,7 +367,7 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
         over = over > b ? over - b : 0;
         if (rt->state[t] == ST_MATERIALIZE) { /* defer the prefetch: it stays stored */
             size_t j = 0;
-            while (j < *n && !(out[j].tensor == t && out[j].kind == TIO_RT_MATERIALIZE)) {
+            while (j < *n && !(out[j].tensor == t && out[j].kind == TIO_RUNTIME_MATERIALIZE)) {
                 j++;
             }
             if (j < *n) {

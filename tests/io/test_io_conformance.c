@@ -133,7 +133,7 @@ static void compare_with_posix(const char *backend, int verify) {
     }
 }
 
-static struct tio_io_backend_info infos[16];
+static struct tio_engine_backend_info infos[16];
 static int ninfos;
 
 TIO_TEST(reference_posix) {
@@ -595,7 +595,7 @@ TIO_TEST(nothing_left_on_disk) {
 int main(void) {
     for (int i = 0; i < 3; i++)
         io_mkdtemp(g_dirs[i], sizeof g_dirs[i], "conf");
-    ninfos = tio_io_probe_all(infos, TIO_ARRAY_LEN(infos));
+    ninfos = tio_engine_probe_all(infos, TIO_ARRAY_LEN(infos));
     RUN(reference_posix);
     RUN(every_backend_matches_posix);
     RUN(split_over_4gib_null);

@@ -770,8 +770,8 @@ TIO_TEST(bad_park_option) {
 int main(void) {
     for (int i = 0; i < 2; i++)
         io_mkdtemp(g_dirs[i], sizeof g_dirs[i], "drive");
-    struct tio_io_backend_info infos[16];
-    int n = tio_io_probe_all(infos, TIO_ARRAY_LEN(infos));
+    struct tio_engine_backend_info infos[16];
+    int n = tio_engine_probe_all(infos, TIO_ARRAY_LEN(infos));
     for (int i = 0; i < n && i < 16; i++)
         g_have_uring |= !strcmp(infos[i].name, "uring") && infos[i].available;
     if (!g_have_uring)

@@ -638,8 +638,8 @@ void tio_py_engine_release(PyObject *obj) {
 static PyObject *py_probe(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    struct tio_io_backend_info b[32];
-    int n = tio_io_probe_all(b, 32);
+    struct tio_engine_backend_info b[32];
+    int n = tio_engine_probe_all(b, 32);
     if (n > 32) {
         n = 32;
     }

@@ -176,15 +176,15 @@ static void *writable(const void *ptr) {
     return u.m;
 }
 
-int tio_engine_write(struct tio_engine *e,
-                     uint64_t tensor_id,
-                     const void *ptr,
-                     uint64_t bytes,
-                     int32_t mem,
-                     int32_t tier,
-                     int32_t priority,
-                     uint64_t tag,
-                     void *fence) {
+static int engine_write(struct tio_engine *e,
+                        uint64_t tensor_id,
+                        const void *ptr,
+                        uint64_t bytes,
+                        int32_t mem,
+                        int32_t tier,
+                        int32_t priority,
+                        uint64_t tag,
+                        void *fence) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "write");
     if (rc == 0) {
         rc = check_fence(fence, "write");
@@ -243,15 +243,15 @@ int tio_engine_write(struct tio_engine *e,
     return rc;
 }
 
-int tio_engine_read(struct tio_engine *e,
-                    uint64_t tensor_id,
-                    void *ptr,
-                    uint64_t bytes,
-                    int32_t mem,
-                    int32_t priority,
-                    uint64_t tag,
-                    void *fence,
-                    void *done) {
+static int engine_read(struct tio_engine *e,
+                       uint64_t tensor_id,
+                       void *ptr,
+                       uint64_t bytes,
+                       int32_t mem,
+                       int32_t priority,
+                       uint64_t tag,
+                       void *fence,
+                       void *done) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
     if (rc == 0) {
         rc = check_fence(fence, "read");
@@ -507,4 +507,28 @@ const char *tio_engine_last_error(struct tio_engine *e) {
 
 const char *tio_engine_backend(const struct tio_engine *e) {
     return e && e->ops ? e->ops->name : "";
+}
+
+/* The first versioned requests end with `fence` and `done` (fixed: fields only grow). */
+#define WRITE_REQUEST_MIN TIO_SIZE_THROUGH(struct tio_engine_write_request, fence)
+#define READ_REQUEST_MIN  TIO_SIZE_THROUGH(struct tio_engine_read_request, done)
+
+int tio_engine_write(struct tio_engine *e, const struct tio_engine_write_request *req) {
+    struct tio_engine_write_request r;
+    memset(&r, 0, sizeof r);
+    int rc = tio_struct_in("engine write: request", &r, sizeof r, WRITE_REQUEST_MIN, req);
+    if (rc < 0) {
+        return rc;
+    }
+    return engine_write(e, r.tensor_id, r.src, r.bytes, r.mem, r.tier, r.priority, r.tag, r.fence);
+}
+
+int tio_engine_read(struct tio_engine *e, const struct tio_engine_read_request *req) {
+    struct tio_engine_read_request r;
+    memset(&r, 0, sizeof r);
+    int rc = tio_struct_in("engine read: request", &r, sizeof r, READ_REQUEST_MIN, req);
+    if (rc < 0) {
+        return rc;
+    }
+    return engine_read(e, r.tensor_id, r.dst, r.bytes, r.mem, r.priority, r.tag, r.fence, r.done);
 }

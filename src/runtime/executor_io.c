@@ -251,8 +251,17 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
         return rc;
     }
     for (;;) {
-        rc = tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                              tier, urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, (uint64_t)t, fence);
+        rc =
+            tio_engine_write(rt->engine, &(struct tio_engine_write_request){
+                                             .struct_size = sizeof(struct tio_engine_write_request),
+                                             .tensor_id = rt->eid[t],
+                                             .src = rt->ptr[t],
+                                             .bytes = rt->v.tensor_bytes[t],
+                                             .mem = rt->mem,
+                                             .tier = tier,
+                                             .priority = urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                             .tag = (uint64_t)t,
+                                             .fence = fence });
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;
@@ -455,8 +464,16 @@ int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t) {
     }
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
-        rc = tio_engine_read(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                             urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t, fence, done);
+        rc = tio_engine_read(rt->engine, &(struct tio_engine_read_request){
+                                             .struct_size = sizeof(struct tio_engine_read_request),
+                                             .tensor_id = rt->eid[t],
+                                             .dst = rt->ptr[t],
+                                             .bytes = rt->v.tensor_bytes[t],
+                                             .mem = rt->mem,
+                                             .priority = urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                             .tag = TAG_READ | t,
+                                             .fence = fence,
+                                             .done = done });
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;

@@ -37,17 +37,17 @@ TIO_TEST(failed_write_keeps_previous_copy) {
     REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N), *b = tio_aligned_alloc(4096, N);
     io_fill(a, N, 1);
-    CHECK_OK(tio_engine_write(e, 7, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 7, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, N);
     io_fill(a, N, 2);
-    CHECK_OK(tio_engine_write(e, 7, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK_OK(io_write(e, 7, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
     struct tio_completion c = io_wait1(e);
     CHECK_EQ_U(c.tag, 2);
     CHECK_EQ_I(c.res, -EIO);
     CHECK(strstr(tio_engine_last_error(e), "tensor 7") != NULL);
     CHECK(strstr(tio_engine_last_error(e), "3 attempt") != NULL);
     CHECK(io_check(a, N, 2)); /* the caller's buffer is untouched: it still has the tensor */
-    CHECK_OK(tio_engine_read(e, 7, b, N, TIO_MEM_HOST, TIO_PRIO_URGENT, 3, NULL, NULL));
+    CHECK_OK(io_read(e, 7, b, N, TIO_MEM_HOST, TIO_PRIO_URGENT, 3, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, N);
     CHECK(io_check(b, N, 1)); /* the first copy survived */
     struct tio_engine_stats st;
@@ -59,10 +59,9 @@ TIO_TEST(failed_write_keeps_previous_copy) {
 
     /* a first write that fails leaves no tensor behind */
     e = make("write_fail=1,write_fail_count=100", 0);
-    CHECK_OK(tio_engine_write(e, 8, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 4, NULL));
+    CHECK_OK(io_write(e, 8, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 4, NULL));
     CHECK_EQ_I(io_wait1(e).res, -EIO);
-    CHECK_RC(tio_engine_read(e, 8, b, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 5, NULL, NULL),
-             TIO_ENOTFOUND);
+    CHECK_RC(io_read(e, 8, b, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 5, NULL, NULL), TIO_ENOTFOUND);
     tio_engine_free(e);
     tio_free(a);
     tio_free(b);
@@ -73,9 +72,9 @@ TIO_TEST(transient_write_failure_is_retried) {
     REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N), *b = tio_aligned_alloc(4096, N);
     io_fill(a, N, 3);
-    CHECK_OK(tio_engine_write(e, 1, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, N);
-    CHECK_OK(tio_engine_read(e, 1, b, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 1, b, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, N);
     CHECK(io_check(b, N, 3));
     tio_engine_free(e);
@@ -89,9 +88,9 @@ static void read_case(
     REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N), *b = tio_aligned_alloc(4096, N);
     io_fill(a, N, 4);
-    CHECK_OK(tio_engine_write(e, 9, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 9, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, N);
-    CHECK_OK(tio_engine_read(e, 9, b, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 9, b, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
     struct tio_completion c = io_wait1(e);
     CHECK_EQ_I(c.res, want_res);
     if (want_res == N) {

@@ -13,6 +13,7 @@
 #include <teraio/trace.h>
 
 #include "../tio_test.h"
+#include "io_util.h"
 #include "runtime_util.h"
 
 #define MB   (UINT64_C(1) << 20)
@@ -463,8 +464,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     fill(&h, 0);
     h.buf[0] = NULL;
     struct tio_completion c = { 0, 0 };
-    CHECK_OK(tio_engine_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5,
-                              NULL));
+    CHECK_OK(io_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5, NULL));
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
     CHECK_EQ_I(c.res, (int64_t)(2 * MB));
     memset(tmp, 0, 2 * MB);
@@ -520,8 +520,7 @@ TIO_TEST(stored_global_is_handed_to_the_next_executor) {
     fill(&h, 0);
     h.buf[0] = NULL;
     struct tio_completion c = { 0, 0 };
-    CHECK_OK(tio_engine_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5,
-                              NULL));
+    CHECK_OK(io_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5, NULL));
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
     memset(tmp, 0, 2 * MB);
     free(tmp);

@@ -102,6 +102,45 @@ TIO_TEST(hw_and_model_check_struct_size) {
     CHECK(tr == NULL);
 }
 
+TIO_TEST(engine_requests_check_struct_size) {
+    struct tio_engine_params p = host_only();
+    struct tio_engine *e = NULL;
+    CHECK_OK(tio_engine_new(&p, &e));
+    REQUIRE(e != NULL);
+    static unsigned char src[4096], dst[4096];
+    for (size_t i = 0; i < sizeof src; i++) {
+        src[i] = (unsigned char)(i * 7 + 1);
+    }
+    struct tio_engine_write_request w = { .struct_size = 0,
+                                          .tensor_id = 5,
+                                          .src = src,
+                                          .bytes = sizeof src,
+                                          .mem = TIO_MEM_HOST,
+                                          .tier = TIO_TIER_HOST,
+                                          .tag = 1 };
+    CHECK_RC(tio_engine_write(e, &w), TIO_EVERSION);
+    CHECK_RC(tio_engine_write(e, NULL), TIO_EINVAL);
+    w.struct_size = sizeof w;
+    CHECK_OK(tio_engine_write(e, &w));
+    struct tio_completion c = { 0, 0 };
+    CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 10 * INT64_C(1000000000)), 1);
+    CHECK_EQ_I(c.res, (int64_t)sizeof src);
+    struct tio_engine_read_request r = { .struct_size = (uint32_t)offsetof(
+                                             struct tio_engine_read_request, done),
+                                         .tensor_id = 5,
+                                         .dst = dst,
+                                         .bytes = sizeof dst,
+                                         .mem = TIO_MEM_HOST,
+                                         .tag = 2 };
+    CHECK_RC(tio_engine_read(e, &r), TIO_EVERSION); /* older than the first request struct */
+    r.struct_size = sizeof r;
+    CHECK_OK(tio_engine_read(e, &r));
+    CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 10 * INT64_C(1000000000)), 1);
+    CHECK_EQ_U(c.tag, 2);
+    CHECK(memcmp(src, dst, sizeof src) == 0);
+    tio_engine_free(e);
+}
+
 /* A result struct as a newer header declares it. */
 struct newer_sim_result {
     struct tio_sim_result r;
@@ -150,6 +189,7 @@ TIO_TEST(sim_checks_params_and_fills_results_by_size) {
 int main(void) {
     RUN(engine_params_defaults_fill_the_callers_size);
     RUN(engine_new_checks_struct_size);
+    RUN(engine_requests_check_struct_size);
     RUN(hw_and_model_check_struct_size);
     RUN(sim_checks_params_and_fills_results_by_size);
     return tio_test_done();

@@ -224,14 +224,14 @@ struct caller {
     unsigned char *slab;
     uint64_t *off;
     void *stream;
-    struct tio_rt_action *act;
+    struct tio_runtime_action *act;
     size_t cap;
     int bare; /* launch the kernels only */
 };
 
 static int apply(struct caller *c, int n) {
     for (int i = 0; i < n; i++) {
-        if (c->act[i].kind != TIO_RT_RELEASE) {
+        if (c->act[i].kind != TIO_RUNTIME_RELEASE) {
             int rc = tio_runtime_bind(c->rt, c->act[i].tensor, c->slab + c->off[c->act[i].tensor]);
             if (rc < 0) {
                 return rc;
@@ -352,7 +352,7 @@ static void run(const struct opts *o,
         fail(r, "tio_sim_run", rc);
         goto out;
     }
-    tio_sim_get_result(sim, &sr);
+    tio_sim_get_result(sim, &sr, sizeof sr);
     r->predicted_s = sr.oom ? (double)NAN : sr.iteration_s;
 
     /* the twin: copy engines at the modelled PCIe rates, pageable copies at 40% of them */

@@ -52,9 +52,9 @@ static int fail(const char *what, int rc) {
 }
 
 /* Perform the actions: bind every MATERIALIZE (a RELEASE needs nothing: no memory is real). */
-static int perform(struct tio_runtime *rt, const struct tio_rt_action *a, int n) {
+static int perform(struct tio_runtime *rt, const struct tio_runtime_action *a, int n) {
     for (int i = 0; i < n; i++) {
-        if (a[i].kind == TIO_RT_MATERIALIZE) {
+        if (a[i].kind == TIO_RUNTIME_MATERIALIZE) {
             int rc = tio_runtime_bind(rt, a[i].tensor, dummy);
             if (rc < 0) {
                 return rc;
@@ -69,7 +69,7 @@ static int iteration(struct tio_runtime *rt,
                      const struct tio_trace_view *v,
                      const uint64_t *created_off,
                      const uint32_t *created,
-                     struct tio_rt_action *act,
+                     struct tio_runtime_action *act,
                      size_t cap) {
     int n = tio_runtime_begin_iteration(rt, act, cap);
     if (n < 0 || (n = perform(rt, act, n)) < 0) {
@@ -160,7 +160,7 @@ static int run_size(uint32_t layers, int runs, double budget, const char *dir, s
     tio_trace_get_view(tr, &v);
     uint64_t *coff = NULL;
     uint32_t *created = NULL;
-    struct tio_rt_action *act = NULL;
+    struct tio_runtime_action *act = NULL;
     uint64_t largest = 4096;
     if ((rc = tio_engine_new(&ep, &eng)) < 0) {
         fail("engine", rc);

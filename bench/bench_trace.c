@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/trace.h>
 
 #include "benchutil.h"

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <teraio/alloc_internal.h> /* the library's allocation counters and fault injection */
 #include <teraio/status.h>
 
 static int tio_t_passed, tio_t_failed, tio_t_cur_failed;
@@ -51,6 +52,15 @@ static const char *tio_t_name;
     do {                                           \
         if (!(cond))                               \
             TIO_T_FAIL("CHECK(%s) failed", #cond); \
+    } while (0)
+
+/* REQUIRE: like CHECK, but a failure also ends the test (what follows needs `cond`). */
+#define REQUIRE(cond)                                \
+    do {                                             \
+        if (!(cond)) {                               \
+            TIO_T_FAIL("REQUIRE(%s) failed", #cond); \
+            return;                                  \
+        }                                            \
     } while (0)
 
 #define CHECK_EQ_U(a, b)                                                       \

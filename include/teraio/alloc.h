@@ -1,16 +1,20 @@
 /*
- * teraio/alloc.h - the allocation wrappers every teraio allocation goes through.
+ * teraio/alloc.h - memory the library hands out, and memory for the engine's I/O buffers.
  *
- * They count live bytes (for leak checks in tests) and support fault injection: after
- * tio_alloc_fail_after(n), the (n+1)-th allocation fails, which lets tests prove that every
- * error path cleans up. Memory from tio_malloc/tio_calloc/tio_realloc/tio_aligned_alloc is
- * released with tio_free. Thread-safe.
+ * Every buffer or string a teraio function returns to its caller (tio_hw_to_json,
+ * tio_trace_save_mem, ...) is released with tio_free. tio_io_alloc gives buffers aligned for
+ * direct I/O, which the migration engine (teraio/io.h) reads from and writes into.
+ *
+ *     void *buf = tio_io_alloc(1 << 20);
+ *     ...
+ *     tio_free(buf);
+ *
+ * Thread-safe.
  */
 #ifndef TERAIO_ALLOC_H
 #define TERAIO_ALLOC_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include <teraio/status.h>
 
@@ -18,11 +22,6 @@
 extern "C" {
 #endif
 
-TIO_API void *tio_malloc(size_t bytes);
-TIO_API void *tio_calloc(size_t n, size_t size);
-TIO_API void *tio_realloc(void *p, size_t bytes);
-/* tio_aligned_alloc: `alignment` a power of two >= sizeof(void*); free with tio_free. */
-TIO_API void *tio_aligned_alloc(size_t alignment, size_t bytes);
 /* tio_io_alloc: memory for I/O buffers, free with tio_free. 4 KiB-aligned (O_DIRECT); from
  * 2 MiB up, 2 MiB-aligned and advised for transparent huge pages (Linux MADV_HUGEPAGE, where
  * the system allows it), so that a transfer spans few physically contiguous segments: a 1 MiB
@@ -31,14 +30,6 @@ TIO_API void *tio_aligned_alloc(size_t alignment, size_t bytes);
 TIO_API void *tio_io_alloc(size_t bytes);
 /* tio_free: accepts NULL. */
 TIO_API void tio_free(void *p);
-/* tio_strdup: copy of a NUL-terminated string (NULL on failure or NULL input); tio_free it. */
-TIO_API char *tio_strdup(const char *s);
-
-/* tio_alloc_live_count: number of allocations not yet freed (process-wide). */
-TIO_API int64_t tio_alloc_live_count(void);
-/* tio_alloc_fail_after: make the allocation after the next `n` fail; n < 0 disables. */
-TIO_API void tio_alloc_fail_after(int64_t n);
-
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,9 @@ extern "C" {
 #define TIO_HW_NAME_MAX 64
 
 struct tio_hw {
+    /* Size of this struct as the caller's header declares it: set by tio_hw_default(s),
+     * tio_hw_preset and tio_hw_load (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     char name[TIO_HW_NAME_MAX];      /* preset or file name, NUL-terminated */
     char gpu[TIO_HW_NAME_MAX];       /* GPU model, e.g. "h100-nvl" */
     uint32_t gpus;                   /* GPUs in the server (they share host memory) */
@@ -59,6 +62,12 @@ struct tio_hw {
 
 /* tio_hw_default: the paper's server (same as preset "paper-2xh100nvl"). */
 TIO_API struct tio_hw tio_hw_default(void);
+/* tio_hw_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_hw_default returns, as far as this library knows them (a newer header's extra fields are
+ * zeroed), and set out->struct_size. Unlike tio_hw_default, safe for a caller built against another
+ * version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first
+ * versioned struct tio_hw). */
+TIO_API int tio_hw_defaults(struct tio_hw *out, size_t size);
 
 /* tio_hw_preset: fill *out with a named preset. Returns 0 or TIO_ENOTFOUND (detail lists the
  * known names). */

@@ -15,13 +15,16 @@
  *     int rc = tio_engine_new(&p, &e);
  *     if (rc < 0) { fprintf(stderr, "%s: %s\n", tio_strerror(rc), tio_last_error()); ... }
  *     rc = tio_engine_reserve(e, 64ull << 30);      // peak SSD bytes of the plan, up front
- *     rc = tio_engine_write(e, 42, buf, nbytes, TIO_MEM_HOST, TIO_TIER_SSD,
- *                           TIO_PRIO_NORMAL, 1001, NULL); // tag 1001 comes back in the
- *                                                         // completion; NULL: no fence
+ *     struct tio_engine_write_request w = { .struct_size = sizeof w, .tensor_id = 42,
+ *         .src = buf, .bytes = nbytes, .mem = TIO_MEM_HOST, .tier = TIO_TIER_SSD,
+ *         .tag = 1001 };                            // tag 1001 comes back in the completion
+ *     rc = tio_engine_write(e, &w);                 // no fence (NULL)
  *     struct tio_completion c;
  *     rc = tio_engine_wait(e, &c, 1, 1, -1);        // c.tag == 1001, c.res == nbytes or < 0
- *     rc = tio_engine_read(e, 42, buf, nbytes, TIO_MEM_HOST, TIO_PRIO_URGENT, 1002,
- *                          NULL, NULL);             // no fence, no done event
+ *     struct tio_engine_read_request r = { .struct_size = sizeof r, .tensor_id = 42,
+ *         .dst = buf, .bytes = nbytes, .mem = TIO_MEM_HOST, .priority = TIO_PRIO_URGENT,
+ *         .tag = 1002 };
+ *     rc = tio_engine_read(e, &r);                  // no fence, no done event
  *     ...
  *     tio_engine_drop(e, 42);                       // frees the tensor's extents
  *     tio_engine_free(e);
@@ -84,6 +87,9 @@ enum tio_priority { TIO_PRIO_NORMAL = 0, TIO_PRIO_URGENT = 1, TIO_PRIO_COUNT };
 #define TIO_ENGINE_DEFAULT_MAX_REQUESTS 1024u
 
 struct tio_engine_params {
+    /* Size of this struct as the caller's header declares it: set by tio_engine_params_default(s)
+     * (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     /* SSD directories (borrowed: copied by tio_engine_new). Each must be a real directory,
      * not a symbolic link. May be empty (ndirs 0) for a host-tier-only engine. */
     const char *const *dirs;
@@ -121,6 +127,12 @@ struct tio_engine_params {
 /* tio_engine_params_default: zero dirs, no host tier, "auto", 4 MiB chunks, depth 16, no
  * verify, no reservation, 1024 requests, 2 retries, preallocate on. */
 TIO_API struct tio_engine_params tio_engine_params_default(void);
+/* tio_engine_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_engine_params_default returns, as far as this library knows them (a newer header's extra
+ * fields are zeroed), and set out->struct_size. Unlike tio_engine_params_default, safe for a caller
+ * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
+ * below the first versioned struct tio_engine_params). */
+TIO_API int tio_engine_params_defaults(struct tio_engine_params *out, size_t size);
 
 struct tio_engine;
 
@@ -147,9 +159,9 @@ TIO_API void tio_engine_free(struct tio_engine *e);
 TIO_API TIO_MUST_CHECK int tio_engine_reserve(struct tio_engine *e, uint64_t bytes);
 
 /*
- * tio_engine_write: copy `bytes` bytes at `ptr` (memory kind `mem`) into the engine as the
- * contents of tensor `tensor_id`, on tier `tier`. Asynchronous: returns 0 once queued, and one
- * completion {tag, res} arrives later, res == bytes on success or a negative status. `ptr`
+ * tio_engine_write: copy req->bytes bytes at req->src (memory kind req->mem) into the engine as
+ * the contents of tensor req->tensor_id, on tier req->tier. Asynchronous: returns 0 once queued,
+ * and one completion {tag, res} arrives later, res == bytes on success or a negative status. `src`
  * must stay valid and unmodified until then. Writing a tensor that is already stored replaces
  * it: the old copy is freed only when the new one is complete.
  *
@@ -162,26 +174,33 @@ TIO_API TIO_MUST_CHECK int tio_engine_reserve(struct tio_engine *e, uint64_t byt
  * must stay alive and must not be recorded again until the request's completion is reaped. A failed
  * query completes the request with TIO_ECUDA.
  *
- * Errors (returned at once, no completion): TIO_EINVAL (bytes == 0, bad enum, NULL ptr),
+ * Errors (returned at once, no completion): TIO_EVERSION (req->struct_size, as for any
+ * versioned struct), TIO_EINVAL (NULL req, bytes == 0, bad enum, NULL src),
  * -EAGAIN (max_requests outstanding: reap and retry), TIO_ESTATE (a request on this tensor
  * is still in flight), TIO_EUNAVAIL (device memory without a device-capable backend, host
  * tier of size 0, or a fence without cudart), -ENOSPC (tier full; detail gives needed and
  * available bytes).
  */
+/* A write request (docs/style.md, "Versioned structs": set struct_size = sizeof it). */
+struct tio_engine_write_request {
+    uint32_t struct_size; /* sizeof(struct tio_engine_write_request) */
+    int32_t mem;          /* enum tio_mem: where `src` lives */
+    uint64_t tensor_id;   /* the caller's id of the tensor */
+    const void *src;      /* `bytes` bytes to store; valid and unmodified until the completion */
+    uint64_t bytes;       /* size of the tensor, bytes (> 0) */
+    int32_t tier;         /* enum tio_tier: TIO_TIER_SSD or TIO_TIER_HOST */
+    int32_t priority;     /* enum tio_priority */
+    uint64_t tag;         /* returned in the completion */
+    void *fence;          /* a cudaEvent_t to wait for before any byte moves, or NULL */
+};
+
 TIO_API TIO_MUST_CHECK int tio_engine_write(struct tio_engine *e,
-                                            uint64_t tensor_id,
-                                            const void *ptr,
-                                            uint64_t bytes,
-                                            int32_t mem,
-                                            int32_t tier,
-                                            int32_t priority,
-                                            uint64_t tag,
-                                            void *fence);
+                                            const struct tio_engine_write_request *req);
 
 /*
- * tio_engine_read: copy tensor `tensor_id` back into `ptr` (`bytes` must equal the stored
- * size). Asynchronous like tio_engine_write, with a `fence` as there (NULL: none); the tensor
- * stays stored (drop it explicitly).
+ * tio_engine_read: copy tensor req->tensor_id back into req->dst (req->bytes must equal the
+ * stored size). Asynchronous like tio_engine_write, with a `fence` as there (NULL: none); the
+ * tensor stays stored (drop it explicitly).
  *
  * `done` (a cudaEvent_t, or NULL): the engine records it on its host-to-device copy stream once
  * every copy of the read to the device has been queued there, just before the completion. The
@@ -194,15 +213,21 @@ TIO_API TIO_MUST_CHECK int tio_engine_write(struct tio_engine *e,
  * TIO_ESTATE (a write of this tensor is in flight), TIO_EUNAVAIL (as tio_engine_write). In the
  * completion: TIO_EIO / TIO_ECORRUPT after retries, the detail in tio_engine_last_error.
  */
+/* A read request (docs/style.md, "Versioned structs": set struct_size = sizeof it). */
+struct tio_engine_read_request {
+    uint32_t struct_size; /* sizeof(struct tio_engine_read_request) */
+    int32_t mem;          /* enum tio_mem: where `dst` lives */
+    uint64_t tensor_id;   /* the id the tensor was written under */
+    void *dst;            /* `bytes` bytes to fill; valid until the completion */
+    uint64_t bytes;       /* must equal the stored size */
+    int32_t priority;     /* enum tio_priority */
+    uint64_t tag;         /* returned in the completion */
+    void *fence;          /* a cudaEvent_t to wait for before any byte moves, or NULL */
+    void *done;           /* a cudaEvent_t the engine records when the copies are queued, or NULL */
+};
+
 TIO_API TIO_MUST_CHECK int tio_engine_read(struct tio_engine *e,
-                                           uint64_t tensor_id,
-                                           void *ptr,
-                                           uint64_t bytes,
-                                           int32_t mem,
-                                           int32_t priority,
-                                           uint64_t tag,
-                                           void *fence,
-                                           void *done);
+                                           const struct tio_engine_read_request *req);
 
 /* tio_engine_drop: forget tensor `tensor_id` and free its extents. 0, TIO_ENOTFOUND, or
  * TIO_ESTATE if a request on it is in flight. */
@@ -278,31 +303,31 @@ TIO_API const char *tio_engine_backend(const struct tio_engine *e);
 /* Probing the backends (teraio probe)                                                         */
 /* ----------------------------------------------------------------------------------------- */
 
-/* Backend capability bits (also in tio_io_backend_info.caps). */
-enum tio_io_caps {
-    TIO_IO_CAP_ASYNC = 1u << 0,       /* submit returns before the transfer is done */
-    TIO_IO_CAP_SYNC = 1u << 1,        /* transfers run synchronously in worker threads */
-    TIO_IO_CAP_DEVICE_MEM = 1u << 2,  /* accepts TIO_MEM_DEVICE buffers */
-    TIO_IO_CAP_NEEDS_ALIGN = 1u << 3, /* needs 4 KiB aligned buffers/lengths (O_DIRECT) */
-    TIO_IO_CAP_REG_BUFS = 1u << 4,    /* can register buffers */
-    TIO_IO_CAP_REG_FILES = 1u << 5,   /* can register files */
-    TIO_IO_CAP_TEST_ONLY = 1u << 6    /* never picked by "auto" (null, fault) */
+/* Backend capability bits (also in tio_engine_backend_info.caps). */
+enum tio_engine_caps {
+    TIO_ENGINE_CAP_ASYNC = 1u << 0,       /* submit returns before the transfer is done */
+    TIO_ENGINE_CAP_SYNC = 1u << 1,        /* transfers run synchronously in worker threads */
+    TIO_ENGINE_CAP_DEVICE_MEM = 1u << 2,  /* accepts TIO_MEM_DEVICE buffers */
+    TIO_ENGINE_CAP_NEEDS_ALIGN = 1u << 3, /* needs 4 KiB aligned buffers/lengths (O_DIRECT) */
+    TIO_ENGINE_CAP_REG_BUFS = 1u << 4,    /* can register buffers */
+    TIO_ENGINE_CAP_REG_FILES = 1u << 5,   /* can register files */
+    TIO_ENGINE_CAP_TEST_ONLY = 1u << 6    /* never picked by "auto" (null, fault) */
 };
 
-struct tio_io_backend_info {
+struct tio_engine_backend_info {
     char name[16];
     int32_t available; /* 1 if it can run here */
     int32_t score;     /* 0: unavailable; higher wins "auto" */
-    uint32_t caps;     /* TIO_IO_CAP_* */
+    uint32_t caps;     /* TIO_ENGINE_CAP_* */
     char reason[240];  /* why (un)available, e.g. "io_uring_setup: Operation not permitted" */
 };
 
 /*
- * tio_io_probe_all: probe every backend known to this build (also those compiled out, which
+ * tio_engine_probe_all: probe every backend known to this build (also those compiled out, which
  * report available 0 and why). Writes up to `max` entries to out[] and returns how many
  * backends exist (may exceed max). Thread-safe; probes may load vendor libraries.
  */
-TIO_API int tio_io_probe_all(struct tio_io_backend_info *out, size_t max);
+TIO_API int tio_engine_probe_all(struct tio_engine_backend_info *out, size_t max);
 
 #ifdef __cplusplus
 }

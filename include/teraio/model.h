@@ -77,6 +77,9 @@ TIO_API size_t tio_gpu_preset_count(void);
 TIO_API const char *tio_gpu_preset_name(size_t i); /* NULL when out of range */
 
 struct tio_model_params {
+    /* Size of this struct as the caller's header declares it: set by tio_model_params_default(s)
+     * and tio_model_preset (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     char model[TIO_MODEL_NAME_MAX]; /* name for metadata ("llama3-8b", "custom") */
     /* architecture */
     uint32_t layers;         /* transformer blocks */
@@ -109,6 +112,12 @@ struct tio_model_params {
 
 /* tio_model_params_default: llama3-8b at the paper's characterization setting on h100-nvl. */
 TIO_API struct tio_model_params tio_model_params_default(void);
+/* tio_model_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_model_params_default returns, as far as this library knows them (a newer header's extra
+ * fields are zeroed), and set out->struct_size. Unlike tio_model_params_default, safe for a caller
+ * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
+ * below the first versioned struct tio_model_params). */
+TIO_API int tio_model_params_defaults(struct tio_model_params *out, size_t size);
 
 /*
  * tio_model_preset: fill *out with a named preset (architecture + the paper's setting for it):

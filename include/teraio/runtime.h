@@ -9,12 +9,12 @@
  *     rp.trace = tr; rp.plan = plan; rp.engine = eng; rp.budget_bytes = 8ull << 30;
  *     struct tio_runtime *rt;
  *     if (tio_runtime_new(&rp, &rt) < 0) ...
- *     struct tio_rt_action act[...];                 // tio_runtime_max_actions(rt) entries
+ *     struct tio_runtime_action act[...];                 // tio_runtime_max_actions(rt) entries
  *     n = tio_runtime_begin_iteration(rt, act, cap);  // RELEASE actions, as below
  *     for (k = 0; k < N; k++) {
  *         int n = tio_runtime_before_kernel(rt, k, act, cap);
  *         for (i = 0; i < n; i++)
- *             if (act[i].kind == TIO_RT_RELEASE) free_storage(act[i].tensor);
+ *             if (act[i].kind == TIO_RUNTIME_RELEASE) free_storage(act[i].tensor);
  *             else tio_runtime_bind(rt, act[i].tensor, allocate(act[i].bytes));
  *         tio_runtime_ready(rt, k);                  // reads issued; k's tensors resident
  *         run_kernel(k);
@@ -77,15 +77,15 @@ extern "C" {
 #endif
 
 /* What the caller must do with a tensor's storage. Stored as int32_t. */
-enum tio_rt_action_kind {
-    TIO_RT_RELEASE = 1,    /* free the memory: the copy in the engine is complete */
-    TIO_RT_MATERIALIZE = 2 /* allocate `bytes` and tio_runtime_bind the pointer */
+enum tio_runtime_action_kind {
+    TIO_RUNTIME_RELEASE = 1,    /* free the memory: the copy in the engine is complete */
+    TIO_RUNTIME_MATERIALIZE = 2 /* allocate `bytes` and tio_runtime_bind the pointer */
 };
 
 /* One storage action (a record). */
-struct tio_rt_action {
+struct tio_runtime_action {
     uint32_t tensor; /* trace tensor id */
-    int32_t kind;    /* enum tio_rt_action_kind */
+    int32_t kind;    /* enum tio_runtime_action_kind */
     uint64_t bytes;  /* tensor bytes */
 };
 
@@ -182,7 +182,7 @@ tio_runtime_give_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t *engin
  * Returns the number of actions, or TIO_ESTATE if the previous iteration was not ended.
  */
 TIO_API TIO_MUST_CHECK int
-tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
+tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max);
 
 /*
  * tio_runtime_before_kernel: see the protocol above. `k` must be the next kernel. Writes up to
@@ -192,7 +192,7 @@ tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, s
  */
 TIO_API TIO_MUST_CHECK int tio_runtime_before_kernel(struct tio_runtime *rt,
                                                      uint64_t k,
-                                                     struct tio_rt_action *out,
+                                                     struct tio_runtime_action *out,
                                                      size_t max);
 
 /* tio_runtime_ready: issue the reads of materialised tensors (TIO_ESTATE naming the tensor if
@@ -208,7 +208,7 @@ TIO_API TIO_MUST_CHECK int tio_runtime_after_kernel(struct tio_runtime *rt, uint
  * a wrap-around move stay STORED into the next iteration.
  */
 TIO_API TIO_MUST_CHECK int
-tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
+tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max);
 
 /*
  * tio_runtime_restore_begin / tio_runtime_restore_finish: bring every stored tensor back (on
@@ -219,7 +219,7 @@ tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out, siz
  * be begin_iteration.
  */
 TIO_API TIO_MUST_CHECK int
-tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_rt_action *out, size_t max);
+tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max);
 TIO_API TIO_MUST_CHECK int tio_runtime_restore_finish(struct tio_runtime *rt);
 
 /* Counters since creation. */

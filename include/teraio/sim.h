@@ -52,6 +52,9 @@ enum tio_sim_channel {
 enum tio_sim_oom_kind { TIO_SIM_OOM_NONE = 0, TIO_SIM_OOM_GPU = 1, TIO_SIM_OOM_HOST = 2 };
 
 struct tio_sim_params {
+    /* Size of this struct as the caller's header declares it: set by tio_sim_params_default(s)
+     * (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     const char *policy;          /* baseline run without moves: "ideal", "none", "lru",
                                     "zero-offload", "zero-infinity"; NULL or "plan" = replay the
                                     moves given to tio_sim_run (default NULL) */
@@ -96,9 +99,17 @@ struct tio_sim_params {
 
 /* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */
 TIO_API struct tio_sim_params tio_sim_params_default(void);
+/* tio_sim_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_sim_params_default returns, as far as this library knows them (a newer header's extra fields
+ * are zeroed), and set out->struct_size. Unlike tio_sim_params_default, safe for a caller built
+ * against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below
+ * the first versioned struct tio_sim_params). */
+TIO_API int tio_sim_params_defaults(struct tio_sim_params *out, size_t size);
 
 /* Results of the measured (steady-state) iteration. */
 struct tio_sim_result {
+    /* Bytes of this struct that tio_sim_get_result filled: its `size` argument. */
+    uint32_t struct_size;
     double iteration_s;       /* wall time of the measured iteration */
     double ideal_s;           /* sum of kernel durations (unlimited memory) */
     double fraction_of_ideal; /* ideal_s / iteration_s (0 when OOM) */
@@ -206,8 +217,11 @@ TIO_API TIO_MUST_CHECK int tio_sim_run_pipeline(const struct tio_trace *const *t
 /* tio_sim_free: accepts NULL. */
 TIO_API void tio_sim_free(struct tio_sim *sim);
 
-/* tio_sim_get_result: copy the results. */
-TIO_API void tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result *out);
+/* tio_sim_get_result: copy the results into *out, `size` bytes (size = sizeof *out): the
+ * fields this library knows, zeros for those of a newer header; out->struct_size = size.
+ * Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned
+ * struct tio_sim_result). */
+TIO_API int tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result *out, size_t size);
 
 /* tio_sim_policy: the policy simulated ("plan" for a move list). Owned by the sim. */
 TIO_API const char *tio_sim_policy(const struct tio_sim *sim);

@@ -43,7 +43,7 @@ enum tio_status {
     TIO_OK = 0,
     TIO_EINVAL = -1000,      /* an argument or a value in a file is out of range */
     TIO_EFORMAT = -1001,     /* malformed or corrupt file (trace, plan, hardware description) */
-    TIO_EVERSION = -1002,    /* file format version not supported */
+    TIO_EVERSION = -1002,    /* file format or struct version (struct_size) not supported */
     TIO_ENOMEM = -1003,      /* allocation failed or a size limit was exceeded */
     TIO_EUNAVAIL = -1004,    /* feature or backend not available on this machine */
     TIO_ECUDA = -1005,       /* CUDA runtime error (detail in tio_last_error) */

@@ -12,12 +12,9 @@
  *   plan.h      migration plans: teraio's lifetime-aware planner and the baselines
  *   sim.h       the simulator: replay a trace and a plan or baseline on a hardware model
  *   runtime.h   the plan executor: runs a plan's moves on the engine around each kernel
- *   bounded.h   the memory table and victim policy of the steps without a plan (warm-up)
- *   blockcache.h  large host blocks for CPU tensors, kept for reuse by size
  *   tier.h      the memory tiers plans and the engine share (GPU, host, SSD)
- *   device.h    CUDA device buffers through the library's runtime loader (tools, tests)
  *   units.h     "94GiB", "6.5GB/s"
- *   status.h, log.h, alloc.h, assert.h, version.h: common infrastructure
+ *   status.h, log.h, alloc.h, version.h: common infrastructure
  *
  * Link with -lteraio (pkg-config --cflags --libs teraio) or find_package(teraio) in CMake.
  */
@@ -26,10 +23,6 @@
 
 #include <teraio/alloc.h>
 #include <teraio/analysis.h>
-#include <teraio/assert.h>
-#include <teraio/blockcache.h>
-#include <teraio/bounded.h>
-#include <teraio/device.h>
 #include <teraio/hw.h>
 #include <teraio/io.h>
 #include <teraio/log.h>

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #endif
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 
 #include "../common/common_impl.h"
 #include "bcache_impl.h"

@@ -6,7 +6,7 @@
 #include <sys/mman.h>
 #endif
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 
 static atomic_llong live_count;
 static atomic_llong fail_after = -1;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/assert.h>
 #include <teraio/log.h>
 #include <teraio/status.h>
@@ -47,6 +47,25 @@
  * doubling). Returns 0 or TIO_ENOMEM (also on size overflow). Pointer is updated in place.
  */
 int tio_grow(void **array, size_t *cap, size_t need, size_t elem);
+
+/*
+ * Versioned structs (structsize.c): structs a caller fills or receives start with
+ * `uint32_t struct_size`. `min_size` is the size of the struct's first versioned release
+ * (TIO_SIZE_THROUGH of its last field then, fixed for ever); `lib_size` is sizeof the struct
+ * in this library.
+ * - tio_struct_check: TIO_EVERSION (naming `what`) when src's struct_size is below min_size (a
+ *   struct not filled by its defaults function), or above lib_size with a non-zero byte past
+ *   lib_size (a field of a newer header this library would ignore); TIO_EINVAL for NULL.
+ * - tio_struct_in: the check, then a copy of the bytes both know over `dst`, which holds the
+ *   defaults (fields an older caller does not know keep them); dst's struct_size = lib_size.
+ * - tio_struct_out: copy the library's `src` into the caller's `dst` of `size` bytes, zeroing
+ *   what the library does not know; dst's struct_size = size. TIO_EVERSION below min_size.
+ */
+#define TIO_SIZE_THROUGH(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+int tio_struct_check(const char *what, const void *src, size_t lib_size, size_t min_size);
+int tio_struct_in(const char *what, void *dst, size_t lib_size, size_t min_size, const void *src);
+int tio_struct_out(
+    const char *what, void *dst, size_t size, const void *src, size_t lib_size, size_t min_size);
 
 /* 64-bit FNV-1a style mixing hash, streaming: h = tio_hash64(h, data, len); start with
  * TIO_HASH64_SEED. Not cryptographic; used for content hashes of traces and plans. */

@@ -85,7 +85,7 @@ struct tio_io_config {
 struct tio_io_backend_ops {
     uint32_t api_version; /* (required) TIO_IO_BACKEND_API */
     const char *name;     /* (required) short lower-case name, < 16 bytes */
-    uint32_t caps;        /* (required) TIO_IO_CAP_* bits */
+    uint32_t caps;        /* (required) TIO_ENGINE_CAP_* bits */
     /* (required) can it run here? Returns a score (0: unavailable, higher is preferred by
      * "auto") and writes a one-line reason. Thread-safe, cheap, no lasting side effects. */
     int (*probe)(char *reason, size_t len);
@@ -133,7 +133,7 @@ struct tio_io_backend_ops {
     int (*arm)(void *state, int on);
     void (*park)(void *state, int64_t timeout_ns);
     void (*unpark)(void *state);
-    /* (optional: default caps decides, TIO_IO_CAP_DEVICE_MEM for device memory) can this
+    /* (optional: default caps decides, TIO_ENGINE_CAP_DEVICE_MEM for device memory) can this
      * state move memory of kind `mem` (enum tio_mem_kind)? 1 or 0. For what init found (the
      * host tier: a usable CUDA device); thread-safe, never blocks. */
     int (*mem_ok)(void *state, int32_t mem);

@@ -48,7 +48,7 @@ static int cuda_init(const struct tio_io_config *cfg, void **state) {
 const struct tio_io_backend_ops tio_io_backend_cuda = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "cuda",
-    .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_SYNC | TIO_IO_CAP_DEVICE_MEM,
+    .caps = TIO_ENGINE_CAP_ASYNC | TIO_ENGINE_CAP_SYNC | TIO_ENGINE_CAP_DEVICE_MEM,
     .probe = cuda_probe,
     .init = cuda_init,
     TIO_POOL_BACKEND_OPS,

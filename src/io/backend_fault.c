@@ -113,7 +113,7 @@ static int fault_init(const struct tio_io_config *cfg, void **state) {
 const struct tio_io_backend_ops tio_io_backend_fault = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "fault",
-    .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_SYNC | TIO_IO_CAP_TEST_ONLY,
+    .caps = TIO_ENGINE_CAP_ASYNC | TIO_ENGINE_CAP_SYNC | TIO_ENGINE_CAP_TEST_ONLY,
     .probe = fault_probe,
     .init = fault_init,
     TIO_POOL_BACKEND_OPS,

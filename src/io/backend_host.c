@@ -188,7 +188,7 @@ static int host_mem_ok(void *state, int32_t mem) {
 const struct tio_io_backend_ops tio_io_backend_host = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "host",
-    .caps = TIO_IO_CAP_SYNC | TIO_IO_CAP_DEVICE_MEM,
+    .caps = TIO_ENGINE_CAP_SYNC | TIO_ENGINE_CAP_DEVICE_MEM,
     .probe = host_probe,
     .init = host_init,
     .fini = host_fini,

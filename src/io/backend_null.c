@@ -85,7 +85,7 @@ null_reap(void *state, uint32_t min, uint32_t max, int64_t timeout_ns, struct ti
 const struct tio_io_backend_ops tio_io_backend_null = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "null",
-    .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_DEVICE_MEM | TIO_IO_CAP_TEST_ONLY,
+    .caps = TIO_ENGINE_CAP_ASYNC | TIO_ENGINE_CAP_DEVICE_MEM | TIO_ENGINE_CAP_TEST_ONLY,
     .probe = null_probe,
     .init = null_init,
     .fini = null_fini,

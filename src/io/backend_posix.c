@@ -25,7 +25,7 @@ static int posix_init(const struct tio_io_config *cfg, void **state) {
 const struct tio_io_backend_ops tio_io_backend_posix = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "posix",
-    .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_SYNC,
+    .caps = TIO_ENGINE_CAP_ASYNC | TIO_ENGINE_CAP_SYNC,
     .probe = posix_probe,
     .init = posix_init,
     TIO_POOL_BACKEND_OPS,

@@ -300,7 +300,8 @@ static void uring_unpark(void *state) {
 const struct tio_io_backend_ops tio_io_backend_uring = {
     .api_version = TIO_IO_BACKEND_API,
     .name = "uring",
-    .caps = TIO_IO_CAP_ASYNC | TIO_IO_CAP_NEEDS_ALIGN | TIO_IO_CAP_REG_BUFS | TIO_IO_CAP_REG_FILES,
+    .caps = TIO_ENGINE_CAP_ASYNC | TIO_ENGINE_CAP_NEEDS_ALIGN | TIO_ENGINE_CAP_REG_BUFS |
+            TIO_ENGINE_CAP_REG_FILES,
     .probe = uring_probe,
     .init = uring_init,
     .fini = uring_fini,

@@ -94,7 +94,7 @@ static int check_mem(struct tio_engine *e, int32_t mem, int32_t tier, const char
     if (mem != TIO_MEM_DEVICE) {
         return 0;
     }
-    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_IO_CAP_DEVICE_MEM) &&
+    if (tier == TIO_TIER_SSD && !(e->ops->caps & TIO_ENGINE_CAP_DEVICE_MEM) &&
         !tio_eng_gpu_path(e, mem, tier)) {
         return tio_set_error(TIO_EUNAVAIL,
                              "engine %s: device memory needs a usable CUDA device when the engine "
@@ -251,18 +251,6 @@ static int write_request(struct tio_engine *e,
     return rc;
 }
 
-int tio_engine_write(struct tio_engine *e,
-                     uint64_t tensor_id,
-                     const void *ptr,
-                     uint64_t bytes,
-                     int32_t mem,
-                     int32_t tier,
-                     int32_t priority,
-                     uint64_t tag,
-                     void *fence) {
-    return write_request(e, tensor_id, ptr, bytes, mem, tier, priority, tag, fence, NULL);
-}
-
 int tio_eng_write_ordered(struct tio_engine *e,
                           uint64_t tensor_id,
                           const void *ptr,
@@ -276,15 +264,15 @@ int tio_eng_write_ordered(struct tio_engine *e,
                          done);
 }
 
-int tio_engine_read(struct tio_engine *e,
-                    uint64_t tensor_id,
-                    void *ptr,
-                    uint64_t bytes,
-                    int32_t mem,
-                    int32_t priority,
-                    uint64_t tag,
-                    void *fence,
-                    void *done) {
+static int engine_read(struct tio_engine *e,
+                       uint64_t tensor_id,
+                       void *ptr,
+                       uint64_t bytes,
+                       int32_t mem,
+                       int32_t priority,
+                       uint64_t tag,
+                       void *fence,
+                       void *done) {
     int rc = check_submit(e, ptr, bytes, mem, priority, "read");
     if (rc == 0) {
         rc = check_fence(fence, "read");
@@ -540,4 +528,29 @@ const char *tio_engine_last_error(struct tio_engine *e) {
 
 const char *tio_engine_backend(const struct tio_engine *e) {
     return e && e->ops ? e->ops->name : "";
+}
+
+/* The first versioned requests end with `fence` and `done` (fixed: fields only grow). */
+#define WRITE_REQUEST_MIN TIO_SIZE_THROUGH(struct tio_engine_write_request, fence)
+#define READ_REQUEST_MIN  TIO_SIZE_THROUGH(struct tio_engine_read_request, done)
+
+int tio_engine_write(struct tio_engine *e, const struct tio_engine_write_request *req) {
+    struct tio_engine_write_request r;
+    memset(&r, 0, sizeof r);
+    int rc = tio_struct_in("engine write: request", &r, sizeof r, WRITE_REQUEST_MIN, req);
+    if (rc < 0) {
+        return rc;
+    }
+    return write_request(e, r.tensor_id, r.src, r.bytes, r.mem, r.tier, r.priority, r.tag, r.fence,
+                         NULL);
+}
+
+int tio_engine_read(struct tio_engine *e, const struct tio_engine_read_request *req) {
+    struct tio_engine_read_request r;
+    memset(&r, 0, sizeof r);
+    int rc = tio_struct_in("engine read: request", &r, sizeof r, READ_REQUEST_MIN, req);
+    if (rc < 0) {
+        return rc;
+    }
+    return engine_read(e, r.tensor_id, r.dst, r.bytes, r.mem, r.priority, r.tag, r.fence, r.done);
 }

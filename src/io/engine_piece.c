@@ -97,7 +97,7 @@ int tio_eng_host_mem_ok(const struct tio_engine *e, int32_t mem) {
     if (e->host_ops->mem_ok) {
         return e->host_ops->mem_ok(e->host_bst, mem);
     }
-    return mem == TIO_MEM_HOST || (e->host_ops->caps & TIO_IO_CAP_DEVICE_MEM);
+    return mem == TIO_MEM_HOST || (e->host_ops->caps & TIO_ENGINE_CAP_DEVICE_MEM);
 }
 
 /* Account a chunk whose bytes have all arrived: CRC on write, verification on read. */

@@ -12,9 +12,13 @@
 #include "common/common_impl.h"
 #include "io/engine_internal.h"
 
+/* The first versioned struct tio_engine_params ends with `threads` (fixed: fields only grow). */
+#define ENGINE_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_engine_params, threads)
+
 struct tio_engine_params tio_engine_params_default(void) {
     struct tio_engine_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.backend = "auto";
     p.chunk_bytes = TIO_ENGINE_DEFAULT_CHUNK;
     p.queue_depth = TIO_ENGINE_DEFAULT_DEPTH;
@@ -22,6 +26,11 @@ struct tio_engine_params tio_engine_params_default(void) {
     p.retries = 2;
     p.preallocate = 1;
     return p;
+}
+
+int tio_engine_params_defaults(struct tio_engine_params *out, size_t size) {
+    struct tio_engine_params d = tio_engine_params_default();
+    return tio_struct_out("tio_engine_params", out, size, &d, sizeof d, ENGINE_PARAMS_MIN);
 }
 
 static int select_backend(struct tio_engine *e, const char *name) {
@@ -60,7 +69,7 @@ static int select_backend(struct tio_engine *e, const char *name) {
     int best = 0;
     for (size_t i = 0; i < tio_io_backend_count(); i++) {
         const struct tio_io_backend_ops *ops = tio_io_backend_at(i);
-        if ((ops->caps & TIO_IO_CAP_TEST_ONLY) || tio_io_backend_validate(ops) < 0) {
+        if ((ops->caps & TIO_ENGINE_CAP_TEST_ONLY) || tio_io_backend_validate(ops) < 0) {
             continue;
         }
         int score = ops->probe(reason, sizeof reason);
@@ -194,11 +203,16 @@ static void register_staging(struct tio_engine *e) {
     tio_free(lens);
 }
 
-int tio_engine_new(const struct tio_engine_params *params, struct tio_engine **out) {
-    int rc = check_params(params);
-    if (rc < 0) {
+int tio_engine_new(const struct tio_engine_params *caller, struct tio_engine **out) {
+    if (!caller) {
+        return tio_set_error(TIO_EINVAL, "engine: params is NULL");
+    }
+    struct tio_engine_params copy = tio_engine_params_default();
+    int rc = tio_struct_in("engine: params", &copy, sizeof copy, ENGINE_PARAMS_MIN, caller);
+    if (rc < 0 || (rc = check_params(&copy)) < 0) {
         return rc;
     }
+    const struct tio_engine_params *params = &copy;
     struct tio_engine *e = tio_calloc(1, sizeof(*e));
     if (!e) {
         return TIO_ENOMEM;

@@ -54,14 +54,14 @@ int tio_io_backend_validate(const struct tio_io_backend_ops *ops) {
     return 0;
 }
 
-int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
+int tio_engine_probe_all(struct tio_engine_backend_info *out, size_t max) {
     size_t n = 0;
     for (size_t i = 0; i < TIO_ARRAY_LEN(registry); i++, n++) {
         if (n >= max) {
             continue;
         }
         const struct tio_io_backend_ops *ops = registry[i];
-        struct tio_io_backend_info *b = &out[n];
+        struct tio_engine_backend_info *b = &out[n];
         memset(b, 0, sizeof(*b));
         (void)snprintf(b->name, sizeof b->name, "%s", ops->name);
         b->caps = ops->caps;
@@ -77,7 +77,7 @@ int tio_io_probe_all(struct tio_io_backend_info *out, size_t max) {
     }
 #if !defined(TIO_HAVE_URING)
     if (n < max) {
-        struct tio_io_backend_info *b = &out[n];
+        struct tio_engine_backend_info *b = &out[n];
         memset(b, 0, sizeof(*b));
         (void)snprintf(b->name, sizeof b->name, "uring");
         (void)snprintf(b->reason, sizeof b->reason,

@@ -145,9 +145,14 @@ static void apply_arch(const struct arch_preset *a, struct tio_model_params *p) 
     p->pp = a->pp;
 }
 
+/* The first versioned struct tio_model_params ends with fused_adamw (fixed: fields only
+ * grow). */
+#define MODEL_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_model_params, fused_adamw)
+
 struct tio_model_params tio_model_params_default(void) {
     struct tio_model_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     apply_arch(&arch_presets[0], &p);
     p.precision = TIO_PRECISION_FP32;
     p.dp = 1;
@@ -158,6 +163,11 @@ struct tio_model_params tio_model_params_default(void) {
     p.allow_tf32 = 0;
     p.gpu = gpu_presets[0];
     return p;
+}
+
+int tio_model_params_defaults(struct tio_model_params *out, size_t size) {
+    struct tio_model_params d = tio_model_params_default();
+    return tio_struct_out("tio_model_params", out, size, &d, sizeof d, MODEL_PARAMS_MIN);
 }
 
 int tio_model_preset(const char *name, struct tio_model_params *out) {
@@ -258,6 +268,9 @@ int tio_model_validate(const struct tio_model_params *p) {
     int rc;
     if (!p) {
         return tio_set_error(TIO_EINVAL, "model: params is NULL");
+    }
+    if ((rc = tio_struct_check("model: params", p, sizeof *p, MODEL_PARAMS_MIN)) < 0) {
+        return rc;
     }
     if ((rc = positive("layers", p->layers, "use --layers N")) < 0 ||
         (rc = positive("hidden", p->hidden, "use --hidden N")) < 0 ||

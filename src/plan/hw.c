@@ -34,6 +34,7 @@
 
 static struct tio_hw paper_1t(void) {
     struct tio_hw hw = {
+        .struct_size = sizeof(struct tio_hw),
         .name = "paper-2xh100nvl",
         .gpu = "h100-nvl",
         .gpus = 2,
@@ -114,6 +115,7 @@ static struct tio_hw h200_4ssd(void) {
 /* A small machine for CI and laptops: CPU "device" memory, one NVMe, no GDS. */
 static struct tio_hw cpu_ci(void) {
     struct tio_hw hw = {
+        .struct_size = sizeof(struct tio_hw),
         .name = "cpu-ci",
         .gpu = "cpu",
         .gpus = 1,
@@ -156,6 +158,11 @@ static const struct preset presets[] = {
 
 struct tio_hw tio_hw_default(void) {
     return paper_1t();
+}
+
+int tio_hw_defaults(struct tio_hw *out, size_t size) {
+    struct tio_hw d = tio_hw_default();
+    return tio_struct_out("tio_hw", out, size, &d, sizeof d, TIO_HW_MIN_SIZE);
 }
 
 size_t tio_hw_preset_count(void) {
@@ -290,6 +297,9 @@ int tio_hw_validate(const struct tio_hw *hw) {
     int rc;
     if (!hw) {
         return tio_set_error(TIO_EINVAL, "hw: NULL description");
+    }
+    if ((rc = tio_struct_check("hw", hw, sizeof *hw, TIO_HW_MIN_SIZE)) < 0) {
+        return rc;
     }
     if ((rc = check_name("name", hw->name)) < 0 || (rc = check_name("gpu", hw->gpu)) < 0) {
         return rc;

@@ -13,6 +13,10 @@
 
 #define TIO_PLAN_POLICY_MAX 64
 #define TIO_PLAN_MAX_MOVES  (UINT64_C(1) << 32)
+/* The first versioned struct tio_hw ends with ssd_sustained_write_Bps (fixed: fields only grow;
+ * tio_struct_check in common_impl.h). */
+#define TIO_HW_MIN_SIZE TIO_SIZE_THROUGH(struct tio_hw, ssd_sustained_write_Bps)
+
 /* The largest GPU capacity a plan (and a hardware description) may name: 2^60 bytes, 1 EiB. */
 #define TIO_PLAN_MAX_CAPACITY (UINT64_C(1) << 60)
 

@@ -1,4 +1,4 @@
-/* The memory table and victim policy of the steps without a plan (include/teraio/bounded.h).
+/* The memory table and victim policy of the steps without a plan (src/include/teraio/bounded.h).
  * Entries live in a dense array (a removal moves the last one into the hole); an open-addressing
  * index (linear probing, backward-shift deletion) maps keys to array slots. `seq` numbers entries
  * in tracking order: the tie-break of the policy and the order of tio_bounded_keys. */

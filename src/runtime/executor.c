@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/runtime.h>
 
 #include "../common/common_impl.h"
@@ -22,7 +22,7 @@ static int drain(struct tio_runtime *rt) {
 /* Globals whose last move of the iteration is an offload are stored when an iteration starts (the
  * plan's steady state). Before the first iteration they are all resident: write them now. */
 static int
-enter_steady_state(struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n) {
+enter_steady_state(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max, size_t *n) {
     size_t nt = rt->v.n_tensors;
     int32_t *last_to = tio_malloc((nt ? nt : 1) * sizeof *last_to);
     if (!last_to) {
@@ -120,7 +120,9 @@ int tio_runtime_give_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t *e
     return 1;
 }
 
-int tio_runtime_begin_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {
+int tio_runtime_begin_iteration(struct tio_runtime *rt,
+                                struct tio_runtime_action *out,
+                                size_t max) {
     if (rt->failed) {
         return tio_rt_sticky(rt);
     }
@@ -178,7 +180,7 @@ static int pressure_wait(struct tio_runtime *rt) {
 
 int tio_runtime_before_kernel(struct tio_runtime *rt,
                               uint64_t k,
-                              struct tio_rt_action *out,
+                              struct tio_runtime_action *out,
                               size_t max) {
     int rc = check_k(rt, k, "before_kernel");
     if (rc < 0) {
@@ -236,8 +238,8 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 rt->state[t] = ST_MATERIALIZE;
                 tio_rt_touch(rt, t);
                 tio_rt_add_resident(rt, t);
-                if ((rc = tio_rt_push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) <
-                    0) {
+                if ((rc = tio_rt_push(out, max, &n, t, TIO_RUNTIME_MATERIALIZE,
+                                      rt->v.tensor_bytes[t])) < 0) {
                     return rc;
                 }
             } else if (!dead && rt->state[t] == ST_WRITING) {
@@ -263,8 +265,8 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
             tio_rt_touch(rt, t);
             rt->st.urgent_reads++;
             tio_rt_add_resident(rt, t);
-            if ((rc = tio_rt_push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) <
-                0) {
+            if ((rc = tio_rt_push(out, max, &n, t, TIO_RUNTIME_MATERIALIZE,
+                                  rt->v.tensor_bytes[t])) < 0) {
                 return rc;
             }
             break;
@@ -481,7 +483,7 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
     return 0;
 }
 
-int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {
+int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max) {
     if (rt->failed) {
         return tio_rt_sticky(rt);
     }
@@ -516,7 +518,7 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_rt_action *out,
     return (int)n;
 }
 
-int tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_rt_action *out, size_t max) {
+int tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max) {
     int rc = drain(rt);
     if (rc < 0) {
         return rc;
@@ -537,8 +539,8 @@ int tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_rt_action *out,
             rt->state[t] = ST_MATERIALIZE;
             rt->tflags[t] |= TF_URGENT;
             tio_rt_touch(rt, t);
-            if ((rc = tio_rt_push(out, max, &n, t, TIO_RT_MATERIALIZE, rt->v.tensor_bytes[t])) <
-                0) {
+            if ((rc = tio_rt_push(out, max, &n, t, TIO_RUNTIME_MATERIALIZE,
+                                  rt->v.tensor_bytes[t])) < 0) {
                 return rc;
             }
         }

@@ -123,23 +123,30 @@ int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc, int why)
 /* tio_rt_count_wait: count one wait of `dt` seconds for reason `why`. */
 void tio_rt_count_wait(struct tio_runtime *rt, int why, double dt);
 /* tio_rt_push: append one action to out[*n] (TIO_EINVAL when max is reached). */
-int tio_rt_push(
-    struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes);
+int tio_rt_push(struct tio_runtime_action *out,
+                size_t max,
+                size_t *n,
+                uint32_t t,
+                int32_t kind,
+                uint64_t bytes);
 /* tio_rt_settle / tio_rt_settle_all: order the compute stream after landed reads. */
 int tio_rt_settle(struct tio_runtime *rt, uint32_t t);
 int tio_rt_settle_all(struct tio_runtime *rt);
 /* tio_rt_releases: hand out RELEASE for every completed, not-kept offload; lazy: those whose
  * copies may still read the memory (TF_WLAND) only as far as the budget needs. */
 int tio_rt_releases(
-    struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n, int lazy);
+    struct tio_runtime *rt, struct tio_runtime_action *out, size_t max, size_t *n, int lazy);
 /* tio_rt_planned_write: the plan's offload of t to `tier`. */
 int tio_rt_planned_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent);
 /* tio_rt_pending_release: bytes of completed offloads whose RELEASE is not handed out yet. */
 uint64_t tio_rt_pending_release(const struct tio_runtime *rt);
 /* tio_rt_releases_first: move the RELEASE actions out[m..n) before out[0..m). */
-void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n);
+void tio_rt_releases_first(struct tio_runtime_action *out, size_t m, size_t n);
 /* tio_rt_demand_offload: write victims until the resident bytes fit the budget before k. */
-int tio_rt_demand_offload(struct tio_runtime *rt, uint64_t k, struct tio_rt_action *out, size_t *n);
+int tio_rt_demand_offload(struct tio_runtime *rt,
+                          uint64_t k,
+                          struct tio_runtime_action *out,
+                          size_t *n);
 /* tio_rt_submit_read: read t back into its bound memory. */
 int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t);
 

@@ -166,8 +166,12 @@ int tio_rt_wait_tensor(struct tio_runtime *rt, uint32_t t, double *acc, int why)
     return 0;
 }
 
-int tio_rt_push(
-    struct tio_rt_action *out, size_t max, size_t *n, uint32_t t, int32_t kind, uint64_t bytes) {
+int tio_rt_push(struct tio_runtime_action *out,
+                size_t max,
+                size_t *n,
+                uint32_t t,
+                int32_t kind,
+                uint64_t bytes) {
     if (*n >= max) {
         return tio_set_error(TIO_EINVAL,
                              "runtime: action array too small (max %zu): pass "
@@ -221,7 +225,7 @@ int tio_rt_settle_all(struct tio_runtime *rt) {
  * is needed: a kernel that runs meanwhile does not wait for the D2H stream, and a kernel that
  * needs the tensor again takes it back without a read. */
 int tio_rt_releases(
-    struct tio_runtime *rt, struct tio_rt_action *out, size_t max, size_t *n, int lazy) {
+    struct tio_runtime *rt, struct tio_runtime_action *out, size_t max, size_t *n, int lazy) {
     const uint32_t *rel;
     size_t nr = tio_rt_set_sorted(rt, TIO_RT_SET_REL, &rel); /* in id order, as a scan */
     if (nr == 0) {
@@ -245,7 +249,7 @@ int tio_rt_releases(
              * landing read of a clean offload); the memory may then go to later work on it */
             int rc = tio_rt_settle(rt, t);
             if (rc == 0) {
-                rc = tio_rt_push(out, max, n, t, TIO_RT_RELEASE, rt->v.tensor_bytes[t]);
+                rc = tio_rt_push(out, max, n, t, TIO_RUNTIME_RELEASE, rt->v.tensor_bytes[t]);
             }
             if (rc < 0) {
                 return rc;
@@ -318,8 +322,17 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
         rc = ordered
                  ? tio_eng_write_ordered(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
                                          tier, prio, (uint64_t)t, fence, done)
-                 : tio_engine_write(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
-                                    rt->mem, tier, prio, (uint64_t)t, fence);
+                 : tio_engine_write(rt->engine,
+                                    &(struct tio_engine_write_request){
+                                        .struct_size = sizeof(struct tio_engine_write_request),
+                                        .tensor_id = rt->eid[t],
+                                        .src = rt->ptr[t],
+                                        .bytes = rt->v.tensor_bytes[t],
+                                        .mem = rt->mem,
+                                        .tier = tier,
+                                        .priority = prio,
+                                        .tag = (uint64_t)t,
+                                        .fence = fence });
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;
@@ -381,12 +394,12 @@ uint64_t tio_rt_pending_release(const struct tio_runtime *rt) {
 
 /* Reorder out[0..n) so that the RELEASE actions out[m..n) come before the MATERIALIZE actions
  * out[0..m) (a caller performing them in order frees memory before allocating). */
-void tio_rt_releases_first(struct tio_rt_action *out, size_t m, size_t n) {
+void tio_rt_releases_first(struct tio_runtime_action *out, size_t m, size_t n) {
     if (m == 0 || m == n) {
         return;
     }
     /* Rotate left by m: three reversals. */
-    struct tio_rt_action tmp;
+    struct tio_runtime_action tmp;
     size_t spans[3][2] = { { 0, m }, { m, n }, { 0, n } };
     for (int s = 0; s < 3; s++) {
         for (size_t i = spans[s][0], j = spans[s][1]; i + 1 < j; i++, j--) {
@@ -418,7 +431,7 @@ static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
  */
 int tio_rt_demand_offload(struct tio_runtime *rt,
                           uint64_t k,
-                          struct tio_rt_action *out,
+                          struct tio_runtime_action *out,
                           size_t *n) {
     uint64_t pending = tio_rt_pending_release(rt);
     if (rt->st.resident_bytes - pending <= rt->budget) {
@@ -439,7 +452,7 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
         over = over > b ? over - b : 0;
         if (rt->state[t] == ST_MATERIALIZE) { /* defer the prefetch: it stays stored */
             size_t j = 0;
-            while (j < *n && !(out[j].tensor == t && out[j].kind == TIO_RT_MATERIALIZE)) {
+            while (j < *n && !(out[j].tensor == t && out[j].kind == TIO_RUNTIME_MATERIALIZE)) {
                 j++;
             }
             if (j < *n) {
@@ -527,8 +540,16 @@ int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t) {
     }
     for (;;) {
         int urgent = (rt->tflags[t] & TF_URGENT) != 0;
-        rc = tio_engine_read(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t], rt->mem,
-                             urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, TAG_READ | t, fence, done);
+        rc = tio_engine_read(rt->engine, &(struct tio_engine_read_request){
+                                             .struct_size = sizeof(struct tio_engine_read_request),
+                                             .tensor_id = rt->eid[t],
+                                             .dst = rt->ptr[t],
+                                             .bytes = rt->v.tensor_bytes[t],
+                                             .mem = rt->mem,
+                                             .priority = urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+                                             .tag = TAG_READ | t,
+                                             .fence = fence,
+                                             .done = done });
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 
 #include "../analysis/liveness.h"
 #include "../common/common_impl.h"

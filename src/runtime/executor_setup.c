@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/runtime.h>
 
 #include "../analysis/liveness.h"

@@ -16,9 +16,15 @@
 #define TIO_SIM_ZERO_FETCH_BPS      20e9
 #define TIO_SIM_ZERO_FETCH_OVERHEAD 7.6e-3
 
+/* The first versioned structs end with zero_fetch_overhead_s and pipeline_wait_s (fixed:
+ * fields only grow). */
+#define SIM_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_sim_params, zero_fetch_overhead_s)
+#define SIM_RESULT_MIN TIO_SIZE_THROUGH(struct tio_sim_result, pipeline_wait_s)
+
 struct tio_sim_params tio_sim_params_default(void) {
     struct tio_sim_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.policy = NULL;
     p.warmup_iterations = 1;
     p.capacity_bytes = 0;
@@ -189,6 +195,10 @@ int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t 
 }
 
 static int check_hw(const struct tio_hw *hw) {
+    int rc = tio_struct_check("sim: hw", hw, sizeof *hw, TIO_HW_MIN_SIZE);
+    if (rc < 0) {
+        return rc;
+    }
     if (!(hw->pcie_h2d_Bps > 0) || !(hw->pcie_d2h_Bps > 0)) {
         return tio_set_error(TIO_EINVAL, "sim: hw: pcie_h2d_Bps/pcie_d2h_Bps must be > 0");
     }
@@ -422,9 +432,9 @@ int sim_stage_open(const struct tio_trace *trace,
     if (!tio_trace_is_finished(trace)) {
         return tio_set_error(TIO_ESTATE, "sim: trace is not finished");
     }
-    struct tio_sim_params p = params ? *params : tio_sim_params_default();
-    int rc = check_hw(hw);
-    if (rc < 0) {
+    struct tio_sim_params p;
+    int rc = sim_params_in(params, &p);
+    if (rc < 0 || (rc = check_hw(hw)) < 0) {
         return rc;
     }
     rc = check_params(&p);
@@ -509,12 +519,16 @@ int tio_sim_run(const struct tio_trace *trace,
         return tio_set_error(TIO_EINVAL, "sim: NULL argument");
     }
     *out = NULL;
-    struct tio_sim_params p = params ? *params : tio_sim_params_default();
+    struct tio_sim_params p;
+    int rc = sim_params_in(params, &p);
+    if (rc < 0) {
+        return rc;
+    }
     double t_wall = tio_now_s();
     struct tio_sim *sim = NULL;
     struct sim_view v;
     int host_oom = 0;
-    int rc = sim_stage_open(trace, hw, moves, n_moves, &p, &sim, &v, &host_oom);
+    rc = sim_stage_open(trace, hw, moves, n_moves, &p, &sim, &v, &host_oom);
     if (rc < 0 || !sim) { /* sim_stage_open gives a sim whenever it returns 0 */
         return rc < 0 ? rc : tio_set_error(TIO_ESTATE, "sim: no simulation was set up");
     }
@@ -549,8 +563,21 @@ void tio_sim_free(struct tio_sim *sim) {
     tio_free(sim);
 }
 
-void tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result *out) {
-    *out = sim->r;
+int tio_sim_params_defaults(struct tio_sim_params *out, size_t size) {
+    struct tio_sim_params d = tio_sim_params_default();
+    return tio_struct_out("tio_sim_params", out, size, &d, sizeof d, SIM_PARAMS_MIN);
+}
+
+int sim_params_in(const struct tio_sim_params *params, struct tio_sim_params *out) {
+    *out = tio_sim_params_default();
+    return params ? tio_struct_in("sim: params", out, sizeof *out, SIM_PARAMS_MIN, params) : 0;
+}
+
+int tio_sim_get_result(const struct tio_sim *sim, struct tio_sim_result *out, size_t size) {
+    if (!sim) {
+        return tio_set_error(TIO_EINVAL, "sim: NULL simulation");
+    }
+    return tio_struct_out("tio_sim_result", out, size, &sim->r, sizeof sim->r, SIM_RESULT_MIN);
 }
 
 const char *tio_sim_policy(const struct tio_sim *sim) {

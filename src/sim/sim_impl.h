@@ -103,6 +103,10 @@ struct tio_sim {
 
 /* sim_series_alloc: sim's per-kernel series (k_*) for N kernels, zeroed, in one block that
  * tio_sim_free frees. 0 or TIO_ENOMEM. */
+/* sim_params_in: the caller's params (NULL: defaults) as this library's struct (sim.c):
+ * tio_struct_in over the defaults. */
+int sim_params_in(const struct tio_sim_params *params, struct tio_sim_params *out);
+
 int sim_series_alloc(struct tio_sim *sim, size_t N);
 
 /* sim_view_init / sim_view_fini: a view of the trace with its own times and sizes. */

@@ -217,7 +217,11 @@ int tio_sim_run_pipeline(const struct tio_trace *const *traces,
             return tio_set_error(TIO_EINVAL, "sim: pipeline stage %zu: NULL trace or moves", i);
         }
     }
-    struct tio_sim_params p = params ? *params : tio_sim_params_default();
+    struct tio_sim_params p;
+    int prc = sim_params_in(params, &p);
+    if (prc < 0) {
+        return prc;
+    }
     double t_wall = tio_now_s();
     size_t n = n_stages, n_links = 2 * (n - 1);
     struct sim_view v[SIM_MAX_STAGES];

@@ -3,6 +3,7 @@
 #include <teraio/sim.h>
 
 #include "common/common_impl.h"
+#include "sim/sim_impl.h"
 
 int tio_sim_run_plan(const struct tio_trace *trace,
                      const struct tio_hw *hw,
@@ -12,7 +13,11 @@ int tio_sim_run_plan(const struct tio_trace *trace,
     if (!plan) {
         return tio_set_error(TIO_EINVAL, "sim: NULL plan");
     }
-    struct tio_sim_params p = params ? *params : tio_sim_params_default();
+    struct tio_sim_params p;
+    int rc = sim_params_in(params, &p);
+    if (rc < 0) {
+        return rc;
+    }
     int32_t exec = tio_plan_execution(plan);
     if (exec != TIO_PLAN_EXEC_MOVES) { /* a baseline the simulator models: no moves */
         p.policy = tio_plan_exec_name(exec);

@@ -63,7 +63,7 @@ static double pick_rate(struct rd *r) {
 
 static void check_sim(const struct tio_sim *sim, const struct tio_sim_params *sp) {
     struct tio_sim_result res;
-    tio_sim_get_result(sim, &res);
+    tio_sim_get_result(sim, &res, sizeof res);
     if (!isfinite(res.iteration_s) || res.iteration_s < 0 || !isfinite(res.stall_s)) {
         abort();
     }

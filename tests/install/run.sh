@@ -27,7 +27,7 @@ cat >"$prefix/layers.c" <<'C'
 #error "teraio/io.h includes teraio/plan.h"
 #endif
 #include <teraio/teraio.h>
-#if !defined(TERAIO_RUNTIME_H) || !defined(TERAIO_BLOCKCACHE_H) || !defined(TERAIO_TIER_H)
+#if !defined(TERAIO_RUNTIME_H) || !defined(TERAIO_ALLOC_H) || !defined(TERAIO_TIER_H)
 #error "teraio/teraio.h misses a module header"
 #endif
 int tio_layers_ok;

@@ -95,4 +95,48 @@ static inline struct tio_completion io_wait1(struct tio_engine *e) {
     return c;
 }
 
+/* The engine's requests in the argument order the tests were written in (tests only: the
+ * request structs name each field so that callers cannot swap them). */
+static inline int io_write(struct tio_engine *e,
+                           uint64_t tensor_id,
+                           const void *src,
+                           uint64_t bytes,
+                           int32_t mem,
+                           int32_t tier,
+                           int32_t priority,
+                           uint64_t tag,
+                           void *fence) {
+    struct tio_engine_write_request r = { .struct_size = sizeof r,
+                                          .tensor_id = tensor_id,
+                                          .src = src,
+                                          .bytes = bytes,
+                                          .mem = mem,
+                                          .tier = tier,
+                                          .priority = priority,
+                                          .tag = tag,
+                                          .fence = fence };
+    return tio_engine_write(e, &r);
+}
+
+static inline int io_read(struct tio_engine *e,
+                          uint64_t tensor_id,
+                          void *dst,
+                          uint64_t bytes,
+                          int32_t mem,
+                          int32_t priority,
+                          uint64_t tag,
+                          void *fence,
+                          void *done) {
+    struct tio_engine_read_request r = { .struct_size = sizeof r,
+                                         .tensor_id = tensor_id,
+                                         .dst = dst,
+                                         .bytes = bytes,
+                                         .mem = mem,
+                                         .priority = priority,
+                                         .tag = tag,
+                                         .fence = fence,
+                                         .done = done };
+    return tio_engine_read(e, &r);
+}
+
 #endif

@@ -59,13 +59,13 @@ static void run_stream(const char *backend, int verify, struct outcome *out) {
             src[k] = tio_aligned_alloc(4096, sizes[i] + 8192);
             dst[k] = tio_aligned_alloc(4096, sizes[i] + 8192);
             io_fill(src[k] + misalign[m], sizes[i], k + 1);
-            int rc = tio_engine_write(e, k, src[k] + misalign[m], sizes[i], TIO_MEM_HOST,
-                                      TIO_TIER_SSD, TIO_PRIO_NORMAL, 1000 + k, NULL);
+            int rc = io_write(e, k, src[k] + misalign[m], sizes[i], TIO_MEM_HOST, TIO_TIER_SSD,
+                              TIO_PRIO_NORMAL, 1000 + k, NULL);
             while (rc == -EAGAIN) { /* max_requests 1024 > 48: should not happen */
                 struct tio_completion c = io_wait1(e);
                 out->wres[c.tag - 1000] = c.res;
-                rc = tio_engine_write(e, k, src[k] + misalign[m], sizes[i], TIO_MEM_HOST,
-                                      TIO_TIER_SSD, TIO_PRIO_NORMAL, 1000 + k, NULL);
+                rc = io_write(e, k, src[k] + misalign[m], sizes[i], TIO_MEM_HOST, TIO_TIER_SSD,
+                              TIO_PRIO_NORMAL, 1000 + k, NULL);
             }
             CHECK_OK(rc);
         }
@@ -80,9 +80,8 @@ static void run_stream(const char *backend, int verify, struct outcome *out) {
         for (size_t m = 0; m < NM; m++) {
             size_t k = i * NM + m;
             unsigned mis = misalign[(m + 1) % NM]; /* read into a differently aligned buffer */
-            CHECK_OK(tio_engine_read(e, k, dst[k] + mis, sizes[i], TIO_MEM_HOST,
-                                     (k & 1) ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, 5000 + k, NULL,
-                                     NULL));
+            CHECK_OK(io_read(e, k, dst[k] + mis, sizes[i], TIO_MEM_HOST,
+                             (k & 1) ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, 5000 + k, NULL, NULL));
         }
     }
     for (size_t n = 0; n < NS * NM; n++) {
@@ -133,7 +132,7 @@ static void compare_with_posix(const char *backend, int verify) {
     }
 }
 
-static struct tio_io_backend_info infos[16];
+static struct tio_engine_backend_info infos[16];
 static int ninfos;
 
 TIO_TEST(reference_posix) {
@@ -169,15 +168,14 @@ TIO_TEST(split_over_4gib_null) {
     CHECK_OK(tio_engine_new(&p, &e));
     if (e) {
         tio_io_null_reset();
-        CHECK_OK(tio_engine_write(e, 1, mem, bytes, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 7,
-                                  NULL));
+        CHECK_OK(io_write(e, 1, mem, bytes, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 7, NULL));
         struct tio_completion c = io_wait1(e);
         CHECK_EQ_U(c.tag, 7);
         CHECK_EQ_I(c.res, (int64_t)bytes);
         CHECK_EQ_U(tio_io_null_total_bytes(), bytes);
         CHECK(tio_io_null_max_len() <= TIO_IO_MAX_OP);
         CHECK(tio_io_null_max_len() < (UINT64_C(1) << 32));
-        CHECK_OK(tio_engine_read(e, 1, mem, bytes, TIO_MEM_HOST, TIO_PRIO_URGENT, 8, NULL, NULL));
+        CHECK_OK(io_read(e, 1, mem, bytes, TIO_MEM_HOST, TIO_PRIO_URGENT, 8, NULL, NULL));
         c = io_wait1(e);
         CHECK_EQ_I(c.res, (int64_t)bytes);
         CHECK_EQ_U(tio_io_null_total_bytes(), 2 * bytes);
@@ -200,10 +198,9 @@ TIO_TEST(short_transfers_resumed) {
     uint64_t n = (1 << 20) + 777;
     unsigned char *a = tio_aligned_alloc(4096, n + 4096), *b = tio_aligned_alloc(4096, n + 4096);
     io_fill(a + 3, n, 99);
-    CHECK_OK(
-        tio_engine_write(e, 5, a + 3, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 5, a + 3, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
-    CHECK_OK(tio_engine_read(e, 5, b + 5, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 5, b + 5, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
     CHECK(io_check(b + 5, n, 99));
     struct tio_engine_stats st;
@@ -226,17 +223,15 @@ TIO_TEST(queue_full_is_reported_at_once) {
         return;
     static unsigned char buf[8][4096];
     for (int i = 0; i < 4; i++)
-        CHECK_OK(tio_engine_write(e, (uint64_t)i, buf[i], 4096, TIO_MEM_HOST, TIO_TIER_SSD,
-                                  TIO_PRIO_NORMAL, (uint64_t)i, NULL));
+        CHECK_OK(io_write(e, (uint64_t)i, buf[i], 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL,
+                          (uint64_t)i, NULL));
     double t0 = tio_now_s();
-    CHECK_RC(
-        tio_engine_write(e, 9, buf[5], 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 9, NULL),
-        -EAGAIN);
+    CHECK_RC(io_write(e, 9, buf[5], 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 9, NULL),
+             -EAGAIN);
     CHECK(tio_now_s() - t0 < 0.015); /* not blocking (loose bound: reported, not waited) */
     struct tio_completion c[4];
     CHECK_EQ_I(tio_engine_wait(e, c, 4, 4, WAIT_NS), 4);
-    CHECK_OK(
-        tio_engine_write(e, 9, buf[5], 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 9, NULL));
+    CHECK_OK(io_write(e, 9, buf[5], 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 9, NULL));
     CHECK_EQ_I(io_wait1(e).res, 4096);
     CHECK_RC(tio_engine_wait(e, c, 1, 1, 0), TIO_EINVAL); /* nothing outstanding */
     tio_engine_free(e);
@@ -254,9 +249,9 @@ TIO_TEST(cancellation) {
     uint64_t n = 512 * 1024; /* 8 chunks x 30 ms */
     unsigned char *a = tio_aligned_alloc(4096, n);
     io_fill(a, n, 3);
-    CHECK_OK(tio_engine_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
-    CHECK_OK(tio_engine_write(e, 2, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
-    CHECK_OK(tio_engine_write(e, 3, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 3, NULL));
+    CHECK_OK(io_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 2, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK_OK(io_write(e, 3, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 3, NULL));
     CHECK_EQ_I(tio_engine_cancel(e, 3), 1);
     CHECK_RC(tio_engine_cancel(e, 77), TIO_ENOTFOUND);
     struct timespec ts = { 0, 50 * 1000 * 1000 };
@@ -293,10 +288,9 @@ TIO_TEST(urgent_overtakes_normal) {
         return;
     static unsigned char buf[4096];
     for (int i = 0; i < 6; i++)
-        CHECK_OK(tio_engine_write(e, (uint64_t)i, buf, 4096, TIO_MEM_HOST, TIO_TIER_SSD,
-                                  TIO_PRIO_NORMAL, (uint64_t)i, NULL));
-    CHECK_OK(tio_engine_write(e, 100, buf, 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_URGENT, 100,
-                              NULL));
+        CHECK_OK(io_write(e, (uint64_t)i, buf, 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL,
+                          (uint64_t)i, NULL));
+    CHECK_OK(io_write(e, 100, buf, 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_URGENT, 100, NULL));
     int pos = -1;
     for (int i = 0; i < 7; i++) {
         struct tio_completion c = io_wait1(e);
@@ -320,10 +314,10 @@ static void *submitter(void *arg) {
         uint64_t id = (uint64_t)a->index * 100 + (uint64_t)i;
         int rc;
         do {
-            rc = a->phase == 0 ? tio_engine_write(a->e, id, a->bufs[i], a->sizes[i], TIO_MEM_HOST,
-                                                  TIO_TIER_SSD, TIO_PRIO_NORMAL, id, NULL)
-                               : tio_engine_read(a->e, id, a->bufs[i], a->sizes[i], TIO_MEM_HOST,
-                                                 TIO_PRIO_URGENT, id, NULL, NULL);
+            rc = a->phase == 0 ? io_write(a->e, id, a->bufs[i], a->sizes[i], TIO_MEM_HOST,
+                                          TIO_TIER_SSD, TIO_PRIO_NORMAL, id, NULL)
+                               : io_read(a->e, id, a->bufs[i], a->sizes[i], TIO_MEM_HOST,
+                                         TIO_PRIO_URGENT, id, NULL, NULL);
             if (rc == -EAGAIN) {
                 struct timespec ts = { 0, 200000 };
                 nanosleep(&ts, NULL);
@@ -402,20 +396,19 @@ TIO_TEST(host_tier) {
     uint64_t n = 600 * 1024 + 3;
     unsigned char *a = tio_malloc(n), *b = tio_malloc(n);
     io_fill(a, n, 11);
-    CHECK_OK(tio_engine_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
-    CHECK_RC(tio_engine_write(e, 2, a, n, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 2, NULL),
-             -ENOSPC);
+    CHECK_RC(io_write(e, 2, a, n, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 2, NULL), -ENOSPC);
     CHECK_ERR_HAS("host tier");
     CHECK_ERR_HAS("needed");
-    CHECK_OK(tio_engine_read(e, 1, b, n, TIO_MEM_HOST, TIO_PRIO_URGENT, 3, NULL, NULL));
+    CHECK_OK(io_read(e, 1, b, n, TIO_MEM_HOST, TIO_PRIO_URGENT, 3, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
     CHECK(io_check(b, n, 11));
     int32_t tier = -1;
     CHECK_OK(tio_engine_tensor_info(e, 1, NULL, &tier));
     CHECK_EQ_I(tier, TIO_TIER_HOST);
     CHECK_OK(tio_engine_drop(e, 1));
-    CHECK_OK(tio_engine_write(e, 2, a, n, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK_OK(io_write(e, 2, a, n, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 2, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
     tio_engine_free(e);
     tio_free(a);
@@ -432,12 +425,12 @@ TIO_TEST(overwrite_keeps_latest) {
     uint64_t n = 50000;
     unsigned char *a = tio_malloc(n), *b = tio_malloc(n);
     io_fill(a, n, 1);
-    CHECK_OK(tio_engine_write(e, 4, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 4, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
     io_fill(a, n, 2);
-    CHECK_OK(tio_engine_write(e, 4, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK_OK(io_write(e, 4, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
-    CHECK_OK(tio_engine_read(e, 4, b, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 3, NULL, NULL));
+    CHECK_OK(io_read(e, 4, b, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 3, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
     CHECK(io_check(b, n, 2));
     struct tio_engine_stats st;
@@ -457,38 +450,31 @@ TIO_TEST(bad_requests) {
     if (!e)
         return;
     static unsigned char buf[8192];
-    CHECK_RC(tio_engine_write(e, 1, buf, 0, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
+    CHECK_RC(io_write(e, 1, buf, 0, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
              TIO_EINVAL);
     CHECK_ERR_HAS("zero-byte");
-    CHECK_RC(tio_engine_write(e, 1, NULL, 10, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
+    CHECK_RC(io_write(e, 1, NULL, 10, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
              TIO_EINVAL);
-    CHECK_RC(tio_engine_write(e, 1, buf, 10, 7, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
+    CHECK_RC(io_write(e, 1, buf, 10, 7, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL), TIO_EINVAL);
+    CHECK_RC(io_write(e, 1, buf, 10, TIO_MEM_HOST, TIO_TIER_GPU, TIO_PRIO_NORMAL, 1, NULL),
              TIO_EINVAL);
-    CHECK_RC(tio_engine_write(e, 1, buf, 10, TIO_MEM_HOST, TIO_TIER_GPU, TIO_PRIO_NORMAL, 1, NULL),
-             TIO_EINVAL);
-    CHECK_RC(tio_engine_write(e, 1, buf, 10, TIO_MEM_HOST, TIO_TIER_SSD, 5, 1, NULL), TIO_EINVAL);
-    CHECK_RC(tio_engine_write(e, 1, buf, 10, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL),
+    CHECK_RC(io_write(e, 1, buf, 10, TIO_MEM_HOST, TIO_TIER_SSD, 5, 1, NULL), TIO_EINVAL);
+    CHECK_RC(io_write(e, 1, buf, 10, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL),
              TIO_EUNAVAIL);
     /* (device memory without a usable CUDA device: test_io_gpu_path) */
-    CHECK_RC(tio_engine_read(e, 1, buf, 10, TIO_MEM_HOST, TIO_PRIO_NORMAL, 1, NULL, NULL),
-             TIO_ENOTFOUND);
-    CHECK_OK(
-        tio_engine_write(e, 1, buf, 8192, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_RC(io_read(e, 1, buf, 10, TIO_MEM_HOST, TIO_PRIO_NORMAL, 1, NULL, NULL), TIO_ENOTFOUND);
+    CHECK_OK(io_write(e, 1, buf, 8192, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     /* in flight: no second write, no read, no drop */
-    CHECK_RC(
-        tio_engine_write(e, 1, buf, 8192, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL),
-        TIO_ESTATE);
-    CHECK_RC(tio_engine_read(e, 1, buf, 8192, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL),
-             TIO_ENOTFOUND);
+    CHECK_RC(io_write(e, 1, buf, 8192, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL),
+             TIO_ESTATE);
+    CHECK_RC(io_read(e, 1, buf, 8192, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL), TIO_ENOTFOUND);
     CHECK_EQ_I(io_wait1(e).res, 8192);
-    CHECK_RC(tio_engine_read(e, 1, buf, 100, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL),
-             TIO_EINVAL);
+    CHECK_RC(io_read(e, 1, buf, 100, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL), TIO_EINVAL);
     CHECK_ERR_HAS("8192");
-    CHECK_OK(tio_engine_read(e, 1, buf, 8192, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 1, buf, 8192, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
     CHECK_RC(tio_engine_drop(e, 1), TIO_ESTATE);
-    CHECK_RC(
-        tio_engine_write(e, 1, buf, 8192, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL),
-        TIO_ESTATE);
+    CHECK_RC(io_write(e, 1, buf, 8192, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL),
+             TIO_ESTATE);
     CHECK_EQ_I(io_wait1(e).res, 8192);
     CHECK_OK(tio_engine_drop(e, 1));
     CHECK_RC(tio_engine_drop(e, 1), TIO_ENOTFOUND);
@@ -533,9 +519,9 @@ static void device_roundtrip(const char *backend, int tier) {
     unsigned char *h = tio_malloc(n);
     io_fill(h, n, 42);
     CHECK_EQ_I(cu->memcpy(d1, h, n, TIO_CUDA_MEMCPY_H2D), 0);
-    CHECK_OK(tio_engine_write(e, 1, d1, n, TIO_MEM_DEVICE, tier, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, d1, n, TIO_MEM_DEVICE, tier, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
-    CHECK_OK(tio_engine_read(e, 1, d2, n, TIO_MEM_DEVICE, TIO_PRIO_URGENT, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 1, d2, n, TIO_MEM_DEVICE, TIO_PRIO_URGENT, 2, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
     memset(h, 0, n);
     CHECK_EQ_I(cu->memcpy(h, d2, n, TIO_CUDA_MEMCPY_D2H), 0);
@@ -595,7 +581,7 @@ TIO_TEST(nothing_left_on_disk) {
 int main(void) {
     for (int i = 0; i < 3; i++)
         io_mkdtemp(g_dirs[i], sizeof g_dirs[i], "conf");
-    ninfos = tio_io_probe_all(infos, TIO_ARRAY_LEN(infos));
+    ninfos = tio_engine_probe_all(infos, TIO_ARRAY_LEN(infos));
     RUN(reference_posix);
     RUN(every_backend_matches_posix);
     RUN(split_over_4gib_null);

@@ -101,12 +101,11 @@ static void *worker_main(void *arg) {
         for (int k = 0; k < 3 && next < PER; k++) {
             uint64_t tag = (uint64_t)w->index * PER + (uint64_t)next;
             int urgent = s->phase == 1 && next % 3 == 0;
-            int rc =
-                s->phase == 0
-                    ? tio_engine_write(s->e, tag, s->bufs[tag], s->sizes[tag], TIO_MEM_HOST,
-                                       TIO_TIER_SSD, TIO_PRIO_NORMAL, tag, NULL)
-                    : tio_engine_read(s->e, tag, s->bufs[tag], s->sizes[tag], TIO_MEM_HOST,
-                                      urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, tag, NULL, NULL);
+            int rc = s->phase == 0
+                         ? io_write(s->e, tag, s->bufs[tag], s->sizes[tag], TIO_MEM_HOST,
+                                    TIO_TIER_SSD, TIO_PRIO_NORMAL, tag, NULL)
+                         : io_read(s->e, tag, s->bufs[tag], s->sizes[tag], TIO_MEM_HOST,
+                                   urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL, tag, NULL, NULL);
             if (rc == -EAGAIN)
                 break;
             if (rc < 0) {
@@ -209,8 +208,8 @@ static void *submit_only_main(void *arg) {
         uint64_t tag = (uint64_t)a->index * 100 + i;
         int rc;
         do {
-            rc = tio_engine_write(a->e, tag, buf[a->index], 8192, TIO_MEM_HOST, TIO_TIER_SSD,
-                                  TIO_PRIO_NORMAL, tag, NULL);
+            rc = io_write(a->e, tag, buf[a->index], 8192, TIO_MEM_HOST, TIO_TIER_SSD,
+                          TIO_PRIO_NORMAL, tag, NULL);
             if (rc == -EAGAIN) {
                 struct timespec ts = { 0, 100000 };
                 nanosleep(&ts, NULL);
@@ -289,8 +288,8 @@ static void *mw_submitter(void *arg) {
         uint64_t bytes = 4096 * (1 + id % 16); /* 4-64 KiB: one piece each */
         int rc;
         do {
-            rc = tio_engine_write(a->s->e, id, a->s->buf, bytes, TIO_MEM_HOST, TIO_TIER_SSD,
-                                  TIO_PRIO_NORMAL, id, NULL);
+            rc = io_write(a->s->e, id, a->s->buf, bytes, TIO_MEM_HOST, TIO_TIER_SSD,
+                          TIO_PRIO_NORMAL, id, NULL);
             if (rc == -EAGAIN) {
                 struct timespec ts = { 0, 200000 };
                 nanosleep(&ts, NULL);
@@ -512,7 +511,7 @@ static int sleeper_drives_once(const struct mode *m, int caller_driven) {
     int returned = 0, setup = 1;
     struct sleeper s[2];
     pthread_t th[2];
-    CHECK_OK(tio_engine_write(e, 1, a, n0, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, a, n0, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     for (int i = 0; i < 2; i++) {
         s[i] = (struct sleeper){ e, &mu, &cv, &returned, 0, { 0, 0 }, 0, 0, 0 };
         pthread_create(&th[i], NULL, sleeper_main, &s[i]);
@@ -531,7 +530,7 @@ static int sleeper_drives_once(const struct mode *m, int caller_driven) {
     nanosleep(&ts, NULL);
     long sw0 = progress > 0 ? thread_switches(progress) : -1;
     double pc0 = progress > 0 ? thread_cpu_s(progress) : -1;
-    CHECK_OK(tio_engine_write(e, 2, b, n1, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK_OK(io_write(e, 2, b, n1, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
     pthread_join(th[1 - first], NULL);
     pthread_join(th[first], NULL);
     long sw1 = progress > 0 ? thread_switches(progress) : -1;
@@ -587,7 +586,7 @@ static void progress_without_waiter(const struct mode *m) {
     struct tio_completion c = { 0, 0 };
     int got = 0;
     double t0 = tio_now_s();
-    CHECK_OK(tio_engine_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     while (!got && tio_now_s() - t0 < 30) {
         struct timespec ts = { 0, 2000000 }; /* "compute" without waiting, then poll */
         nanosleep(&ts, NULL);
@@ -596,7 +595,7 @@ static void progress_without_waiter(const struct mode *m) {
     CHECK_EQ_I(got, 1);
     CHECK_EQ_I(c.res, (int64_t)n);
     got = 0;
-    CHECK_OK(tio_engine_read(e, 1, b, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 1, b, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
     while (!got && tio_now_s() - t0 < 30) {
         struct timespec ts = { 0, 2000000 };
         nanosleep(&ts, NULL);
@@ -645,8 +644,7 @@ static void cancel_while_reaping(const struct mode *m) {
     io_fill(a, n, 5);
     struct reaper r = { e, { 0, 0, 0, 0, 0 }, 4 };
     for (uint64_t t = 1; t <= 4; t++)
-        CHECK_OK(
-            tio_engine_write(e, t, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, t, NULL));
+        CHECK_OK(io_write(e, t, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, t, NULL));
     pthread_t th;
     pthread_create(&th, NULL, reaper_main, &r);
     struct timespec ts = { 0, 5000000 }; /* let the reaper block in the backend */
@@ -722,7 +720,7 @@ static void two_waiters_one_completion(const struct mode *m) {
     uint64_t n = 16u << 20; /* 256 pieces at depth 1: both waiters are in before it is done */
     unsigned char *a = tio_aligned_alloc(4096, n);
     io_fill(a, n, 9);
-    CHECK_OK(tio_engine_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, a, n, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     struct timed_waiter w[2] = { { e, 0, 0, 0, 0, 0 }, { e, 0, 0, 0, 0, 0 } };
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
@@ -736,7 +734,7 @@ static void two_waiters_one_completion(const struct mode *m) {
     int loser = w[0].got ? 1 : 0;
     CHECK(w[loser].timeouts > 0 || w[loser].einval == 1);
     /* timeout 0 returns at once, with or without the completion */
-    CHECK_OK(tio_engine_read(e, 1, a, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
+    CHECK_OK(io_read(e, 1, a, n, TIO_MEM_HOST, TIO_PRIO_NORMAL, 2, NULL, NULL));
     struct tio_completion c;
     double t0 = tio_now_s();
     int k = tio_engine_wait(e, &c, 1, 1, 0);
@@ -770,8 +768,8 @@ TIO_TEST(bad_park_option) {
 int main(void) {
     for (int i = 0; i < 2; i++)
         io_mkdtemp(g_dirs[i], sizeof g_dirs[i], "drive");
-    struct tio_io_backend_info infos[16];
-    int n = tio_io_probe_all(infos, TIO_ARRAY_LEN(infos));
+    struct tio_engine_backend_info infos[16];
+    int n = tio_engine_probe_all(infos, TIO_ARRAY_LEN(infos));
     for (int i = 0; i < n && i < 16; i++)
         g_have_uring |= !strcmp(infos[i].name, "uring") && infos[i].available;
     if (!g_have_uring)

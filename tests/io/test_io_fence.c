@@ -53,22 +53,20 @@ static void held(struct tio_engine *e) {
 
 TIO_TEST(fence_holds_the_request_until_its_event_completes) {
     struct tio_engine *e = make();
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N), *b = tio_aligned_alloc(4096, N);
     io_fill(a, N, 7);
     memset(b, 0, N);
     struct tio_completion c;
     atomic_store(&g_event, EV_NOT_READY);
-    CHECK_OK(
-        tio_engine_write(e, 1, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 11, &g_token));
+    CHECK_OK(io_write(e, 1, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 11, &g_token));
     held(e);
     atomic_store(&g_event, EV_DONE);
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, WAIT_NS), 1);
     CHECK_EQ_U(c.tag, 11);
     CHECK_EQ_I(c.res, N);
     atomic_store(&g_event, EV_NOT_READY);
-    CHECK_OK(tio_engine_read(e, 1, b, N, TIO_MEM_HOST, TIO_PRIO_URGENT, 12, &g_token, NULL));
+    CHECK_OK(io_read(e, 1, b, N, TIO_MEM_HOST, TIO_PRIO_URGENT, 12, &g_token, NULL));
     struct tio_completion none;
     CHECK_EQ_I(tio_engine_wait(e, &none, 1, 1, 100000000), 0);
     CHECK_EQ_I(b[0] | b[N - 1], 0); /* the read has not run: the buffer is untouched */
@@ -84,13 +82,11 @@ TIO_TEST(fence_holds_the_request_until_its_event_completes) {
 
 TIO_TEST(failed_fence_query_fails_the_request) {
     struct tio_engine *e = make();
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N);
     io_fill(a, N, 8);
     atomic_store(&g_event, EV_FAILS);
-    CHECK_OK(
-        tio_engine_write(e, 2, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 21, &g_token));
+    CHECK_OK(io_write(e, 2, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 21, &g_token));
     struct tio_completion c;
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, WAIT_NS), 1);
     CHECK_EQ_U(c.tag, 21);
@@ -105,18 +101,16 @@ TIO_TEST(failed_fence_query_fails_the_request) {
 
 TIO_TEST(done_event_needs_device_memory) {
     struct tio_engine *e = make();
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *a = tio_aligned_alloc(4096, N);
     io_fill(a, N, 9);
-    CHECK_OK(tio_engine_write(e, 3, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 31, NULL));
+    CHECK_OK(io_write(e, 3, a, N, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 31, NULL));
     struct tio_completion c;
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, WAIT_NS), 1);
     CHECK_EQ_I(c.res, N);
-    CHECK_RC(tio_engine_read(e, 3, a, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 32, NULL, &g_token),
-             TIO_EINVAL);
+    CHECK_RC(io_read(e, 3, a, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 32, NULL, &g_token), TIO_EINVAL);
     CHECK_ERR_HAS("done event");
-    CHECK_OK(tio_engine_read(e, 3, a, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 33, NULL, NULL));
+    CHECK_OK(io_read(e, 3, a, N, TIO_MEM_HOST, TIO_PRIO_NORMAL, 33, NULL, NULL));
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, WAIT_NS), 1);
     CHECK_EQ_U(c.tag, 33);
     CHECK_EQ_I(c.res, N);

@@ -109,7 +109,7 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
     CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
     CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f), 0);
     CHECK_EQ_I(fc.event_record(fence, s), 0);
-    CHECK_OK(tio_engine_write(e, id, d, n, TIO_MEM_DEVICE, tier, TIO_PRIO_NORMAL, 1, fence));
+    CHECK_OK(io_write(e, id, d, n, TIO_MEM_DEVICE, tier, TIO_PRIO_NORMAL, 1, fence));
     struct tio_completion c;
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 50000000), 0); /* held by the gate */
     atomic_store(&g_gate, 1);
@@ -119,7 +119,7 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
     atomic_store(&g_gate, 0);
     CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
     CHECK_EQ_I(fc.event_record(fence, s), 0);
-    CHECK_OK(tio_engine_read(e, id, d2, n, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, fence, done));
+    CHECK_OK(io_read(e, id, d2, n, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, fence, done));
     int ahead = tier == TIO_TIER_HOST || n <= RING_BYTES; /* the pool needs no ring */
     if (ahead) {
         c = io_wait1(e);
@@ -149,8 +149,7 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
 TIO_TEST(ssd_only_takes_device_memory_and_done) {
     fc.set_lag(100, 1);
     struct tio_engine *e = engine("posix", 0, 1);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     round_trip(e, TIO_TIER_SSD, 1, 11, SMALL);
     round_trip(e, TIO_TIER_SSD, 1, 12, N); /* again over the same tensor: replaced, read again */
     struct tio_engine_stats st;
@@ -194,16 +193,15 @@ static void pool_reuse(int32_t mem2) {
             return;
         }
         io_fill(h, N, 41);
-        CHECK_OK(
-            tio_engine_write(e, 1, h, N, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL));
+        CHECK_OK(io_write(e, 1, h, N, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
-        CHECK_OK(tio_engine_read(e, 1, d, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done));
+        CHECK_OK(io_read(e, 1, d, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* issued; the copy may still be queued */
         CHECK_OK(tio_engine_drop(e, 1));
         io_fill(h, N, 42); /* tensor 2 takes the freed extent */
         io_fill(fc.translate(d2, N), N, 42);
-        CHECK_OK(tio_engine_write(e, 2, mem2 == TIO_MEM_HOST ? (void *)h : d2, N, mem2,
-                                  TIO_TIER_HOST, TIO_PRIO_NORMAL, 3, NULL));
+        CHECK_OK(io_write(e, 2, mem2 == TIO_MEM_HOST ? (void *)h : d2, N, mem2, TIO_TIER_HOST,
+                          TIO_PRIO_NORMAL, 3, NULL));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
         CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
         CHECK_EQ_I(fc.stream_synchronize(s), 0);
@@ -261,7 +259,7 @@ TIO_TEST(ordered_write_releases_in_stream_order) {
         /* stream order: the memory is overwritten by work queued after `done` */
         CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
         CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f2), 0);
-        CHECK_OK(tio_engine_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done2));
+        CHECK_OK(io_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done2));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
         atomic_store(&g_gate, 1);
         CHECK_EQ_I(fc.stream_wait_event(s, done2, 0), 0);
@@ -294,13 +292,13 @@ TIO_TEST(failed_write_keeps_the_previous_copy) {
     if (!e || !d || !d2)
         return;
     io_fill(fc.translate(d, N), N, 51);
-    CHECK_OK(tio_engine_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+    CHECK_OK(io_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* 17 pieces: writes 1..17 */
     io_fill(fc.translate(d, N), N, 52);
-    CHECK_OK(tio_engine_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
+    CHECK_OK(io_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 2, NULL));
     CHECK(io_wait1(e).res < 0);                 /* its third piece fails */
     CHECK(io_check(fc.translate(d, N), N, 52)); /* the caller's bytes are untouched */
-    CHECK_OK(tio_engine_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 3, NULL, NULL));
+    CHECK_OK(io_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 3, NULL, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
     CHECK(io_check(fc.translate(d2, N), N, 51)); /* the previous copy */
     tio_engine_free(e);
@@ -324,7 +322,7 @@ TIO_TEST(engine_is_bound_to_its_device) {
         /* a read without done settles on an event the engine makes: of its device too */
         void *d = dev_alloc(SMALL);
         CHECK_EQ_I(fc.set_device(0), 0); /* the submitting thread is elsewhere now */
-        CHECK_OK(tio_engine_read(e, 1, d, SMALL, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 3, NULL, NULL));
+        CHECK_OK(io_read(e, 1, d, SMALL, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 3, NULL, NULL));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)SMALL);
         CHECK(io_check(fc.translate(d, SMALL), SMALL, 61));
         int cur = -1;
@@ -356,19 +354,18 @@ TIO_TEST(device_memory_needs_a_usable_device) {
     struct tio_engine *e = engine("posix", 1u << 20, 1);
     static unsigned char buf[8192];
     if (e) {
-        CHECK_RC(tio_engine_write(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_TIER_SSD,
-                                  TIO_PRIO_NORMAL, 1, NULL),
-                 TIO_EUNAVAIL);
-        CHECK_ERR_HAS("usable CUDA device");
-        CHECK_RC(tio_engine_write(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_TIER_HOST,
-                                  TIO_PRIO_NORMAL, 1, NULL),
-                 TIO_EUNAVAIL);
-        CHECK_OK(tio_engine_write(e, 1, buf, sizeof buf, TIO_MEM_HOST, TIO_TIER_SSD,
-                                  TIO_PRIO_NORMAL, 1, NULL));
-        CHECK_EQ_I(io_wait1(e).res, (int64_t)sizeof buf);
         CHECK_RC(
-            tio_engine_read(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, buf),
-            TIO_EINVAL); /* a done event without a device */
+            io_write(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
+            TIO_EUNAVAIL);
+        CHECK_ERR_HAS("usable CUDA device");
+        CHECK_RC(io_write(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1,
+                          NULL),
+                 TIO_EUNAVAIL);
+        CHECK_OK(
+            io_write(e, 1, buf, sizeof buf, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)sizeof buf);
+        CHECK_RC(io_read(e, 1, buf, sizeof buf, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, buf),
+                 TIO_EINVAL); /* a done event without a device */
         tio_engine_free(e);
     }
     tio_cudart_set_api(NULL);

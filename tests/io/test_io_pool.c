@@ -92,7 +92,7 @@ TIO_TEST(host_only_backends_refuse_device_memory) {
     const struct tio_io_backend_ops *host_only[] = { &tio_io_backend_posix, &tio_io_backend_fault };
     for (size_t i = 0; i < 2; i++) {
         const struct tio_io_backend_ops *ops = host_only[i];
-        CHECK((ops->caps & TIO_IO_CAP_DEVICE_MEM) == 0);
+        CHECK((ops->caps & TIO_ENGINE_CAP_DEVICE_MEM) == 0);
         int fd = scratch_fd();
         struct tio_io_config cfg = config(&fd, 2, 1);
         void *st = NULL;

@@ -13,8 +13,8 @@ static int fake_zero_count(int *count) {
 }
 
 TIO_TEST(probe_all_reports_every_backend) {
-    struct tio_io_backend_info b[16];
-    int n = tio_io_probe_all(b, 16);
+    struct tio_engine_backend_info b[16];
+    int n = tio_engine_probe_all(b, 16);
     CHECK(n >= 6);
     int seen_posix = 0, seen_uring = 0, seen_cuda = 0, seen_cufile = 0;
     for (int i = 0; i < n && i < 16; i++) {
@@ -31,7 +31,7 @@ TIO_TEST(probe_all_reports_every_backend) {
         seen_cufile |= !strcmp(b[i].name, "cufile");
     }
     CHECK(seen_posix && seen_uring && seen_cuda && seen_cufile);
-    CHECK_EQ_I(tio_io_probe_all(b, 2), n); /* count even when truncated */
+    CHECK_EQ_I(tio_engine_probe_all(b, 2), n); /* count even when truncated */
 }
 
 TIO_TEST(cudart_error_35_is_unavailable) {

@@ -111,10 +111,10 @@ struct host {
     int released[3], materialized[3];
 };
 
-static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a, int n) {
+static int apply(struct tio_runtime *rt, struct host *h, struct tio_runtime_action *a, int n) {
     for (int i = 0; i < n; i++) {
         uint32_t t = a[i].tensor;
-        if (a[i].kind == TIO_RT_RELEASE) {
+        if (a[i].kind == TIO_RUNTIME_RELEASE) {
             memset(h->buf[t], 0xEE, h->bytes[t]); /* poison, as a real free would */
             free(h->buf[t]);
             h->buf[t] = NULL;
@@ -133,7 +133,7 @@ static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a
 
 /* Run one iteration; kernels produce/check the pattern data. Returns 0 or the failing rc. */
 static int iterate(struct tio_runtime *rt, struct host *h, int *data_ok) {
-    struct tio_rt_action a[8];
+    struct tio_runtime_action a[8];
     int rc = tio_runtime_begin_iteration(rt, a, 8);
     if (rc < 0 || apply(rt, h, a, rc) < 0) {
         return rc < 0 ? rc : -1;

@@ -13,6 +13,7 @@
 #include <teraio/trace.h>
 
 #include "../tio_test.h"
+#include "io_util.h"
 #include "runtime_util.h"
 
 #define MB   (UINT64_C(1) << 20)
@@ -111,7 +112,7 @@ static int alloc(struct tio_runtime *rt, struct host *h, int t) {
     return tio_runtime_bind(rt, (uint32_t)t, h->buf[t]);
 }
 
-static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a, int n) {
+static int apply(struct tio_runtime *rt, struct host *h, struct tio_runtime_action *a, int n) {
     int seen_materialize = 0;
     if (h->k >= 0) {
         h->log[h->k][0] = 0;
@@ -119,10 +120,10 @@ static int apply(struct tio_runtime *rt, struct host *h, struct tio_rt_action *a
     for (int i = 0; i < n; i++) {
         int t = (int)a[i].tensor;
         if (h->k >= 0 && t < 10 && strlen(h->log[h->k]) + 2 < sizeof h->log[0]) {
-            char e[3] = { a[i].kind == TIO_RT_RELEASE ? 'r' : 'm', (char)('0' + t), 0 };
+            char e[3] = { a[i].kind == TIO_RUNTIME_RELEASE ? 'r' : 'm', (char)('0' + t), 0 };
             strcat(h->log[h->k], e);
         }
-        if (a[i].kind == TIO_RT_RELEASE) {
+        if (a[i].kind == TIO_RUNTIME_RELEASE) {
             if (seen_materialize || !h->buf[t]) {
                 return -1; /* releases come first; a released tensor was resident */
             }
@@ -155,7 +156,7 @@ static int last_use(const struct spec *s, int t) {
  * last use (free marker included), as their owner would. */
 static int iterate(struct tio_runtime *rt, struct host *h) {
     const struct spec *s = h->s;
-    struct tio_rt_action a[MAXT];
+    struct tio_runtime_action a[MAXT];
     h->k = -1;
     int rc = tio_runtime_begin_iteration(rt, a, MAXT);
     if (rc < 0 || apply(rt, h, a, rc) < 0) {
@@ -463,8 +464,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     fill(&h, 0);
     h.buf[0] = NULL;
     struct tio_completion c = { 0, 0 };
-    CHECK_OK(tio_engine_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5,
-                              NULL));
+    CHECK_OK(io_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5, NULL));
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
     CHECK_EQ_I(c.res, (int64_t)(2 * MB));
     memset(tmp, 0, 2 * MB);
@@ -520,8 +520,7 @@ TIO_TEST(stored_global_is_handed_to_the_next_executor) {
     fill(&h, 0);
     h.buf[0] = NULL;
     struct tio_completion c = { 0, 0 };
-    CHECK_OK(tio_engine_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5,
-                              NULL));
+    CHECK_OK(io_write(e, 999, tmp, 2 * MB, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 5, NULL));
     CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
     memset(tmp, 0, 2 * MB);
     free(tmp);

@@ -96,19 +96,19 @@ static int launch(void *stream, void *dev, uint64_t n) {
 
 /* One step of the trace; A is forgotten before kernel `at` and its block goes to B. */
 static int step(struct tio_runtime *rt, void *stream, unsigned char *slab, uint32_t at) {
-    struct tio_rt_action act[NT];
+    struct tio_runtime_action act[NT];
     unsigned char *mem[NT] = { slab, slab + 256 * KiB, slab + 512 * KiB };
     int forgotten = 0;
     int n = tio_runtime_begin_iteration(rt, act, NT);
     for (uint32_t k = 0; k < NK && n >= 0; k++) {
         for (int i = 0; i < n; i++)
-            if (act[i].kind != TIO_RT_RELEASE &&
+            if (act[i].kind != TIO_RUNTIME_RELEASE &&
                 tio_runtime_bind(rt, act[i].tensor, mem[act[i].tensor]) < 0)
                 return -1;
         if ((n = tio_runtime_before_kernel(rt, k, act, NT)) < 0)
             return n;
         for (int i = 0; i < n; i++)
-            if (act[i].kind != TIO_RT_RELEASE &&
+            if (act[i].kind != TIO_RUNTIME_RELEASE &&
                 tio_runtime_bind(rt, act[i].tensor, mem[act[i].tensor]) < 0)
                 return -1;
         n = 0;

@@ -222,8 +222,8 @@ static void do_write(struct sched *sc, uint32_t i, int32_t mem) {
     } else {
         io_fill(sl->host, sl->bytes, content(sc->seed, i, v));
     }
-    int rc = tio_engine_write(sc->e, i + 1, mem == TIO_MEM_DEVICE ? sl->dev : sl->host, sl->bytes,
-                              mem, TIO_TIER_HOST, TIO_PRIO_NORMAL, i, fence);
+    int rc = io_write(sc->e, i + 1, mem == TIO_MEM_DEVICE ? sl->dev : sl->host, sl->bytes, mem,
+                      TIO_TIER_HOST, TIO_PRIO_NORMAL, i, fence);
     if (rc == -ENOSPC) {
         sc->nospace++;
         return; /* a device producer ran for nothing: the memory holds the next version */
@@ -256,8 +256,8 @@ static void do_read(struct sched *sc, uint32_t i, int32_t mem) {
     } else {
         memset(sl->host, 0, sl->bytes);
     }
-    int rc = tio_engine_read(sc->e, i + 1, mem == TIO_MEM_DEVICE ? sl->dev : sl->host, sl->bytes,
-                             mem, TIO_PRIO_NORMAL, i | 0x100, fence, done);
+    int rc = io_read(sc->e, i + 1, mem == TIO_MEM_DEVICE ? sl->dev : sl->host, sl->bytes, mem,
+                     TIO_PRIO_NORMAL, i | 0x100, fence, done);
     if (rc < 0) {
         record_failure("seed %llu slot %u: tio_engine_read: %s", (unsigned long long)sc->seed, i,
                        tio_last_error());

@@ -309,13 +309,13 @@ static uint64_t cleans(const struct caller *c) {
 }
 
 /* Perform the actions a call returned; clean: the call made clean offloads. */
-static void apply(struct caller *c, const struct tio_rt_action *a, int n, int clean) {
+static void apply(struct caller *c, const struct tio_runtime_action *a, int n, int clean) {
     for (int i = 0; i < n && !c->err; i++) {
         uint32_t t = a[i].tensor;
         if (g_verbose)
-            printf("    %s %u (%p)\n", a[i].kind == TIO_RT_RELEASE ? "RELEASE" : "MATERIALIZE", t,
-                   c->ptr[t]);
-        if (a[i].kind == TIO_RT_RELEASE) {
+            printf("    %s %u (%p)\n", a[i].kind == TIO_RUNTIME_RELEASE ? "RELEASE" : "MATERIALIZE",
+                   t, c->ptr[t]);
+        if (a[i].kind == TIO_RUNTIME_RELEASE) {
             if (!c->ptr[t]) {
                 record_failure("seed %llu: RELEASE of tensor %u, which has no memory",
                                (unsigned long long)c->seed, t);
@@ -449,7 +449,7 @@ static void maybe_forget(struct caller *c, uint64_t *x) {
     free_on_stream(c, pick);
 }
 
-static void iteration(struct caller *c, uint64_t iter, struct tio_rt_action *act, size_t cap) {
+static void iteration(struct caller *c, uint64_t iter, struct tio_runtime_action *act, size_t cap) {
     const struct spec *s = c->s;
     uint64_t c0 = cleans(c), x = c->seed * 31 + iter;
     memset(c->dead, 0, sizeof c->dead);
@@ -548,7 +548,7 @@ static void run_schedule(const struct spec *s,
         if ((rc = tio_runtime_bind(c.rt, g, c.ptr[g])) < 0)
             caller_error(&c, "bind global", rc);
     }
-    struct tio_rt_action act[MAX_T];
+    struct tio_runtime_action act[MAX_T];
     uint64_t sync0 = fc.thread_sync_calls();
     for (uint64_t it = 0; it < ITERS && !c.err; it++)
         iteration(&c, it, act, MAX_T);

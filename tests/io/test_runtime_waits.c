@@ -125,11 +125,11 @@ struct run {
     uint64_t held_release; /* RELEASE actions handed out inside it */
 };
 
-static void apply(struct run *r, const struct tio_rt_action *a, int n) {
+static void apply(struct run *r, const struct tio_runtime_action *a, int n) {
     for (int i = 0; i < n; i++)
-        r->held_release += r->held && a[i].kind == TIO_RT_RELEASE;
+        r->held_release += r->held && a[i].kind == TIO_RUNTIME_RELEASE;
     for (int i = 0; i < n; i++)
-        if (a[i].kind != TIO_RT_RELEASE &&
+        if (a[i].kind != TIO_RUNTIME_RELEASE &&
             tio_runtime_bind(r->rt, a[i].tensor, r->slab + a[i].tensor * 256 * KiB) < 0)
             r->err = 1;
 }
@@ -137,7 +137,7 @@ static void apply(struct run *r, const struct tio_rt_action *a, int n) {
 /* One step; with h, the GPU is held from after kernel 0's launch to after_kernel(NK - 1). Returns
  * the watched thread's waits inside the held section. */
 static uint64_t step(struct run *r, struct hold *h) {
-    struct tio_rt_action act[NT];
+    struct tio_runtime_action act[NT];
     int n = tio_runtime_begin_iteration(r->rt, act, NT);
     if (n < 0) {
         r->err = 1;

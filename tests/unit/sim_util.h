@@ -18,6 +18,7 @@
 static inline struct tio_hw sim_test_hw(uint32_t gpus, uint64_t capacity) {
     struct tio_hw hw;
     memset(&hw, 0, sizeof hw);
+    hw.struct_size = sizeof hw;
     snprintf(hw.name, sizeof hw.name, "test");
     hw.gpus = gpus;
     hw.gpu_memory_bytes = capacity;
@@ -123,7 +124,7 @@ static inline int run(const struct tio_trace *tr,
         printf("  tio_sim_run: %s: %s\n", tio_strerror(rc), tio_last_error());
         return rc;
     }
-    tio_sim_get_result(sim, r);
+    tio_sim_get_result(sim, r, sizeof *r);
     if (keep) {
         *keep = sim;
     } else {

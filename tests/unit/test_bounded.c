@@ -1,6 +1,7 @@
-/* The memory table and victim policy of the steps without a plan (include/teraio/bounded.h).
+/* The memory table and victim policy of the steps without a plan (src/include/teraio/bounded.h).
  * Every expected order below is worked out by hand in the comments, not by the code under test;
  * each ordering rule has a case that a wrong rule would fail. */
+#include <teraio/bounded.h>
 #include <teraio/teraio.h>
 
 #include "tio_test.h"

@@ -199,7 +199,7 @@ static void check_cell(const struct cell *c, const char *policy, int *feasible_s
     struct tio_sim_result r;
     memset(&r, 0, sizeof r);
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
     }
     printf("  %s bs%u @%u rank %u %s: feasible %d, peak %.1f of %.1f GiB, %zu moves; replay "
            "%.1f%% of ideal, oom %d, %llu late, stall %.3f s of %.1f s\n",

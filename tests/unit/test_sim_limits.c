@@ -27,7 +27,7 @@ TIO_TEST(demand_eviction_for_short_plans) {
     struct tio_sim_result r;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         CHECK_NEAR(r.iteration_s, 20 * MS, 1e-9);
         CHECK_EQ_U(r.n_demand_evictions, 1);
@@ -41,7 +41,7 @@ TIO_TEST(demand_eviction_for_short_plans) {
     p.demand_evict = 0;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
         CHECK_EQ_U(r.oom_kernel, 1);
     }
@@ -261,7 +261,7 @@ TIO_TEST(bins_bounded_on_slow_link) {
     CHECK_OK(tio_sim_run(tr, &hw, m, 2, &p, &sim));
     if (sim) {
         struct tio_sim_result r;
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         /* k1 waits 3000 s for w's offload (memory), k2 3000 s for its prefetch (data) */
         CHECK(r.iteration_s > 5999.0);
         size_t nb = 0;

@@ -83,8 +83,8 @@ static int run2(struct tio_trace *const *tr,
         printf("  tio_sim_run_pipeline: %s: %s\n", tio_strerror(rc), tio_last_error());
         return rc;
     }
-    tio_sim_get_result(out[0], &r[0]);
-    tio_sim_get_result(out[1], &r[1]);
+    tio_sim_get_result(out[0], &r[0], sizeof r[0]);
+    tio_sim_get_result(out[1], &r[1], sizeof r[1]);
     tio_sim_free(out[0]);
     tio_sim_free(out[1]);
     return 0;
@@ -122,7 +122,7 @@ TIO_TEST(coupled_makespan_hand_computed) {
     struct tio_sim *one = NULL;
     CHECK_OK(tio_sim_run(tr[0], &hw, NULL, 0, &p, &one));
     struct tio_sim_result a;
-    tio_sim_get_result(one, &a);
+    tio_sim_get_result(one, &a, sizeof a);
     CHECK_NEAR(a.iteration_s, 72 * MS, 1e-9);
     CHECK_EQ_U(a.pipeline_stages, 0);
     tio_sim_free(one);

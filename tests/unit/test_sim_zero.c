@@ -34,7 +34,7 @@ TIO_TEST(zero_models) {
     struct tio_sim_result r;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         CHECK_NEAR(r.ideal_s, 25 * MS, 1e-12);
         CHECK_NEAR(r.iteration_s, 270 * MS, 1e-9);
@@ -49,7 +49,7 @@ TIO_TEST(zero_models) {
     hw.host_memory_bytes = 20000000;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_HOST);
     }
     tio_sim_free(sim);
@@ -60,14 +60,14 @@ TIO_TEST(zero_models) {
     p.policy = "zero-infinity";
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
     }
     tio_sim_free(sim);
     hw = sim_test_hw(1, 4100000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         /* optimizer phase: max(CPU Adam 250 ms, 12e6 B read / 1e9 + 14e6 B written / 1e9 on
          * the shared SSD budget = 26 ms) = 250 ms; one layer group <= prefetch depth:
@@ -83,7 +83,7 @@ TIO_TEST(zero_models) {
     hw = sim_test_hw(1, 2100000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         CHECK_NEAR(r.iteration_s, 270 * MS, 1e-9);
         CHECK_EQ_U(r.bytes[TIO_SIM_PCIE_D2H], 4000000);
@@ -93,7 +93,7 @@ TIO_TEST(zero_models) {
     hw = sim_test_hw(1, 1900000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
     }
     tio_sim_free(sim);
@@ -134,7 +134,7 @@ TIO_TEST(zero_layer_streaming) {
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
         struct tio_sim_result r;
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         CHECK_NEAR(r.ideal_s, 30 * MS, 1e-12);
         CHECK_NEAR(r.iteration_s, 50 * MS, 1e-9);
@@ -149,7 +149,7 @@ TIO_TEST(zero_layer_streaming) {
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
         struct tio_sim_result r;
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_NEAR(r.iteration_s, 30 * MS, 1e-9);
     }
     tio_sim_free(sim);
@@ -195,7 +195,7 @@ TIO_TEST(zero_fetch_overhead_and_persistence) {
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
         struct tio_sim_result r;
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         CHECK_NEAR(r.iteration_s, 60 * MS, 1e-9);
         CHECK_EQ_U(r.bytes[TIO_SIM_PCIE_H2D], 2000000);
@@ -206,7 +206,7 @@ TIO_TEST(zero_fetch_overhead_and_persistence) {
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
     if (sim) {
         struct tio_sim_result r;
-        tio_sim_get_result(sim, &r);
+        tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
         CHECK_EQ_U(r.bytes[TIO_SIM_SSD_READ], 2000000);
         CHECK_EQ_U(r.bytes[TIO_SIM_PCIE_H2D], 2000000);

@@ -9,7 +9,7 @@
 #endif
 #include <time.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/device.h>
 #include <teraio/io.h>
 #include <teraio/status.h>
@@ -104,10 +104,24 @@ static int run_phase(struct tio_engine *e,
             uint64_t tag = (next << 32) | slot;
             int w = write == PH_MIXED ? (int)(next & 1) : write;
             uint64_t id = write != PH_MIXED ? next : w ? n_pre + next / 2 : (next / 2) % n_pre;
-            rc = w ? tio_engine_write(e, id, bufs[slot], block, mem, TIO_TIER_SSD, TIO_PRIO_NORMAL,
-                                      tag, NULL)
-                   : tio_engine_read(e, id, bufs[slot], block, mem, TIO_PRIO_NORMAL, tag, NULL,
-                                     NULL);
+            rc = w ? tio_engine_write(e,
+                                      &(struct tio_engine_write_request){
+                                          .struct_size = sizeof(struct tio_engine_write_request),
+                                          .tensor_id = id,
+                                          .src = bufs[slot],
+                                          .bytes = block,
+                                          .mem = mem,
+                                          .tier = TIO_TIER_SSD,
+                                          .priority = TIO_PRIO_NORMAL,
+                                          .tag = tag })
+                   : tio_engine_read(e, &(struct tio_engine_read_request){
+                                            .struct_size = sizeof(struct tio_engine_read_request),
+                                            .tensor_id = id,
+                                            .dst = bufs[slot],
+                                            .bytes = block,
+                                            .mem = mem,
+                                            .priority = TIO_PRIO_NORMAL,
+                                            .tag = tag });
             if (rc == -EAGAIN) {
                 free_slots[nfree++] = slot;
                 rc = 0;

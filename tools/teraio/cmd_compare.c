@@ -117,7 +117,7 @@ static int sim_stages(struct tio_trace *const *tr,
     if (rc < 0) {
         return rc;
     }
-    tio_sim_get_result(sims[0], res);
+    tio_sim_get_result(sims[0], res, sizeof *res);
     for (uint32_t i = 0; i < n; i++) {
         tio_sim_free(sims[i]);
     }

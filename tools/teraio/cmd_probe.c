@@ -27,10 +27,10 @@ static void print_caps(FILE *f, uint32_t caps, int json) {
         uint32_t bit;
         const char *name;
     } names[] = {
-        { TIO_IO_CAP_ASYNC, "async" },           { TIO_IO_CAP_SYNC, "sync" },
-        { TIO_IO_CAP_DEVICE_MEM, "device_mem" }, { TIO_IO_CAP_NEEDS_ALIGN, "needs_align" },
-        { TIO_IO_CAP_REG_BUFS, "reg_bufs" },     { TIO_IO_CAP_REG_FILES, "reg_files" },
-        { TIO_IO_CAP_TEST_ONLY, "test_only" }
+        { TIO_ENGINE_CAP_ASYNC, "async" },           { TIO_ENGINE_CAP_SYNC, "sync" },
+        { TIO_ENGINE_CAP_DEVICE_MEM, "device_mem" }, { TIO_ENGINE_CAP_NEEDS_ALIGN, "needs_align" },
+        { TIO_ENGINE_CAP_REG_BUFS, "reg_bufs" },     { TIO_ENGINE_CAP_REG_FILES, "reg_files" },
+        { TIO_ENGINE_CAP_TEST_ONLY, "test_only" }
     };
     int first = 1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -56,15 +56,15 @@ int cli_cmd_probe(int argc, char **argv) {
     if (prc) {
         return prc == CLI_HELP_SHOWN ? TIO_EXIT_OK : prc;
     }
-    struct tio_io_backend_info b[32];
-    int n = tio_io_probe_all(b, 32);
+    struct tio_engine_backend_info b[32];
+    int n = tio_engine_probe_all(b, 32);
     if (n > 32) {
         n = 32;
     }
     const char *best = "none";
     int best_score = 0;
     for (int i = 0; i < n; i++) {
-        if (b[i].available && !(b[i].caps & TIO_IO_CAP_TEST_ONLY) && b[i].score > best_score) {
+        if (b[i].available && !(b[i].caps & TIO_ENGINE_CAP_TEST_ONLY) && b[i].score > best_score) {
             best_score = b[i].score;
             best = b[i].name;
         }

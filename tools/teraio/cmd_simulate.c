@@ -88,7 +88,7 @@ static int print_outcome(const struct tio_sim_result *r, int pipeline) {
 
 static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
     struct tio_sim_result r;
-    tio_sim_get_result(sim, &r);
+    tio_sim_get_result(sim, &r, sizeof r);
     char a[32], b[32], c[32], d[32];
     (void)printf("policy            %s on %s\n", tio_sim_policy(sim), hw->name);
     if (print_outcome(&r, 0)) {
@@ -126,7 +126,7 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
 
 static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const struct tio_hw *hw) {
     struct tio_sim_result r;
-    tio_sim_get_result(sims[0], &r);
+    tio_sim_get_result(sims[0], &r, sizeof r);
     char a[32], b[32], c[32], d[32];
     (void)printf("pipeline          %zu stages, %s on %s (each stage its own GPU)\n", n,
                  tio_sim_policy(sims[0]), hw->name);
@@ -134,7 +134,7 @@ static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const st
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        tio_sim_get_result(sims[i], &r);
+        tio_sim_get_result(sims[i], &r, sizeof r);
         (void)printf("stage %-3zu         ends at %s; stalls %s; waits for the other stages %s; "
                      "GPU peak %s\n",
                      i, tio_format_duration(r.stage_end_s, a, sizeof a),
@@ -146,7 +146,7 @@ static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const st
 
 static int write_pipeline_json(struct tio_sim *const *sims, size_t n) {
     struct tio_sim_result r;
-    tio_sim_get_result(sims[0], &r);
+    tio_sim_get_result(sims[0], &r, sizeof r);
     (void)printf("{\n  \"pipeline_stages\": %zu,\n  \"policy\": \"%s\",\n", n,
                  tio_sim_policy(sims[0]));
     (void)printf("  \"iteration_s\": %.9g,\n  \"ideal_s\": %.9g,\n  \"fraction_of_ideal\": %.6f,\n",

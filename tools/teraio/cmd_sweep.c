@@ -139,7 +139,7 @@ int cli_cmd_sweep(int argc, char **argv) {
             code = cli_fail(CMD, policy, rc);
             goto out;
         }
-        tio_sim_get_result(sim, &res[i]);
+        tio_sim_get_result(sim, &res[i], sizeof res[i]);
         tio_sim_free(sim);
         if (cli_stderr_is_tty()) {
             (void)fprintf(stderr, "\r%zu/%zu", i + 1, n);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <teraio/alloc.h>
+#include <teraio/alloc_internal.h>
 #include <teraio/trace.h>
 #include <teraio/units.h>
 

@@ -321,8 +321,25 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
         return NULL;
     }
     int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
-    int rc = write ? tio_engine_write(self->e, id, ptr, bytes, mem, tier, prio, tag, NULL)
-                   : tio_engine_read(self->e, id, ptr, bytes, mem, prio, tag, NULL, NULL);
+    int rc =
+        write ? tio_engine_write(self->e,
+                                 &(struct tio_engine_write_request){
+                                     .struct_size = sizeof(struct tio_engine_write_request),
+                                     .tensor_id = id,
+                                     .src = ptr,
+                                     .bytes = bytes,
+                                     .mem = mem,
+                                     .tier = tier,
+                                     .priority = prio,
+                                     .tag = tag })
+              : tio_engine_read(self->e, &(struct tio_engine_read_request){
+                                             .struct_size = sizeof(struct tio_engine_read_request),
+                                             .tensor_id = id,
+                                             .dst = ptr,
+                                             .bytes = bytes,
+                                             .mem = mem,
+                                             .priority = prio,
+                                             .tag = tag });
     if (rc < 0) {
         if (pin) {
             /* not queued: drop the pin we just added (the last one for this tag) */
@@ -395,8 +412,24 @@ static PyObject *submit_wait(EngineObject *self, PyObject *args, int write) {
     void *p = (void *)(uintptr_t)ptr;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc =
-        write ? tio_engine_write(e, id, p, bytes, mem, tier, TIO_PRIO_URGENT, SYNC_TAG, NULL)
-              : tio_engine_read(e, id, p, bytes, mem, TIO_PRIO_URGENT, SYNC_TAG, NULL, NULL);
+        write ? tio_engine_write(e,
+                                 &(struct tio_engine_write_request){
+                                     .struct_size = sizeof(struct tio_engine_write_request),
+                                     .tensor_id = id,
+                                     .src = p,
+                                     .bytes = bytes,
+                                     .mem = mem,
+                                     .tier = tier,
+                                     .priority = TIO_PRIO_URGENT,
+                                     .tag = SYNC_TAG })
+              : tio_engine_read(e, &(struct tio_engine_read_request){
+                                       .struct_size = sizeof(struct tio_engine_read_request),
+                                       .tensor_id = id,
+                                       .dst = p,
+                                       .bytes = bytes,
+                                       .mem = mem,
+                                       .priority = TIO_PRIO_URGENT,
+                                       .tag = SYNC_TAG });
     if (rc == 0) {
         rc = sync_wait(e, bytes);
     }
@@ -638,8 +671,8 @@ void tio_py_engine_release(PyObject *obj) {
 static PyObject *py_probe(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    struct tio_io_backend_info b[32];
-    int n = tio_io_probe_all(b, 32);
+    struct tio_engine_backend_info b[32];
+    int n = tio_engine_probe_all(b, 32);
     if (n > 32) {
         n = 32;
     }

@@ -15,7 +15,7 @@
 typedef struct {
     PyObject_HEAD struct tio_runtime *rt;
     PyObject *trace, *plan, *engine; /* kept alive: the executor borrows them */
-    struct tio_rt_action *acts;
+    struct tio_runtime_action *acts;
     size_t cap;
 } RuntimeObject;
 
@@ -131,7 +131,7 @@ static PyObject *runtime_forget(RuntimeObject *self, PyObject *arg) {
 /* One of the calls that write actions for Python to carry out (begin_iteration, end_iteration,
  * restore_begin), run with the GIL released; the actions as a tuple (see actions()). */
 static PyObject *run_actions(RuntimeObject *self,
-                             int (*call)(struct tio_runtime *, struct tio_rt_action *, size_t),
+                             int (*call)(struct tio_runtime *, struct tio_runtime_action *, size_t),
                              const char *what) {
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = call(self->rt, self->acts, self->cap);
@@ -290,8 +290,8 @@ int tio_py_add_runtime(PyObject *m) {
         PyModule_AddObjectRef(m, "Runtime", (PyObject *)&runtime_type) < 0) {
         return -1;
     }
-    if (PyModule_AddIntConstant(m, "RT_RELEASE", TIO_RT_RELEASE) < 0 ||
-        PyModule_AddIntConstant(m, "RT_MATERIALIZE", TIO_RT_MATERIALIZE) < 0 ||
+    if (PyModule_AddIntConstant(m, "RT_RELEASE", TIO_RUNTIME_RELEASE) < 0 ||
+        PyModule_AddIntConstant(m, "RT_MATERIALIZE", TIO_RUNTIME_MATERIALIZE) < 0 ||
         PyModule_AddStringConstant(m, "RUNTIME_FREE_KERNEL", TIO_RUNTIME_FREE_KERNEL) < 0) {
         return -1;
     }

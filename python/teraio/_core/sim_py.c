@@ -31,7 +31,7 @@ static PyObject *channel_dict(const uint64_t *bytes, const double *bps) {
 
 static PyObject *result_dict(const struct tio_sim *sim) {
     struct tio_sim_result r;
-    tio_sim_get_result(sim, &r);
+    tio_sim_get_result(sim, &r, sizeof r);
     PyObject *d = PyDict_New();
     if (!d) {
         return NULL;
@@ -255,7 +255,7 @@ static PyObject *py_sweep(PyObject *mod, PyObject *args, PyObject *kwds) {
             rc = run_sim(tr, &h, policy, NULL, &p, &sim);
         }
         if (rc == 0) {
-            tio_sim_get_result(sim, &res[i]);
+            tio_sim_get_result(sim, &res[i], sizeof res[i]);
         }
         tio_sim_free(sim);
     }

@@ -32,20 +32,20 @@ extern "C" {
 
 /* tio_device_usable: 1 if the CUDA runtime loads and at least one device answers; else 0 and
  * the reason in why (NUL-terminated, truncated to len; why may be NULL when len is 0). */
-TIO_API int tio_device_usable(char *why, size_t len);
+int tio_device_usable(char *why, size_t len);
 
 /* tio_device_alloc: `bytes` (> 0) of device memory (cudaMalloc). 0 and *out; TIO_EINVAL (bytes
  * 0, out NULL), TIO_EUNAVAIL (no CUDA runtime or device), TIO_ECUDA (cudaMalloc failed); the
  * detail is in tio_last_error(). */
-TIO_API TIO_MUST_CHECK int tio_device_alloc(uint64_t bytes, void **out);
+TIO_MUST_CHECK int tio_device_alloc(uint64_t bytes, void **out);
 
 /* tio_device_free: give back memory from tio_device_alloc. NULL is a no-op. */
-TIO_API void tio_device_free(void *p);
+void tio_device_free(void *p);
 
 /* tio_device_copy_from_host / _to_host: copy `bytes` between host memory and device memory,
  * synchronously (cudaMemcpy). 0, TIO_EUNAVAIL, TIO_ECUDA (detail names the CUDA error). */
-TIO_API TIO_MUST_CHECK int tio_device_copy_from_host(void *dst, const void *src, uint64_t bytes);
-TIO_API TIO_MUST_CHECK int tio_device_copy_to_host(void *dst, const void *src, uint64_t bytes);
+TIO_MUST_CHECK int tio_device_copy_from_host(void *dst, const void *src, uint64_t bytes);
+TIO_MUST_CHECK int tio_device_copy_to_host(void *dst, const void *src, uint64_t bytes);
 
 #ifdef __cplusplus
 }

@@ -103,17 +103,16 @@ struct tio_bcache_stats {
 
 /* Defaults: cache_bytes 0, follow_peak 1, huge_pages 1, max_mapped_bytes 0, cold_bytes_min
  * 256 MiB, resize_kept 1, prefault 0. */
-TIO_API struct tio_bcache_params tio_bcache_params_default(void);
+struct tio_bcache_params tio_bcache_params_default(void);
 
 /* tio_bcache_new: a new cache (params NULL: the defaults). 0, TIO_EINVAL (out NULL),
  * TIO_ENOMEM, TIO_EUNAVAIL (not Linux); the detail is in tio_last_error(). */
-TIO_API TIO_MUST_CHECK int tio_bcache_new(const struct tio_bcache_params *params,
-                                          struct tio_bcache **out);
+TIO_MUST_CHECK int tio_bcache_new(const struct tio_bcache_params *params, struct tio_bcache **out);
 
 /* tio_bcache_free: stops the prefault thread and unmaps every block, those still in use
  * included (their memory becomes invalid): call it only when none is in use, or never (a
  * process-wide cache). NULL is a no-op. */
-TIO_API void tio_bcache_free(struct tio_bcache *c);
+void tio_bcache_free(struct tio_bcache *c);
 
 /* tio_bcache_alloc: a block of at least `bytes` (> 0), 2 MiB-aligned, its contents
  * unspecified (a reused block keeps what its last user wrote, a fresh or cold one reads as
@@ -121,39 +120,39 @@ TIO_API void tio_bcache_free(struct tio_bcache *c);
  * block's are handed back, so that its class's rounding costs no memory): they read as
  * zeros until written. 0 and *out set; TIO_EINVAL (bytes 0, or too large to round), TIO_ENOMEM
  * (mmap failed or max_mapped_bytes reached); the detail is in tio_last_error(). */
-TIO_API TIO_MUST_CHECK int tio_bcache_alloc(struct tio_bcache *c, uint64_t bytes, void **out);
+TIO_MUST_CHECK int tio_bcache_alloc(struct tio_bcache *c, uint64_t bytes, void **out);
 
 /* tio_bcache_release: give a block from tio_bcache_alloc back (kept for reuse, or unmapped
  * under the bounds). 0, TIO_ENOTFOUND (p is not the start of a block of c in use: nothing done;
  * no detail is recorded, as a caller may offer any pointer and take a miss as the answer). */
-TIO_API int tio_bcache_release(struct tio_bcache *c, void *p);
+int tio_bcache_release(struct tio_bcache *c, void *p);
 
 /* tio_bcache_discard: hand the pages of an in-use block back to the OS now (MADV_DONTNEED);
  * the block stays in use and reads as zeros until written. 0, TIO_ENOTFOUND (not a block of c in
  * use), or -errno from madvise. */
-TIO_API int tio_bcache_discard(struct tio_bcache *c, void *p);
+int tio_bcache_discard(struct tio_bcache *c, void *p);
 
 /* tio_bcache_block_size: the capacity of the in-use block starting at p (>= what was asked),
  * or 0 if p is not one. */
-TIO_API uint64_t tio_bcache_block_size(struct tio_bcache *c, const void *p);
+uint64_t tio_bcache_block_size(struct tio_bcache *c, const void *p);
 
 /* tio_bcache_set_bounds: set cache_bytes and follow_peak, restart peak_in_use_bytes from the
  * bytes in use now, and apply the bounds at once (hot blocks beyond them go cold). */
-TIO_API void tio_bcache_set_bounds(struct tio_bcache *c, uint64_t cache_bytes, int32_t follow_peak);
+void tio_bcache_set_bounds(struct tio_bcache *c, uint64_t cache_bytes, int32_t follow_peak);
 
 /* tio_bcache_set_prefault: turn the prefault thread on or off (see prefault above); on, it
  * starts (or wakes) at once. A forked child's cache starts with it off. */
-TIO_API void tio_bcache_set_prefault(struct tio_bcache *c, int32_t on);
+void tio_bcache_set_prefault(struct tio_bcache *c, int32_t on);
 
 /* tio_bcache_trim: unmap every kept block (hot and cold); the bytes unmapped. */
-TIO_API uint64_t tio_bcache_trim(struct tio_bcache *c);
+uint64_t tio_bcache_trim(struct tio_bcache *c);
 
 /* tio_bcache_stats: a snapshot of the counters. */
-TIO_API void tio_bcache_stats(struct tio_bcache *c, struct tio_bcache_stats *out);
+void tio_bcache_stats(struct tio_bcache *c, struct tio_bcache_stats *out);
 
 /* tio_bcache_class_size: the capacity a request of `bytes` is rounded up to (0 if bytes is 0
  * or too large). */
-TIO_API uint64_t tio_bcache_class_size(uint64_t bytes);
+uint64_t tio_bcache_class_size(uint64_t bytes);
 
 #ifdef __cplusplus
 }

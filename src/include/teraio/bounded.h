@@ -44,7 +44,7 @@ struct tio_bounded_params {
                            operators is offloaded last (default 32) */
 };
 
-TIO_API struct tio_bounded_params tio_bounded_params_default(void);
+struct tio_bounded_params tio_bounded_params_default(void);
 
 /* Entry flags (struct tio_bounded_entry.flags). */
 enum tio_bounded_flag {
@@ -93,14 +93,14 @@ struct tio_bounded_stats {
 struct tio_bounded;
 
 /* tio_bounded_new: an empty table (params NULL: the defaults). 0, TIO_ENOMEM. */
-TIO_API TIO_MUST_CHECK int tio_bounded_new(const struct tio_bounded_params *params,
-                                           struct tio_bounded **out);
+TIO_MUST_CHECK int tio_bounded_new(const struct tio_bounded_params *params,
+                                   struct tio_bounded **out);
 /* tio_bounded_free: accepts NULL. */
-TIO_API void tio_bounded_free(struct tio_bounded *tb);
+void tio_bounded_free(struct tio_bounded *tb);
 
 /* tio_bounded_begin_op: an operator starts: the clock advances; the op_* statistics and the
  * read list restart. The entries the operator uses are those with last == clock: never victims. */
-TIO_API void tio_bounded_begin_op(struct tio_bounded *tb);
+void tio_bounded_begin_op(struct tio_bounded *tb);
 
 /*
  * tio_bounded_use: the current operator uses `key` (its storage has `bytes` now; used only to
@@ -111,16 +111,16 @@ TIO_API void tio_bounded_begin_op(struct tio_bounded *tb);
  * op_input_max. Returns TIO_BOUNDED_TRACKED | TIO_BOUNDED_CREATED bits (0: not tracked), or
  * TIO_EINVAL (key 0), TIO_ENOMEM.
  */
-TIO_API TIO_MUST_CHECK int
+TIO_MUST_CHECK int
 tio_bounded_use(struct tio_bounded *tb, uint64_t key, uint64_t bytes, uint32_t how);
 
 /* tio_bounded_track: as tio_bounded_use without a use: creates the entry (resident, last = the
  * clock) when absent and bytes >= min_bytes. Same results. */
-TIO_API TIO_MUST_CHECK int tio_bounded_track(struct tio_bounded *tb, uint64_t key, uint64_t bytes);
+TIO_MUST_CHECK int tio_bounded_track(struct tio_bounded *tb, uint64_t key, uint64_t bytes);
 
 /* tio_bounded_op_reads: the current operator's read list (keys in first-use order, owned by the
  * table, valid until the next call that changes it); returns its length. */
-TIO_API size_t tio_bounded_op_reads(const struct tio_bounded *tb, const uint64_t **keys);
+size_t tio_bounded_op_reads(const struct tio_bounded *tb, const uint64_t **keys);
 
 /*
  * tio_bounded_pick: victims to bring the resident bytes to `budget` or below, in the order of
@@ -130,52 +130,50 @@ TIO_API size_t tio_bounded_op_reads(const struct tio_bounded *tb, const uint64_t
  * picked in the round. Returns the count (0: already within the budget, or no candidate; at
  * most INT_MAX), or TIO_ENOMEM.
  */
-TIO_API TIO_MUST_CHECK int tio_bounded_pick(
+TIO_MUST_CHECK int tio_bounded_pick(
     struct tio_bounded *tb, uint64_t budget, int in_optim, int more, uint64_t *keys, size_t cap);
 
 /* tio_bounded_get: copy key's entry to *out. 0, or TIO_ENOTFOUND. */
-TIO_API TIO_MUST_CHECK int
+TIO_MUST_CHECK int
 tio_bounded_get(const struct tio_bounded *tb, uint64_t key, struct tio_bounded_entry *out);
 
 /* Transitions the caller reports; each returns 0, or TIO_ENOTFOUND for an unknown key, or
  * TIO_ESTATE where the entry is not in the state the transition starts from. */
 /* offloaded (was resident): its copy is eid and clean; not resident. */
-TIO_API TIO_MUST_CHECK int
-tio_bounded_offloaded(struct tio_bounded *tb, uint64_t key, uint64_t eid);
+TIO_MUST_CHECK int tio_bounded_offloaded(struct tio_bounded *tb, uint64_t key, uint64_t eid);
 /* read back (was not resident): resident again, its copy kept (clean until written). */
-TIO_API TIO_MUST_CHECK int tio_bounded_loaded(struct tio_bounded *tb, uint64_t key);
+TIO_MUST_CHECK int tio_bounded_loaded(struct tio_bounded *tb, uint64_t key);
 /* its storage cannot be released: fixed, resident, without a copy (the caller drops it). */
-TIO_API TIO_MUST_CHECK int tio_bounded_pin(struct tio_bounded *tb, uint64_t key);
+TIO_MUST_CHECK int tio_bounded_pin(struct tio_bounded *tb, uint64_t key);
 /* its owner resized it (resident) to `bytes`: tracked at that size, fixed when 0. */
-TIO_API TIO_MUST_CHECK int tio_bounded_resize(struct tio_bounded *tb, uint64_t key, uint64_t bytes);
+TIO_MUST_CHECK int tio_bounded_resize(struct tio_bounded *tb, uint64_t key, uint64_t bytes);
 /* a global (begin of a step): TIO_BOUNDED_GLOBAL, and TIO_BOUNDED_OPTIM_STATE if optim_state. */
-TIO_API TIO_MUST_CHECK int
-tio_bounded_set_global(struct tio_bounded *tb, uint64_t key, int optim_state);
+TIO_MUST_CHECK int tio_bounded_set_global(struct tio_bounded *tb, uint64_t key, int optim_state);
 /* tio_bounded_remove: forget key; *stored = 1 and *eid = its copy (for the caller to drop) when
  * it had one, else *stored = 0. */
-TIO_API TIO_MUST_CHECK int
+TIO_MUST_CHECK int
 tio_bounded_remove(struct tio_bounded *tb, uint64_t key, int *stored, uint64_t *eid);
 
 /* tio_bounded_adopt: a new entry of `bytes` whose copy is eid (clean), handed over by an
  * executor; resident when `resident`, a global when `global`; last = the clock. Any entry of key
  * must have been removed before. 0, TIO_EINVAL (key 0), TIO_ESTATE (key tracked), TIO_ENOMEM. */
-TIO_API TIO_MUST_CHECK int tio_bounded_adopt(
+TIO_MUST_CHECK int tio_bounded_adopt(
     struct tio_bounded *tb, uint64_t key, uint64_t bytes, uint64_t eid, int resident, int global);
 
 /* tio_bounded_begin_step: a step starts: no entry is "used by the optimizer in this step". */
-TIO_API void tio_bounded_begin_step(struct tio_bounded *tb);
+void tio_bounded_begin_step(struct tio_bounded *tb);
 /* tio_bounded_mark_peak: peak_resident = max(peak_resident, resident). */
-TIO_API void tio_bounded_mark_peak(struct tio_bounded *tb);
+void tio_bounded_mark_peak(struct tio_bounded *tb);
 /* tio_bounded_clear: forget every entry (their copies are the caller's to drop first);
  * resident = live = 0; the peaks and the clock stay. */
-TIO_API void tio_bounded_clear(struct tio_bounded *tb);
+void tio_bounded_clear(struct tio_bounded *tb);
 
 /* tio_bounded_count: entries tracked. tio_bounded_keys: the first min(cap, count) keys in
  * tracking order, written to keys; returns how many it wrote, or TIO_ENOMEM. */
-TIO_API size_t tio_bounded_count(const struct tio_bounded *tb);
-TIO_API TIO_MUST_CHECK int tio_bounded_keys(struct tio_bounded *tb, uint64_t *keys, size_t cap);
+size_t tio_bounded_count(const struct tio_bounded *tb);
+TIO_MUST_CHECK int tio_bounded_keys(struct tio_bounded *tb, uint64_t *keys, size_t cap);
 
-TIO_API void tio_bounded_get_stats(const struct tio_bounded *tb, struct tio_bounded_stats *out);
+void tio_bounded_get_stats(const struct tio_bounded *tb, struct tio_bounded_stats *out);
 
 #ifdef __cplusplus
 }

@@ -18,10 +18,10 @@ typedef void (*tio_abort_fn)(const char *file, int line, const char *expr, void 
 
 /* tio_set_abort_handler: replace the default handler (NULL restores it). If the handler
  * returns, the process aborts anyway. */
-TIO_API void tio_set_abort_handler(tio_abort_fn fn, void *user_data);
+void tio_set_abort_handler(tio_abort_fn fn, void *user_data);
 
 /* tio_abort: report a failed assertion and abort. Never returns. */
-TIO_NORETURN TIO_API void tio_abort(const char *file, int line, const char *expr);
+TIO_NORETURN void tio_abort(const char *file, int line, const char *expr);
 
 #ifdef __cplusplus
 }

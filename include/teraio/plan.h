@@ -185,7 +185,9 @@ TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
  * reservation model, not its code): recompute the slot usage per channel (offload bytes spread
  * forward from its trigger, prefetch bytes backward from its deadline, each slot filled up to
  * its capacity) and check:
- *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative);
+ *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative), stall moves
+ *     (TIO_MOVE_STALL) included: a plan whose memory fits only because compute waits for its
+ *     moves fails, the detail naming the stall move;
  *   - every offload of a tensor is followed by a prefetch of it, whose deadline is the tensor's
  *     next use and which is triggered at or after the offload's deadline;
  *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under

@@ -34,7 +34,7 @@ int pt_host_allowed(struct planner *p, const struct tio_pperiod *q) {
     if (tio_mtree_top(&p->host) + s <= cap) {
         return 1; /* the root holds the max over every kernel: fits anywhere */
     }
-    return pt_host_max(p, q->start, q->end) + s <= cap;
+    return !pt_host_above(p, q->start, q->end, cap - s);
 }
 
 /* The windows of one tier: offload completion (forward walk) and latest prefetch start

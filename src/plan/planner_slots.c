@@ -212,18 +212,17 @@ void pt_host_add(struct planner *p, uint64_t a, uint64_t b, int64_t d) {
     }
 }
 
-int64_t pt_host_max(const struct planner *p, uint64_t a, uint64_t b) {
+int pt_host_above(const struct planner *p, uint64_t a, uint64_t b, int64_t thr) {
     size_t n = p->n;
     if (a >= b) {
-        return INT64_MIN;
+        return 0;
     }
     ext_fold(n, &a, &b);
     if (b <= n) {
-        return tio_mtree_max(&p->host, (size_t)a, (size_t)b);
+        return tio_mtree_any_above(&p->host, (size_t)a, (size_t)b, thr);
     }
-    int64_t x = tio_mtree_max(&p->host, (size_t)a, n);
-    int64_t y = tio_mtree_max(&p->host, 0, (size_t)(b - n));
-    return TIO_MAX(x, y);
+    return tio_mtree_any_above(&p->host, (size_t)a, n, thr) ||
+           tio_mtree_any_above(&p->host, 0, (size_t)(b - n), thr);
 }
 
 double pt_ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) {

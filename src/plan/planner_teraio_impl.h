@@ -136,7 +136,8 @@ int64_t pt_ext_max(struct tio_stree *t, size_t n, uint64_t a, uint64_t b);
 /* The same two on the host tree. */
 void pt_host_add(struct planner *p, uint64_t a, uint64_t b, int64_t d);
 
-int64_t pt_host_max(const struct planner *p, uint64_t a, uint64_t b);
+/* Whether the host bytes held exceed thr anywhere in [a, b). */
+int pt_host_above(const struct planner *p, uint64_t a, uint64_t b, int64_t thr);
 
 /* The benefit of freeing s bytes over [a, b): the capped integral over capacity (ours), or
  * s x the time of the kernels over it (teraio-paper, g10). */

@@ -301,7 +301,31 @@ static int64_t mmax_rec(
     int64_t b = mmax_rec(t, 2 * x + 1, mid, hi, l, r, acc);
     return TIO_MAX(a, b);
 }
+
+static int many_rec(const struct tio_mtree *t,
+                    size_t x,
+                    size_t lo,
+                    size_t hi,
+                    size_t l,
+                    size_t r,
+                    int64_t acc,
+                    int64_t thr) {
+    if (r <= lo || hi <= l || mnode_mx(t, x) + acc <= thr) {
+        return 0;
+    }
+    if (l <= lo && hi <= r) {
+        return 1;
+    }
+    size_t mid = (lo + hi) / 2;
+    acc += t->node[x].lazy;
+    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr) ||
+           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
+}
 // NOLINTEND(misc-no-recursion)
+
+int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr) {
+    return l < r && many_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr);
+}
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {
     if (l < r && d != 0) {

@@ -61,6 +61,10 @@ int tio_mtree_init(struct tio_mtree *t, size_t n);
 void tio_mtree_fini(struct tio_mtree *t);
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d);
 int64_t tio_mtree_max(const struct tio_mtree *t, size_t l, size_t r);
+/* tio_mtree_any_above: whether some value in [l, r) exceeds thr (tio_mtree_max(l, r) > thr),
+ * descending only into nodes whose maximum exceeds thr and stopping at the first such node
+ * inside the range: cheaper than the maximum when most of the range lies under thr. */
+int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr);
 /* tio_mtree_top: the maximum over every value (INT64_MIN when n is 0). */
 int64_t tio_mtree_top(const struct tio_mtree *t);
 

@@ -7,7 +7,10 @@
  *   - bandwidth: per channel, the moves are jobs (release = trigger, due = deadline, size =
  *     bytes) on slots of capacity bw x tau; earliest-deadline-first is an optimal preemptive
  *     schedule on one resource, so if EDF misses a deadline no reservation can fit. Three
- *     iterations are unrolled so that wrap-around moves meet their successors;
+ *     iterations are unrolled so that wrap-around moves meet their successors. Stall moves
+ *     (TIO_MOVE_STALL) are jobs like any other: a plan that needs compute to wait for its moves
+ *     fails here, naming the stall move, so a plan that passes is one the kernels' time carries
+ *     (the simulator serves its queues in the same deadline order, docs/simulator.md);
  *   - memory: resident bytes minus the tensors away between an offload's deadline and its
  *     prefetch's trigger must stay under the capacity when the plan says feasible.
  */
@@ -20,6 +23,7 @@
 struct job {
     uint64_t release, due;
     double rem;
+    int stall; /* a TIO_MOVE_STALL move's */
 };
 
 /* min-heap of job indices by due */
@@ -101,10 +105,13 @@ static int edf_channel(const struct tio_pmodel *m,
             struct job *j = &jobs[h.a[0]];
             if (j->rem > tol + 1e-9 * j->rem) {
                 rc = tio_set_error(TIO_EPLAN,
-                                   "plan: channel %s: a move released at kernel %llu misses its "
-                                   "deadline %llu by %.0f bytes (slots over capacity)",
-                                   name, (unsigned long long)(j->release % n),
-                                   (unsigned long long)(j->due % n), j->rem * 16.0 / tol);
+                                   "plan: channel %s: a %s released at kernel %llu misses its "
+                                   "deadline %llu by %.0f bytes (%s)",
+                                   name, j->stall ? "stall move" : "move",
+                                   (unsigned long long)(j->release % n),
+                                   (unsigned long long)(j->due % n), j->rem * 16.0 / tol,
+                                   j->stall ? "planned beyond the bandwidth: compute waits for it"
+                                            : "slots over capacity");
                 break;
             }
             jpop(&h, jobs);
@@ -228,15 +235,15 @@ static int check_offload(const struct tio_pmodel *m,
 }
 
 /* The jobs move q puts on the channels it uses (three unrolled iterations each); none for a
- * clean offload (no write) or a stall move (planned beyond the bandwidth, stating it). */
+ * clean offload (no write). */
 static void add_jobs(const struct tio_pmodel *m,
                      const struct tio_move *q,
                      struct job *jobs[TIO_CH_COUNT],
                      size_t nj[TIO_CH_COUNT]) {
     size_t n = m->n;
     int off = q->from == TIO_TIER_GPU;
-    if ((off && (q->flags & TIO_MOVE_CLEAN)) || (q->flags & TIO_MOVE_STALL)) {
-        return; /* no write; or planned beyond the bandwidth, stating the stall */
+    if (off && (q->flags & TIO_MOVE_CLEAN)) {
+        return; /* no write */
     }
     int tier = off ? q->to : q->from;
     int chs[2] = { -1, -1 };
@@ -257,8 +264,8 @@ static void add_jobs(const struct tio_pmodel *m,
             amount *= m->ssd_mix / m->bw[chs[c]];
         }
         for (uint64_t r = 0; r < 3; r++) {
-            jobs[list][nj[list]++] =
-                (struct job){ q->trigger + r * n, q->deadline + r * n, amount };
+            jobs[list][nj[list]++] = (struct job){ q->trigger + r * n, q->deadline + r * n, amount,
+                                                   (q->flags & TIO_MOVE_STALL) != 0 };
         }
     }
 }

@@ -8,12 +8,15 @@
  * priority-ordered allocation of bandwidth (docs/simulator.md).
  *
  * Transfers are grouped into path classes (a fixed set of channels, e.g. GPU->SSD uses the SSD
- * write channel and the GPU->host link); each class has an urgent and a normal FIFO. Only the
- * head of a FIFO can move data: the head takes the whole bottleneck of its path, so whatever
- * follows it in the same FIFO would get nothing anyway. Heads are served in priority order
- * (urgent first, then issue order); each takes min over its channels of what is left. This is
- * work-conserving, keeps FIFO order within a path and lets urgent requests pre-empt (the real
- * engine splits tensors into chunks, so pre-emption happens at chunk granularity).
+ * write channel and the GPU->host link); each class has an urgent and a normal queue, kept in
+ * deadline order (earliest first, issue order among equal deadlines, transfers without a
+ * deadline last). Only the head of a queue can move data: the head takes the whole bottleneck
+ * of its path, so whatever follows it in the same queue would get nothing anyway. Heads are
+ * served in priority order (urgent first, then earliest deadline, then issue order); each takes
+ * min over its channels of what is left. This is work-conserving, is the earliest-deadline-first
+ * order in which tio_plan_verify proves a plan's moves fit the kernels' time, and lets urgent
+ * requests pre-empt (the real engine splits tensors into chunks, so pre-emption happens at chunk
+ * granularity).
  */
 #ifndef TIO_SIM_ENGINE_IMPL_H
 #define TIO_SIM_ENGINE_IMPL_H
@@ -62,7 +65,9 @@ struct tstate {
     /* LRU list (resident tensors only) */
     uint32_t lnext, lprev;
     uint8_t in_lru;
-    uint64_t stamp; /* kernel seq of the last check (used by the kernel being started) */
+    uint64_t stamp;       /* kernel seq of the last check (used by the kernel being started) */
+    uint64_t mq_deadline; /* queued for memory (ST_QUEUED): the prefetch's deadline ... */
+    int32_t mq_urgent;    /* ... and urgency, which it keeps when memory is granted */
 };
 
 struct eng_group;

@@ -1,4 +1,4 @@
-/* Bandwidth: rates of the FIFO heads, moving time forward, the bandwidth bins. */
+/* Bandwidth: rates of the queue heads, moving time forward, the bandwidth bins. */
 #include <math.h>
 #include <string.h>
 
@@ -16,7 +16,9 @@ const uint32_t sim_eng_path_mask[NPATH] = {
     [P_SSD_HOST] = 1u << TIO_SIM_SSD_READ,
 };
 
-/* Bandwidth to the heads of the FIFOs, urgent first then by issue order. */
+/* Bandwidth to the heads of the queues: urgent first, then earliest deadline, then issue order
+ * (transfers without a deadline last), the order in which tio_plan_verify proves a plan's
+ * moves meet their deadlines. */
 void sim_eng_allocate_rates(struct eng *e) {
     uint32_t heads[NQ];
     int n = 0;
@@ -26,7 +28,10 @@ void sim_eng_allocate_rates(struct eng *e) {
             int i = n++;
             while (i > 0) {
                 const struct xfer *a = &e->xf[heads[i - 1]], *b = &e->xf[id];
-                if (a->urgent > b->urgent || (a->urgent == b->urgent && a->seq < b->seq)) {
+                if (a->urgent > b->urgent ||
+                    (a->urgent == b->urgent &&
+                     (a->deadline_g < b->deadline_g ||
+                      (a->deadline_g == b->deadline_g && a->seq < b->seq)))) {
                     break;
                 }
                 heads[i] = heads[i - 1];

@@ -18,17 +18,29 @@ static int q_of(const struct xfer *x) {
     return x->path * 2 + (x->urgent ? 0 : 1);
 }
 
+/* Queue x in deadline order (earliest deadline first, issue order among equal deadlines): the
+ * order in which tio_plan_verify proves a plan's moves meet their deadlines. Transfers without
+ * a deadline (UINT64_MAX) stay in issue order behind the others. Deadlines mostly grow with
+ * issue order, so the walk from the tail is short. */
 static void q_push(struct eng *e, uint32_t id) {
     struct xfer *x = &e->xf[id];
     int q = q_of(x);
-    x->next = NONE32;
-    x->prev = e->qtail[q];
-    if (e->qtail[q] != NONE32) {
-        e->xf[e->qtail[q]].next = id;
+    uint32_t after = e->qtail[q];
+    while (after != NONE32 && e->xf[after].deadline_g > x->deadline_g) {
+        after = e->xf[after].prev;
+    }
+    x->prev = after;
+    x->next = after != NONE32 ? e->xf[after].next : e->qhead[q];
+    if (x->next != NONE32) {
+        e->xf[x->next].prev = id;
+    } else {
+        e->qtail[q] = id;
+    }
+    if (after != NONE32) {
+        e->xf[after].next = id;
     } else {
         e->qhead[q] = id;
     }
-    e->qtail[q] = id;
 }
 
 void sim_eng_q_remove(struct eng *e, uint32_t id) {
@@ -186,12 +198,14 @@ int sim_eng_fetch(struct eng *e, uint32_t t, int urgent, uint64_t deadline_g) {
     e->mq_len++;
     s->state = ST_QUEUED;
     s->xfer = NONE32;
-    (void)deadline_g;
+    s->mq_deadline = deadline_g;
+    s->mq_urgent = urgent;
     return 0;
 }
 
 /* Move queued tensor t to the front of the memory queue. */
 void sim_eng_mq_front(struct eng *e, uint32_t t) {
+    e->ts[t].mq_urgent = 1; /* a kernel waits for it */
     for (size_t i = 0; i < e->mq_len; i++) {
         if (e->mq[e->mq_head + i] == t) {
             memmove(e->mq + e->mq_head + 1, e->mq + e->mq_head, i * sizeof *e->mq);
@@ -220,7 +234,7 @@ int sim_eng_mq_grant(struct eng *e) {
         sim_eng_note_gpu(e);
         e->ts[t].state = ST_PREFETCHING;
         int rc = sim_eng_xfer_start(e, t, path_to_gpu(e->ts[t].tier), e->ts[t].tier, TIO_TIER_GPU,
-                                    0, UINT64_MAX);
+                                    e->ts[t].mq_urgent, e->ts[t].mq_deadline);
         if (rc < 0) {
             return rc;
         }

@@ -8,12 +8,16 @@
  * representative subset of the paper's matrix (docs/planner.md, "Testing"):
  *
  *   plan reported feasible  =>  its own curve is under the capacity, no tensor is away at one of
- *                               its uses, tio_plan_verify agrees, and the simulator's replay of
- *                               the plan has no out-of-memory.
+ *                               its uses, and the simulator's replay has no out-of-memory;
+ *   feasible, no stall move =>  tio_plan_verify accepts it (stall-free);
+ *   accepted by the verifier =>  the replay has at most 1% of the plan's moves late (the
+ *                               verifier checks stall moves like any other, so a plan that fits
+ *                               only by stalling is rejected, naming a stall move).
  *
- * Late moves are printed, not asserted: a feasible plan does not replay without them yet
- * (docs/planner.md, "Plans against their replay": the overcommit's stall moves wait by design,
- * and the simulator serves transfers from queues where the planner reserved slots).
+ * Not yet zero late moves: docs/planner.md, "Plans against their replay", says what remains.
+ * The bound fails with the verifier skipping stall moves (the Llama3-70B plans pass it and
+ * replay with about a quarter of their moves late) or with the simulator's queues in issue
+ * order (the 8B plans: 4.5-9.3% late).
  *
  * The planner's own model is cross-checked too: the plan's planned peak must equal the peak of
  * this test's curve.
@@ -161,7 +165,8 @@ static int own_curve(const struct tio_trace *tr, const struct tio_plan *plan, in
     return bad ? -1 : 0;
 }
 
-static void check_cell(const struct cell *c, const char *policy, int *feasible_seen) {
+static void
+check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *stall_free_seen) {
     struct tio_model_params mp;
     CHECK_OK(tio_model_preset(c->model, &mp));
     mp.global_batch = c->batch;
@@ -210,8 +215,24 @@ static void check_cell(const struct cell *c, const char *policy, int *feasible_s
     if (s.feasible) {
         (*feasible_seen)++;
         CHECK((uint64_t)peak <= s.capacity_bytes);
-        CHECK_OK(tio_plan_verify(plan, tr, &hw, &pp, NULL));
         CHECK_EQ_I(r.oom, 0);
+        size_t stalls = 0;
+        const struct tio_move *mv = tio_plan_moves(plan, NULL);
+        for (size_t i = 0; i < s.n_moves; i++) {
+            stalls += (mv[i].flags & TIO_MOVE_STALL) != 0;
+        }
+        int vrc = tio_plan_verify(plan, tr, &hw, &pp, NULL);
+        if (stalls == 0) {
+            CHECK_OK(vrc); /* feasible within the bandwidth */
+        }
+        if (vrc == 0) {
+            /* stall-free by the verifier, which checks stall moves like any other: the replay
+             * keeps (nearly) every deadline */
+            (*stall_free_seen)++;
+            CHECK(r.n_moves_late * 100 <= s.n_moves);
+        } else {
+            CHECK(stalls > 0 && strstr(tio_last_error(), "a stall move released") != NULL);
+        }
     }
     tio_sim_free(sim);
     free(cur);
@@ -226,13 +247,14 @@ TIO_TEST(feasible_plans_replay_cleanly) {
         { "llama3-70b", 8, 2048, 1 },
     };
     const char *pols[] = { "teraio-mixed", "teraio-paper" };
-    int feasible_seen = 0;
+    int feasible_seen = 0, stall_free_seen = 0;
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
         for (size_t p = 0; p < 2; p++) {
-            check_cell(&cells[i], pols[p], &feasible_seen);
+            check_cell(&cells[i], pols[p], &feasible_seen, &stall_free_seen);
         }
     }
-    CHECK(feasible_seen > 0); /* the implication was tested at least once */
+    CHECK(feasible_seen > 0); /* the implications were tested at least once */
+    CHECK(stall_free_seen > 0);
 }
 
 int main(void) {

@@ -79,6 +79,7 @@ TIO_TEST(matches_a_plain_array) {
 /* The max-only tree (the host bytes per kernel) against a plain array that starts at 0. */
 TIO_TEST(max_tree_matches_a_plain_array) {
     int64_t v[N_LEAVES] = { 0 };
+    int n_above = 0, n_under = 0;
     struct tio_mtree t;
     CHECK_OK(tio_mtree_init(&t, N_LEAVES));
     CHECK_EQ_I(tio_mtree_top(&t), 0);
@@ -97,7 +98,18 @@ TIO_TEST(max_tree_matches_a_plain_array) {
         }
         CHECK_EQ_I(tio_mtree_max(&t, l, r), mx);
         CHECK_EQ_I(tio_mtree_top(&t), top);
+        /* the threshold query: "some value in [l, r) above thr", for thresholds around the
+         * values (every answer of the plain array's scan, both ways) */
+        int64_t thr = (int64_t)rnd(61) - 30;
+        int above = 0;
+        for (size_t k = l; k < r && k < N_LEAVES; k++) {
+            above |= v[k] > thr;
+        }
+        CHECK_EQ_I(tio_mtree_any_above(&t, l, r, thr), above);
+        n_above += above;
+        n_under += !above;
     }
+    CHECK(n_above > 0 && n_under > 0); /* both answers were checked */
     tio_mtree_fini(&t);
 }
 

@@ -164,10 +164,12 @@ TIO_TEST(feasible_plan_stays_under_capacity) {
 }
 
 /*
- * URGENT jumps the queue: a (8e6) and b (4e6) offloaded at k1 (20 ms long) and prefetched at
- * k2 (5 ms, t = 21..26); k3 uses b, k4 uses a. FIFO: a 21-29 then b; k3 finds b unfinished at
- * 26 and promotes it: b 26-30 (a paused, 5e6 done), k3 30-31, a resumes 30-33, k4 33-34.
- * With b flagged URGENT: b 21-25, a 25-33; k3 26-27; k4 33-34.
+ * Earliest deadline first, and URGENT before that: a (8e6) and b (4e6) offloaded at k1 (20 ms
+ * long) and prefetched at k2 (5 ms, t = 21..26); k3 uses b, k4 uses a (deadlines 3 and 4).
+ * Neither urgent: b's deadline is earlier, so b 21-25, a 25-33; k3 26-27; k4 33-34.
+ * With a flagged URGENT: a 21-29 then b; k3 finds b unfinished at 26 and promotes it (urgent
+ * too, and the earlier deadline): b 26-30 (a paused, 5e6 done), k3 30-31, a resumes 30-33,
+ * k4 33-34.
  */
 TIO_TEST(urgent_moves_first) {
     struct tspec ts[] = { { 8000000, W, G }, { 4000000, W, G }, { 100, ACT, 0 } };
@@ -182,8 +184,8 @@ TIO_TEST(urgent_moves_first) {
         struct tio_move m[] = {
             mv(0, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
             mv(1, TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
-            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 2, 4, 0),
-            mv(1, TIO_TIER_SSD, TIO_TIER_GPU, 2, 3, urgent ? TIO_MOVE_URGENT : 0),
+            mv(0, TIO_TIER_SSD, TIO_TIER_GPU, 2, 4, urgent ? TIO_MOVE_URGENT : 0),
+            mv(1, TIO_TIER_SSD, TIO_TIER_GPU, 2, 3, 0),
         };
         struct tio_sim_result r;
         struct tio_sim *sim = NULL;
@@ -191,7 +193,7 @@ TIO_TEST(urgent_moves_first) {
         CHECK_NEAR(r.iteration_s, 34 * MS, 1e-9);
         if (sim) {
             const double *st = tio_sim_kernel_start_s(sim);
-            CHECK_NEAR(st[3], (urgent ? 26 : 30) * MS, 1e-9);
+            CHECK_NEAR(st[3], (urgent ? 30 : 26) * MS, 1e-9);
             CHECK_NEAR(st[4], 33 * MS, 1e-9);
         }
         tio_sim_free(sim);

@@ -195,8 +195,11 @@ TIO_TEST(host_cap_enforced_for_plans) {
  * ~4.9 h) puts the measured iteration beyond 2^15 s, where a double's spacing (7.3e-12 s) is
  * coarser than the engine's old completion tolerance: a transfer's end rounded to the current
  * time and the loop spun without advancing. Sixteen weights of odd sizes are fetched before
- * and offloaded after their kernel on rates that divide nothing evenly. The run must finish
- * (alarm: a hang fails the test) with every byte moved and the ideal time kept.
+ * and offloaded after their kernel on rates that divide nothing evenly; the kernels after the
+ * first (0.613 ms each) leave the drives time for the 16 MB an iteration moves, so that every
+ * offload is done before its tensor's next prefetch (the simulator serves transfers in deadline
+ * order, and a late offload would keep its tensor on the GPU and skip the prefetch). The run
+ * must finish (alarm: a hang fails the test) with every byte moved and the ideal time kept.
  */
 TIO_TEST(far_in_time_finishes) {
     enum { NW = 16 };
@@ -205,7 +208,7 @@ TIO_TEST(far_in_time_finishes) {
     memset(ks, 0, sizeof ks);
     for (int i = 0; i < NW; i++) {
         ts[i] = (struct tspec){ 1000003 + 7919 * (uint64_t)i, W, G };
-        ks[i + 1] = (struct kspec){ 0.013, 0, { i, -1, 0, 0, 0, 0 } };
+        ks[i + 1] = (struct kspec){ 0.613, 0, { i, -1, 0, 0, 0, 0 } };
     }
     ts[NW] = (struct tspec){ 100, ACT, 0 };
     ks[0] = (struct kspec){ (double)TIO_TRACE_MAX_DURATION * 1e-6, 0, { NW, -1, 0, 0, 0, 0 } };
@@ -230,7 +233,8 @@ TIO_TEST(far_in_time_finishes) {
     CHECK_OK(run(tr, &hw, m, n, NULL, &r, NULL));
     alarm(0);
     CHECK_EQ_I(r.oom, 0);
-    CHECK(r.iteration_s >= r.ideal_s);
+    /* no stall here: the iteration is the ideal up to the rounding of sums near 2^14 s */
+    CHECK(r.iteration_s >= r.ideal_s * (1 - 1e-12));
     CHECK(r.ideal_s > 17592.0);
     uint64_t ssd_bytes = 0;
     for (int i = 0; i < NW; i += 2) {

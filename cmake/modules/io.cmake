@@ -52,7 +52,7 @@ if(TARGET test_runtime_stream)
     endif()
     foreach(tier ssd host)
         add_test(NAME test_runtime_stream_${tier} COMMAND test_runtime_stream)
-        set_tests_properties(test_runtime_stream_${tier} PROPERTIES TIMEOUT 300 LABELS io
+        set_tests_properties(test_runtime_stream_${tier} PROPERTIES TIMEOUT ${TIO_TEST_TIMEOUT} LABELS io
             ENVIRONMENT
             "TIO_STREAM_TIERS=${tier};TIO_STREAM_SCHEDULES=${_tio_tier_schedules};${_tio_fake_env}")
     endforeach()

@@ -57,8 +57,8 @@ if offload:
 
 def seq(i):
     if scenario != "reshape":
-        return 32
-    return 48 if 4 <= i < 7 else 32
+        return 64
+    return 96 if 4 <= i < 7 else 64
 
 
 losses = []
@@ -66,7 +66,7 @@ per_step = []
 for i in range(STEPS + (3 if scenario == "reshape" else 0)):
     with off.step() if off is not None else __import__("contextlib").nullcontext():
         for j in range(ACC):
-            loss = model.loss(make_batch(cfg, 2, seq(i), i * ACC + j)) / ACC
+            loss = model.loss(make_batch(cfg, 8, seq(i), i * ACC + j)) / ACC
             loss.backward()
             losses.append(loss.item())
         opt.step()
@@ -82,11 +82,30 @@ for p in model.parameters():
 out["states"] = h.hexdigest()
 if off is not None:
     off.restore()
+with torch.no_grad():  # the compiled blocks outside any step: called as they are
+    logits = model(make_batch(cfg, 2, 64, 999)[:, :-1])
+out["eval"] = hashlib.sha256(logits.contiguous().view(-1).view(torch.uint8).numpy()
+                             .tobytes()).hexdigest()
+if off is not None:
     rep = off.report()
     out["report"] = {k: rep[k] for k in ("steps_offloaded", "steps_diverged", "steps_profiled",
                                          "bytes_offloaded", "replans")}
     out["per_step"] = per_step
-    out["regions"] = sorted({k[0] for k in off._prog.kernels if k[0].startswith("teraio.")})
+    prog = off._prog
+    out["regions"] = sorted({k[0] for k in prog.kernels if k[0].startswith("teraio.")})
+    writer = {}  # tensor -> the first kernel that writes it
+    for name, _, _, uses in prog.kernels:
+        for j in range(0, len(uses), 2):
+            if uses[j + 1] & teraio._core.USE_WRITE:
+                writer.setdefault(uses[j], name)
+    moved = set()
+    for t, frm, to, *_ in off._plan.moves():
+        gname = prog.tensors[t][3]
+        if gname is not None and gname.startswith("layers."):
+            moved.add("block global")  # a block's parameter, gradient or optimizer state
+        elif gname is None and writer.get(t, "").startswith("teraio.region.fwd["):
+            moved.add("region activation")  # saved by a compiled block for its backward
+    out["moved"] = sorted(moved)
     off.close()
 print(json.dumps(out))
 """
@@ -110,11 +129,13 @@ def test_compiled_blocks_bitwise_and_offloading(scenario):
     assert got["losses"] == plain["losses"]
     assert got["params"] == plain["params"]
     assert got["states"] == plain["states"]
+    assert got["eval"] == plain["eval"]
     # the blocks ran as regions (forward, backward begin and end), and the plan moved bytes in
     # the steady steps (after the warm-up and profiled steps)
     assert {"teraio.region.fwd[layers.0]", "teraio.region.bwd[layers.1]",
             "teraio.region.bwd_end[layers.0]"} <= set(got["regions"]), got["regions"]
     steady = got["per_step"][-1] - got["per_step"][-3]
     assert steady > 0, got["per_step"]
+    assert got["moved"] == ["block global", "region activation"], got["moved"]
     assert rep["steps_offloaded"] >= 3, rep
     assert "ran uncompiled" not in err

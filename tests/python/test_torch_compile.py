@@ -116,3 +116,72 @@ def test_compiled_function_inside_a_step_is_refused_before_the_update(tmp_path):
             opt.step()
     assert _digest(m) == before
     off.close()
+
+
+class _Boom(torch.autograd.Function):
+    fail = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        if _Boom.fail:
+            raise RuntimeError("boom in the region's backward")
+        return g @ w.t(), x.t() @ g
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64) * 0.1)
+
+    def forward(self, x):
+        return _Boom.apply(x, self.w)
+
+
+def test_region_backward_that_raises_leaves_the_modes_as_they_were(tmp_path):
+    """A region's backward pre-hook turns the dispatch modes off for the node; when the node
+    raises, its post-hook never runs: the modes are on again after the step (the autograd engine
+    restores the thread's dispatch state when it leaves the backward; the step's mode checks),
+    not twice, and the next steps run (planned) as usual."""
+    import torch._dynamo  # noqa: F401  (regions are installed where Dynamo is loaded)
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), _Block(), torch.nn.Linear(64, 64))
+    m[1]._compiled_call_impl = m[1]._call_impl  # stands for block.compile()'s compiled callable
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    off = teraio.Offloader(m, opt, memory_budget=0.9, ssd_dirs=[str(tmp_path)],
+                           options=teraio.OffloadOptions(min_tensor_bytes="4KiB"))
+
+    def step():
+        with off.step():
+            m(torch.randn(32, 64)).square().sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    for _ in range(4):
+        step()
+    assert off._prog is not None and any(k[0] == "teraio.region.bwd[1]"
+                                         for k in off._prog.kernels)
+    def stack():
+        return [type(x).__name__ for x in _get_current_dispatch_mode_stack()]
+
+    assert stack() == ["Guard"]  # between steps: the Offloader's guard, made anew by each step
+    _Boom.fail = True
+    try:
+        with pytest.raises(RuntimeError, match="boom in the region's backward"):
+            step()
+    finally:
+        _Boom.fail = False
+    assert stack() == ["Guard"]
+    done = off.report()["steps_offloaded"]
+    for _ in range(3):  # the steps after a failed one run, and run planned again
+        step()
+        assert stack() == ["Guard"]
+    assert off.report()["steps_offloaded"] > done
+    off.close()

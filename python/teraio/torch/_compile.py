@@ -10,8 +10,8 @@ block.compile(), as TorchTitan compiles each transformer block) is therefore run
   hook around the call: they are the block's activations);
 - backward: the compiled backward's autograd node gets a pre-hook and a post-hook. The pre-hook
   runs "teraio.region.bwd[NAME]" (reads the saved tensors and the incoming gradients: the
-  executor brings them back first) and turns the dispatch modes off for the node; the post-hook
-  turns them on again and runs "teraio.region.bwd_end[NAME]" (reads the same, writes the
+  executor brings them back first) and takes the dispatch modes off the stack for the node; the
+  post-hook puts them back and runs "teraio.region.bwd_end[NAME]" (reads the same, writes the
   gradients the node produced).
 
 The planner then plans at that granularity, and the executor offloads and prefetches at region
@@ -26,20 +26,34 @@ modules) called inside a step (Dynamo skips them under the mode: refused at the 
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
+from torch.utils._python_dispatch import (_disable_current_modes, _get_current_dispatch_mode,
+                                         _pop_mode, _push_mode)
 
 from teraio.torch import _mode
 
 _ATTR = "_teraio_region"
-# the dispatch modes turned off by a region's backward pre-hook and not yet on again (its node
-# raised before the post-hook): StepMode.__exit__ turns them on again (reopen) before it leaves
+# the dispatch modes a region's backward pre-hook took off the stack, until its post-hook puts
+# them back; where the node raised (no post-hook), StepMode.__exit__ calls reopen()
 _OFF: list = []
 
 
+def _modes_off():
+    """Take every dispatch mode off this thread's stack; returns them, innermost first."""
+    return [_pop_mode() for _ in range(torch._C._len_torch_dispatch_stack())]
+
+
+def _modes_on(modes):
+    """Put back the modes _modes_off took, unless the stack holds modes again (the autograd
+    engine restores the thread's dispatch state it started the backward with when it leaves)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        for m in reversed(modes):
+            _push_mode(m)
+
+
 def reopen():
-    """Turn on again the dispatch modes a failed region backward left off (innermost first)."""
+    """Put back the dispatch modes a failed region backward left off."""
     while _OFF:
-        _OFF.pop().__exit__(None, None, None)
+        _modes_on(_OFF.pop())
 
 
 class _Packet:
@@ -153,17 +167,16 @@ class Region:
                 return None
             reads = list(saved) + _tensors(grad_outputs, [])
             _run_op(mode, region.bwd, reads, list)
-            off = _disable_current_modes()
-            off.__enter__()
-            _OFF.append(off)
-            live["mode"], live["off"], live["reads"] = mode, off, reads
+            modes = _modes_off()
+            _OFF.append(modes)
+            live["mode"], live["off"], live["reads"] = mode, modes, reads
             return None
 
         def post(grad_inputs, grad_outputs):
-            off = live.pop("off", None)
-            if off is None or not _OFF or _OFF[-1] is not off:
+            modes = live.pop("off", None)
+            if modes is None or not _OFF or _OFF[-1] is not modes:
                 return None
-            _OFF.pop().__exit__(None, None, None)
+            _modes_on(_OFF.pop())
             mode, reads = live.pop("mode"), live.pop("reads")
             grads = _tensors(grad_inputs, [])
             _run_op(mode, region.bwd_end, reads, lambda: grads)

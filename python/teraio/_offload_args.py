@@ -91,29 +91,35 @@ def _budget_arg(v):
 
 
 _COMPILE_HELP = (
-    "torch.compile does not work under teraio.Offloader: Dynamo compiles nothing while the "
-    "Offloader's TorchDispatchMode is active (the code runs eagerly), and compiled kernels "
-    "would use tensors the Offloader moves without it seeing them. Train the uncompiled module "
-    "under the Offloader (torch.compile(m) returns a wrapper: pass m, or wrapper._orig_mod; "
-    "m.compile() compiles in place: build the module again without it), or keep "
-    "torch.compile and leave memory to activation checkpointing "
-    "(torch.utils.checkpoint) instead of teraio")
+    "teraio.Offloader runs each module compiled on its own (torch.compile(block) set as a "
+    "child, or block.compile(), as TorchTitan compiles each transformer block) as one region "
+    "of the step, and moves tensors at region boundaries; it cannot move anything inside a "
+    "compiled region, and Dynamo compiles nothing under the Offloader's dispatch mode outside "
+    "one. Compile each block instead (for b in model.layers: b.compile()), or train the "
+    "uncompiled model (torch.compile(m) returns a wrapper: pass wrapper._orig_mod)")
 
 
 def _compiled_module(model):
-    """The name of a torch.compile'd module in model (torch.compile(m)'s OptimizedModule, or
-    one compiled in place with m.compile()), or None."""
+    """A description of the torch.compile pattern in model that the Offloader refuses (the
+    whole model compiled: torch.compile(model), model.compile(); a compiled module inside
+    another), or None. The modules compiled on their own are made regions of the step
+    (teraio.torch._compile.install) here."""
     if model is None or "torch._dynamo" not in sys.modules:  # nothing compiled without Dynamo
         return None
     try:
-        mods = list(model.named_modules())
+        model.named_modules
     except Exception:  # noqa: BLE001 - a model without named_modules()
         return None
-    for name, m in mods:
-        if (type(m).__name__ == "OptimizedModule" and hasattr(m, "_orig_mod")) or \
-                getattr(m, "_compiled_call_impl", None) is not None:
-            return name or type(model).__name__
-    return None
+    from teraio.torch import _compile
+
+    why = _compile.whole_model(model)
+    if why is None:
+        inner = _compile.nested(model)
+        if inner is not None:
+            why = f"module {inner} is compiled inside another compiled module"
+    if why is None:
+        _compile.install(model)
+    return why
 
 
 def _dynamo_tls():

@@ -116,7 +116,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self._gmodel = _fsdp.globals_model(model, o.warmup_steps)
         compiled = _compiled_module(model)
         if compiled is not None:
-            raise ValueError(f"model: {compiled} is compiled with torch.compile. " + _COMPILE_HELP)
+            raise ValueError(f"model: {compiled} (torch.compile). " + _COMPILE_HELP)
         self.budget_fraction, self.budget = _budget_arg(memory_budget)
         self._check_budget_params(model)
         self.host_memory = _bytes(host_memory, "host_memory")
@@ -488,8 +488,8 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
 
         compiled = _compiled_module(self.model)
         if compiled is not None:
-            raise RuntimeError(f"model: {compiled} was compiled with torch.compile after the "
-                               "Offloader was made (this step did not start). " + _COMPILE_HELP)
+            raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was "
+                               "made; this step did not start). " + _COMPILE_HELP)
         globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
         self._opt_ran = self._in_optim = False

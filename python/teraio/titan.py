@@ -22,8 +22,8 @@ TorchTitan wheel ships neither its test tokenizer nor its c4_test data set, and 
 machines have no network. Pass TorchTitan's own `--dataloader`/`--hf_assets_path` options for
 real data. Limits: one model part and one optimizer per rank (pipeline schedules with one
 stage per rank, e.g. 1F1B and GPipe; not the interleaved ones), no CUDA graphs (the configs
-set training.disable_cuda_graphs) and no torch.compile (the Offloader refuses compiled
-models). TorchTitan 0.3 runs on an accelerator only: on CPU its Trainer cannot be built, and
+set training.disable_cuda_graphs) and no torch.compile (--compile is not wired through
+these configs yet; the Offloader itself runs blocks compiled one by one). TorchTitan 0.3 runs on an accelerator only: on CPU its Trainer cannot be built, and
 teraio's CPU tests drive OffloadTrainer.train_step on TorchTitan's model, loss, optimizer and
 LR scheduler directly (tests/python/test_titan.py; with 2 pipeline stages over gloo,
 tests/python/test_titan_pp.py); scripts/gpu_validate.sh's `titan` phase runs the recipe above.

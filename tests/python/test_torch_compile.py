@@ -1,9 +1,12 @@
-"""torch.compile under teraio.Offloader is refused with a clear error naming the alternative, never
-run silently uncompiled: Dynamo compiles nothing while a TorchDispatchMode is active, so a compiled
-model or function inside off.step() would run eagerly without a word.
+"""The torch.compile patterns teraio.Offloader cannot run are refused with a clear error naming the
+pattern and the alternative, never run silently uncompiled (Dynamo compiles nothing while a
+TorchDispatchMode is active, so compiled code inside off.step() would run eagerly without a
+word). Blocks compiled on their own run as regions of the step (test_torch_compiled_blocks.py).
 
-- a model compiled before the Offloader is made (torch.compile(m), m.compile()): ValueError;
-- a model compiled after: RuntimeError when the next step starts, before any of its code;
+- the whole model compiled before the Offloader is made (torch.compile(m), m.compile()):
+  ValueError;
+- a compiled block inside a compiled model: ValueError;
+- the whole model compiled after: RuntimeError when the next step starts, before any of its code;
 - a compiled function called inside a step: RuntimeError at the optimizer's step, before it
   updates anything.
 """
@@ -48,16 +51,42 @@ def _digest(m):
 
 def test_compiled_model_is_refused(tmp_path):
     _, m, opt = _setup()
-    with pytest.raises(ValueError, match=r"compiled with torch\.compile.*_orig_mod.*"
-                                         r"activation checkpointing"):
+    with pytest.raises(ValueError, match=r"the whole model is compiled \(torch\.compile\(model\)\)"
+                                         r".*Compile each block instead.*_orig_mod"):
         teraio.Offloader(torch.compile(m), opt, **_kw(tmp_path))
 
 
 def test_model_compiled_in_place_is_refused(tmp_path):
     _, m, opt = _setup()
-    m.layers[0].compile()
-    with pytest.raises(ValueError, match=r"layers\.0 is compiled with torch\.compile"):
+    m.compile()
+    with pytest.raises(ValueError, match=r"whole model is compiled in place \(model\.compile"):
         teraio.Offloader(m, opt, **_kw(tmp_path))
+
+
+def test_block_compiled_inside_a_compiled_model_is_refused(tmp_path):
+    _, m, opt = _setup()
+    m.layers[0].compile()
+    m.layers[1].compile()
+    with pytest.raises(ValueError, match=r"whole model is compiled"):
+        teraio.Offloader(torch.compile(m), opt, **_kw(tmp_path))
+    m.layers.compile()  # a module compiled around compiled blocks (not the root)
+    with pytest.raises(ValueError, match=r"module layers\.0 is compiled inside another "
+                                         r"compiled module"):
+        teraio.Offloader(m, opt, **_kw(tmp_path))
+
+
+def test_compiled_blocks_are_accepted(tmp_path):
+    _, m, opt = _setup()
+    m.layers[0].compile()
+    m.layers[1] = torch.compile(m.layers[1])
+    off = teraio.Offloader(m, opt, **_kw(tmp_path))
+    from teraio.torch._compile import Region
+
+    assert isinstance(m.layers[0]._compiled_call_impl, Region)
+    assert isinstance(m.layers[1].__dict__["forward"], Region)
+    assert m.layers[0]._compiled_call_impl.fwd.name == "teraio.region.fwd[layers.0]"
+    assert m.layers[1].__dict__["forward"].fwd.name == "teraio.region.fwd[layers.1]"
+    off.close()
 
 
 def test_model_compiled_after_the_offloader_is_refused_at_the_next_step(tmp_path):
@@ -65,8 +94,8 @@ def test_model_compiled_after_the_offloader_is_refused_at_the_next_step(tmp_path
     off = teraio.Offloader(m, opt, **_kw(tmp_path))
     m.compile()
     before = _digest(m)
-    with pytest.raises(RuntimeError, match=r"compiled with torch\.compile after the Offloader "
-                                           r"was made \(this step did not start\)"):
+    with pytest.raises(RuntimeError, match=r"whole model is compiled in place.*after the "
+                                           r"Offloader was made; this step did not start"):
         with off.step():
             m.loss(make_batch(cfg, 2, 32, 0)).backward()
             opt.step()
@@ -86,4 +115,73 @@ def test_compiled_function_inside_a_step_is_refused_before_the_update(tmp_path):
             loss_fn(make_batch(cfg, 2, 32, 0)).backward()
             opt.step()
     assert _digest(m) == before
+    off.close()
+
+
+class _Boom(torch.autograd.Function):
+    fail = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        if _Boom.fail:
+            raise RuntimeError("boom in the region's backward")
+        return g @ w.t(), x.t() @ g
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64) * 0.1)
+
+    def forward(self, x):
+        return _Boom.apply(x, self.w)
+
+
+def test_region_backward_that_raises_leaves_the_modes_as_they_were(tmp_path):
+    """A region's backward pre-hook turns the dispatch modes off for the node; when the node
+    raises, its post-hook never runs: the modes are on again after the step (the autograd engine
+    restores the thread's dispatch state when it leaves the backward; the step's mode checks),
+    not twice, and the next steps run (planned) as usual."""
+    import torch._dynamo  # noqa: F401  (regions are installed where Dynamo is loaded)
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), _Block(), torch.nn.Linear(64, 64))
+    m[1]._compiled_call_impl = m[1]._call_impl  # stands for block.compile()'s compiled callable
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    off = teraio.Offloader(m, opt, memory_budget=0.9, ssd_dirs=[str(tmp_path)],
+                           options=teraio.OffloadOptions(min_tensor_bytes="4KiB"))
+
+    def step():
+        with off.step():
+            m(torch.randn(32, 64)).square().sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    for _ in range(4):
+        step()
+    assert off._prog is not None and any(k[0] == "teraio.region.bwd[1]"
+                                         for k in off._prog.kernels)
+    def stack():
+        return [type(x).__name__ for x in _get_current_dispatch_mode_stack()]
+
+    assert stack() == ["Guard"]  # between steps: the Offloader's guard, made anew by each step
+    _Boom.fail = True
+    try:
+        with pytest.raises(RuntimeError, match="boom in the region's backward"):
+            step()
+    finally:
+        _Boom.fail = False
+    assert stack() == ["Guard"]
+    done = off.report()["steps_offloaded"]
+    for _ in range(3):  # the steps after a failed one run, and run planned again
+        step()
+        assert stack() == ["Guard"]
+    assert off.report()["steps_offloaded"] > done
     off.close()

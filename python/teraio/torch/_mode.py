@@ -725,3 +725,9 @@ class StepMode(TorchDispatchMode):
         if self._dispatch is not None:
             return self._dispatch(func, args, kwargs)
         return self.driver.dispatch(func, args, kwargs or {})
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        from teraio.torch import _compile  # a compiled region's backward that raised
+
+        _compile.reopen()
+        return super().__exit__(exc_type, exc_val, exc_tb)

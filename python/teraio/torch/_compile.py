@@ -1,0 +1,257 @@
+"""torch.compile under teraio.Offloader: each compiled block is one kernel of the step's trace.
+
+The Offloader's dispatch mode sees one aten operator at a time, and Dynamo compiles nothing while
+a dispatch mode is active. A module compiled on its own (torch.compile(block) set as a child, or
+block.compile(), as TorchTitan compiles each transformer block) is therefore run as a region:
+
+- forward: the compiled call runs with the dispatch modes off, as one pseudo-operator of the step
+  ("teraio.region.fwd[NAME]") that reads the block's inputs, parameters and buffers and writes
+  its outputs and the tensors autograd saves for the backward (seen by a saved-tensors pack
+  hook around the call: they are the block's activations);
+- backward: the compiled backward's autograd node gets a pre-hook and a post-hook. The pre-hook
+  runs "teraio.region.bwd[NAME]" (reads the saved tensors and the incoming gradients: the
+  executor brings them back first) and takes the dispatch modes off the stack for the node; the
+  post-hook puts them back and runs "teraio.region.bwd_end[NAME]" (reads the same, writes the
+  gradients the node produced).
+
+The planner then plans at that granularity, and the executor offloads and prefetches at region
+boundaries: a block's parameters and saved activations can leave between its forward and its
+backward, exactly as an eager operator's would. The eager parts of the step (embedding, loss,
+optimizer.step) stay per operator. Nothing inside a region is moved.
+
+Not supported (refused by name, teraio._offload_args._compiled_module): the whole model
+compiled (no region boundary inside it to move anything at), and compiled functions (not
+modules) called inside a step (Dynamo skips them under the mode: refused at the optimizer's step).
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import (_disable_current_modes, _get_current_dispatch_mode,
+                                         _pop_mode, _push_mode)
+
+from teraio.torch import _mode
+
+_ATTR = "_teraio_region"
+# the dispatch modes a region's backward pre-hook took off the stack, until its post-hook puts
+# them back; where the node raised (no post-hook), StepMode.__exit__ calls reopen()
+_OFF: list = []
+
+
+def _modes_off():
+    """Take every dispatch mode off this thread's stack; returns them, innermost first."""
+    return [_pop_mode() for _ in range(torch._C._len_torch_dispatch_stack())]
+
+
+def _modes_on(modes):
+    """Put back the modes _modes_off took, unless the stack holds modes again (the autograd
+    engine restores the thread's dispatch state it started the backward with when it leaves)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        for m in reversed(modes):
+            _push_mode(m)
+
+
+def reopen():
+    """Put back the dispatch modes a failed region backward left off."""
+    while _OFF:
+        _modes_on(_OFF.pop())
+
+
+class _Packet:
+    __name__ = "teraio_region"
+
+
+class RegionOp:
+    """A pseudo-operator for the StepDriver: hashable, named, one list argument (the tensors it
+    reads), its outputs the tensors it writes. It runs only the closure handed to it with that
+    exact list (a meta run by the bounded recorder gets a TypeError: its outputs are unknown)."""
+
+    is_view = False
+    overloadpacket = _Packet()
+    namespace = "teraio"
+
+    def __init__(self, name):
+        self.name = name
+        self._pending = None
+        _mode._SPEC_CACHE[self] = (((0, "tensors", False, False),), (), False, name, False, self)
+        _mode._ARG_CACHE[self] = ([(0, "tensors", False, False)], [], False)
+
+    def __str__(self):
+        return self.name
+
+    __repr__ = __str__
+
+    def __call__(self, tensors):
+        pending = self._pending
+        if pending is None or pending[0] is not tensors:
+            raise TypeError(f"{self.name} runs only as part of its compiled region")
+        return pending[1]()
+
+
+def _step_mode():
+    """The Offloader's StepMode when it is the innermost dispatch mode, else None."""
+    m = _get_current_dispatch_mode()
+    return m if isinstance(m, _mode.StepMode) else None
+
+
+def _run_op(mode, op, tensors, fn):
+    """Run fn as operator op of the step (mode's driver), reading tensors; fn's list of tensors
+    are the operator's outputs."""
+    op._pending = (tensors, fn)
+    try:
+        if mode._dispatch is not None:
+            return mode._dispatch(op, (tensors,), {})
+        return mode.driver.dispatch(op, (tensors,), {})
+    finally:
+        op._pending = None
+
+
+def _tensors(v, acc):
+    if isinstance(v, torch.Tensor):
+        acc.append(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _tensors(x, acc)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _tensors(x, acc)
+    return acc
+
+
+class Region:
+    """One compiled module of the model, run as a region of the step."""
+
+    def __init__(self, name, module, call):
+        self.name = name
+        self.module = module
+        self.call = call  # the compiled callable
+        self.fwd = RegionOp(f"teraio.region.fwd[{name}]")
+        self.bwd = RegionOp(f"teraio.region.bwd[{name}]")
+        self.bwd_end = RegionOp(f"teraio.region.bwd_end[{name}]")
+
+    def __call__(self, *args, **kwargs):
+        mode = _step_mode()
+        if mode is None:  # outside off.step(): the compiled call as it is
+            return self.call(*args, **kwargs)
+        state = list(self.module.parameters()) + list(self.module.buffers())
+        reads = _tensors((args, kwargs), []) + state
+        box = {}
+        saved = []
+
+        def run():
+            def pack(t):
+                saved.append(t)
+                return t
+
+            with _disable_current_modes(), \
+                    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                box["out"] = self.call(*args, **kwargs)
+            return _tensors(box["out"], []) + saved
+
+        _run_op(mode, self.fwd, reads, run)
+        out = box["out"]
+        nodes = {}
+        for t in _tensors(out, []):
+            if t.grad_fn is not None:
+                nodes[id(t.grad_fn)] = t.grad_fn
+        for node in nodes.values():
+            self._hook_backward(node, saved)
+        return out
+
+    def _hook_backward(self, node, saved):
+        region = self
+        live = {}
+
+        def pre(grad_outputs):
+            mode = _step_mode()
+            if mode is None:  # a backward outside off.step(): nothing to do
+                return None
+            reads = list(saved) + _tensors(grad_outputs, [])
+            _run_op(mode, region.bwd, reads, list)
+            modes = _modes_off()
+            _OFF.append(modes)
+            live["mode"], live["off"], live["reads"] = mode, modes, reads
+            return None
+
+        def post(grad_inputs, grad_outputs):
+            modes = live.pop("off", None)
+            if modes is None or not _OFF or _OFF[-1] is not modes:
+                return None
+            _modes_on(_OFF.pop())
+            mode, reads = live.pop("mode"), live.pop("reads")
+            grads = _tensors(grad_inputs, [])
+            _run_op(mode, region.bwd_end, reads, lambda: grads)
+            saved.clear()
+            return None
+
+        node.register_prehook(pre)
+        node.register_hook(post)
+
+
+def _compiled_children(model):
+    """[(name, module, kind)] of the modules of model compiled on their own: kind "wrapper"
+    (torch.compile(m), an OptimizedModule) or "in_place" (m.compile())."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    out = []
+    for name, m in model.named_modules():
+        if isinstance(m, OptimizedModule):
+            out.append((name, m, "wrapper"))
+        elif getattr(m, "_compiled_call_impl", None) is not None:
+            out.append((name, m, "in_place"))
+    return out
+
+
+def whole_model(model):
+    """The description of model's compilation where the whole model is compiled (no region
+    boundary inside it), else None."""
+    import sys
+
+    if model is None or "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if isinstance(model, OptimizedModule):
+        return "the whole model is compiled (torch.compile(model))"
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        return "the whole model is compiled in place (model.compile())"
+    return None
+
+
+def nested(model):
+    """The name of a compiled module inside another compiled module, else None (its region
+    would be inside the outer one's compiled code, where nothing is seen)."""
+    kids = _compiled_children(model)
+    names = [n for n, _, _ in kids]
+    for n in names:
+        for o in names:
+            if o != n and (o == "" or n.startswith(o + ".")):
+                return n
+    return None
+
+
+def install(model):
+    """Run every module of model compiled on its own as a region (idempotent). Returns the
+    names of the regions."""
+    import sys
+
+    if model is None or "torch._dynamo" not in sys.modules:
+        return []
+    names = []
+    for name, m, kind in _compiled_children(model):
+        label = name.replace("._orig_mod", "") or type(m).__name__
+        names.append(label)
+        if kind == "wrapper":
+            cur = m.__dict__.get("forward")
+            if cur is None or getattr(cur, _ATTR, None) is not None:
+                continue
+            region = Region(label, m, cur)
+            m.__dict__["forward"] = region
+            setattr(region, _ATTR, region)
+        else:
+            cur = m._compiled_call_impl
+            if getattr(cur, _ATTR, None) is not None:
+                continue
+            region = Region(label, m, cur)
+            setattr(region, _ATTR, region)
+            m._compiled_call_impl = region
+    return names

@@ -125,9 +125,10 @@ class StepKinds:
         (parameters, the gradients accumulated so far, optimizer states: their count, sizes and
         kinds), whether the optimizer is expected to step, predicted from the steps seen with
         the same globals and the same number of steps since it last did (gradient accumulation
-        over several steps is periodic; a step skipped on overflow is rare, and mispredicted
-        once), step(kind=...), and the step's signature sig (_op_signature: its first
-        operator's name and argument shapes, e.g. the batch's sequence length)."""
+        over several steps is periodic; a step skipped on overflow is rare, and skipped inside
+        the plan that has the update: StepDriver._skip_optim), step(kind=...), and the step's
+        signature sig (_op_signature: its first operator's name and argument shapes, e.g. the
+        batch's sequence length)."""
         gsig = tuple((self._true_nbytes(st), kind) for _, st, kind in globals_)
         seen = self._opt_seen.get((gsig, self._since_opt))
         opt = self.optimizer is not None and (seen is None or seen[0] >= seen[1])

@@ -17,7 +17,9 @@ cannot (demand offloads). Each kind of step has its own plan, chosen at the step
 operator (its shapes: a new sequence length is a new kind, profiled once); a switch between plans
 leaves offloaded tensors where they are. A step whose operator sequence differs from its plan
 (data-dependent control flow, shapes that change later in the step) brings every tensor back,
-runs without offloading, warns, and the next step of that kind re-profiles.
+runs without offloading, warns, and the next step of that kind re-profiles; an optimizer update
+that a step skips (GradScaler) is skipped inside its plan, and one that comes after a plan
+without an update (accumulation) runs within the budget without a plan: neither diverges.
 See docs/runtime.md.
 
 The class is assembled from parts, one job per module: _offload_args (arguments, warnings),

@@ -545,9 +545,9 @@ class StepDriver:
     def _optim_extent(self, k):
         """The update that begins at kernel k: (end, first new id, new ids), where kernels
         [k, end) are its operators (K_OPTIM), the free markers of tensors they create and the
-        record_function around optimizer.step(), and
-        the new ids are the tensors they create (ids handed out in order from the first); None
-        where skipping it would not leave the plan whole (a tensor it creates used later)."""
+        record_function around optimizer.step(), and the new ids are the tensors they create
+        (ids handed out in order from the first); None where skipping it would not leave the
+        plan whole (a tensor it creates used later)."""
         ks = self.prog.kernels
         base = self._ids_handed_out()
         new = set()

@@ -9,6 +9,34 @@ from teraio._cpu_memory import _torch_alloc
 class Report:
     """Offloader methods: report()."""
 
+    def _report_kinds(self):
+        """One entry per kind of step that has had a plan: its budget (a fraction budget is
+        each kind's fraction of its own unconstrained peak), unconstrained peak, the highest
+        tracked peak of its executed steps, how many of them ran planned."""
+        kinds = []
+        for key, info in self._kinds.items():
+            row = dict(info)
+            if self._runtime is not None and key == self._rt_key:
+                row["peak_managed_bytes"] = max(row["peak_managed_bytes"],
+                                                self._runtime.stats()["peak_resident_bytes"])
+            kinds.append(row)
+        return kinds
+
+    def _unconstrained_peak(self):
+        """The largest unconstrained peak of any kind of step planned so far (the current
+        plan's where there is no record of kinds: a plan loaded and not used yet)."""
+        peaks = [i["unconstrained_peak_bytes"] for i in self._kinds.values()]
+        if self._prog is not None and self._prog.trace is not None:
+            peaks.append(self._prog.peak_resident())
+        return max(peaks, default=0)
+
+    def _report_budget(self):
+        """The budget: with a fraction, the largest of the kinds' budgets (each kind's own is in
+        kinds), so that peak_managed_bytes, the highest of all steps, compares with it."""
+        if self.budget_fraction is None:
+            return self.budget
+        return max([i["memory_budget"] for i in self._kinds.values()] + [self.budget])
+
 
     def report(self) -> dict:
         """Counters so far: bytes_offloaded, bytes_prefetched, stall_s, peak_managed_bytes,
@@ -27,8 +55,8 @@ class Report:
             "stall_s": st.get("stall_s", 0.0) + st.get("pressure_stall_s", 0.0)
             + st.get("demand_stall_s", 0.0),
             "peak_managed_bytes": st.get("peak_resident_bytes", 0),
-            "unconstrained_peak_bytes": self._prog.peak_resident() if self._prog else 0,
-            "memory_budget": self.budget,
+            "unconstrained_peak_bytes": self._unconstrained_peak(),
+            "memory_budget": self._report_budget(),
             "offloads": st.get("offloads", 0),
             "prefetches": st.get("prefetches", 0),
             "urgent_reads": st.get("urgent_reads", 0),
@@ -55,6 +83,7 @@ class Report:
         out["unplanned_bytes_read"] = bs["bytes_read"]
         out["unplanned_io_s"] = bs["io_s"]
         out.update(self._counts)
+        out["kinds"] = self._report_kinds()
         out["cpu_mmap_threshold"] = self.cpu_mmap_threshold
         out["cpu_prefault"] = bool(self.cpu_allocator and self.cpu_prefault)
         out["cpu_allocator"] = None

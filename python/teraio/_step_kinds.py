@@ -97,6 +97,7 @@ class _Pending:
             return func(*args, **kwargs)
         mode = self.mode
         mode.driver = driver
+        driver.mode = mode  # FastStepDriver: switches mode._dispatch around an update
         fast = getattr(driver, "fast", None)
         mode._dispatch = fast.dispatch if fast is not None else None
         if mode._dispatch is not None:
@@ -124,13 +125,24 @@ class StepKinds:
         (parameters, the gradients accumulated so far, optimizer states: their count, sizes and
         kinds), whether the optimizer is expected to step, predicted from the steps seen with
         the same globals and the same number of steps since it last did (gradient accumulation
-        over several steps is periodic; a step skipped on overflow is rare, and mispredicted
-        once), step(kind=...), and the step's signature sig (_op_signature: its first
-        operator's name and argument shapes, e.g. the batch's sequence length)."""
+        over several steps is periodic; a step skipped on overflow is rare, and skipped inside
+        the plan that has the update: StepDriver._skip_optim), step(kind=...), and the step's
+        signature sig (_op_signature: its first operator's name and argument shapes, e.g. the
+        batch's sequence length)."""
         gsig = tuple((self._true_nbytes(st), kind) for _, st, kind in globals_)
         seen = self._opt_seen.get((gsig, self._since_opt))
-        opt = True if self.optimizer is not None and seen is None else bool(
-            seen and seen[0] >= seen[1])
+        opt = self.optimizer is not None and (seen is None or seen[0] >= seen[1])
+        if self.optimizer is not None:
+            def planned(o):
+                return (gsig, o, self._user_kind, sig) in self._plans
+
+            if seen is None and planned(False) and not planned(True):
+                # not seen this many steps after an update, and these globals have a plan
+                # without one (accumulation: a block like the one before); an update after all
+                # runs beyond that plan (Offloader._update_beyond_plan)
+                opt = False
+            elif not opt and planned(True) and not planned(False):
+                opt = True  # a plan with the update: a skipped one is skipped in it
         return gsig, opt, self._user_kind, sig
 
     def _choose(self, globals_, sig=None):
@@ -145,6 +157,7 @@ class StepKinds:
         if self._loaded is not None:  # a plan loaded from a file: for the first step after warm-up
             self._check_globals(globals_, "plan")
             self._plans[key] = self._loaded
+            self._note_plan(key, self._loaded[2])
             self._loaded = None
         entry = self._plans.get(key)
         if entry is not None:
@@ -153,6 +166,9 @@ class StepKinds:
                 self._runtime_to_bounded()  # its stored globals: for the next executor
                 self._trace, self._plan, self._prog = entry
                 self._cur_key = key
+            info = self._kind_info(key)
+            if self.budget_fraction is not None and info.get("memory_budget"):
+                self.budget = info["memory_budget"]  # this kind's fraction of its own peak
             return "execute"
         if self._runtime is not None:  # a new kind of step: profiled (the budget kept reactively)
             if self._bounded_ok():
@@ -171,6 +187,64 @@ class StepKinds:
                       "shapes (e.g. pad sequences to a few bucket lengths)")
             return "unplanned"
         return "profile"
+
+    def _kind_info(self, key):
+        """What report() says of one kind of step (kinds): created on first use."""
+        info = self._kinds.get(key)
+        if info is None:
+            gsig, opt, user, sig = key
+            info = self._kinds[key] = {
+                "signature": _sig_text(sig), "optimizer_steps": bool(opt),
+                "kind": None if user is None else repr(user), "globals": len(gsig),
+                "memory_budget": 0, "unconstrained_peak_bytes": 0, "peak_managed_bytes": 0,
+                "steps_offloaded": 0}
+        return info
+
+    def _note_plan(self, key, prog):
+        """A plan was made (or loaded) for kind key: its budget and unconstrained peak."""
+        info = self._kind_info(key)
+        info["unconstrained_peak_bytes"] = prog.peak_resident()
+        budget = self.budget
+        if self.budget_fraction is not None:
+            budget = max(1, int(self.budget_fraction * info["unconstrained_peak_bytes"]))
+        info["memory_budget"] = budget
+
+    def _update_beyond_plan(self):
+        """optimizer.step() begins in a step whose plan has no update (it was predicted not to
+        step: per-micro-batch accumulation, the first time the updating block comes at its
+        place in the cycle). Where every operator of the plan has run, its executor ends the
+        iteration there and hands its stored globals to the reactive path, and the update runs
+        as the steps without a plan do, within the budget (BoundedRecorder): not a divergence,
+        nothing is brought back. The next step with this many steps since an update is
+        predicted to update, and gets its own plan. Returns whether it did."""
+        cur = self._cur
+        if cur is None or cur[0] != "execute" or self._key is None or self._key[1]:
+            return False
+        driver = cur[1]
+        if driver is None or driver.record or driver.passthrough or not self._bounded_ok():
+            return False
+        if driver.dead_pending:
+            driver._flush_deaths()
+        mode = getattr(driver, "mode", None)
+        if mode is None or driver.passthrough or driver.k != len(driver.prog.kernels):
+            return False
+        driver.end()  # the executor's last transfers: the iteration is whole
+        if driver.passthrough:
+            return False
+        from teraio._bounded import BoundedRecorder
+        from teraio.torch._mode import collect_globals
+
+        self._runtime_to_bounded()
+        bounded = self._bounded_start()
+        tail = BoundedRecorder(collect_globals(self._gmodel, self.optimizer), bounded,
+                               split_foreach=self.split_foreach, cuda=self._cuda,
+                               in_optim=lambda: self._in_optim)
+        mode.driver = tail
+        mode._dispatch = None
+        self._driver = tail
+        self._cur = ("execute", tail, bounded)
+        self._counts["updates_beyond_plan"] += 1
+        return True
 
     def _runtime_to_bounded(self):
         """Drop the executor; the globals it has stored keep their copies, which become the

@@ -17,7 +17,9 @@ cannot (demand offloads). Each kind of step has its own plan, chosen at the step
 operator (its shapes: a new sequence length is a new kind, profiled once); a switch between plans
 leaves offloaded tensors where they are. A step whose operator sequence differs from its plan
 (data-dependent control flow, shapes that change later in the step) brings every tensor back,
-runs without offloading, warns, and the next step of that kind re-profiles.
+runs without offloading, warns, and the next step of that kind re-profiles; an optimizer update
+that a step skips (GradScaler) is skipped inside its plan, and one that comes after a plan
+without an update (accumulation) runs within the budget without a plan: neither diverges.
 See docs/runtime.md.
 
 The class is assembled from parts, one job per module: _offload_args (arguments, warnings),
@@ -190,6 +192,8 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self._user_kind = None  # step(kind=...): part of the key
         self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
         self._profiled = {}  # steps profiled so far per kind of step
+        self._kinds = {}  # per kind of step: what report() says of it (StepKinds._kind_info)
+        self._rt_key = None  # the kind of step of the executor now running
         self._opt_seen = {}  # (globals, steps since the optimizer stepped) -> [stepped, did not]
         self._since_opt = 0
         self._opt_ran = False
@@ -202,7 +206,8 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self._in_optim = False
         self._stats_done = {}
         self._counts = dict(steps_profiled=0, steps_offloaded=0, steps_diverged=0,
-                            steps_passthrough=0, steps_unplanned=0, replans=0)
+                            steps_passthrough=0, steps_unplanned=0, replans=0,
+                            updates_skipped=0, updates_beyond_plan=0)
         self._plans_full_warned = False
         self.last_divergence = None
         # warm-up and profiled steps (no plan yet) kept within the budget reactively (CPU, one
@@ -286,6 +291,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
             self._check_dynamo("raised before optimizer.step() updated anything; this step's "
                                "gradients are in .grad")
             self._check_before_update()
+            self._update_beyond_plan()
         self._in_optim = v
         if v:
             self._opt_ran = True
@@ -364,6 +370,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
     def _start_runtime(self):
         if self.budget_fraction is not None and self.budget == 0:
             self.budget = max(1, int(self.budget_fraction * self._prog.peak_resident()))
+        self._rt_key = self._cur_key  # its peak is this kind's (report(): kinds)
         s = self._plan.summary()
         if s["ssd_peak_bytes"]:
             if not self.ssd_dirs:
@@ -418,6 +425,10 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
 
     def _accumulate(self):
         st = self._runtime.stats()
+        if self._rt_key is not None:
+            info = self._kind_info(self._rt_key)
+            info["peak_managed_bytes"] = max(info["peak_managed_bytes"],
+                                             st.get("peak_resident_bytes", 0))
         for k, v in st.items():
             if k in ("resident_bytes",):
                 continue
@@ -674,12 +685,16 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
                         err.add_note(note)
                     raise err from None
                 self._plans[key] = (self._trace, self._plan, self._prog)
+                self._note_plan(key, self._prog)
                 self._cur_key = key
             return
+        self._counts["updates_skipped"] += getattr(driver, "optim_skipped", 0)
         if driver.diverged:
             self._note_divergence(driver.diverged, mispredicted)
             return
         self._counts["steps_offloaded"] += 1
+        if self._key is not None:
+            self._kind_info(self._key)["steps_offloaded"] += 1  # the plan's kind, as chosen
 
     def _detect_device(self, globals_):
         self._cuda = bool(globals_) and globals_[0][1].device.type == "cuda"

@@ -179,3 +179,46 @@ def test_switching_kinds_leaves_stored_tensors_stored(fast_dir):
     for i, stored, read in planned:
         assert stored > 0, switches
         assert read <= stored // 4, switches
+
+
+def test_report_gives_each_kind_its_budget_and_peak(fast_dir):
+    """A fractional budget over three buckets: each kind of step gets half of its own
+    unconstrained peak as its budget, and report() says so per kind (budget, unconstrained
+    peak, tracked peak of its planned steps), each within its own budget; the top-level
+    memory_budget is the largest of them, so the highest tracked peak compares with it. A step
+    that diverges afterwards leaves unconstrained_peak_bytes as it was (not 0)."""
+    cfg = LlamaConfig(**PRESETS["tiny"])
+    torch.manual_seed(0)
+    model = LlamaTiny(cfg, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    seqs = [32, 16, 48, 32, 16, 48, 48, 16, 32]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        off = teraio.Offloader(model, opt, memory_budget=0.5, ssd_dirs=[fast_dir],
+                               options=teraio.OffloadOptions(min_tensor_bytes="16KiB"))
+        for i, n in enumerate(seqs + [32]):
+            with off.step():
+                loss = model.loss(make_batch(cfg, 2, n, i))
+                if i == len(seqs):  # the same first operator, then one more: a divergence
+                    loss = loss * 1.0
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            if i == len(seqs) - 1:
+                before = off.report()
+    rep = off.report()
+    kinds = before["kinds"]
+    print(f"\nkinds {kinds}\nmemory_budget {before['memory_budget']} peak "
+          f"{before['peak_managed_bytes']}")
+    assert len(kinds) == 3, kinds
+    assert len({k["signature"] for k in kinds}) == 3, kinds
+    for k in kinds:
+        assert k["memory_budget"] == int(0.5 * k["unconstrained_peak_bytes"]), k
+        assert k["steps_offloaded"] >= 1, k  # 1 warm-up (32), each kind profiled once
+        assert 0 < k["peak_managed_bytes"] <= k["memory_budget"], k
+    budgets = sorted(k["memory_budget"] for k in kinds)
+    assert budgets[0] < budgets[-1]  # the kinds' budgets differ: 16 to 48 tokens
+    assert before["memory_budget"] == budgets[-1]
+    assert before["peak_managed_bytes"] <= before["memory_budget"]
+    assert rep["steps_diverged"] == 1, [str(x.message) for x in w]
+    assert rep["unconstrained_peak_bytes"] == before["unconstrained_peak_bytes"] > 0, rep

@@ -29,6 +29,7 @@ F_GLOBAL, F_PINNED = _c.TENSOR_GLOBAL, _c.TENSOR_PINNED
 K_COMM, K_OPTIM, K_BACKWARD = _c.KERNEL_COMM, _c.KERNEL_OPTIM, _c.KERNEL_BACKWARD
 USE_R, USE_W, USE_RW = _c.USE_READ, _c.USE_WRITE, _c.USE_READ_WRITE
 FREE_KERNEL = _c.RUNTIME_FREE_KERNEL  # an intermediate freed after its last use
+_PROFILER_OPS = "profiler._record_function_"  # torch.profiler.record_function: no tensors
 
 _COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
 
@@ -292,6 +293,9 @@ class StepDriver:
         self.st_by_id: dict[int, torch.UntypedStorage] = {}
         self.weak_by_id: dict[int, weakref.ref] = {}
         self.release_at: dict[int, list] = {}
+        # kernels where the plan's optimizer update begins (see _skip_optim); updates skipped
+        self.optim_starts: dict[int, object] = {}
+        self.optim_skipped = 0
         # deaths: storages freed by their owners, turned into free markers at the next operator
         self.n_globals = len(globals_)
         self.dead_pending: list[int] = []
@@ -383,6 +387,17 @@ class StepDriver:
         for t, k in enumerate(last):
             if k is not None and t in self.movable and not (prog.tensors[t][2] & F_GLOBAL):
                 self.release_at.setdefault(k, []).append(t)
+        ks = prog.kernels
+        prev = 0  # flags of the last operator (free markers do not count)
+        for k in range(len(ks)):
+            if ks[k][0] == FREE_KERNEL:
+                continue
+            if ks[k][2] & K_OPTIM and not prev & K_OPTIM:
+                s = k  # optimizer.step()'s record_function is entered before its pre-hook
+                while s > 0 and ks[s - 1][0].startswith(_PROFILER_OPS):
+                    s -= 1
+                self.optim_starts[s] = None  # its extent: computed when first needed
+            prev = ks[k][2]
         for tid, st in self.st_by_id.items():
             if st.nbytes() > 0:
                 self.ptr_by_id[tid] = st.data_ptr()
@@ -425,6 +440,11 @@ class StepDriver:
         if self.dead_pending:
             self._flush_deaths()
             if self.passthrough:
+                return func(*args, **kwargs)
+        if not self.record:
+            if self.k in self.optim_starts:
+                self._skip_optim(str(func))
+            elif self._before_update_beyond(func):
                 return func(*args, **kwargs)
         _, rets_w, comm = _arg_plan(func)
         uses: dict[int, int] = {}
@@ -507,6 +527,90 @@ class StepDriver:
                 self.last_k[flat[i]] = k
         self.k = k + 1
         return out
+
+    # ---- an optimizer update the plan has and the step skipped ------------------------------
+    def _ids_handed_out(self):
+        return self.n_ids
+
+    def _hand_out_ids(self, n):
+        self.n_ids += n
+
+    def _before_update_beyond(self, func):
+        """Whether func is the record_function that optimizer.step() enters before its pre-hook,
+        past the end of a plan without an update (Offloader._update_beyond_plan takes the
+        update over at the pre-hook): run untouched, no tensors, not a divergence."""
+        return (self.k >= len(self.prog.kernels) and not self.in_optim()
+                and str(func).startswith(_PROFILER_OPS))
+
+    def _optim_extent(self, k):
+        """The update that begins at kernel k: (end, first new id, new ids), where kernels
+        [k, end) are its operators (K_OPTIM), the free markers of tensors they create and the
+        record_function around optimizer.step(), and the new ids are the tensors they create
+        (ids handed out in order from the first); None where skipping it would not leave the
+        plan whole (a tensor it creates used later)."""
+        ks = self.prog.kernels
+        base = self._ids_handed_out()
+        new = set()
+        j = k
+        while j < len(ks):
+            name, _, flags, uses = ks[j]
+            if name == FREE_KERNEL:
+                if uses[0] not in new:
+                    break
+            elif name.startswith(_PROFILER_OPS):
+                pass  # optimizer.step()'s record_function: enter, exit
+            elif not flags & K_OPTIM:
+                break
+            else:
+                new.update(uses[i] for i in range(0, len(uses), 2) if uses[i] >= base)
+            j += 1
+        if new != set(range(base, base + len(new))):
+            return None
+        for name, _, _, uses in ks[j:]:
+            if name != FREE_KERNEL and any(uses[i] in new for i in range(0, len(uses), 2)):
+                return None
+        return j, base, len(new)
+
+    def _skip_optim(self, name):
+        """The plan's optimizer update begins at the next kernel, the optimizer has not begun,
+        and the step goes on with operator `name` (None: the step ends): the update was skipped
+        (a GradScaler step with inf/nan gradients, any `if ...: optimizer.step()`). When that
+        operator is the plan's next one after the update, the executor is taken through the
+        update's kernels without running them: what they use is made resident (as the update
+        would have), the tensors they would have created are numbered and dead at once, and
+        the step goes on planned. Returns whether it did; otherwise the caller diverges."""
+        k = self.k
+        if self.passthrough or self.in_optim():
+            return False
+        ks = self.prog.kernels
+        if k >= len(ks) or name == ks[k][0]:
+            return False
+        ext = self.optim_starts.get(k)
+        if ext is None:
+            ext = self.optim_starts[k] = self._optim_extent(k) or False
+        if not ext:
+            return False
+        end, base, n_new = ext
+        if name is not None and (end >= len(ks) or ks[end][0] != name):
+            return False
+        if name is None and any(kk[0] != FREE_KERNEL for kk in ks[end:]):
+            return False
+        for j in range(k, end):
+            try:
+                self._before(j)
+            except Divergence as e:
+                self._diverge(str(e))
+                return False
+            self.rt.after(j)
+            for t in self.release_at.get(j, ()):
+                st = self.st_by_id.pop(t, None)
+                if st is not None:
+                    self.weak_by_id[t] = weakref.ref(st)
+            self.k = j + 1
+        self._hand_out_ids(n_new)
+        self.dead.update(range(base, base + n_new))
+        self.optim_skipped += 1
+        return True
 
     def _external(self, st, nb):
         """A storage the step did not create (the batch, buffers made outside): pinned."""
@@ -609,6 +713,10 @@ class StepDriver:
             return
         if self.passthrough:
             return
+        if self.k in self.optim_starts and self._skip_optim(None):
+            self._run_free_markers()
+            if self.passthrough:
+                return
         if self.k != len(self.prog.kernels):
             self._diverge(f"the step ended after {self.k} operators, the plan has "
                           f"{len(self.prog.kernels)}")
@@ -645,6 +753,8 @@ class FastStepDriver(StepDriver):
 
     def __init__(self, globals_, *, record, program=None, runtime=None, movable=(),
                  split_foreach=True, cuda=False, in_optim=None, offload_at=None, fast=None):
+        self.arm_after = set()  # kernels after which the next operator goes through _armed
+        self.mode = None  # the StepMode (set by the step): its _dispatch is switched to _armed
         self.fast = _core().OpFast(self, [], len(globals_), _SPEC_CACHE, _make_spec,
                                    torch._C._storage_address, torch._C.TensorBase)
         super().__init__(globals_, record=record, program=program, runtime=runtime,
@@ -659,6 +769,18 @@ class FastStepDriver(StepDriver):
             for k in self.release_at:
                 if 0 <= k < len(flags):
                     flags[k] |= _c.OPFAST_RELEASE
+            # after the last operator before an update: the next operator is seen here first
+            # (_armed), to tell a skipped update before the C path takes it for a divergence
+            # and after the last one of a plan without an update (an update beyond the plan)
+            ks = self.prog.kernels
+            ends = list(self.optim_starts) or [len(ks)]
+            for k in ends:
+                j = k - 1
+                while j >= 0 and ks[j][0] == FREE_KERNEL:
+                    j -= 1
+                if j >= 0:
+                    flags[j] |= _c.OPFAST_RELEASE
+                    self.arm_after.add(j)
             kflags = bytes(flags)
         self.fast.configure(record, self.prog.tensors, self.prog.kernels, runtime,
                             self.in_optim, self.last_k, kflags, frozenset(self.movable),
@@ -692,6 +814,28 @@ class FastStepDriver(StepDriver):
             st = self.st_by_id.pop(t, None)
             if st is not None:  # past its last use: only reachable while its owner keeps it
                 self.weak_by_id[t] = weakref.ref(st)
+        if k in self.arm_after and self.mode is not None:
+            self.mode._dispatch = self._armed
+
+    def _armed(self, func, args, kwargs):
+        """The operator after the last one before an update (or after a plan without one): a
+        skipped update, or the record_function of an update beyond the plan, is told here (the
+        C path would take either for a divergence), then the C path goes on."""
+        if not (self.passthrough or self.busy or self.in_optim()):
+            if self.dead_pending:
+                self._flush_deaths()
+            if self.k in self.optim_starts:
+                self._skip_optim(str(func))
+            elif self._before_update_beyond(func):
+                return func(*args, **kwargs)  # armed still: the pre-hook comes next
+        self.mode._dispatch = self.fast.dispatch
+        return self.fast.dispatch(func, args, kwargs)
+
+    def _ids_handed_out(self):
+        return self.fast.n_ids
+
+    def _hand_out_ids(self, n):
+        self.fast.n_ids += n
 
     def _pin(self, flat):
         for i in range(0, len(flat), 2):

@@ -128,14 +128,21 @@ def micro_overhead(reps, n_ops=2000):
             "executor_calls_only": executor_only}
     has_c = hasattr(teraio._core, "OpFast")
     t = {k: [] for k in runs if has_c or not k.endswith("_c")}
+    cpu = {k: [] for k in t}  # the thread's CPU time: steadier than wall time on a shared machine
     for _ in range(reps):
         for k in t:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             runs[k]()
+            cpu[k].append((time.thread_time() - c0) / n_ops * 1e6)
             t[k].append((time.perf_counter() - t0) / n_ops * 1e6)
     med = {k: statistics.median(v) for k, v in t.items()}
+    cmed = {k: statistics.median(v) for k, v in cpu.items()}
     return {"micro_us_per_op_median": med, "micro_us_per_op_min": {k: min(v) for k, v in t.items()},
             "overhead_vs_plain_median": {k: med[k] - med["plain"] for k in med if k != "plain"},
+            "micro_cpu_us_per_op_median": cmed,
+            "cpu_overhead_vs_bare_mode_median": {k: cmed[k] - cmed["bare_mode"] for k in cmed
+                                                 if k not in ("plain", "bare_mode",
+                                                              "executor_calls_only")},
             "load_avg": os.getloadavg()}
 
 
@@ -375,6 +382,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="plain,teraio,save_on_cpu,checkpoint")
     ap.add_argument("--skip-micro", action="store_true")
+    ap.add_argument("--micro-only", action="store_true",
+                    help="only the chain of cheap operators (hook overhead per operator)")
     ap.add_argument("--anchor", default="plain", metavar="MODE",
                     help="the configuration the vs_plain ratios divide by (default: plain; e.g. "
                          "plain@glibc for PyTorch as users run it)")
@@ -400,6 +409,8 @@ def main():
 
             torch.set_num_threads(a.threads)
         print(json.dumps(micro_overhead(max(a.reps, 7))), flush=True)
+        if a.micro_only:
+            return
         print(json.dumps(hook_overhead(a.preset, a.reps, a.batch, a.seq, overrides)), flush=True)
     os.makedirs(a.ssd_dir, exist_ok=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")

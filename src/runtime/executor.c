@@ -579,6 +579,11 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
     return 0;
 }
 
+void tio_runtime_set_wait_hook(struct tio_runtime *rt, tio_runtime_wait_hook hook, void *ctx) {
+    rt->wait_hook = hook;
+    rt->wait_ctx = hook ? ctx : NULL;
+}
+
 void tio_runtime_get_stats(const struct tio_runtime *rt, struct tio_runtime_stats *out) {
     *out = rt->st;
 }

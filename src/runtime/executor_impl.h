@@ -105,6 +105,9 @@ struct tio_runtime {
     int fail_rc;
     char fail_msg[512];
     struct tio_runtime_stats st;
+    /* tio_runtime_set_wait_hook: called around every wait for the engine (tio_rt_reap) */
+    tio_runtime_wait_hook wait_hook;
+    void *wait_ctx;
 };
 
 /* executor_io.c: the engine requests and the table updates their completions make. */

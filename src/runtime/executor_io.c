@@ -103,8 +103,18 @@ int tio_rt_reap(struct tio_runtime *rt, size_t min) {
         if (want > rt->inflight) {
             want = rt->inflight;
         }
-        int n = want ? tio_engine_wait(rt->engine, c, want, 64, -1)
-                     : tio_engine_poll(rt->engine, c, 64);
+        int n;
+        if (want) {
+            if (rt->wait_hook) {
+                rt->wait_hook(rt->wait_ctx, 1);
+            }
+            n = tio_engine_wait(rt->engine, c, want, 64, -1);
+            if (rt->wait_hook) {
+                rt->wait_hook(rt->wait_ctx, 0);
+            }
+        } else {
+            n = tio_engine_poll(rt->engine, c, 64);
+        }
         if (n < 0) {
             return n;
         }

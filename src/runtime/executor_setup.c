@@ -162,6 +162,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
     if (!rt) {
         return;
     }
+    rt->wait_hook = NULL; /* its waits are the caller's to bracket (teraio/runtime.h) */
     if (rt->engine && rt->tflags && rt->eid) {
         drain_quiet(rt);
         if (rt->cu && rt->set_item && rt->scratch && !rt->failed) {

@@ -377,6 +377,71 @@ TIO_TEST(io_fault_is_reported_and_data_kept) {
     rt_free_inputs(plan, e, tr);
 }
 
+/* The wait hook (tio_runtime_set_wait_hook) brackets every wait for the engine and nothing
+ * else: enter and leave alternate, starting with enter. */
+struct hook_log {
+    int inside, waits, misordered;
+};
+
+static void wait_hook(void *ctx, int waiting) {
+    struct hook_log *l = ctx;
+    l->misordered += waiting == l->inside;
+    l->inside = waiting;
+    l->waits += waiting;
+}
+
+TIO_TEST(wait_hook_brackets_every_wait) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD, 1) : NULL;
+    struct tio_plan *none = tr ? rt_plan(tr, NK, NULL, 0) : NULL;
+    struct tio_engine *e = make_engine("posix", NULL);
+    CHECK(tr && plan && none && e);
+    if (!tr || !plan || !none || !e) {
+        tio_plan_free(none);
+        rt_free_inputs(plan, e, tr);
+        return;
+    }
+    /* The budget makes kernels 1 and 2 wait for the offloads they issue (see the trace above),
+     * in every iteration. */
+    struct host h;
+    struct tio_runtime *rt = start(tr, plan, e, &h);
+    struct hook_log log = { 0 };
+    tio_runtime_set_wait_hook(rt, wait_hook, &log);
+    int ok = 1;
+    for (int it = 0; it < 3; it++) {
+        CHECK_OK(iterate(rt, &h, &ok));
+    }
+    CHECK(ok);
+    CHECK_EQ_I(log.misordered, 0);
+    CHECK_EQ_I(log.inside, 0);
+    CHECK(log.waits >= 6);
+    int waits = log.waits;
+    tio_runtime_set_wait_hook(rt, NULL, &log); /* removed: not called again */
+    CHECK_OK(iterate(rt, &h, &ok));
+    CHECK_EQ_I(log.waits, waits);
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    /* No move and no budget: nothing to wait for, so the hook is never called. */
+    struct tio_runtime_params rp = rt_params(tr, none, e);
+    CHECK_OK(tio_runtime_new(&rp, &rt));
+    h = (struct host){ .bytes = { 2 * MB, MB, MB } };
+    h.buf[0] = malloc(2 * MB);
+    fill(h.buf[0], 2 * MB, 1);
+    CHECK_OK(tio_runtime_bind(rt, 0, h.buf[0]));
+    log = (struct hook_log){ 0 };
+    tio_runtime_set_wait_hook(rt, wait_hook, &log);
+    for (int it = 0; it < 2; it++) {
+        CHECK_OK(iterate(rt, &h, &ok));
+    }
+    CHECK(ok);
+    CHECK_EQ_I(log.waits, 0);
+    CHECK_EQ_I(log.misordered, 0);
+    tio_runtime_free(rt);
+    free(h.buf[0]);
+    tio_plan_free(none);
+    rt_free_inputs(plan, e, tr);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         return 1;
@@ -388,6 +453,7 @@ int main(void) {
     RUN(missing_prefetch_becomes_urgent_read);
     RUN(plan_of_another_trace_is_refused);
     RUN(io_fault_is_reported_and_data_kept);
+    RUN(wait_hook_brackets_every_wait);
     rmdir(g_dir);
     return tio_test_done();
 }

@@ -1,5 +1,5 @@
-"""Shared by the 2-rank gloo tests (test_torch_ddp.py, test_torch_fsdp.py): the skip condition,
-the examples folder, and one spawn that runs a test's body in every rank inside a gloo process
+"""Shared by the 2-rank gloo tests (test_torch_ddp.py, test_torch_fsdp.py, ...): the examples
+folder, and one spawn that runs a test's body in every rank inside a gloo process
 group, with per-rank SSD directories ("ssd{rank}") and each rank's result handed back as JSON."""
 import json
 import os
@@ -7,19 +7,11 @@ import signal
 import sys
 import warnings
 
-import pytest
-
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
-
-import teraio  # noqa: E402
+import torch
+import torch.distributed as dist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
-
-needs_gloo = pytest.mark.skipif(
-    not hasattr(teraio._core, "Runtime") or not dist.is_available()
-    or not dist.is_gloo_available(), reason="needs the teraio runtime and torch gloo")
 
 
 def _worker(rank, world, init, out_dir, body):

@@ -43,8 +43,7 @@ def run_cli(*args):
 
 @pytest.fixture(scope="module", autouse=True)
 def need_analyze():
-    if not CLI:
-        pytest.skip("teraio CLI not found (set TERAIO_CLI)")
+    assert CLI, "the teraio CLI is missing: build it (build/teraio) or set TERAIO_CLI"
     if "not part of this build" in run_cli("analyze", "--help").stderr:
         pytest.skip("teraio analyze not built")
 

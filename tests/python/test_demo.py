@@ -2,10 +2,6 @@
 numbers it prints are the Offloader's own."""
 import json
 
-import pytest
-
-torch = pytest.importorskip("torch")
-
 
 def test_demo_training_matches_plain_run(tmp_path):
     from teraio import demo_training

@@ -3,7 +3,7 @@ once, with a warning; one that aborts every time fails the test."""
 import os
 
 import pytest
-from _dist import aborted_ranks, needs_gloo, spawn_ranks
+from _dist import aborted_ranks, spawn_ranks
 
 
 def _abort_once(rank, world, init, out_dir):
@@ -20,14 +20,12 @@ def _abort_always(rank, world, init, out_dir):
     return {"rank": rank}
 
 
-@needs_gloo
 def test_a_rank_that_aborts_once_is_retried_with_a_warning(tmp_path):
     with pytest.warns(RuntimeWarning, match="rank 1 aborted .SIGABRT. on attempt 1"):
         res = spawn_ranks(_abort_once, tmp_path)
     assert res == [{"rank": 0}, {"rank": 1}]
 
 
-@needs_gloo
 def test_a_rank_that_always_aborts_fails(tmp_path):
     import torch.multiprocessing as mp
 

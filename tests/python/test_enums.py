@@ -95,7 +95,6 @@ def test_core_exports_the_free_marker_name():
 
 
 def test_mode_takes_its_constants_from_core():
-    pytest.importorskip("torch")
     from teraio.torch import _mode
 
     for name, core_name in MODE.items():
@@ -143,7 +142,7 @@ def test_opfast_kernel_flags_are_distinct_bits_of_a_byte():
 def test_opfast_records_with_the_header_values():
     """A step recorded by the C path: the batch is an input (pinned), a result an activation,
     uses are read and write, by the values in trace.h."""
-    torch = pytest.importorskip("torch")
+    import torch
     from teraio.torch._mode import FastStepDriver, StepDriver, StepMode
 
     x = torch.ones(64)

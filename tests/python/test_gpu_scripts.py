@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EX = os.path.join(ROOT, "examples", "train_llama_tiny.py")
 SUMMARY = os.path.join(ROOT, "scripts", "gpu_train_summary.py")

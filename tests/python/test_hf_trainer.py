@@ -15,9 +15,6 @@ import tempfile
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
 STEPS = 8  # 2 epochs of 4 optimizer steps: 2, 2, 2 and 1 micro-batches
 BUDGET = 4_800_000  # bytes; the unconstrained peak is ~9.7 MB
 

@@ -2,22 +2,14 @@
 and host_memory, checked when made; the old keyword arguments; nothing process-wide by default."""
 import dataclasses
 import gc
-import os
-import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-
 from llama_tiny import LlamaConfig, LlamaTiny  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
-                                reason="teraio built without the runtime")
 
 
 def _model():

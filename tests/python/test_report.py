@@ -9,8 +9,6 @@ import pytest
 
 from teraio import report
 
-pytest.importorskip("matplotlib")
-
 POLICIES = ["ideal", "none", "teraio-mixed", "lru"]
 
 

@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from _dist import needs_gloo, spawn_ranks, torch
+from _dist import spawn_ranks, torch
 
 import teraio  # noqa: E402
 from teraio import report
@@ -69,7 +69,6 @@ def rank_reports(tmp_path_factory):
     return d, res
 
 
-@needs_gloo
 def test_reports_of_a_two_node_pipeline(rank_reports):
     d, res = rank_reports
     for r, x in enumerate(res):
@@ -106,7 +105,6 @@ def test_reports_of_a_two_node_pipeline(rank_reports):
     assert raw[0]["memory_budget"] != raw[1]["memory_budget"]
 
 
-@needs_gloo
 def test_cli_aggregates_the_same(rank_reports, tmp_path):
     d, res = rank_reports
     paths = [x["path"] for x in res]

@@ -1,14 +1,11 @@
 """teraio._core.simulate: the simulator from Python (keys of `teraio simulate --json`)."""
 import os
-import shutil
-import subprocess
 
 import pytest
 
 import teraio
 
-sim = getattr(teraio._core, "simulate", None)
-pytestmark = pytest.mark.skipif(sim is None, reason="simulator binding not built")
+sim = teraio._core.simulate
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "example.json")
 
@@ -39,8 +36,6 @@ def test_bad_arguments():
 
 
 def test_trace_object_and_plan_policy():
-    if not hasattr(teraio, "Trace"):
-        pytest.skip("teraio.Trace not built")
     t = teraio.Trace.load(DATA)
     # peak 3.45 MB; kernel 10 alone uses 3.21 MB, so 3.3 MB is tight but feasible for LRU
     by_obj = sim(t, hw="cpu-ci", policy="lru", capacity="3.3MB")
@@ -60,8 +55,6 @@ def test_plan_file_runs_as_its_execution_not_its_name(tmp_path):
     model that the name would pick."""
     import json
 
-    if not hasattr(teraio._core, "Plan"):
-        pytest.skip("teraio._core.Plan not built")
     t = teraio.Trace.load(DATA)
     hw = json.loads(teraio._core.hw_json("cpu-ci"))
     plan = teraio._core.Plan.make(t, hw, "teraio", 0, True)

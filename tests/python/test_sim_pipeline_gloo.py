@@ -8,13 +8,11 @@ import os
 import subprocess
 
 import pytest
-from _dist import needs_gloo, spawn_ranks, torch
+from _dist import spawn_ranks, torch
 from test_analysis import cli
 from test_torch_pipeline import BATCH, CLASSES, DIM, MICRO, _stage_module
 
 import teraio  # noqa: E402
-
-pytestmark = needs_gloo
 
 STEPS = 3
 

@@ -34,8 +34,6 @@ from teraio import report, titan  # noqa: E402
 
 if REQUIRED:
     assert hasattr(teraio._core, "Runtime"), "TIO_TITAN_REQUIRED=1: teraio has no runtime"
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
-                                reason="needs the teraio runtime")
 
 STEPS = 5
 SEQ, BATCH = 64, 2

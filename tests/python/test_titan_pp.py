@@ -16,11 +16,9 @@ import os
 
 import pytest
 import test_titan  # the torchtitan gate (TIO_TITAN_REQUIRED) and its stand-ins
-from _dist import needs_gloo, spawn_ranks, torch
+from _dist import spawn_ranks, torch
 
 from teraio import report, titan
-
-pytestmark = needs_gloo
 
 STEPS = 5
 SEQ, BATCH, MICRO = 64, 4, 1  # 4 micro-batches of 1 sequence per step

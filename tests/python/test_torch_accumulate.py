@@ -20,8 +20,6 @@ import tempfile
 
 import pytest
 
-pytest.importorskip("torch")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _LOOP = r"""

@@ -7,8 +7,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
-
 
 def _py(code):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

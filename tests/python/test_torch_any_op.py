@@ -17,8 +17,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
-
 _BATTERY = r"""
 import hashlib, json, math, os, sys, tempfile, warnings
 import torch

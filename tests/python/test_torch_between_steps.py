@@ -4,8 +4,6 @@ inside a step. Each case runs in a child process (tests/python/_between.py) and 
 the same code run on plain PyTorch in that child."""
 import pytest
 
-pytest.importorskip("torch")
-
 from _between import run_case  # noqa: E402
 
 # three steps (warm-up, profiled, planned) under the Offloader and plainly, ready to compare

@@ -6,42 +6,20 @@ Offloader's own accounting (tracked resident bytes), not RSS.
 """
 import contextlib
 import os
-import sys
 import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 from llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402
 from train_llama_tiny import PRESETS, param_digest, train  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
-                                reason="teraio built without the runtime")
-
 BUCKETS = [16, 32, 48]
 SEQS = [BUCKETS[i % 3] for i in range(3)] + [32, 16, 48, 48, 16, 32, 16, 48, 32, 32, 16, 48]
 BUDGET = 5 << 20  # tracked bytes; the tiny model's unconstrained peak is ~8 MiB at 32 tokens
-
-
-@pytest.fixture
-def fast_dir(tmp_path):
-    """The SSD tier's directory, in /dev/shm where there is one (tiny tensors: the disk's
-    per-request latency would dominate)."""
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        import shutil
-        import tempfile
-
-        d = tempfile.mkdtemp(prefix="tio-test-", dir="/dev/shm")
-        yield d
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield str(tmp_path)
 
 
 def _moved(rep):

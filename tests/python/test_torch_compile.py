@@ -11,23 +11,15 @@ word). Blocks compiled on their own run as regions of the step (test_torch_compi
   updates anything.
 """
 import hashlib
-import os
-import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-
 from llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402
 from train_llama_tiny import PRESETS  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
-                                reason="teraio built without the runtime")
 
 
 def _setup():

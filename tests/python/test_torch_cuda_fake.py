@@ -10,23 +10,13 @@ engine still gets host memory), and checks what the layer asks of the executor, 
 synchronizes during executed steps, and that training stays bitwise identical. It does not
 validate anything on a GPU (see docs/runtime.md).
 """
-import os
-import sys
 
-import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
 import teraio.offload as offload_mod  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-
 from train_llama_tiny import param_digest, train  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
-                                reason="teraio built without the runtime")
 
 
 class Log:

@@ -4,12 +4,9 @@ import contextlib
 import os
 import sys
 
-import pytest
-from _dist import EXAMPLES, needs_gloo, spawn_ranks, torch
+from _dist import EXAMPLES, spawn_ranks, torch
 
 import teraio  # noqa: E402
-
-pytestmark = needs_gloo
 
 STEPS = 5
 

@@ -1,12 +1,10 @@
 """The per-operator path in C (teraio._core.OpFast, used by FastStepDriver) against the Python
 reference (StepDriver(fast=False)): same recorded program, identity stable across steps,
 divergence detected with the same messages, results unchanged."""
-import os
-import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
 from teraio.torch._mode import (  # noqa: E402
@@ -16,12 +14,6 @@ from teraio.torch._mode import (  # noqa: E402
     StepMode,
     collect_globals,
 )
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "OpFast"),
-                                reason="teraio built without the C dispatch path")
 
 
 def _runtime(prog):

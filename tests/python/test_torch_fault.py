@@ -5,10 +5,6 @@ that point, and restore() works (it needs only reads). Runs in a child process
 (tests/python/_between.py): a crash fails the test instead of ending pytest."""
 import re
 
-import pytest
-
-pytest.importorskip("torch")
-
 from _between import run_case  # noqa: E402
 
 # write N fails, and every write after it: points in the warm-up, profiled and planned steps

@@ -7,11 +7,9 @@ import sys
 import warnings
 
 import pytest
-from _dist import EXAMPLES, dist, needs_gloo, spawn_ranks, torch
+from _dist import EXAMPLES, dist, spawn_ranks, torch
 
 import teraio  # noqa: E402
-
-pytestmark = needs_gloo
 
 STEPS = 4
 

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
 from teraio.examples.llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402

@@ -4,18 +4,13 @@ Each comparison runs the same seeded training twice, once plain and once under t
 requires bitwise identical losses and final parameters: the reference is plain PyTorch, computed
 independently of teraio.
 """
-import os
-import sys
 import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import teraio  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 from llama_tiny import LlamaConfig, LlamaTiny  # noqa: E402
 from train_llama_tiny import PRESETS, param_digest, train  # noqa: E402
@@ -23,33 +18,10 @@ from train_llama_tiny import PRESETS, param_digest, train  # noqa: E402
 STEPS = 5  # 1 warm-up, 1 profiled, 3 offloaded
 
 
-def _has_runtime():
-    return hasattr(teraio._core, "Runtime")
-
-
-pytestmark = pytest.mark.skipif(not _has_runtime(), reason="teraio built without the runtime")
-
-
 @pytest.fixture(scope="module")
 def baseline():
     losses, model, _ = train("tiny", STEPS)
     return losses, param_digest(model)
-
-
-@pytest.fixture
-def fast_dir(tmp_path):
-    """The SSD tier's directory: in /dev/shm when there is one (the engine path is the same; the
-    tiny model's 32 KiB tensors would otherwise measure the disk's per-request latency)."""
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        import tempfile
-
-        d = tempfile.mkdtemp(prefix="tio-test-", dir="/dev/shm")
-        yield d
-        import shutil
-
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield str(tmp_path)
 
 
 def _offload(dir_, tier, memory_budget=0.5, **options):
@@ -189,8 +161,6 @@ def test_io_fault_while_measuring_the_ssd_is_a_clear_error(fast_dir):
     assert "ssd_bandwidth='auto'" in msg and fast_dir in msg, msg
 
 
-@pytest.mark.skipif(not hasattr(torch.UntypedStorage, "_swap_data_ptr_"),
-                    reason="this PyTorch has no UntypedStorage._swap_data_ptr_")
 def test_aligned_storages_skip_the_staging_copies(tmp_path, baseline):
     """Storages brought back from the SSD get teraio's page-aligned memory: the engine's O_DIRECT
     reads land in them without its staging buffers (PyTorch's own CPU memory is 64-byte

@@ -4,8 +4,6 @@ as a string is read as the user means it or refused; a plan that cannot be made 
 the profiled step brings every offloaded tensor back and says so."""
 import pytest
 
-torch = pytest.importorskip("torch")
-
 import teraio  # noqa: E402
 from teraio._offload_args import _budget_arg  # noqa: E402
 

@@ -1,22 +1,10 @@
 """Offloader.predicted_step_s(): the simulator's step time for the profiled trace and the plan,
 on the hardware the Offloader planned for (reported as report()["predicted_step_s"])."""
 import math
-import os
-import sys
-
-import pytest
-
-torch = pytest.importorskip("torch")
 
 import teraio  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-
 from train_llama_tiny import train  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not hasattr(teraio._core, "Runtime"),
-                                reason="teraio built without the runtime")
 
 
 def test_prediction_follows_the_plan_and_the_bandwidth(tmp_path):

@@ -1,23 +1,11 @@
 """A recorded step's program (teraio.torch._mode.StepProgram) once planned: the C trace its plan
 is made from is the one its liveness reads (built once per plan, not once per question), and
 what it answers equals a trace built afresh from the program."""
-import os
-import sys
-
-import pytest
-
-torch = pytest.importorskip("torch")
 
 import teraio  # noqa: E402
 from teraio import _core  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-
 from train_llama_tiny import train  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not hasattr(_core, "Runtime"),
-                                reason="teraio built without the runtime")
 
 
 class _CountingCore:

@@ -1,6 +1,6 @@
 /* teraio._core.OpFast: storage identity (address -> tensor id, deaths through weak
- * references), the use list of the current operator, and the per-kernel steps that call the
- * executor and the driver. See dispatch_impl.h. */
+ * references), the use list of the current operator, and the kernel entries of a recorded step.
+ * See dispatch_impl.h. */
 #include <stdarg.h>
 #include <time.h>
 
@@ -248,14 +248,12 @@ int dsp_tensor_id(
     if (is_output) {
         PyObject *idl = PyLong_FromLongLong(id);
         int mv = idl ? PySet_Contains(self->movable, idl) : -1;
-        PyObject *r =
-            mv == 1 ? PyObject_CallMethodObjArgs(self->driver, s_bind_new, idl, st, NULL) : NULL;
+        int rc = mv == 1 ? dsp_bind_new(self, idl, st) : mv;
         Py_XDECREF(idl);
-        if (mv < 0 || (mv == 1 && !r)) {
+        if (rc < 0) {
             Py_DECREF(st);
             return -1;
         }
-        Py_XDECREF(r);
     }
     Py_DECREF(st);
     return 2;
@@ -307,30 +305,6 @@ long long dsp_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* runtime.before(k), driver._apply(actions) when there are any, runtime.ready(k), with busy
- * set (the storage actions call resize_, which the mode must pass through). 0 or -1. */
-int dsp_before_kernel(OpFastObject *self, PyObject *kl) {
-    self->busy = 1;
-    int rc = -1;
-    PyObject *acts = PyObject_CallMethodOneArg(self->runtime, s_before, kl);
-    if (acts) {
-        Py_ssize_t n = PyObject_Length(acts);
-        PyObject *r = NULL;
-        if (n > 0) {
-            r = PyObject_CallMethodOneArg(self->driver, s_apply, acts);
-        }
-        if (n == 0 || (n > 0 && r)) {
-            PyObject *r2 = PyObject_CallMethodOneArg(self->runtime, s_ready, kl);
-            rc = r2 ? 0 : -1;
-            Py_XDECREF(r2);
-        }
-        Py_XDECREF(r);
-        Py_DECREF(acts);
-    }
-    self->busy = 0;
-    return rc;
 }
 
 /* Record mode, after the operator: the kernel entry and the last uses. 0 or -1. */
@@ -393,7 +367,7 @@ int dsp_record_kernel(OpFastObject *self, PyObject *name, int comm, long long du
 
 /* Execution, after the operator: the uses must be the planned ones; then after(k) and the
  * release point. 1 ok, 0 diverged (reported), -1 error. */
-int dsp_finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses, PyObject *kl) {
+int dsp_finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses) {
     Py_ssize_t ne = PyTuple_GET_SIZE(exp_uses);
     int same = ne == (Py_ssize_t)(2 * self->n_use);
     for (size_t i = 0; same && i < self->n_use; i++) {
@@ -409,19 +383,5 @@ int dsp_finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses, Py
                    ? -1
                    : 0;
     }
-    PyObject *r = PyObject_CallMethodOneArg(self->runtime, s_after, kl);
-    if (!r) {
-        return -1;
-    }
-    Py_DECREF(r);
-    long long k = self->k;
-    if (k < PyBytes_GET_SIZE(self->kflags) &&
-        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & OPFAST_RELEASE)) {
-        r = PyObject_CallMethodOneArg(self->driver, s_release, kl);
-        if (!r) {
-            return -1;
-        }
-        Py_DECREF(r);
-    }
-    return 1;
+    return dsp_after_kernel(self, self->k) < 0 ? -1 : 1;
 }

@@ -1,6 +1,6 @@
-/* teraio._core.OpFast's internals, shared by dispatch_py.c (the operator and the type) and
- * dispatch_ids.c (storage identity, uses, kernels and the calls into the executor). Private to
- * the extension; read dispatch_py.c first. */
+/* teraio._core.OpFast's internals, shared by dispatch_py.c (the operator and the type),
+ * dispatch_ids.c (storage identity, uses, kernels) and dispatch_exec.c (the calls into the
+ * executor, deaths and free markers). Private to the extension; read dispatch_py.c first. */
 #ifndef TIO_PY_DISPATCH_IMPL_H
 #define TIO_PY_DISPATCH_IMPL_H
 
@@ -9,7 +9,11 @@
 #include "core.h"
 
 /* Per-kernel flags from the driver (the kflags bytes of configure), exported under these names. */
-enum { OPFAST_CHECK_OFFLOAD = 1, OPFAST_RELEASE = 2 };
+enum {
+    OPFAST_CHECK_OFFLOAD = 1,
+    OPFAST_RELEASE = 2,
+    OPFAST_ARM = 4 /* after kernel k: driver._arm(k) (the next operator is seen in Python) */
+};
 
 /* Spec tuple per operator (made by _mode._make_spec, cached in a dict shared by all steps). */
 enum { SP_ARGS, SP_RETS_W, SP_COMM, SP_NAME, SP_FOREACH, SP_OP, SP_LEN };
@@ -27,6 +31,8 @@ typedef struct {
     PyObject *tensor_type;          /* torch._C.TensorBase */
     PyObject *tensors, *kernels;    /* prog.tensors, prog.kernels */
     PyObject *runtime;              /* the executor (execution) */
+    PyObject *ptr_by_id;            /* dict: driver.ptr_by_id, what the executor was told */
+    PyObject *release_at;           /* dict: driver.release_at, kernel -> ids (execution) */
     PyObject *in_optim;             /* callable() -> bool (recording) */
     PyObject *last_k;               /* dict: tensor id -> last kernel (recording) */
     PyObject *kflags;               /* bytes: OPFAST_* per kernel (execution) */
@@ -36,6 +42,7 @@ typedef struct {
     PyObject *free_kernel;           /* str: the free marker kernel's name */
     long long k, n_ids, n_globals;
     int record, passthrough, busy, split_foreach, configured;
+    int direct;  /* runtime is a teraio._core.Runtime: called in C (runtime_py.h), not by name */
     long *use_t; /* uses of the current operator, first-seen order */
     int *use_m;
     size_t n_use, cap_use;
@@ -77,16 +84,32 @@ int dsp_output_use(OpFastObject *self, PyObject *t, PyObject *func, Py_ssize_t j
 /* CLOCK_MONOTONIC, ns. */
 long long dsp_now_ns(void);
 
-/* runtime.before(k), driver._apply(actions) when there are any, runtime.ready(k), with busy
- * set (the storage actions call resize_, which the mode must pass through). 0 or -1. */
-int dsp_before_kernel(OpFastObject *self, PyObject *kl);
-
 /* Record mode, after the operator: the kernel entry and the last uses. 0 or -1. */
 int dsp_record_kernel(OpFastObject *self, PyObject *name, int comm, long long dur, long long k);
 
 /* Execution, after the operator: the uses must be the planned ones; then after(k) and the
  * release point. 1 ok, 0 diverged (reported), -1 error. */
-int dsp_finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses, PyObject *kl);
+int dsp_finish_kernel(OpFastObject *self, PyObject *func, PyObject *exp_uses);
+
+/* ---- dispatch_exec.c ---- */
+
+/* Execution, before kernel k: the offload check where kflags asks for it (driver._check_offloads,
+ * a divergence when it finds a problem), then before(k), driver._apply(actions) when there are
+ * any and ready(k), with busy set (the storage actions call resize_, which the mode must pass
+ * through). 1 ok, 0 diverged (reported), -1 error. */
+int dsp_prepare_kernel(OpFastObject *self, long long k);
+
+/* Execution, after kernel k: after(k), then the release point where kflags has one. 0 / -1. */
+int dsp_after_kernel(OpFastObject *self, long long k);
+
+/* A new movable tensor `tid` (storage st): st_by_id[tid] = st, ptr_by_id[tid] = its address,
+ * bound in the executor. 0 / -1. */
+int dsp_bind_new(OpFastObject *self, PyObject *tid, PyObject *st);
+
+/* The storages that died since the previous operator (the driver's _flush_deaths, in C): when
+ * recording, an intermediate freed later than right after its last use gets a free marker
+ * kernel; when executing, the executor forgets it and the planned free markers run. 0 / -1. */
+int dsp_flush_deaths(OpFastObject *self);
 
 /* Methods of OpFast defined in dispatch_ids.c: _died (the weak-reference callback: forget the
  * storage, queue an intermediate's death), add (register a global's storage: its id), id_of
@@ -96,8 +119,7 @@ PyObject *dsp_opfast_add(OpFastObject *self, PyObject *st);
 PyObject *dsp_opfast_id_of(OpFastObject *self, PyObject *t);
 
 /* Interned attribute and method names (dispatch_py.c makes them when the type is added). */
-extern PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_diverge, *s_check_offloads, *s_apply,
-    *s_bind_new, *s_release, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget,
-    *s_run_free_markers;
+extern PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_data_ptr, *s_diverge, *s_check_offloads,
+    *s_arm, *s_apply, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget, *s_bind;
 
 #endif

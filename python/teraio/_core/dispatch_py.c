@@ -3,11 +3,12 @@
  * python/teraio/torch/_mode.py routes every aten operator of a training step through a
  * StepDriver. On CPU its per-operator work (storage identity, the comparison with the plan, the
  * executor calls, the bookkeeping of new tensors) was Python and cost more than the operator
- * itself for small operators; this object does the same work in one C call per operator and
- * calls back into the driver only for rare events (a death, a divergence, storage actions, a
- * movable tensor's creation, a release point, a COMM kernel). The rules are the driver's (see
- * the _mode.py docstring), and the Python implementation stays beside it as the reference
- * (StepDriver with fast=False; the CUDA path uses it).
+ * itself for small operators; this object does the same work in one C call per operator, calls
+ * the C executor directly (dispatch_exec.c), and calls back into the driver only for what needs
+ * Python: storage actions (resizing torch storages), the offload check of the kernels that
+ * trigger offloads, a divergence, a COMM kernel's pinning. The rules are the driver's (see the
+ * _mode.py docstring), and the Python implementation stays beside it as the reference
+ * (StepDriver with fast=False; profiling on CUDA uses it).
  *
  * State: ids (dict: StorageImpl address -> tensor id), refs (address -> weak reference of the
  * storage, whose callback forgets the entry and queues an intermediate's death), the program
@@ -19,10 +20,10 @@
 
 #include "core.h"
 #include "dispatch_impl.h"
+#include "runtime_py.h"
 
-PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_diverge, *s_check_offloads, *s_apply,
-    *s_bind_new, *s_release, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget,
-    *s_run_free_markers;
+PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_data_ptr, *s_diverge, *s_check_offloads,
+    *s_arm, *s_apply, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget, *s_bind;
 
 /* ---- the operator ------------------------------------------------------------------------- */
 
@@ -72,8 +73,8 @@ static int collect_inputs(OpFastObject *self, PyObject *argplan, PyObject *args,
 
 /* Execution, before the operator: name and input uses against the plan, the offload check,
  * the executor. 1 ok (*exp_uses borrowed), 0 diverged (reported), -1 error. */
-static int check_and_prepare(
-    OpFastObject *self, PyObject *func, PyObject *name, PyObject *kl, PyObject **exp_uses) {
+static int
+check_and_prepare(OpFastObject *self, PyObject *func, PyObject *name, PyObject **exp_uses) {
     long long k = self->k;
     PyObject *exp =
         k < PyList_GET_SIZE(self->kernels) ? PyList_GET_ITEM(self->kernels, (Py_ssize_t)k) : NULL;
@@ -106,128 +107,37 @@ static int check_and_prepare(
                        : 0;
         }
     }
-    if (k < PyBytes_GET_SIZE(self->kflags) &&
-        ((unsigned char)PyBytes_AS_STRING(self->kflags)[k] & OPFAST_CHECK_OFFLOAD)) {
-        PyObject *why = PyObject_CallMethodOneArg(self->driver, s_check_offloads, kl);
-        if (!why) {
-            return -1;
-        }
-        if (why != Py_None) {
-            PyObject *r = PyObject_CallMethodOneArg(self->driver, s_diverge, why);
-            Py_DECREF(why);
-            Py_XDECREF(r);
-            return r ? 0 : -1;
-        }
-        Py_DECREF(why);
+    int rc = dsp_prepare_kernel(self, k);
+    if (rc == 1) {
+        *exp_uses = eu;
     }
-    if (dsp_before_kernel(self, kl) < 0) {
-        return -1;
-    }
-    *exp_uses = eu;
-    return 1;
+    return rc;
 }
 
-/* The storages that died since the previous operator (the driver's _flush_deaths, in C). An
- * intermediate freed later than right after its last use gets a free marker kernel when
- * recording; when executing the executor forgets it and the planned free markers run. 0 / -1. */
-static int flush_deaths(OpFastObject *self) {
-    Py_ssize_t n = PyList_GET_SIZE(self->dead);
-    if (self->passthrough) {
-        return PyList_SetSlice(self->dead, 0, n, NULL);
-    }
-    PyObject *pend = PyList_GetSlice(self->dead, 0, n);
-    if (!pend || PyList_SetSlice(self->dead, 0, n, NULL) < 0 || PyList_Sort(pend) < 0) {
-        Py_XDECREF(pend);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *tid = PyList_GET_ITEM(pend, i);
-        if (self->record) {
-            PyObject *lk = PyDict_GetItemWithError(self->last_k, tid);
-            if (!lk && PyErr_Occurred()) {
-                goto fail;
-            }
-            long long last = lk ? PyLong_AsLongLong(lk) : self->k;
-            /* pinned (inputs, buffers of collectives): their death time is not the step's (gloo
-             * drops a buffer on its own thread), so it gets no free marker */
-            Py_ssize_t ti = (Py_ssize_t)PyLong_AsSsize_t(tid);
-            if (ti >= 0 && ti < PyList_GET_SIZE(self->tensors)) {
-                PyObject *te = PyList_GET_ITEM(self->tensors, ti);
-                if (PyTuple_Check(te) && PyTuple_GET_SIZE(te) > 2 &&
-                    (PyLong_AsLong(PyTuple_GET_ITEM(te, 2)) & TIO_TENSOR_PINNED)) {
-                    continue;
-                }
-            }
-            if (last < self->k - 1) {
-                PyObject *e =
-                    Py_BuildValue("(Oii(Oi))", self->free_kernel, 1, 0, tid, TIO_USE_WRITE);
-                if (!e || PyList_Append(self->kernels, e) < 0) {
-                    Py_XDECREF(e);
-                    goto fail;
-                }
-                Py_DECREF(e);
-                self->k++;
-            }
-            continue;
-        }
-        if (PySet_Add(self->dead_set, tid) < 0) {
-            goto fail;
-        }
-        PyObject *r = PyObject_CallMethodOneArg(self->runtime, s_forget, tid);
-        if (!r) {
-            goto fail;
-        }
-        Py_DECREF(r);
-        if ((PyDict_Contains(self->st_by_id, tid) == 1 &&
-             PyDict_DelItem(self->st_by_id, tid) < 0) ||
-            (PyDict_Contains(self->weak_by_id, tid) == 1 &&
-             PyDict_DelItem(self->weak_by_id, tid) < 0) ||
-            PyErr_Occurred()) {
-            goto fail;
-        }
-    }
-    Py_DECREF(pend);
-    if (!self->record && self->k < PyList_GET_SIZE(self->kernels)) {
-        PyObject *name = PyTuple_GET_ITEM(PyList_GET_ITEM(self->kernels, (Py_ssize_t)self->k), 0);
-        int fm = PyObject_RichCompareBool(name, self->free_kernel, Py_EQ);
-        if (fm < 0) {
-            return -1;
-        }
-        if (fm) {
-            PyObject *r = PyObject_CallMethodNoArgs(self->driver, s_run_free_markers);
-            Py_XDECREF(r);
-            return r ? 0 : -1;
-        }
-    }
-    return 0;
-fail:
-    Py_DECREF(pend);
-    return -1;
-}
-
-static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObject *kw) {
+/* One operator; spec: its spec tuple (borrowed) when the caller has it, else NULL. */
+static PyObject *
+one(OpFastObject *self, PyObject *func, PyObject *args, PyObject *kw, PyObject *spec) {
     if (PyList_GET_SIZE(self->dead) > 0) {
-        if (flush_deaths(self) < 0) {
+        if (dsp_flush_deaths(self) < 0) {
             return NULL;
         }
         if (self->passthrough) {
             return dsp_call_plain(NULL, func, args, kw);
         }
     }
-    PyObject *spec = dsp_get_spec(self, func);
-    if (!spec) {
+    if (!spec && !(spec = dsp_get_spec(self, func))) {
         return NULL;
     }
     Py_INCREF(spec);
     PyObject *rets_w = PyTuple_GET_ITEM(spec, SP_RETS_W), *name = PyTuple_GET_ITEM(spec, SP_NAME);
     int comm = PyTuple_GET_ITEM(spec, SP_COMM) == Py_True;
-    PyObject *kl = NULL, *out = NULL, *flat = NULL, *exp_uses = NULL;
+    PyObject *out = NULL, *flat = NULL, *exp_uses = NULL;
     self->n_use = 0;
     int rc = collect_inputs(self, PyTuple_GET_ITEM(spec, SP_ARGS), args, kw);
     if (rc == -2) {
         goto plain;
     }
-    if (rc < 0 || !(kl = PyLong_FromLongLong(self->k))) {
+    if (rc < 0) {
         goto fail;
     }
     long long dur = 0;
@@ -237,7 +147,7 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
         dur = dsp_now_ns() - t0;
         dur = dur < 1 ? 1 : dur;
     } else {
-        rc = check_and_prepare(self, func, name, kl, &exp_uses);
+        rc = check_and_prepare(self, func, name, &exp_uses);
         if (rc == 0) {
             goto plain;
         }
@@ -270,7 +180,7 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
             goto fail;
         }
     } else {
-        rc = dsp_finish_kernel(self, func, exp_uses, kl);
+        rc = dsp_finish_kernel(self, func, exp_uses);
         if (rc < 0) {
             goto fail;
         }
@@ -281,17 +191,14 @@ static PyObject *one(OpFastObject *self, PyObject *func, PyObject *args, PyObjec
     self->k++;
 done:
     Py_XDECREF(flat);
-    Py_XDECREF(kl);
     Py_DECREF(spec);
     return out;
 plain:
-    Py_XDECREF(kl);
     out = dsp_call_plain(spec, func, args, kw);
     Py_DECREF(spec);
     return out;
 fail:
     Py_XDECREF(flat);
-    Py_XDECREF(kl);
     Py_XDECREF(out);
     Py_DECREF(spec);
     return NULL;
@@ -330,9 +237,9 @@ static PyObject *opfast_dispatch(OpFastObject *self, PyObject *const *a, Py_ssiz
     if (self->passthrough || self->busy) {
         return dsp_call_plain(NULL, a[0], args, kw);
     }
+    PyObject *spec = NULL;
     if (self->split_foreach) {
-        PyObject *spec = dsp_get_spec(self, a[0]);
-        if (!spec) {
+        if (!(spec = dsp_get_spec(self, a[0]))) {
             return NULL;
         }
         if (PyTuple_GET_ITEM(spec, SP_FOREACH) == Py_True) {
@@ -340,7 +247,7 @@ static PyObject *opfast_dispatch(OpFastObject *self, PyObject *const *a, Py_ssiz
                                               NULL);
         }
     }
-    return one(self, a[0], args, kw);
+    return one(self, a[0], args, kw, spec);
 }
 
 /* one(func, args, kwargs): one operator (no foreach splitting; the driver's pieces). */
@@ -349,19 +256,20 @@ static PyObject *opfast_one(OpFastObject *self, PyObject *const *a, Py_ssize_t n
     if (parse_call(self, "one", a, n, &args, &kw) < 0) {
         return NULL;
     }
-    return one(self, a[0], args, kw);
+    return one(self, a[0], args, kw, NULL);
 }
 
 /* configure(record, tensors, kernels, runtime, in_optim, last_k, kflags, movable,
- * split_foreach, dead_set, st_by_id, weak_by_id, free_kernel) */
+ * split_foreach, dead_set, st_by_id, weak_by_id, free_kernel, ptr_by_id, release_at) */
 static PyObject *opfast_configure(OpFastObject *self, PyObject *args) {
     int record, split;
     PyObject *tensors, *kernels, *runtime, *in_optim, *last_k, *kflags, *movable, *dead_set,
-        *st_by_id, *weak_by_id, *free_kernel;
-    if (!PyArg_ParseTuple(args, "pO!O!OOO!O!OpOO!O!U", &record, &PyList_Type, &tensors,
+        *st_by_id, *weak_by_id, *free_kernel, *ptr_by_id, *release_at;
+    if (!PyArg_ParseTuple(args, "pO!O!OOO!O!OpOO!O!UO!O!", &record, &PyList_Type, &tensors,
                           &PyList_Type, &kernels, &runtime, &in_optim, &PyDict_Type, &last_k,
                           &PyBytes_Type, &kflags, &movable, &split, &dead_set, &PyDict_Type,
-                          &st_by_id, &PyDict_Type, &weak_by_id, &free_kernel)) {
+                          &st_by_id, &PyDict_Type, &weak_by_id, &free_kernel, &PyDict_Type,
+                          &ptr_by_id, &PyDict_Type, &release_at)) {
         return NULL;
     }
     if (!PyAnySet_Check(movable) || !PySet_Check(dead_set)) {
@@ -393,6 +301,9 @@ static PyObject *opfast_configure(OpFastObject *self, PyObject *args) {
     Py_XSETREF(self->st_by_id, Py_NewRef(st_by_id));
     Py_XSETREF(self->weak_by_id, Py_NewRef(weak_by_id));
     Py_XSETREF(self->free_kernel, Py_NewRef(free_kernel));
+    Py_XSETREF(self->ptr_by_id, Py_NewRef(ptr_by_id));
+    Py_XSETREF(self->release_at, Py_NewRef(release_at));
+    self->direct = tio_py_runtime_check(runtime);
     self->configured = 1;
     Py_RETURN_NONE;
 }
@@ -421,6 +332,8 @@ static int opfast_traverse(OpFastObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->st_by_id);
     Py_VISIT(self->weak_by_id);
     Py_VISIT(self->free_kernel);
+    Py_VISIT(self->ptr_by_id);
+    Py_VISIT(self->release_at);
     return 0;
 }
 
@@ -446,7 +359,9 @@ static int opfast_clear(OpFastObject *self) {
     Py_CLEAR(self->st_by_id);
     Py_CLEAR(self->weak_by_id);
     Py_CLEAR(self->free_kernel);
-    self->configured = 0;
+    Py_CLEAR(self->ptr_by_id);
+    Py_CLEAR(self->release_at);
+    self->configured = self->direct = 0;
     return 0;
 }
 
@@ -561,8 +476,8 @@ static PyMethodDef opfast_methods[] = {
     { "id_of", (PyCFunction)dsp_opfast_id_of, METH_O, "id_of(tensor) -> id or None" },
     { "configure", (PyCFunction)opfast_configure, METH_VARARGS,
       "configure(record, tensors, kernels, runtime, in_optim, last_k, kflags, movable, "
-      "split_foreach, dead_set, st_by_id, weak_by_id, free_kernel); kflags: OPFAST_* bits per "
-      "kernel" },
+      "split_foreach, dead_set, st_by_id, weak_by_id, free_kernel, ptr_by_id, release_at); "
+      "kflags: OPFAST_* bits per kernel" },
     { "dispatch", (PyCFunction)(void (*)(void))opfast_dispatch, METH_FASTCALL,
       "dispatch(func, args, kwargs) -> result" },
     { "one", (PyCFunction)(void (*)(void))opfast_one, METH_FASTCALL,
@@ -593,18 +508,18 @@ int tio_py_add_dispatch(PyObject *m) {
         { &s_untyped_storage, "untyped_storage" },
         { &s_nbytes, "nbytes" },
         { &s_cdata, "_cdata" },
+        { &s_data_ptr, "data_ptr" },
         { &s_diverge, "_diverge" },
         { &s_check_offloads, "_check_offloads" },
+        { &s_arm, "_arm" },
         { &s_apply, "_apply" },
-        { &s_bind_new, "_bind_new" },
-        { &s_release, "_release" },
         { &s_pin, "_pin" },
         { &s_foreach, "_foreach" },
         { &s_before, "before" },
         { &s_ready, "ready" },
         { &s_after, "after" },
         { &s_forget, "forget" },
-        { &s_run_free_markers, "_run_free_markers" },
+        { &s_bind, "bind" },
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (!*names[i].slot && !(*names[i].slot = PyUnicode_InternFromString(names[i].s))) {
@@ -614,7 +529,8 @@ int tio_py_add_dispatch(PyObject *m) {
     if (PyType_Ready(&OpFastType) < 0 ||
         PyModule_AddObjectRef(m, "OpFast", (PyObject *)&OpFastType) < 0 ||
         PyModule_AddIntConstant(m, "OPFAST_CHECK_OFFLOAD", OPFAST_CHECK_OFFLOAD) < 0 ||
-        PyModule_AddIntConstant(m, "OPFAST_RELEASE", OPFAST_RELEASE) < 0) {
+        PyModule_AddIntConstant(m, "OPFAST_RELEASE", OPFAST_RELEASE) < 0 ||
+        PyModule_AddIntConstant(m, "OPFAST_ARM", OPFAST_ARM) < 0) {
         return -1;
     }
     return 0;

@@ -1,5 +1,9 @@
 /* teraio._core.Runtime: the plan executor (teraio/runtime.h) over a Trace, a Plan and an
- * Engine, driven operator by operator by python/teraio/torch (the PyTorch layer). */
+ * Engine, driven operator by operator by python/teraio/torch (the PyTorch layer): by OpFast in
+ * C (runtime_py.h), or through the methods below. Every call holds the GIL, which the
+ * executor's wait hook drops while it waits for the engine, and only then. */
+#include "runtime_py.h"
+
 #include <string.h>
 
 #include <teraio/hw.h>
@@ -17,10 +21,23 @@ typedef struct {
     PyObject *trace, *plan, *engine; /* kept alive: the executor borrows them */
     struct tio_runtime_action *acts;
     size_t cap;
+    PyThreadState *waiting; /* the GIL's owner while the executor waits (wait_hook) */
 } RuntimeObject;
 
+/* The executor's wait hook: the GIL is released for exactly the executor's waits. */
+static void wait_hook(void *ctx, int waiting) {
+    RuntimeObject *self = ctx;
+    if (waiting) {
+        self->waiting = PyEval_SaveThread();
+    } else {
+        PyThreadState *ts = self->waiting;
+        self->waiting = NULL;
+        PyEval_RestoreThread(ts);
+    }
+}
+
 static void runtime_dealloc(RuntimeObject *self) {
-    if (self->rt) {
+    if (self->rt) { /* waits for requests in flight; never calls the wait hook */
         Py_BEGIN_ALLOW_THREADS tio_runtime_free(self->rt);
         Py_END_ALLOW_THREADS
     }
@@ -77,6 +94,7 @@ static int runtime_init(RuntimeObject *self, PyObject *args, PyObject *kw) {
         tio_py_raise(rc, "runtime");
         return -1;
     }
+    tio_runtime_set_wait_hook(self->rt, wait_hook, self);
     self->cap = tio_runtime_max_actions(self->rt) + 1;
     self->acts = PyMem_Calloc(self->cap, sizeof *self->acts);
     if (!self->acts) {
@@ -123,19 +141,15 @@ static PyObject *runtime_forget(RuntimeObject *self, PyObject *arg) {
     if (PyErr_Occurred()) {
         return NULL;
     }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_forget(self->rt, (uint32_t)t);
-    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "runtime forget");
+    return tio_py_none_or_raise(tio_runtime_forget(self->rt, (uint32_t)t), "runtime forget");
 }
 
 /* One of the calls that write actions for Python to carry out (begin_iteration, end_iteration,
- * restore_begin), run with the GIL released; the actions as a tuple (see actions()). */
+ * restore_begin); the actions as a tuple (see actions()). */
 static PyObject *run_actions(RuntimeObject *self,
                              int (*call)(struct tio_runtime *, struct tio_runtime_action *, size_t),
                              const char *what) {
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = call(self->rt, self->acts, self->cap);
-    Py_END_ALLOW_THREADS return actions(self, rc, what);
+    return actions(self, call(self->rt, self->acts, self->cap), what);
 }
 
 static PyObject *runtime_begin(RuntimeObject *self, PyObject *unused) {
@@ -148,9 +162,7 @@ static PyObject *runtime_before(RuntimeObject *self, PyObject *arg) {
     if (PyErr_Occurred()) {
         return NULL;
     }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_before_kernel(self->rt, k, self->acts, self->cap);
-    Py_END_ALLOW_THREADS return actions(self, rc, "runtime");
+    return actions(self, tio_runtime_before_kernel(self->rt, k, self->acts, self->cap), "runtime");
 }
 
 static PyObject *runtime_ready(RuntimeObject *self, PyObject *arg) {
@@ -158,9 +170,7 @@ static PyObject *runtime_ready(RuntimeObject *self, PyObject *arg) {
     if (PyErr_Occurred()) {
         return NULL;
     }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_ready(self->rt, k);
-    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "runtime");
+    return tio_py_none_or_raise(tio_runtime_ready(self->rt, k), "runtime");
 }
 
 static PyObject *runtime_after(RuntimeObject *self, PyObject *arg) {
@@ -184,9 +194,7 @@ static PyObject *runtime_restore_begin(RuntimeObject *self, PyObject *unused) {
 
 static PyObject *runtime_restore_finish(RuntimeObject *self, PyObject *unused) {
     (void)unused;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = tio_runtime_restore_finish(self->rt);
-    Py_END_ALLOW_THREADS return tio_py_none_or_raise(rc, "runtime restore");
+    return tio_py_none_or_raise(tio_runtime_restore_finish(self->rt), "runtime restore");
 }
 
 static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
@@ -284,6 +292,42 @@ static PyTypeObject runtime_type = {
     .tp_init = (initproc)runtime_init,
     .tp_new = PyType_GenericNew,
 };
+
+/* ---- the per-operator calls of OpFast (runtime_py.h) --------------------------------------- */
+
+int tio_py_runtime_check(PyObject *obj) {
+    return Py_IS_TYPE(obj, &runtime_type) && ((RuntimeObject *)obj)->rt != NULL;
+}
+
+int tio_py_runtime_before(PyObject *obj, uint64_t k, PyObject **acts) {
+    RuntimeObject *self = (RuntimeObject *)obj;
+    int n = tio_runtime_before_kernel(self->rt, k, self->acts, self->cap);
+    *acts = NULL;
+    if (n > 0 && !(*acts = actions(self, n, "runtime"))) {
+        return -1;
+    }
+    return n < 0 ? (tio_py_raise(n, "runtime"), -1) : n;
+}
+
+int tio_py_runtime_ready(PyObject *obj, uint64_t k) {
+    int rc = tio_runtime_ready(((RuntimeObject *)obj)->rt, k);
+    return rc < 0 ? (tio_py_raise(rc, "runtime"), -1) : 0;
+}
+
+int tio_py_runtime_after(PyObject *obj, uint64_t k) {
+    int rc = tio_runtime_after_kernel(((RuntimeObject *)obj)->rt, k);
+    return rc < 0 ? (tio_py_raise(rc, "runtime"), -1) : 0;
+}
+
+int tio_py_runtime_forget(PyObject *obj, uint32_t t) {
+    int rc = tio_runtime_forget(((RuntimeObject *)obj)->rt, t);
+    return rc < 0 ? (tio_py_raise(rc, "runtime forget"), -1) : 0;
+}
+
+int tio_py_runtime_bind(PyObject *obj, uint32_t t, void *ptr) {
+    int rc = tio_runtime_bind(((RuntimeObject *)obj)->rt, t, ptr);
+    return rc < 0 ? (tio_py_raise(rc, "runtime bind"), -1) : 0;
+}
 
 int tio_py_add_runtime(PyObject *m) {
     if (PyType_Ready(&runtime_type) < 0 ||

@@ -747,13 +747,14 @@ class StepDriver:
 
 class FastStepDriver(StepDriver):
     """StepDriver whose per-operator path is one C call (teraio._core.OpFast): identity,
-    recording, the comparison with the plan and the executor calls. The C object calls back
-    into the methods below (and the inherited ones: _flush_deaths, _diverge, _check_offloads,
-    _apply, _foreach) for rare events; the rules are the same as the Python path's."""
+    recording, the comparison with the plan, the executor calls (the C executor directly),
+    deaths, free markers and release points. The C object calls back into Python only for what
+    needs it: the storage actions (_apply), the offload check of the kernels that trigger
+    offloads (_check_offloads), a divergence (_diverge), a _foreach_* operator to split
+    (_foreach) and a collective's tensors (_pin); the rules are the same as the Python path's."""
 
     def __init__(self, globals_, *, record, program=None, runtime=None, movable=(),
                  split_foreach=True, cuda=False, in_optim=None, offload_at=None, fast=None):
-        self.arm_after = set()  # kernels after which the next operator goes through _armed
         self.mode = None  # the StepMode (set by the step): its _dispatch is switched to _armed
         self.fast = _core().OpFast(self, [], len(globals_), _SPEC_CACHE, _make_spec,
                                    torch._C._storage_address, torch._C.TensorBase)
@@ -779,13 +780,12 @@ class FastStepDriver(StepDriver):
                 while j >= 0 and ks[j][0] == FREE_KERNEL:
                     j -= 1
                 if j >= 0:
-                    flags[j] |= _c.OPFAST_RELEASE
-                    self.arm_after.add(j)
+                    flags[j] |= _c.OPFAST_ARM
             kflags = bytes(flags)
         self.fast.configure(record, self.prog.tensors, self.prog.kernels, runtime,
                             self.in_optim, self.last_k, kflags, frozenset(self.movable),
                             split_foreach, self.dead, self.st_by_id, self.weak_by_id,
-                            FREE_KERNEL)
+                            FREE_KERNEL, self.ptr_by_id, self.release_at)
         self.dispatch = self.fast.dispatch
 
     # state that lives in the C object
@@ -804,17 +804,9 @@ class FastStepDriver(StepDriver):
         return self.fast.one(func, tuple(args), kwargs)
 
     # callbacks from C
-    def _bind_new(self, tid, st):
-        self.st_by_id[tid] = st
-        self.ptr_by_id[tid] = st.data_ptr()
-        self.rt.bind(tid, self.ptr_by_id[tid])
-
-    def _release(self, k):
-        for t in self.release_at.get(k, ()):
-            st = self.st_by_id.pop(t, None)
-            if st is not None:  # past its last use: only reachable while its owner keeps it
-                self.weak_by_id[t] = weakref.ref(st)
-        if k in self.arm_after and self.mode is not None:
+    def _arm(self, k):
+        """After kernel k (flagged OPFAST_ARM): the next operator goes through _armed."""
+        if self.mode is not None:
             self.mode._dispatch = self._armed
 
     def _armed(self, func, args, kwargs):

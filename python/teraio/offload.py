@@ -789,6 +789,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self._engine = None
         _core.log_flush()  # what the engine said before it closed
         self._uninstall_allocator()
+        self._untune_malloc()
         self._closed = True
         for h in self._hooks:
             h.remove()

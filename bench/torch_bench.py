@@ -20,7 +20,8 @@
    (main_runq_s), its system time and minor page faults (main_sys_s, main_minflt) and the VM's
    steal time (steal_s: what the host took from this VM's vCPUs).
    --variant NAME=JSON adds a teraio configuration with extra Offloader arguments as mode NAME
-   (memory_budget, ssd_dirs, host_memory, or fields of teraio.OffloadOptions).
+   (memory_budget, ssd_dirs, host_memory, or fields of teraio.OffloadOptions; "no_torch_alloc":
+   true runs as a plain pip install does, without teraio._torch_alloc).
    teraio's configurations also report the simulator's prediction of their step
    (Offloader.predicted_step_s: the profiled trace and the plan on the hardware the Offloader
    planned for) and its error against the measured median step (prediction_error).
@@ -270,7 +271,17 @@ def worker(cfg):
     if cfg.get("threads"):
         torch.set_num_threads(cfg["threads"])
     c = model_config(cfg["preset"], cfg.get("config"))
-    model = LlamaTiny(c)
+    if cfg.get("hf"):  # Hugging Face's Llama of the preset's shape, made locally (no download)
+        import transformers
+
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=c.vocab, hidden_size=c.dim, intermediate_size=c.ffn,
+            num_hidden_layers=c.layers, num_attention_heads=c.heads,
+            num_key_value_heads=c.kv_heads, max_position_embeddings=max(cfg["seq"], 64)))
+        model.loss = lambda tokens: model(input_ids=tokens, labels=tokens).loss
+    else:
+        model = LlamaTiny(c)
     opt = torch.optim.AdamW(model.parameters(), foreach=False)
     mode = cfg["mode"].partition("@")[0]  # "@glibc": only the environment differs
     os.makedirs(cfg["ssd_dir"], exist_ok=True)
@@ -287,6 +298,11 @@ def worker(cfg):
         kw.update(cfg.get("offloader_kw") or {})
         kw.update(variant or {})
         kw.pop("tioalloc", None)
+        if kw.pop("no_torch_alloc", False):  # bench-only: as a plain pip install (no C++ part)
+            from teraio import _cpu_memory
+
+            _cpu_memory._torch_alloc = lambda: None
+            _cpu_memory._torch_alloc_missing = lambda: True
         bc = {k[3:]: bool(kw.pop(k)) for k in ("bc_resize_kept",) if k in kw}
         if bc:  # bench-only: settings of the process's block cache, made before the Offloader's
             import teraio._core as core
@@ -359,6 +375,8 @@ def worker(cfg):
                                       "steps_offloaded", "steps_diverged")})
         out.update({k: r[k] for k in ("ssd_read_Bps", "ssd_write_Bps") if k in r})
         out["cpu_mmap_threshold"] = r.get("cpu_mmap_threshold")
+        out["cpu_allocator"] = r.get("cpu_allocator") is not None
+        out["io_crc_errors"] = r.get("io_crc_errors")
         # the simulator's step time for the profiled trace and the plan (Offloader's hardware)
         pred = r.get("predicted_step_s")
         if pred:
@@ -397,12 +415,17 @@ def main():
                     help="a teraio configuration with extra Offloader arguments, run as mode NAME "
                          "interleaved with the others, e.g. --variant 'teraio-park0={\"backend_"
                          "options\": \"park=0\"}' --modes plain,teraio,teraio-park0")
+    ap.add_argument("--hf", action="store_true",
+                    help="train Hugging Face's LlamaForCausalLM (transformers) of the preset's "
+                         "shape instead of the example model (--skip-micro)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         worker(json.loads(a.worker))
         return
     overrides = json.loads(a.config) if a.config else None
+    if a.hf and not a.skip_micro:
+        ap.error("--hf: the micro benchmarks use the example model; add --skip-micro")
     if not a.skip_micro:
         if a.threads:
             import torch
@@ -443,7 +466,7 @@ def main():
             cfg = dict(preset=a.preset, config=overrides, mode=mode, steps=a.steps,
                        batch=a.batch, seq=a.seq, ssd_dir=a.ssd_dir, threads=a.threads,
                        offloader_kw=json.loads(a.offloader_kw) if a.offloader_kw else None,
-                       variants=variants)
+                       variants=variants, hf=a.hf)
             load0 = os.getloadavg()
             run_env = dict(env)
             mods = mode.partition("@")[2].split("+")

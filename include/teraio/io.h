@@ -104,8 +104,8 @@ struct tio_engine_params {
     uint64_t chunk_bytes;
     /* Chunk transfers in flight in the backend (1..4096; default 16). */
     uint32_t queue_depth;
-    /* Non-zero: CRC32C per chunk computed on write and verified on read. Off by default: it
-     * costs 37-58% of the bandwidth on the measured disk (docs/bench/io.md). */
+    /* Non-zero: CRC32C per chunk computed on write and verified on read (SSD tier). Off by
+     * default here; the Python Offloader turns it on. Its cost: docs/bench/io.md. */
     int32_t verify;
     /* SSD bytes preallocated at creation (total over all directories; 0: none, the files grow
      * on demand). Same as calling tio_engine_reserve right after creation. */

@@ -3,11 +3,12 @@
 The core is the C library libteraio; this package binds it (``teraio._core``) and adds what
 only Python can do: hooking PyTorch operators and resizing PyTorch storages.
 """
-from teraio import _core
+from teraio import _core, _log
 from teraio._core import Error, format_bytes, parse_bytes, parse_rate
 from teraio.options import OffloadOptions
 
 __version__ = _core.version()
+_log.install()  # the C library's messages on the "teraio" logger (teraio/_log.py)
 
 __all__ = ["Error", "OffloadOptions", "format_bytes", "parse_bytes", "parse_rate",
            "__version__"]

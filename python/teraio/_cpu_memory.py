@@ -11,6 +11,20 @@ from teraio._offload_args import _on_cuda, _warn_once
 
 # how many Offloaders installed teraio's CPU allocator and have neither closed nor been collected
 _ALLOC_USERS = [0]
+# how many Offloaders set glibc's mmap threshold and have neither closed nor been collected
+_MALLOC_USERS = [0]
+# what close() leaves glibc with: the threshold its own rule climbs to (it follows the largest
+# mapped block freed, up to 32 MiB on 64-bit) and twice that as trim threshold; glibc has no way
+# to turn that rule back on once a threshold was set
+MALLOC_CLOSED_THRESHOLD = 32 << 20
+
+
+def _malloc_user_gone():
+    """An Offloader that set glibc's mmap threshold closed or was collected: the last one sets
+    it where glibc's own rule takes it for PyTorch's tensors (MALLOC_CLOSED_THRESHOLD)."""
+    _MALLOC_USERS[0] -= 1
+    if _MALLOC_USERS[0] == 0:
+        _core.malloc_mmap_threshold(MALLOC_CLOSED_THRESHOLD)
 
 
 def _alloc_user_gone():
@@ -75,7 +89,7 @@ class CpuMemory:
             return False
         ta = _torch_alloc()
         if ta is None:
-            if _torch_alloc_missing():
+            if want is True and _torch_alloc_missing():  # "auto": the fallback, no warning
                 _warn_once("teraio._torch_alloc is not in this installation of teraio (PyTorch "
                            "was not importable when it was built, as under pip's default build "
                            "isolation): cpu_allocator is off, glibc's mmap threshold applies "
@@ -101,10 +115,10 @@ class CpuMemory:
             self._alloc_installed = False
             self._alloc_fin()
 
-    @staticmethod
-    def _tune_malloc(model, n):
-        """Apply cpu_mmap_threshold (bytes or None; see teraio.OffloadOptions): the value set, or
-        None. Last in __init__, so that a refused Offloader leaves the process's malloc alone."""
+    def _tune_malloc(self, model, n):
+        """Apply cpu_mmap_threshold (bytes or None; see teraio.OffloadOptions) until close(): the
+        value set, or None. Last in __init__, so that a refused Offloader leaves the process's
+        malloc alone."""
         if n is None:
             return None
         if _on_cuda(model):  # CUDA: the device memory is what is budgeted
@@ -112,4 +126,14 @@ class CpuMemory:
         if "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc.mmap_threshold" in \
                 os.environ.get("GLIBC_TUNABLES", ""):
             return None
-        return n if _core.malloc_mmap_threshold(n) else None
+        if not _core.malloc_mmap_threshold(n):
+            return None
+        _MALLOC_USERS[0] += 1
+        self._malloc_fin = weakref.finalize(self, _malloc_user_gone)
+        self._malloc_fin.atexit = False  # at exit the process's memory goes anyway
+        return n
+
+    def _untune_malloc(self):
+        fin = getattr(self, "_malloc_fin", None)
+        if fin is not None:
+            fin()  # once: a finalizer that ran does nothing

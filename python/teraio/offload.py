@@ -468,7 +468,9 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
     def _log_io(self):
         """Transfers the engine retried (transient failures) or found corrupt (verify) since the
         last step: counted in report() (io_retries, io_crc_errors) and logged as a warning on
-        the "teraio" logger, never silent."""
+        the "teraio" logger, never silent. The C library's own messages of the step (queued
+        by teraio._log, logged on the main thread) are handed to the logger first."""
+        _core.log_flush()
         if self._engine is None:
             return
         st = self._engine.stats()
@@ -800,7 +802,9 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
         self._bounded_stop()
         self._drop_runtime()
         self._engine = None
+        _core.log_flush()  # what the engine said before it closed
         self._uninstall_allocator()
+        self._untune_malloc()
         self._closed = True
         for h in self._hooks:
             h.remove()

@@ -21,10 +21,13 @@ MAX_PLANS = 8  # default max_plans: plans kept, one per kind of step (Offloader.
 class OffloadOptions:
     """The Offloader's options beyond model, optimizer, memory_budget, ssd_dirs, host_memory.
 
-    Process-wide changes (opt-in; nothing in the process changes by default):
-    cpu_allocator: for a model on CPU (not FSDP), make PyTorch's CPU allocator take tensors of
-        1 MiB or more from teraio's block cache (teraio/blockcache.h) for the whole process,
-        while this Offloader lives (default False). Freed blocks are kept for reuse by size, as
+    Process-wide changes, for a model on CPU: applied while an Offloader is open, undone by
+    close() (or when it is collected) of the last one that applied them; nothing for CUDA:
+    cpu_allocator: "auto" (default), True or False. Make PyTorch's CPU allocator take tensors of
+        1 MiB or more from teraio's block cache (teraio/blockcache.h) for the whole process
+        (not with FSDP). "auto": where teraio._torch_alloc is built for this PyTorch, else
+        glibc's threshold (cpu_mmap_threshold "auto"), silently; True: the same, with a warning
+        where the allocator is missing; False: neither. Freed blocks are kept for reuse by size, as
         glibc's heap would (no page faults), but the blocks of tensors teraio offloads hand
         their pages back to the OS, and kept blocks never hold the cache above the peak its live
         blocks reached in the planned steps. So the memory teraio saves leaves the process
@@ -32,13 +35,16 @@ class OffloadOptions:
         the freed memory in its heap and the process's RSS hardly drops. PyTorch's own
         allocator serves every request again when the last such Offloader closes or is
         collected; tensors allocated before keep their memory. Needs teraio._torch_alloc (built
-        when PyTorch is importable at install time); where it cannot be used (not built, FSDP),
-        cpu_mmap_threshold "auto" applies glibc's threshold instead.
+        when PyTorch is importable at install time: pip install --no-build-isolation, not a
+        plain pip install); where it cannot be used (not built, FSDP), cpu_mmap_threshold "auto"
+        applies glibc's threshold instead.
         report()["cpu_allocator"] has the cache's counters (None: not in use).
     cpu_mmap_threshold: for a model on CPU, the size from which glibc's malloc maps each
         allocation on its own and hands it back to the OS when freed (mallopt
-        M_MMAP_THRESHOLD, set for the whole process and never reset). "auto" (default): "64KiB"
-        where cpu_allocator=True was asked for but the allocator cannot be used, else nothing.
+        M_MMAP_THRESHOLD, for the whole process). close() sets it to 32 MiB, where glibc's own
+        rule takes it for PyTorch's tensors (glibc cannot turn that rule back on once a
+        threshold was set). "auto" (default): "64KiB" where cpu_allocator ("auto" or True)
+        cannot use the allocator, else nothing.
         Bytes (0 to 32 MiB) set it whatever cpu_allocator says; None never touches malloc. The
         price of a threshold: every large allocation faults in fresh pages (PyTorch alone runs
         at ~0.67x on CPU). A MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES=glibc.malloc.mmap_threshold
@@ -89,10 +95,11 @@ class OffloadOptions:
         cufile (where its probe says it runs) else cuda for models on a CUDA device.
     backend_options: the backend's options as a string ("key=value,...", e.g. the fault
         backend's "write_fail=3"; docs/engine.md), or None.
-    verify: a CRC32C per chunk, computed on write and checked on read (a mismatch is retried,
-        then raised). Default False, as in the C engine: measured, it costs 37-58% of the
-        engine's bandwidth (docs/bench/io.md); without it a corrupted read comes back as the
-        drive returned it.
+    verify: a CRC32C per chunk of the SSD tier, computed on write and checked on read (a
+        mismatch is retried, counted in report()["io_crc_errors"] and logged, then raised).
+        Default True: corruption is never silent. Its cost is measured in docs/bench/torch.md
+        ("The checksum's cost"). False turns it off (the C engine's own default): a corrupted
+        read then comes back as the drive returned it, and trains on without a word.
     io_queue_depth, io_chunk: requests in flight per directory (8; 1 to 4096) and bytes per
         request ("1MiB"; a multiple of 4 KiB); the staging memory for unaligned tensors is
         their product.
@@ -100,7 +107,7 @@ class OffloadOptions:
         else $RANK, else 0.
     """
 
-    cpu_allocator: bool = False
+    cpu_allocator: object = "auto"
     cpu_mmap_threshold: object = "auto"
     cpu_cache_bytes: object = 0
     cpu_prefault: object = "auto"
@@ -117,7 +124,7 @@ class OffloadOptions:
     aligned_storages: bool = True
     backend: object = None
     backend_options: object = None
-    verify: bool = False
+    verify: bool = True
     io_queue_depth: int = 8
     io_chunk: object = "1MiB"
     rank: object = None
@@ -127,10 +134,11 @@ class OffloadOptions:
             raise ValueError(f"OffloadOptions.{field}: expected {expected}, got "
                              f"{getattr(self, field)!r}")
 
-        for f in ("cpu_allocator", "split_foreach", "bounded_unplanned", "aligned_storages",
-                  "verify"):
+        for f in ("split_foreach", "bounded_unplanned", "aligned_storages", "verify"):
             if not isinstance(getattr(self, f), bool):
                 bad(f, "True or False")
+        if self.cpu_allocator != "auto" and not isinstance(self.cpu_allocator, bool):
+            bad("cpu_allocator", "'auto', True or False")
         for f in ("cpu_cache_bytes", "min_tensor_bytes", "io_chunk"):
             _bytes(getattr(self, f), f"OffloadOptions.{f}")
         _mmap_threshold_arg(self.cpu_mmap_threshold, "OffloadOptions.cpu_mmap_threshold")

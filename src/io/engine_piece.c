@@ -118,6 +118,9 @@ static void chunk_done(struct tio_engine *e, struct request *rq, uint32_t c, uin
     if (rq->chunk_retries[c] < e->p.retries) {
         rq->chunk_retries[c]++;
         e->st.retries++;
+        TIO_LOG_WARN("engine: read of tensor %llu chunk %u: CRC32C mismatch (the data read back "
+                     "differs from what was written), reading it again (retry %u of %u)",
+                     (unsigned long long)rq->t->id, c, rq->chunk_retries[c], e->p.retries);
         if (redo_chunk(e, rq, c, attempts) == 0) {
             tio_eng_queue_push(e, rq, 1);
             return;
@@ -186,6 +189,11 @@ void tio_eng_complete_op(struct tio_engine *e, uint32_t slot, int64_t res) {
         } else if (pc.attempts < e->p.retries && !rq->canceled) {
             pc.attempts++;
             e->st.retries++;
+            TIO_LOG_WARN("engine: %s of tensor %llu chunk %u: %s, retrying (retry %u of %u)",
+                         rq->op == TIO_IO_OP_WRITE ? "write" : "read",
+                         (unsigned long long)rq->t->id, pc.chunk,
+                         res == 0 ? "transfer moved 0 bytes" : tio_strerror((int)err), pc.attempts,
+                         e->p.retries);
             if (redo_push(rq, pc) == 0) {
                 tio_eng_queue_push(e, rq, 1);
             } else {

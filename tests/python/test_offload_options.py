@@ -1,5 +1,7 @@
 """teraio.OffloadOptions: the Offloader's options beyond model, optimizer, memory_budget, ssd_dirs
-and host_memory, checked when made; the old keyword arguments; nothing process-wide by default."""
+and host_memory, checked when made; the old keyword arguments; the process-wide CPU memory
+settings of the defaults, applied while an Offloader is open and undone at close()."""
+import ctypes
 import dataclasses
 import gc
 
@@ -81,32 +83,64 @@ def test_unknown_keyword_and_wrong_options_type(tmp_path):
                          options={"policy": "none"})
 
 
-def test_defaults_change_nothing_process_wide(tmp_path, monkeypatch):
-    """An Offloader made and run with its defaults leaves the process as it was: PyTorch's CPU
-    allocator is not replaced and glibc's malloc is not tuned (both are opt-in:
-    OffloadOptions(cpu_allocator=True), cpu_mmap_threshold=<bytes>)."""
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                "usmblks", "fsmblks", "uordblks", "fordblks",
+                                                "keepcost")]
+
+
+def _mapped_on_its_own(nbytes):
+    """Whether glibc's malloc maps a block of nbytes on its own now (its mmap threshold is
+    below it): the bytes in such mappings (mallinfo2's hblkhd) grow by it while it lives."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _Mallinfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2().hblkhd
+    p = libc.malloc(nbytes)
+    during = libc.mallinfo2().hblkhd
+    libc.free(p)
+    return during - before >= nbytes
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="needs glibc >= 2.33")
+def test_defaults_apply_cpu_memory_settings_until_close(tmp_path, monkeypatch):
+    """With the default options on CPU, the process-wide settings that make the saved memory
+    leave the process are applied while the Offloader is open and undone at close(): PyTorch's
+    CPU allocator is teraio's block cache where teraio._torch_alloc is built; without it (a
+    plain pip install) glibc maps each block from 64 KiB on its own. close() puts PyTorch's
+    allocator back, and glibc's threshold where its own rule takes it (32 MiB)."""
+    from teraio import _cpu_memory
     from teraio import _torch_alloc as ta
 
-    calls = []
-    monkeypatch.setattr(teraio._core, "malloc_mmap_threshold", lambda n: calls.append(n) or True)
-    monkeypatch.setattr(ta, "install", lambda *a: calls.append(("install", a)) or True)
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     gc.collect()  # Offloaders of other tests that installed the allocator are gone
-    was = ta.installed()
-    from train_llama_tiny import train
-
-    _, _, off = train("tiny", 3, offload=dict(  # the tiny model's tensors are below 1 MiB
-        memory_budget=0.5, ssd_dirs=[str(tmp_path)],
-        options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
+    assert not ta.installed()
+    off = teraio.Offloader(*_model(), memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    assert ta.installed() and off.report()["cpu_allocator"] is not None
+    off.close()
+    assert not ta.installed()
+    # a plain pip install: no teraio._torch_alloc
+    monkeypatch.setattr(_cpu_memory, "_torch_alloc", lambda: None)
+    monkeypatch.setattr(_cpu_memory, "_torch_alloc_missing", lambda: True)
+    off = teraio.Offloader(*_model(), memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    assert off.report()["cpu_mmap_threshold"] == 64 << 10
+    assert _mapped_on_its_own(1 << 20)  # applied while open
+    off.close()
+    assert not _mapped_on_its_own(1 << 20)  # undone at close (the heap serves 1 MiB again)
+    # two Offloaders: the setting stays until the last one closes
+    a = teraio.Offloader(*_model(), memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    b = teraio.Offloader(*_model(), memory_budget="1GiB", ssd_dirs=[str(tmp_path)])
+    a.close()
+    assert _mapped_on_its_own(1 << 20)
+    b.close()
+    assert not _mapped_on_its_own(1 << 20)
+    # opting out leaves the process alone
+    calls = []
+    monkeypatch.setattr(teraio._core, "malloc_mmap_threshold", lambda n: calls.append(n) or True)
+    off = teraio.Offloader(*_model(), memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
+                           options=teraio.OffloadOptions(cpu_allocator=False))
     rep = off.report()
-    assert rep["steps_offloaded"] == 1
-    assert calls == []
-    assert ta.installed() == was
-    assert rep["cpu_allocator"] is None and rep["cpu_mmap_threshold"] is None
-    assert rep["cpu_prefault"] is False
-    # the opt-in installs it (through the same function this test watches)
-    off2 = teraio.Offloader(*_model(), memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
-                            options=teraio.OffloadOptions(cpu_allocator=True))
-    assert calls == [("install", (1 << 20,))]
-    off2.close()
+    off.close()
+    assert calls == [] and rep["cpu_mmap_threshold"] is None and rep["cpu_allocator"] is None

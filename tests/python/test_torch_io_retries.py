@@ -42,3 +42,16 @@ def test_retries_counted_and_logged(tmp_path, caplog, fault, key):
     clean_losses, clean = _train(tmp_path, verify=True)
     assert clean["io_retries"] == 0 and clean["io_crc_errors"] == 0, clean
     assert losses == clean_losses  # the retried transfers delivered the right bytes
+
+
+def test_corruption_caught_with_default_options(tmp_path, caplog):
+    """Corruption is never silent by default: OffloadOptions() checks every SSD read. A read
+    corrupted once is retried (counted, logged by the engine and by the step); one that stays
+    corrupt fails the step with teraio.Error instead of training on wrong bytes."""
+    caplog.set_level(logging.WARNING, logger="teraio")
+    _, rep = _train(tmp_path, backend_options="corrupt=3,corrupt_count=1")
+    assert rep["io_crc_errors"] >= 1, rep
+    msgs = [r.getMessage() for r in caplog.records if r.name == "teraio"]
+    assert any("CRC32C mismatch" in m for m in msgs), msgs
+    with pytest.raises(teraio.Error, match="CRC32C mismatch"):
+        _train(tmp_path, backend_options="corrupt=3,corrupt_count=1000000")

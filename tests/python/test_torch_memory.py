@@ -48,11 +48,11 @@ def _has_torch_alloc():
 def test_half_budget_lowers_tracked_peak_and_rss(tmp_path, malloc):
     """env: both runs with MALLOC_MMAP_THRESHOLD_=65536 (RSS measures tensors, not the allocator's
     cache). glibc-default: glibc's defaults in the environment, plain PyTorch against teraio as
-    the quickstart makes it, with the process-wide opt-in OffloadOptions(cpu_allocator=True)
+    the quickstart makes it, with the process-wide OffloadOptions(cpu_allocator=True)
     (the example's --cpu-allocator on: its block cache serves PyTorch's CPU tensors, where
     teraio._torch_alloc was built; else teraio sets glibc's mmap threshold). mmap-threshold:
     cpu_allocator=False with cpu_mmap_threshold="64KiB", so teraio sets the threshold.
-    glibc-untouched: the Offloader's defaults, nothing process-wide, where only the released
+    glibc-untouched: cpu_allocator=False, nothing process-wide, where only the released
     storages' pages leave the process (a smaller saving, its own goal below)."""
     env_threshold = malloc == "env"
     goal = 0.25 if malloc == "glibc-untouched" else 0.30

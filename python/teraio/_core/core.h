@@ -50,5 +50,6 @@ int tio_py_add_runtime(PyObject *m) __attribute__((weak));
 int tio_py_add_dispatch(PyObject *m) __attribute__((weak));
 int tio_py_add_iobuf(PyObject *m) __attribute__((weak));
 int tio_py_add_bounded(PyObject *m) __attribute__((weak));
+int tio_py_add_log(PyObject *m) __attribute__((weak));
 
 #endif

@@ -161,7 +161,7 @@ PyMODINIT_FUNC PyInit__core(void) { // NOLINT(readability-identifier-naming)
     int (*hooks[])(PyObject *) = { tio_py_add_trace,   tio_py_add_analysis, tio_py_add_model,
                                    tio_py_add_plan,    tio_py_add_sim,      tio_py_add_engine,
                                    tio_py_add_runtime, tio_py_add_dispatch, tio_py_add_iobuf,
-                                   tio_py_add_bounded };
+                                   tio_py_add_bounded, tio_py_add_log };
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
         if (hooks[i] && hooks[i](m) < 0) {
             Py_DECREF(m);

@@ -119,7 +119,7 @@ static int parse_scaled(const char *text,
 }
 
 int tio_parse_bytes(const char *text, uint64_t *out) {
-    double v, scale;
+    double v = 0, scale = 1.0;
     int rc = parse_scaled(text, byte_units, sizeof byte_units / sizeof byte_units[0], "size", &v,
                           &scale);
     if (rc < 0) {
@@ -151,7 +151,7 @@ int tio_parse_rate(const char *text, double *bytes_per_s) {
     if (per_s || b_ps) {
         buf[n - 2] = '\0';
     }
-    double v, scale;
+    double v = 0, scale = 1.0;
     int rc =
         parse_scaled(buf, byte_units, sizeof byte_units / sizeof byte_units[0], "rate", &v, &scale);
     if (rc < 0) {

@@ -89,18 +89,21 @@ class _Mallinfo2(ctypes.Structure):
                                                 "keepcost")]
 
 
-def _mapped_on_its_own(nbytes):
-    """Whether glibc's malloc maps a block of nbytes on its own now (its mmap threshold is
-    below it): the bytes in such mappings (mallinfo2's hblkhd) grow by it while it lives."""
+def _mapped_on_its_own(nbytes, count=64):
+    """Whether glibc's malloc maps blocks of nbytes on their own now (its mmap threshold is
+    below nbytes): the bytes in such mappings (mallinfo2's hblkhd) grow by most of count blocks
+    while they live. Free chunks left in the heap by earlier work may serve a few of them, so the
+    check asks for half, not all."""
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = _Mallinfo2
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
     before = libc.mallinfo2().hblkhd
-    p = libc.malloc(nbytes)
+    ps = [libc.malloc(nbytes) for _ in range(count)]
     during = libc.mallinfo2().hblkhd
-    libc.free(p)
-    return during - before >= nbytes
+    for p in ps:
+        libc.free(p)
+    return during - before >= nbytes * count // 2
 
 
 @pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="needs glibc >= 2.33")

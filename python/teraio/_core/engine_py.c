@@ -285,6 +285,37 @@ static PyObject *engine_exit(EngineObject *self, PyObject *args) {
     Py_RETURN_FALSE;
 }
 
+/* One write (or read) request to the engine, as its request struct. */
+static int engine_submit(struct tio_engine *e,
+                         int write,
+                         uint64_t id,
+                         void *ptr,
+                         uint64_t bytes,
+                         int32_t mem,
+                         int32_t tier,
+                         int32_t prio,
+                         uint64_t tag) {
+    if (write) {
+        return tio_engine_write(e, &(struct tio_engine_write_request){
+                                       .struct_size = sizeof(struct tio_engine_write_request),
+                                       .tensor_id = id,
+                                       .src = ptr,
+                                       .bytes = bytes,
+                                       .mem = mem,
+                                       .tier = tier,
+                                       .priority = prio,
+                                       .tag = tag });
+    }
+    return tio_engine_read(
+        e, &(struct tio_engine_read_request){ .struct_size = sizeof(struct tio_engine_read_request),
+                                              .tensor_id = id,
+                                              .dst = ptr,
+                                              .bytes = bytes,
+                                              .mem = mem,
+                                              .priority = prio,
+                                              .tag = tag });
+}
+
 static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int write) {
     static char *kwlist_w[] = { "tensor_id", "buffer", "tier", "priority", "tag", "device", NULL };
     static char *kwlist_r[] = { "tensor_id", "buffer", "priority", "tag", "device", NULL };
@@ -321,25 +352,7 @@ static PyObject *submit(EngineObject *self, PyObject *args, PyObject *kw, int wr
         return NULL;
     }
     int32_t mem = device ? TIO_MEM_DEVICE : TIO_MEM_HOST;
-    int rc =
-        write ? tio_engine_write(self->e,
-                                 &(struct tio_engine_write_request){
-                                     .struct_size = sizeof(struct tio_engine_write_request),
-                                     .tensor_id = id,
-                                     .src = ptr,
-                                     .bytes = bytes,
-                                     .mem = mem,
-                                     .tier = tier,
-                                     .priority = prio,
-                                     .tag = tag })
-              : tio_engine_read(self->e, &(struct tio_engine_read_request){
-                                             .struct_size = sizeof(struct tio_engine_read_request),
-                                             .tensor_id = id,
-                                             .dst = ptr,
-                                             .bytes = bytes,
-                                             .mem = mem,
-                                             .priority = prio,
-                                             .tag = tag });
+    int rc = engine_submit(self->e, write, id, ptr, bytes, mem, tier, prio, tag);
     if (rc < 0) {
         if (pin) {
             /* not queued: drop the pin we just added (the last one for this tag) */
@@ -412,24 +425,7 @@ static PyObject *submit_wait(EngineObject *self, PyObject *args, int write) {
     void *p = (void *)(uintptr_t)ptr;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc =
-        write ? tio_engine_write(e,
-                                 &(struct tio_engine_write_request){
-                                     .struct_size = sizeof(struct tio_engine_write_request),
-                                     .tensor_id = id,
-                                     .src = p,
-                                     .bytes = bytes,
-                                     .mem = mem,
-                                     .tier = tier,
-                                     .priority = TIO_PRIO_URGENT,
-                                     .tag = SYNC_TAG })
-              : tio_engine_read(e, &(struct tio_engine_read_request){
-                                       .struct_size = sizeof(struct tio_engine_read_request),
-                                       .tensor_id = id,
-                                       .dst = p,
-                                       .bytes = bytes,
-                                       .mem = mem,
-                                       .priority = TIO_PRIO_URGENT,
-                                       .tag = SYNC_TAG });
+        engine_submit(e, write, id, p, bytes, mem, tier, TIO_PRIO_URGENT, SYNC_TAG);
     if (rc == 0) {
         rc = sync_wait(e, bytes);
     }

@@ -216,6 +216,10 @@ int tio_runtime_before_kernel(struct tio_runtime *rt,
                 rt->st.moves_skipped++;
                 continue;
             }
+            if (tio_rt_is_dead(rt, t, k)) {
+                tio_rt_release_dead(rt, t);
+                continue;
+            }
             if ((rt->tflags[t] & TF_HAS_COPY) && !(rt->tflags[t] & TF_DIRTY)) {
                 rt->state[t] = ST_WRITING; /* clean: the stored copy is identical */
                 rt->tflags[t] |= TF_DONE;
@@ -447,14 +451,20 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_STORED) {
             retire_stored(rt, t);
         }
-        if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_WRITING &&
-            !(rt->tflags[t] & TF_DONE)) {
-            /* kept for a kernel that only read it, and dead now: its memory goes back to its
-             * owner once the write's copies are queued (the compute stream waits for them) */
+        int past = !(rt->tflags[t] & TF_GLOBAL) && (rt->last_use[t] == k || rt->last_real[t] == k);
+        if (past && rt->state[t] == ST_WRITING && !(rt->tflags[t] & TF_DONE)) {
+            /* kept for a kernel that only read it, and past its last real use now: from here on
+             * its owner may free the memory at any time (the free marker only records when it
+             * did), so the write's copies must be queued first, and the compute stream must wait
+             * for them (below); a write must not read freed memory */
             rc = tio_rt_wait_tensor(rt, t, &rt->st.stall_s, WAIT_WRITE);
             if (rc < 0) {
                 return rc;
             }
+        }
+        if (past && rt->last_real[t] == k && rt->last_use[t] != k && rt->state[t] == ST_WRITING &&
+            (rc = tio_rt_settle(rt, t)) < 0) {
+            return rc;
         }
         if (!(rt->tflags[t] & TF_GLOBAL) && rt->last_use[t] == k && rt->state[t] == ST_WRITING &&
             (rt->tflags[t] & TF_DONE)) {

@@ -132,6 +132,12 @@ int tio_rt_push(struct tio_runtime_action *out,
                 uint32_t t,
                 int32_t kind,
                 uint64_t bytes);
+/* tio_rt_is_dead: t is an intermediate past its last real use before kernel k (only its free
+ * marker is left): its bytes are never read again, and its owner may free its memory at any
+ * time, so no write may start from it. tio_rt_release_dead: offload such a resident t without a
+ * write (RELEASE with the next completed offloads; counted in offloads and dead_releases). */
+int tio_rt_is_dead(const struct tio_runtime *rt, uint32_t t, uint64_t k);
+void tio_rt_release_dead(struct tio_runtime *rt, uint32_t t);
 /* tio_rt_settle / tio_rt_settle_all: order the compute stream after landed reads. */
 int tio_rt_settle(struct tio_runtime *rt, uint32_t t);
 int tio_rt_settle_all(struct tio_runtime *rt);

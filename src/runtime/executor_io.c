@@ -433,6 +433,19 @@ static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
     return rt->has_ssd ? TIO_TIER_SSD : TIO_TIER_HOST; /* no SSD: the host tier says it is full */
 }
 
+int tio_rt_is_dead(const struct tio_runtime *rt, uint32_t t, uint64_t k) {
+    return !(rt->tflags[t] & TF_GLOBAL) &&
+           (rt->last_real[t] == TIO_NEVER_USED || rt->last_real[t] < k);
+}
+
+void tio_rt_release_dead(struct tio_runtime *rt, uint32_t t) {
+    rt->state[t] = ST_WRITING;
+    rt->tflags[t] = (rt->tflags[t] & ~(uint32_t)TF_KEEP) | TF_DONE;
+    tio_rt_touch(rt, t);
+    rt->st.offloads++;
+    rt->st.dead_releases++;
+}
+
 /*
  * The tracked resident bytes exceed the budget before kernel k although no planned offload is
  * in flight: write resident tensors k does not use, furthest next use first, until they fit;
@@ -476,6 +489,10 @@ int tio_rt_demand_offload(struct tio_runtime *rt,
             continue;
         }
         rt->st.demand_offloads++;
+        if (tio_rt_is_dead(rt, t, k)) { /* never read again: no write */
+            tio_rt_release_dead(rt, t);
+            continue;
+        }
         rt->state[t] = ST_WRITING;
         rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
         tio_rt_touch(rt, t);

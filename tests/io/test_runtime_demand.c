@@ -351,7 +351,8 @@ TIO_TEST(no_budget_means_no_demand_offloads) {
  *   k0: W+Gr = 3;  k1: 3;  k2: W+Gr+T = 4 > 3: candidates W (next use k3) and Gr (only its
  *   free marker is left: never read again) -> Gr goes, W stays -> 3;  k3: W = 2;  k4 (marker):
  *   Gr is STORED and not made resident; it dies.
- * Per iteration: one demand offload of 1 MiB, nothing read back, W never released.
+ * Per iteration: one demand offload, released without a write (Gr is never read again, and its
+ * owner may free it at any time), nothing read back, W never released.
  */
 static const struct spec g_s2 = {
     .nt = 3,
@@ -371,7 +372,9 @@ TIO_TEST(furthest_next_use_goes_first) {
     run_spec(&g_s2, 3 * MB, 0, 2, &r);
     CHECK(r.ok);
     CHECK_EQ_U(r.st.demand_offloads, 2);
-    CHECK_EQ_U(r.st.bytes_demand_offloaded, 2 * MB);
+    CHECK_EQ_U(r.st.dead_releases, 2);
+    CHECK_EQ_U(r.st.bytes_demand_offloaded, 0);
+    CHECK_EQ_U(r.st.bytes_offloaded, 0);
     CHECK_EQ_U(r.st.prefetches, 0);
     CHECK_EQ_U(r.st.urgent_reads, 0);
     CHECK_EQ_U(r.h.released[0], 0);

@@ -6,11 +6,17 @@
  * and hands A's block at once to B, which kernel 4 writes: forget must not return before the copy
  * reading A's bytes has completed and been seen by the host, or the copy races with B's kernel
  * (the emulator's happens-before check, fake_cuda_racing_copies).
+ *
+ * On the host path (no CUDA), the owner does not wait for forget: it drops an intermediate at
+ * any time after its last real use (PyTorch frees the storage; the death is seen later), so
+ * after_kernel of that use must leave no write reading the bytes, and an offload planned past
+ * it must not write at all (the bytes are never read again): the memory is unmapped there.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <teraio/io.h>
 #include <teraio/plan.h>
@@ -189,9 +195,145 @@ TIO_TEST(forget_waits_for_the_copy_of_its_bytes) {
     (void)rmdir(dir);
 }
 
+/* Host path: D (1 MiB, in its own mapping) is written at k0, read at k2 (its last real use) and
+ * freed at k4 (free marker); W is a global. */
+enum { HW, HD, HNT };
+#define HNK 6
+static struct tio_trace *make_host_trace(void) {
+    struct tio_trace *tr = NULL;
+    if (tio_trace_new(NULL, &tr) < 0)
+        return NULL;
+    int rc = tio_trace_add_tensor(tr, 64 * KiB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "W", NULL);
+    rc |= tio_trace_add_tensor(tr, 1024 * KiB, TIO_TENSOR_ACTIVATION, 0, "D", NULL);
+    static const struct {
+        int t;
+        int32_t mode;
+        const char *name;
+    } k[HNK] = {
+        { HD, TIO_USE_WRITE, "k" },
+        { HW, TIO_USE_READ, "k" },
+        { HD, TIO_USE_READ, "k" },
+        { HW, TIO_USE_READ, "k" },
+        { HD, TIO_USE_WRITE, TIO_RUNTIME_FREE_KERNEL },
+        { HW, TIO_USE_READ, "k" },
+    };
+    for (int i = 0; i < HNK; i++) {
+        rc |= tio_trace_add_kernel(tr, k[i].name, 100000, 0, NULL);
+        rc |= tio_trace_add_use(tr, (uint32_t)k[i].t, k[i].mode);
+    }
+    return rt_trace_finish(tr, rc);
+}
+
+/* One step with D's offload triggered before kernel `trigger`; the owner unmaps D's memory right
+ * after after_kernel(2) and the caller forgets D before the next kernel, as the PyTorch layer
+ * does. *offloads_at_2: the completed offloads then; *released: RELEASE actions for D. */
+static int host_step(uint32_t trigger,
+                     uint64_t *offloads_at_2,
+                     int *released,
+                     struct tio_runtime_stats *st,
+                     struct tio_engine_stats *es) {
+    char dir[512];
+    io_mkdtemp(dir, sizeof dir, "forget-host");
+    struct tio_trace *tr = make_host_trace();
+    const struct tio_move m = { .tensor = HD,
+                                .from = TIO_TIER_GPU,
+                                .to = TIO_TIER_SSD,
+                                .trigger = trigger,
+                                .deadline = HNK,
+                                .bytes = 1024 * KiB };
+    struct tio_plan *plan = tr ? rt_plan(tr, HNK, &m, 1) : NULL;
+    /* every engine op sleeps 20 ms: the write is still in flight at kernel 2 */
+    struct tio_engine *e = rt_engine(dir, "fault", "delay_us=20000", 0);
+    static unsigned char w[64 * KiB];
+    unsigned char *d =
+        mmap(NULL, 1024 * KiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    struct tio_runtime *rt = NULL;
+    int rc = -1;
+    if (!tr || !plan || !e || d == MAP_FAILED)
+        goto out;
+    memset(d, 0x5a, 1024 * KiB);
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    if (tio_runtime_new(&rp, &rt) < 0 || tio_runtime_bind(rt, HW, w) < 0)
+        goto out;
+    struct tio_runtime_action act[HNT];
+    int n = tio_runtime_begin_iteration(rt, act, HNT);
+    for (uint32_t k = 0; k < HNK && n >= 0; k++) {
+        if ((n = tio_runtime_before_kernel(rt, k, act, HNT)) < 0)
+            break;
+        for (int i = 0; i < n; i++)
+            *released += act[i].tensor == HD && act[i].kind == TIO_RUNTIME_RELEASE;
+        if (tio_runtime_ready(rt, k) < 0)
+            goto out;
+        if (k == 0 && tio_runtime_bind(rt, HD, d) < 0)
+            goto out;
+        if (tio_runtime_after_kernel(rt, k) < 0)
+            goto out;
+        if (k == 2) {
+            tio_runtime_get_stats(rt, st);
+            *offloads_at_2 = st->offloads;
+            if (trigger < 2) { /* the owner drops D now; its death is seen before kernel 3 */
+                (void)munmap(d, 1024 * KiB);
+                d = MAP_FAILED;
+                if (tio_runtime_forget(rt, HD) < 0)
+                    goto out;
+            }
+        }
+        if (k == 3 && d != MAP_FAILED) { /* here the owner drops D before its free marker */
+            (void)munmap(d, 1024 * KiB);
+            d = MAP_FAILED;
+            if (tio_runtime_forget(rt, HD) < 0)
+                goto out;
+        }
+    }
+    if (n >= 0 && tio_runtime_end_iteration(rt, act, HNT) >= 0)
+        rc = 0;
+out:
+    if (rc < 0)
+        printf("  trigger %u: %s\n", trigger, tio_last_error());
+    if (rt)
+        tio_runtime_get_stats(rt, st);
+    if (e)
+        (void)tio_engine_stats(e, es);
+    tio_runtime_free(rt);
+    if (d != MAP_FAILED)
+        (void)munmap(d, 1024 * KiB);
+    rt_free_inputs(plan, e, tr);
+    (void)rmdir(dir);
+    return rc;
+}
+
+TIO_TEST(last_real_use_waits_for_the_write_in_flight) {
+    uint64_t at2 = 0;
+    int released = 0;
+    struct tio_runtime_stats st = { 0 };
+    struct tio_engine_stats es = { 0 };
+    CHECK_EQ_I(host_step(1, &at2, &released, &st, &es), 0);
+    CHECK_EQ_U(at2, 1); /* the write completed before after_kernel(2) returned */
+    CHECK_EQ_U(st.offloads, 1);
+    CHECK_EQ_U(st.dead_releases, 0);
+    CHECK_EQ_U(st.bytes_offloaded, 1024 * KiB);
+    CHECK(st.wait_write_count >= 1);
+    CHECK_EQ_U(es.requests_failed, 0);
+}
+
+TIO_TEST(offload_past_the_last_real_use_releases_without_a_write) {
+    uint64_t at2 = 0;
+    int released = 0;
+    struct tio_runtime_stats st = { 0 };
+    struct tio_engine_stats es = { 0 };
+    CHECK_EQ_I(host_step(3, &at2, &released, &st, &es), 0);
+    CHECK_EQ_U(st.offloads, 1);
+    CHECK_EQ_U(st.dead_releases, 1);
+    CHECK_EQ_U(st.bytes_offloaded, 0);
+    CHECK_EQ_U(es.bytes_written, 0);
+    CHECK_EQ_I(released, 1); /* its memory went back at the planned point */
+}
+
 int main(void) {
     if (fake_cuda_load(&fc) < 0)
         return 1;
     RUN(forget_waits_for_the_copy_of_its_bytes);
+    RUN(last_real_use_waits_for_the_write_in_flight);
+    RUN(offload_past_the_last_real_use_releases_without_a_write);
     return tio_test_done();
 }

@@ -27,16 +27,16 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE="addre
 cmake --build build-asan --parallel "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE "slow|install")
 
-step "CTest: ThreadSanitizer build (clang), io label and the block cache"
+step "CTest: ThreadSanitizer build (clang), the io and threads labels (engine, block cache)"
 CC=clang cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE=thread \
       -DTIO_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan --parallel "$jobs"
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" -L io --no-tests=ignore)
-# the block cache is shared by PyTorch's allocating threads (teraio._torch_alloc)
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_blockcache')
+# threads: the block cache, shared by PyTorch's allocating threads (teraio._torch_alloc)
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" \
+     -L '^(io|threads)$' --no-tests=ignore)
 
 if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
-    step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-40} s per target)"
+    step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-25} s per target)"
     CC=clang cmake -S . -B build-fuzz -G Ninja -DTIO_BUILD_FUZZERS=ON -DTIO_BUILD_TESTS=OFF \
           -DTIO_BUILD_CLI=OFF -DTIO_BUILD_BENCH=OFF >/dev/null
     cmake --build build-fuzz --parallel "$jobs"
@@ -47,7 +47,7 @@ if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
         cp -r "$corpus"/. "$work"/ 2>/dev/null || true
         echo "fuzzing $name"
         rc=0
-        "$f" -max_total_time="${TIO_FUZZ_SECONDS:-40}" -max_len=65536 -rss_limit_mb=2048 \
+        "$f" -max_total_time="${TIO_FUZZ_SECONDS:-25}" -max_len=65536 -rss_limit_mb=2048 \
              -timeout=10 -artifact_prefix="$work/" -print_final_stats=1 "$work" \
              >"$work.log" 2>&1 || rc=$?
         grep -E "stat::number_of_executed_units" "$work.log" || true

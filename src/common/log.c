@@ -18,6 +18,19 @@ static atomic_int log_level = -1; /* -1: not yet read from the environment */
 static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
 static tio_log_fn sink_fn;
 static void *sink_ud;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* A child of fork() has only the forking thread: another thread that was writing a message held
+ * sink_lock, which nobody would release there; the child starts with it free. (Not taken across
+ * fork in a prepare handler: a sink may take its own locks under sink_lock, and their prepare
+ * handlers would run in an order this file cannot know.) */
+static void fork_child(void) {
+    (void)pthread_mutex_init(&sink_lock, NULL);
+}
+
+static void register_fork(void) {
+    (void)pthread_atfork(NULL, NULL, fork_child);
+}
 
 static int level_from_env(void) {
     const char *v = getenv("TIO_LOG_LEVEL"); /* NOLINT(concurrency-mt-unsafe): read once */
@@ -54,6 +67,7 @@ void tio_log_set_level(int level) {
 }
 
 void tio_log_set(tio_log_fn fn, void *user_data) {
+    (void)pthread_once(&fork_once, register_fork);
     pthread_mutex_lock(&sink_lock);
     sink_fn = fn;
     sink_ud = user_data;
@@ -69,6 +83,7 @@ void tio_log_write(int level, const char *func, const char *fmt, ...) {
     va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    (void)pthread_once(&fork_once, register_fork);
     pthread_mutex_lock(&sink_lock);
     if (sink_fn) {
         sink_fn(level, func ? func : "", msg, sink_ud);

@@ -1,10 +1,15 @@
 /* Common infrastructure: status strings, error detail, units, allocation, CRC32C, logging. */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <teraio/teraio.h>
 
@@ -253,6 +258,65 @@ TIO_TEST(log_callback_and_level) {
     tio_log_set_level(TIO_LOG_WARN);
 }
 
+/* A sink slow enough that the writing thread holds the library's sink lock most of the time. */
+static atomic_int fork_spam_stop;
+static void slow_sink(int level, const char *func, const char *msg, void *ud) {
+    (void)level;
+    (void)func;
+    (void)msg;
+    (void)ud;
+    struct timespec ts = { 0, 2000000 };
+    nanosleep(&ts, NULL);
+}
+static void *spam(void *unused) {
+    (void)unused;
+    while (!atomic_load(&fork_spam_stop)) {
+        TIO_LOG_WARN("from another thread");
+    }
+    return NULL;
+}
+
+/* fork() while another thread is inside the sink: the child logs without a hang (it would wait
+ * forever for a lock held by a thread it does not have). */
+TIO_TEST(log_in_a_child_forked_while_another_thread_logs) {
+    tio_log_set(slow_sink, NULL);
+    atomic_store(&fork_spam_stop, 0);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, spam, NULL) == 0);
+    int hung = 0, bad = 0;
+    for (int i = 0; i < 8; i++) {
+        struct timespec ts = { 0, 3000000 };
+        nanosleep(&ts, NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            tio_log_set(NULL, NULL); /* the sink lock first, then a message to stderr */
+            TIO_LOG_ERROR("child %d logs", i);
+            _exit(0);
+        }
+        REQUIRE(pid > 0);
+        int status = 0, done = 0;
+        for (int w = 0; w < 500 && !done; w++) { /* 5 s */
+            done = waitpid(pid, &status, WNOHANG) == pid;
+            if (!done) {
+                struct timespec p = { 0, 10000000 };
+                nanosleep(&p, NULL);
+            }
+        }
+        if (!done) {
+            hung++;
+            (void)kill(pid, SIGKILL);
+            (void)waitpid(pid, &status, 0);
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            bad++;
+        }
+    }
+    atomic_store(&fork_spam_stop, 1);
+    pthread_join(th, NULL);
+    tio_log_set(NULL, NULL);
+    CHECK_EQ_I(hung, 0);
+    CHECK_EQ_I(bad, 0);
+}
+
 /* Nanoseconds from a to b. */
 static int64_t ns_between(const struct timespec *a, const struct timespec *b) {
     return (int64_t)(b->tv_sec - a->tv_sec) * 1000000000 + (b->tv_nsec - a->tv_nsec);
@@ -296,6 +360,7 @@ int main(void) {
     RUN(crc32c_known_vectors);
     RUN(crc32c_long_buffers_match_the_definition);
     RUN(log_callback_and_level);
+    RUN(log_in_a_child_forked_while_another_thread_logs);
     RUN(deadline_in_is_normalized);
     RUN(version);
     return tio_test_done();

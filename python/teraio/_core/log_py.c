@@ -117,6 +117,22 @@ static void sink(int level, const char *func, const char *msg, void *user_data) 
     }
 }
 
+/* A child of fork() has only the forking thread: an engine thread queueing a message held
+ * q_lock, maybe with the slot half written. The child starts with the lock free and the queue
+ * empty (the parent keeps and emits those messages), and asks for a drain with its next one. */
+static void fork_child(void) {
+    (void)pthread_mutex_init(&q_lock, NULL);
+    q_head = 0;
+    q_count = 0;
+    q_dropped = 0;
+    q_scheduled = 0;
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork(void) {
+    (void)pthread_atfork(NULL, NULL, fork_child);
+}
+
 static PyObject *py_log_to_python(PyObject *self, PyObject *fn) {
     (void)self;
     if (fn != Py_None && !PyCallable_Check(fn)) {
@@ -129,6 +145,7 @@ static PyObject *py_log_to_python(PyObject *self, PyObject *fn) {
         drain();
         Py_CLEAR(q_emit);
     } else {
+        (void)pthread_once(&fork_once, register_fork);
         Py_INCREF(fn);
         Py_XSETREF(q_emit, fn);
         tio_log_set(sink, NULL);

@@ -99,8 +99,7 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
     void *s = NULL, *d = dev_alloc(n), *d2 = dev_alloc(n), *fence = new_event(),
          *done = new_event();
     CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
-    if (!s || !d || !d2 || !fence || !done)
-        return;
+    REQUIRE(s && d && d2 && fence && done);
     unsigned char *sh2 = fc.translate(d2, n);
     memset(sh2, 0, n);
     atomic_store(&g_gate, 0);
@@ -304,8 +303,7 @@ TIO_TEST(failed_write_keeps_the_previous_copy) {
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
     void *d = dev_alloc(N), *d2 = dev_alloc(N);
-    if (!e || !d || !d2)
-        return;
+    REQUIRE(e && d && d2);
     io_fill(fc.translate(d, N), N, 51);
     CHECK_OK(io_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* 17 pieces: writes 1..17 */

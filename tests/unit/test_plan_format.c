@@ -58,10 +58,7 @@ static struct tio_plan *sample(void) {
 
 TIO_TEST(moves_sorted_and_flags_normalized) {
     struct tio_plan *p = sample();
-    CHECK(p != NULL);
-    if (!p) {
-        return;
-    }
+    REQUIRE(p != NULL);
     size_t n;
     const struct tio_move *m = tio_plan_moves(p, &n);
     CHECK_EQ_U(n, 4);
@@ -159,10 +156,7 @@ static unsigned char *slurp(const char *path, size_t *len) {
 
 TIO_TEST(round_trips) {
     struct tio_plan *p = sample();
-    CHECK(p != NULL);
-    if (!p) {
-        return;
-    }
+    REQUIRE(p != NULL);
     char bin[512], js[512];
     (void)snprintf(bin, sizeof bin, "%s/p.plan", tmpdir);
     (void)snprintf(js, sizeof js, "%s/p.json", tmpdir);
@@ -285,10 +279,7 @@ static int reload_with_summary(struct tio_plan *p, const struct tio_plan_summary
  * have, no shortfall in a feasible plan, a shortfall kernel inside the plan. */
 TIO_TEST(absurd_summaries_rejected) {
     struct tio_plan *p = sample();
-    CHECK(p != NULL);
-    if (!p) {
-        return;
-    }
+    REQUIRE(p != NULL);
     struct tio_plan_summary good;
     tio_plan_get_summary(p, &good);
     CHECK_OK(reload_with_summary(p, &good));

@@ -147,10 +147,7 @@ TIO_TEST(json_size_overflow) {
      * sum 2^64, one past UINT64_MAX. */
     size_t n = 16385, cap = 128 + n * 64;
     char *text = malloc(cap);
-    CHECK(text != NULL);
-    if (!text) {
-        return;
-    }
+    REQUIRE(text != NULL);
     size_t len = (size_t)snprintf(text, cap, "%s\"tensors\":[", HEAD);
     for (size_t i = 0; i < n; i++) {
         len += (size_t)snprintf(text + len, cap - len,

@@ -468,6 +468,10 @@ TIO_TEST(json_execution_member) {
     CHECK_ERR_HAS("\"execution\" missing");
     (void)snprintf(text, sizeof text, DOC, 3, "\"execution\":\"moves\",", 0, 0, "");
     CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EVERSION);
+    CHECK_ERR_HAS("version 3 not supported (this build reads 1 to 2); written by a newer teraio");
+    (void)snprintf(text, sizeof text, DOC, 0, "\"execution\":\"moves\",", 0, 0, "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EVERSION);
+    CHECK(strstr(tio_last_error(), "newer") == NULL); /* version 0 is no newer plan */
     /* version 1 */
     (void)snprintf(text, sizeof text, DOC, 1, "", 1, 1, MOVE);
     CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p));

@@ -21,7 +21,8 @@ const char *tio_strerror(int status) {
     case TIO_EFORMAT:
         return "malformed or corrupt file";
     case TIO_EVERSION:
-        return "unsupported format version";
+        return "file or struct from a newer or older teraio: use a matching teraio, or "
+               "regenerate/rebuild with this one";
     case TIO_ENOMEM:
         return "out of memory or size limit exceeded";
     case TIO_EUNAVAIL:

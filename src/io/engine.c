@@ -251,19 +251,6 @@ static int write_request(struct tio_engine *e,
     return rc;
 }
 
-int tio_eng_write_ordered(struct tio_engine *e,
-                          uint64_t tensor_id,
-                          const void *ptr,
-                          uint64_t bytes,
-                          int32_t tier,
-                          int32_t priority,
-                          uint64_t tag,
-                          void *fence,
-                          void *done) {
-    return write_request(e, tensor_id, ptr, bytes, TIO_MEM_DEVICE, tier, priority, tag, fence,
-                         done);
-}
-
 static int engine_read(struct tio_engine *e,
                        uint64_t tensor_id,
                        void *ptr,
@@ -534,7 +521,9 @@ const char *tio_engine_backend(const struct tio_engine *e) {
 #define WRITE_REQUEST_MIN TIO_SIZE_THROUGH(struct tio_engine_write_request, fence)
 #define READ_REQUEST_MIN  TIO_SIZE_THROUGH(struct tio_engine_read_request, done)
 
-int tio_engine_write(struct tio_engine *e, const struct tio_engine_write_request *req) {
+/* A versioned write request, with the ordered write's `done` event (NULL: a plain write). */
+static int
+engine_write(struct tio_engine *e, const struct tio_engine_write_request *req, void *done) {
     struct tio_engine_write_request r;
     memset(&r, 0, sizeof r);
     int rc = tio_struct_in("engine write: request", &r, sizeof r, WRITE_REQUEST_MIN, req);
@@ -542,7 +531,17 @@ int tio_engine_write(struct tio_engine *e, const struct tio_engine_write_request
         return rc;
     }
     return write_request(e, r.tensor_id, r.src, r.bytes, r.mem, r.tier, r.priority, r.tag, r.fence,
-                         NULL);
+                         done);
+}
+
+int tio_engine_write(struct tio_engine *e, const struct tio_engine_write_request *req) {
+    return engine_write(e, req, NULL);
+}
+
+int tio_eng_write_ordered(struct tio_engine *e,
+                          const struct tio_engine_write_request *req,
+                          void *done) {
+    return engine_write(e, req, done);
 }
 
 int tio_engine_read(struct tio_engine *e, const struct tio_engine_read_request *req) {

@@ -211,9 +211,9 @@ static int load_binary(const unsigned char *b, size_t len, struct tio_plan **out
     }
     uint32_t version = get32(b + 8);
     if (version != PLAN_VERSION && version != 1) {
-        return tio_set_error(TIO_EVERSION,
-                             "plan: version %u not supported (this build reads 1 to %u)", version,
-                             PLAN_VERSION);
+        return tio_set_error(
+            TIO_EVERSION, "plan: version %u not supported (this build reads 1 to %u)%s", version,
+            PLAN_VERSION, version > PLAN_VERSION ? "; written by a newer teraio" : "");
     }
     uint32_t hdr = version == 1 ? PLAN_HEADER_V1 : PLAN_HEADER;
     if (get32(b + 12) != hdr) {
@@ -505,8 +505,9 @@ static int load_json_obj(const json_t *o, struct tio_plan **out) {
     }
     if (version != PLAN_VERSION && version != 1) {
         return tio_set_error(TIO_EVERSION,
-                             "plan: version %llu not supported (this build reads 1 to %u)",
-                             (unsigned long long)version, PLAN_VERSION);
+                             "plan: version %llu not supported (this build reads 1 to %u)%s",
+                             (unsigned long long)version, PLAN_VERSION,
+                             version > PLAN_VERSION ? "; written by a newer teraio" : "");
     }
     const json_t *ex = json_object_get(o, "execution");
     int32_t exec = -1;

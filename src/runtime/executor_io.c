@@ -327,22 +327,20 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
     if (rc < 0) {
         return rc;
     }
+    const struct tio_engine_write_request req = {
+        .struct_size = sizeof req,
+        .tensor_id = rt->eid[t],
+        .src = rt->ptr[t],
+        .bytes = rt->v.tensor_bytes[t],
+        .mem = rt->mem,
+        .tier = tier,
+        .priority = urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL,
+        .tag = (uint64_t)t,
+        .fence = fence,
+    };
     for (;;) {
-        int32_t prio = urgent ? TIO_PRIO_URGENT : TIO_PRIO_NORMAL;
-        rc = ordered
-                 ? tio_eng_write_ordered(rt->engine, rt->eid[t], rt->ptr[t], rt->v.tensor_bytes[t],
-                                         tier, prio, (uint64_t)t, fence, done)
-                 : tio_engine_write(rt->engine,
-                                    &(struct tio_engine_write_request){
-                                        .struct_size = sizeof(struct tio_engine_write_request),
-                                        .tensor_id = rt->eid[t],
-                                        .src = rt->ptr[t],
-                                        .bytes = rt->v.tensor_bytes[t],
-                                        .mem = rt->mem,
-                                        .tier = tier,
-                                        .priority = prio,
-                                        .tag = (uint64_t)t,
-                                        .fence = fence });
+        rc = ordered ? tio_eng_write_ordered(rt->engine, &req, done)
+                     : tio_engine_write(rt->engine, &req);
         if (rc == -EAGAIN && rt->inflight > 0) {
             if ((rc = tio_rt_reap(rt, 1)) < 0) {
                 return rc;

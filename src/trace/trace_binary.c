@@ -381,8 +381,9 @@ static int header_fixed(const unsigned char *buf, uint64_t len) {
     uint32_t version = get_u32(buf + H_VERSION);
     if (version != TIO_TRACE_BIN_VERSION) {
         return tio_set_error(TIO_EVERSION,
-                             "trace: header: version %u not supported (this build reads %u)",
-                             version, TIO_TRACE_BIN_VERSION);
+                             "trace: header: version %u not supported (this build reads %u)%s",
+                             version, TIO_TRACE_BIN_VERSION,
+                             version > TIO_TRACE_BIN_VERSION ? "; written by a newer teraio" : "");
     }
     uint32_t hb = get_u32(buf + H_HEADER_BYTES);
     if (hb != TIO_TRACE_HEADER_BYTES) {

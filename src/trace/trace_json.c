@@ -724,8 +724,11 @@ static int read_root(const struct jdoc *d, struct tio_trace **out) {
         rc = tio_set_error(TIO_EFORMAT, "trace: version: %s",
                            ver ? "must be an integer" : "missing");
     } else if (json_integer_value(ver) != TIO_TRACE_JSON_VERSION) {
-        rc = tio_set_error(TIO_EVERSION, "trace: version %lld not supported (this build reads %d)",
-                           (long long)json_integer_value(ver), TIO_TRACE_JSON_VERSION);
+        long long v = json_integer_value(ver);
+        rc =
+            tio_set_error(TIO_EVERSION, "trace: version %lld not supported (this build reads %d)%s",
+                          v, TIO_TRACE_JSON_VERSION,
+                          v > TIO_TRACE_JSON_VERSION ? "; written by a newer teraio" : "");
     }
     json_decref(ver);
     if (rc < 0) {

@@ -138,9 +138,7 @@ TIO_TEST(a_copy_waits_for_the_kernel_it_follows) {
 TIO_TEST(pageable_copies_are_synchronous_and_slower) {
     void *s = NULL, *dev = NULL;
     unsigned char *page = malloc(MiB);
-    CHECK(page != NULL);
-    if (!page)
-        return;
+    REQUIRE(page != NULL);
     memset(page, 0x5A, MiB);
     CHECK_EQ_I(timed_on(0), 0);
     CHECK_EQ_I(fc.malloc_device(&dev, MiB), 0);

@@ -50,8 +50,7 @@ static void run_stream(const char *backend, int verify, struct outcome *out) {
     p.verify = verify;
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     unsigned char *src[NS * NM], *dst[NS * NM];
     for (size_t i = 0; i < NS; i++) {
         for (size_t m = 0; m < NM; m++) {
@@ -158,9 +157,7 @@ TIO_TEST(split_over_4gib_null) {
     uint64_t bytes = (UINT64_C(5) << 30) + 4096;
     void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    CHECK(mem != MAP_FAILED);
-    if (mem == MAP_FAILED)
-        return;
+    REQUIRE(mem != MAP_FAILED);
     struct tio_engine_params p = io_params("null", g_dirv, 1);
     p.chunk_bytes = UINT64_C(8) << 30; /* one chunk holds the whole tensor */
     p.preallocate = 0;
@@ -193,8 +190,7 @@ TIO_TEST(short_transfers_resumed) {
     p.backend_options = "short=12288"; /* every transfer reports at most 3 pages */
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = (1 << 20) + 777;
     unsigned char *a = tio_aligned_alloc(4096, n + 4096), *b = tio_aligned_alloc(4096, n + 4096);
     io_fill(a + 3, n, 99);
@@ -219,8 +215,7 @@ TIO_TEST(queue_full_is_reported_at_once) {
     p.backend_options = "delay_us=20000";
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     static unsigned char buf[8][4096];
     for (int i = 0; i < 4; i++)
         CHECK_OK(io_write(e, (uint64_t)i, buf[i], 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL,
@@ -244,8 +239,7 @@ TIO_TEST(cancellation) {
     p.backend_options = "delay_us=30000";
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = 512 * 1024; /* 8 chunks x 30 ms */
     unsigned char *a = tio_aligned_alloc(4096, n);
     io_fill(a, n, 3);
@@ -284,8 +278,7 @@ TIO_TEST(urgent_overtakes_normal) {
     p.backend_options = "delay_us=20000";
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     static unsigned char buf[4096];
     for (int i = 0; i < 6; i++)
         CHECK_OK(io_write(e, (uint64_t)i, buf, 4096, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL,
@@ -336,8 +329,7 @@ static void threads_on(const char *backend) {
     p.verify = 1;
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     struct thread_arg args[4];
     for (int t = 0; t < 4; t++) {
         args[t].e = e;
@@ -390,9 +382,7 @@ TIO_TEST(several_submitting_threads) {
 
 TIO_TEST(host_tier) {
     struct tio_engine *e = io_host_tier_engine(g_dirv, 1 << 20);
-    CHECK(e != NULL);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = 600 * 1024 + 3;
     unsigned char *a = tio_malloc(n), *b = tio_malloc(n);
     io_fill(a, n, 11);
@@ -420,8 +410,7 @@ TIO_TEST(overwrite_keeps_latest) {
     p.chunk_bytes = 8192;
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = 50000;
     unsigned char *a = tio_malloc(n), *b = tio_malloc(n);
     io_fill(a, n, 1);
@@ -447,8 +436,7 @@ TIO_TEST(bad_requests) {
     p.backend_options = "delay_us=20000";
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     static unsigned char buf[8192];
     CHECK_RC(io_write(e, 1, buf, 0, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL),
              TIO_EINVAL);
@@ -510,8 +498,7 @@ static void device_roundtrip(const char *backend, int tier) {
     p.host_tier_bytes = 4 << 20;
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = (1 << 20) + 12345;
     void *d1 = NULL, *d2 = NULL;
     CHECK_EQ_I(cu->malloc_device(&d1, n), 0);
@@ -547,9 +534,8 @@ TIO_TEST(device_memory_fakes) {
         return;
     }
     char why[256];
-    CHECK(tio_cudart_usable(why, sizeof why));
-    if (!tio_cudart())
-        return;
+    REQUIRE(tio_cudart_usable(why, sizeof why));
+    REQUIRE(tio_cudart() != NULL);
     uint64_t m0 = fake_counter("TIO_CUDART_LIB", "fake_cuda_memcpy_calls");
     device_roundtrip("cuda", TIO_TIER_SSD);
     CHECK(fake_counter("TIO_CUDART_LIB", "fake_cuda_memcpy_calls") > m0); /* bounced */

@@ -135,9 +135,7 @@ static void threads_submit_and_wait(const struct mode *m) {
     /* depth 4, 64 KiB chunks: requests of up to ~300 KiB need follow-up pieces; odd sizes
      * and malloc alignment go through staging */
     s.e = engine_for(m, 4, UINT64_C(64) << 10);
-    CHECK(s.e != NULL);
-    if (!s.e)
-        return;
+    REQUIRE(s.e != NULL);
     for (int i = 0; i < NT * PER; i++) {
         s.sizes[i] = 1 + (uint64_t)((i * 104729 + 7) % (300 * 1024));
         if (i % 5 == 0)
@@ -223,9 +221,7 @@ static void *submit_only_main(void *arg) {
 
 static void one_waiter(const struct mode *m) {
     struct tio_engine *e = engine_for(m, 4, UINT64_C(64) << 10);
-    CHECK(e != NULL);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     pthread_t th[3];
     struct submit_only a[3];
     for (int t = 0; t < 3; t++) {
@@ -356,8 +352,7 @@ static void many_waiters(const struct mode *m) {
     p.chunk_bytes = UINT64_C(64) << 10;
     p.max_requests = 16;
     CHECK_OK(tio_engine_new(&p, &s.e));
-    if (!s.e)
-        return;
+    REQUIRE(s.e != NULL);
     s.buf = tio_aligned_alloc(4096, UINT64_C(64) << 10);
     memset(s.buf, 0x5a, UINT64_C(64) << 10);
     pthread_t th[MW_WAITERS + MW_SUBMITTER];
@@ -576,9 +571,7 @@ TIO_TEST(a_sleeping_waiter_drives_new_requests) {
 
 static void progress_without_waiter(const struct mode *m) {
     struct tio_engine *e = engine_for(m, 2, UINT64_C(64) << 10);
-    CHECK(e != NULL);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = 4u << 20; /* 64 pieces at depth 2: 62 follow-up submissions */
     unsigned char *a = tio_aligned_alloc(4096, n), *b = tio_aligned_alloc(4096, n);
     io_fill(a, n, 77);
@@ -636,9 +629,7 @@ static void *reaper_main(void *arg) {
 
 static void cancel_while_reaping(const struct mode *m) {
     struct tio_engine *e = engine_for(m, 1, UINT64_C(64) << 10);
-    CHECK(e != NULL);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = 8u << 20; /* 128 pieces each at depth 1 */
     unsigned char *a = tio_aligned_alloc(4096, n);
     io_fill(a, n, 5);
@@ -714,9 +705,7 @@ static void *timed_waiter_main(void *arg) {
 
 static void two_waiters_one_completion(const struct mode *m) {
     struct tio_engine *e = engine_for(m, 1, UINT64_C(64) << 10);
-    CHECK(e != NULL);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     uint64_t n = 16u << 20; /* 256 pieces at depth 1: both waiters are in before it is done */
     unsigned char *a = tio_aligned_alloc(4096, n);
     io_fill(a, n, 9);

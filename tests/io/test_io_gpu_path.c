@@ -99,8 +99,7 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
     void *s = NULL, *d = dev_alloc(n), *d2 = dev_alloc(n), *fence = new_event(),
          *done = new_event();
     CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
-    if (!s || !d || !d2 || !fence || !done)
-        return;
+    REQUIRE(s && d && d2 && fence && done);
     unsigned char *sh2 = fc.translate(d2, n);
     memset(sh2, 0, n);
     atomic_store(&g_gate, 0);
@@ -247,11 +246,26 @@ TIO_TEST(ordered_write_releases_in_stream_order) {
         CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
         CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f1), 0);
         CHECK_EQ_I(fc.event_record(fence, s), 0);
+        struct tio_engine_write_request w = { .struct_size = sizeof w,
+                                              .tensor_id = 9,
+                                              .src = d,
+                                              .bytes = N,
+                                              .mem = TIO_MEM_DEVICE,
+                                              .tier = TIO_TIER_SSD,
+                                              .priority = TIO_PRIO_NORMAL,
+                                              .tag = 9,
+                                              .fence = fence };
         if (round == 0) /* only the host tier takes a done event */
-            CHECK_EQ_I(
-                tio_eng_write_ordered(e, 9, d, N, TIO_TIER_SSD, TIO_PRIO_NORMAL, 9, fence, done),
-                TIO_EINVAL);
-        CHECK_OK(tio_eng_write_ordered(e, 1, d, N, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, fence, done));
+            CHECK_EQ_I(tio_eng_write_ordered(e, &w, done), TIO_EINVAL);
+        w.tensor_id = 1;
+        w.tier = TIO_TIER_HOST;
+        w.tag = 1;
+        if (round == 0) { /* and only device memory */
+            w.mem = TIO_MEM_HOST;
+            CHECK_EQ_I(tio_eng_write_ordered(e, &w, done), TIO_EINVAL);
+            w.mem = TIO_MEM_DEVICE;
+        }
+        CHECK_OK(tio_eng_write_ordered(e, &w, done));
         struct tio_completion c;
         CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, 2000000000), 1); /* with the gate closed */
         CHECK_EQ_I(c.res, (int64_t)N);
@@ -289,8 +303,7 @@ TIO_TEST(failed_write_keeps_the_previous_copy) {
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
     void *d = dev_alloc(N), *d2 = dev_alloc(N);
-    if (!e || !d || !d2)
-        return;
+    REQUIRE(e && d && d2);
     io_fill(fc.translate(d, N), N, 51);
     CHECK_OK(io_write(e, 1, d, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, (int64_t)N); /* 17 pieces: writes 1..17 */

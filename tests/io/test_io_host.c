@@ -32,8 +32,7 @@ TIO_TEST(copies_by_offset) {
     };
     void *st = NULL;
     CHECK_OK(host->init(&cfg, &st));
-    if (!st)
-        return;
+    REQUIRE(st != NULL);
     CHECK_EQ_I(host->mem_ok(st, TIO_MEM_HOST), 1);
     unsigned char a[10000], b[10000], c[100];
     for (size_t i = 0; i < sizeof a; i++)

@@ -38,8 +38,7 @@ TIO_TEST(mode_0600_and_no_name) {
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
     umask(old);
-    if (!e)
-        return;
+    REQUIRE(e != NULL);
     static unsigned char buf[4096] = { 1, 2, 3 };
     CHECK_OK(io_write(e, 1, buf, sizeof buf, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, NULL));
     CHECK_EQ_I(io_wait1(e).res, 4096);

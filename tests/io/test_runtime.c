@@ -310,10 +310,7 @@ TIO_TEST(missing_prefetch_becomes_urgent_read) {
     struct tio_trace *tr = make_trace();
     struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD, 0) : NULL;
     struct tio_engine *e = make_engine("posix", NULL);
-    CHECK(tr && plan && e);
-    if (!tr || !plan || !e) {
-        return;
-    }
+    REQUIRE(tr && plan && e);
     struct host h;
     struct tio_runtime *rt = start(tr, plan, e, &h);
     int ok = 1;
@@ -334,10 +331,7 @@ TIO_TEST(plan_of_another_trace_is_refused) {
     struct tio_trace *tr = make_trace();
     struct tio_plan *p = NULL;
     struct tio_engine *e = make_engine("posix", NULL);
-    CHECK(tr && e);
-    if (!tr || !e) {
-        return;
-    }
+    REQUIRE(tr && e);
     CHECK_OK(tio_plan_new(12345, NK, "test", &p));
     CHECK_OK(tio_plan_finish(p));
     struct tio_runtime_params rp = rt_params(tr, p, e);
@@ -355,10 +349,7 @@ TIO_TEST(io_fault_is_reported_and_data_kept) {
     /* The third write and every retry of it fail: W is written in iteration 1 (write 1), A
      * (write 2), then W again in iteration 2 (writes 3..): the error surfaces there. */
     struct tio_engine *e = make_engine("fault", "write_fail=3,write_fail_count=100");
-    CHECK(tr && plan && e);
-    if (!tr || !plan || !e) {
-        return;
-    }
+    REQUIRE(tr && plan && e);
     struct host h;
     struct tio_runtime *rt = start(tr, plan, e, &h);
     int ok = 1, rc = 0;

@@ -626,8 +626,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     g_slab_bytes = 64 * 1024 * KiB;
     void *slab = NULL;
     CHECK_EQ_I(fc.malloc_device(&slab, g_slab_bytes), 0);
-    if (!slab)
-        return;
+    REQUIRE(slab != NULL);
     g_slab = slab;
     void *streams[3] = { NULL, NULL, NULL }; /* legacy, a blocking and a non-blocking stream */
     CHECK_EQ_I(fc.stream_create(&streams[1], 0), 0);

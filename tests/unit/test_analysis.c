@@ -117,10 +117,7 @@ static const struct tio_period fix_a_periods[] = {
 
 TIO_TEST(fixture_a_periods) {
     struct tio_trace *tr = fixture_a();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     if (!a) {
@@ -183,10 +180,7 @@ TIO_TEST(fixture_a_periods) {
 
 TIO_TEST(fixture_a_curves_and_summary) {
     struct tio_trace *tr = fixture_a();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis_params prm = tio_analysis_params_default();
     CHECK_EQ_U(prm.capacity_bytes, 0);
     CHECK_EQ_U(prm.long_idle_ns, 10000000);
@@ -301,10 +295,7 @@ static struct tio_trace *fixture_b(void) {
 
 TIO_TEST(fixture_b_long_idle_and_buckets) {
     struct tio_trace *tr = fixture_b();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     if (!a) {
@@ -369,10 +360,7 @@ TIO_TEST(fixture_b_long_idle_and_buckets) {
  */
 TIO_TEST(bucket_median_and_count_above) {
     struct tio_trace *tr = fixture_a();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     if (!a) {
@@ -401,10 +389,7 @@ TIO_TEST(bucket_median_and_count_above) {
     tio_trace_free(tr);
 
     tr = fixture_b();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     if (a) {
         CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_100MB_1GB), 1000000);
@@ -427,10 +412,7 @@ TIO_TEST(zero_resident_kernels_excluded) {
     static const uint64_t dur[] = { 1, 1, 1 };
     static const int uses[][8] = { { -1 }, { 0, -1 }, { -1 } };
     struct tio_trace *tr = build(1, tensors, 3, dur, uses);
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis_params prm = tio_analysis_params_default();
     prm.capacity_bytes = 1000;
     struct tio_analysis *a = NULL;
@@ -457,10 +439,7 @@ TIO_TEST(one_kernel_and_empty_trace) {
     static const uint64_t dur[] = { 7 };
     static const int uses[][8] = { { 0, -1 } };
     struct tio_trace *tr = build(2, tensors, 1, dur, uses);
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     size_t n;
@@ -480,10 +459,7 @@ TIO_TEST(one_kernel_and_empty_trace) {
 
     /* No kernels at all: no periods (an unused global's [0, 0) is empty), zero summary. */
     tr = build(2, tensors, 0, dur, uses);
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     struct tio_analysis_summary s;
     tio_analysis_get_summary(a, &s);
@@ -513,10 +489,7 @@ TIO_TEST(errors) {
 /* Every allocation failure is reported as TIO_ENOMEM and leaks nothing. */
 TIO_TEST(allocation_failures) {
     struct tio_trace *tr = fixture_a();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     int64_t base = tio_alloc_live_count();
     int ok = 0;
     for (int64_t i = 0; i < 100 && !ok; i++) {
@@ -553,10 +526,7 @@ static char *slurp(const char *path) {
 
 TIO_TEST(csv_output) {
     struct tio_trace *tr = fixture_a();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     char dir[256], sub[300], path[400];

@@ -154,10 +154,7 @@ TIO_TEST(matches_naive_reference) {
     for (uint64_t seed = 1; seed <= 40; seed++) {
         size_t nk = shapes[seed % 5][0], nt = shapes[seed % 5][1];
         struct tio_trace *tr = random_trace(seed, nk, nt);
-        CHECK(tr != NULL);
-        if (!tr) {
-            return;
-        }
+        REQUIRE(tr != NULL);
         struct tio_trace_view v;
         tio_trace_get_view(tr, &v);
         struct tio_analysis_params prm = { .capacity_bytes = 1u << 30, .long_idle_ns = 10000000 };

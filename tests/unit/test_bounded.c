@@ -48,10 +48,7 @@ static void check_pick(struct tio_bounded *tb,
  */
 TIO_TEST(outside_optimizer) {
     struct tio_bounded *tb = table(10, 32);
-    CHECK(tb != NULL);
-    if (!tb) {
-        return;
-    }
+    REQUIRE(tb != NULL);
     op(tb, (const uint64_t[]){ 1, 2 }, 2, 0);
     op(tb, (const uint64_t[]){ 3, 6 }, 2, 0);
     op(tb, (const uint64_t[]){ 4, 5 }, 2, 0);
@@ -87,10 +84,7 @@ TIO_TEST(outside_optimizer) {
  */
 TIO_TEST(inside_optimizer) {
     struct tio_bounded *tb = table(10, 2);
-    CHECK(tb != NULL);
-    if (!tb) {
-        return;
-    }
+    REQUIRE(tb != NULL);
     op(tb, (const uint64_t[]){ 1, 2 }, 2, 0);
     op(tb, (const uint64_t[]){ 3 }, 1, TIO_BOUNDED_USE_OPTIM);
     op(tb, (const uint64_t[]){ 4 }, 1, TIO_BOUNDED_USE_OPTIM);
@@ -111,10 +105,7 @@ TIO_TEST(inside_optimizer) {
 /* Tracking, reads, op statistics and the transitions' accounting. */
 TIO_TEST(accounting) {
     struct tio_bounded *tb = table(10, 32);
-    CHECK(tb != NULL);
-    if (!tb) {
-        return;
-    }
+    REQUIRE(tb != NULL);
     struct tio_bounded_stats st;
     struct tio_bounded_entry e;
     tio_bounded_begin_op(tb);                    /* clock 1 */
@@ -247,10 +238,7 @@ TIO_TEST(accounting) {
  * reachable, removed ones are gone, the byte counts add up. */
 TIO_TEST(many_keys) {
     struct tio_bounded *tb = table(1, 32);
-    CHECK(tb != NULL);
-    if (!tb) {
-        return;
-    }
+    REQUIRE(tb != NULL);
     enum { N = 5000 };
     tio_bounded_begin_op(tb);
     for (uint64_t k = 1; k <= N; k++) {

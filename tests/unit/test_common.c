@@ -21,6 +21,9 @@ TIO_TEST(strerror_covers_codes) {
         CHECK(strcmp(tio_strerror(c), "unknown teraio status") != 0);
     }
     CHECK_STR(tio_strerror(0), "success");
+    /* a version error says what to do, for files and structs alike */
+    CHECK(strstr(tio_strerror(TIO_EVERSION), "newer or older teraio") != NULL);
+    CHECK(strstr(tio_strerror(TIO_EVERSION), "regenerate/rebuild") != NULL);
     CHECK(strstr(tio_strerror(-ENOSPC), "space") != NULL);
     CHECK_STR(tio_strerror(-999999), "unknown teraio status");
 }

@@ -71,10 +71,7 @@ static const uint8_t skip_free[N_K] = { 0, 0, 0, 0, 0, 1 };
 
 TIO_TEST(first_last) {
     struct tio_trace *tr = hand_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     uint64_t first[N_T], last[N_T];
@@ -101,10 +98,7 @@ TIO_TEST(first_last) {
 
 TIO_TEST(next_use) {
     struct tio_trace *tr = hand_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     CHECK_EQ_U(v.n_uses, 8);
@@ -131,10 +125,7 @@ TIO_TEST(next_use) {
 
 TIO_TEST(build_curves_and_periods) {
     struct tio_trace *tr = hand_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     struct tio_liveness lv;
@@ -201,10 +192,7 @@ TIO_TEST(build_curves_and_periods) {
 /* The public face of the same liveness: the analysis reports the one sentinel. */
 TIO_TEST(analysis_sentinel) {
     struct tio_trace *tr = hand_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     if (a) {
@@ -226,10 +214,7 @@ TIO_TEST(analysis_sentinel) {
 /* The public entry point: kernels skipped by name, resident bytes over the tensors not excluded. */
 TIO_TEST(public_liveness) {
     struct tio_trace *tr = hand_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     uint64_t first[N_T], last[N_T], res[N_K];
     const uint8_t exclude[N_T] = { 1, 0, 0, 0, 0, 0 };
     CHECK_OK(tio_analysis_liveness(tr, "free", exclude, first, last, res));
@@ -260,10 +245,7 @@ TIO_TEST(public_liveness) {
  * within t0 the earlier of its two 2000 ns periods); t1 and t5 1000 ns. */
 TIO_TEST(top_idle) {
     struct tio_trace *tr = hand_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
     if (a) {

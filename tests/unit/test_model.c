@@ -143,9 +143,7 @@ static void check_act(struct tio_model_params p) {
     struct tio_trace *tr = NULL;
     struct tio_model_info in;
     CHECK_OK(tio_model_generate(&p, &tr, &in));
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     char prefix[32];
     (void)snprintf(prefix, sizeof prefix, "mb0.L%u.", in.stage_first_layer);
     uint64_t want = act_formula(&p);
@@ -228,9 +226,7 @@ TIO_TEST(peak_and_metadata) {
         struct tio_trace *tr = NULL;
         struct tio_model_info in;
         CHECK_OK(tio_model_generate(&p, &tr, &in));
-        if (!tr) {
-            return;
-        }
+        REQUIRE(tr != NULL);
         CHECK_EQ_U(in.peak_bytes, peak_of(tr));
         CHECK_EQ_U(in.n_kernels, tio_trace_kernel_count(tr));
         CHECK_NEAR(in.memory_ratio, (double)in.peak_bytes / (double)p.gpu.memory_bytes, 1e-12);
@@ -255,9 +251,7 @@ TIO_TEST(pipeline_rank_traces) {
     for (uint32_t r = 0; r < 2; r++) {
         p.rank = r;
         CHECK_OK(tio_model_generate(&p, &tr[r], &in[r]));
-        if (!tr[r]) {
-            return;
-        }
+        REQUIRE(tr[r] != NULL);
     }
     CHECK_EQ_U(in[0].stage, 0);
     CHECK_EQ_U(in[1].stage, 1);
@@ -329,9 +323,7 @@ TIO_TEST(every_global_used_and_kinds) {
     struct tio_trace *tr = NULL;
     struct tio_model_info in;
     CHECK_OK(tio_model_generate(&p, &tr, &in));
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
     uint8_t *used = calloc(v.n_tensors, 1);
@@ -538,9 +530,7 @@ static void check_observations(const char *name) {
     struct tio_trace *tr = NULL;
     struct tio_model_info in;
     CHECK_OK(tio_model_generate(&p, &tr, &in));
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     struct tio_analysis_params ap = tio_analysis_params_default();
     ap.capacity_bytes = in.capacity_bytes;
     struct tio_analysis *a = NULL;

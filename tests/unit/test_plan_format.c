@@ -58,10 +58,7 @@ static struct tio_plan *sample(void) {
 
 TIO_TEST(moves_sorted_and_flags_normalized) {
     struct tio_plan *p = sample();
-    CHECK(p != NULL);
-    if (!p) {
-        return;
-    }
+    REQUIRE(p != NULL);
     size_t n;
     const struct tio_move *m = tio_plan_moves(p, &n);
     CHECK_EQ_U(n, 4);
@@ -159,10 +156,7 @@ static unsigned char *slurp(const char *path, size_t *len) {
 
 TIO_TEST(round_trips) {
     struct tio_plan *p = sample();
-    CHECK(p != NULL);
-    if (!p) {
-        return;
-    }
+    REQUIRE(p != NULL);
     char bin[512], js[512];
     (void)snprintf(bin, sizeof bin, "%s/p.plan", tmpdir);
     (void)snprintf(js, sizeof js, "%s/p.json", tmpdir);
@@ -285,10 +279,7 @@ static int reload_with_summary(struct tio_plan *p, const struct tio_plan_summary
  * have, no shortfall in a feasible plan, a shortfall kernel inside the plan. */
 TIO_TEST(absurd_summaries_rejected) {
     struct tio_plan *p = sample();
-    CHECK(p != NULL);
-    if (!p) {
-        return;
-    }
+    REQUIRE(p != NULL);
     struct tio_plan_summary good;
     tio_plan_get_summary(p, &good);
     CHECK_OK(reload_with_summary(p, &good));
@@ -477,6 +468,10 @@ TIO_TEST(json_execution_member) {
     CHECK_ERR_HAS("\"execution\" missing");
     (void)snprintf(text, sizeof text, DOC, 3, "\"execution\":\"moves\",", 0, 0, "");
     CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EVERSION);
+    CHECK_ERR_HAS("version 3 not supported (this build reads 1 to 2); written by a newer teraio");
+    (void)snprintf(text, sizeof text, DOC, 0, "\"execution\":\"moves\",", 0, 0, "");
+    CHECK_RC(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p), TIO_EVERSION);
+    CHECK(strstr(tio_last_error(), "newer") == NULL); /* version 0 is no newer plan */
     /* version 1 */
     (void)snprintf(text, sizeof text, DOC, 1, "", 1, 1, MOVE);
     CHECK_OK(tio_plan_load_mem(text, strlen(text), TIO_PLAN_FORMAT_JSON, &p));

@@ -25,10 +25,7 @@ static struct tio_trace *small_trace(void) {
 
 TIO_TEST(build_and_view) {
     struct tio_trace *tr = small_trace();
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     CHECK_OK(tio_trace_finish(tr));
     struct tio_trace_view v;
     tio_trace_get_view(tr, &v);
@@ -86,10 +83,7 @@ TIO_TEST(builder_rejects_bad_arguments) {
 
 TIO_TEST(hash_depends_on_content) {
     struct tio_trace *a = small_trace(), *b = small_trace();
-    CHECK(a && b);
-    if (!a || !b) {
-        return;
-    }
+    REQUIRE(a && b);
     CHECK_OK(tio_trace_set_kernel_duration(b, 1, 5001));
     CHECK_OK(tio_trace_finish(a));
     CHECK_OK(tio_trace_finish(b));
@@ -130,10 +124,7 @@ TIO_TEST(allocation_failures_are_clean) {
 TIO_TEST(unknown_format_is_refused) {
     /* Loading and saving name a format outside the enum; AUTO picks by content / binary. */
     struct tio_trace *tr = small_trace(), *back = NULL;
-    CHECK(tr != NULL);
-    if (!tr) {
-        return;
-    }
+    REQUIRE(tr != NULL);
     CHECK_OK(tio_trace_finish(tr));
     void *d = NULL;
     size_t n = 0;

@@ -4,10 +4,7 @@
 
 TIO_TEST(binary_round_trip) {
     struct tio_trace *a = make_small(), *b = NULL, *c = NULL;
-    CHECK(a != NULL);
-    if (!a) {
-        return;
-    }
+    REQUIRE(a != NULL);
     void *d1 = NULL, *d2 = NULL;
     size_t n1 = 0, n2 = 0;
     CHECK_OK(tio_trace_save_mem(a, TIO_TRACE_FORMAT_BINARY, &d1, &n1));
@@ -36,10 +33,7 @@ TIO_TEST(binary_layout_by_hand) {
     unsigned char *d;
     size_t n;
     save_small(TIO_TRACE_FORMAT_BINARY, &d, &n);
-    CHECK(d != NULL);
-    if (!d) {
-        return;
-    }
+    REQUIRE(d != NULL);
     CHECK(memcmp(d, "TIOTRACE", 8) == 0);
     uint32_t v32;
     memcpy(&v32, d + 8, 4);
@@ -69,10 +63,7 @@ TIO_TEST(binary_layout_by_hand) {
 
 TIO_TEST(json_round_trip) {
     struct tio_trace *a = make_small(), *b = NULL, *c = NULL;
-    CHECK(a != NULL);
-    if (!a) {
-        return;
-    }
+    REQUIRE(a != NULL);
     void *j1 = NULL, *j2 = NULL, *bin = NULL;
     size_t n1 = 0, n2 = 0, nb = 0;
     CHECK_OK(tio_trace_save_mem(a, TIO_TRACE_FORMAT_JSON, &j1, &n1));

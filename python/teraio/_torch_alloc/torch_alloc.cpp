@@ -2,7 +2,7 @@
 //
 // The only C++ in teraio: PyTorch's allocator interface (c10::Allocator) is a C++ class, so
 // this adapter is what C cannot do. Everything it decides is in the C block cache
-// (include/teraio/blockcache.h), reached through the function table teraio._core exports as
+// (src/include/teraio/blockcache.h), reached through the function table teraio._core exports as
 // the capsule teraio._core._block_cache_api. Requests below min_bytes, and any the cache
 // cannot serve, go to the allocator that was installed before (PyTorch's default). Every
 // block carries its own deleter, so blocks handed out stay valid after uninstall().

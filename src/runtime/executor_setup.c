@@ -168,7 +168,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
         if (rt->cu && rt->set_item && rt->scratch && !rt->failed) {
             /* the caller frees what is still bound in stream order: after the reads landed and
              * the writes' copies ran */
-            (void)tio_rt_settle_all(rt);
+            (void)tio_rt_settle_all(rt, 0);
         }
         for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
             if (rt->tflags[t] & TF_HAS_COPY) {

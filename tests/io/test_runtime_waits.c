@@ -12,7 +12,7 @@
  *
  * The held section starts after the step's first kernel is launched (its input, read back from
  * the host tier, is queued before the GPU is held: today's engine starts a read only once its
- * fence has passed) and ends after the last kernel's after_kernel (end_iteration drains the
+ * fence has passed) and ends after the last kernel's after_kernel (end_iteration reaps the
  * requests in flight). In between, the plan offloads tensors to the host tier and reads nothing.
  */
 #include <pthread.h>

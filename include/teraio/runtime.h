@@ -146,7 +146,9 @@ TIO_API size_t tio_runtime_max_actions(const struct tio_runtime *rt);
 /*
  * tio_runtime_bind: tensor `tensor` now lives at `ptr` (after its creation, or after a
  * MATERIALIZE). Tensors that are never bound are never offloaded. Errors: TIO_EINVAL (id out of
- * range, NULL ptr), TIO_ESTATE (tensor being written or read: its memory must not move).
+ * range, NULL ptr), TIO_ESTATE (tensor being written or read: its memory must not move; binding
+ * it again at the same pointer is accepted, e.g. a global whose offload goes on past the last
+ * iteration, bound again before the next).
  */
 TIO_API TIO_MUST_CHECK int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr);
 

@@ -133,6 +133,9 @@ struct result {
     double twin_s, ideal_s, predicted_s, stall_s, read_stall_s, pressure_s, demand_s, us_per_kernel,
         h2d_util, d2h_util, host_s;
     uint64_t queue_full, urgent, offloads, prefetches, pageable;
+    /* the training thread's waits per step by reason (tio_runtime_stats): read, write, budget,
+     * end, other */
+    double wait_n[5], wait_s[5];
     char error[300];
 };
 
@@ -451,6 +454,18 @@ static void run(const struct opts *o,
     r->h2d_util = (double)(st1[FAKE_H2D_BUSY_NS] - st0[FAKE_H2D_BUSY_NS]) * 1e-9 / wall;
     r->d2h_util = (double)(st1[FAKE_D2H_BUSY_NS] - st0[FAKE_D2H_BUSY_NS]) * 1e-9 / wall;
     r->pageable = fc.pageable_copies() - pg0;
+    const uint64_t n1[5] = { s1.wait_read_count, s1.wait_write_count, s1.wait_budget_count,
+                             s1.wait_end_count, s1.wait_other_count },
+                   n0[5] = { s0.wait_read_count, s0.wait_write_count, s0.wait_budget_count,
+                             s0.wait_end_count, s0.wait_other_count };
+    const double w1[5] = { s1.wait_read_s, s1.wait_write_s, s1.wait_budget_s, s1.wait_end_s,
+                           s1.wait_other_s },
+                 w0[5] = { s0.wait_read_s, s0.wait_write_s, s0.wait_budget_s, s0.wait_end_s,
+                           s0.wait_other_s };
+    for (int i = 0; i < 5; i++) {
+        r->wait_n[i] = (double)(n1[i] - n0[i]) / o->iters;
+        r->wait_s[i] = (w1[i] - w0[i]) / o->iters;
+    }
 out:
     if (c.stream) {
         (void)fc.stream_synchronize(c.stream);
@@ -500,7 +515,7 @@ static void print_json(const struct result *r) {
            "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
            "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
            "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
-           "\"thread_us_per_kernel\":%.2f}\n",
+           "\"thread_us_per_kernel\":%.2f,",
            r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
            (unsigned long long)r->peak, (unsigned long long)r->tensors,
            (unsigned long long)r->kernels, (unsigned long long)r->moves, r->byte_scale,
@@ -510,6 +525,11 @@ static void print_json(const struct result *r) {
            (unsigned long long)r->urgent, (unsigned long long)r->offloads,
            (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
            (unsigned long long)r->pageable, r->us_per_kernel);
+    static const char *const why[5] = { "read", "write", "budget", "end", "other" };
+    for (int i = 0; i < 5; i++) { /* per step */
+        printf("\"wait_%s_count\":%.1f,\"wait_%s_s\":%.6f%s", why[i], r->wait_n[i], why[i],
+               r->wait_s[i], i < 4 ? "," : "}\n");
+    }
 }
 
 static void print_row(const struct result *r) {

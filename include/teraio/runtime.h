@@ -146,7 +146,9 @@ TIO_API size_t tio_runtime_max_actions(const struct tio_runtime *rt);
 /*
  * tio_runtime_bind: tensor `tensor` now lives at `ptr` (after its creation, or after a
  * MATERIALIZE). Tensors that are never bound are never offloaded. Errors: TIO_EINVAL (id out of
- * range, NULL ptr), TIO_ESTATE (tensor being written or read: its memory must not move).
+ * range, NULL ptr), TIO_ESTATE (tensor being written or read: its memory must not move; binding
+ * it again at the same pointer is accepted, e.g. a global whose offload goes on past the last
+ * iteration, bound again before the next).
  */
 TIO_API TIO_MUST_CHECK int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr);
 
@@ -168,6 +170,9 @@ tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t engin
  * the executor forgets the copy (it no longer drops it) and the tensor is no longer managed by
  * this executor: after giving copies away, free the executor (no further iteration); returns 1.
  * A tensor that is not stored (resident: its memory holds the data) gives nothing: returns 0.
+ * An offload of the tensor that went on past the last iteration (stream-ordered) is waited for
+ * and its copy given (returns 1) although the memory, never released, still holds the same
+ * bytes; later work on the compute stream is ordered after the write's copies.
  * Errors: TIO_EINVAL (out of range, not a global, NULL engine_id), TIO_ESTATE (inside an
  * iteration, or a request of this executor failed).
  */
@@ -203,9 +208,13 @@ TIO_API TIO_MUST_CHECK int tio_runtime_ready(struct tio_runtime *rt, uint64_t k)
 TIO_API TIO_MUST_CHECK int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k);
 
 /*
- * tio_runtime_end_iteration: all kernels ran. Waits for every in-flight request and returns the
+ * tio_runtime_end_iteration: all kernels ran. Waits for every in-flight read and returns the
  * RELEASE actions of the offloads that completed (as before_kernel). Global tensors offloaded by
- * a wrap-around move stay STORED into the next iteration.
+ * a wrap-around move stay STORED into the next iteration. Host path: waits for every request in
+ * flight and releases every completed offload. Stream-ordered: an offload still in flight (or
+ * completed with its copies still queued, and not needed under the budget) stays so into the
+ * next iteration, whose calls reap it and hand out its RELEASE as within a step; restore_begin,
+ * give_stored and tio_runtime_free wait for it.
  */
 TIO_API TIO_MUST_CHECK int
 tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max);
@@ -257,7 +266,7 @@ struct tio_runtime_stats {
     double wait_write_s;        /*   (also in stall_s) */
     uint64_t wait_budget_count; /* offloads (planned or demand) to get under the budget */
     double wait_budget_s;       /*   (also in pressure_stall_s or demand_stall_s) */
-    uint64_t wait_end_count;    /* end_iteration: requests still in flight */
+    uint64_t wait_end_count;    /* end_iteration: requests (stream-ordered: reads) in flight */
     double wait_end_s;          /*   (also in stall_s) */
     uint64_t wait_other_count;  /* forget, the first iteration's steady state */
     double wait_other_s;

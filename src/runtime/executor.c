@@ -103,9 +103,31 @@ int tio_runtime_give_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t *e
     if (rt->failed) {
         return tio_rt_sticky(rt);
     }
-    if (rt->in_iter || rt->inflight > 0) {
+    if (rt->in_iter) {
         return tio_set_error(TIO_ESTATE, "runtime: give_stored: tensor %u: only between iterations",
                              t);
+    }
+    if (rt->state[t] == ST_WRITING) { /* an offload that went on past the last iteration */
+        double dummy = 0;
+        int rc = tio_rt_wait_tensor(rt, t, &dummy, WAIT_OTHER);
+        if (rc < 0) {
+            return rc;
+        }
+        if (rt->failed) {
+            return tio_rt_sticky(rt);
+        }
+        if (rt->state[t] == ST_WRITING) { /* completed, not released: its memory holds the same
+                                             bytes as the copy; the caller's use of the memory
+                                             from now on is ordered after the write's copies */
+            if ((rc = tio_rt_settle(rt, t)) < 0) {
+                return rc;
+            }
+            rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP);
+            rt->state[t] = ST_STORED; /* given as stored (below) */
+            tio_rt_touch(rt, t);
+            tio_rt_sub_resident(rt, t);
+            rt->st.stored_bytes += rt->v.tensor_bytes[t];
+        }
     }
     if (rt->state[t] != ST_STORED || !(rt->tflags[t] & TF_HAS_COPY)) {
         return 0;
@@ -493,6 +515,17 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
     return 0;
 }
 
+/* The reads in flight: waited for (a read that completed lands in stream order). */
+static int drain_reads(struct tio_runtime *rt) {
+    while (rt->reads_inflight > 0 && rt->inflight > 0) {
+        int rc = tio_rt_reap(rt, 1);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max) {
     if (rt->failed) {
         return tio_rt_sticky(rt);
@@ -501,16 +534,26 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action 
         return tio_set_error(TIO_ESTATE, "runtime: end_iteration after %llu of %zu kernels",
                              (unsigned long long)rt->next_k, rt->v.n_kernels);
     }
+    /* Stream-ordered: offloads still in flight stay in flight into the next iteration, whose
+     * calls reap them and hand out their RELEASEs as within a step (a kernel that modifies such a
+     * global waits for its write as within a step); only the reads are waited for. Host path:
+     * everything is. */
+    int ordered = rt->cu != NULL;
     double t0 = tio_now_s();
-    int waited = rt->inflight > 0;
-    int rc = drain(rt);
+    int waited = ordered ? rt->reads_inflight > 0 : rt->inflight > 0;
+    int rc = ordered ? drain_reads(rt) : drain(rt);
+    if (rc == 0 && ordered) {
+        rc = tio_rt_reap(rt, 0);
+    }
     double dt = tio_now_s() - t0;
     rt->st.stall_s += dt;
     if (waited) {
         tio_rt_count_wait(rt, WAIT_END, dt);
     }
-    if (rc == 0) { /* what the caller does after the step sees every byte read in it */
-        rc = tio_rt_settle_all(rt);
+    /* what the caller does after the step sees every byte read in it; the copies of writes
+     * still reading their memory are waited for where the memory is released or modified */
+    if (rc == 0) {
+        rc = tio_rt_settle_all(rt, ordered);
     }
     if (rc < 0) {
         return rc;
@@ -519,7 +562,7 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action 
         return tio_rt_sticky(rt);
     }
     size_t n = 0;
-    if ((rc = tio_rt_releases(rt, out, max, &n, 0)) < 0) {
+    if ((rc = tio_rt_releases(rt, out, max, &n, ordered)) < 0) {
         return rc;
     }
     rt->in_iter = 0;
@@ -571,7 +614,7 @@ int tio_runtime_restore_finish(struct tio_runtime *rt) {
             }
         }
     }
-    if ((rc = drain(rt)) < 0 || (rc = tio_rt_settle_all(rt)) < 0) {
+    if ((rc = drain(rt)) < 0 || (rc = tio_rt_settle_all(rt, 0)) < 0) {
         return rc;
     }
     if (rt->failed) {

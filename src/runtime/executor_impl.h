@@ -96,12 +96,13 @@ struct tio_runtime {
     uint32_t heap_n;
     uint32_t *stash; /* victims kernel k uses, out of the heap during one selection */
     uint32_t stash_n;
-    uint32_t *scratch; /* [n_tensors] a set's members sorted by id */
-    uint64_t next_k;   /* the kernel expected next */
-    int in_iter;       /* between begin_iteration and end_iteration */
-    int steady;        /* the plan's state at iteration start has been established */
-    size_t inflight;   /* engine requests outstanding */
-    int failed;        /* sticky engine failure */
+    uint32_t *scratch;     /* [n_tensors] a set's members sorted by id */
+    uint64_t next_k;       /* the kernel expected next */
+    int in_iter;           /* between begin_iteration and end_iteration */
+    int steady;            /* the plan's state at iteration start has been established */
+    size_t inflight;       /* engine requests outstanding */
+    size_t reads_inflight; /* of which reads */
+    int failed;            /* sticky engine failure */
     int fail_rc;
     char fail_msg[512];
     struct tio_runtime_stats st;
@@ -138,9 +139,10 @@ int tio_rt_push(struct tio_runtime_action *out,
  * write (RELEASE with the next completed offloads; counted in offloads and dead_releases). */
 int tio_rt_is_dead(const struct tio_runtime *rt, uint32_t t, uint64_t k);
 void tio_rt_release_dead(struct tio_runtime *rt, uint32_t t);
-/* tio_rt_settle / tio_rt_settle_all: order the compute stream after landed reads. */
+/* tio_rt_settle / tio_rt_settle_all: order the compute stream after landed reads and completed
+ * writes' copies (TF_LANDING, TF_WLAND); reads_only: after landed reads only. */
 int tio_rt_settle(struct tio_runtime *rt, uint32_t t);
-int tio_rt_settle_all(struct tio_runtime *rt);
+int tio_rt_settle_all(struct tio_runtime *rt, int reads_only);
 /* tio_rt_releases: hand out RELEASE for every completed, not-kept offload; lazy: those whose
  * copies may still read the memory (TF_WLAND) only as far as the budget needs. */
 int tio_rt_releases(

@@ -51,6 +51,9 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
     if (rt->inflight > 0) {
         rt->inflight--;
     }
+    if (is_read && rt->reads_inflight > 0) {
+        rt->reads_inflight--;
+    }
     if (t >= rt->v.n_tensors) {
         return;
     }
@@ -219,12 +222,14 @@ int tio_rt_settle(struct tio_runtime *rt, uint32_t t) {
     return 0;
 }
 
-int tio_rt_settle_all(struct tio_runtime *rt) {
+int tio_rt_settle_all(struct tio_runtime *rt, int reads_only) {
     int rc = 0;
     const uint32_t *land;
     size_t n = tio_rt_set_sorted(rt, TIO_RT_SET_LAND, &land); /* in id order, as a scan */
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = tio_rt_settle(rt, land[i]);
+        if (!reads_only || (rt->tflags[land[i]] & TF_LANDING)) {
+            rc = tio_rt_settle(rt, land[i]);
+        }
     }
     return rc;
 }
@@ -586,6 +591,7 @@ int tio_rt_submit_read(struct tio_runtime *rt, uint32_t t) {
             return tio_rt_sticky(rt);
         }
         rt->inflight++;
+        rt->reads_inflight++;
         rt->state[t] = ST_READING;
         tio_rt_touch(rt, t);
         return 0;

@@ -168,7 +168,7 @@ void tio_runtime_free(struct tio_runtime *rt) {
         if (rt->cu && rt->set_item && rt->scratch && !rt->failed) {
             /* the caller frees what is still bound in stream order: after the reads landed and
              * the writes' copies ran */
-            (void)tio_rt_settle_all(rt);
+            (void)tio_rt_settle_all(rt, 0);
         }
         for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
             if (rt->tflags[t] & TF_HAS_COPY) {
@@ -213,6 +213,10 @@ int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr) {
                              rt->v.n_tensors, ptr);
     }
     if (rt->state[tensor] == ST_WRITING || rt->state[tensor] == ST_READING) {
+        if (ptr == rt->ptr[tensor]) { /* bound again where it is (e.g. an offload that went on
+                                         past the last iteration, its memory never released) */
+            return 0;
+        }
         return tio_set_error(TIO_ESTATE, "runtime: bind: tensor %u has I/O in flight", tensor);
     }
     rt->ptr[tensor] = ptr;

@@ -259,8 +259,11 @@ struct caller {
     uint64_t released_queued; /* releases after a write, likewise */
     uint64_t forgets;         /* tio_runtime_forget calls, reads in flight among them */
     uint64_t forgets_reading;
-    int dead[MAX_T]; /* forgotten in this iteration: its later uses are dropped */
-    int err;         /* a harness or executor call failed */
+    uint64_t crossed;          /* globals still offloading (not released) after end_iteration */
+    uint64_t crossed_modified; /* of which the next iteration's first use modifies */
+    int crossing[MAX_T];       /* t is such a global, not used since */
+    int dead[MAX_T];           /* forgotten in this iteration: its later uses are dropped */
+    int err;                   /* a harness or executor call failed */
 };
 
 static uint64_t *shadow(void *p, uint64_t bytes) {
@@ -385,6 +388,8 @@ static void launch(struct caller *c, uint64_t iter, uint32_t k) {
                                         .write = c->version[t] + 1 };
         if (mode & TIO_USE_WRITE)
             c->version[t]++;
+        c->crossed_modified += c->crossing[t] && (mode & TIO_USE_WRITE);
+        c->crossing[t] = 0;
         c->user[t] = kn->seq;
     }
     if (g_verbose) {
@@ -510,6 +515,10 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_runtime_action
         return;
     }
     apply(c, act, n, cleans(c) != c0);
+    for (uint32_t g = 0; g < s->ng; g++) { /* an offload that goes on into the next iteration */
+        c->crossing[g] = tio_runtime_tensor_state(c->rt, g) == 2;
+        c->crossed += (uint64_t)c->crossing[g];
+    }
     if (!c->err)
         check_globals(c, iter, 0); /* the step's reads are all visible after end_iteration */
 }
@@ -517,7 +526,7 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_runtime_action
 struct totals {
     uint64_t schedules, offloads, prefetches, bytes_offloaded, bytes_prefetched, urgent,
         demand_offloads, moves_planned, clean_offloads, clean_queued, forgets, forgets_reading,
-        released_queued, wait_write;
+        released_queued, wait_write, crossed, crossed_modified;
 };
 
 static void run_schedule(const struct spec *s,
@@ -592,6 +601,8 @@ static void run_schedule(const struct spec *s,
                        st.wait_budget_s, st.stall_s, st.pressure_stall_s, st.demand_stall_s);
     tot->forgets += c.forgets;
     tot->forgets_reading += c.forgets_reading;
+    tot->crossed += c.crossed;
+    tot->crossed_modified += c.crossed_modified;
 }
 
 static double now_s(void) {
@@ -684,6 +695,9 @@ TIO_TEST(stream_ordered_executor_under_lag) {
            (unsigned long long)tot.clean_offloads, (unsigned long long)tot.clean_queued,
            (unsigned long long)tot.released_queued, (unsigned long long)tot.forgets,
            (unsigned long long)tot.forgets_reading, (unsigned long long)tot.wait_write);
+    printf("  %llu offloads of globals went on past end_iteration, %llu of them into a kernel "
+           "of the next iteration that modifies the global\n",
+           (unsigned long long)tot.crossed, (unsigned long long)tot.crossed_modified);
     uint64_t failures = atomic_load(&g_failures);
     if (failures) {
         pthread_mutex_lock(&g_fail_mu);
@@ -699,6 +713,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     if (g_only != TIO_TIER_SSD) /* host-tier releases run ahead of the GPU (stream-ordered) */
         CHECK(tot.released_queued > 0);
     CHECK(tot.wait_write > 0); /* kernels that modify a tensor being offloaded wait (counted) */
+    CHECK(tot.crossed_modified > 0); /* and so across the end of an iteration */
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
     CHECK_EQ_U(fc.pageable_copies(), pageable0); /* from pinned memory: asynchronous */

@@ -12,7 +12,7 @@
  *
  * The held section starts after the step's first kernel is launched (its input, read back from
  * the host tier, is queued before the GPU is held: today's engine starts a read only once its
- * fence has passed) and ends after the last kernel's after_kernel (end_iteration drains the
+ * fence has passed) and ends after the last kernel's after_kernel (end_iteration reaps the
  * requests in flight). In between, the plan offloads tensors to the host tier and reads nothing.
  */
 #include <pthread.h>
@@ -279,6 +279,62 @@ TIO_TEST(budget_release_does_not_wait_for_the_gpu) {
     CHECK_EQ_I(fc.free_device(slab), 0);
 }
 
+/* Under the budget test's 448 KiB, G1's host-tier offload (triggered at kernel 4) is not needed
+ * under the budget when the step ends: end_iteration neither waits for it nor releases it, so it
+ * goes on into the next step (state WRITING). give_stored between steps waits for it and gives
+ * its copy, which holds G1's bytes; the executor no longer manages G1. */
+TIO_TEST(give_stored_waits_for_an_offload_past_the_step) {
+    struct tio_trace *tr = make_trace();
+    struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_HOST) : NULL;
+    struct tio_engine *e = rt_engine(NULL, "cuda", NULL, 4 * 256 * KiB);
+    void *slab = NULL, *stream = NULL;
+    CHECK_EQ_I(fc.malloc_device(&slab, NT * 256 * KiB), 0);
+    CHECK_EQ_I(fc.stream_create(&stream, 1), 0);
+    struct run r = { .stream = stream, .slab = slab };
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    rp.mem = TIO_MEM_DEVICE;
+    rp.stream = stream;
+    rp.stream_ordered = 1;
+    rp.budget_bytes = 448 * KiB;
+    unsigned char *g1 = slab ? fc.translate(r.slab + 256 * KiB, 64 * KiB) : NULL;
+    CHECK(g1 != NULL);
+    CHECK(tr && plan && e && slab && g1 && tio_runtime_new(&rp, &r.rt) == 0);
+    if (r.rt && g1) {
+        for (uint64_t i = 0; i < 64 * KiB; i++) /* the kernels (timed no-ops) keep these bytes */
+            g1[i] = (unsigned char)(i * 7 + 3);
+        for (uint32_t g = 0; g < 3; g++)
+            CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
+        for (int i = 0; i < 2 && !r.err; i++)
+            (void)step(&r, NULL);
+        CHECK_EQ_I(r.err, 0);
+        CHECK_EQ_I(tio_runtime_tensor_state(r.rt, 1), 2); /* G1: still offloading */
+        /* a caller that binds every global before a step binds G1 where it is: accepted */
+        CHECK_EQ_I(tio_runtime_bind(r.rt, 1, r.slab + 256 * KiB), 0);
+        CHECK_RC(tio_runtime_bind(r.rt, 1, r.slab + 4 * 256 * KiB), TIO_ESTATE); /* elsewhere */
+        uint64_t id = UINT64_MAX;
+        CHECK_EQ_I(tio_runtime_give_stored(r.rt, 1, &id), 1);
+        CHECK_EQ_U(id, 1); /* engine ids are the trace's (id_base 0) */
+        CHECK_EQ_I(tio_runtime_tensor_state(r.rt, 1), 0);     /* no longer the executor's */
+        CHECK_EQ_I(tio_runtime_give_stored(r.rt, 1, &id), 0); /* given once */
+        (void)fc.stream_synchronize(stream);
+        tio_runtime_free(r.rt);
+        unsigned char *back = calloc(1, 64 * KiB);
+        struct tio_completion c = { 0, 0 };
+        CHECK(back != NULL);
+        if (back) {
+            CHECK_EQ_I(io_read(e, 1, back, 64 * KiB, TIO_MEM_HOST, TIO_PRIO_NORMAL, 9, NULL, NULL),
+                       0);
+            CHECK_EQ_I(tio_engine_wait(e, &c, 1, 1, -1), 1);
+            CHECK_EQ_I((int)c.res, (int)(64 * KiB));
+            CHECK(memcmp(back, g1, 64 * KiB) == 0); /* the copy holds G1's bytes */
+            free(back);
+        }
+    }
+    rt_free_inputs(plan, e, tr);
+    CHECK_EQ_I(fc.stream_destroy(stream), 0);
+    CHECK_EQ_I(fc.free_device(slab), 0);
+}
+
 /* The same steps with every CUDA object of the caller on device 1 of 2, G1 on the SSD tier: the
  * executor's events and the engine's streams and copies must be device 1's too (an event recorded
  * on another device's stream fails, a copy of device 1's memory on a device-0 stream is counted).
@@ -325,6 +381,7 @@ int main(void) {
         return 1;
     RUN(offloads_do_not_hold_the_training_thread);
     RUN(budget_release_does_not_wait_for_the_gpu);
+    RUN(give_stored_waits_for_an_offload_past_the_step);
     RUN(executor_on_device_1);
     return tio_test_done();
 }

@@ -217,7 +217,21 @@ int tio_runtime_bind(struct tio_runtime *rt, uint32_t tensor, void *ptr) {
                                          past the last iteration, its memory never released) */
             return 0;
         }
-        return tio_set_error(TIO_ESTATE, "runtime: bind: tensor %u has I/O in flight", tensor);
+        if (rt->in_iter) {
+            return tio_set_error(TIO_ESTATE, "runtime: bind: tensor %u has I/O in flight", tensor);
+        }
+        /* between iterations: an offload that went on past the last one, and the caller's
+         * tensor now lives elsewhere (its storage replaced). The boundary is drained for it, as
+         * end_iteration once drained every request: the copy completes and the compute stream
+         * waits for its copies before the new memory is used. */
+        double waited = 0;
+        int rc = tio_rt_wait_tensor(rt, tensor, &waited, WAIT_OTHER);
+        if (rc == 0) {
+            rc = tio_rt_settle(rt, tensor);
+        }
+        if (rc < 0) {
+            return rc;
+        }
     }
     rt->ptr[tensor] = ptr;
     tio_rt_touch(rt, tensor);

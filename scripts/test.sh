@@ -62,7 +62,7 @@ fi
 step "pytest"
 # the TorchTitan files run in the next step, in their own venv
 python -m pytest -q tests/python --ignore=tests/python/test_titan.py \
-    --ignore=tests/python/test_titan_pp.py
+    --ignore=tests/python/test_titan_pp.py --durations=12
 
 step "pytest: TorchTitan in .venv-titan (scripts/setup_titan.sh; torchtitan and triton stay out of .venv)"
 bash scripts/setup_titan.sh

@@ -186,11 +186,68 @@ TIO_TEST(sim_checks_params_and_fills_results_by_size) {
     tio_trace_free(tr);
 }
 
+/* Params structs as a newer header declares them: the struct with fields appended. */
+struct newer_trace_params {
+    struct tio_trace_params p;
+    uint64_t added[2];
+};
+
+TIO_TEST(trace_params_check_struct_size) {
+    struct newer_trace_params n;
+    memset(&n, 0xAB, sizeof n);
+    CHECK_OK(tio_trace_params_defaults(&n.p, sizeof n));
+    CHECK_EQ_U(n.p.struct_size, sizeof n);
+    CHECK_EQ_U(n.p.kernels_hint, 0); /* documented default: all hints 0 */
+    CHECK_EQ_U(n.p.uses_hint, 0);
+    CHECK(n.added[0] == 0 && n.added[1] == 0);
+    struct tio_trace_params p;
+    memset(&p, 0xAB, sizeof p);
+    CHECK_RC(tio_trace_params_defaults(&p, offsetof(struct tio_trace_params, uses_hint)),
+             TIO_EVERSION);
+    CHECK_EQ_U(p.struct_size, 0xABABABABu); /* refused: untouched */
+    CHECK_RC(tio_trace_params_defaults(NULL, sizeof p), TIO_EINVAL);
+    CHECK_OK(tio_trace_params_defaults(&p, sizeof p));
+    CHECK_EQ_U(p.struct_size, sizeof p);
+    CHECK_EQ_U(tio_trace_params_default().struct_size, sizeof p);
+
+    struct tio_trace *tr = NULL;
+    p.kernels_hint = 10;
+    CHECK_OK(tio_trace_new(&p, &tr));
+    REQUIRE(tr != NULL);
+    tio_trace_free(tr);
+    tr = NULL;
+    CHECK_OK(tio_trace_new(NULL, &tr)); /* NULL: the defaults */
+    REQUIRE(tr != NULL);
+    tio_trace_free(tr);
+    tr = NULL;
+    p.struct_size = 0;
+    CHECK_RC(tio_trace_new(&p, &tr), TIO_EVERSION);
+    CHECK_ERR_HAS("struct_size 0");
+    CHECK(tr == NULL);
+    p.struct_size = (uint32_t)offsetof(struct tio_trace_params, uses_hint);
+    CHECK_RC(tio_trace_new(&p, &tr), TIO_EVERSION);
+
+    memset(&n, 0, sizeof n);
+    CHECK_OK(tio_trace_params_defaults(&n.p, sizeof n));
+    n.p.kernels_hint = (size_t)TIO_TRACE_MAX_KERNELS + 1; /* read from a newer caller's struct */
+    CHECK_RC(tio_trace_new(&n.p, &tr), TIO_EINVAL);
+    n.p.kernels_hint = 10;
+    CHECK_OK(tio_trace_new(&n.p, &tr)); /* its new fields unset */
+    REQUIRE(tr != NULL);
+    tio_trace_free(tr);
+    tr = NULL;
+    n.added[1] = 1;
+    CHECK_RC(tio_trace_new(&n.p, &tr), TIO_EVERSION);
+    CHECK_ERR_HAS("newer libteraio");
+    CHECK(tr == NULL);
+}
+
 int main(void) {
     RUN(engine_params_defaults_fill_the_callers_size);
     RUN(engine_new_checks_struct_size);
     RUN(engine_requests_check_struct_size);
     RUN(hw_and_model_check_struct_size);
     RUN(sim_checks_params_and_fills_results_by_size);
+    RUN(trace_params_check_struct_size);
     return tio_test_done();
 }

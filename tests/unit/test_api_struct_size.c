@@ -191,6 +191,10 @@ struct newer_trace_params {
     struct tio_trace_params p;
     uint64_t added[2];
 };
+struct newer_analysis_params {
+    struct tio_analysis_params p;
+    uint64_t added[2];
+};
 
 TIO_TEST(trace_params_check_struct_size) {
     struct newer_trace_params n;
@@ -242,6 +246,59 @@ TIO_TEST(trace_params_check_struct_size) {
     CHECK(tr == NULL);
 }
 
+TIO_TEST(analysis_params_check_struct_size) {
+    struct newer_analysis_params n;
+    memset(&n, 0xAB, sizeof n);
+    CHECK_OK(tio_analysis_params_defaults(&n.p, sizeof n));
+    CHECK_EQ_U(n.p.struct_size, sizeof n);
+    CHECK_EQ_U(n.p.capacity_bytes, 0);
+    CHECK_EQ_U(n.p.long_idle_ns, 10000000); /* documented default: 10 ms */
+    CHECK(n.added[0] == 0 && n.added[1] == 0);
+    struct tio_analysis_params p;
+    memset(&p, 0xAB, sizeof p);
+    CHECK_RC(tio_analysis_params_defaults(&p, offsetof(struct tio_analysis_params, long_idle_ns)),
+             TIO_EVERSION);
+    CHECK_EQ_U(p.struct_size, 0xABABABABu);
+    CHECK_RC(tio_analysis_params_defaults(NULL, sizeof p), TIO_EINVAL);
+    CHECK_OK(tio_analysis_params_defaults(&p, sizeof p));
+    CHECK_EQ_U(p.struct_size, sizeof p);
+    CHECK_EQ_U(tio_analysis_params_default().struct_size, sizeof p);
+
+    const struct tspec ts[] = { { 1000, W, G } };
+    const struct kspec ks[] = { { 2, 0, { 0, -1 } }, { 3, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 1, ks, 2, NULL);
+    REQUIRE(tr != NULL);
+    struct tio_analysis *a = NULL;
+    struct tio_analysis_summary s;
+    CHECK_OK(tio_analysis_new(tr, NULL, &a)); /* NULL: the defaults, capacity unknown */
+    REQUIRE(a != NULL);
+    tio_analysis_get_summary(a, &s);
+    CHECK(s.active_capacity_fraction_max == 0);
+    tio_analysis_free(a);
+    a = NULL;
+    p.struct_size = 0;
+    CHECK_RC(tio_analysis_new(tr, &p, &a), TIO_EVERSION);
+    CHECK_ERR_HAS("struct_size 0");
+    CHECK(a == NULL);
+    p.struct_size = (uint32_t)offsetof(struct tio_analysis_params, long_idle_ns);
+    CHECK_RC(tio_analysis_new(tr, &p, &a), TIO_EVERSION);
+
+    memset(&n, 0, sizeof n);
+    CHECK_OK(tio_analysis_params_defaults(&n.p, sizeof n));
+    n.p.capacity_bytes = 4000; /* the tensor's 1000 bytes are a quarter of it */
+    CHECK_OK(tio_analysis_new(tr, &n.p, &a));
+    REQUIRE(a != NULL);
+    tio_analysis_get_summary(a, &s);
+    CHECK_NEAR(s.active_capacity_fraction_max, 0.25, 1e-12);
+    tio_analysis_free(a);
+    a = NULL;
+    n.added[0] = 1;
+    CHECK_RC(tio_analysis_new(tr, &n.p, &a), TIO_EVERSION);
+    CHECK_ERR_HAS("newer libteraio");
+    CHECK(a == NULL);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(engine_params_defaults_fill_the_callers_size);
     RUN(engine_new_checks_struct_size);
@@ -249,5 +306,6 @@ int main(void) {
     RUN(hw_and_model_check_struct_size);
     RUN(sim_checks_params_and_fills_results_by_size);
     RUN(trace_params_check_struct_size);
+    RUN(analysis_params_check_struct_size);
     return tio_test_done();
 }

@@ -195,6 +195,10 @@ struct newer_analysis_params {
     struct tio_analysis_params p;
     uint64_t added[2];
 };
+struct newer_plan_params {
+    struct tio_plan_params p;
+    uint64_t added[2];
+};
 
 TIO_TEST(trace_params_check_struct_size) {
     struct newer_trace_params n;
@@ -299,6 +303,62 @@ TIO_TEST(analysis_params_check_struct_size) {
     tio_trace_free(tr);
 }
 
+TIO_TEST(plan_params_check_struct_size) {
+    struct newer_plan_params n;
+    memset(&n, 0xAB, sizeof n);
+    CHECK_OK(tio_plan_params_defaults(&n.p, sizeof n));
+    CHECK_EQ_U(n.p.struct_size, sizeof n);
+    CHECK(strcmp(n.p.policy, "teraio") == 0); /* documented defaults */
+    CHECK_EQ_U(n.p.min_tensor_bytes, 1u << 20);
+    CHECK(n.p.memory_slack == TIO_PLAN_DEFAULT_SLACK);
+    CHECK(n.added[0] == 0 && n.added[1] == 0);
+    struct tio_plan_params p;
+    memset(&p, 0xAB, sizeof p);
+    CHECK_RC(tio_plan_params_defaults(&p, offsetof(struct tio_plan_params, memory_slack)),
+             TIO_EVERSION);
+    CHECK_EQ_U(p.struct_size, 0xABABABABu);
+    CHECK_RC(tio_plan_params_defaults(NULL, sizeof p), TIO_EINVAL);
+    CHECK_OK(tio_plan_params_defaults(&p, sizeof p));
+    CHECK_EQ_U(p.struct_size, sizeof p);
+    CHECK_EQ_U(tio_plan_params_default().struct_size, sizeof p);
+
+    const struct tspec ts[] = { { 1000, W, G } };
+    const struct kspec ks[] = { { 2, 0, { 0, -1 } }, { 3, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 1, ks, 2, NULL);
+    REQUIRE(tr != NULL);
+    struct tio_hw hw = sim_test_hw(1, 1 << 20);
+    struct tio_plan *plan = NULL;
+    CHECK_OK(tio_plan_make(tr, &hw, NULL, &plan)); /* NULL: the defaults */
+    REQUIRE(plan != NULL);
+    CHECK(strcmp(tio_plan_policy(plan), "teraio") == 0);
+    CHECK_OK(tio_plan_verify(plan, tr, &hw, NULL, NULL));
+    CHECK_OK(tio_plan_verify(plan, tr, &hw, &p, NULL));
+    p.struct_size = 0;
+    CHECK_RC(tio_plan_verify(plan, tr, &hw, &p, NULL), TIO_EVERSION);
+    CHECK_ERR_HAS("struct_size 0");
+    tio_plan_free(plan);
+    plan = NULL;
+    CHECK_RC(tio_plan_make(tr, &hw, &p, &plan), TIO_EVERSION);
+    CHECK_ERR_HAS("struct_size 0");
+    CHECK(plan == NULL);
+    p.struct_size = (uint32_t)offsetof(struct tio_plan_params, memory_slack);
+    CHECK_RC(tio_plan_make(tr, &hw, &p, &plan), TIO_EVERSION);
+
+    memset(&n, 0, sizeof n);
+    CHECK_OK(tio_plan_params_defaults(&n.p, sizeof n));
+    n.p.policy = "ideal"; /* read from a newer caller's struct */
+    CHECK_OK(tio_plan_make(tr, &hw, &n.p, &plan));
+    REQUIRE(plan != NULL);
+    CHECK_EQ_I(tio_plan_execution(plan), TIO_PLAN_EXEC_IDEAL);
+    tio_plan_free(plan);
+    plan = NULL;
+    n.added[1] = 1;
+    CHECK_RC(tio_plan_make(tr, &hw, &n.p, &plan), TIO_EVERSION);
+    CHECK_ERR_HAS("newer libteraio");
+    CHECK(plan == NULL);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(engine_params_defaults_fill_the_callers_size);
     RUN(engine_new_checks_struct_size);
@@ -307,5 +367,6 @@ int main(void) {
     RUN(sim_checks_params_and_fills_results_by_size);
     RUN(trace_params_check_struct_size);
     RUN(analysis_params_check_struct_size);
+    RUN(plan_params_check_struct_size);
     return tio_test_done();
 }

@@ -199,6 +199,10 @@ struct newer_plan_params {
     struct tio_plan_params p;
     uint64_t added[2];
 };
+struct newer_runtime_params {
+    struct tio_runtime_params p;
+    uint64_t added[2];
+};
 
 TIO_TEST(trace_params_check_struct_size) {
     struct newer_trace_params n;
@@ -359,6 +363,73 @@ TIO_TEST(plan_params_check_struct_size) {
     tio_trace_free(tr);
 }
 
+TIO_TEST(runtime_params_check_struct_size) {
+    struct newer_runtime_params n;
+    memset(&n, 0xAB, sizeof n);
+    CHECK_OK(tio_runtime_params_defaults(&n.p, sizeof n));
+    CHECK_EQ_U(n.p.struct_size, sizeof n);
+    CHECK_EQ_I(n.p.mem, TIO_MEM_HOST); /* documented defaults */
+    CHECK(n.p.trace == NULL && n.p.engine == NULL && n.p.budget_bytes == 0);
+    CHECK(n.added[0] == 0 && n.added[1] == 0);
+    struct tio_runtime_params p;
+    memset(&p, 0xAB, sizeof p);
+    CHECK_RC(tio_runtime_params_defaults(&p, offsetof(struct tio_runtime_params, stream_ordered)),
+             TIO_EVERSION);
+    CHECK_EQ_U(p.struct_size, 0xABABABABu);
+    CHECK_RC(tio_runtime_params_defaults(NULL, sizeof p), TIO_EINVAL);
+    CHECK_OK(tio_runtime_params_defaults(&p, sizeof p));
+    CHECK_EQ_U(p.struct_size, sizeof p);
+    CHECK_EQ_U(tio_runtime_params_default().struct_size, sizeof p);
+
+    const struct tspec ts[] = { { 1000, W, G } };
+    const struct kspec ks[] = { { 2, 0, { 0, -1 } }, { 3, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 1, ks, 2, NULL);
+    REQUIRE(tr != NULL);
+    struct tio_hw hw = sim_test_hw(1, 1 << 20);
+    struct tio_plan *plan = NULL;
+    CHECK_OK(tio_plan_make(tr, &hw, NULL, &plan));
+    REQUIRE(plan != NULL);
+    struct tio_engine_params ep = host_only();
+    struct tio_engine *e = NULL;
+    CHECK_OK(tio_engine_new(&ep, &e));
+    REQUIRE(e != NULL);
+
+    struct tio_runtime *rt = NULL;
+    p.trace = tr;
+    p.plan = plan;
+    p.engine = e;
+    CHECK_OK(tio_runtime_new(&p, &rt));
+    REQUIRE(rt != NULL);
+    tio_runtime_free(rt);
+    rt = NULL;
+    CHECK_RC(tio_runtime_new(NULL, &rt), TIO_EINVAL); /* NULL stays an error */
+    p.struct_size = 0;
+    CHECK_RC(tio_runtime_new(&p, &rt), TIO_EVERSION);
+    CHECK_ERR_HAS("struct_size 0");
+    CHECK(rt == NULL);
+    p.struct_size = (uint32_t)offsetof(struct tio_runtime_params, stream_ordered);
+    CHECK_RC(tio_runtime_new(&p, &rt), TIO_EVERSION);
+
+    memset(&n, 0, sizeof n);
+    CHECK_OK(tio_runtime_params_defaults(&n.p, sizeof n));
+    n.p.trace = tr;
+    n.p.plan = plan;
+    CHECK_RC(tio_runtime_new(&n.p, &rt), TIO_EINVAL); /* read from a newer caller's struct */
+    CHECK_ERR_HAS("engine");
+    n.p.engine = e;
+    CHECK_OK(tio_runtime_new(&n.p, &rt)); /* its new fields unset */
+    REQUIRE(rt != NULL);
+    tio_runtime_free(rt);
+    rt = NULL;
+    n.added[1] = 1;
+    CHECK_RC(tio_runtime_new(&n.p, &rt), TIO_EVERSION);
+    CHECK_ERR_HAS("newer libteraio");
+    CHECK(rt == NULL);
+    tio_engine_free(e);
+    tio_plan_free(plan);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(engine_params_defaults_fill_the_callers_size);
     RUN(engine_new_checks_struct_size);
@@ -368,5 +439,6 @@ int main(void) {
     RUN(trace_params_check_struct_size);
     RUN(analysis_params_check_struct_size);
     RUN(plan_params_check_struct_size);
+    RUN(runtime_params_check_struct_size);
     return tio_test_done();
 }

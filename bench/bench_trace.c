@@ -60,9 +60,10 @@ static const char *const op_names[] = {
 
 /* Kernels use a few long-lived weights (global) and a sliding window of activations. */
 static struct tio_trace *build(size_t nk, size_t upk) {
-    struct tio_trace_params p = { .kernels_hint = nk,
-                                  .tensors_hint = nk / 2,
-                                  .uses_hint = nk * upk };
+    struct tio_trace_params p = tio_trace_params_default();
+    p.kernels_hint = nk;
+    p.tensors_hint = nk / 2;
+    p.uses_hint = nk * upk;
     struct tio_trace *tr = NULL;
     if (tio_trace_new(&p, &tr) < 0) {
         return NULL;

@@ -74,12 +74,22 @@ TIO_API int tio_size_bucket_of(uint64_t bytes);
 TIO_API const char *tio_size_bucket_name(int bucket);
 
 struct tio_analysis_params {
+    /* Size of this struct as the caller's header declares it: set by
+     * tio_analysis_params_default(s) (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     uint64_t capacity_bytes; /* GPU capacity for capacity-relative fractions (0 = unknown) */
     uint64_t long_idle_ns;   /* threshold of "long idle" (default 10 ms = 10,000,000 ns) */
 };
 
-/* tio_analysis_params_default: capacity 0, long_idle_ns 10 ms. */
+/* tio_analysis_params_default: capacity 0, long_idle_ns 10 ms, struct_size set. */
 TIO_API struct tio_analysis_params tio_analysis_params_default(void);
+/* tio_analysis_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
+ * defaults tio_analysis_params_default returns, as far as this library knows them (a newer
+ * header's extra fields are zeroed), and set out->struct_size. Unlike
+ * tio_analysis_params_default, safe for a caller built against another version of this header.
+ * Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned struct
+ * tio_analysis_params). */
+TIO_API int tio_analysis_params_defaults(struct tio_analysis_params *out, size_t size);
 
 /* Aggregates; the JSON output of `teraio analyze --json` uses the same names. */
 struct tio_analysis_summary {
@@ -109,6 +119,7 @@ struct tio_analysis;
 /*
  * tio_analysis_new: analyse a finished trace (`params` may be NULL). O(n_uses + n_kernels) time
  * plus a sort of the periods per bucket. Returns 0, TIO_ESTATE (trace not finished),
+ * TIO_EVERSION (params->struct_size: fill params with tio_analysis_params_default(s) first),
  * TIO_ENOMEM. Free with tio_analysis_free.
  */
 TIO_API TIO_MUST_CHECK int tio_analysis_new(const struct tio_trace *trace,

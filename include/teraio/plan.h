@@ -95,6 +95,9 @@ enum tio_plan_exec {
 };
 
 struct tio_plan_params {
+    /* Size of this struct as the caller's header declares it: set by tio_plan_params_default(s)
+     * (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     const char *policy;        /* "teraio" (= teraio-mixed), "teraio-ssd", "teraio-mixed",
                                   "teraio-paper", "teraio-paper-ssd", "g10", "lru", "none",
                                   "ideal", "zero-offload", "zero-infinity" (default "teraio") */
@@ -122,8 +125,14 @@ struct tio_plan_params {
 #define TIO_PLAN_DEFAULT_SLACK 0.02
 
 /* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB,
- * clean_copies 1, overcommit 1, memory_slack TIO_PLAN_DEFAULT_SLACK. */
+ * clean_copies 1, overcommit 1, memory_slack TIO_PLAN_DEFAULT_SLACK, struct_size set. */
 TIO_API struct tio_plan_params tio_plan_params_default(void);
+/* tio_plan_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_plan_params_default returns, as far as this library knows them (a newer header's extra
+ * fields are zeroed), and set out->struct_size. Unlike tio_plan_params_default, safe for a caller
+ * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
+ * below the first versioned struct tio_plan_params). */
+TIO_API int tio_plan_params_defaults(struct tio_plan_params *out, size_t size);
 
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */
 TIO_API size_t tio_plan_policy_count(void);
@@ -136,7 +145,9 @@ TIO_API const char *tio_plan_policy_help(size_t i);
  * error: the plan is returned with feasible = 0 and the shortfall filled in. Errors: TIO_EINVAL
  * (bad hw or params: names the field), TIO_EINFEASIBLE (capacity below the largest kernel's
  * working set, i.e. its active bytes plus the idle bytes that can never move: names the kernel
- * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ESTATE (trace not finished), TIO_ENOMEM.
+ * and both sizes), TIO_ENOTFOUND (unknown policy), TIO_ESTATE (trace not finished), TIO_EVERSION
+ * (params->struct_size: fill params with tio_plan_params_default(s) first; params NULL: the
+ * defaults), TIO_ENOMEM.
  * Policies "lru", "none", "ideal", "zero-offload" and "zero-infinity" are modelled by the
  * simulator: their plan holds no moves, only its execution (the baseline, enum tio_plan_exec)
  * and the unplanned memory summary.
@@ -193,8 +204,9 @@ TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
  *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under
  *     capacity at every kernel when the plan says feasible.
  * trace, hw and params are those the plan was made with (params NULL: the defaults). Returns 0,
- * TIO_EPLAN (the plan is for another trace, or the first violation, in the detail), or an error
- * of building the planner's model as tio_plan_make reports it (TIO_EINVAL, TIO_ENOMEM).
+ * TIO_EPLAN (the plan is for another trace, or the first violation, in the detail), TIO_EVERSION
+ * (params->struct_size, as for tio_plan_make), or an error of building the planner's model as
+ * tio_plan_make reports it (TIO_EINVAL, TIO_ENOMEM).
  * *peak_out (may be NULL): the planned peak recomputed.
  */
 TIO_API TIO_MUST_CHECK int tio_plan_verify(const struct tio_plan *plan,

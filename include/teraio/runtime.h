@@ -90,6 +90,9 @@ struct tio_runtime_action {
 };
 
 struct tio_runtime_params {
+    /* Size of this struct as the caller's header declares it: set by tio_runtime_params_default(s)
+     * (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     const struct tio_trace *trace; /* finished trace (borrowed: must outlive the executor) */
     const struct tio_plan *plan;   /* plan for `trace` (borrowed: must outlive the executor) */
     struct tio_engine *engine;     /* borrowed; see engine_id_base */
@@ -122,15 +125,23 @@ struct tio_runtime_params {
     int32_t stream_ordered;
 };
 
-/* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST. */
+/* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST, struct_size set. */
 TIO_API struct tio_runtime_params tio_runtime_params_default(void);
+/* tio_runtime_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
+ * defaults tio_runtime_params_default returns, as far as this library knows them (a newer
+ * header's extra fields are zeroed), and set out->struct_size. Unlike
+ * tio_runtime_params_default, safe for a caller built against another version of this header.
+ * Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned struct
+ * tio_runtime_params). */
+TIO_API int tio_runtime_params_defaults(struct tio_runtime_params *out, size_t size);
 
 struct tio_runtime;
 
 /*
  * tio_runtime_new: check that the plan was made for the trace (TIO_EPLAN naming both hashes),
  * that every move names a tensor of the trace, and build the tables. Every global tensor starts
- * RESIDENT and unbound. Errors: TIO_EINVAL (NULL field, named), TIO_EPLAN, TIO_ENOMEM.
+ * RESIDENT and unbound. Errors: TIO_EINVAL (NULL field, named), TIO_EVERSION (params->struct_size:
+ * fill params with tio_runtime_params_default(s) first), TIO_EPLAN, TIO_ENOMEM.
  */
 TIO_API TIO_MUST_CHECK int tio_runtime_new(const struct tio_runtime_params *params,
                                            struct tio_runtime **out);

@@ -91,17 +91,28 @@ enum tio_use_mode { TIO_USE_READ = 1, TIO_USE_WRITE = 2, TIO_USE_READ_WRITE = 3 
 struct tio_trace;
 
 struct tio_trace_params {
+    /* Size of this struct as the caller's header declares it: set by tio_trace_params_default(s)
+     * (docs/style.md, "Versioned structs"). */
+    uint32_t struct_size;
     size_t kernels_hint; /* expected counts, to reserve memory up front (0 = grow) */
     size_t tensors_hint;
     size_t uses_hint;
 };
 
-/* tio_trace_params_default: all hints 0. */
+/* tio_trace_params_default: all hints 0, struct_size set. */
 TIO_API struct tio_trace_params tio_trace_params_default(void);
+/* tio_trace_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
+ * tio_trace_params_default returns, as far as this library knows them (a newer header's extra
+ * fields are zeroed), and set out->struct_size. Unlike tio_trace_params_default, safe for a caller
+ * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
+ * below the first versioned struct tio_trace_params). */
+TIO_API int tio_trace_params_defaults(struct tio_trace_params *out, size_t size);
 
 /*
  * tio_trace_new: an empty trace in the building state. `params` may be NULL (defaults).
- * Returns 0 and *out, or TIO_ENOMEM. Free with tio_trace_free.
+ * Returns 0 and *out, TIO_EVERSION (params->struct_size: fill params with
+ * tio_trace_params_default(s) first), TIO_EINVAL (hints above the trace limits) or TIO_ENOMEM.
+ * Free with tio_trace_free.
  */
 TIO_API TIO_MUST_CHECK int tio_trace_new(const struct tio_trace_params *params,
                                          struct tio_trace **out);

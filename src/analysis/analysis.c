@@ -63,8 +63,19 @@ const char *tio_size_bucket_name(int bucket) {
 }
 
 struct tio_analysis_params tio_analysis_params_default(void) {
-    struct tio_analysis_params p = { .capacity_bytes = 0, .long_idle_ns = UINT64_C(10000000) };
+    struct tio_analysis_params p = { .struct_size = sizeof p,
+                                     .capacity_bytes = 0,
+                                     .long_idle_ns = UINT64_C(10000000) };
     return p;
+}
+
+/* The first versioned struct tio_analysis_params ends with `long_idle_ns` (fixed: fields only
+ * grow). */
+#define ANALYSIS_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_analysis_params, long_idle_ns)
+
+int tio_analysis_params_defaults(struct tio_analysis_params *out, size_t size) {
+    struct tio_analysis_params d = tio_analysis_params_default();
+    return tio_struct_out("tio_analysis_params", out, size, &d, sizeof d, ANALYSIS_PARAMS_MIN);
 }
 
 /* Allocate n elements of `elem` bytes (at least one element, so that pointers are never NULL
@@ -255,9 +266,15 @@ int tio_analysis_new(const struct tio_trace *trace,
         return tio_set_error(TIO_EINVAL, "analysis: NULL trace or output pointer");
     }
     *out = NULL;
-    struct tio_trace_view v;
-    int rc = tio_liveness_trace_view(trace, "analysis", &v);
+    struct tio_analysis_params prm = tio_analysis_params_default();
+    int rc = params
+                 ? tio_struct_in("analysis: params", &prm, sizeof prm, ANALYSIS_PARAMS_MIN, params)
+                 : 0;
     if (rc < 0) {
+        return rc;
+    }
+    struct tio_trace_view v;
+    if ((rc = tio_liveness_trace_view(trace, "analysis", &v)) < 0) {
         return rc;
     }
     const size_t n = v.n_kernels, nt = v.n_tensors, nu = v.n_uses;
@@ -268,7 +285,7 @@ int tio_analysis_new(const struct tio_trace *trace,
         goto nomem;
     }
     a->trace = trace;
-    a->params = params ? *params : tio_analysis_params_default();
+    a->params = prm;
     a->n_kernels = n;
     a->n_tensors = nt;
     struct tio_analysis_summary *s = &a->summary;

@@ -74,7 +74,23 @@ struct tio_plan_params tio_plan_params_default(void) {
         .overcommit = 1,
         .memory_slack = TIO_PLAN_DEFAULT_SLACK,
     };
+    p.struct_size = sizeof p;
     return p;
+}
+
+/* The first versioned struct tio_plan_params ends with `memory_slack` (fixed: fields only grow). */
+#define PLAN_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_plan_params, memory_slack)
+
+int tio_plan_params_defaults(struct tio_plan_params *out, size_t size) {
+    struct tio_plan_params d = tio_plan_params_default();
+    return tio_struct_out("tio_plan_params", out, size, &d, sizeof d, PLAN_PARAMS_MIN);
+}
+
+int tio_plan_params_in(const char *what,
+                       const struct tio_plan_params *params,
+                       struct tio_plan_params *out) {
+    *out = tio_plan_params_default();
+    return params ? tio_struct_in(what, out, sizeof *out, PLAN_PARAMS_MIN, params) : 0;
 }
 
 const char *tio_tier_name(int32_t tier) {
@@ -412,7 +428,11 @@ int tio_plan_make(const struct tio_trace *trace,
         return tio_set_error(TIO_EINVAL, "plan: NULL argument");
     }
     *out = NULL;
-    struct tio_plan_params pp = params ? *params : tio_plan_params_default();
+    struct tio_plan_params pp;
+    int rc = tio_plan_params_in("plan: params", params, &pp);
+    if (rc < 0) {
+        return rc;
+    }
     if (!pp.policy) {
         pp.policy = "teraio";
     }
@@ -439,8 +459,7 @@ int tio_plan_make(const struct tio_trace *trace,
         return tio_set_error(TIO_EINVAL, "plan: memory_slack: must be in [0, 0.5] (got %g)",
                              pp.memory_slack);
     }
-    int rc = tio_hw_validate(hw);
-    if (rc < 0) {
+    if ((rc = tio_hw_validate(hw)) < 0) {
         return rc;
     }
     if (!tio_trace_is_finished(trace)) {

@@ -17,6 +17,12 @@
  * tio_struct_check in common_impl.h). */
 #define TIO_HW_MIN_SIZE TIO_SIZE_THROUGH(struct tio_hw, ssd_sustained_write_Bps)
 
+/* tio_plan_params_in: the caller's params (NULL: the defaults) as this library's struct (plan.c):
+ * tio_struct_in over the defaults. 0, TIO_EVERSION (struct_size, naming `what`). */
+int tio_plan_params_in(const char *what,
+                       const struct tio_plan_params *params,
+                       struct tio_plan_params *out);
+
 /* The largest GPU capacity a plan (and a hardware description) may name: 2^60 bytes, 1 EiB. */
 #define TIO_PLAN_MAX_CAPACITY (UINT64_C(1) << 60)
 

@@ -275,10 +275,10 @@ int tio_plan_verify(const struct tio_plan *plan,
                     const struct tio_hw *hw,
                     const struct tio_plan_params *params,
                     uint64_t *peak_out) {
-    struct tio_plan_params pp = params ? *params : tio_plan_params_default();
+    struct tio_plan_params pp;
     struct tio_pmodel m;
     int rc = tio_plan_check_trace(plan, trace);
-    if (rc < 0) {
+    if (rc < 0 || (rc = tio_plan_params_in("plan verify: params", params, &pp)) < 0) {
         return rc;
     }
     if ((rc = tio_pmodel_build(trace, hw, &pp, &m)) < 0) {

@@ -10,17 +10,33 @@
 #include "../common/common_impl.h"
 #include "executor_impl.h"
 
+/* The first versioned struct tio_runtime_params ends with `stream_ordered` (fixed: fields only
+ * grow). */
+#define RUNTIME_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_runtime_params, stream_ordered)
+
 struct tio_runtime_params tio_runtime_params_default(void) {
     struct tio_runtime_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.mem = TIO_MEM_HOST;
     return p;
 }
 
-int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out) {
-    if (!p || !out) {
+int tio_runtime_params_defaults(struct tio_runtime_params *out, size_t size) {
+    struct tio_runtime_params d = tio_runtime_params_default();
+    return tio_struct_out("tio_runtime_params", out, size, &d, sizeof d, RUNTIME_PARAMS_MIN);
+}
+
+int tio_runtime_new(const struct tio_runtime_params *caller, struct tio_runtime **out) {
+    if (!caller || !out) {
         return tio_set_error(TIO_EINVAL, "runtime: params and out must not be NULL");
     }
+    struct tio_runtime_params copy = tio_runtime_params_default();
+    int rc = tio_struct_in("runtime: params", &copy, sizeof copy, RUNTIME_PARAMS_MIN, caller);
+    if (rc < 0) {
+        return rc;
+    }
+    const struct tio_runtime_params *p = &copy;
     if (!p->trace || !p->plan || !p->engine) {
         return tio_set_error(TIO_EINVAL, "runtime: params.%s must not be NULL",
                              !p->trace  ? "trace"
@@ -44,7 +60,7 @@ int tio_runtime_new(const struct tio_runtime_params *p, struct tio_runtime **out
                              "TIO_TIER_SSD",
                              p->demand_tier);
     }
-    int rc = tio_plan_check_trace(p->plan, p->trace);
+    rc = tio_plan_check_trace(p->plan, p->trace);
     if (rc < 0) {
         return rc;
     }

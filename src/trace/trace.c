@@ -33,8 +33,16 @@ int tio_tensor_kind_parse(const char *name) {
 }
 
 struct tio_trace_params tio_trace_params_default(void) {
-    struct tio_trace_params p = { 0 };
+    struct tio_trace_params p = { .struct_size = sizeof p };
     return p;
+}
+
+/* The first versioned struct tio_trace_params ends with `uses_hint` (fixed: fields only grow). */
+#define TRACE_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_trace_params, uses_hint)
+
+int tio_trace_params_defaults(struct tio_trace_params *out, size_t size) {
+    struct tio_trace_params d = tio_trace_params_default();
+    return tio_struct_out("tio_trace_params", out, size, &d, sizeof d, TRACE_PARAMS_MIN);
 }
 
 /* Resize *p to n elements of elem bytes; 0 or -1. */
@@ -92,7 +100,13 @@ int tio_trace_reserve(struct tio_trace *tr, size_t kernels, size_t tensors, size
 }
 
 int tio_trace_new(const struct tio_trace_params *params, struct tio_trace **out) {
-    struct tio_trace_params p = params ? *params : tio_trace_params_default();
+    struct tio_trace_params p = tio_trace_params_default();
+    if (params) {
+        int rc = tio_struct_in("trace: params", &p, sizeof p, TRACE_PARAMS_MIN, params);
+        if (rc < 0) {
+            return rc;
+        }
+    }
     struct tio_trace *tr = tio_calloc(1, sizeof *tr);
     if (!tr) {
         return tio_set_error(TIO_ENOMEM, "trace: out of memory");

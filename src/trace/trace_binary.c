@@ -475,7 +475,10 @@ int tio_trace_read_binary(const void *data, size_t len, struct tio_trace **out) 
 
     /* Everything the sizes depend on is checked: allocate once, at the exact sizes. */
     size_t nk = (size_t)l.n_kernels, nt = (size_t)l.n_tensors, nu = (size_t)l.n_uses;
-    struct tio_trace_params params = { .kernels_hint = nk, .tensors_hint = nt, .uses_hint = nu };
+    struct tio_trace_params params = tio_trace_params_default();
+    params.kernels_hint = nk;
+    params.tensors_hint = nt;
+    params.uses_hint = nu;
     struct tio_trace *tr = NULL;
     rc = tio_trace_new(&params, &tr);
     if (rc < 0) {

@@ -752,7 +752,9 @@ static int read_root(const struct jdoc *d, struct tio_trace **out) {
                              nk);
     }
     /* Every counted element is a value of the input, so these sizes are bounded by it. */
-    struct tio_trace_params params = { .kernels_hint = nk, .tensors_hint = nt, .uses_hint = 0 };
+    struct tio_trace_params params = tio_trace_params_default();
+    params.kernels_hint = nk;
+    params.tensors_hint = nt;
     struct tio_trace *tr = NULL;
     rc = tio_trace_new(&params, &tr);
     if (rc < 0) {

@@ -157,7 +157,9 @@ TIO_TEST(matches_naive_reference) {
         REQUIRE(tr != NULL);
         struct tio_trace_view v;
         tio_trace_get_view(tr, &v);
-        struct tio_analysis_params prm = { .capacity_bytes = 1u << 30, .long_idle_ns = 10000000 };
+        struct tio_analysis_params prm = tio_analysis_params_default();
+        prm.capacity_bytes = 1u << 30;
+        prm.long_idle_ns = 10000000;
         struct tio_analysis *a = NULL;
         CHECK_OK(tio_analysis_new(tr, &prm, &a));
         if (!a) {

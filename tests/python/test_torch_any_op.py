@@ -217,22 +217,32 @@ print(json.dumps(out))
 """
 
 
-def _run(mode):
+def _start(mode):
     env = dict(os.environ, OMP_NUM_THREADS="2")
-    p = subprocess.run([sys.executable, "-c", _BATTERY, mode], capture_output=True, text=True,
-                       timeout=600, env=env)
+    return mode, subprocess.Popen([sys.executable, "-c", _BATTERY, mode], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _result(started):
+    mode, p = started
+    try:
+        out, err = p.communicate(timeout=600)
+    finally:
+        p.kill()
     # an allocator assertion aborts the interpreter (SIGABRT): returncode -6, the reason in stderr
-    assert p.returncode == 0, f"{mode}: exit {p.returncode}\n{p.stderr[-4000:]}"
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    assert p.returncode == 0, f"{mode}: exit {p.returncode}\n{err[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
-def plain():
-    return _run("plain")
+def runs():
+    # both interpreters at once (each is deterministic at its 2 threads; CI time)
+    started = [_start("plain"), _start("offloader")]
+    return [_result(s) for s in started]
 
 
-def test_operators_with_an_offloader_alive_and_inside_steps(plain):
-    got = _run("offloader")
+def test_operators_with_an_offloader_alive_and_inside_steps(runs):
+    plain, got = runs
     ref = plain["outside"]
     assert len(ref) > 80
     for name, d in ref.items():

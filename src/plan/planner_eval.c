@@ -16,12 +16,12 @@ int pt_has_clean_copy(const struct planner *p, const struct tio_pperiod *q, int 
     if (!p->clean_copies || (q->flags & TIO_PPERIOD_UNUSED)) {
         return 0;
     }
-    size_t gu = p->m->use_off[q->tensor] + q->use_index;
-    uint32_t best = p->seg_min[pt_tier_slot(tier)][p->seg_key[gu]];
+    uint32_t id = p->seg_id[p->m->use_off[q->tensor] + q->use_index];
+    uint32_t best = p->seg_min[pt_tier_slot(tier)][id];
     if (p->nowrite[q->tensor]) {
         return best != UINT32_MAX; /* never written: any copy is current */
     }
-    return best < p->seg_pos[gu];
+    return best < pt_seg_pos(p, q->tensor, q->use_index, id);
 }
 
 /* ---- evaluation ---------------------------------------------------------------------------- */

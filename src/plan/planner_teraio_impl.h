@@ -86,11 +86,12 @@ struct planner {
     struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic
      * for globals). A copy stored after use i is still identical after use j when i and j are
-     * in the same segment and i comes first. Indexed by global use index (use_off[t] + u). */
-    uint32_t *seg_key;       /* per use: global index of its segment's first use */
-    uint32_t *seg_pos;       /* per use: position within its segment */
-    uint32_t *seg_len;       /* per segment key: number of uses in it */
-    uint32_t *seg_min[2];    /* per segment key and tier (0 ssd, 1 host): lowest picked position */
+     * in the same segment and i comes first. Per use (global use index use_off[t] + u): its
+     * segment and the period after it; per segment: 16 bytes. */
+    uint32_t *seg_id;        /* per use: its segment */
+    uint32_t *seg_first;     /* per segment: local index (within the tensor) of its first use */
+    uint32_t *seg_len;       /* per segment: number of uses in it */
+    uint32_t *seg_min[2];    /* per segment and tier (0 ssd, 1 host): lowest picked position */
     uint32_t *period_of_use; /* per use: the period that starts after it, UINT32_MAX if none */
     uint8_t *nowrite;        /* per tensor: global and never written (one cyclic segment) */
 };
@@ -108,6 +109,12 @@ static inline int pt_is_ssd_ch(int ch) {
 /* The clean-copy index of a tier: 0 SSD, 1 anything else (host). */
 static inline int pt_tier_slot(int tier) {
     return tier == TIO_TIER_SSD ? 0 : 1;
+}
+
+/* Position of use u of tensor t within its segment `id` (0 = the segment's first use). */
+static inline uint32_t pt_seg_pos(const struct planner *p, size_t t, size_t u, uint32_t id) {
+    size_t cnt = p->m->use_off[t + 1] - p->m->use_off[t], first = p->seg_first[id];
+    return (uint32_t)(u >= first ? u - first : u + cnt - first);
 }
 
 /* ---- planner_slots.c ---- */

@@ -378,11 +378,10 @@ static double memo_evaluate(struct planner *p, uint32_t pi, struct eval *e, doub
                             .pre = q->start + mo->pre,
                             .benefit = mo->benefit };
         *ub = mo->ub;
-        return mo->score;
+        return mo->viable ? pt_score_of(p, q, mo->benefit) : 0; /* as pt_evaluate */
     }
     double sc = pt_evaluate(p, pi, e, ub);
-    *mo = (struct memo){ .score = sc,
-                         .ub = *ub,
+    *mo = (struct memo){ .ub = *ub,
                          .benefit = e->benefit,
                          .stamp = p->n_commits,
                          .off = (uint32_t)(e->off >= q->start ? e->off - q->start : 0),

@@ -35,10 +35,11 @@ struct eval {
     double benefit;
 };
 
-/* A period's cached evaluation (the memo): score, bound and struct eval packed in 40 bytes,
- * the window stored relative to the period's start (both within n < 2^32 of it). */
+/* A period's cached evaluation (the memo): bound and struct eval packed in 32 bytes, the window
+ * stored relative to the period's start (both within n < 2^32 of it). The score is not kept: it
+ * is a function of the benefit (pt_score_of), recomputed to the same bits. */
 struct memo {
-    double score, ub, benefit;
+    double ub, benefit;
     uint32_t stamp; /* n_commits at the evaluation, UINT32_MAX = none */
     uint32_t off, pre;
     uint8_t viable, tier, clean;

@@ -209,7 +209,9 @@ mod_mark_rec(struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t
     }
     p->mod_max[x] = TIO_MAX(p->mod_max[x], t);
     if (l <= lo && hi <= r) {
-        p->mod_tag[x] = t;
+        if (x < p->mod_size) {
+            p->mod_tag[x] = t; /* a leaf's tag is its max: not stored */
+        }
         return;
     }
     size_t mid = (lo + hi) / 2;

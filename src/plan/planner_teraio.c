@@ -174,7 +174,7 @@ static int planner_init(struct planner *p,
     }
     size_t np = m->n_periods ? m->n_periods : 1;
     p->mod_max = tio_calloc(2 * p->mod_size, sizeof *p->mod_max);
-    p->mod_tag = tio_calloc(2 * p->mod_size, sizeof *p->mod_tag);
+    p->mod_tag = tio_calloc(p->mod_size, sizeof *p->mod_tag); /* inner nodes only */
     p->memo = tio_malloc(np * sizeof *p->memo);
     if (!p->mod_max || !p->mod_tag || !p->memo) {
         return TIO_ENOMEM;

@@ -82,7 +82,8 @@ struct planner {
     size_t n_picks, cap_picks;
     /* memo: a candidate's last evaluation stays exact until a pick touches its kernels */
     size_t mod_size;
-    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range */
+    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range
+                                    ([2 mod_size]; tags of the inner nodes, [mod_size]) */
     uint32_t n_commits;
     struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic

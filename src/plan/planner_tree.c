@@ -158,17 +158,19 @@ struct capped_query {
     int by_leaf;
 };
 
+/* `xmx` is node_mx(t, x), which the parent read to get its pending add. */
 static double capped_rec(const struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
                          size_t lo,
                          size_t hi,
-                         int64_t acc) {
+                         int64_t acc,
+                         int64_t xmx) {
     if (q->r <= lo || hi <= q->l) {
         return 0;
     }
     const int64_t c = q->c, s = q->s;
-    int64_t mx = node_mx(t, x) + acc;
+    int64_t mx = xmx + acc;
     if (mx <= c) {
         return 0;
     }
@@ -186,18 +188,20 @@ static double capped_rec(const struct tio_stree *t,
         }
     }
     size_t mid = (lo + hi) / 2;
-    acc += lazy_of(t, x);
-    return capped_rec(t, q, 2 * x, lo, mid, acc) + capped_rec(t, q, 2 * x + 1, mid, hi, acc);
+    int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
+    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+    return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
+           capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
 }
 
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = s, .by_leaf = 0 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0) : 0;
+    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0, node_mx(t, 1)) : 0;
 }
 
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = 1, .by_leaf = 1 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0) : 0;
+    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0, node_mx(t, 1)) : 0;
 }
 
 static size_t last_rec(const struct tio_stree *t,

@@ -127,24 +127,32 @@ void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
     }
 }
 
-/* `acc` is the sum of the lazies above x: the node's true values are mn/mx + acc. */
-static int64_t max_rec(
-    const struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t acc) {
+/* `acc` is the sum of the pending adds above x: the node's true values are mn/mx + acc.
+ * `xmx` is node_mx(t, x), which the parent read to get its own pending add. */
+static int64_t max_rec(const struct tio_stree *t,
+                       size_t x,
+                       size_t lo,
+                       size_t hi,
+                       size_t l,
+                       size_t r,
+                       int64_t acc,
+                       int64_t xmx) {
     if (r <= lo || hi <= l) {
         return INT64_MIN;
     }
     if (l <= lo && hi <= r) {
-        return node_mx(t, x) + acc;
+        return xmx + acc;
     }
     size_t mid = (lo + hi) / 2;
-    acc += lazy_of(t, x);
-    int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc);
-    int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc);
+    int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
+    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+    int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc, amx);
+    int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc, bmx);
     return TIO_MAX(a, b);
 }
 
 int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r) {
-    return l < r ? max_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0) : INT64_MIN;
+    return l < r ? max_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, node_mx(t, 1)) : INT64_MIN;
 }
 
 /*
@@ -326,22 +334,24 @@ static int many_rec(const struct tio_mtree *t,
                     size_t l,
                     size_t r,
                     int64_t acc,
-                    int64_t thr) {
-    if (r <= lo || hi <= l || mnode_mx(t, x) + acc <= thr) {
+                    int64_t thr,
+                    int64_t xmx) { /* xmx: mnode_mx(t, x), read by the parent */
+    if (r <= lo || hi <= l || xmx + acc <= thr) {
         return 0;
     }
     if (l <= lo && hi <= r) {
         return 1;
     }
     size_t mid = (lo + hi) / 2;
-    acc += mlazy_of(t, x);
-    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr) ||
-           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
+    int64_t amx = mnode_mx(t, 2 * x), bmx = mnode_mx(t, 2 * x + 1);
+    acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
+    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx) ||
+           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx);
 }
 // NOLINTEND(misc-no-recursion)
 
 int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr) {
-    return l < r && many_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr);
+    return l < r && many_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr, mnode_mx(t, 1));
 }
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {

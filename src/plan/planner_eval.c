@@ -16,12 +16,12 @@ int pt_has_clean_copy(const struct planner *p, const struct tio_pperiod *q, int 
     if (!p->clean_copies || (q->flags & TIO_PPERIOD_UNUSED)) {
         return 0;
     }
-    size_t gu = p->m->use_off[q->tensor] + q->use_index;
-    uint32_t best = p->seg_min[pt_tier_slot(tier)][p->seg_key[gu]];
+    uint32_t id = p->seg_id[p->m->use_off[q->tensor] + q->use_index];
+    uint32_t best = p->seg_min[pt_tier_slot(tier)][id];
     if (p->nowrite[q->tensor]) {
         return best != UINT32_MAX; /* never written: any copy is current */
     }
-    return best < p->seg_pos[gu];
+    return best < pt_seg_pos(p, q->tensor, q->use_index, id);
 }
 
 /* ---- evaluation ---------------------------------------------------------------------------- */
@@ -209,7 +209,9 @@ mod_mark_rec(struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t
     }
     p->mod_max[x] = TIO_MAX(p->mod_max[x], t);
     if (l <= lo && hi <= r) {
-        p->mod_tag[x] = t;
+        if (x < p->mod_size) {
+            p->mod_tag[x] = t; /* a leaf's tag is its max: not stored */
+        }
         return;
     }
     size_t mid = (lo + hi) / 2;

@@ -68,8 +68,8 @@ int pt_update_clean(struct planner *p, uint32_t picked, int tier, const uint8_t 
     size_t base = m->use_off[q->tensor];
     size_t cnt = m->use_off[q->tensor + 1] - base;
     size_t gu = base + q->use_index;
-    uint32_t key = p->seg_key[gu], pos = p->seg_pos[gu];
-    uint32_t *mn = &p->seg_min[pt_tier_slot(tier)][key];
+    uint32_t id = p->seg_id[gu], pos = pt_seg_pos(p, q->tensor, q->use_index, id);
+    uint32_t *mn = &p->seg_min[pt_tier_slot(tier)][id];
     uint32_t old = *mn;
     int rc = 0;
     if (p->nowrite[q->tensor]) {
@@ -83,8 +83,8 @@ int pt_update_clean(struct planner *p, uint32_t picked, int tier, const uint8_t 
         return 0;
     }
     *mn = pos;
-    uint32_t hi = TIO_MIN(old, p->seg_len[key]);
-    size_t first = key - base; /* local index of the segment's first use */
+    uint32_t hi = TIO_MIN(old, p->seg_len[id]);
+    size_t first = p->seg_first[id]; /* local index of the segment's first use */
     for (uint32_t k = pos + 1; k < hi && rc == 0; k++) {
         rc = rekey(p, p->period_of_use[base + (first + k) % cnt], alive);
     }

@@ -39,8 +39,8 @@ static void planner_free_search(struct planner *p) {
     }
     tio_free(p->heap);
     tio_free(p->version);
-    tio_free(p->seg_key);
-    tio_free(p->seg_pos);
+    tio_free(p->seg_id);
+    tio_free(p->seg_first);
     tio_free(p->seg_len);
     tio_free(p->seg_min[0]);
     tio_free(p->seg_min[1]);
@@ -52,7 +52,7 @@ static void planner_free_search(struct planner *p) {
     p->heap = NULL;
     p->n_heap = p->cap_heap = 0;
     p->version = NULL;
-    p->seg_key = p->seg_pos = p->seg_len = p->seg_min[0] = p->seg_min[1] = NULL;
+    p->seg_id = p->seg_first = p->seg_len = p->seg_min[0] = p->seg_min[1] = NULL;
     p->period_of_use = NULL;
     p->nowrite = NULL;
     p->mod_max = p->mod_tag = NULL;
@@ -65,6 +65,52 @@ static void planner_free(struct planner *p) {
     tio_free(p->picks);
     tio_stree_fini(&p->mem);
     tio_mtree_fini(&p->host);
+}
+
+/* The write segments of every tensor's uses (the clean-copy index): a segment starts at a
+ * write; uses before a tensor's first write continue its last write's segment if it is a global
+ * (cyclic), else start a segment of their own at use 0. Returns the number of segments; with
+ * `fill`, also writes seg_id of every use and seg_first and seg_len of every segment. */
+static size_t build_segments(struct planner *p, const struct tio_trace_view *v, int fill) {
+    const struct tio_pmodel *m = p->m;
+    size_t ns = 0;
+    for (size_t t = 0; t < m->n_tensors; t++) {
+        size_t base = m->use_off[t], cnt = m->use_off[t + 1] - base;
+        if (cnt == 0) {
+            continue;
+        }
+        int global = (v->tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
+        size_t last_w = SIZE_MAX;
+        for (size_t u = 0; u < cnt; u++) {
+            if (m->use_mode[base + u] & TIO_USE_WRITE) {
+                last_w = u;
+            }
+        }
+        if (fill) {
+            p->nowrite[t] = global && last_w == SIZE_MAX;
+        }
+        /* the segment holding use 0 starts at the last write (global) or at use 0 */
+        size_t start = global && last_w != SIZE_MAX ? last_w : 0;
+        size_t id = ns++, wrap = id;
+        if (fill) {
+            p->seg_first[id] = (uint32_t)start;
+        }
+        for (size_t u = 0; u < cnt; u++) {
+            if ((m->use_mode[base + u] & TIO_USE_WRITE) && u != start) {
+                start = u;
+                id = u == last_w && global ? wrap : ns++; /* the cyclic segment again */
+                if (fill) {
+                    p->seg_first[id] = (uint32_t)start;
+                }
+            }
+            if (fill) {
+                size_t pos = u >= start ? u - start : u + cnt - start;
+                p->seg_id[base + u] = (uint32_t)id;
+                p->seg_len[id] = TIO_MAX(p->seg_len[id], (uint32_t)(pos + 1));
+            }
+        }
+    }
+    return ns;
 }
 
 static int planner_init(struct planner *p,
@@ -128,7 +174,7 @@ static int planner_init(struct planner *p,
     }
     size_t np = m->n_periods ? m->n_periods : 1;
     p->mod_max = tio_calloc(2 * p->mod_size, sizeof *p->mod_max);
-    p->mod_tag = tio_calloc(2 * p->mod_size, sizeof *p->mod_tag);
+    p->mod_tag = tio_calloc(p->mod_size, sizeof *p->mod_tag); /* inner nodes only */
     p->memo = tio_malloc(np * sizeof *p->memo);
     if (!p->mod_max || !p->mod_tag || !p->memo) {
         return TIO_ENOMEM;
@@ -141,15 +187,10 @@ static int planner_init(struct planner *p,
     p->version = tio_calloc(m->n_periods ? m->n_periods : 1, sizeof *p->version);
     size_t nu = m->use_off[m->n_tensors];
     size_t nu1 = nu ? nu : 1;
-    p->seg_key = tio_malloc(nu1 * sizeof *p->seg_key);
-    p->seg_pos = tio_malloc(nu1 * sizeof *p->seg_pos);
-    p->seg_len = tio_calloc(nu1, sizeof *p->seg_len);
-    p->seg_min[0] = tio_malloc(nu1 * sizeof(uint32_t));
-    p->seg_min[1] = tio_malloc(nu1 * sizeof(uint32_t));
+    p->seg_id = tio_malloc(nu1 * sizeof *p->seg_id);
     p->period_of_use = tio_malloc(nu1 * sizeof *p->period_of_use);
     p->nowrite = tio_calloc(m->n_tensors ? m->n_tensors : 1, 1);
-    if (!p->tprefix || !vals || !p->version || !p->seg_key || !p->seg_pos || !p->seg_len ||
-        !p->seg_min[0] || !p->seg_min[1] || !p->period_of_use || !p->nowrite) {
+    if (!p->tprefix || !vals || !p->version || !p->seg_id || !p->period_of_use || !p->nowrite) {
         tio_free(vals);
         return TIO_ENOMEM;
     }
@@ -169,7 +210,6 @@ static int planner_init(struct planner *p,
     struct tio_trace_view v;
     tio_trace_get_view(m->trace, &v);
     for (size_t u = 0; u < nu; u++) {
-        p->seg_min[0][u] = p->seg_min[1][u] = UINT32_MAX;
         p->period_of_use[u] = UINT32_MAX;
     }
     for (size_t i = 0; i < m->n_periods; i++) {
@@ -178,29 +218,19 @@ static int planner_init(struct planner *p,
             p->period_of_use[m->use_off[q->tensor] + q->use_index] = (uint32_t)i;
         }
     }
-    for (size_t t = 0; t < m->n_tensors; t++) {
-        size_t base = m->use_off[t], cnt = m->use_off[t + 1] - base;
-        int global = (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0;
-        size_t last_w = SIZE_MAX;
-        for (size_t u = 0; u < cnt; u++) {
-            if (m->use_mode[base + u] & TIO_USE_WRITE) {
-                last_w = u;
-            }
-        }
-        p->nowrite[t] = global && last_w == SIZE_MAX && cnt > 0;
-        /* uses before the first write: a global continues the last write's segment (cyclic),
-         * an intermediate starts a segment of its own at use 0 */
-        size_t start = global && last_w != SIZE_MAX ? last_w : 0;
-        for (size_t u = 0; u < cnt; u++) {
-            if (m->use_mode[base + u] & TIO_USE_WRITE) {
-                start = u;
-            }
-            size_t pos = u >= start ? u - start : u + cnt - start;
-            p->seg_key[base + u] = (uint32_t)(base + start);
-            p->seg_pos[base + u] = (uint32_t)pos;
-            p->seg_len[base + start] = TIO_MAX(p->seg_len[base + start], (uint32_t)(pos + 1));
-        }
+    size_t ns = build_segments(p, &v, 0);
+    size_t ns1 = ns ? ns : 1;
+    p->seg_first = tio_malloc(ns1 * sizeof *p->seg_first);
+    p->seg_len = tio_calloc(ns1, sizeof *p->seg_len);
+    p->seg_min[0] = tio_malloc(ns1 * sizeof(uint32_t));
+    p->seg_min[1] = tio_malloc(ns1 * sizeof(uint32_t));
+    if (!p->seg_first || !p->seg_len || !p->seg_min[0] || !p->seg_min[1]) {
+        return TIO_ENOMEM;
     }
+    for (size_t i = 0; i < ns; i++) {
+        p->seg_min[0][i] = p->seg_min[1][i] = UINT32_MAX;
+    }
+    (void)build_segments(p, &v, 1);
     return 0;
 }
 
@@ -348,11 +378,10 @@ static double memo_evaluate(struct planner *p, uint32_t pi, struct eval *e, doub
                             .pre = q->start + mo->pre,
                             .benefit = mo->benefit };
         *ub = mo->ub;
-        return mo->score;
+        return mo->viable ? pt_score_of(p, q, mo->benefit) : 0; /* as pt_evaluate */
     }
     double sc = pt_evaluate(p, pi, e, ub);
-    *mo = (struct memo){ .score = sc,
-                         .ub = *ub,
+    *mo = (struct memo){ .ub = *ub,
                          .benefit = e->benefit,
                          .stamp = p->n_commits,
                          .off = (uint32_t)(e->off >= q->start ? e->off - q->start : 0),

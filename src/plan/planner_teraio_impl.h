@@ -35,10 +35,11 @@ struct eval {
     double benefit;
 };
 
-/* A period's cached evaluation (the memo): score, bound and struct eval packed in 40 bytes,
- * the window stored relative to the period's start (both within n < 2^32 of it). */
+/* A period's cached evaluation (the memo): bound and struct eval packed in 32 bytes, the window
+ * stored relative to the period's start (both within n < 2^32 of it). The score is not kept: it
+ * is a function of the benefit (pt_score_of), recomputed to the same bits. */
 struct memo {
-    double score, ub, benefit;
+    double ub, benefit;
     uint32_t stamp; /* n_commits at the evaluation, UINT32_MAX = none */
     uint32_t off, pre;
     uint8_t viable, tier, clean;
@@ -81,16 +82,18 @@ struct planner {
     size_t n_picks, cap_picks;
     /* memo: a candidate's last evaluation stays exact until a pick touches its kernels */
     size_t mod_size;
-    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range */
+    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range
+                                    ([2 mod_size]; tags of the inner nodes, [mod_size]) */
     uint32_t n_commits;
     struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic
      * for globals). A copy stored after use i is still identical after use j when i and j are
-     * in the same segment and i comes first. Indexed by global use index (use_off[t] + u). */
-    uint32_t *seg_key;       /* per use: global index of its segment's first use */
-    uint32_t *seg_pos;       /* per use: position within its segment */
-    uint32_t *seg_len;       /* per segment key: number of uses in it */
-    uint32_t *seg_min[2];    /* per segment key and tier (0 ssd, 1 host): lowest picked position */
+     * in the same segment and i comes first. Per use (global use index use_off[t] + u): its
+     * segment and the period after it; per segment: 16 bytes. */
+    uint32_t *seg_id;        /* per use: its segment */
+    uint32_t *seg_first;     /* per segment: local index (within the tensor) of its first use */
+    uint32_t *seg_len;       /* per segment: number of uses in it */
+    uint32_t *seg_min[2];    /* per segment and tier (0 ssd, 1 host): lowest picked position */
     uint32_t *period_of_use; /* per use: the period that starts after it, UINT32_MAX if none */
     uint8_t *nowrite;        /* per tensor: global and never written (one cyclic segment) */
 };
@@ -108,6 +111,12 @@ static inline int pt_is_ssd_ch(int ch) {
 /* The clean-copy index of a tier: 0 SSD, 1 anything else (host). */
 static inline int pt_tier_slot(int tier) {
     return tier == TIO_TIER_SSD ? 0 : 1;
+}
+
+/* Position of use u of tensor t within its segment `id` (0 = the segment's first use). */
+static inline uint32_t pt_seg_pos(const struct planner *p, size_t t, size_t u, uint32_t id) {
+    size_t cnt = p->m->use_off[t + 1] - p->m->use_off[t], first = p->seg_first[id];
+    return (uint32_t)(u >= first ? u - first : u + cnt - first);
 }
 
 /* ---- planner_slots.c ---- */

@@ -39,12 +39,19 @@ static inline double node_svt(const struct tio_stree *t, size_t x) {
     return x - t->size < t->n ? t->leaf_svt[x - t->size] : 0;
 }
 
-static void pull(struct tio_stree *t, size_t x) {
+/* The pending add of inner node x (what its subtree's values lack): not stored, it is the
+ * node's maximum less its children's (every add keeps mx = max(children) + lazy exactly). */
+static inline int64_t lazy_of(const struct tio_stree *t, size_t x) {
+    return t->node[x].mx - TIO_MAX(node_mx(t, 2 * x), node_mx(t, 2 * x + 1));
+}
+
+/* Recompute inner node x from its children and its pending add `lazy`. */
+static void pull(struct tio_stree *t, size_t x, int64_t lazy) {
     size_t a = 2 * x, b = 2 * x + 1;
     struct tio_stree_node *nd = &t->node[x];
-    nd->mn = TIO_MIN(node_mn(t, a), node_mn(t, b)) + nd->lazy;
-    nd->mx = TIO_MAX(node_mx(t, a), node_mx(t, b)) + nd->lazy;
-    nd->svt = node_svt(t, a) + node_svt(t, b) + (double)nd->lazy * nd->st;
+    nd->mn = TIO_MIN(node_mn(t, a), node_mn(t, b)) + lazy;
+    nd->mx = TIO_MAX(node_mx(t, a), node_mx(t, b)) + lazy;
+    nd->svt = node_svt(t, a) + node_svt(t, b) + (double)lazy * nd->st;
 }
 
 /* Add d to the whole of node x (its lazy, or the leaf itself). */
@@ -52,8 +59,7 @@ static void apply(struct tio_stree *t, size_t x, int64_t d) {
     if (x < t->size) {
         struct tio_stree_node *nd = &t->node[x];
         nd->mn += d;
-        nd->mx += d;
-        nd->lazy += d;
+        nd->mx += d; /* and so its pending add, mx less its children's */
         nd->svt += (double)d * nd->st;
     } else if (x - t->size < t->n) {
         size_t i = x - t->size;
@@ -71,20 +77,22 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     t->n = n;
     t->size = size;
     t->tau = tau;
-    t->node = tio_calloc(size, sizeof *t->node);
+    /* 64-byte aligned: a node's two children (32 B each) share one cache line */
+    t->node = tio_aligned_alloc(64, size * sizeof *t->node);
     t->leaf_v = tio_malloc((n ? n : 1) * sizeof *t->leaf_v);
     t->leaf_svt = tio_malloc((n ? n : 1) * sizeof *t->leaf_svt);
     if (!t->node || !t->leaf_v || !t->leaf_svt) {
         tio_stree_fini(t);
         return TIO_ENOMEM;
     }
+    memset(t->node, 0, size * sizeof *t->node);
     for (size_t i = 0; i < n; i++) {
         t->leaf_v[i] = v[i];
         t->leaf_svt[i] = (double)v[i] * tau[i];
     }
     for (size_t x = size - 1; x >= 1; x--) {
         t->node[x].st = node_st(t, 2 * x) + node_st(t, 2 * x + 1);
-        pull(t, x);
+        pull(t, x, 0);
     }
     return 0;
 }
@@ -107,9 +115,10 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
         return;
     }
     size_t mid = (lo + hi) / 2;
+    int64_t lazy = lazy_of(t, x); /* before the children change */
     add_rec(t, 2 * x, lo, mid, l, r, d);
     add_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    pull(t, x);
+    pull(t, x, lazy);
 }
 
 void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
@@ -118,24 +127,32 @@ void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
     }
 }
 
-/* `acc` is the sum of the lazies above x: the node's true values are mn/mx + acc. */
-static int64_t max_rec(
-    const struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t acc) {
+/* `acc` is the sum of the pending adds above x: the node's true values are mn/mx + acc.
+ * `xmx` is node_mx(t, x), which the parent read to get its own pending add. */
+static int64_t max_rec(const struct tio_stree *t,
+                       size_t x,
+                       size_t lo,
+                       size_t hi,
+                       size_t l,
+                       size_t r,
+                       int64_t acc,
+                       int64_t xmx) {
     if (r <= lo || hi <= l) {
         return INT64_MIN;
     }
     if (l <= lo && hi <= r) {
-        return node_mx(t, x) + acc;
+        return xmx + acc;
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->node[x].lazy;
-    int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc);
-    int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc);
+    int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
+    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+    int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc, amx);
+    int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc, bmx);
     return TIO_MAX(a, b);
 }
 
 int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r) {
-    return l < r ? max_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0) : INT64_MIN;
+    return l < r ? max_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, node_mx(t, 1)) : INT64_MIN;
 }
 
 /*
@@ -149,17 +166,19 @@ struct capped_query {
     int by_leaf;
 };
 
+/* `xmx` is node_mx(t, x), which the parent read to get its pending add. */
 static double capped_rec(const struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
                          size_t lo,
                          size_t hi,
-                         int64_t acc) {
+                         int64_t acc,
+                         int64_t xmx) {
     if (q->r <= lo || hi <= q->l) {
         return 0;
     }
     const int64_t c = q->c, s = q->s;
-    int64_t mx = node_mx(t, x) + acc;
+    int64_t mx = xmx + acc;
     if (mx <= c) {
         return 0;
     }
@@ -177,18 +196,20 @@ static double capped_rec(const struct tio_stree *t,
         }
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->node[x].lazy;
-    return capped_rec(t, q, 2 * x, lo, mid, acc) + capped_rec(t, q, 2 * x + 1, mid, hi, acc);
+    int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
+    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+    return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
+           capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
 }
 
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = s, .by_leaf = 0 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0) : 0;
+    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0, node_mx(t, 1)) : 0;
 }
 
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = 1, .by_leaf = 1 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0) : 0;
+    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0, node_mx(t, 1)) : 0;
 }
 
 static size_t last_rec(const struct tio_stree *t,
@@ -206,7 +227,7 @@ static size_t last_rec(const struct tio_stree *t,
         return lo;
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->node[x].lazy;
+    acc += lazy_of(t, x);
     size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
     return k != SIZE_MAX ? k : last_rec(t, 2 * x, lo, mid, l, r, acc, thr);
 }
@@ -219,11 +240,10 @@ size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr
 void tio_stree_values(struct tio_stree *t, int64_t *out) {
     /* push every lazy down, then read the leaves */
     for (size_t x = 1; x < t->size; x++) {
-        int64_t d = t->node[x].lazy;
+        int64_t d = lazy_of(t, x); /* top-down: x holds its parent's pushed add by now */
         if (d) {
-            apply(t, 2 * x, d);
+            apply(t, 2 * x, d); /* x's own maximum stays: its pending add is now 0 */
             apply(t, 2 * x + 1, d);
-            t->node[x].lazy = 0;
         }
     }
     for (size_t i = 0; i < t->n; i++) {
@@ -238,6 +258,11 @@ static inline int64_t mnode_mx(const struct tio_mtree *t, size_t x) {
         return t->node[x].mx;
     }
     return x - t->size < t->n ? t->leaf[x - t->size] : PAD_MX;
+}
+
+/* The pending add of inner node x: its maximum less its children's (as lazy_of). */
+static inline int64_t mlazy_of(const struct tio_mtree *t, size_t x) {
+    return t->node[x].mx - TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1));
 }
 
 int tio_mtree_init(struct tio_mtree *t, size_t n) {
@@ -274,17 +299,17 @@ madd_rec(struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r
     }
     if (l <= lo && hi <= r) {
         if (x < t->size) {
-            t->node[x].mx += d;
-            t->node[x].lazy += d;
+            t->node[x].mx += d; /* and so its pending add */
         } else {
             t->leaf[x - t->size] += d; /* within [l, r), so never padding */
         }
         return;
     }
     size_t mid = (lo + hi) / 2;
+    int64_t lazy = mlazy_of(t, x); /* before the children change */
     madd_rec(t, 2 * x, lo, mid, l, r, d);
     madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    t->node[x].mx = TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1)) + t->node[x].lazy;
+    t->node[x].mx = TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1)) + lazy;
 }
 
 static int64_t mmax_rec(
@@ -296,7 +321,7 @@ static int64_t mmax_rec(
         return mnode_mx(t, x) + acc;
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->node[x].lazy;
+    acc += mlazy_of(t, x);
     int64_t a = mmax_rec(t, 2 * x, lo, mid, l, r, acc);
     int64_t b = mmax_rec(t, 2 * x + 1, mid, hi, l, r, acc);
     return TIO_MAX(a, b);
@@ -309,22 +334,24 @@ static int many_rec(const struct tio_mtree *t,
                     size_t l,
                     size_t r,
                     int64_t acc,
-                    int64_t thr) {
-    if (r <= lo || hi <= l || mnode_mx(t, x) + acc <= thr) {
+                    int64_t thr,
+                    int64_t xmx) { /* xmx: mnode_mx(t, x), read by the parent */
+    if (r <= lo || hi <= l || xmx + acc <= thr) {
         return 0;
     }
     if (l <= lo && hi <= r) {
         return 1;
     }
     size_t mid = (lo + hi) / 2;
-    acc += t->node[x].lazy;
-    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr) ||
-           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
+    int64_t amx = mnode_mx(t, 2 * x), bmx = mnode_mx(t, 2 * x + 1);
+    acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
+    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx) ||
+           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx);
 }
 // NOLINTEND(misc-no-recursion)
 
 int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr) {
-    return l < r && many_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr);
+    return l < r && many_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr, mnode_mx(t, 1));
 }
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {

@@ -16,12 +16,13 @@
  *
  * Layout: the inner nodes [1, size) are one array of structs (a descent reads one cache line per
  * node, not five); the leaves are two plain arrays (value, sum of v x tau) and the caller's tau,
- * which the tree borrows: 40 B per inner node and 16 B per leaf.
+ * which the tree borrows: 32 B per inner node and 16 B per leaf. No node stores its pending add:
+ * it is the node's maximum less its children's.
  */
 struct tio_stree_node {
-    int64_t mn, mx, lazy;
-    double st;  /* sum of tau */
-    double svt; /* sum of v * tau */
+    int64_t mn, mx; /* with the node's pending add (not stored: mx less its children's mx) */
+    double st;      /* sum of tau */
+    double svt;     /* sum of v * tau */
 };
 
 struct tio_stree {
@@ -45,10 +46,10 @@ void tio_stree_values(struct tio_stree *t, int64_t *out);
 
 /*
  * A max-only segment tree (range add, range max) over n values that start at 0: the host bytes
- * held per kernel. 16 B per inner node, 8 B per leaf.
+ * held per kernel. 8 B per inner node (its maximum), 8 B per leaf.
  */
 struct tio_mtree_node {
-    int64_t mx, lazy;
+    int64_t mx; /* with the node's pending add (not stored: mx less its children's mx) */
 };
 
 struct tio_mtree {

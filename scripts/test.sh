@@ -36,7 +36,7 @@ cmake --build build-tsan --parallel "$jobs"
      -L '^(io|threads)$' --no-tests=ignore)
 
 if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
-    step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-25} s per target)"
+    step "fuzzing (libFuzzer, ${TIO_FUZZ_SECONDS:-15} s per target)"
     CC=clang cmake -S . -B build-fuzz -G Ninja -DTIO_BUILD_FUZZERS=ON -DTIO_BUILD_TESTS=OFF \
           -DTIO_BUILD_CLI=OFF -DTIO_BUILD_BENCH=OFF >/dev/null
     cmake --build build-fuzz --parallel "$jobs"
@@ -47,7 +47,7 @@ if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
         cp -r "$corpus"/. "$work"/ 2>/dev/null || true
         echo "fuzzing $name"
         rc=0
-        "$f" -max_total_time="${TIO_FUZZ_SECONDS:-25}" -max_len=65536 -rss_limit_mb=2048 \
+        "$f" -max_total_time="${TIO_FUZZ_SECONDS:-15}" -max_len=65536 -rss_limit_mb=2048 \
              -timeout=10 -artifact_prefix="$work/" -print_final_stats=1 "$work" \
              >"$work.log" 2>&1 || rc=$?
         grep -E "stat::number_of_executed_units" "$work.log" || true

@@ -24,7 +24,7 @@
  *
  * Environment: TIO_STREAM_TIERS (both, the default: the cuda backend with a host tier; ssd or
  * host: an engine with that tier alone, every planned move sent there, the posix backend),
- * TIO_STREAM_SCHEDULES (default 1200; 120 under sanitizers), TIO_STREAM_SEED (first
+ * TIO_STREAM_SCHEDULES (default 600; 120 under sanitizers), TIO_STREAM_SEED (first
  * seed, default 1), TIO_STREAM_LAG_US (every schedule's maximum delay per stream operation;
  * default: 0, 20, 100 or 300 us drawn per schedule), TIO_STREAM_VERBOSE=1 (print the actions and
  * kernels), TIO_STREAM_STRICT=1 (a release while a kernel using the memory is queued fails). A
@@ -620,7 +620,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
 #ifdef TIO_SANITIZED
     uint64_t n_sched = env_u64("TIO_STREAM_SCHEDULES", 120);
 #else
-    uint64_t n_sched = env_u64("TIO_STREAM_SCHEDULES", 1200);
+    uint64_t n_sched = env_u64("TIO_STREAM_SCHEDULES", 600);
 #endif
     uint64_t seed0 = env_u64("TIO_STREAM_SEED", 1);
     g_verbose = (int)env_u64("TIO_STREAM_VERBOSE", 0);

@@ -132,6 +132,8 @@ struct result {
     uint64_t budget, peak, tensors, kernels, moves;
     double twin_s, ideal_s, predicted_s, stall_s, read_stall_s, pressure_s, demand_s, us_per_kernel,
         h2d_util, d2h_util, host_s;
+    /* per step, the compute stream: held back by copies' events; idle for the host */
+    double dep_wait_s, dep_waits, late_s;
     uint64_t queue_full, urgent, offloads, prefetches, pageable;
     /* the training thread's waits per step by reason (tio_runtime_stats): read, write, budget,
      * end, other */
@@ -454,6 +456,9 @@ static void run(const struct opts *o,
     r->h2d_util = (double)(st1[FAKE_H2D_BUSY_NS] - st0[FAKE_H2D_BUSY_NS]) * 1e-9 / wall;
     r->d2h_util = (double)(st1[FAKE_D2H_BUSY_NS] - st0[FAKE_D2H_BUSY_NS]) * 1e-9 / wall;
     r->pageable = fc.pageable_copies() - pg0;
+    r->dep_wait_s = (double)(st1[FAKE_DEP_WAIT_NS] - st0[FAKE_DEP_WAIT_NS]) * 1e-9 / o->iters;
+    r->dep_waits = (double)(st1[FAKE_DEP_WAITS] - st0[FAKE_DEP_WAITS]) / o->iters;
+    r->late_s = (double)(st1[FAKE_LATE_NS] - st0[FAKE_LATE_NS]) * 1e-9 / o->iters;
     const uint64_t n1[5] = { s1.wait_read_count, s1.wait_write_count, s1.wait_budget_count,
                              s1.wait_end_count, s1.wait_other_count },
                    n0[5] = { s0.wait_read_count, s0.wait_write_count, s0.wait_budget_count,
@@ -506,25 +511,26 @@ static void print_json(const struct result *r) {
         printf("\"}\n");
         return;
     }
-    printf("{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
-           "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
-           "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
-           "s\":%.6f,\"predicted_"
-           "step_s\":%.6f,"
-           "\"stall_s\":%.6f,"
-           "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
-           "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
-           "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
-           "\"thread_us_per_kernel\":%.2f,",
-           r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
-           (unsigned long long)r->peak, (unsigned long long)r->tensors,
-           (unsigned long long)r->kernels, (unsigned long long)r->moves, r->byte_scale,
-           r->time_scale, r->twin_s, r->host_s, r->ideal_s,
-           isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
-           r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
-           (unsigned long long)r->urgent, (unsigned long long)r->offloads,
-           (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
-           (unsigned long long)r->pageable, r->us_per_kernel);
+    printf(
+        "{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
+        "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
+        "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
+        "s\":%.6f,\"predicted_"
+        "step_s\":%.6f,"
+        "\"stall_s\":%.6f,"
+        "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
+        "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
+        "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
+        "\"thread_us_per_kernel\":%.2f,\"gpu_event_wait_s\":%.6f,\"gpu_event_waits\":%.1f,"
+        "\"gpu_host_late_s\":%.6f,",
+        r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
+        (unsigned long long)r->peak, (unsigned long long)r->tensors, (unsigned long long)r->kernels,
+        (unsigned long long)r->moves, r->byte_scale, r->time_scale, r->twin_s, r->host_s,
+        r->ideal_s, isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
+        r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
+        (unsigned long long)r->urgent, (unsigned long long)r->offloads,
+        (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
+        (unsigned long long)r->pageable, r->us_per_kernel, r->dep_wait_s, r->dep_waits, r->late_s);
     static const char *const why[5] = { "read", "write", "budget", "end", "other" };
     for (int i = 0; i < 5; i++) { /* per step */
         printf("\"wait_%s_count\":%.1f,\"wait_%s_s\":%.6f%s", why[i], r->wait_n[i], why[i],

@@ -399,6 +399,7 @@ int cudaStreamCreateWithFlags(void **s, unsigned flags) {
     slots[idx].gen++;
     slots[idx].flags = flags;
     slots[idx].dev = cur_dev;
+    slots[idx].kernels = 0;
     slots[idx].s = start_stream(idx);
     if (!slots[idx].s) {
         pthread_mutex_unlock(&mu);

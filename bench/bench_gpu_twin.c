@@ -11,8 +11,8 @@
  * 2% (exit 1 otherwise). docs/bench/twin.md has the method and the results.
  *
  * usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--time-scale T]
- *                       [--tiers LIST] [--budget F] [--trace FILE]... [--no-model]
- *                       [--no-offloader] [--dir DIR]
+ *                       [--tiers LIST] [--budget F] [--models LIST] [--trace FILE]...
+ *                       [--no-model] [--no-offloader] [--dir DIR]
  */
 #include <errno.h>
 #include <math.h>
@@ -41,6 +41,7 @@ static struct fake_cuda fc;
 
 struct opts {
     int json, iters, no_model, no_offloader;
+    const char *models; /* built-in traces, comma-separated (NULL: llama-1b) */
     double byte_scale, budget_frac;
     double time_scale; /* 0: per trace, so that an iteration's ideal is at most 1 s */
     /* byte_scale 0: per trace, the power of 2 that brings its peak under 400 MiB */
@@ -66,11 +67,34 @@ static void die(const char *what, int rc) {
 
 /* ---- traces ----------------------------------------------------------------------------- */
 
-/* The built-in trace: a 1.1B Llama-style model, 16 layers of width 2048, two micro-batches of
- * 2 x 1024 tokens, fp32 on an H100 NVL (about 3.2k tensors, 3.8k kernels). Equivalent to
+/* The built-in traces: a 1.1B Llama-style model, 16 layers of width 2048, fp32 on an H100 NVL
+ * (about 3.2k tensors, 3.8k kernels), with two micro-batches per iteration. Equivalent to
  * `teraio model --preset custom --layers 16 --hidden 2048 --heads 16 --kv-heads 4
- * --ffn-hidden 8192 --vocab 32000 --seq 1024 --batch 4 --micro-batch 2 --pp 1`. */
-static struct tio_trace *model_trace(void) {
+ * --ffn-hidden 8192 --vocab 32000 --pp 1` and then, for `llama-1b`, `--seq 1024 --batch 4
+ * --micro-batch 2`; for `llama-1b-long`, `--seq 2048 --batch 8 --micro-batch 4` (four times the
+ * tokens per micro-batch: more compute per byte moved, so that its plan at half the peak hides
+ * every transfer). */
+static const struct builtin {
+    const char *name;
+    uint32_t seq, batch, micro;
+} builtins[] = { { "llama-1b", 1024, 4, 2 }, { "llama-1b-long", 2048, 8, 4 } };
+#define N_BUILTINS (sizeof builtins / sizeof builtins[0])
+
+/* name is one of the comma-separated list's items */
+static int has_name(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) {
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+static struct tio_trace *model_trace(const struct builtin *m) {
     struct tio_model_params p;
     int rc = tio_model_preset("llama3-8b", &p);
     if (rc < 0) {
@@ -84,9 +108,9 @@ static struct tio_trace *model_trace(void) {
     p.head_dim = 0;
     p.ffn_hidden = 8192;
     p.vocab = 32000;
-    p.seq_len = 1024;
-    p.global_batch = 4;
-    p.micro_batch = 2;
+    p.seq_len = m->seq;
+    p.global_batch = m->batch;
+    p.micro_batch = m->micro;
     p.grad_accum = 0;
     p.pp = 1;
     p.rank = 0;
@@ -556,8 +580,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--tiers "
             "LIST]\n"
-            "                      [--budget F] [--trace FILE]... [--no-model] [--no-offloader]\n"
-            "                      [--time-scale T] [--dir DIR]\n"
+            "                      [--budget F] [--models LIST] [--trace FILE]... [--no-model]\n"
+            "                      [--no-offloader] [--time-scale T] [--dir DIR]\n"
             "  --tiers LIST   comma-separated of none,host,ssd,both (default all)\n"
             "  --budget F     device budget as a fraction of the peak (default 0.5)\n"
             "  --byte-scale S bytes and bandwidths divided by S (default: per trace, the power\n"
@@ -566,7 +590,10 @@ static void usage(void) {
             "                 less for a trace whose iteration takes over 1 s: then 1 s)\n"
             "  --iters N      measured iterations after one warm-up (default 3; --quick: 1)\n"
             "  --trace FILE   also run a saved trace (.tio or .json), e.g. an Offloader's\n"
-            "  --no-model     skip the built-in 1.1B Llama trace (teraio model)\n"
+            "  --models LIST  built-in 1.1B Llama traces (teraio model), comma-separated of\n"
+            "                 llama-1b (2 x 2 x 1024 tokens; the default),\n"
+            "                 llama-1b-long (2 x 4 x 2048 tokens)\n"
+            "  --no-model     skip the built-in traces\n"
             "  --no-offloader skip the shipped Offloader trace (bench/data/offloader-llama.tio)\n"
             "  --dir DIR      the SSD tier's directory (default: a new one under $TMPDIR)\n");
     exit(2);
@@ -594,6 +621,8 @@ static void parse(int argc, char **argv, struct opts *o) {
             o->time_scale = strtod(val, NULL), i++;
         } else if (val && !strcmp(a, "--budget")) {
             o->budget_frac = strtod(val, NULL), i++;
+        } else if (val && !strcmp(a, "--models")) {
+            o->models = val, i++;
         } else if (val && !strcmp(a, "--tiers")) {
             o->tiers = val, i++;
         } else if (val && !strcmp(a, "--dir")) {
@@ -604,6 +633,19 @@ static void parse(int argc, char **argv, struct opts *o) {
             fprintf(stderr, "bench_gpu_twin: unknown or incomplete option %s\n", a);
             usage();
         }
+    }
+    for (const char *p = o->models; p;) { /* every name a built-in one */
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p), k = 0;
+        while (k < N_BUILTINS &&
+               !(strlen(builtins[k].name) == len && !strncmp(p, builtins[k].name, len))) {
+            k++;
+        }
+        if (k == N_BUILTINS) {
+            fprintf(stderr, "bench_gpu_twin: --models: unknown trace '%.*s'\n", (int)len, p);
+            usage();
+        }
+        p = end ? end + 1 : NULL;
     }
     if (o->iters < 1 || !(o->byte_scale == 0 || o->byte_scale >= 1) || !(o->time_scale >= 0) ||
         !(o->budget_frac > 0 && o->budget_frac <= 1)) {
@@ -634,13 +676,15 @@ int main(int argc, char **argv) {
         }
         o.dir = tmp;
     }
-    struct tio_trace *raw[MAX_TRACES + 1];
-    const char *names[MAX_TRACES + 1];
-    char *owned[MAX_TRACES + 1] = { NULL };
+    struct tio_trace *raw[MAX_TRACES + N_BUILTINS];
+    const char *names[MAX_TRACES + N_BUILTINS];
+    char *owned[MAX_TRACES + N_BUILTINS] = { NULL };
     int n = 0;
-    if (!o.no_model) {
-        raw[n] = model_trace();
-        names[n++] = "llama-1b";
+    for (size_t i = 0; i < N_BUILTINS && !o.no_model; i++) {
+        if (o.models ? has_name(o.models, builtins[i].name) : i == 0) {
+            raw[n] = model_trace(&builtins[i]);
+            names[n++] = builtins[i].name;
+        }
     }
 #ifdef TIO_TWIN_OFFLOADER_TRACE
     if (!o.no_offloader && o.ntraces < MAX_TRACES) { /* shipped: bench/gpu_twin_offloader.py */

@@ -11,8 +11,8 @@
  * 2% (exit 1 otherwise). docs/bench/twin.md has the method and the results.
  *
  * usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--time-scale T]
- *                       [--tiers LIST] [--budget F] [--trace FILE]... [--no-model]
- *                       [--no-offloader] [--dir DIR]
+ *                       [--tiers LIST] [--budget F] [--models LIST] [--trace FILE]...
+ *                       [--no-model] [--no-offloader] [--dir DIR]
  */
 #include <errno.h>
 #include <math.h>
@@ -41,6 +41,7 @@ static struct fake_cuda fc;
 
 struct opts {
     int json, iters, no_model, no_offloader;
+    const char *models; /* built-in traces, comma-separated (NULL: llama-1b) */
     double byte_scale, budget_frac;
     double time_scale; /* 0: per trace, so that an iteration's ideal is at most 1 s */
     /* byte_scale 0: per trace, the power of 2 that brings its peak under 400 MiB */
@@ -66,11 +67,34 @@ static void die(const char *what, int rc) {
 
 /* ---- traces ----------------------------------------------------------------------------- */
 
-/* The built-in trace: a 1.1B Llama-style model, 16 layers of width 2048, two micro-batches of
- * 2 x 1024 tokens, fp32 on an H100 NVL (about 3.2k tensors, 3.8k kernels). Equivalent to
+/* The built-in traces: a 1.1B Llama-style model, 16 layers of width 2048, fp32 on an H100 NVL
+ * (about 3.2k tensors, 3.8k kernels), with two micro-batches per iteration. Equivalent to
  * `teraio model --preset custom --layers 16 --hidden 2048 --heads 16 --kv-heads 4
- * --ffn-hidden 8192 --vocab 32000 --seq 1024 --batch 4 --micro-batch 2 --pp 1`. */
-static struct tio_trace *model_trace(void) {
+ * --ffn-hidden 8192 --vocab 32000 --pp 1` and then, for `llama-1b`, `--seq 1024 --batch 4
+ * --micro-batch 2`; for `llama-1b-long`, `--seq 2048 --batch 8 --micro-batch 4` (four times the
+ * tokens per micro-batch: more compute per byte moved, so that its plan at half the peak hides
+ * every transfer). */
+static const struct builtin {
+    const char *name;
+    uint32_t seq, batch, micro;
+} builtins[] = { { "llama-1b", 1024, 4, 2 }, { "llama-1b-long", 2048, 8, 4 } };
+#define N_BUILTINS (sizeof builtins / sizeof builtins[0])
+
+/* name is one of the comma-separated list's items */
+static int has_name(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) {
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+static struct tio_trace *model_trace(const struct builtin *m) {
     struct tio_model_params p;
     int rc = tio_model_preset("llama3-8b", &p);
     if (rc < 0) {
@@ -84,9 +108,9 @@ static struct tio_trace *model_trace(void) {
     p.head_dim = 0;
     p.ffn_hidden = 8192;
     p.vocab = 32000;
-    p.seq_len = 1024;
-    p.global_batch = 4;
-    p.micro_batch = 2;
+    p.seq_len = m->seq;
+    p.global_batch = m->batch;
+    p.micro_batch = m->micro;
     p.grad_accum = 0;
     p.pp = 1;
     p.rank = 0;
@@ -132,6 +156,8 @@ struct result {
     uint64_t budget, peak, tensors, kernels, moves;
     double twin_s, ideal_s, predicted_s, stall_s, read_stall_s, pressure_s, demand_s, us_per_kernel,
         h2d_util, d2h_util, host_s;
+    /* per step, the compute stream: held back by copies' events; idle for the host */
+    double dep_wait_s, dep_waits, late_s;
     uint64_t queue_full, urgent, offloads, prefetches, pageable;
     /* the training thread's waits per step by reason (tio_runtime_stats): read, write, budget,
      * end, other */
@@ -454,6 +480,9 @@ static void run(const struct opts *o,
     r->h2d_util = (double)(st1[FAKE_H2D_BUSY_NS] - st0[FAKE_H2D_BUSY_NS]) * 1e-9 / wall;
     r->d2h_util = (double)(st1[FAKE_D2H_BUSY_NS] - st0[FAKE_D2H_BUSY_NS]) * 1e-9 / wall;
     r->pageable = fc.pageable_copies() - pg0;
+    r->dep_wait_s = (double)(st1[FAKE_DEP_WAIT_NS] - st0[FAKE_DEP_WAIT_NS]) * 1e-9 / o->iters;
+    r->dep_waits = (double)(st1[FAKE_DEP_WAITS] - st0[FAKE_DEP_WAITS]) / o->iters;
+    r->late_s = (double)(st1[FAKE_LATE_NS] - st0[FAKE_LATE_NS]) * 1e-9 / o->iters;
     const uint64_t n1[5] = { s1.wait_read_count, s1.wait_write_count, s1.wait_budget_count,
                              s1.wait_end_count, s1.wait_other_count },
                    n0[5] = { s0.wait_read_count, s0.wait_write_count, s0.wait_budget_count,
@@ -506,25 +535,26 @@ static void print_json(const struct result *r) {
         printf("\"}\n");
         return;
     }
-    printf("{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
-           "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
-           "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
-           "s\":%.6f,\"predicted_"
-           "step_s\":%.6f,"
-           "\"stall_s\":%.6f,"
-           "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
-           "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
-           "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
-           "\"thread_us_per_kernel\":%.2f,",
-           r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
-           (unsigned long long)r->peak, (unsigned long long)r->tensors,
-           (unsigned long long)r->kernels, (unsigned long long)r->moves, r->byte_scale,
-           r->time_scale, r->twin_s, r->host_s, r->ideal_s,
-           isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
-           r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
-           (unsigned long long)r->urgent, (unsigned long long)r->offloads,
-           (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
-           (unsigned long long)r->pageable, r->us_per_kernel);
+    printf(
+        "{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
+        "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
+        "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
+        "s\":%.6f,\"predicted_"
+        "step_s\":%.6f,"
+        "\"stall_s\":%.6f,"
+        "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
+        "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
+        "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
+        "\"thread_us_per_kernel\":%.2f,\"gpu_event_wait_s\":%.6f,\"gpu_event_waits\":%.1f,"
+        "\"gpu_host_late_s\":%.6f,",
+        r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
+        (unsigned long long)r->peak, (unsigned long long)r->tensors, (unsigned long long)r->kernels,
+        (unsigned long long)r->moves, r->byte_scale, r->time_scale, r->twin_s, r->host_s,
+        r->ideal_s, isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
+        r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
+        (unsigned long long)r->urgent, (unsigned long long)r->offloads,
+        (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
+        (unsigned long long)r->pageable, r->us_per_kernel, r->dep_wait_s, r->dep_waits, r->late_s);
     static const char *const why[5] = { "read", "write", "budget", "end", "other" };
     for (int i = 0; i < 5; i++) { /* per step */
         printf("\"wait_%s_count\":%.1f,\"wait_%s_s\":%.6f%s", why[i], r->wait_n[i], why[i],
@@ -550,8 +580,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--tiers "
             "LIST]\n"
-            "                      [--budget F] [--trace FILE]... [--no-model] [--no-offloader]\n"
-            "                      [--time-scale T] [--dir DIR]\n"
+            "                      [--budget F] [--models LIST] [--trace FILE]... [--no-model]\n"
+            "                      [--no-offloader] [--time-scale T] [--dir DIR]\n"
             "  --tiers LIST   comma-separated of none,host,ssd,both (default all)\n"
             "  --budget F     device budget as a fraction of the peak (default 0.5)\n"
             "  --byte-scale S bytes and bandwidths divided by S (default: per trace, the power\n"
@@ -560,7 +590,10 @@ static void usage(void) {
             "                 less for a trace whose iteration takes over 1 s: then 1 s)\n"
             "  --iters N      measured iterations after one warm-up (default 3; --quick: 1)\n"
             "  --trace FILE   also run a saved trace (.tio or .json), e.g. an Offloader's\n"
-            "  --no-model     skip the built-in 1.1B Llama trace (teraio model)\n"
+            "  --models LIST  built-in 1.1B Llama traces (teraio model), comma-separated of\n"
+            "                 llama-1b (2 x 2 x 1024 tokens; the default),\n"
+            "                 llama-1b-long (2 x 4 x 2048 tokens)\n"
+            "  --no-model     skip the built-in traces\n"
             "  --no-offloader skip the shipped Offloader trace (bench/data/offloader-llama.tio)\n"
             "  --dir DIR      the SSD tier's directory (default: a new one under $TMPDIR)\n");
     exit(2);
@@ -588,6 +621,8 @@ static void parse(int argc, char **argv, struct opts *o) {
             o->time_scale = strtod(val, NULL), i++;
         } else if (val && !strcmp(a, "--budget")) {
             o->budget_frac = strtod(val, NULL), i++;
+        } else if (val && !strcmp(a, "--models")) {
+            o->models = val, i++;
         } else if (val && !strcmp(a, "--tiers")) {
             o->tiers = val, i++;
         } else if (val && !strcmp(a, "--dir")) {
@@ -598,6 +633,19 @@ static void parse(int argc, char **argv, struct opts *o) {
             fprintf(stderr, "bench_gpu_twin: unknown or incomplete option %s\n", a);
             usage();
         }
+    }
+    for (const char *p = o->models; p;) { /* every name a built-in one */
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p), k = 0;
+        while (k < N_BUILTINS &&
+               !(strlen(builtins[k].name) == len && !strncmp(p, builtins[k].name, len))) {
+            k++;
+        }
+        if (k == N_BUILTINS) {
+            fprintf(stderr, "bench_gpu_twin: --models: unknown trace '%.*s'\n", (int)len, p);
+            usage();
+        }
+        p = end ? end + 1 : NULL;
     }
     if (o->iters < 1 || !(o->byte_scale == 0 || o->byte_scale >= 1) || !(o->time_scale >= 0) ||
         !(o->budget_frac > 0 && o->budget_frac <= 1)) {
@@ -628,13 +676,15 @@ int main(int argc, char **argv) {
         }
         o.dir = tmp;
     }
-    struct tio_trace *raw[MAX_TRACES + 1];
-    const char *names[MAX_TRACES + 1];
-    char *owned[MAX_TRACES + 1] = { NULL };
+    struct tio_trace *raw[MAX_TRACES + N_BUILTINS];
+    const char *names[MAX_TRACES + N_BUILTINS];
+    char *owned[MAX_TRACES + N_BUILTINS] = { NULL };
     int n = 0;
-    if (!o.no_model) {
-        raw[n] = model_trace();
-        names[n++] = "llama-1b";
+    for (size_t i = 0; i < N_BUILTINS && !o.no_model; i++) {
+        if (o.models ? has_name(o.models, builtins[i].name) : i == 0) {
+            raw[n] = model_trace(&builtins[i]);
+            names[n++] = builtins[i].name;
+        }
     }
 #ifdef TIO_TWIN_OFFLOADER_TRACE
     if (!o.no_offloader && o.ntraces < MAX_TRACES) { /* shipped: bench/gpu_twin_offloader.py */

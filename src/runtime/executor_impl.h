@@ -54,6 +54,12 @@ enum {
 };
 enum { TIO_RT_SET_MAT = 0, TIO_RT_SET_REL = 1, TIO_RT_SET_LAND = 2, TIO_RT_NSETS = 3 };
 
+/* A host-tier write's place in the order writes were queued (tio_rt_releases). */
+struct tio_rt_wkey {
+    uint64_t seq;
+    uint32_t t;
+};
+
 struct tio_runtime {
     const struct tio_trace *trace;
     const struct tio_plan *plan;
@@ -86,6 +92,9 @@ struct tio_runtime {
     tio_cuda_stream stream;
     tio_cuda_event *fence;  /* [n_tensors] created on first use; one request per tensor at once */
     tio_cuda_event *landed; /* [n_tensors] the reads' done events (TF_LANDING) */
+    uint64_t *wseq;         /* [n_tensors] when t's host-tier write was queued (a count) */
+    uint64_t wseq_next;
+    struct tio_rt_wkey *wkeys; /* [n_tensors] scratch: tio_rt_releases' TF_WLAND candidates */
     /* The live sets (executor_sets.c), kept by tio_rt_touch(). */
     uint8_t *member;              /* [n_tensors] IN_* bits */
     uint32_t *set_item, *set_pos; /* [TIO_RT_NSETS][n_tensors] members / index or UINT32_MAX */

@@ -1,6 +1,7 @@
 /* The executor's engine requests and the table updates their completions make. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <teraio/alloc.h>
@@ -234,11 +235,52 @@ int tio_rt_settle_all(struct tio_runtime *rt, int reads_only) {
     return rc;
 }
 
+/* Release t if it is a completed, not-kept offload: RELEASE in out[], *over less its bytes. */
+static int release_one(struct tio_runtime *rt,
+                       uint32_t t,
+                       struct tio_runtime_action *out,
+                       size_t max,
+                       size_t *n,
+                       uint64_t *over) {
+    if (rt->state[t] != ST_WRITING || !(rt->tflags[t] & TF_DONE)) {
+        return 0;
+    }
+    uint64_t b = rt->v.tensor_bytes[t];
+    *over = *over > b ? *over - b : 0;
+    /* stream-ordered release: the compute stream waits for the write's copies (or the landing
+     * read of a clean offload); the memory may then go to later work on it */
+    int rc = tio_rt_settle(rt, t);
+    if (rc == 0) {
+        rc = tio_rt_push(out, max, n, t, TIO_RUNTIME_RELEASE, b);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    rt->tflags[t] &= ~(uint32_t)TF_DONE;
+    rt->state[t] = ST_STORED;
+    rt->ptr[t] = NULL;
+    tio_rt_touch(rt, t);
+    rt->st.stored_bytes += b;
+    tio_rt_sub_resident(rt, t);
+    return 0;
+}
+
+static int by_write_seq(const void *a, const void *b) {
+    const struct tio_rt_wkey *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 /* Hand out RELEASE for the completed, not-kept offloads: all of them, except (lazy) those whose
  * copies may still read the memory (TF_WLAND) beyond what the budget needs. Releasing such a
  * tensor makes the compute stream wait for its copies, so it is released only when its memory
  * is needed: a kernel that runs meanwhile does not wait for the D2H stream, and a kernel that
- * needs the tensor again takes it back without a read. */
+ * needs the tensor again takes it back without a read. The ones the budget needs are taken in
+ * the order their writes were queued, about the order their copies leave the engine's one D2H
+ * stream (urgent writes go first): the compute stream then waits for the copies that end first,
+ * not (as in id order)
+ * for a copy queued behind a step's worth of others while completed ones were there to release.
+ * No cudaEventQuery: the training thread does not poll the GPU, and the choice is the same
+ * however far the GPU lags. */
 int tio_rt_releases(
     struct tio_runtime *rt, struct tio_runtime_action *out, size_t max, size_t *n, int lazy) {
     const uint32_t *rel;
@@ -248,33 +290,26 @@ int tio_rt_releases(
     }
     lazy = lazy && rt->budget && rt->cu;
     uint64_t over = rt->st.resident_bytes > rt->budget ? rt->st.resident_bytes - rt->budget : 0;
-    for (size_t i = 0; i < nr * 2; i++) { /* the others first, then TF_WLAND while over */
-        uint32_t t = rel[i % nr];
-        int wland = (rt->tflags[t] & TF_WLAND) != 0;
-        if (lazy && (wland != (i >= nr) || (wland && over == 0))) {
+    size_t nw = 0;
+    for (size_t i = 0; i < nr; i++) { /* the others first; TF_WLAND (lazy) set aside */
+        uint32_t t = rel[i];
+        if (lazy && (rt->tflags[t] & TF_WLAND)) {
+            rt->wkeys[nw++] = (struct tio_rt_wkey){ rt->wseq[t], t };
             continue;
         }
-        if (!lazy && i >= nr) {
-            break;
+        int rc = release_one(rt, t, out, max, n, &over);
+        if (rc < 0) {
+            return rc;
         }
-        if (rt->state[t] == ST_WRITING && (rt->tflags[t] & TF_DONE)) {
-            uint64_t b = rt->v.tensor_bytes[t];
-            over = over > b ? over - b : 0;
-            /* stream-ordered release: the compute stream waits for the write's copies (or the
-             * landing read of a clean offload); the memory may then go to later work on it */
-            int rc = tio_rt_settle(rt, t);
-            if (rc == 0) {
-                rc = tio_rt_push(out, max, n, t, TIO_RUNTIME_RELEASE, rt->v.tensor_bytes[t]);
-            }
-            if (rc < 0) {
-                return rc;
-            }
-            rt->tflags[t] &= ~(uint32_t)TF_DONE;
-            rt->state[t] = ST_STORED;
-            rt->ptr[t] = NULL;
-            tio_rt_touch(rt, t);
-            rt->st.stored_bytes += rt->v.tensor_bytes[t];
-            tio_rt_sub_resident(rt, t);
+    }
+    if (nw == 0 || over == 0) {
+        return 0;
+    }
+    qsort(rt->wkeys, nw, sizeof *rt->wkeys, by_write_seq);
+    for (size_t i = 0; i < nw && over > 0; i++) {
+        int rc = release_one(rt, rt->wkeys[i].t, out, max, n, &over);
+        if (rc < 0) {
+            return rc;
         }
     }
     return 0;
@@ -362,6 +397,7 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
         rt->inflight++;
         if (ordered) {
             rt->tflags[t] |= TF_WEV;
+            rt->wseq[t] = ++rt->wseq_next;
         } else {
             rt->tflags[t] &= ~(uint32_t)TF_WEV;
         }

@@ -96,6 +96,8 @@ int tio_runtime_new(const struct tio_runtime_params *caller, struct tio_runtime 
         rt->stream = p->stream;
         rt->fence = tio_calloc(nt ? nt : 1, sizeof *rt->fence);
         rt->landed = tio_calloc(nt ? nt : 1, sizeof *rt->landed);
+        rt->wseq = tio_calloc(nt ? nt : 1, sizeof *rt->wseq);
+        rt->wkeys = tio_malloc((nt ? nt : 1) * sizeof *rt->wkeys);
     }
     {
         struct tio_engine_stats es;
@@ -103,7 +105,8 @@ int tio_runtime_new(const struct tio_runtime_params *caller, struct tio_runtime 
     }
     if (!rt->move_off || !rt->first_use || !rt->last_use || !rt->state || !rt->tflags || !rt->ptr ||
         !rt->last_real || !rt->is_free || !rt->next_of_use || !rt->first_real || !rt->cursor ||
-        !rt->victims || !rt->eid || (p->stream_ordered && (!rt->fence || !rt->landed)) ||
+        !rt->victims || !rt->eid ||
+        (p->stream_ordered && (!rt->fence || !rt->landed || !rt->wseq || !rt->wkeys)) ||
         tio_rt_sets_alloc(rt) < 0) {
         tio_runtime_free(rt);
         return TIO_ENOMEM;
@@ -215,6 +218,8 @@ void tio_runtime_free(struct tio_runtime *rt) {
     }
     tio_free(rt->fence);
     tio_free(rt->landed);
+    tio_free(rt->wseq);
+    tio_free(rt->wkeys);
     tio_rt_sets_free(rt);
     tio_free(rt);
 }

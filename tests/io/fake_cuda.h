@@ -68,6 +68,9 @@ enum fake_timed_stat {
     FAKE_KERNEL_NS,
     FAKE_KERNELS,
     FAKE_QUEUE_FULL,
+    FAKE_DEP_WAIT_NS, /* kernel streams: held back by other streams (events waited for) */
+    FAKE_DEP_WAITS,
+    FAKE_LATE_NS, /* kernel streams: idle until the host queued their next operation */
     FAKE_N_STATS
 };
 

@@ -135,6 +135,44 @@ TIO_TEST(a_copy_waits_for_the_kernel_it_follows) {
     CHECK_EQ_I(fc.free_host(host), 0);
 }
 
+/* The counts of a kernel stream's idle time: a wait for a copy on another stream holds it back
+ * for the copy (the copy stream's own wait for the kernel before it is not counted: it runs no
+ * kernels), and a kernel queued after the stream drained counts as the host's lateness. */
+TIO_TEST(a_kernel_streams_idle_time_is_counted) {
+    void *s[2] = { NULL, NULL }, *e[2] = { NULL, NULL }, *dev = NULL, *host = NULL;
+    CHECK_EQ_I(timed_on(0), 0);
+    CHECK_EQ_I(fc.malloc_device(&dev, MiB), 0);
+    CHECK_EQ_I(fc.host_alloc(&host, MiB, 0), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_I(fc.stream_create(&s[i], 1), 0);
+        CHECK_EQ_I(fc.event_create(&e[i], 0), 0);
+    }
+    CHECK_EQ_I(fc.launch_kernel(s[0], 50000000), 0); /* 50 ms: time to queue the rest */
+    CHECK_EQ_I(fc.event_record(e[0], s[0]), 0);
+    CHECK_EQ_I(fc.stream_wait_event(s[1], e[0], 0), 0);
+    CHECK_EQ_I(fc.memcpy_async(host, dev, MiB, D2H, s[1]), 0); /* 105 ms after the kernel */
+    CHECK_EQ_I(fc.event_record(e[1], s[1]), 0);
+    CHECK_EQ_I(fc.stream_wait_event(s[0], e[1], 0), 0);
+    CHECK_EQ_I(fc.launch_kernel(s[0], 10000000), 0);
+    CHECK_EQ_I(fc.stream_synchronize(s[0]), 0);
+    struct timespec ts = { 0, 30000000 };
+    nanosleep(&ts, NULL);
+    CHECK_EQ_I(fc.launch_kernel(s[0], 10000000), 0); /* 30 ms after the stream drained */
+    CHECK_EQ_I(fc.stream_synchronize(s[0]), 0);
+    uint64_t st[FAKE_N_STATS] = { 0 };
+    CHECK_EQ_I(fc.timed_stats(st, FAKE_N_STATS), FAKE_N_STATS);
+    uint64_t copy = (uint64_t)(MiB / RATE * 1e9);
+    CHECK_EQ_U(st[FAKE_DEP_WAITS], 1);
+    CHECK(st[FAKE_DEP_WAIT_NS] >= copy && st[FAKE_DEP_WAIT_NS] <= copy + 1000000);
+    CHECK(st[FAKE_LATE_NS] >= 30000000);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_I(fc.event_destroy(e[i]), 0);
+        CHECK_EQ_I(fc.stream_destroy(s[i]), 0);
+    }
+    CHECK_EQ_I(fc.free_device(dev), 0);
+    CHECK_EQ_I(fc.free_host(host), 0);
+}
+
 TIO_TEST(pageable_copies_are_synchronous_and_slower) {
     void *s = NULL, *dev = NULL;
     unsigned char *page = malloc(MiB);
@@ -235,6 +273,7 @@ int main(void) {
     RUN(kernels_run_back_to_back);
     RUN(one_copy_engine_per_direction);
     RUN(a_copy_waits_for_the_kernel_it_follows);
+    RUN(a_kernel_streams_idle_time_is_counted);
     RUN(pageable_copies_are_synchronous_and_slower);
     RUN(pageable_copies_wait_without_timing);
     RUN(a_full_launch_queue_blocks_the_host);

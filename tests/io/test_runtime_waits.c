@@ -8,7 +8,8 @@
  * watchdog opens the GPU after 3 s and the test fails).
  *
  * A second test runs the same steps under a budget that the first offload must free (see
- * budget_release_does_not_wait_for_the_gpu), a third on device 1 of 2 (executor_on_device_1).
+ * budget_release_does_not_wait_for_the_gpu), a third on device 1 of 2 (executor_on_device_1);
+ * budget_release_takes_the_oldest_write checks which completed offload such a release takes.
  *
  * The held section starts after the step's first kernel is launched (its input, read back from
  * the host tier, is queued before the GPU is held: today's engine starts a read only once its
@@ -379,11 +380,119 @@ TIO_TEST(executor_on_device_1) {
     (void)rmdir(dir);
 }
 
+/* Which completed offload a budget release takes. X and Y (globals, 64 KiB each) are updated by
+ * kernels 0 and 1; the plan offloads Y after kernel 0 and X after kernel 1 (Y's write is queued
+ * first, X has the lower id); kernel 2 reads Z (64 KiB), kernel 3 creates A (64 KiB). Both writes
+ * have completed (their copies queued) before kernel 3, and under a budget of 192 KiB one of them
+ * must be released there. Its release makes the compute stream wait for its copies: it must be
+ * Y's, queued first and so done first on the one D2H stream, not X's (the lower id). */
+/* Apply n actions of the next test's executor (memory in slab at 64 KiB per tensor); count the
+ * RELEASEs per tensor in released (if not NULL). 1 if n or a bind failed. */
+static int take(struct tio_runtime *rt,
+                unsigned char *slab,
+                const struct tio_runtime_action *a,
+                int n,
+                int *released) {
+    int bad = n < 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind != TIO_RUNTIME_RELEASE)
+            bad |= tio_runtime_bind(rt, a[i].tensor, slab + a[i].tensor * 64 * KiB) < 0;
+        else if (released && a[i].tensor < 4)
+            released[a[i].tensor]++;
+    }
+    return bad;
+}
+
+TIO_TEST(budget_release_takes_the_oldest_write) {
+    struct tio_trace *tr = NULL;
+    int rc = tio_trace_new(NULL, &tr);
+    const char *names[] = { "X", "Y", "Z", "A" };
+    for (int t = 0; t < 4 && rc == 0; t++)
+        rc = tio_trace_add_tensor(tr, 64 * KiB, t < 3 ? TIO_TENSOR_WEIGHT : TIO_TENSOR_ACTIVATION,
+                                  t < 3 ? TIO_TENSOR_GLOBAL : 0, names[t], NULL);
+    static const struct {
+        uint32_t t;
+        int32_t mode;
+    } uses[] = { { 1, TIO_USE_READ_WRITE },
+                 { 0, TIO_USE_READ_WRITE },
+                 { 2, TIO_USE_READ },
+                 { 3, TIO_USE_WRITE },
+                 { 3, TIO_USE_READ } };
+    for (uint32_t k = 0; k < 5 && rc == 0; k++) {
+        rc = tio_trace_add_kernel(tr, "k", 100000, 0, NULL);
+        rc = rc ? rc : tio_trace_add_use(tr, uses[k].t, uses[k].mode);
+    }
+    tr = rt_trace_finish(tr, rc);
+    const struct tio_move m[] = {
+        { .tensor = 1,
+          .from = TIO_TIER_GPU,
+          .to = TIO_TIER_HOST,
+          .trigger = 1,
+          .deadline = 5,
+          .bytes = 64 * KiB },
+        { .tensor = 0,
+          .from = TIO_TIER_GPU,
+          .to = TIO_TIER_HOST,
+          .trigger = 2,
+          .deadline = 5,
+          .bytes = 64 * KiB },
+    };
+    struct tio_plan *plan = tr ? rt_plan(tr, 5, m, 2) : NULL;
+    struct tio_engine *e = rt_engine(NULL, "cuda", NULL, 4 * 64 * KiB);
+    unsigned char *slab = NULL;
+    void *stream = NULL;
+    CHECK_EQ_I(fc.malloc_device((void **)&slab, 4 * 64 * KiB), 0);
+    CHECK_EQ_I(fc.stream_create(&stream, 1), 0);
+    struct tio_runtime *rt = NULL;
+    struct tio_runtime_params rp = rt_params(tr, plan, e);
+    rp.mem = TIO_MEM_DEVICE;
+    rp.stream = stream;
+    rp.stream_ordered = 1;
+    rp.budget_bytes = 192 * KiB;
+    CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &rt) == 0);
+    struct tio_runtime_action act[4];
+    int released[4] = { 0 }, bad = 0;
+    for (uint32_t g = 0; rt && g < 3; g++)
+        CHECK_EQ_I(tio_runtime_bind(rt, g, slab + g * 64 * KiB), 0);
+    for (int step = 0; step < 2 && rt && !bad; step++) { /* the second in the steady state */
+        bad |= take(rt, slab, act, tio_runtime_begin_iteration(rt, act, 4), NULL);
+        for (uint32_t k = 0; k < 5 && !bad; k++) {
+            if (k == 3 && step == 1) { /* every request completed before kernel 3 is prepared */
+                struct tio_engine_stats es = { 0 };
+                for (int i = 0; i < 5000 && tio_engine_stats(e, &es) == 0 &&
+                                es.requests_completed < es.requests_submitted;
+                     i++) {
+                    (void)fc.stream_synchronize(stream);
+                    struct timespec ts = { 0, 1000000 };
+                    nanosleep(&ts, NULL);
+                }
+                CHECK_EQ_U(es.requests_completed, es.requests_submitted);
+            }
+            bad |= take(rt, slab, act, tio_runtime_before_kernel(rt, k, act, 4),
+                        k == 3 && step == 1 ? released : NULL);
+            bad |= tio_runtime_ready(rt, k) < 0 || fc.launch_kernel(stream, 0) != 0 ||
+                   (k == 3 && tio_runtime_bind(rt, 3, slab + 3 * 64 * KiB) < 0) ||
+                   tio_runtime_after_kernel(rt, k) < 0;
+        }
+        bad |= take(rt, slab, act, tio_runtime_end_iteration(rt, act, 4), NULL);
+    }
+    CHECK_EQ_I(bad, 0);
+    CHECK_EQ_I(released[1], 1); /* Y: its write was queued first */
+    CHECK_EQ_I(released[0], 0); /* X stays until the budget needs it */
+    if (stream)
+        (void)fc.stream_synchronize(stream);
+    tio_runtime_free(rt);
+    rt_free_inputs(plan, e, tr);
+    CHECK_EQ_I(fc.stream_destroy(stream), 0);
+    CHECK_EQ_I(fc.free_device(slab), 0);
+}
+
 int main(void) {
     if (setenv("FAKE_CUDA_DEVICES", "2", 1) != 0 || fake_cuda_load(&fc) < 0)
         return 1;
     RUN(offloads_do_not_hold_the_training_thread);
     RUN(budget_release_does_not_wait_for_the_gpu);
+    RUN(budget_release_takes_the_oldest_write);
     RUN(give_stored_waits_for_an_offload_past_the_step);
     RUN(executor_on_device_1);
     return tio_test_done();

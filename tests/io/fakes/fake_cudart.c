@@ -399,6 +399,8 @@ int cudaStreamCreateWithFlags(void **s, unsigned flags) {
     slots[idx].gen++;
     slots[idx].flags = flags;
     slots[idx].dev = cur_dev;
+    slots[idx].kernels = 0;
+    slots[idx].vt_last = 0; /* a reused slot: not its last stream's */
     slots[idx].s = start_stream(idx);
     if (!slots[idx].s) {
         pthread_mutex_unlock(&mu);

@@ -122,6 +122,7 @@ struct slot {
     uint64_t clock[MAX_VC]; /* the vector clock of its last queued operation */
     uint64_t vt_last;       /* timed mode: the end time of its last completed operation */
     uint64_t *vt_ring;      /* timed mode: end times by position % VT_RING (NULL: none yet) */
+    int kernels;            /* timed mode: fake_cuda_launch_kernel queued work on it */
 };
 #define VT_RING 4096
 

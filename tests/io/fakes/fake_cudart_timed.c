@@ -31,6 +31,10 @@ _Atomic uint64_t pageable_copies;
 
 static uint64_t engine_free[MAX_DEV][2]; /* when each copy engine is free (under mu) */
 static uint64_t st_bytes[2], st_busy[2], st_kernel_ns, st_kernels, st_queue_waits; /* under mu */
+/* kernel streams (those fake_cuda_launch_kernel used): ns and operations held back by other
+ * streams' work (events, the legacy stream) beyond their own stream and their queueing, and ns
+ * they were idle because the host queued the next operation late (under mu) */
+static uint64_t st_dep_ns, st_dep_ops, st_late_ns;
 
 struct pin {
     const unsigned char *p;
@@ -101,9 +105,16 @@ static uint64_t end_of(uint32_t slot, uint64_t pos) {
 }
 
 uint64_t timed_end(struct op *o) {
-    uint64_t start = max_u64(slots[o->slot].vt_last, o->t_enq);
+    const struct slot *sl = &slots[o->slot];
+    uint64_t start = max_u64(sl->vt_last, o->t_enq);
     for (size_t i = 0; i < o->n_deps; i++)
         start = max_u64(start, end_of(o->deps[i].slot, o->deps[i].pos));
+    if (sl->kernels && sl->vt_last) {
+        uint64_t own = max_u64(sl->vt_last, o->t_enq);
+        st_late_ns += own - sl->vt_last;
+        st_dep_ns += start - own;
+        st_dep_ops += start > own;
+    }
     if (o->kind == OP_KERNEL) {
         st_kernel_ns += o->dur_ns;
         st_kernels++;
@@ -180,7 +191,7 @@ int fake_cuda_set_timing(
     memset(engine_free, 0, sizeof engine_free);
     memset(st_bytes, 0, sizeof st_bytes);
     memset(st_busy, 0, sizeof st_busy);
-    st_kernel_ns = st_kernels = st_queue_waits = 0;
+    st_kernel_ns = st_kernels = st_queue_waits = st_dep_ns = st_dep_ops = st_late_ns = 0;
     pthread_mutex_unlock(&mu);
     return 0;
 }
@@ -198,6 +209,7 @@ int fake_cuda_launch_kernel(void *s, uint64_t ns) {
         if (!o) {
             rc = ERR_MEMORY_ALLOCATION;
         } else {
+            slots[slot].kernels = 1;
             o->kind = OP_KERNEL;
             o->dur_ns = ns;
             (void)enqueue((uint32_t)slot, o);
@@ -209,11 +221,15 @@ int fake_cuda_launch_kernel(void *s, uint64_t ns) {
 
 /* The timed mode's counts since fake_cuda_set_timing, in this order (the first n): bytes copied
  * host to device, device to host; ns each copy engine was busy (h2d, d2h); kernel ns and kernels
- * run; launches that found their stream's queue full. Returns how many it filled. */
+ * run; launches that found their stream's queue full; on the streams that run kernels: ns their
+ * operations were held back by other streams' work (an event waited for, the legacy stream) past
+ * the end of their stream's previous operation and their queueing, the number of operations so
+ * held back, and ns they idled because the host queued the next operation after the previous one
+ * ended. Returns how many it filled. */
 int fake_cuda_timed_stats(uint64_t *out, size_t n) {
     pthread_mutex_lock(&mu);
-    uint64_t v[] = { st_bytes[0],  st_bytes[1], st_busy[0],    st_busy[1],
-                     st_kernel_ns, st_kernels,  st_queue_waits };
+    uint64_t v[] = { st_bytes[0], st_bytes[1],    st_busy[0], st_busy[1], st_kernel_ns,
+                     st_kernels,  st_queue_waits, st_dep_ns,  st_dep_ops, st_late_ns };
     size_t k = n < sizeof v / sizeof v[0] ? n : sizeof v / sizeof v[0];
     memcpy(out, v, k * sizeof *v);
     pthread_mutex_unlock(&mu);

@@ -207,10 +207,7 @@ TIO_TEST(offloads_do_not_hold_the_training_thread) {
     rp.stream = stream;
     rp.stream_ordered = 1;
     CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
-    if (!r.rt) {
-        rt_free_inputs(plan, e, tr);
-        return;
-    }
+    REQUIRE_OR(r.rt != NULL, rt_free_inputs(plan, e, tr));
     for (uint32_t g = 0; g < 3; g++)
         CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
     fc.watch_thread();

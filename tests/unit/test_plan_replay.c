@@ -180,10 +180,7 @@ check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *st
     pp.policy = policy;
     struct tio_plan *plan = NULL;
     CHECK_OK(tio_plan_make(tr, &hw, &pp, &plan));
-    if (!plan || !tr) {
-        tio_trace_free(tr);
-        return;
-    }
+    REQUIRE_OR(plan && tr, tio_trace_free(tr));
     struct tio_plan_summary s;
     tio_plan_get_summary(plan, &s);
     size_t n = tio_trace_kernel_count(tr);

@@ -163,6 +163,7 @@ TIO_TEST(split_over_4gib_null) {
     p.preallocate = 0;
     struct tio_engine *e = NULL;
     CHECK_OK(tio_engine_new(&p, &e));
+    CHECK(e != NULL);
     if (e) {
         tio_io_null_reset();
         CHECK_OK(io_write(e, 1, mem, bytes, TIO_MEM_HOST, TIO_TIER_SSD, TIO_PRIO_NORMAL, 7, NULL));

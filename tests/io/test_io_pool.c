@@ -94,6 +94,7 @@ TIO_TEST(host_only_backends_refuse_device_memory) {
         struct tio_io_config cfg = config(&fd, 2, 1);
         void *st = NULL;
         CHECK_OK(ops->init(&cfg, &st));
+        CHECK(st != NULL);
         if (st) {
             unsigned char buf[4096] = { 0 };
             struct tio_io_req w = io_req(9, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
@@ -156,6 +157,7 @@ TIO_TEST(fault_short_option_shortens_the_transfer) {
     cfg.options = "short=1000";
     void *st = NULL;
     CHECK_OK(ops->init(&cfg, &st));
+    CHECK(st != NULL);
     if (st) {
         unsigned char buf[4096];
         memset(buf, 0x5b, sizeof buf);

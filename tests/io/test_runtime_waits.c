@@ -251,6 +251,7 @@ TIO_TEST(budget_release_does_not_wait_for_the_gpu) {
     rp.stream_ordered = 1;
     rp.budget_bytes = 448 * KiB;
     CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
+    CHECK(r.rt != NULL);
     if (r.rt) {
         for (uint32_t g = 0; g < 3; g++)
             CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
@@ -296,6 +297,7 @@ TIO_TEST(give_stored_waits_for_an_offload_past_the_step) {
     unsigned char *g1 = slab ? fc.translate(r.slab + 256 * KiB, 64 * KiB) : NULL;
     CHECK(g1 != NULL);
     CHECK(tr && plan && e && slab && g1 && tio_runtime_new(&rp, &r.rt) == 0);
+    CHECK(r.rt != NULL);
     if (r.rt && g1) {
         for (uint64_t i = 0; i < 64 * KiB; i++) /* the kernels (timed no-ops) keep these bytes */
             g1[i] = (unsigned char)(i * 7 + 3);
@@ -355,6 +357,7 @@ TIO_TEST(executor_on_device_1) {
     rp.stream = stream;
     rp.stream_ordered = 1;
     CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
+    CHECK(r.rt != NULL);
     if (r.rt) {
         for (uint32_t g = 0; g < 3; g++)
             CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);

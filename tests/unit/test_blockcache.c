@@ -134,15 +134,10 @@ TIO_TEST(huge_pages_param) {
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &a));
     CHECK_OK(tio_bcache_alloc(c, 2 * MiB, &b));
     CHECK_OK(tio_bcache_alloc(n, 4 * MiB, &x));
-    if (a) {
-        CHECK_EQ_I(vma_has_flag(a, "hg"), 1);
-    }
-    if (b) {
-        CHECK_EQ_I(vma_has_flag(b, "hg"), 1);
-    }
-    if (x) {
-        CHECK_EQ_I(vma_has_flag(x, "hg"), 0);
-    }
+    REQUIRE_OR(a && b && x, (tio_bcache_free(c), tio_bcache_free(n)));
+    CHECK_EQ_I(vma_has_flag(a, "hg"), 1);
+    CHECK_EQ_I(vma_has_flag(b, "hg"), 1);
+    CHECK_EQ_I(vma_has_flag(x, "hg"), 0);
     tio_bcache_free(c);
     tio_bcache_free(n);
 }

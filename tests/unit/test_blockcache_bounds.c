@@ -6,6 +6,7 @@
 static void *alloc_filled(struct tio_bcache *c, uint64_t sz, int v) {
     void *p = NULL;
     CHECK_OK(tio_bcache_alloc(c, sz, &p));
+    CHECK(p != NULL);
     if (p) {
         memset(p, v, (size_t)sz);
         CHECK_EQ_I(resident_pages(p, sz), pages_of(sz));
@@ -329,6 +330,7 @@ TIO_TEST(trim_unmaps_kept_blocks) {
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &n));
     CHECK_EQ_U(st(c).maps, s1.maps + 1);
     CHECK_EQ_U(tio_bcache_trim(c), 0);
+    CHECK(n != NULL);
     if (n) {
         CHECK_OK(tio_bcache_release(c, n));
     }

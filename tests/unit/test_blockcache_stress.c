@@ -440,6 +440,7 @@ TIO_TEST(prefault_fills_the_room) {
     struct tio_bcache_stats s3 = st(c);
     void *d = NULL;
     CHECK_OK(tio_bcache_alloc(c, 64 * MiB, &d));
+    CHECK(d != NULL);
     if (d) {
         CHECK_OK(tio_bcache_discard(c, d));
         CHECK_OK(tio_bcache_release(c, d));

@@ -269,6 +269,7 @@ TIO_TEST(abort_leaves_target_untouched) {
     put(at("keep.txt"), "kept\n");
     struct tio_outfile *o = NULL;
     CHECK_OK(tio_outfile_open(at("keep.txt"), "test", &o));
+    CHECK(o != NULL);
     if (o) {
         (void)fputs("half", tio_outfile_stream(o));
         tio_outfile_abort(o);

@@ -200,6 +200,7 @@ check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *st
     CHECK_OK(tio_sim_run_plan(tr, &hw, plan, &sp, &sim));
     struct tio_sim_result r;
     memset(&r, 0, sizeof r);
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
     }

@@ -29,6 +29,7 @@ TIO_TEST(json_minimal_accepted) {
                          "\"kernels\":[{\"name\":null,\"duration_ns\":5,\"flags\":[\"optim\","
                          "\"comm\"],\"uses\":[[1,\"rw\"]]}]}";
     CHECK_OK(tio_trace_load_mem(s, strlen(s), TIO_TRACE_FORMAT_JSON, &t));
+    CHECK(t != NULL);
     if (t) {
         struct tio_trace_view v;
         tio_trace_get_view(t, &v);

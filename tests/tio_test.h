@@ -1,6 +1,7 @@
 /*
  * Minimal test harness (docs/style.md): checks print file, line and both values; the last line is
- * "N passed, N failed"; exit 0 (all passed), 1 (a failure) or 77 (skipped).
+ * "N passed, N failed" (", N skipped" where a case was skipped); exit 1 if a case failed, else 77
+ * (CTest's SKIP_RETURN_CODE: listed as not run) if a case was skipped, else 0.
  *
  *     TIO_TEST(parses_sizes) { uint64_t v; CHECK_OK(tio_parse_bytes("1KiB", &v)); CHECK_EQ_U(v,
  * 1024); } int main(void) { RUN(parses_sizes); return tio_test_done(); }
@@ -20,7 +21,7 @@
 #include <teraio/alloc_internal.h> /* the library's allocation counters and fault injection */
 #include <teraio/status.h>
 
-static int tio_t_passed, tio_t_failed, tio_t_cur_failed;
+static int tio_t_passed, tio_t_failed, tio_t_skipped, tio_t_cur_failed, tio_t_cur_skipped;
 static const char *tio_t_name;
 
 #define TIO_TEST(name) static void test_##name(void)
@@ -29,10 +30,14 @@ static const char *tio_t_name;
     do {                                \
         tio_t_name = #name;             \
         tio_t_cur_failed = 0;           \
+        tio_t_cur_skipped = 0;          \
         test_##name();                  \
         if (tio_t_cur_failed) {         \
             tio_t_failed++;             \
             printf("FAIL %s\n", #name); \
+        } else if (tio_t_cur_skipped) { \
+            tio_t_skipped++;            \
+            printf("skip %s\n", #name); \
         } else {                        \
             tio_t_passed++;             \
             printf("ok   %s\n", #name); \
@@ -61,6 +66,35 @@ static const char *tio_t_name;
             TIO_T_FAIL("REQUIRE(%s) failed", #cond); \
             return;                                  \
         }                                            \
+    } while (0)
+
+/*
+ * REQUIRE_OR: like REQUIRE, but runs `cleanup` (an expression: a call, or calls joined by
+ * commas) before ending the test, so that what the test holds is freed.
+ *     CHECK_OK(tio_analysis_new(tr, NULL, &a));
+ *     REQUIRE_OR(a != NULL, tio_trace_free(tr));
+ */
+#define REQUIRE_OR(cond, cleanup)                    \
+    do {                                             \
+        if (!(cond)) {                               \
+            TIO_T_FAIL("REQUIRE(%s) failed", #cond); \
+            (void)(cleanup);                         \
+            return;                                  \
+        }                                            \
+    } while (0)
+
+/*
+ * SKIP_CASE: end the current case as skipped, with the reason, where what it checks cannot run
+ * here (a kernel feature missing, not being root). A skipped case is not counted as passed: the
+ * program exits 77 unless another case failed.
+ */
+#define SKIP_CASE(...)         \
+    do {                       \
+        printf("  skip: ");    \
+        printf(__VA_ARGS__);   \
+        printf("\n");          \
+        tio_t_cur_skipped = 1; \
+        return;                \
     } while (0)
 
 #define CHECK_EQ_U(a, b)                                                       \
@@ -198,8 +232,12 @@ static inline int tio_test_bounded(int (*fn)(void *), void *arg, unsigned mib, u
 }
 
 static inline int tio_test_done(void) {
-    printf("%d passed, %d failed\n", tio_t_passed, tio_t_failed);
-    return tio_t_failed ? 1 : 0;
+    if (tio_t_skipped) {
+        printf("%d passed, %d failed, %d skipped\n", tio_t_passed, tio_t_failed, tio_t_skipped);
+    } else {
+        printf("%d passed, %d failed\n", tio_t_passed, tio_t_failed);
+    }
+    return tio_t_failed ? 1 : tio_t_skipped ? 77 : 0;
 }
 
 /* Skip the whole test program (exit 77) with a reason. */

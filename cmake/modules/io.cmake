@@ -41,6 +41,10 @@ foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test
     if(TARGET ${t})
         add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})
+        # the same paths compiled in, for a test run by hand (it sets them where unset)
+        target_compile_definitions(${t} PRIVATE
+            TIO_FAKE_CUDART_LIB="$<TARGET_FILE:tio_fake_cudart>"
+            TIO_FAKE_CUFILE_LIB="$<TARGET_FILE:tio_fake_cufile>")
     endif()
 endforeach()
 # The stream-ordered executor with one tier alone (the SSDs, the host tier): the same emulator

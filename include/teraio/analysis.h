@@ -81,15 +81,19 @@ struct tio_analysis_params {
     uint64_t long_idle_ns;   /* threshold of "long idle" (default 10 ms = 10,000,000 ns) */
 };
 
-/* tio_analysis_params_default: capacity 0, long_idle_ns 10 ms, struct_size set. */
-TIO_API struct tio_analysis_params tio_analysis_params_default(void);
 /* tio_analysis_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
- * defaults tio_analysis_params_default returns, as far as this library knows them (a newer
- * header's extra fields are zeroed), and set out->struct_size. Unlike
- * tio_analysis_params_default, safe for a caller built against another version of this header.
- * Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned struct
- * tio_analysis_params). */
+ * defaults (capacity 0, long_idle_ns 10 ms) as far as this library knows them (a newer header's
+ * extra fields are zeroed), and set out->struct_size. Returns 0; TIO_EINVAL (NULL),
+ * TIO_EVERSION (size below the first versioned struct tio_analysis_params). */
 TIO_API int tio_analysis_params_defaults(struct tio_analysis_params *out, size_t size);
+/* tio_analysis_params_default: the same by value. Inline, so that the size is the one this
+ * header declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_analysis_params tio_analysis_params_default(void) {
+    struct tio_analysis_params p;
+    (void)tio_analysis_params_defaults(&p, sizeof p);
+    return p;
+}
 
 /* Aggregates; the JSON output of `teraio analyze --json` uses the same names. */
 struct tio_analysis_summary {

@@ -60,14 +60,19 @@ struct tio_hw {
                                        the rate the cache drains at); 0 = ssd_write_Bps */
 };
 
-/* tio_hw_default: the paper's server (same as preset "paper-2xh100nvl"). */
-TIO_API struct tio_hw tio_hw_default(void);
-/* tio_hw_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
- * tio_hw_default returns, as far as this library knows them (a newer header's extra fields are
- * zeroed), and set out->struct_size. Unlike tio_hw_default, safe for a caller built against another
- * version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first
- * versioned struct tio_hw). */
+/* tio_hw_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults (the
+ * paper's server, as preset "paper-2xh100nvl") as far as this library knows them (a newer
+ * header's extra fields are zeroed), and set out->struct_size. Returns 0; TIO_EINVAL (NULL),
+ * TIO_EVERSION (size below the first versioned struct tio_hw). */
 TIO_API int tio_hw_defaults(struct tio_hw *out, size_t size);
+/* tio_hw_default: the same by value. Inline, so that the size is the one this header declares:
+ * not an exported function, whose by-value struct would be the library's size (docs/style.md,
+ * "Versioned structs"). */
+static inline struct tio_hw tio_hw_default(void) {
+    struct tio_hw p;
+    (void)tio_hw_defaults(&p, sizeof p);
+    return p;
+}
 
 /* tio_hw_preset: fill *out with a named preset. Returns 0 or TIO_ENOTFOUND (detail lists the
  * known names). */

@@ -124,15 +124,20 @@ struct tio_engine_params {
     uint32_t threads;
 };
 
-/* tio_engine_params_default: zero dirs, no host tier, "auto", 4 MiB chunks, depth 16, no
- * verify, no reservation, 1024 requests, 2 retries, preallocate on. */
-TIO_API struct tio_engine_params tio_engine_params_default(void);
-/* tio_engine_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
- * tio_engine_params_default returns, as far as this library knows them (a newer header's extra
- * fields are zeroed), and set out->struct_size. Unlike tio_engine_params_default, safe for a caller
- * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
- * below the first versioned struct tio_engine_params). */
+/* tio_engine_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
+ * defaults (zero dirs, no host tier, "auto", 4 MiB chunks, depth 16, no verify, no reservation,
+ * 1024 requests, 2 retries, preallocate on) as far as this library knows them (a newer header's
+ * extra fields are zeroed), and set out->struct_size. Returns 0; TIO_EINVAL (NULL),
+ * TIO_EVERSION (size below the first versioned struct tio_engine_params). */
 TIO_API int tio_engine_params_defaults(struct tio_engine_params *out, size_t size);
+/* tio_engine_params_default: the same by value. Inline, so that the size is the one this header
+ * declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_engine_params tio_engine_params_default(void) {
+    struct tio_engine_params p;
+    (void)tio_engine_params_defaults(&p, sizeof p);
+    return p;
+}
 
 struct tio_engine;
 

@@ -110,14 +110,20 @@ struct tio_model_params {
                               1: one fused kernel per parameter (all 4 tensors at once) */
 };
 
-/* tio_model_params_default: llama3-8b at the paper's characterization setting on h100-nvl. */
-TIO_API struct tio_model_params tio_model_params_default(void);
-/* tio_model_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
- * tio_model_params_default returns, as far as this library knows them (a newer header's extra
- * fields are zeroed), and set out->struct_size. Unlike tio_model_params_default, safe for a caller
- * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
- * below the first versioned struct tio_model_params). */
+/* tio_model_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
+ * defaults (llama3-8b at the paper's characterization setting on h100-nvl) as far as this
+ * library knows them (a newer header's extra fields are zeroed), and set out->struct_size.
+ * Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned struct
+ * tio_model_params). */
 TIO_API int tio_model_params_defaults(struct tio_model_params *out, size_t size);
+/* tio_model_params_default: the same by value. Inline, so that the size is the one this header
+ * declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_model_params tio_model_params_default(void) {
+    struct tio_model_params p;
+    (void)tio_model_params_defaults(&p, sizeof p);
+    return p;
+}
 
 /*
  * tio_model_preset: fill *out with a named preset (architecture + the paper's setting for it):

@@ -124,15 +124,20 @@ struct tio_plan_params {
 /* The default memory_slack (docs/decisions.md, "Planning slack"). */
 #define TIO_PLAN_DEFAULT_SLACK 0.02
 
-/* tio_plan_params_default: policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB,
- * clean_copies 1, overcommit 1, memory_slack TIO_PLAN_DEFAULT_SLACK, struct_size set. */
-TIO_API struct tio_plan_params tio_plan_params_default(void);
-/* tio_plan_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
- * tio_plan_params_default returns, as far as this library knows them (a newer header's extra
- * fields are zeroed), and set out->struct_size. Unlike tio_plan_params_default, safe for a caller
- * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
- * below the first versioned struct tio_plan_params). */
+/* tio_plan_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
+ * defaults (policy "teraio", early_prefetch 1, scale 1.0, min 1 MiB, clean_copies 1, overcommit
+ * 1, memory_slack TIO_PLAN_DEFAULT_SLACK) as far as this library knows them (a newer header's
+ * extra fields are zeroed), and set out->struct_size. Returns 0; TIO_EINVAL (NULL),
+ * TIO_EVERSION (size below the first versioned struct tio_plan_params). */
 TIO_API int tio_plan_params_defaults(struct tio_plan_params *out, size_t size);
+/* tio_plan_params_default: the same by value. Inline, so that the size is the one this header
+ * declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_plan_params tio_plan_params_default(void) {
+    struct tio_plan_params p;
+    (void)tio_plan_params_defaults(&p, sizeof p);
+    return p;
+}
 
 /* tio_plan_policy_count / tio_plan_policy_name: enumerate policies. */
 TIO_API size_t tio_plan_policy_count(void);

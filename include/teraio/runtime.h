@@ -125,15 +125,19 @@ struct tio_runtime_params {
     int32_t stream_ordered;
 };
 
-/* tio_runtime_params_default: everything NULL/0, mem TIO_MEM_HOST, struct_size set. */
-TIO_API struct tio_runtime_params tio_runtime_params_default(void);
 /* tio_runtime_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
- * defaults tio_runtime_params_default returns, as far as this library knows them (a newer
- * header's extra fields are zeroed), and set out->struct_size. Unlike
- * tio_runtime_params_default, safe for a caller built against another version of this header.
- * Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned struct
- * tio_runtime_params). */
+ * defaults (everything NULL/0, mem TIO_MEM_HOST) as far as this library knows them (a newer
+ * header's extra fields are zeroed), and set out->struct_size. Returns 0; TIO_EINVAL (NULL),
+ * TIO_EVERSION (size below the first versioned struct tio_runtime_params). */
 TIO_API int tio_runtime_params_defaults(struct tio_runtime_params *out, size_t size);
+/* tio_runtime_params_default: the same by value. Inline, so that the size is the one this
+ * header declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_runtime_params tio_runtime_params_default(void) {
+    struct tio_runtime_params p;
+    (void)tio_runtime_params_defaults(&p, sizeof p);
+    return p;
+}
 
 struct tio_runtime;
 

@@ -97,14 +97,19 @@ struct tio_sim_params {
                                      stream synchronisation), on the fetch path (calibrated) */
 };
 
-/* tio_sim_params_default: the defaults above, calibrated baseline parameters included. */
-TIO_API struct tio_sim_params tio_sim_params_default(void);
 /* tio_sim_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
- * tio_sim_params_default returns, as far as this library knows them (a newer header's extra fields
- * are zeroed), and set out->struct_size. Unlike tio_sim_params_default, safe for a caller built
- * against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below
- * the first versioned struct tio_sim_params). */
+ * (the defaults above, calibrated baseline parameters included) as far as this library knows
+ * them (a newer header's extra fields are zeroed), and set out->struct_size. Returns 0;
+ * TIO_EINVAL (NULL), TIO_EVERSION (size below the first versioned struct tio_sim_params). */
 TIO_API int tio_sim_params_defaults(struct tio_sim_params *out, size_t size);
+/* tio_sim_params_default: the same by value. Inline, so that the size is the one this header
+ * declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_sim_params tio_sim_params_default(void) {
+    struct tio_sim_params p;
+    (void)tio_sim_params_defaults(&p, sizeof p);
+    return p;
+}
 
 /* Results of the measured (steady-state) iteration. */
 struct tio_sim_result {

@@ -99,14 +99,19 @@ struct tio_trace_params {
     size_t uses_hint;
 };
 
-/* tio_trace_params_default: all hints 0, struct_size set. */
-TIO_API struct tio_trace_params tio_trace_params_default(void);
-/* tio_trace_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults
- * tio_trace_params_default returns, as far as this library knows them (a newer header's extra
- * fields are zeroed), and set out->struct_size. Unlike tio_trace_params_default, safe for a caller
- * built against another version of this header. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size
- * below the first versioned struct tio_trace_params). */
+/* tio_trace_params_defaults: fill the `size` bytes of *out (size = sizeof *out) with the
+ * defaults (all hints 0) as far as this library knows them (a newer header's extra fields are
+ * zeroed), and set out->struct_size. Returns 0; TIO_EINVAL (NULL), TIO_EVERSION (size below the
+ * first versioned struct tio_trace_params). */
 TIO_API int tio_trace_params_defaults(struct tio_trace_params *out, size_t size);
+/* tio_trace_params_default: the same by value. Inline, so that the size is the one this header
+ * declares: not an exported function, whose by-value struct would be the library's size
+ * (docs/style.md, "Versioned structs"). */
+static inline struct tio_trace_params tio_trace_params_default(void) {
+    struct tio_trace_params p;
+    (void)tio_trace_params_defaults(&p, sizeof p);
+    return p;
+}
 
 /*
  * tio_trace_new: an empty trace in the building state. `params` may be NULL (defaults).

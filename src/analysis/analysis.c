@@ -62,7 +62,9 @@ const char *tio_size_bucket_name(int bucket) {
     return tio_enum_name(bucket_names, TIO_BUCKET_COUNT, bucket, "unknown");
 }
 
-struct tio_analysis_params tio_analysis_params_default(void) {
+/* The defaults tio_analysis_params_defaults hands out (the header's tio_analysis_params_default
+ * goes through it). */
+static struct tio_analysis_params builtin_defaults(void) {
     struct tio_analysis_params p = { .struct_size = sizeof p,
                                      .capacity_bytes = 0,
                                      .long_idle_ns = UINT64_C(10000000) };
@@ -74,7 +76,7 @@ struct tio_analysis_params tio_analysis_params_default(void) {
 #define ANALYSIS_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_analysis_params, long_idle_ns)
 
 int tio_analysis_params_defaults(struct tio_analysis_params *out, size_t size) {
-    struct tio_analysis_params d = tio_analysis_params_default();
+    struct tio_analysis_params d = builtin_defaults();
     return tio_struct_out("tio_analysis_params", out, size, &d, sizeof d, ANALYSIS_PARAMS_MIN);
 }
 

@@ -15,7 +15,9 @@
 /* The first versioned struct tio_engine_params ends with `threads` (fixed: fields only grow). */
 #define ENGINE_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_engine_params, threads)
 
-struct tio_engine_params tio_engine_params_default(void) {
+/* The defaults tio_engine_params_defaults hands out (the header's tio_engine_params_default goes
+ * through it). */
+static struct tio_engine_params builtin_defaults(void) {
     struct tio_engine_params p;
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
@@ -29,7 +31,7 @@ struct tio_engine_params tio_engine_params_default(void) {
 }
 
 int tio_engine_params_defaults(struct tio_engine_params *out, size_t size) {
-    struct tio_engine_params d = tio_engine_params_default();
+    struct tio_engine_params d = builtin_defaults();
     return tio_struct_out("tio_engine_params", out, size, &d, sizeof d, ENGINE_PARAMS_MIN);
 }
 

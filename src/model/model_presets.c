@@ -149,7 +149,9 @@ static void apply_arch(const struct arch_preset *a, struct tio_model_params *p) 
  * grow). */
 #define MODEL_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_model_params, fused_adamw)
 
-struct tio_model_params tio_model_params_default(void) {
+/* The defaults tio_model_params_defaults hands out (the header's tio_model_params_default goes
+ * through it). */
+static struct tio_model_params builtin_defaults(void) {
     struct tio_model_params p;
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
@@ -166,7 +168,7 @@ struct tio_model_params tio_model_params_default(void) {
 }
 
 int tio_model_params_defaults(struct tio_model_params *out, size_t size) {
-    struct tio_model_params d = tio_model_params_default();
+    struct tio_model_params d = builtin_defaults();
     return tio_struct_out("tio_model_params", out, size, &d, sizeof d, MODEL_PARAMS_MIN);
 }
 

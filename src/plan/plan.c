@@ -64,7 +64,9 @@ const char *tio_plan_policy_name(size_t i) {
     return i < TIO_ARRAY_LEN(policies) ? policies[i].name : NULL;
 }
 
-struct tio_plan_params tio_plan_params_default(void) {
+/* The defaults tio_plan_params_defaults hands out (the header's tio_plan_params_default goes
+ * through it). */
+static struct tio_plan_params builtin_defaults(void) {
     struct tio_plan_params p = {
         .policy = "teraio",
         .early_prefetch = 1,
@@ -82,7 +84,7 @@ struct tio_plan_params tio_plan_params_default(void) {
 #define PLAN_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_plan_params, memory_slack)
 
 int tio_plan_params_defaults(struct tio_plan_params *out, size_t size) {
-    struct tio_plan_params d = tio_plan_params_default();
+    struct tio_plan_params d = builtin_defaults();
     return tio_struct_out("tio_plan_params", out, size, &d, sizeof d, PLAN_PARAMS_MIN);
 }
 

@@ -14,7 +14,9 @@
  * grow). */
 #define RUNTIME_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_runtime_params, stream_ordered)
 
-struct tio_runtime_params tio_runtime_params_default(void) {
+/* The defaults tio_runtime_params_defaults hands out (the header's tio_runtime_params_default goes
+ * through it). */
+static struct tio_runtime_params builtin_defaults(void) {
     struct tio_runtime_params p;
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
@@ -23,7 +25,7 @@ struct tio_runtime_params tio_runtime_params_default(void) {
 }
 
 int tio_runtime_params_defaults(struct tio_runtime_params *out, size_t size) {
-    struct tio_runtime_params d = tio_runtime_params_default();
+    struct tio_runtime_params d = builtin_defaults();
     return tio_struct_out("tio_runtime_params", out, size, &d, sizeof d, RUNTIME_PARAMS_MIN);
 }
 

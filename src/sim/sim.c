@@ -21,7 +21,9 @@
 #define SIM_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_sim_params, zero_fetch_overhead_s)
 #define SIM_RESULT_MIN TIO_SIZE_THROUGH(struct tio_sim_result, pipeline_wait_s)
 
-struct tio_sim_params tio_sim_params_default(void) {
+/* The defaults tio_sim_params_defaults hands out (the header's tio_sim_params_default goes through
+ * it). */
+static struct tio_sim_params builtin_defaults(void) {
     struct tio_sim_params p;
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
@@ -564,7 +566,7 @@ void tio_sim_free(struct tio_sim *sim) {
 }
 
 int tio_sim_params_defaults(struct tio_sim_params *out, size_t size) {
-    struct tio_sim_params d = tio_sim_params_default();
+    struct tio_sim_params d = builtin_defaults();
     return tio_struct_out("tio_sim_params", out, size, &d, sizeof d, SIM_PARAMS_MIN);
 }
 

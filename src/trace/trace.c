@@ -32,7 +32,9 @@ int tio_tensor_kind_parse(const char *name) {
                          name ? name : "(null)");
 }
 
-struct tio_trace_params tio_trace_params_default(void) {
+/* The defaults tio_trace_params_defaults hands out (the header's tio_trace_params_default goes
+ * through it). */
+static struct tio_trace_params builtin_defaults(void) {
     struct tio_trace_params p = { .struct_size = sizeof p };
     return p;
 }
@@ -41,7 +43,7 @@ struct tio_trace_params tio_trace_params_default(void) {
 #define TRACE_PARAMS_MIN TIO_SIZE_THROUGH(struct tio_trace_params, uses_hint)
 
 int tio_trace_params_defaults(struct tio_trace_params *out, size_t size) {
-    struct tio_trace_params d = tio_trace_params_default();
+    struct tio_trace_params d = builtin_defaults();
     return tio_struct_out("tio_trace_params", out, size, &d, sizeof d, TRACE_PARAMS_MIN);
 }
 

@@ -186,11 +186,7 @@ static void pool_reuse(int32_t mem2) {
         void *d = dev_alloc(N), *d2 = dev_alloc(N), *done = new_event(), *s = NULL;
         CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
         unsigned char *h = malloc(N);
-        if (!e || !d || !d2 || !done || !s || !h) {
-            free(h);
-            tio_engine_free(e);
-            return;
-        }
+        REQUIRE_OR(e && d && d2 && done && s && h, (free(h), tio_engine_free(e)));
         io_fill(h, N, 41);
         CHECK_OK(io_write(e, 1, h, N, TIO_MEM_HOST, TIO_TIER_HOST, TIO_PRIO_NORMAL, 1, NULL));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
@@ -236,10 +232,7 @@ TIO_TEST(ordered_write_releases_in_stream_order) {
         void *d = dev_alloc(N), *d2 = dev_alloc(N), *fence = new_event(), *done = new_event(),
              *done2 = new_event(), *s = NULL;
         CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
-        if (!e || !d || !d2 || !fence || !done || !done2 || !s) {
-            tio_engine_free(e);
-            return;
-        }
+        REQUIRE_OR(e && d && d2 && fence && done && done2 && s, tio_engine_free(e));
         memset(fc.translate(d2, N), 0, N);
         struct fill f1 = { fc.translate(d, N), N, 61 }, f2 = { fc.translate(d, N), N, 62 };
         atomic_store(&g_gate, 0);

@@ -83,6 +83,7 @@ TIO_TEST(device_memory_needs_a_usable_device) {
     };
     void *st = NULL;
     CHECK_OK(host->init(&cfg, &st));
+    CHECK(st != NULL);
     if (st) {
         CHECK_EQ_I(host->mem_ok(st, TIO_MEM_DEVICE), 0);
         CHECK_EQ_I(host->mem_ok(st, TIO_MEM_HOST), 1);

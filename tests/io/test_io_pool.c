@@ -48,10 +48,7 @@ static void round_trip(const struct tio_io_backend_ops *ops) {
     struct tio_io_config cfg = config(&fd, 4, 2);
     void *st = NULL;
     CHECK_OK(ops->init(&cfg, &st));
-    if (!st) {
-        (void)close(fd);
-        return;
-    }
+    REQUIRE_OR(st != NULL, (void)close(fd));
     unsigned char a[8192], b[8192];
     for (size_t i = 0; i < sizeof a; i++) {
         a[i] = (unsigned char)(i * 13 + 5);
@@ -97,6 +94,7 @@ TIO_TEST(host_only_backends_refuse_device_memory) {
         struct tio_io_config cfg = config(&fd, 2, 1);
         void *st = NULL;
         CHECK_OK(ops->init(&cfg, &st));
+        CHECK(st != NULL);
         if (st) {
             unsigned char buf[4096] = { 0 };
             struct tio_io_req w = io_req(9, buf, 0, sizeof buf, TIO_IO_OP_WRITE);
@@ -118,10 +116,7 @@ TIO_TEST(full_queue_cancel_and_notify) {
     cfg.options = "delay_us=1000000"; /* the one worker sleeps 1 s in each transfer */
     void *st = NULL;
     CHECK_OK(ops->init(&cfg, &st));
-    if (!st) {
-        (void)close(fd);
-        return;
-    }
+    REQUIRE_OR(st != NULL, (void)close(fd));
     unsigned char buf[4][4096];
     memset(buf, 0x3c, sizeof buf);
     struct tio_io_req w[4];
@@ -162,6 +157,7 @@ TIO_TEST(fault_short_option_shortens_the_transfer) {
     cfg.options = "short=1000";
     void *st = NULL;
     CHECK_OK(ops->init(&cfg, &st));
+    CHECK(st != NULL);
     if (st) {
         unsigned char buf[4096];
         memset(buf, 0x5b, sizeof buf);

@@ -278,9 +278,7 @@ TIO_TEST(host_tier_round_trip) {
 TIO_TEST(full_host_tier_falls_back_to_the_ssd) {
     struct tio_runtime_stats s;
     struct host h;
-    if (run_three(TIO_TIER_HOST, g_dir, MB, &s, &h) < 0) {
-        return;
-    }
+    REQUIRE(run_three(TIO_TIER_HOST, g_dir, MB, &s, &h) >= 0);
     CHECK_EQ_U(s.tier_fallbacks, 3); /* W, once per iteration */
     CHECK_EQ_U(s.tier_full_kept, 0);
     CHECK_EQ_U(s.offloads, 6);
@@ -296,9 +294,7 @@ TIO_TEST(full_host_tier_falls_back_to_the_ssd) {
 TIO_TEST(no_room_in_any_tier_keeps_the_tensor) {
     struct tio_runtime_stats s;
     struct host h;
-    if (run_three(TIO_TIER_HOST, NULL, MB, &s, &h) < 0) {
-        return;
-    }
+    REQUIRE(run_three(TIO_TIER_HOST, NULL, MB, &s, &h) >= 0);
     CHECK(s.tier_full_kept >= 3); /* W's planned offload, every iteration */
     CHECK_EQ_U(s.tier_fallbacks, 0);
     CHECK_EQ_U(h.released[0], 0); /* W never left */
@@ -386,12 +382,7 @@ TIO_TEST(wait_hook_brackets_every_wait) {
     struct tio_plan *plan = tr ? make_plan(tr, TIO_TIER_SSD, 1) : NULL;
     struct tio_plan *none = tr ? rt_plan(tr, NK, NULL, 0) : NULL;
     struct tio_engine *e = make_engine("posix", NULL);
-    CHECK(tr && plan && none && e);
-    if (!tr || !plan || !none || !e) {
-        tio_plan_free(none);
-        rt_free_inputs(plan, e, tr);
-        return;
-    }
+    REQUIRE_OR(tr && plan && none && e, (tio_plan_free(none), rt_free_inputs(plan, e, tr)));
     /* The budget makes kernels 1 and 2 wait for the offloads they issue (see the trace above),
      * in every iteration. */
     struct host h;

@@ -233,11 +233,7 @@ static void run_plan(const struct spec *s,
     struct tio_trace *tr = build(s);
     struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)s->nk, moves, nm) : NULL;
     struct tio_engine *e = make_engine(host_tier);
-    CHECK(tr && plan && e);
-    if (!tr || !plan || !e) {
-        rt_free_inputs(plan, e, tr);
-        return;
-    }
+    REQUIRE_OR(tr && plan && e, rt_free_inputs(plan, e, tr));
     struct tio_runtime_params rp = rt_params(tr, plan, e);
     rp.budget_bytes = budget;
     struct tio_runtime *rt = NULL;
@@ -449,11 +445,7 @@ TIO_TEST(adopted_global_is_read_back_when_needed) {
     struct tio_trace *tr = build(&g_s1);
     struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)g_s1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
-    CHECK(tr && plan && e);
-    if (!tr || !plan || !e) {
-        rt_free_inputs(plan, e, tr);
-        return;
-    }
+    REQUIRE_OR(tr && plan && e, rt_free_inputs(plan, e, tr));
     struct tio_runtime_params rp = rt_params(tr, plan, e);
     struct tio_runtime *rt = NULL;
     CHECK_OK(tio_runtime_new(&rp, &rt));
@@ -504,11 +496,7 @@ TIO_TEST(stored_global_is_handed_to_the_next_executor) {
     struct tio_trace *tr = build(&g_s1);
     struct tio_plan *plan = tr ? rt_plan(tr, (uint64_t)g_s1.nk, NULL, 0) : NULL;
     struct tio_engine *e = make_engine(0);
-    CHECK(tr && plan && e);
-    if (!tr || !plan || !e) {
-        rt_free_inputs(plan, e, tr);
-        return;
-    }
+    REQUIRE_OR(tr && plan && e, rt_free_inputs(plan, e, tr));
     struct tio_runtime_params rp = rt_params(tr, plan, e);
     struct tio_runtime *a = NULL, *b = NULL;
     CHECK_OK(tio_runtime_new(&rp, &a));

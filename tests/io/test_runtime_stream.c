@@ -409,8 +409,10 @@ static void launch(struct caller *c, uint64_t iter, uint32_t k) {
  * the step would (the optimizer, a checkpoint): after end_iteration and after the restore. */
 static void check_globals(struct caller *c, uint64_t iter, int all) {
     struct kernel *kn = calloc(1, sizeof *kn);
-    if (!kn)
+    if (!kn) {
+        caller_error(c, "calloc", 0);
         return;
+    }
     *kn = (struct kernel){ .seed = c->seed, .iter = iter, .k = UINT64_MAX };
     for (uint32_t g = 0; g < c->s->ng && kn->n < MAX_USES; g++) {
         if (!c->ptr[g] || tio_runtime_tensor_state(c->rt, g) != 1) {

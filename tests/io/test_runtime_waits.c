@@ -208,10 +208,7 @@ TIO_TEST(offloads_do_not_hold_the_training_thread) {
     rp.stream = stream;
     rp.stream_ordered = 1;
     CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
-    if (!r.rt) {
-        rt_free_inputs(plan, e, tr);
-        return;
-    }
+    REQUIRE_OR(r.rt != NULL, rt_free_inputs(plan, e, tr));
     for (uint32_t g = 0; g < 3; g++)
         CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
     fc.watch_thread();
@@ -255,6 +252,7 @@ TIO_TEST(budget_release_does_not_wait_for_the_gpu) {
     rp.stream_ordered = 1;
     rp.budget_bytes = 448 * KiB;
     CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
+    CHECK(r.rt != NULL);
     if (r.rt) {
         for (uint32_t g = 0; g < 3; g++)
             CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);
@@ -300,6 +298,7 @@ TIO_TEST(give_stored_waits_for_an_offload_past_the_step) {
     unsigned char *g1 = slab ? fc.translate(r.slab + 256 * KiB, 64 * KiB) : NULL;
     CHECK(g1 != NULL);
     CHECK(tr && plan && e && slab && g1 && tio_runtime_new(&rp, &r.rt) == 0);
+    CHECK(r.rt != NULL);
     if (r.rt && g1) {
         for (uint64_t i = 0; i < 64 * KiB; i++) /* the kernels (timed no-ops) keep these bytes */
             g1[i] = (unsigned char)(i * 7 + 3);
@@ -359,6 +358,7 @@ TIO_TEST(executor_on_device_1) {
     rp.stream = stream;
     rp.stream_ordered = 1;
     CHECK(tr && plan && e && slab && tio_runtime_new(&rp, &r.rt) == 0);
+    CHECK(r.rt != NULL);
     if (r.rt) {
         for (uint32_t g = 0; g < 3; g++)
             CHECK_EQ_I(tio_runtime_bind(r.rt, g, r.slab + g * 256 * KiB), 0);

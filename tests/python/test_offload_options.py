@@ -109,7 +109,6 @@ def _mapped_on_its_own(nbytes, count=64):
     return during - before >= nbytes * count // 2
 
 
-@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="needs glibc >= 2.33")
 def test_defaults_apply_cpu_memory_settings_until_close(tmp_path, monkeypatch):
     """With the default options on CPU, the process-wide settings that make the saved memory
     leave the process are applied while the Offloader is open and undone at close(): PyTorch's

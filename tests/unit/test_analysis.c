@@ -120,10 +120,7 @@ TIO_TEST(fixture_a_periods) {
     REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
-    if (!a) {
-        tio_trace_free(tr);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_trace_free(tr));
     size_t n = 0;
     const struct tio_period *p = tio_analysis_periods(a, &n);
     CHECK_EQ_U(n, TIO_ARRAY_LEN_T(fix_a_periods));
@@ -187,10 +184,7 @@ TIO_TEST(fixture_a_curves_and_summary) {
     prm.capacity_bytes = 10000;
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, &prm, &a));
-    if (!a) {
-        tio_trace_free(tr);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_trace_free(tr));
     /* Globals 100+200+400+50+10+5 = 765 everywhere; t3 (1000) on [0,3]; t4 (2000) on [3,5];
      * t8 never. */
     static const uint64_t resident[] = { 1765, 1765, 1765, 3765, 2765, 2765 };
@@ -298,10 +292,7 @@ TIO_TEST(fixture_b_long_idle_and_buckets) {
     REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
-    if (!a) {
-        tio_trace_free(tr);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_trace_free(tr));
     struct tio_analysis_summary s;
     tio_analysis_get_summary(a, &s);
     CHECK_EQ_U(s.n_periods, 5);
@@ -363,10 +354,7 @@ TIO_TEST(bucket_median_and_count_above) {
     REQUIRE(tr != NULL);
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, NULL, &a));
-    if (!a) {
-        tio_trace_free(tr);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_trace_free(tr));
     CHECK_EQ_U(tio_analysis_bucket_median(a, TIO_BUCKET_LT_1MB), 70);
     static const struct {
         uint64_t threshold;

@@ -162,10 +162,7 @@ TIO_TEST(matches_naive_reference) {
         prm.long_idle_ns = 10000000;
         struct tio_analysis *a = NULL;
         CHECK_OK(tio_analysis_new(tr, &prm, &a));
-        if (!a) {
-            tio_trace_free(tr);
-            return;
-        }
+        REQUIRE_OR(a != NULL, tio_trace_free(tr));
         size_t nref = ref_periods(&v, ref, CAP), n;
         const struct tio_period *p = tio_analysis_periods(a, &n);
         CHECK_EQ_U(n, nref);

@@ -58,9 +58,7 @@ TIO_TEST(params_default_and_null_params) {
     tio_bcache_free(NULL); /* a no-op */
 
     struct tio_bcache *c = mk(NULL);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     struct tio_bcache_stats s0 = st(c);
     struct tio_bcache_stats zero;
     memset(&zero, 0, sizeof zero);
@@ -69,10 +67,7 @@ TIO_TEST(params_default_and_null_params) {
     /* follow_peak 1, cache_bytes 0: a released block stays hot within the room under the peak. */
     void *a = NULL, *b = NULL, *d = NULL;
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &a));
-    if (!a) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_bcache_free(c));
     memset(a, 0x11, 4 * MiB);
     CHECK_OK(tio_bcache_release(c, a));
     struct tio_bcache_stats s = st(c);
@@ -83,10 +78,7 @@ TIO_TEST(params_default_and_null_params) {
     /* resize_kept 1: a 6 MiB request finds no hot 6 MiB block and grows the hot 4 MiB one
      * (moved to a new aligned mapping): its 4 MiB kept, 2 MiB new (zeros), one block. */
     CHECK_OK(tio_bcache_alloc(c, 6 * MiB, &b));
-    if (!b) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(b != NULL, tio_bcache_free(c));
     CHECK(aligned_2m(b));
     CHECK_EQ_U(count_not(b, 4 * MiB, 0x11), 0);
     CHECK_EQ_U(count_nonzero((char *)b + 4 * MiB, 2 * MiB), 0);
@@ -130,39 +122,29 @@ TIO_TEST(params_default_and_null_params) {
 
 TIO_TEST(huge_pages_param) {
     if (!thp_available()) {
-        return;
+        SKIP_CASE("transparent huge pages are not available (no "
+                  "/sys/kernel/mm/transparent_hugepage)");
     }
     struct tio_bcache_params p = params(0, 1, 0, 256 * MiB);
     struct tio_bcache *c = mk(&p);
     p.huge_pages = 0;
     struct tio_bcache *n = mk(&p);
-    if (!c || !n) {
-        tio_bcache_free(c);
-        tio_bcache_free(n);
-        return;
-    }
+    REQUIRE_OR(c && n, (tio_bcache_free(c), tio_bcache_free(n)));
     void *a = NULL, *b = NULL, *x = NULL;
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &a));
     CHECK_OK(tio_bcache_alloc(c, 2 * MiB, &b));
     CHECK_OK(tio_bcache_alloc(n, 4 * MiB, &x));
-    if (a) {
-        CHECK_EQ_I(vma_has_flag(a, "hg"), 1);
-    }
-    if (b) {
-        CHECK_EQ_I(vma_has_flag(b, "hg"), 1);
-    }
-    if (x) {
-        CHECK_EQ_I(vma_has_flag(x, "hg"), 0);
-    }
+    REQUIRE_OR(a && b && x, (tio_bcache_free(c), tio_bcache_free(n)));
+    CHECK_EQ_I(vma_has_flag(a, "hg"), 1);
+    CHECK_EQ_I(vma_has_flag(b, "hg"), 1);
+    CHECK_EQ_I(vma_has_flag(x, "hg"), 0);
     tio_bcache_free(c);
     tio_bcache_free(n);
 }
 
 TIO_TEST(alloc_alignment_and_block_size) {
     struct tio_bcache *c = mk(NULL);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     static const uint64_t sizes[] = {
         1,       4095,        64 * KiB,        64 * KiB + 1, 1 * MiB + 3, 2 * MiB - 1,
         2 * MiB, 2 * MiB + 1, 5 * MiB + 12345, 16 * MiB + 1, 33 * MiB
@@ -248,15 +230,10 @@ TIO_TEST(alloc_alignment_and_block_size) {
 
 TIO_TEST(hot_reuse_keeps_contents) {
     struct tio_bcache *c = mk(NULL);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *a = NULL, *b = NULL, *d = NULL;
     CHECK_OK(tio_bcache_alloc(c, 3 * MiB, &a));
-    if (!a) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_bcache_free(c));
     memset(a, 0x77, 3 * MiB);
     CHECK_OK(tio_bcache_release(c, a));
     struct tio_bcache_stats s1 = st(c);
@@ -309,19 +286,11 @@ TIO_TEST(hot_reuse_keeps_contents) {
 TIO_TEST(release_unknown_and_double) {
     struct tio_bcache *c = mk(NULL);
     struct tio_bcache *other = mk(NULL);
-    if (!c || !other) {
-        tio_bcache_free(c);
-        tio_bcache_free(other);
-        return;
-    }
+    REQUIRE_OR(c && other, (tio_bcache_free(c), tio_bcache_free(other)));
     void *a = NULL, *o = NULL;
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &a));
     CHECK_OK(tio_bcache_alloc(other, 4 * MiB, &o));
-    if (!a || !o) {
-        tio_bcache_free(c);
-        tio_bcache_free(other);
-        return;
-    }
+    REQUIRE_OR(a && o, (tio_bcache_free(c), tio_bcache_free(other)));
     memset(a, 0x42, 4 * MiB);
     struct tio_bcache_stats s0 = st(c);
     int local = 0;
@@ -356,16 +325,11 @@ TIO_TEST(release_unknown_and_double) {
 
 TIO_TEST(discard_hands_pages_back) {
     struct tio_bcache *c = mk(NULL);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     const uint64_t sz = 4 * MiB;
     void *a = NULL, *b = NULL;
     CHECK_OK(tio_bcache_alloc(c, sz, &a));
-    if (!a) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_bcache_free(c));
     memset(a, 0xAB, sz);
     CHECK_EQ_I(resident_pages(a, sz), pages_of(sz));
     struct tio_bcache_stats s0 = st(c);

@@ -6,6 +6,7 @@
 static void *alloc_filled(struct tio_bcache *c, uint64_t sz, int v) {
     void *p = NULL;
     CHECK_OK(tio_bcache_alloc(c, sz, &p));
+    CHECK(p != NULL);
     if (p) {
         memset(p, v, (size_t)sz);
         CHECK_EQ_I(resident_pages(p, sz), pages_of(sz));
@@ -16,17 +17,12 @@ static void *alloc_filled(struct tio_bcache *c, uint64_t sz, int v) {
 TIO_TEST(follow_peak_bound) {
     struct tio_bcache_params p = params(0, 1, 0, 256 * MiB);
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     const uint64_t sz = 4 * MiB;
     void *a = alloc_filled(c, sz, 0xA1);
     void *b = alloc_filled(c, sz, 0xB2);
     void *d = alloc_filled(c, sz, 0xC3);
-    if (!a || !b || !d) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a && b && d, tio_bcache_free(c));
     CHECK_EQ_U(st(c).peak_in_use_bytes, 12 * MiB);
     CHECK_OK(tio_bcache_release(c, a));
     CHECK_EQ_U(st(c).hot_bytes, 4 * MiB);
@@ -98,9 +94,7 @@ TIO_TEST(cache_bytes_bound_without_follow_peak) {
     /* cache_bytes 0: a released block goes cold at once. */
     struct tio_bcache_params p = params(0, 0, 0, 256 * MiB);
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *a = alloc_filled(c, sz, 0x5A);
     if (a) {
         CHECK_OK(tio_bcache_release(c, a));
@@ -115,16 +109,11 @@ TIO_TEST(cache_bytes_bound_without_follow_peak) {
     /* cache_bytes 8 MiB: two 4 MiB blocks stay hot; the third release makes the first cold. */
     p = params(8 * MiB, 0, 0, 256 * MiB);
     c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     a = alloc_filled(c, sz, 0x1A);
     void *b = alloc_filled(c, sz, 0x2B);
     void *d = alloc_filled(c, sz, 0x3C);
-    if (!a || !b || !d) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a && b && d, tio_bcache_free(c));
     CHECK_OK(tio_bcache_release(c, a));
     CHECK_OK(tio_bcache_release(c, b));
     struct tio_bcache_stats s = st(c);
@@ -172,9 +161,7 @@ TIO_TEST(max_mapped_bytes) {
     const uint64_t sz = 4 * MiB;
     struct tio_bcache_params p = params(0, 1, 8 * MiB, 256 * MiB);
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *a = NULL, *b = NULL, *x = (void *)&p, *d = NULL;
     CHECK_OK(tio_bcache_alloc(c, sz, &a));
     CHECK_OK(tio_bcache_alloc(c, sz, &b));
@@ -199,9 +186,7 @@ TIO_TEST(max_mapped_bytes) {
     /* Cold kept blocks are unmapped to make room under the limit. */
     p = params(0, 0, 8 * MiB, 256 * MiB);
     c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     a = b = d = NULL;
     CHECK_OK(tio_bcache_alloc(c, sz, &a));
     CHECK_OK(tio_bcache_alloc(c, sz, &b));
@@ -230,9 +215,7 @@ TIO_TEST(cold_bound) {
     /* cold_bytes_min 1 MiB: cold kept bytes are bounded by the peak. */
     struct tio_bcache_params p = params(0, 0, 0, 1 * MiB);
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *a = alloc_filled(c, 4 * MiB, 1);
     if (a) {
         CHECK_OK(tio_bcache_release(c, a));
@@ -266,9 +249,7 @@ TIO_TEST(cold_bound) {
     /* cold_bytes_min 16 MiB: the same sequence keeps both. */
     p = params(0, 0, 0, 16 * MiB);
     c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     a = alloc_filled(c, 4 * MiB, 1);
     if (a) {
         CHECK_OK(tio_bcache_release(c, a));
@@ -308,18 +289,13 @@ TIO_TEST(cold_bound) {
 
 TIO_TEST(trim_unmaps_kept_blocks) {
     struct tio_bcache *c = mk(NULL);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *l1 = NULL, *l2 = NULL, *k1 = NULL, *k2 = NULL;
     CHECK_OK(tio_bcache_alloc(c, 3 * MiB, &l1));
     CHECK_OK(tio_bcache_alloc(c, 5 * MiB, &l2));
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &k1));
     CHECK_OK(tio_bcache_alloc(c, 7 * MiB, &k2));
-    if (!l1 || !l2 || !k1 || !k2) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(l1 && l2 && k1 && k2, tio_bcache_free(c));
     visit(l1, 3 * MiB, 101, FILL);
     visit(l2, 5 * MiB, 102, FILL);
     memset(k1, 0x44, 4 * MiB);
@@ -354,6 +330,7 @@ TIO_TEST(trim_unmaps_kept_blocks) {
     CHECK_OK(tio_bcache_alloc(c, 4 * MiB, &n));
     CHECK_EQ_U(st(c).maps, s1.maps + 1);
     CHECK_EQ_U(tio_bcache_trim(c), 0);
+    CHECK(n != NULL);
     if (n) {
         CHECK_OK(tio_bcache_release(c, n));
     }
@@ -377,16 +354,11 @@ TIO_TEST(set_bounds_restarts_the_peak) {
     const uint64_t sz = 4 * MiB;
     struct tio_bcache_params p = params(0, 0, 0, 256 * MiB);
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *v[4] = { NULL, NULL, NULL, NULL };
     for (int i = 0; i < 4; i++) {
         v[i] = alloc_filled(c, sz, 0x40 + i);
-        if (!v[i]) {
-            tio_bcache_free(c);
-            return;
-        }
+        REQUIRE_OR(v[i] != NULL, tio_bcache_free(c));
     }
     /* follow_peak off: a release goes cold at once although the peak (16 MiB) has room */
     CHECK_OK(tio_bcache_release(c, v[3]));
@@ -431,15 +403,10 @@ TIO_TEST(resize_hot_blocks) {
     struct tio_bcache_params p = params(0, 1, 0, 256 * MiB);
     p.resize_kept = 1;
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *a = NULL, *h = NULL, *t = NULL, *g = NULL;
     CHECK_OK(tio_bcache_alloc(c, 8 * MiB, &a));
-    if (!a) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_bcache_free(c));
     memset(a, 0x5A, 8 * MiB);
     CHECK_OK(tio_bcache_release(c, a));
     struct tio_bcache_stats s0 = st(c);
@@ -534,9 +501,7 @@ TIO_TEST(resize_hot_blocks) {
     /* resize_kept 0: the same first request maps a new block */
     p.resize_kept = 0;
     c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     CHECK_OK(tio_bcache_alloc(c, 8 * MiB, &a));
     CHECK_OK(tio_bcache_release(c, a));
     CHECK_OK(tio_bcache_alloc(c, 3 * MiB, &h));

@@ -14,9 +14,7 @@ static void random_sequence(int resize) {
     struct tio_bcache_params p = params(cache_bytes, 1, 0, cold_min);
     p.resize_kept = resize;
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     enum { MAXLIVE = 48, OPS = 2000 };
     struct live_block live[MAXLIVE];
     int nlive = 0;
@@ -272,9 +270,7 @@ static void *hammer_run(void *arg) {
 TIO_TEST(fork_while_another_thread_allocates) {
     struct tio_bcache_params p = params(16 * MiB, 1, 0, 256 * MiB);
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     struct hammer h;
     h.c = c;
     atomic_init(&h.stop, 0);
@@ -327,9 +323,7 @@ static void run_threads(int resize, int prefault) {
     p.resize_kept = resize;
     p.prefault = prefault;
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     enum { T = 4 };
     const uint64_t cycles = 2000;
     struct worker w[T];
@@ -394,15 +388,10 @@ TIO_TEST(prefault_fills_the_room) {
     p.resize_kept = 1;
     p.prefault = 1;
     struct tio_bcache *c = mk(&p);
-    if (!c) {
-        return;
-    }
+    REQUIRE(c != NULL);
     void *a = NULL, *b = NULL;
     CHECK_OK(tio_bcache_alloc(c, 40 * MiB, &a));
-    if (!a) {
-        tio_bcache_free(c);
-        return;
-    }
+    REQUIRE_OR(a != NULL, tio_bcache_free(c));
     memset(a, 0x33, 40 * MiB);
     CHECK_OK(tio_bcache_discard(c, a));
     CHECK_OK(tio_bcache_release(c, a)); /* cold: 40 MiB of room under the 40 MiB peak */
@@ -451,6 +440,7 @@ TIO_TEST(prefault_fills_the_room) {
     struct tio_bcache_stats s3 = st(c);
     void *d = NULL;
     CHECK_OK(tio_bcache_alloc(c, 64 * MiB, &d));
+    CHECK(d != NULL);
     if (d) {
         CHECK_OK(tio_bcache_discard(c, d));
         CHECK_OK(tio_bcache_release(c, d));

@@ -100,6 +100,7 @@ TIO_TEST(writes_the_trace) {
     HAS("wrote");
     struct tio_trace *tr = NULL;
     CHECK_OK(tio_trace_load(path, TIO_TRACE_FORMAT_AUTO, &tr));
+    CHECK(tr != NULL);
     if (tr) {
         CHECK_STR(tio_trace_get_meta(tr, "source"), "teraio model");
         CHECK_STR(tio_trace_get_meta(tr, "model"), "tiny");

@@ -92,6 +92,7 @@ TIO_TEST(plan_json_and_file) {
     CHECK(strstr(out, "\"verified\": true") != NULL);
     struct tio_plan *p = NULL;
     CHECK_OK(tio_plan_load(plan_path, TIO_PLAN_FORMAT_AUTO, &p));
+    CHECK(p != NULL);
     if (p) {
         size_t n;
         const struct tio_move *m = tio_plan_moves(p, &n);

@@ -535,6 +535,7 @@ static void check_observations(const char *name) {
     ap.capacity_bytes = in.capacity_bytes;
     struct tio_analysis *a = NULL;
     CHECK_OK(tio_analysis_new(tr, &ap, &a));
+    CHECK(a != NULL);
     if (a) {
         struct tio_analysis_summary s;
         tio_analysis_get_summary(a, &s);

@@ -503,12 +503,7 @@ TIO_TEST(binary_version1_loads) {
         CHECK_OK(tio_plan_save(p, bin, TIO_PLAN_FORMAT_BINARY));
         size_t len = 0;
         unsigned char *raw = slurp(bin, &len);
-        CHECK(raw && len >= 212);
-        if (!raw || len < 212) {
-            free(raw);
-            tio_plan_free(p);
-            return;
-        }
+        REQUIRE_OR(raw && len >= 212, (free(raw), tio_plan_free(p)));
         /* the same plan as version 1 wrote it: header 200, no execution, CRC over the rest */
         raw[8] = 1;
         raw[12] = 200;

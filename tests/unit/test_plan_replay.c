@@ -180,10 +180,7 @@ check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *st
     pp.policy = policy;
     struct tio_plan *plan = NULL;
     CHECK_OK(tio_plan_make(tr, &hw, &pp, &plan));
-    if (!plan || !tr) {
-        tio_trace_free(tr);
-        return;
-    }
+    REQUIRE_OR(plan && tr, tio_trace_free(tr));
     struct tio_plan_summary s;
     tio_plan_get_summary(plan, &s);
     size_t n = tio_trace_kernel_count(tr);
@@ -203,6 +200,7 @@ check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *st
     CHECK_OK(tio_sim_run_plan(tr, &hw, plan, &sp, &sim));
     struct tio_sim_result r;
     memset(&r, 0, sizeof r);
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
     }

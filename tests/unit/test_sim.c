@@ -117,6 +117,7 @@ TIO_TEST(hidden_prefetch_is_free) {
     CHECK_NEAR(r.iteration_s, 23 * MS, 1e-9);
     CHECK_NEAR(r.stall_s, 0, 1e-12);
     CHECK_NEAR(r.overlap_s, 8 * MS, 1e-9);
+    CHECK(sim != NULL);
     if (sim) {
         /* GPU memory: k2 (t = 2..12) after the offload finished at 5 ms is not sampled at a kernel
          * start; k2 starts at 2 ms with w still there (offload in flight) */
@@ -191,6 +192,7 @@ TIO_TEST(urgent_moves_first) {
         struct tio_sim *sim = NULL;
         CHECK_OK(run(tr, &hw, m, 4, NULL, &r, &sim));
         CHECK_NEAR(r.iteration_s, 34 * MS, 1e-9);
+        CHECK(sim != NULL);
         if (sim) {
             const double *st = tio_sim_kernel_start_s(sim);
             CHECK_NEAR(st[3], (urgent ? 30 : 26) * MS, 1e-9);
@@ -223,6 +225,7 @@ TIO_TEST(wrap_around_moves) {
     CHECK_NEAR(r.iteration_s, 16 * MS, 1e-9);
     CHECK_NEAR(r.stall_s, 2 * MS, 1e-9);
     CHECK_EQ_U(r.n_moves_skipped, 1);
+    CHECK(sim != NULL);
     if (sim) {
         CHECK_NEAR(tio_sim_kernel_stall_s(sim)[0], 2 * MS, 1e-9);
     }

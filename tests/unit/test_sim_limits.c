@@ -26,6 +26,7 @@ TIO_TEST(demand_eviction_for_short_plans) {
     struct tio_sim *sim = NULL;
     struct tio_sim_result r;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
@@ -40,6 +41,7 @@ TIO_TEST(demand_eviction_for_short_plans) {
     tio_sim_free(sim);
     p.demand_evict = 0;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
@@ -78,6 +80,7 @@ TIO_TEST(ssd_reads_and_writes_share_one_budget) {
     CHECK_EQ_I(r.oom, 0);
     CHECK_NEAR(r.ideal_s, 13 * MS, 1e-12);
     CHECK_NEAR(r.iteration_s, 17 * MS, 1e-9);
+    CHECK(sim != NULL);
     if (sim) {
         CHECK_NEAR(tio_sim_kernel_start_s(sim)[2], 15 * MS, 1e-9);
     }
@@ -85,6 +88,7 @@ TIO_TEST(ssd_reads_and_writes_share_one_budget) {
     sim = NULL;
     hw.ssd_mixed_Bps = 1.5e9;
     CHECK_OK(run(tr, &hw, m, 4, NULL, &r, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         CHECK_NEAR(tio_sim_kernel_start_s(sim)[2], 14.5 * MS, 1e-9);
     }
@@ -263,6 +267,7 @@ TIO_TEST(bins_bounded_on_slow_link) {
     struct tio_sim_params p = test_params();
     struct tio_sim *sim = NULL;
     CHECK_OK(tio_sim_run(tr, &hw, m, 2, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         struct tio_sim_result r;
         tio_sim_get_result(sim, &r, sizeof r);

@@ -33,6 +33,7 @@ TIO_TEST(zero_models) {
     struct tio_sim *sim = NULL;
     struct tio_sim_result r;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
@@ -48,6 +49,7 @@ TIO_TEST(zero_models) {
     /* ZeRO-Offload runs out of host memory when 24 B/param exceed the GPU's share */
     hw.host_memory_bytes = 20000000;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_HOST);
@@ -59,6 +61,7 @@ TIO_TEST(zero_models) {
     hw = sim_test_hw(1, 1006000000);
     p.policy = "zero-infinity";
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
@@ -66,6 +69,7 @@ TIO_TEST(zero_models) {
     tio_sim_free(sim);
     hw = sim_test_hw(1, 4100000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
@@ -82,6 +86,7 @@ TIO_TEST(zero_models) {
     p.policy = "zero-offload";
     hw = sim_test_hw(1, 2100000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, 0);
@@ -92,6 +97,7 @@ TIO_TEST(zero_models) {
     tio_sim_free(sim);
     hw = sim_test_hw(1, 1900000000);
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         tio_sim_get_result(sim, &r, sizeof r);
         CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
@@ -132,6 +138,7 @@ TIO_TEST(zero_layer_streaming) {
     p.cpu_adam_params_per_core_s = 1e15; /* no optimizer kernel: keep the CPU step negligible */
     struct tio_sim *sim = NULL;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         struct tio_sim_result r;
         tio_sim_get_result(sim, &r, sizeof r);
@@ -147,6 +154,7 @@ TIO_TEST(zero_layer_streaming) {
      * 20; L0 is fetched during k2 of the previous iteration: iteration = ideal = 30 ms */
     p.zero_prefetch_layers = 1;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         struct tio_sim_result r;
         tio_sim_get_result(sim, &r, sizeof r);
@@ -193,6 +201,7 @@ TIO_TEST(zero_fetch_overhead_and_persistence) {
     p.cpu_adam_params_per_core_s = 1e15;
     struct tio_sim *sim = NULL;
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         struct tio_sim_result r;
         tio_sim_get_result(sim, &r, sizeof r);
@@ -204,6 +213,7 @@ TIO_TEST(zero_fetch_overhead_and_persistence) {
     tio_sim_free(sim);
     p.policy = "zero-infinity";
     CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
     if (sim) {
         struct tio_sim_result r;
         tio_sim_get_result(sim, &r, sizeof r);

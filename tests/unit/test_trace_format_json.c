@@ -29,6 +29,7 @@ TIO_TEST(json_minimal_accepted) {
                          "\"kernels\":[{\"name\":null,\"duration_ns\":5,\"flags\":[\"optim\","
                          "\"comm\"],\"uses\":[[1,\"rw\"]]}]}";
     CHECK_OK(tio_trace_load_mem(s, strlen(s), TIO_TRACE_FORMAT_JSON, &t));
+    CHECK(t != NULL);
     if (t) {
         struct tio_trace_view v;
         tio_trace_get_view(t, &v);
@@ -225,10 +226,8 @@ TIO_TEST(json_memory_bounded) {
 }
 
 TIO_TEST(json_fixture_loads) {
-    const char *dir = getenv("TIO_TEST_DATA");
-    if (!dir) {
-        return;
-    }
+    const char *dir = getenv("TIO_TEST_DATA"); /* set by ctest */
+    REQUIRE(dir != NULL);
     char pj[512], pb[512];
     snprintf(pj, sizeof pj, "%s/example.json", dir);
     snprintf(pb, sizeof pb, "%s/example.tio", dir);

@@ -14,10 +14,11 @@
  *                               verifier checks stall moves like any other, so a plan that fits
  *                               only by stalling is rejected, naming a stall move).
  *
- * Not yet zero late moves: docs/planner.md, "Plans against their replay", says what remains.
- * The bound fails with the verifier skipping stall moves (the Llama3-70B plans pass it and
- * replay with about a quarter of their moves late) or with the simulator's queues in issue
- * order (the 8B plans: 4.5-9.3% late).
+ * Not yet zero late moves everywhere: docs/planner.md, "Plans against their replay", says what
+ * remains (2 of 11,022 moves on Llama3-8B stage 1). The bound fails with the verifier skipping
+ * stall moves (the Llama3-70B plans pass it and replay with about a quarter of their moves
+ * late) or with the simulator's queues in issue order (the 8B plans: 4.5-9.3% late).
+ * tests/unit/test_plan_latency.c requires zero on a trace where latency matters.
  *
  * The planner's own model is cross-checked too: the plan's planned peak must equal the peak of
  * this test's curve.
@@ -231,7 +232,7 @@ check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *st
             (*stall_free_seen)++;
             CHECK(r.n_moves_late * 100 <= s.n_moves);
         } else {
-            CHECK(stalls > 0 && strstr(tio_last_error(), "a stall move released") != NULL);
+            CHECK(stalls > 0 && strstr(tio_last_error(), "planned beyond the bandwidth") != NULL);
         }
     }
     tio_sim_free(sim);

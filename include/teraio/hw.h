@@ -25,6 +25,10 @@ extern "C" {
 
 #define TIO_HW_NAME_MAX 64
 
+/* Latency of one host <-> GPU copy request, s: the simulator's default (tio_sim_params
+ * host_latency_s) and what the planner allows for every move to or from host memory. */
+#define TIO_HW_HOST_LATENCY_S 10e-6
+
 struct tio_hw {
     /* Size of this struct as the caller's header declares it: set by tio_hw_default(s),
      * tio_hw_preset and tio_hw_load (docs/style.md, "Versioned structs"). */

@@ -11,9 +11,11 @@
 
 /* ---- clean copies -------------------------------------------------------------------------- */
 
-/* Is there a stored copy of period q's tensor on `tier`, still identical at q's offload? */
+/* Is there a stored copy of period q's tensor on `tier`, still identical at q's offload? Only
+ * on the SSDs: a host copy is freed when its tensor is fetched back (docs/simulator.md, "Moves";
+ * the host memory counted here is held over the period only), so none outlives its period. */
 int pt_has_clean_copy(const struct planner *p, const struct tio_pperiod *q, int tier) {
-    if (!p->clean_copies || (q->flags & TIO_PPERIOD_UNUSED)) {
+    if (!p->clean_copies || tier != TIO_TIER_SSD || (q->flags & TIO_PPERIOD_UNUSED)) {
         return 0;
     }
     uint32_t id = p->seg_id[p->m->use_off[q->tensor] + q->use_index];

@@ -41,10 +41,20 @@ int tio_pmodel_build(const struct tio_trace *trace,
     double scale = params->bandwidth_scale > 0 ? params->bandwidth_scale : 1.0;
     /* The write rate of the steady state: an iteration's writes spend the drives' write
      * cache long before the next one, and the simulator runs them at the sustained rate. */
-    m->bw[TIO_CH_SSD_W] = hw->ssd_count ? tio_hw_ssd_sustained_write_Bps(hw) * scale : 0;
-    m->bw[TIO_CH_SSD_R] = hw->ssd_count ? tio_hw_ssd_read_Bps(hw) * scale : 0;
-    m->bw[TIO_CH_D2H] = hw->pcie_d2h_Bps * scale;
-    m->bw[TIO_CH_H2D] = hw->pcie_h2d_Bps * scale;
+    double d2h = hw->pcie_d2h_Bps * scale, h2d = hw->pcie_h2d_Bps * scale;
+    double w_sus = hw->ssd_count ? tio_hw_ssd_sustained_write_Bps(hw) * scale : 0;
+    double w_max = hw->ssd_count ? tio_hw_ssd_write_Bps(hw) * scale : 0; /* caches not full */
+    double r_max = hw->ssd_count ? tio_hw_ssd_read_Bps(hw) * scale : 0;
+    /* SSD traffic crosses the GPU's PCIe link too. The link is split: SSD transfers may take
+     * as much of it as the array can carry in that direction (at most the link), host
+     * transfers are planned on the rest. With the shares separate, each of the three
+     * budgets (the array's time, the link's host share each way) is one resource, served
+     * earliest deadline first by the simulator and checked that way by tio_plan_verify
+     * (docs/planner.md, "Bandwidth model"). */
+    m->bw[TIO_CH_SSD_W] = TIO_MIN(w_sus, d2h);
+    m->bw[TIO_CH_SSD_R] = TIO_MIN(r_max, h2d);
+    m->bw[TIO_CH_D2H] = d2h - TIO_MIN(w_max, d2h);
+    m->bw[TIO_CH_H2D] = h2d - TIO_MIN(r_max, h2d);
     m->ssd_mix = tio_hw_ssd_mix_factor(hw);
     m->gds = hw->gds;
     m->ssd_latency_s = hw->ssd_latency_s;

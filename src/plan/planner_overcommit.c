@@ -282,8 +282,11 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
             pt_ext_add(&p->mem, p->n, x, pk->pre, s);
             pk->pre = x;
         }
-        if (pk->pre <= pk->off) {
-            dropped[keys[r].idx] = 1; /* stays resident the whole time: no traffic at all */
+        /* stays resident the whole time: no traffic at all; but an SSD write that later clean
+         * offloads of the tensor may count on stays (its prefetch, at the offload's end, only
+         * cancels the free) */
+        if (pk->pre <= pk->off && (pk->clean || pk->tier != TIO_TIER_SSD || !p->clean_copies)) {
+            dropped[keys[r].idx] = 1;
         }
     }
     tio_free(tmp);

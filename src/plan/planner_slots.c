@@ -60,36 +60,27 @@ static void mark_if_full(struct planner *p, int ch, size_t k) {
     }
 }
 
-/* Channels a transfer uses: SSD traffic crosses the GPU's PCIe link too (with or without GDS:
- * GDS removes the host bounce, not the link), host traffic only the link. */
-static void tier_channels(int tier, int offload, int *prim, int *sec) {
+/* The channel a transfer uses. SSD traffic crosses the GPU's PCIe link too (with or without
+ * GDS: GDS removes the host bounce, not the link), but on the link's SSD share, which the PCIe
+ * channels here (the host share) do not include (planner_model.c). */
+static int tier_channel(int tier, int offload) {
     if (tier == TIO_TIER_SSD) {
-        *prim = offload ? TIO_CH_SSD_W : TIO_CH_SSD_R;
-        *sec = offload ? TIO_CH_D2H : TIO_CH_H2D;
-    } else {
-        *prim = offload ? TIO_CH_D2H : TIO_CH_H2D;
-        *sec = -1;
+        return offload ? TIO_CH_SSD_W : TIO_CH_SSD_R;
     }
+    return offload ? TIO_CH_D2H : TIO_CH_H2D;
 }
 
-/* Take up to rem bytes from slot k of channel prim (and of sec when sec >= 0: the tighter of
- * the two), reserving them when reserve is set. The bytes taken, or -1 if the slot is full. */
-static double slot_fill(struct planner *p, int prim, int sec, size_t k, double rem, int reserve) {
-    double f = slot_free(p, prim, k);
-    if (sec >= 0) {
-        f = TIO_MIN(f, slot_free(p, sec, k));
-    }
+/* Take up to rem bytes from slot k of channel ch, reserving them when reserve is set. The bytes
+ * taken, or -1 if the slot is full. */
+static double slot_fill(struct planner *p, int ch, size_t k, double rem, int reserve) {
+    double f = slot_free(p, ch, k);
     if (!(f >= FULL_EPS)) {
         return -1;
     }
     double take = TIO_MIN(f, rem);
     if (reserve) {
-        slot_take(p, prim, k, take);
-        mark_if_full(p, prim, k);
-        if (sec >= 0) {
-            slot_take(p, sec, k, take);
-            mark_if_full(p, sec, k);
-        }
+        slot_take(p, ch, k, take);
+        mark_if_full(p, ch, k);
     }
     return take;
 }
@@ -124,6 +115,12 @@ static uint64_t free_before(struct planner *p, int ch, uint64_t a, uint64_t x) {
     return NONE;
 }
 
+/* Latency of one request to or from `tier`: it ends that long after its last byte (it does
+ * not occupy the channel). */
+static double tier_latency(const struct planner *p, int tier) {
+    return tier == TIO_TIER_SSD ? p->m->ssd_latency_s : TIO_HW_HOST_LATENCY_S;
+}
+
 /*
  * Spread `bytes` over the free capacity of the slots of extended kernels [a, b): an offload
  * forward from a on the write channels, a prefetch backward from b - 1 on the read channels.
@@ -132,12 +129,11 @@ static uint64_t free_before(struct planner *p, int ch, uint64_t a, uint64_t x) {
  */
 static uint64_t
 walk(struct planner *p, int tier, int offload, uint64_t a, uint64_t b, double bytes, int reserve) {
-    int prim, sec;
-    tier_channels(tier, offload, &prim, &sec);
+    int prim = tier_channel(tier, offload);
     double rem = bytes;
     uint64_t k = offload ? free_after(p, prim, a, b) : free_before(p, prim, a, b);
     while (k != NONE) {
-        double take = slot_fill(p, prim, sec, (size_t)(k % p->n), rem, reserve);
+        double take = slot_fill(p, prim, (size_t)(k % p->n), rem, reserve);
         if (take >= 0) {
             rem -= take;
             if (rem < FULL_EPS) {
@@ -150,17 +146,34 @@ walk(struct planner *p, int tier, int offload, uint64_t a, uint64_t b, double by
 }
 
 /* Forward walk over extended kernels [a, b): spread `bytes` over the free write capacity.
- * Returns the extended kernel during which the last byte moves, or NONE. reserve: commit. */
+ * Returns the extended kernel j such that the transfer, its latency included, is complete
+ * before kernel j + 1 starts (the last byte may move at the end of its slot), or NONE.
+ * reserve: commit. */
 uint64_t
 pt_walk_fwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
-    return walk(p, tier, 1, a, b, bytes, reserve);
+    uint64_t j = walk(p, tier, 1, a, b, bytes, reserve);
+    double lat = tier_latency(p, tier);
+    if (j == NONE || !(lat > 0)) {
+        return j;
+    }
+    uint64_t d = j + 1; /* first kernel that starts at least lat after slot j ends */
+    while (d < b && pt_ext_time(p, j + 1, d) < lat) {
+        d++;
+    }
+    return d < b ? d - 1 : NONE;
 }
 
-/* Backward walk over extended kernels [a, b) from b - 1 down: returns the extended kernel at
- * which the prefetch must start (its first byte moves there), or NONE. */
+/* Backward walk over extended kernels [a, b') from b' - 1 down, b' the last kernel that ends
+ * at least the latency before kernel b starts: returns the extended kernel at which the
+ * prefetch must start (its first byte moves there), or NONE. */
 uint64_t
 pt_walk_bwd(struct planner *p, int tier, uint64_t a, uint64_t b, double bytes, int reserve) {
-    return walk(p, tier, 0, a, b, bytes, reserve);
+    double lat = tier_latency(p, tier);
+    uint64_t e = b; /* walk over [a, e): slot e - 1 must end lat before b starts */
+    while (lat > 0 && e > a && pt_ext_time(p, e, b) < lat) {
+        e--;
+    }
+    return walk(p, tier, 0, a, e, bytes, reserve);
 }
 
 /* ---- extended-axis helpers (a window [a, b) with b - a <= n maps to one or two pieces) ----- */

@@ -124,7 +124,8 @@ static int planner_init(struct planner *p,
     p->n = n;
     p->cap = (int64_t)m->plan_line;
     p->use_ssd = m->bw[TIO_CH_SSD_W] > 0 && m->bw[TIO_CH_SSD_R] > 0;
-    p->use_host = variant != TIO_VAR_SSD && variant != TIO_VAR_PAPER_SSD && m->host_cap > 0;
+    p->use_host = variant != TIO_VAR_SSD && variant != TIO_VAR_PAPER_SSD && m->host_cap > 0 &&
+                  m->bw[TIO_CH_D2H] > 0 && m->bw[TIO_CH_H2D] > 0;
     p->clean_copies =
         (variant == TIO_VAR_MIXED || variant == TIO_VAR_SSD) && (!params || params->clean_copies);
     double bw_w = p->use_ssd ? m->bw[TIO_CH_SSD_W] : m->bw[TIO_CH_D2H];

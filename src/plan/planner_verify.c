@@ -79,21 +79,35 @@ static int job_cmp(const void *x, const void *y) {
 
 /* EDF over the unrolled iterations on one channel: each kernel k offers rate x tau_k of
  * capacity, in the jobs' unit (bytes, or seconds of the SSD array's shared time, rate 1);
- * `tol` is what a job may miss by (rounding of 16 bytes in the jobs' unit). */
+ * `tol` is what a job may miss by (rounding of 16 bytes in the jobs' unit). with_stalls = 0:
+ * the stall moves' jobs are left out (the other moves were reserved in the slots and must fit
+ * by themselves); 1: every job, and a miss is the stall moves' doing. */
 static int edf_channel(const struct tio_pmodel *m,
                        double rate,
                        double tol,
                        const char *name,
-                       struct job *jobs,
-                       size_t nj) {
+                       const struct job *all,
+                       size_t n_all,
+                       int with_stalls) {
+    struct job *jobs = tio_malloc((n_all ? n_all : 1) * sizeof *jobs);
+    struct jheap h = { tio_malloc((n_all ? n_all : 1) * sizeof(uint32_t)), 0 };
+    if (!jobs || !h.a) {
+        tio_free(jobs);
+        tio_free(h.a);
+        return TIO_ENOMEM;
+    }
+    size_t nj = 0;
+    for (size_t i = 0; i < n_all; i++) {
+        if (with_stalls || !all[i].stall) {
+            jobs[nj++] = all[i];
+        }
+    }
     if (nj == 0) {
+        tio_free(jobs);
+        tio_free(h.a);
         return 0;
     }
     qsort(jobs, nj, sizeof *jobs, job_cmp);
-    struct jheap h = { tio_malloc(nj * sizeof(uint32_t)), 0 };
-    if (!h.a) {
-        return TIO_ENOMEM;
-    }
     size_t n = m->n, next = 0;
     uint64_t horizon = jobs[nj - 1].due + 1;
     int rc = 0;
@@ -104,14 +118,14 @@ static int edf_channel(const struct tio_pmodel *m,
         while (h.n > 0 && jobs[h.a[0]].due <= k) {
             struct job *j = &jobs[h.a[0]];
             if (j->rem > tol + 1e-9 * j->rem) {
-                rc = tio_set_error(TIO_EPLAN,
-                                   "plan: channel %s: a %s released at kernel %llu misses its "
-                                   "deadline %llu by %.0f bytes (%s)",
-                                   name, j->stall ? "stall move" : "move",
-                                   (unsigned long long)(j->release % n),
-                                   (unsigned long long)(j->due % n), j->rem * 16.0 / tol,
-                                   j->stall ? "planned beyond the bandwidth: compute waits for it"
-                                            : "slots over capacity");
+                rc = tio_set_error(
+                    TIO_EPLAN,
+                    "plan: channel %s: a %s released at kernel %llu misses its "
+                    "deadline %llu by %.0f bytes (%s)",
+                    name, j->stall ? "stall move" : "move", (unsigned long long)(j->release % n),
+                    (unsigned long long)(j->due % n), j->rem * 16.0 / tol,
+                    with_stalls ? "planned beyond the bandwidth: compute waits for it"
+                                : "slots over capacity");
                 break;
             }
             jpop(&h, jobs);
@@ -127,6 +141,7 @@ static int edf_channel(const struct tio_pmodel *m,
             }
         }
     }
+    tio_free(jobs);
     tio_free(h.a);
     return rc;
 }
@@ -247,9 +262,8 @@ static void add_jobs(const struct tio_pmodel *m,
     }
     int tier = off ? q->to : q->from;
     int chs[2] = { -1, -1 };
-    if (tier == TIO_TIER_SSD) {
+    if (tier == TIO_TIER_SSD) { /* on the link's SSD share: not a PCIe channel's job */
         chs[0] = off ? TIO_CH_SSD_W : TIO_CH_SSD_R;
-        chs[1] = off ? TIO_CH_D2H : TIO_CH_H2D;
     } else {
         chs[0] = off ? TIO_CH_D2H : TIO_CH_H2D;
     }
@@ -368,7 +382,16 @@ int tio_plan_verify(const struct tio_plan *plan,
     for (int c = 0; c < TIO_CH_COUNT && rc == 0; c++) {
         double rate = c == TIO_CH_SSD_W ? 1.0 : m.bw[c];
         double tol = c == TIO_CH_SSD_W ? 16.0 * m.ssd_mix / TIO_MAX(m.bw[TIO_CH_SSD_R], 1.0) : 16.0;
-        rc = edf_channel(&m, rate, tol, names[c], jobs[c], nj[c]);
+        rc = edf_channel(&m, rate, tol, names[c], jobs[c], nj[c], 0);
+    }
+    for (int c = 0; c < TIO_CH_COUNT && rc == 0; c++) {
+        double rate = c == TIO_CH_SSD_W ? 1.0 : m.bw[c];
+        double tol = c == TIO_CH_SSD_W ? 16.0 * m.ssd_mix / TIO_MAX(m.bw[TIO_CH_SSD_R], 1.0) : 16.0;
+        int stalls = 0;
+        for (size_t i = 0; i < nj[c] && !stalls; i++) {
+            stalls = jobs[c][i].stall;
+        }
+        rc = stalls ? edf_channel(&m, rate, tol, names[c], jobs[c], nj[c], 1) : 0;
     }
 out:
     for (int c = 0; c < TIO_CH_COUNT; c++) {

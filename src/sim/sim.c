@@ -32,7 +32,7 @@ static struct tio_sim_params builtin_defaults(void) {
     p.capacity_bytes = 0;
     p.ssd_bandwidth_scale = 1.0;
     p.pcie_bandwidth_scale = 1.0;
-    p.host_latency_s = 10e-6;
+    p.host_latency_s = TIO_HW_HOST_LATENCY_S;
     p.iterations_per_day = 0.0;
     p.bins = 400;
     p.record_timeline = 0;

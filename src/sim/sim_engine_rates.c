@@ -16,9 +16,26 @@ const uint32_t sim_eng_path_mask[NPATH] = {
     [P_SSD_HOST] = 1u << TIO_SIM_SSD_READ,
 };
 
-/* Bandwidth to the heads of the queues: urgent first, then earliest deadline, then issue order
- * (transfers without a deadline last), the order in which tio_plan_verify proves a plan's
- * moves meet their deadlines. */
+/* Whether x's path crosses the SSD array. */
+static int on_ssd(const struct xfer *x) {
+    return (sim_eng_path_mask[x->path] & ((1u << TIO_SIM_SSD_READ) | (1u << TIO_SIM_SSD_WRITE))) !=
+           0;
+}
+
+/* Whether head a is served before head b: urgent first, then transfers over the SSDs (they take
+ * the link's SSD share, host transfers the rest: docs/simulator.md, "Sharing"), then earliest
+ * deadline (transfers without one last), then issue order: per budget the order in which
+ * tio_plan_verify proves a plan's moves meet their deadlines. */
+static int served_before(const struct xfer *a, const struct xfer *b) {
+    if (a->urgent != b->urgent) {
+        return a->urgent > b->urgent;
+    }
+    if (on_ssd(a) != on_ssd(b)) {
+        return on_ssd(a);
+    }
+    return a->deadline_g < b->deadline_g || (a->deadline_g == b->deadline_g && a->seq < b->seq);
+}
+
 void sim_eng_allocate_rates(struct eng *e) {
     uint32_t heads[NQ];
     int n = 0;
@@ -26,14 +43,7 @@ void sim_eng_allocate_rates(struct eng *e) {
         if (e->qhead[q] != NONE32) {
             uint32_t id = e->qhead[q];
             int i = n++;
-            while (i > 0) {
-                const struct xfer *a = &e->xf[heads[i - 1]], *b = &e->xf[id];
-                if (a->urgent > b->urgent ||
-                    (a->urgent == b->urgent &&
-                     (a->deadline_g < b->deadline_g ||
-                      (a->deadline_g == b->deadline_g && a->seq < b->seq)))) {
-                    break;
-                }
+            while (i > 0 && !served_before(&e->xf[heads[i - 1]], &e->xf[id])) {
                 heads[i] = heads[i - 1];
                 i--;
             }

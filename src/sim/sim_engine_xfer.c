@@ -138,7 +138,11 @@ int sim_eng_xfer_start(
     x->path = path;
     x->from = from;
     x->to = to;
-    x->urgent = urgent;
+    /* A plan's URGENT flag says that lateness costs a stall, which its deadline already
+     * orders; served ahead of earlier deadlines it made them late. Ahead of the deadline order
+     * go only transfers a kernel waits for now (at or past their deadline, or without one:
+     * an eviction on demand); a transfer a kernel comes to wait for is promoted. */
+    x->urgent = urgent && (deadline_g == UINT64_MAX || deadline_g <= e->g);
     x->seq = e->seq++;
     x->deadline_g = deadline_g;
     x->remaining = (double)e->v->bytes[t];
@@ -281,7 +285,9 @@ int sim_eng_xfer_complete(struct eng *e, uint32_t id) {
     struct tstate *s = &e->ts[t];
     uint64_t b = e->v->bytes[t];
     e->n_active--;
-    if (x->deadline_g != UINT64_MAX && e->measuring && e->g > x->deadline_g) {
+    /* late: its deadline kernel has started (a kernel that waits for it has not) */
+    if (x->deadline_g != UINT64_MAX && e->measuring &&
+        (e->g > x->deadline_g || (e->g == x->deadline_g && e->running))) {
         e->sim->r.n_moves_late++;
     }
     if (e->p->record_timeline && e->measuring && x->t_first >= 0) {

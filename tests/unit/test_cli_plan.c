@@ -49,7 +49,7 @@ static int make_fixtures(void) {
     }
     (void)fprintf(f, "{\"base\": \"cpu-ci\", \"name\": \"tiny\", \"gpu_memory_bytes\": \"170MB\","
                      " \"gpu_reserve_bytes\": 0, \"ssd_count\": 1, \"ssd_read_Bps\": \"50GB/s\","
-                     " \"ssd_write_Bps\": \"50GB/s\", \"ssd_efficiency\": 1,"
+                     " \"ssd_write_Bps\": \"50GB/s\", \"ssd_efficiency\": 1, \"ssd_latency_s\": 0,"
                      " \"pcie_h2d_Bps\": \"1000GB/s\", \"pcie_d2h_Bps\": \"1000GB/s\","
                      " \"host_offload_cap_bytes\": 0}\n");
     (void)fclose(f);

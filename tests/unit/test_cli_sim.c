@@ -295,6 +295,7 @@ TIO_TEST(compare_usage_and_json) {
     CHECK(has("\"host_cap_bytes\": 0"));
     CHECK(has("\"host_cap_bytes\": 85000000000"));
     CHECK(has("\"plan_feasible\": "));
+    CHECK(has("\"moves_late\": "));
     CHECK(has("\"fraction_demand_evict\": "));
     CHECK(has("\"demand_evicted_bytes\": "));
 }

@@ -10,14 +10,15 @@
  *   plan reported feasible  =>  its own curve is under the capacity, no tensor is away at one of
  *                               its uses, and the simulator's replay has no out-of-memory;
  *   feasible, no stall move =>  tio_plan_verify accepts it (stall-free);
- *   accepted by the verifier =>  the replay has at most 1% of the plan's moves late (the
- *                               verifier checks stall moves like any other, so a plan that fits
- *                               only by stalling is rejected, naming a stall move).
+ *   accepted by the verifier =>  the replay has no move late (the verifier checks stall moves
+ *                               like any other, so a plan that fits only by stalling is
+ *                               rejected, naming a stall move).
  *
- * Not yet zero late moves: docs/planner.md, "Plans against their replay", says what remains.
- * The bound fails with the verifier skipping stall moves (the Llama3-70B plans pass it and
- * replay with about a quarter of their moves late) or with the simulator's queues in issue
- * order (the 8B plans: 4.5-9.3% late).
+ * The check fails with the verifier skipping stall moves (the Llama3-70B plans pass it and
+ * replay with about a quarter of their moves late), with the simulator's queues in issue order
+ * (the 8B plans: 4.5-9.3% late), or with any of the model differences docs/planner.md, "Plans
+ * against their replay", lists (8-89 late moves per 8B stage). tests/unit/test_plan_latency.c
+ * checks the same on a trace where latency matters.
  *
  * The planner's own model is cross-checked too: the plan's planned peak must equal the peak of
  * this test's curve.
@@ -225,11 +226,11 @@ check_cell(const struct cell *c, const char *policy, int *feasible_seen, int *st
         }
         if (vrc == 0) {
             /* stall-free by the verifier, which checks stall moves like any other: the replay
-             * keeps (nearly) every deadline */
+             * keeps every deadline */
             (*stall_free_seen)++;
-            CHECK(r.n_moves_late * 100 <= s.n_moves);
+            CHECK_EQ_U(r.n_moves_late, 0);
         } else {
-            CHECK(stalls > 0 && strstr(tio_last_error(), "a stall move released") != NULL);
+            CHECK(stalls > 0 && strstr(tio_last_error(), "planned beyond the bandwidth") != NULL);
         }
     }
     tio_sim_free(sim);

@@ -83,6 +83,7 @@ struct row {
     double fraction_demand_evict;  /* --demand-evict: with on-demand eviction (-1: not run) */
     uint64_t demand_evicted_bytes; /* ... bytes it evicted beyond the plan */
     uint32_t stages;               /* pipeline stages simulated together (1: one GPU's trace) */
+    uint64_t moves_late;           /* late moves in the replay, summed over the stages */
 };
 
 /* The preset's pipeline stages (1 without pipeline parallelism). */
@@ -95,7 +96,8 @@ static uint32_t preset_stages(const char *model) {
 }
 
 /* Simulate `sys` on the stages (n = 1: one trace alone, else coupled); fills res (stage 0's
- * result, which carries the coupled makespan) and *feasible. */
+ * result, which carries the coupled makespan), *feasible and *late (the stages' late moves;
+ * either may be NULL). */
 static int sim_stages(struct tio_trace *const *tr,
                       uint32_t n,
                       const struct tio_hw *hw,
@@ -103,7 +105,8 @@ static int sim_stages(struct tio_trace *const *tr,
                       const struct tio_sim_params *sp,
                       double slack,
                       struct tio_sim_result *res,
-                      int *feasible) {
+                      int *feasible,
+                      uint64_t *late) {
     struct tio_sim *sims[CLI_MAX_STAGES] = { NULL };
     const struct cli_sim_job job = { .hw = hw,
                                      .policy = sys,
@@ -116,6 +119,11 @@ static int sim_stages(struct tio_trace *const *tr,
                                        feasible);
     if (rc < 0) {
         return rc;
+    }
+    for (uint32_t i = 0; late && i < n; i++) {
+        struct tio_sim_result ri;
+        tio_sim_get_result(sims[i], &ri, sizeof ri);
+        *late = (i ? *late : 0) + ri.n_moves_late;
     }
     tio_sim_get_result(sims[0], res, sizeof *res);
     for (uint32_t i = 0; i < n; i++) {
@@ -345,8 +353,10 @@ static int simulate_system(const struct opts *o,
     }
     for (;;) {
         struct tio_sim_result res;
-        rc = zero ? sim_stages(&ztr, 1, hw, sys, &o->sp, o->slack, &res, &r->plan_feasible)
-                  : sim_stages(trs, n_st, hw, sys, &o->sp, o->slack, &res, &r->plan_feasible);
+        rc = zero ? sim_stages(&ztr, 1, hw, sys, &o->sp, o->slack, &res, &r->plan_feasible,
+                               &r->moves_late)
+                  : sim_stages(trs, n_st, hw, sys, &o->sp, o->slack, &res, &r->plan_feasible,
+                               &r->moves_late);
         if (rc < 0) {
             tio_trace_free(ztr);
             return cli_fail(CMD, sys, rc);
@@ -383,7 +393,7 @@ static int simulate_demand_evict(const struct opts *o,
     struct tio_sim_params sd = o->sp;
     sd.demand_evict = 1;
     struct tio_sim_result res;
-    int rc = sim_stages(trs, n_st, hw, r->sys, &sd, o->slack, &res, NULL);
+    int rc = sim_stages(trs, n_st, hw, r->sys, &sd, o->slack, &res, NULL, NULL);
     if (rc < 0) {
         return cli_fail(CMD, r->sys, rc);
     }
@@ -415,7 +425,7 @@ static int run_config(const struct opts *o,
     double ideal_s = code ? 0 : (double)tio_trace_total_duration_ns(trs[0]) * 1e-9;
     if (code == 0 && n_st > 1) {
         struct tio_sim_result ir;
-        int rc = sim_stages(trs, n_st, hw1t, "ideal", &o->sp, o->slack, &ir, NULL);
+        int rc = sim_stages(trs, n_st, hw1t, "ideal", &o->sp, o->slack, &ir, NULL, NULL);
         if (rc < 0) {
             code = cli_fail(CMD, c->model, rc);
         } else {
@@ -527,10 +537,11 @@ static void print_json(const struct opts *o,
             "  {\"model\": \"%s\", \"batch\": %u, \"seq\": %u, \"system\": \"%s\", "
             "\"tokens_per_s\": %.4f, \"fraction_of_ideal\": %.6f, \"iteration_s\": %.6f, "
             "\"oom\": %s, \"oom_kind\": \"%s\", \"micro_batch\": %u, \"plan_feasible\": %s, "
-            "\"host_cap_bytes\": %llu, \"stages\": %u",
+            "\"host_cap_bytes\": %llu, \"stages\": %u, \"moves_late\": %llu",
             r->c->model, r->c->batch, r->c->seq, r->sys, r->tokens_per_s, r->fraction,
             r->iteration_s, r->oom ? "true" : "false", r->oom_kind, r->micro_batch,
-            r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes, r->stages);
+            r->plan_feasible ? "true" : "false", (unsigned long long)r->host_cap_bytes, r->stages,
+            (unsigned long long)r->moves_late);
         if (r->fraction_demand_evict >= 0) {
             (void)printf(", \"fraction_demand_evict\": %.6f, \"demand_evicted_bytes\": %llu",
                          r->fraction_demand_evict, (unsigned long long)r->demand_evicted_bytes);

@@ -71,7 +71,9 @@ def _sized(storages):
     swapped = []
     try:
         for st, nb in storages:
-            m = mmap.mmap(-1, nb)
+            # not committed (MAP_NORESERVE): nothing reads or writes it
+            m = mmap.mmap(-1, nb, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                          | getattr(mmap, "MAP_NORESERVE", 0))
             ph = torch.frombuffer(m, dtype=torch.uint8).untyped_storage()
             st._swap_data_ptr_(ph)
             swapped.append((st, ph, m))

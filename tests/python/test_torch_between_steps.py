@@ -224,7 +224,7 @@ pm2, po2 = fresh()
 pm2.load_state_dict(pck["model"]); po2.load_state_dict(pck["opt"])
 assert any(not t.untyped_storage().resizable() for _, t in tensors(m2, o2))
 off2 = make_off(m2, o2, budget=0.2)
-train(m2, o2, off2, 4, start=3); train(pm2, po2, None, 4, start=3)
+train(m2, o2, off2, 3, start=3); train(pm2, po2, None, 3, start=3)
 n = offloaded(m2, o2)
 print("offloaded after resuming:", n)
 assert n > 0
@@ -248,7 +248,7 @@ for p in files:
     with open(p, "r+b") as fh:
         data = fh.read()
         fh.seek(0)
-        fh.write(bytes(b ^ 0xFF for b in data))
+        fh.write(data.translate(bytes(range(255, -1, -1))))
 try:
     off2.save(lambda: both(m2, o2), path)
 except teraio.Error as e:

@@ -60,7 +60,8 @@ class Guard(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.armed and touches_offloaded(args, kwargs):
             off = self.off()
-            if off is not None:
+            # Offloader.save() building its object: a view (state_dict()'s detach) reads nothing
+            if off is not None and not (off._saving and getattr(func, "is_view", False)):
                 off._bring_back(f"the operator {func} between steps")
         return func(*args, **kwargs)
 

@@ -84,6 +84,9 @@ class Report:
         out["unplanned_bytes_read"] = bs["bytes_read"]
         out["unplanned_io_s"] = bs["io_s"]
         out.update(self._counts)
+        # save(): the most bytes of globals in memory at once while it ran (those that stay in
+        # memory between steps, and the offloaded one being written)
+        out["save_peak_bytes"] = self._save_peak
         out["kinds"] = self._report_kinds()
         out["cpu_mmap_threshold"] = self.cpu_mmap_threshold
         out["cpu_prefault"] = bool(self.cpu_allocator and self.cpu_prefault)

@@ -24,7 +24,8 @@ See docs/runtime.md.
 
 The class is assembled from parts, one job per module: _offload_args (arguments, warnings),
 _step_kinds (step signatures, one plan per kind of step), _planning (budget checks, the SSD
-probe, planning, plan files), _cpu_memory (process-wide CPU settings), _offload_report.
+probe, planning, plan files), _cpu_memory (process-wide CPU settings), _offload_report,
+_save (save(): checkpoints streamed from the tiers).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from teraio._offload_args import (_COMPILE_HELP, _after_update, _attempt, _budge
                                   _mmap_threshold_arg, _prefault_arg, _rank, _rate_arg)
 from teraio._offload_report import Report
 from teraio._planning import Planning
+from teraio._save import Saving
 from teraio._step_kinds import StepKinds, _Pending
 from teraio.options import OPTION_NAMES, OffloadOptions
 
@@ -70,7 +72,7 @@ def _options_arg(options, deprecated):
     return options
 
 
-class Offloader(Planning, StepKinds, CpuMemory, Report):
+class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
     """Lifetime-aware offloading of one model's training to host memory and SSDs.
 
     model, optimizer: what the step trains (parameters, gradients and optimizer states are the
@@ -249,7 +251,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report):
                     lambda *a: self._outside("the model's load_state_dict()")))
 
     def _outside(self, what):
-        if not self._in_step:
+        if not self._in_step and not self._saving:  # save(): streamed from where they are
             self._bring_back(what)
 
     def _bring_back(self, what):

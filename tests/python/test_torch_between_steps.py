@@ -142,28 +142,121 @@ print("CASE OK")
 """, tmp_path)
 
 
-def test_resume_from_checkpoint_keeps_offloading(tmp_path):
-    """torch.load gives storages that cannot be resized: the Offloader copies them once (adopts
-    them) so that a resumed run offloads at the budget that worked before."""
+def test_streamed_save_is_plain_bytes_within_budget_and_resumes(tmp_path):
+    """Offloader.save() between steps writes torch.save's bytes (a path and a file object; the
+    model, the optimizer states, tensors offloaded and not) while the offloaded tensors stay
+    offloaded, within the budget where torch.save(state_dict()) is not; resuming from its file
+    at the same budget keeps offloading (torch.load gives storages that cannot be resized: the
+    Offloader adopts them) and trains as plain PyTorch does. Then what it refuses and how it
+    fails: inside a step, a missing directory, a full disk, a corrupt SSD copy (checksums)."""
     _ok("""
-path = os.path.join(TMP, "ckpt.pt")
-torch.save({"model": m.state_dict(), "opt": o.state_dict()}, path)
+import errno
+budget = off.report()["memory_budget"]
+def resident(m, o):
+    return sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                for _, t in tensors(m, o)}.values())
+def both(m, o):
+    return {"model": m.state_dict(), "opt": o.state_dict(), "step": 3}
+ck_dir, plain_dir = os.path.join(TMP, "ck"), os.path.join(TMP, "plain")
+os.makedirs(ck_dir); os.makedirs(plain_dir)
+path, ppath = os.path.join(ck_dir, "ckpt.pt"), os.path.join(plain_dir, "ckpt.pt")
+torch.save(both(pm, po), ppath)
+pbuf = io.BytesIO(); torch.save(both(pm, po), pbuf)
+n_before, res_before = offloaded(m, o), resident(m, o)
+assert res_before + 1 < budget, (res_before, budget)
+off.save(lambda: both(m, o), path)
+buf = io.BytesIO(); off.save(lambda: both(m, o), buf)
+assert offloaded(m, o) == n_before, "the save brought offloaded tensors back"
+peak = off.report()["save_peak_bytes"]
+print("budget", budget, "resident", res_before, "save peak", peak)
+assert res_before < peak <= budget, (res_before, peak, budget)
+assert open(path, "rb").read() == open(ppath, "rb").read(), "path: not torch.save's bytes"
+assert buf.getvalue() == pbuf.getvalue(), "file object: not torch.save's bytes"
+assert sorted(os.listdir(ck_dir)) == ["ckpt.pt"], os.listdir(ck_dir)
+# torch.save(state_dict()) (the hooks bring every tensor back) holds more than the budget
+sd = both(m, o)
+assert offloaded(m, o) == 0 and resident(m, o) > budget, (offloaded(m, o), resident(m, o), budget)
+hbuf = io.BytesIO(); torch.save(sd, hbuf)
+assert hbuf.getvalue() == pbuf.getvalue()
+del sd, hbuf
+
+# refused inside a step (that step still runs), and on its twin
+with off.step():
+    o.zero_grad(set_to_none=False)
+    m.loss(batch(3)).backward()
+    try:
+        off.save(lambda: both(m, o), path)
+    except RuntimeError as e:
+        assert "inside a step" in str(e), e
+        print("REFUSED", e)
+    else:
+        raise AssertionError("save() inside a step was accepted")
+    o.step()
+train(pm, po, None, 1, start=3)
+assert offloaded(m, o) > 0
+try:
+    off.save(lambda: both(m, o), os.path.join(TMP, "missing", "ckpt.pt"))
+except FileNotFoundError as e:
+    assert "nothing was written" in " ".join(getattr(e, "__notes__", [])), e.__notes__
+else:
+    raise AssertionError("a save into a missing directory succeeded")
+class Full(io.RawIOBase):
+    def writable(self):
+        return True
+    def write(self, b):
+        raise OSError(errno.ENOSPC, "No space left on device")
+try:
+    off.save(lambda: both(m, o), Full())
+except OSError as e:
+    assert e.errno == errno.ENOSPC and e.__notes__, e
+else:
+    raise AssertionError("a save to a full file succeeded")
+assert offloaded(m, o) > 0
+assert digest(m.state_dict()) == digest(pm.state_dict())
+assert digest(o.state_dict()) == digest(po.state_dict())
 off.close()
-ck = torch.load(path)
-ppath = os.path.join(TMP, "plain.pt")
-torch.save({"model": pm.state_dict(), "opt": po.state_dict()}, ppath)
-pck = torch.load(ppath)
+
+# resume from the streamed file at the same budget
+ck, pck = torch.load(path), torch.load(ppath)
 m2, o2 = fresh()
 m2.load_state_dict(ck["model"]); o2.load_state_dict(ck["opt"])
 pm2, po2 = fresh()
 pm2.load_state_dict(pck["model"]); po2.load_state_dict(pck["opt"])
 assert any(not t.untyped_storage().resizable() for _, t in tensors(m2, o2))
 off2 = make_off(m2, o2, budget=0.2)
-train(m2, o2, off2, 4, start=3); train(pm2, po2, None, 4, start=3)
+train(m2, o2, off2, 3, start=3); train(pm2, po2, None, 3, start=3)
 n = offloaded(m2, o2)
 print("offloaded after resuming:", n)
 assert n > 0
-assert digest(o2.state_dict()) == digest(po2.state_dict())
-assert digest(m2.state_dict()) == digest(pm2.state_dict())
+off2.save(lambda: both(m2, o2), path)
+torch.save(both(pm2, po2), ppath)
+assert open(path, "rb").read() == open(ppath, "rb").read()
+assert offloaded(m2, o2) == n
+
+# a corrupt copy on the SSD (every byte of the tier's swap files, which have no name, flipped
+# through this process's descriptors): the checksums catch it
+d2 = os.path.realpath(off2.ssd_dirs[0])
+def target(fd):
+    try:
+        return os.readlink(os.path.join("/proc/self/fd", fd))
+    except OSError:  # the descriptor listdir itself used
+        return ""
+files = [os.path.join("/proc/self/fd", fd) for fd in os.listdir("/proc/self/fd")
+         if target(fd).startswith(d2 + "/")]
+assert files, os.listdir("/proc/self/fd")
+for p in files:
+    with open(p, "r+b") as fh:
+        data = fh.read()
+        fh.seek(0)
+        fh.write(data.translate(bytes(range(255, -1, -1))))
+try:
+    off2.save(lambda: both(m2, o2), path)
+except teraio.Error as e:
+    print("CORRUPT", e)
+    assert "Offloader.save()" in str(e) and "nothing was written" in str(e), e
+else:
+    raise AssertionError("a save from a corrupt tier succeeded")
+assert open(path, "rb").read() == open(ppath, "rb").read(), "the previous checkpoint changed"
+assert sorted(os.listdir(ck_dir)) == ["ckpt.pt"], os.listdir(ck_dir)
 print("CASE OK")
 """, tmp_path)

@@ -1,0 +1,365 @@
+"""Offloader.save(): a checkpoint written between steps, byte for byte what torch.save writes,
+with the offloaded tensors read from their tier one at a time instead of all brought back.
+
+torch.save pickles the whole object, then copies each storage's bytes into the zip archive,
+with no hook between the two. An offloaded storage holds no memory (0 bytes), so it can be
+neither pickled (its size is in the pickle) nor copied. Two passes instead:
+1. torch.save under torch.serialization.skip_data(), which writes everything but the storages'
+   bytes (their space is reserved), into a temporary file. For the pickle to record their true
+   sizes, each offloaded storage is given, for this pass only, memory of its size that is never
+   touched: an anonymous mapping, swapped in (UntypedStorage._swap_data_ptr_) and out again; the
+   kernel backs it with no pages, as nothing reads or writes it.
+2. Each storage's bytes are written into its record: a resident one from its memory, an
+   offloaded one read from the engine (read-verification as the engine is set up) into one
+   buffer of its size, written, and freed before the next. The zip archive's CRC-32 of each
+   record (local header and central directory) and the archive's serialization id (which
+   torch.save derives from the records' CRC-32s) are then what torch.save would have written.
+The storages' order (the records' keys) is found by pickling the object once more the way
+torch.save does, into nothing; it is checked against the archive's records (count and sizes).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import os
+import pickle
+import re
+import struct
+import tempfile
+import zipfile
+import zlib
+
+import torch
+
+_M64 = (1 << 64) - 1
+_CHUNK = 8 << 20  # bytes copied at a time from a temporary file into a file object
+
+
+def _hash_combine(seed, v):
+    return (seed ^ ((v + 0x9E3779B9 + (seed << 6) + (seed >> 2)) & _M64)) & _M64
+
+
+def storage_order(obj, protocol):
+    """The untyped storages torch.save writes for obj, in its order (record keys 0, 1, ...)."""
+    seen = {}
+
+    class _Order(pickle.Pickler):
+        def persistent_id(self, o):
+            if isinstance(o, torch.storage.TypedStorage) or torch.is_storage(o):
+                st = o._untyped_storage if isinstance(o, torch.storage.TypedStorage) else o
+                seen.setdefault(st._cdata, st)
+                return ("storage", len(seen))
+            return None
+
+    class _Null(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            return len(b)
+
+    with torch.serialization.skip_data():
+        _Order(_Null(), protocol=protocol).dump(obj)
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def _sized(storages):
+    """Give each (0-byte, CPU) storage of the (storage, nbytes) pairs untouched anonymous memory
+    of its size for the duration (pass 1), and its 0 bytes back after."""
+    swapped = []
+    try:
+        for st, nb in storages:
+            # not committed (MAP_NORESERVE): nothing reads or writes it
+            m = mmap.mmap(-1, nb, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                          | getattr(mmap, "MAP_NORESERVE", 0))
+            ph = torch.frombuffer(m, dtype=torch.uint8).untyped_storage()
+            st._swap_data_ptr_(ph)
+            swapped.append((st, ph, m))
+        yield
+    finally:
+        for st, ph, m in reversed(swapped):
+            st._swap_data_ptr_(ph)
+            del ph
+            with contextlib.suppress(BufferError):
+                m.close()
+
+
+def _records(path, n_storages):
+    """(data records in key order as (name, data offset, size), every record's (name, local
+    header offset, data offset, size) in the archive's order, central directory offset)."""
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        infos = z.infolist()
+        start_dir = z.start_dir
+        out = []
+        for i in infos:
+            f.seek(i.header_offset)
+            h = f.read(30)
+            if h[:4] != b"PK\x03\x04":
+                raise RuntimeError(f"{i.filename}: not a local header")
+            n, e = struct.unpack("<HH", h[26:30])
+            out.append((i.filename, i.header_offset, i.header_offset + 30 + n + e, i.file_size))
+    data = {}
+    for rec in out:
+        m = re.fullmatch(r"[^/]*/data/(\d+)", rec[0])
+        if m:
+            data[int(m.group(1))] = rec
+    if sorted(data) != list(range(n_storages)):
+        raise RuntimeError(f"the archive has {len(data)} storage records, the object "
+                           f"{n_storages} storages")
+    return [data[k] for k in range(n_storages)], out, start_dir
+
+
+def _patch_crcs(fd, records, crcs, start_dir):
+    """Write each record's CRC-32 where the archive keeps it: its local header, or the data
+    descriptor after its data (flag bit 3: how torch.save writes to a file object), and its
+    central directory entry."""
+    for (name, hdr, off, size), crc in zip(records, crcs):
+        flags = struct.unpack("<H", os.pread(fd, 2, hdr + 6))[0]
+        if flags & 8:
+            at = off + size
+            if os.pread(fd, 4, at) == b"PK\x07\x08":
+                at += 4
+            os.pwrite(fd, struct.pack("<I", crc), at)
+        else:
+            os.pwrite(fd, struct.pack("<I", crc), hdr + 14)
+    pos = start_dir
+    for (name, _, _, _), crc in zip(records, crcs):
+        h = os.pread(fd, 46, pos)
+        if h[:4] != b"PK\x01\x02":
+            raise RuntimeError(f"{name}: not a central directory entry")
+        n, e, c = struct.unpack("<HHH", h[28:34])
+        os.pwrite(fd, struct.pack("<I", crc), pos + 16)
+        pos += 46 + n + e + c
+
+
+def _view(st):
+    """A memoryview of a CPU storage's bytes (no copy)."""
+    import ctypes
+
+    nb = st.nbytes()
+    if nb == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nb).from_address(st.data_ptr())).cast("B")
+
+
+def write_streamed(obj, path, offloaded, read, protocol=2, as_file=False):
+    """Write to the file `path` (created or truncated) the bytes torch.save(obj, path) writes
+    (as_file: those torch.save(obj, f) writes to a file object f: the records' prefix is then
+    "archive", where for a path it is the file name's stem).
+
+    offloaded: {storage._cdata: nbytes} of the CPU storages that hold no memory now;
+    read(cdata, nbytes) -> a buffer (buffer protocol) with that storage's bytes, read from its
+    tier; it is dropped before the next is read. Returns the most bytes held at once by read's
+    buffers (one at a time: the largest offloaded storage written)."""
+    order = storage_order(obj, protocol)
+    sized = {st._cdata: (st, offloaded[st._cdata]) for st in order
+             if st._cdata in offloaded and st.nbytes() == 0}
+    for st in order:
+        if st._cdata in offloaded and st._cdata not in sized:
+            raise RuntimeError("an offloaded storage holds memory: the Offloader's records "
+                               "and the tensors disagree")
+    with _sized(sized.values()):
+        with torch.serialization.skip_data():
+            if as_file:
+                with open(path, "wb") as fh:
+                    torch.save(obj, fh, pickle_protocol=protocol)
+            else:
+                torch.save(obj, path, pickle_protocol=protocol)
+    data, records, start_dir = _records(path, len(order))
+    crc_of = {}
+    held = 0
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for st, (name, _, off, size) in zip(order, data):
+            true = sized[st._cdata][1] if st._cdata in sized else st.nbytes()
+            if size != true:
+                raise RuntimeError(f"{name}: {size} bytes in the archive, the storage has {true}")
+            if st._cdata in sized:
+                buf = read(st._cdata, size)
+                held = max(held, size)
+            elif st.device.type != "cpu":
+                buf = _view(st.cpu())
+            else:
+                buf = _view(st)
+            _pwrite_all(fd, buf, off)
+            crc_of[name] = zlib.crc32(buf)
+            del buf
+        if not torch.serialization.get_crc32_options():
+            return held  # torch.save writes no CRC-32 (0) then, as the first pass did
+        crcs = []
+        seed = 0
+        for name, hdr, off, size in records:
+            if name in crc_of:
+                crc = crc_of[name]
+            elif name.endswith("/.data/serialization_id"):
+                sid = os.pread(fd, size, off)
+                sid = sid[:20] + b"%020d" % seed
+                _pwrite_all(fd, sid, off)
+                crc = zlib.crc32(sid)
+            else:
+                crc = zlib.crc32(os.pread(fd, size, off))
+            crcs.append(crc)
+            seed = _hash_combine(seed, crc)
+        _patch_crcs(fd, records, crcs, start_dir)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return held
+
+
+def _pwrite_all(fd, buf, off):
+    mv = memoryview(buf).cast("B")
+    while len(mv):
+        n = os.pwrite(fd, mv, off)
+        mv = mv[n:]
+        off += n
+
+
+def save(obj, f, offloaded, read, protocol=2, tmp_dir=None):
+    """write_streamed to f: a path (written under the same name in a temporary directory beside
+    it, as torch.save names the records after the file, then renamed over f when complete: a
+    failure leaves f as it was) or a writable binary file object (the checkpoint is written to
+    a temporary file in tmp_dir, then copied into it)."""
+    if isinstance(f, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(f))
+        d = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".teraio-save-")
+        tmp = os.path.join(d, os.path.basename(path))
+        try:
+            held = write_streamed(obj, tmp, offloaded, read, protocol)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        return held
+    if not hasattr(f, "write"):
+        raise TypeError(f"f: expected a path or a writable binary file object, got "
+                        f"{type(f).__name__}")
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, suffix=".tmp")
+    os.close(fd)
+    try:
+        held = write_streamed(obj, tmp, offloaded, read, protocol, as_file=True)
+        with open(tmp, "rb") as src:
+            while True:
+                b = src.read(_CHUNK)
+                if not b:
+                    break
+                f.write(b)
+        return held
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _io_buffer(nb):
+    """(a buffer of nb bytes from teraio's I/O memory, its address)."""
+    from teraio import _core
+
+    buf = _core.IOBuffer(nb)
+    return buf, torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+
+
+def _is_view(func):
+    return bool(getattr(func, "is_view", False))
+
+
+class Saving:
+    """Offloader methods: save() between steps (see the module's docstring)."""
+
+    _saving = False  # save() is building or writing its object: hooks leave tensors offloaded
+    _save_peak = 0
+
+    def _offloaded_now(self):
+        """{storage key: (engine id, bytes, name)} of the CPU globals that hold no memory now,
+        their bytes in the engine (the executor's, then the unplanned steps' copies)."""
+        out = {}
+        if self._runtime is not None:
+            for ref, t in self._rt_globals.values():
+                st, nb = ref(), self._rt_sizes.get(t)
+                if st is not None and nb and st.nbytes() == 0:
+                    out[st._cdata] = (self._rt_eids.get(t, self._rt_id_base + t), nb,
+                                      self._rt_names.get(t, f"tensor {t}"))
+        b = self._bounded
+        if b is not None:
+            from teraio._bounded import _RESIDENT
+
+            for cd in b.table.keys():
+                r = b.refs.get(cd)
+                st = r() if r is not None else None
+                nb, eid, flags = b.table.get(cd)
+                if st is not None and nb and not flags & _RESIDENT and st.nbytes() == 0:
+                    out[cd] = (eid, nb, b.names.get(cd, f"a tensor of {nb} bytes"))
+        return out
+
+    def save(self, obj, f, *, pickle_protocol=2):
+        """Write a checkpoint between steps: the bytes torch.save(obj, f) writes once every
+        tensor is back in memory, without bringing the offloaded ones back. Each is read from
+        its tier (host memory or SSD) into one buffer of its size, written into the file and
+        freed before the next: the memory the save adds to what stays in memory between steps
+        is the largest offloaded tensor (report(): save_peak_bytes).
+
+        obj: the object to save, or a callable that returns it, e.g.
+            off.save(lambda: {"model": model.state_dict(), "optimizer": opt.state_dict()}, f)
+          called with the Offloader's hooks paused, so that state_dict() hands out the tensors
+          as they are (offloaded ones too) instead of bringing every one back. An operator
+          that reads an offloaded tensor in it still brings every tensor back first.
+        f: a path (written to a temporary file in a new directory beside it and renamed into
+          place when complete: a failure leaves nothing under f) or a writable binary file
+          object (the checkpoint goes through a temporary file in the first ssd_dirs entry, or
+          the system's temporary directory, then is copied into f).
+        Refused inside a step. Tensors on a GPU: brought back (restore()) and saved as by
+        torch.save, not streamed."""
+        if self._driver is not None or self._in_step:
+            raise RuntimeError("Offloader.save() inside a step: call it between steps (after "
+                               "the `with off.step():` block)")
+        if self._saving:
+            raise RuntimeError("Offloader.save() inside save() (from the object's callable)")
+        self._saving = True
+        try:
+            if callable(obj):
+                obj = obj()
+            if self._closed or self._cuda:
+                if not self._closed:
+                    self._saving = False
+                    self.restore()
+                    self._saving = True
+                src = {}
+            else:
+                src = self._offloaded_now()
+            return self._save_streamed(obj, f, src, pickle_protocol)
+        finally:
+            self._saving = False
+
+    def _save_streamed(self, obj, f, src, protocol):
+        from teraio import _core
+        from teraio.torch._mode import collect_globals
+
+        where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
+        # the globals in memory (not offloaded) while the save runs: the save adds one buffer
+        resident = sum(st.nbytes() for _, st, _ in collect_globals(self._gmodel, self.optimizer))
+
+        def read(cd, nb):
+            eid, _, name = src[cd]
+            buf, ptr = _io_buffer(nb)
+            try:
+                self._engine.read(eid, ptr, nb, False)
+            except _core.Error as e:
+                raise _core.Error(e.args[0] if len(e.args) >= 2 else -5,
+                                  f"teraio: Offloader.save(): reading {name} ({nb} bytes) "
+                                  f"from its tier failed: {e}; nothing was written under "
+                                  f"{where!r}; the tensors are as they were") from None
+            return buf
+
+        try:
+            held = save(obj, f, {cd: v[1] for cd, v in src.items()}, read, protocol,
+                        tmp_dir=self.ssd_dirs[0] if self.ssd_dirs else None)
+        except (OSError, RuntimeError) as e:
+            left = ("nothing was written under that name" if isinstance(f, (str, os.PathLike))
+                    else "the file object may hold part of it")
+            e.add_note(f"teraio: Offloader.save() could not write the checkpoint to {where!r}: "
+                       f"{left}; the model and optimizer are as they were")
+            raise
+        self._save_peak = max(self._save_peak, resident + held)

@@ -11,10 +11,17 @@ synchronizes during executed steps, and that training stays bitwise identical. I
 validate anything on a GPU (see docs/runtime.md).
 """
 
+import json
+import os
+import subprocess
+import sys
+
 import torch
 
 import teraio  # noqa: E402
 import teraio.offload as offload_mod  # noqa: E402
+
+import _cuda_emulated  # noqa: E402
 
 from train_llama_tiny import param_digest, train  # noqa: E402
 
@@ -147,3 +154,47 @@ def test_cuda_path_is_stream_ordered_and_uses_the_c_path(monkeypatch, tmp_path):
     # the profiled kernels got the fake event time (0.05 ms = 50000 ns)
     assert all(k[1] in (1, 50000) for k in off._prog.kernels)
     assert off.report()["bytes_offloaded"] > 0
+
+
+# ---- the stream-ordered executor under the Python layer, on the fake CUDA runtime -------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EMULATED = os.path.join(ROOT, "tests", "python", "_cuda_emulated.py")
+
+
+def test_stream_ordered_training_on_emulated_cuda():
+    """The whole CUDA path below PyTorch, on the fake CUDA runtime taking the CPU tensors for
+    device memory (tests/python/_cuda_emulated.py, in a child process: the engine loads cudart
+    once per process): the engine's cuda backend, the stream-ordered executor on a compute
+    stream made through the fake, the Offloader told it runs on CUDA. Four steps (warm-up,
+    profiled, two executed), every parameter changed in place between steps 2 and 3 (user code
+    outside off.step(), while writes of the step may still be in flight: restore() runs first),
+    restore() at the end; bitwise identical to plain PyTorch with the same change, writes carried
+    across the end of a step, and no engine copy unordered with an operator or another copy."""
+    lib = os.environ.get("TIO_FAKE_CUDART_LIB") or os.path.join(ROOT, "build",
+                                                                "libtio_fake_cudart.so")
+    assert os.path.exists(lib), f"the fake CUDA runtime is not built ({lib}): build/ (cmake)"
+    argv = ["4", "m2"]
+    env = dict(os.environ, TIO_CUDART_LIB=lib, FAKE_CUDA_HOST_DEVICE="1", FAKE_CUDA_LAG_US="20",
+               FAKE_CUDA_SEED="7")
+    env.pop("TIO_EMU_PLAIN", None)
+    r = subprocess.run([sys.executable, EMULATED, *argv], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    ref = _cuda_emulated.reference(argv)
+    assert got["losses"] == ref["losses"]
+    assert got["digest"] == ref["digest"]
+    # every executor was stream-ordered on the fake's stream, over device memory
+    assert got["runtimes"] and all(rt == {"device": True, "stream": got["stream"],
+                                          "stream_ordered": True} for rt in got["runtimes"])
+    rep = got["report"]
+    assert rep["steps_offloaded"] == 2
+    assert rep["bytes_offloaded"] > 0 and rep["bytes_prefetched"] > 0
+    assert rep["carried_offloads"] > 0, "no write went on past the end of a step"
+    fake = got["fake"]
+    assert fake["memcpy_calls"] > 0  # the engine's copies went through the fake
+    assert got["kernels"] > 1000
+    assert got["races"] == 0, "an engine copy was unordered with an operator using its bytes"
+    assert fake["copy_races"] == 0 and fake["bad_accesses"] == 0
+    assert fake["blocking_copies"] == 0 and fake["pageable_copies"] == 0

@@ -129,12 +129,16 @@ class GpuOrder(TorchDispatchMode):
         return out
 
 
+CALLS = []  # what the Offloader asked of torch.cuda and the engine, in order
+
+
 class FakeStream:
     def __init__(self, fake):
         self.fake = fake
         self.cuda_stream = fake.stream.value
 
     def synchronize(self):
+        CALLS.append("stream_sync")
         self.fake.sync()
 
 
@@ -145,13 +149,33 @@ class FakeEvent:
         pass
 
     def record(self, stream=None):
-        pass
+        CALLS.append("record")
 
     def synchronize(self):
-        pass
+        CALLS.append("event_sync")
 
     def elapsed_time(self, other):
         return 0.05
+
+
+class LoggedEngine:
+    """The engine, its synchronous moves logged (the Runtime gets the engine itself)."""
+
+    def __init__(self, e):
+        self.e = e
+
+    def __getattr__(self, name):
+        return getattr(self.e, name)
+
+    def write(self, *a, **k):
+        device = a[4] if len(a) > 4 else k.get("device", False)
+        CALLS.append("engine_write_device" if device else "engine_write")
+        return self.e.write(*a, **k) if k else self.e.write(*a)  # (an empty kw: the other form)
+
+    def read(self, *a, **k):
+        device = a[3] if len(a) > 3 else k.get("device", False)
+        CALLS.append("engine_read_device" if device else "engine_read")
+        return self.e.read(*a, **k) if k else self.e.read(*a)
 
 
 def _capture_model():
@@ -210,8 +234,12 @@ def main(argv):
     stream = FakeStream(fake)
     torch.cuda.current_stream = lambda *a: stream
     torch.cuda.Event = FakeEvent
-    torch.cuda.synchronize = lambda *a: fake.check(fake.lib.cudaDeviceSynchronize(),
-                                                   "cudaDeviceSynchronize")
+
+    def device_sync(*a):
+        CALLS.append("device_sync")
+        fake.check(fake.lib.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+    torch.cuda.synchronize = device_sync
 
     def detect(self, globals_):
         self._cuda = True  # the CPU tensors are the fake's device memory
@@ -230,6 +258,13 @@ def main(argv):
         release(st, discard)
 
     _mode.release_storage = release_in_stream_order
+    fast_init = _mode.FastStepDriver.__init__
+
+    def logged_fast_init(self, *a, **kw):
+        CALLS.append("fast_driver" if not kw.get("record") else "fast_recorder")
+        fast_init(self, *a, **kw)
+
+    _mode.FastStepDriver.__init__ = logged_fast_init
     _capture_model()
     gpu = GpuOrder(fake)
     kw = dict(memory_budget=float(os.environ.get("TIO_EMU_BUDGET", "0.5")),
@@ -238,18 +273,20 @@ def main(argv):
     if os.environ.get("TIO_EMU_SSD"):
         kw["ssd_dirs"] = [os.environ["TIO_EMU_SSD"]]
     runtimes = []
-    orig_rt = offload_mod._core.Runtime
 
     class Core:
         def __getattr__(self, name):
             return getattr(teraio._core, name)
 
         @staticmethod
-        def Runtime(*a, **k):
+        def Engine(*a, **k):
+            return LoggedEngine(teraio._core.Engine(*a, **k))
+
+        @staticmethod
+        def Runtime(trace, plan, engine, **k):
             runtimes.append({x: k.get(x) for x in ("device", "stream", "stream_ordered")})
-            if os.environ.get("TIO_EMU_ORDERED") == "0":
-                k["stream_ordered"] = False
-            return orig_rt(*a, **k)
+            CALLS.append("runtime")
+            return teraio._core.Runtime(trace, plan, engine.e, **k)
 
     offload_mod._core = Core()
     with gpu:
@@ -260,7 +297,8 @@ def main(argv):
     print(json.dumps({
         "losses": losses, "digest": param_digest(model), "races": gpu.races,
         "kernels": gpu.kernels, "runtimes": runtimes, "stream": fake.stream.value,
-        "fake": fake.counters(),
+        "fake": fake.counters(), "calls": CALLS,
+        "kernel_ns": sorted({k[1] for k in off._prog.kernels}),
         "report": {k: rep[k] for k in ("carried_offloads", "bytes_offloaded", "bytes_prefetched",
                                        "steps_offloaded", "offloads", "wait_write_count",
                                        "unplanned_bytes_offloaded")},

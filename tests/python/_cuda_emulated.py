@@ -17,10 +17,18 @@ after it a host function queued on the stream asks the fake which engine copies 
 the operator read or wrote without being ordered with it (fake_cuda_racing_copies: a missing
 event or stream wait counts whether or not the timing corrupted the bytes).
 
-Prints one JSON line: losses, parameter digest, the Offloader's report (subset) and the fake's
-counters. Arguments: steps, then the 0-based steps after which the parameters are modified in
-place between steps ("m3"), or restore() is called ("r4"), e.g. `7 m3 r4 m5`.
+The ordering is emulated from the first executor on (TIO_EMU_ORDER_ALL=1: from the start; the
+unplanned steps move device memory synchronously). A RELEASE'd storage is freed once the compute
+stream has passed the release (PyTorch's caching allocator frees in stream order).
+
+Prints one JSON line: losses, parameter digest, the Offloader's report (subset), the fake's
+counters and the calls the Offloader made of torch.cuda and the engine. Arguments: steps, then
+the 0-based steps after which the parameters are modified in place between steps ("m3"), or
+restore() is called ("r4"), e.g. `7 m3 r4 m5`. Environment: TIO_EMU_BUDGET (memory_budget,
+default 0.5), TIO_EMU_HOST (host_memory, default 64MiB), TIO_EMU_SSD (an SSD directory: both
+tiers), TIO_EMU_PLAIN=1 (plain PyTorch on the CPU instead, the reference).
 """
+import contextlib
 import ctypes
 import json
 import os
@@ -30,7 +38,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+if os.path.join(ROOT, "examples") not in sys.path:
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 from train_llama_tiny import param_digest, train  # noqa: E402
 
@@ -181,12 +190,11 @@ class LoggedEngine:
         return self.e.read(*a, **k) if k else self.e.read(*a)
 
 
+@contextlib.contextmanager
 def _capture_model():
-    """train() makes the model itself: keep its parameters for between()."""
+    """train() makes the model itself: keep its parameters for between() while in this."""
     import llama_tiny
 
-    if getattr(llama_tiny.LlamaTiny, "_captured", False):
-        return
     orig = llama_tiny.LlamaTiny.__init__
 
     def init(self, *a, **kw):
@@ -194,7 +202,11 @@ def _capture_model():
         _model_params[:] = list(self.parameters())
 
     llama_tiny.LlamaTiny.__init__ = init
-    llama_tiny.LlamaTiny._captured = True
+    try:
+        yield
+    finally:
+        llama_tiny.LlamaTiny.__init__ = orig
+        _model_params[:] = []
 
 
 _model_params = []
@@ -223,8 +235,8 @@ def parse(argv):
 def reference(argv):
     """Plain PyTorch on the CPU with the same steps and changes between them."""
     steps, plan = parse(argv)
-    _capture_model()
-    losses, model, _ = train("tiny", steps, on_step=between(plan))
+    with _capture_model():
+        losses, model, _ = train("tiny", steps, on_step=between(plan))
     return {"losses": losses, "digest": param_digest(model)}
 
 
@@ -268,7 +280,6 @@ def main(argv):
         fast_init(self, *a, **kw)
 
     _mode.FastStepDriver.__init__ = logged_fast_init
-    _capture_model()
     gpu = GpuOrder(fake)
     kw = dict(memory_budget=float(os.environ.get("TIO_EMU_BUDGET", "0.5")),
               host_memory=os.environ.get("TIO_EMU_HOST", "64MiB"),
@@ -293,7 +304,7 @@ def main(argv):
             return teraio._core.Runtime(trace, plan, engine.e, **k)
 
     offload_mod._core = Core()
-    with gpu:
+    with gpu, _capture_model():
         losses, model, off = train("tiny", steps, offload=kw, on_step=between(plan))
         fake.sync()
     rep = off.report()

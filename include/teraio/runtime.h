@@ -285,9 +285,12 @@ struct tio_runtime_stats {
     double wait_end_s;          /*   (also in stall_s) */
     uint64_t wait_other_count;  /* forget, the first iteration's steady state */
     double wait_other_s;
-    uint64_t dead_releases; /* offloads (planned or demand) of intermediates past their last real
-                               use, released without a write: never read again, and their owner
-                               may free the memory at any time (also in offloads) */
+    uint64_t dead_releases;    /* offloads (planned or demand) of intermediates past their last real
+                                  use, released without a write: never read again, and their owner
+                                  may free the memory at any time (also in offloads) */
+    uint64_t carried_offloads; /* stream-ordered: offloads of globals that end_iteration left in
+                                  flight or not yet released (they go on into the next
+                                  iteration), summed over iterations */
 };
 
 /*

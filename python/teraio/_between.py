@@ -10,6 +10,12 @@ memory at all. So while any may be offloaded, every way in brings them back firs
   end of the step (Guard), which calls restore() before the operator runs. The guard steps
   aside at once after that (every tensor is back) and leaves the stack at the next hook, step
   or restore() where it is the innermost mode.
+- a global the step left in memory may still have a copy the executor takes for its contents:
+  one read back and not modified since, or (CUDA, the stream-ordered executor) one whose write
+  goes on into the next step. The next step would release such a tensor without writing it
+  again, so an operator that modifies a global between steps (an in-place update outside
+  off.step()) calls restore() first too: the executor is dropped with its copies (a write in
+  flight is waited for) and the next step's executor writes what it offloads again.
 A restore() that fails raises a teraio.Error saying what it could not bring back, never a crash.
 
 One Offloader per model and per optimizer at a time (Owners): a second one would see the first
@@ -47,18 +53,40 @@ def touches_offloaded(args, kwargs):
     return False
 
 
+def _storages_written(func, args, kwargs):
+    """The data pointers of the storages an operator writes (its schema's mutable arguments)."""
+    out = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        v = args[i] if i < len(args) else kwargs.get(a.name)
+        stack = [v]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, torch.Tensor):
+                if _storage_bytes(x) > 0:
+                    out.append(x.untyped_storage().data_ptr())
+            elif isinstance(x, (list, tuple)):
+                stack.extend(x)
+    return out
+
+
 class Guard(TorchDispatchMode):
     """Pushed at the end of a step while tensors may be offloaded: the first operator that uses a
-    tensor with no memory brings every offloaded tensor back (restore) before it runs."""
+    tensor with no memory, or modifies a global the executor holds in memory (`held`: the data
+    pointers of their storages), brings every offloaded tensor back (restore) before it runs."""
 
-    def __init__(self, off):
+    def __init__(self, off, held=()):
         super().__init__()
         self.off = weakref.ref(off)
         self.armed = True
+        self.held = frozenset(held)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.armed and touches_offloaded(args, kwargs):
+        if self.armed and (touches_offloaded(args, kwargs) or (
+                self.held and not self.held.isdisjoint(
+                    _storages_written(func, args, kwargs)))):
             off = self.off()
             # Offloader.save() building its object: a view (state_dict()'s detach) reads nothing
             if off is not None and not (off._saving and getattr(func, "is_view", False)):

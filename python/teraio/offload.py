@@ -280,8 +280,22 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         if self._guard is None and (self._runtime is not None or self._bounded is not None):
             from teraio import _between
 
-            self._guard = _between.Guard(self)
+            self._guard = _between.Guard(self, self._held_storages())
             _between.push(self._guard)
+
+    def _held_storages(self):
+        """The data pointers of the globals the executor holds in memory at the end of a step
+        (resident, or written and not released yet): their copy in the engine, where they have
+        one, is taken for their contents by the next step (see teraio._between)."""
+        rt = self._runtime
+        if rt is None:
+            return ()
+        out = []
+        for ref, t in self._rt_globals.values():
+            st = ref()
+            if st is not None and st.nbytes() > 0 and rt.state(t) in (1, 2):  # resident, writing
+                out.append(st.data_ptr())
+        return out
 
     def _set_optim(self, v):
         if v and not self._in_step:  # optimizer.step() between steps: on restored tensors

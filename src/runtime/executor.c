@@ -565,6 +565,9 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action 
     if ((rc = tio_rt_releases(rt, out, max, &n, ordered)) < 0) {
         return rc;
     }
+    for (uint32_t t = 0; ordered && t < rt->v.n_tensors; t++) { /* once per iteration */
+        rt->st.carried_offloads += rt->state[t] == ST_WRITING;
+    }
     rt->in_iter = 0;
     rt->st.iterations++;
     TIO_RT_VERIFY(rt);

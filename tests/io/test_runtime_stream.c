@@ -601,6 +601,11 @@ static void run_schedule(const struct spec *s,
                        "the stalls (%g, %g + %g s)",
                        (unsigned long long)seed, st.wait_read_s, st.wait_write_s, st.wait_end_s,
                        st.wait_budget_s, st.stall_s, st.pressure_stall_s, st.demand_stall_s);
+    if (st.carried_offloads != c.crossed) /* the stat counts what the caller saw */
+        record_failure("seed %llu: carried_offloads %llu, %llu offloads went on past "
+                       "end_iteration",
+                       (unsigned long long)seed, (unsigned long long)st.carried_offloads,
+                       (unsigned long long)c.crossed);
     tot->forgets += c.forgets;
     tot->forgets_reading += c.forgets_reading;
     tot->crossed += c.crossed;

@@ -260,3 +260,4 @@ assert open(path, "rb").read() == open(ppath, "rb").read(), "the previous checkp
 assert sorted(os.listdir(ck_dir)) == ["ckpt.pt"], os.listdir(ck_dir)
 print("CASE OK")
 """, tmp_path)
+

@@ -52,7 +52,11 @@
  *
  * Environment: FAKE_CUDA_DEVICES=n (device count, default 1), FAKE_CUDA_ERROR=e
  * (cudaGetDeviceCount fails with e, e.g. 35), FAKE_CUDA_LAG_US=max (default 0: no delay),
- * FAKE_CUDA_SEED=s. Test hooks: fake_cuda_set_lag, the fake_cuda_* counters below.
+ * FAKE_CUDA_SEED=s, FAKE_CUDA_HOST_DEVICE=1 (host memory outside the device region counts as
+ * live device memory of device 0, translated to itself: a process's CPU tensors stand in for
+ * device tensors, e.g. PyTorch's driven through the stream-ordered executor on a machine without
+ * a GPU; a copy's direction is then the one its kind names). Test hooks: fake_cuda_set_lag, the
+ * fake_cuda_* counters below.
  */
 #include <pthread.h>
 #include <stdatomic.h>

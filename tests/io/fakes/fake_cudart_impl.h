@@ -175,8 +175,10 @@ extern _Atomic uint64_t pageable_copies;
 /* ---- the scheduler (fake_cudart_sched.c) ------------------------------------------------- */
 int grow(void **arr, size_t *cap, size_t need, size_t elem);
 void *encode(uint32_t idx, uint32_t gen, unsigned tag);
-/* Is [p, p+n) inside a live allocation? Under mu. */
+/* Is [p, p+n) inside a live allocation (or host memory, FAKE_CUDA_HOST_DEVICE)? Under mu. */
 int dev_live(const unsigned char *p, size_t n);
+/* FAKE_CUDA_HOST_DEVICE=1 (see fake_cudart.c)? */
+int host_as_device(void);
 struct stream *start_stream(uint32_t slot);
 /* Under mu: make sure the legacy stream exists. */
 int init_locked(void);

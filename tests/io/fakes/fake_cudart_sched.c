@@ -114,8 +114,29 @@ static int deps_done(const struct op *o) {
     return 1;
 }
 
+/* FAKE_CUDA_HOST_DEVICE=1: host memory outside the device region counts as device memory of
+ * device 0 (read once). */
+int host_as_device(void) {
+    static _Atomic int on = -1;
+    int v = atomic_load(&on);
+    if (v < 0) {
+        const char *e = getenv("FAKE_CUDA_HOST_DEVICE");
+        v = e && *e == '1';
+        atomic_store(&on, v);
+    }
+    return v;
+}
+
+/* Is p outside the region of cudaMalloc's allocations? */
+static int outside_region(const unsigned char *p, size_t n) {
+    const unsigned char *b = atomic_load(&dev_base);
+    return !b || p + n <= b || p >= b + FAKE_DEV_BYTES;
+}
+
 /* Is [p, p+n) inside a live allocation? Under mu. */
 int dev_live(const unsigned char *p, size_t n) {
+    if (host_as_device() && outside_region(p, n))
+        return 1;
     const unsigned char *b = atomic_load(&dev_base);
     uint64_t off = (uint64_t)(p - b);
     for (size_t i = 0; i < n_allocs; i++)
@@ -125,6 +146,8 @@ int dev_live(const unsigned char *p, size_t n) {
 }
 
 int dev_owner(const unsigned char *p) {
+    if (host_as_device() && outside_region(p, 1))
+        return 0;
     const unsigned char *b = atomic_load(&dev_base);
     uint64_t off = (uint64_t)(p - b);
     for (size_t i = 0; i < n_allocs; i++)
@@ -432,6 +455,8 @@ void device_sync_locked(int dev) {
 /* ---- exported hooks ---------------------------------------------------------------------- */
 void *fake_cuda_translate(const void *p, size_t len) {
     const unsigned char *c = p, *b = atomic_load(&dev_base);
+    if (host_as_device() && outside_region(c, len))
+        return (void *)(uintptr_t)c; /* device memory that is host memory: the same bytes */
     if (!b || c < b || c + len > b + FAKE_DEV_BYTES)
         return NULL;
     return shadow_base + (c - b);

@@ -37,7 +37,7 @@ set(_tio_fake_env
     "TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile>")
 foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test_runtime_stream
         test_cuda_devices test_cuda_timed test_runtime_waits test_cuda_races
-        test_runtime_forget test_io_gpu_path test_runtime_poolmix)
+        test_runtime_forget test_io_gpu_path test_runtime_poolmix test_io_bounce)
     if(TARGET ${t})
         add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})

@@ -38,7 +38,7 @@ static int cuda_setup(void *state, const struct tio_io_config *cfg) {
         return tio_set_error(TIO_EUNAVAIL, "cuda backend: %s", why);
     }
     st->base.teardown = cuda_teardown;
-    return tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads);
+    return tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads, 0);
 }
 
 static int cuda_init(const struct tio_io_config *cfg, void **state) {

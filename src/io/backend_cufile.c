@@ -148,7 +148,7 @@ static int cufile_setup(void *state, const struct tio_io_config *cfg) {
         }
     }
     if (rc >= 0) {
-        rc = tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads);
+        rc = tio_bounce_init(&st->bounce, tio_cudart(), cfg->threads, 0);
     }
     return rc;
 }

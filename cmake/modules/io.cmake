@@ -25,9 +25,13 @@ add_library(tio_fake_cudart SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cud
     ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart_sched.c
     ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cudart_timed.c)
 add_library(tio_fake_cufile SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cufile.c)
+# the same without the optional calls (buffer registration, the stream API): the fallback
+add_library(tio_fake_cufile_sync SHARED ${PROJECT_SOURCE_DIR}/tests/io/fakes/fake_cufile.c)
+target_compile_definitions(tio_fake_cufile_sync PRIVATE FAKE_CUFILE_SYNC_ONLY)
 target_link_libraries(tio_fake_cudart PRIVATE Threads::Threads)
 target_link_libraries(tio_fake_cufile PRIVATE tio_fake_cudart)
-foreach(t tio_fake_cudart tio_fake_cufile)
+target_link_libraries(tio_fake_cufile_sync PRIVATE tio_fake_cudart)
+foreach(t tio_fake_cudart tio_fake_cufile tio_fake_cufile_sync)
     target_compile_options(${t} PRIVATE -Wall -Wextra)
     target_compile_definitions(${t} PRIVATE _GNU_SOURCE)
 endforeach()
@@ -37,7 +41,8 @@ set(_tio_fake_env
     "TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile>")
 foreach(t test_io_conformance test_io_device test_device test_cuda_emulator test_runtime_stream
         test_cuda_devices test_cuda_timed test_runtime_waits test_cuda_races
-        test_runtime_forget test_io_gpu_path test_runtime_poolmix test_io_bounce)
+        test_runtime_forget test_io_gpu_path test_runtime_poolmix test_io_bounce
+        test_io_cufile)
     if(TARGET ${t})
         add_dependencies(${t} tio_fake_cudart tio_fake_cufile)
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${_tio_fake_env})
@@ -60,6 +65,13 @@ if(TARGET test_runtime_stream)
             ENVIRONMENT
             "TIO_STREAM_TIERS=${tier};TIO_STREAM_SCHEDULES=${_tio_tier_schedules};${_tio_fake_env}")
     endforeach()
+endif()
+# The cufile backend against a libcufile without the optional calls (the synchronous fallback).
+if(TARGET test_io_cufile)
+    add_dependencies(test_io_cufile tio_fake_cufile_sync)
+    add_test(NAME test_io_cufile_sync COMMAND test_io_cufile)
+    set_tests_properties(test_io_cufile_sync PROPERTIES TIMEOUT ${TIO_TEST_TIMEOUT} LABELS io
+        ENVIRONMENT "TIO_TEST_CUFILE_SYNC=1;TIO_CUDART_LIB=$<TARGET_FILE:tio_fake_cudart>;TIO_CUFILE_LIB=$<TARGET_FILE:tio_fake_cufile_sync>")
 endif()
 if(TARGET test_io_probe)
     add_dependencies(test_io_probe tio_fake_cudart)

@@ -8,6 +8,11 @@
  * Loaded once like cudart_shim.h: TIO_CUFILE_LIB, else libcufile.so.0, libcufile.so.1,
  * libcufile.so. cuFileDriverClose is a macro for cuFileDriverClose_v2 in CUDA 12+ headers,
  * so that name is resolved first.
+ *
+ * Optional (NULL where the library lacks them, as before CUDA 12.2 for the stream calls): the
+ * asynchronous stream API (cuFileReadAsync/cuFileWriteAsync on a stream cuFileStreamRegister
+ * prepared) and buffer registration (cuFileBufRegister). The backend falls back to the
+ * synchronous calls when one is missing or returns an error (KvikIO's pattern).
  */
 #ifndef TIO_DL_CUFILE_SHIM_H
 #define TIO_DL_CUFILE_SHIM_H
@@ -17,6 +22,12 @@
 
 #define TIO_CU_FILE_SUCCESS               0
 #define TIO_CU_FILE_HANDLE_TYPE_OPAQUE_FD 1
+/* cuFileStreamRegister flags: the buffer offset, file offset and size are final when an
+ * operation is queued; size and offsets are 4 KiB aligned. */
+#define TIO_CU_FILE_STREAM_FIXED_BUF_OFFSET    1u
+#define TIO_CU_FILE_STREAM_FIXED_FILE_OFFSET   2u
+#define TIO_CU_FILE_STREAM_FIXED_FILE_SIZE     4u
+#define TIO_CU_FILE_STREAM_PAGE_ALIGNED_INPUTS 8u
 
 /* CUfileError_t: { CUfileOpError err; CUresult cu_err; } (both C enums, int-sized). */
 struct tio_cufile_error {
@@ -35,6 +46,7 @@ struct tio_cufile_descr {
 };
 
 typedef void *tio_cufile_handle; /* CUfileHandle_t */
+struct CUstream_st;              /* CUstream is struct CUstream_st *, as is cudaStream_t */
 
 struct tio_cufile_api {
     struct tio_cufile_error (*driver_open)(void);
@@ -45,6 +57,29 @@ struct tio_cufile_api {
     ssize_t (*read)(tio_cufile_handle fh, void *buf, size_t size, off_t file_off, off_t buf_off);
     ssize_t (*write)(
         tio_cufile_handle fh, const void *buf, size_t size, off_t file_off, off_t buf_off);
+    /* Optional. The stream is a cudaStream_t (a tio_cuda_stream converts). The async calls read
+     * *size, *file_off and *buf_off when the stream reaches them (at queueing with the FIXED flags)
+     * and write *bytes then: bytes moved, -1 (an OS error) or -CUfileOpError; all four must stay
+     * valid until the stream has passed the operation. A stream is deregistered before it is
+     * destroyed. */
+    struct tio_cufile_error (*buf_register)(const void *buf, size_t len, int flags);
+    struct tio_cufile_error (*buf_deregister)(const void *buf);
+    struct tio_cufile_error (*stream_register)(struct CUstream_st *stream, unsigned flags);
+    struct tio_cufile_error (*stream_deregister)(struct CUstream_st *stream);
+    struct tio_cufile_error (*read_async)(tio_cufile_handle fh,
+                                          void *buf,
+                                          size_t *size,
+                                          off_t *file_off,
+                                          off_t *buf_off,
+                                          ssize_t *bytes,
+                                          struct CUstream_st *stream);
+    struct tio_cufile_error (*write_async)(tio_cufile_handle fh,
+                                           void *buf,
+                                           size_t *size,
+                                           off_t *file_off,
+                                           off_t *buf_off,
+                                           ssize_t *bytes,
+                                           struct CUstream_st *stream);
 };
 
 /* The loaded table (or the test one), NULL if unavailable (reason in tio_cufile_reason). */

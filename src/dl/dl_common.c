@@ -80,7 +80,8 @@ static void load(struct tio_dl_shim *shim) {
     }
     for (size_t i = 0; i < shim->n_syms; i++) {
         const char *missing = NULL;
-        if (resolve_first(lib, shim->syms[i].sym, shim->syms[i].slot, &missing) < 0) {
+        if (resolve_first(lib, shim->syms[i].sym, shim->syms[i].slot, &missing) < 0 &&
+            !shim->syms[i].optional) {
             (void)snprintf(shim->reason, sizeof shim->reason, "%s: symbol %s missing", name,
                            missing);
             return; /* never dlclose: see docs/style.md */

@@ -6,11 +6,14 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-/* One required symbol and the function-pointer slot it fills. `sym` may list names separated by
- * '|', tried in order: the first the library has fills the slot (the last is named if none). */
+/* One symbol and the function-pointer slot it fills. `sym` may list names separated by '|',
+ * tried in order: the first the library has fills the slot (the last is named if none). A
+ * required symbol that is missing makes the library unavailable; an optional one leaves its slot
+ * NULL (callers then use another way). */
 struct tio_dl_sym {
     const char *sym;
     void *slot;
+    int optional; /* 0: required */
 };
 
 /*
@@ -19,7 +22,8 @@ struct tio_dl_sym {
  * tio_dl_shim_reason loads it, once, under a lock: dlopen (RTLD_NOW | RTLD_LOCAL) the path in
  * the environment variable `env_var` if it is set, else the first of `names` that loads, then
  * every symbol of `syms` into its slot in `table`. A missing library or symbol leaves the table
- * unavailable as a whole, and the reason says why.
+ * unavailable as a whole, and the reason says why (a missing optional symbol leaves its slot
+ * NULL).
  */
 struct tio_dl_shim {
     const char *what;         /* "cudart": names the library in reasons */

@@ -229,12 +229,16 @@ static int64_t bounce_write(struct pipe *p, int fd, const struct tio_io_req *r) 
 /* The device a worker thread is bound to (-1: none yet). */
 static _Thread_local int tl_device = -1;
 
-int64_t
-tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker) {
+void tio_bounce_bind(const struct tio_bounce_set *b) {
     if (b->device >= 0 && tl_device != b->device && b->cu->set_device &&
         b->cu->set_device(b->device) == 0) {
         tl_device = b->device; /* the streams, events and buffers are that device's */
     }
+}
+
+int64_t
+tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint32_t worker) {
+    tio_bounce_bind(b);
     struct pipe p;
     memset(&p, 0, sizeof p);
     p.b = b;

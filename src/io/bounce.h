@@ -42,6 +42,8 @@ int tio_bounce_init(struct tio_bounce_set *b,
                     uint32_t n,
                     uint32_t piece);
 void tio_bounce_fini(struct tio_bounce_set *b);
+/* Bind the calling worker thread to the set's device (once per thread). */
+void tio_bounce_bind(const struct tio_bounce_set *b);
 /* One transfer of r (device memory) through worker `worker`'s ring, pipelined piece by piece;
  * returns bytes moved (stops at the first short piece) or < 0. Every copy it queued has
  * completed when it returns. One thread per worker at a time. */

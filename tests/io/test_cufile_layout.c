@@ -43,6 +43,63 @@ _Static_assert(
                                  __typeof__(((struct tio_cufile_api *)0)->handle_deregister)),
     "cuFileHandleDeregister signature");
 
+/* the optional calls (buffer registration, the stream API) too: our parameter types with the
+ * header's result type (CUfileError_t, whose layout matches ours above) */
+#define SAME_SIGNATURE(fn, ...)                                                                   \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), CUfileError_t (*)(__VA_ARGS__)), \
+                   #fn " signature")
+SAME_SIGNATURE(cuFileBufRegister, const void *, size_t, int);
+SAME_SIGNATURE(cuFileBufDeregister, const void *);
+SAME_SIGNATURE(cuFileStreamRegister, struct CUstream_st *, unsigned);
+SAME_SIGNATURE(cuFileStreamDeregister, struct CUstream_st *);
+SAME_SIGNATURE(cuFileReadAsync,
+               tio_cufile_handle,
+               void *,
+               size_t *,
+               off_t *,
+               off_t *,
+               ssize_t *,
+               struct CUstream_st *);
+SAME_SIGNATURE(cuFileWriteAsync,
+               tio_cufile_handle,
+               void *,
+               size_t *,
+               off_t *,
+               off_t *,
+               ssize_t *,
+               struct CUstream_st *);
+/* and ours are those parameter types (the table's members, result aside) */
+_Static_assert(__builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->read_async),
+                                            struct tio_cufile_error (*)(tio_cufile_handle,
+                                                                        void *,
+                                                                        size_t *,
+                                                                        off_t *,
+                                                                        off_t *,
+                                                                        ssize_t *,
+                                                                        struct CUstream_st *)),
+               "read_async member");
+_Static_assert(__builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->write_async),
+                                            struct tio_cufile_error (*)(tio_cufile_handle,
+                                                                        void *,
+                                                                        size_t *,
+                                                                        off_t *,
+                                                                        off_t *,
+                                                                        ssize_t *,
+                                                                        struct CUstream_st *)),
+               "write_async member");
+_Static_assert(
+    __builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->stream_register),
+                                 struct tio_cufile_error (*)(struct CUstream_st *, unsigned)),
+    "stream_register member");
+_Static_assert(__builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->buf_register),
+                                            struct tio_cufile_error (*)(const void *, size_t, int)),
+               "buf_register member");
+_Static_assert(TIO_CU_FILE_STREAM_FIXED_BUF_OFFSET == CU_FILE_STREAM_FIXED_BUF_OFFSET, "flag");
+_Static_assert(TIO_CU_FILE_STREAM_FIXED_FILE_OFFSET == CU_FILE_STREAM_FIXED_FILE_OFFSET, "flag");
+_Static_assert(TIO_CU_FILE_STREAM_FIXED_FILE_SIZE == CU_FILE_STREAM_FIXED_FILE_SIZE, "flag");
+_Static_assert(TIO_CU_FILE_STREAM_PAGE_ALIGNED_INPUTS == CU_FILE_STREAM_PAGE_ALIGNED_INPUTS,
+               "flag");
+
 TIO_TEST(layout_matches) {
     printf("  CUfileDescr_t %zu bytes, CUfileError_t %zu bytes: match\n", sizeof(CUfileDescr_t),
            sizeof(CUfileError_t));

@@ -20,7 +20,7 @@ static const char *const no_names[] = { "libtio-no-such-library.so.9", "libtio-n
 
 TIO_TEST(loads_the_first_name_that_opens) {
     static struct libc_api t;
-    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen }, { "abs", &t.abs } };
+    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen, 0 }, { "abs", &t.abs, 0 } };
     static struct tio_dl_shim s = { .what = "libc",
                                     .env_var = "TIO_TEST_DL_UNSET",
                                     .names = libc_names,
@@ -42,8 +42,8 @@ TIO_TEST(loads_the_first_name_that_opens) {
 TIO_TEST(alternative_names_in_order) {
     static struct libc_api t;
     /* the first name missing, the second there; then the first there */
-    static const struct tio_dl_sym syms[] = { { "tio_no_such_strlen_v2|strlen", &t.strlen },
-                                              { "abs|tio_no_such_abs", &t.abs } };
+    static const struct tio_dl_sym syms[] = { { "tio_no_such_strlen_v2|strlen", &t.strlen, 0 },
+                                              { "abs|tio_no_such_abs", &t.abs, 0 } };
     static struct tio_dl_shim s = { .what = "libc",
                                     .env_var = "TIO_TEST_DL_UNSET",
                                     .names = libc_names,
@@ -61,8 +61,8 @@ TIO_TEST(alternative_names_in_order) {
 
 TIO_TEST(missing_symbol_names_the_last_alternative) {
     static struct libc_api t;
-    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen },
-                                              { "tio_no_such_v2|tio_no_such", &t.abs } };
+    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen, 0 },
+                                              { "tio_no_such_v2|tio_no_such", &t.abs, 0 } };
     static struct tio_dl_shim s = { .what = "libc",
                                     .env_var = "TIO_TEST_DL_UNSET",
                                     .names = libc_names,
@@ -74,9 +74,29 @@ TIO_TEST(missing_symbol_names_the_last_alternative) {
     CHECK_STR(tio_dl_shim_reason(&s), "libc.so.6: symbol tio_no_such missing");
 }
 
+TIO_TEST(missing_optional_symbol_leaves_its_slot_null) {
+    static struct libc_api t;
+    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen, 0 },
+                                              { "tio_no_such_abs", &t.abs, 1 } };
+    static struct tio_dl_shim s = { .what = "libc",
+                                    .env_var = "TIO_TEST_DL_UNSET",
+                                    .names = libc_names,
+                                    .n_names = TIO_ARRAY_LEN(libc_names),
+                                    .syms = syms,
+                                    .n_syms = TIO_ARRAY_LEN(syms),
+                                    .table = &t };
+    const struct libc_api *api = tio_dl_shim_api(&s);
+    CHECK(api == &t); /* available: only an optional symbol is missing */
+    if (api) {
+        CHECK_EQ_U(api->strlen("ab"), 2);
+        CHECK(api->abs == NULL);
+    }
+    CHECK_STR(tio_dl_shim_reason(&s), "loaded libc.so.6");
+}
+
 TIO_TEST(missing_library_lists_the_names_tried) {
     static struct libc_api t;
-    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen } };
+    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen, 0 } };
     static struct tio_dl_shim s = { .what = "nolib",
                                     .env_var = "TIO_TEST_DL_UNSET",
                                     .names = no_names,
@@ -95,7 +115,7 @@ TIO_TEST(missing_library_lists_the_names_tried) {
 
 TIO_TEST(environment_variable_replaces_the_search) {
     static struct libc_api t;
-    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen } };
+    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen, 0 } };
     /* the names would load libc; the variable names a library that is not there */
     static struct tio_dl_shim s = { .what = "libc",
                                     .env_var = "TIO_TEST_DL_LIB",
@@ -117,7 +137,7 @@ TIO_TEST(environment_variable_replaces_the_search) {
 
 TIO_TEST(test_table_replaces_the_library) {
     static struct libc_api t, fake;
-    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen } };
+    static const struct tio_dl_sym syms[] = { { "strlen", &t.strlen, 0 } };
     static struct tio_dl_shim s = { .what = "nolib",
                                     .env_var = "TIO_TEST_DL_UNSET",
                                     .names = no_names,
@@ -136,6 +156,7 @@ int main(void) {
     RUN(loads_the_first_name_that_opens);
     RUN(alternative_names_in_order);
     RUN(missing_symbol_names_the_last_alternative);
+    RUN(missing_optional_symbol_leaves_its_slot_null);
     RUN(missing_library_lists_the_names_tried);
     RUN(environment_variable_replaces_the_search);
     RUN(test_table_replaces_the_library);

@@ -11,6 +11,10 @@
 # includes cuda.h, found via CUDAToolkit_INCLUDE_DIRS or /usr/local/cuda/include. The test
 # exits 77 (skip) when either header is missing.
 # The GPU twin (bench/bench_gpu_twin.c) drives the fake cudart through tests/io/fake_cuda.h.
+# bench/bench_bounce.c too (the cufile backend's bounce path on the timed fake).
+if(TARGET bench_bounce)
+    target_include_directories(bench_bounce PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+endif()
 if(TARGET bench_gpu_twin)
     target_include_directories(bench_gpu_twin PRIVATE ${PROJECT_SOURCE_DIR}/tests)
     target_link_libraries(bench_gpu_twin PRIVATE m)
@@ -123,4 +127,11 @@ if(TARGET bench_gpu_twin)
     add_dependencies(bench_gpu_twin tio_fake_cudart)
     target_compile_definitions(bench_gpu_twin PRIVATE
         TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>")
+endif()
+
+if(TARGET bench_bounce)
+    add_dependencies(bench_bounce tio_fake_cudart tio_fake_cufile)
+    target_compile_definitions(bench_bounce PRIVATE
+        TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>"
+        TIO_FAKE_CUFILE_PATH="$<TARGET_FILE:tio_fake_cufile>")
 endif()

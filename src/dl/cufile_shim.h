@@ -9,10 +9,11 @@
  * libcufile.so. cuFileDriverClose is a macro for cuFileDriverClose_v2 in CUDA 12+ headers,
  * so that name is resolved first.
  *
- * Optional (NULL where the library lacks them, as before CUDA 12.2 for the stream calls): the
+ * Optional (NULL where the library lacks them, as older releases lack the stream calls): the
  * asynchronous stream API (cuFileReadAsync/cuFileWriteAsync on a stream cuFileStreamRegister
- * prepared) and buffer registration (cuFileBufRegister). The backend falls back to the
- * synchronous calls when one is missing or returns an error (KvikIO's pattern).
+ * prepared) and buffer registration (cuFileBufRegister, resolved but not called yet). The
+ * backend falls back to the synchronous calls when one is missing or returns an error
+ * (KvikIO's pattern).
  */
 #ifndef TIO_DL_CUFILE_SHIM_H
 #define TIO_DL_CUFILE_SHIM_H

@@ -91,6 +91,14 @@ _Static_assert(
     __builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->stream_register),
                                  struct tio_cufile_error (*)(struct CUstream_st *, unsigned)),
     "stream_register member");
+_Static_assert(
+    __builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->stream_deregister),
+                                 struct tio_cufile_error (*)(struct CUstream_st *)),
+    "stream_deregister member");
+_Static_assert(
+    __builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->buf_deregister),
+                                 struct tio_cufile_error (*)(const void *)),
+    "buf_deregister member");
 _Static_assert(__builtin_types_compatible_p(__typeof__(((struct tio_cufile_api *)0)->buf_register),
                                             struct tio_cufile_error (*)(const void *, size_t, int)),
                "buf_register member");

@@ -171,9 +171,10 @@ TIO_API TIO_MUST_CHECK int tio_engine_reserve(struct tio_engine *e, uint64_t byt
  * it: the old copy is freed only when the new one is complete.
  *
  * `fence` (a cudaEvent_t, or NULL for none): no byte of the request moves before it has
- * completed. For device memory the engine's copy stream waits on it (cudaStreamWaitEvent);
- * otherwise (host memory, cuFile) the engine's own threads poll it with cudaEventQuery (every
- * 50 us while nothing else wakes them); the caller never blocks on it. Use it for device memory
+ * completed. For device memory the engine's copy stream waits on it (cudaStreamWaitEvent; on the
+ * cufile backend, its worker's stream, or the worker before a synchronous cuFile call); for host
+ * memory the engine's own threads poll it with cudaEventQuery (every 50 us while nothing else
+ * wakes them); the caller never blocks on it. Use it for device memory
  * that kernels already queued on a stream may still use: a tensor offloaded after its last use,
  * memory the caching allocator just handed out (record the event on that stream first). The event
  * must stay alive and must not be recorded again until the request's completion is reaped. A failed

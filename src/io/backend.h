@@ -61,6 +61,10 @@ struct tio_io_req {
     int32_t file;      /* index into cfg.fds */
     int32_t buf_index; /* index of a registered buffer containing buf, or -1 */
     uint32_t flags;    /* TIO_IO_REQ_* bits (0: none) */
+    /* device memory on the cufile backend: a cudaEvent_t that must complete before any byte
+     * moves, waited for on the worker's stream (cudaStreamWaitEvent) or, for a synchronous
+     * cuFile call, on the host; NULL: none (the engine passed it already) */
+    void *fence;
 };
 
 struct tio_io_cqe {

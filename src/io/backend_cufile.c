@@ -4,9 +4,10 @@
  * bounce buffers (policy TIO_GDS=auto; TIO_GDS=on makes a refusal an error, TIO_GDS=off
  * makes the backend unavailable). Host memory always uses pread/pwrite. The calls run in a
  * thread pool: where libcufile has the stream API, a worker queues cuFileReadAsync/
- * cuFileWriteAsync on its own stream (registered with cuFileStreamRegister) and waits for that
- * stream; where the API is missing, a stream cannot be registered or a call fails, it calls
- * cuFileRead/cuFileWrite (KvikIO's fallback).
+ * cuFileWriteAsync on its own stream (registered with cuFileStreamRegister), behind
+ * cudaStreamWaitEvent on the request's fence, and waits for that stream; where the API is
+ * missing, a stream cannot be registered or a call fails, it waits for the fence with
+ * cudaEventSynchronize and calls cuFileRead/cuFileWrite (KvikIO's fallback).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -64,6 +65,10 @@ static int async_io(struct cufile_state *st,
     }
     tio_bounce_bind(&st->bounce);
     tio_cuda_stream s = st->bounce.streams[w];
+    if (r->fence && st->bounce.cu->stream_wait_event(s, r->fence, 0) != 0) {
+        *res = tio_set_error(TIO_ECUDA, "cufile: cudaStreamWaitEvent on the request's fence");
+        return 1;
+    }
     size_t size = r->len;
     off_t off = (off_t)r->off, buf_off = 0;
     ssize_t bytes = -1;
@@ -111,6 +116,10 @@ static int64_t cufile_do(void *ctx, const struct tio_io_req *r, uint32_t worker)
     int64_t res;
     if (async_io(st, h, r, worker, &res)) {
         return res;
+    }
+    /* a synchronous call moves bytes at once: its fence is waited for here */
+    if (r->fence && st->bounce.cu->event_synchronize(r->fence) != 0) {
+        return tio_set_error(TIO_ECUDA, "cufile: cudaEventSynchronize on the request's fence");
     }
     ssize_t n;
     do {

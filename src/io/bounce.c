@@ -98,6 +98,7 @@ struct pipe {
     const struct tio_bounce_set *b;
     uint32_t w;
     unsigned char *dev;  /* the request's device memory */
+    void *fence;         /* r->fence, until the stream waits on it (NULL: none or queued) */
     uint64_t pend[RING]; /* 1 + the offset of the piece whose copy buffer k waits for; 0: none */
     uint64_t bad;        /* 1 + the offset of the first piece whose copy failed; 0: none */
 };
@@ -131,7 +132,12 @@ static int queue_copy(
     struct pipe *p, uint32_t k, void *dst, const void *src, size_t n, int kind, uint64_t at) {
     const struct tio_cudart_api *cu = p->b->cu;
     tio_cuda_stream s = p->b->streams[p->w];
-    int err = cu->memcpy_async(dst, src, n, kind, s);
+    int err = 0;
+    if (p->fence) { /* the first copy touches device memory: the stream waits for the fence */
+        err = cu->stream_wait_event(s, p->fence, 0);
+        p->fence = err ? p->fence : NULL;
+    }
+    err = err ? err : cu->memcpy_async(dst, src, n, kind, s);
     if (err != 0) {
         return err;
     }
@@ -244,5 +250,6 @@ tio_bounce_io(struct tio_bounce_set *b, int fd, const struct tio_io_req *r, uint
     p.b = b;
     p.w = worker % b->n;
     p.dev = r->buf;
+    p.fence = r->fence;
     return r->op == TIO_IO_OP_WRITE ? bounce_write(&p, fd, r) : bounce_read(&p, fd, r);
 }

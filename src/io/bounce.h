@@ -9,7 +9,9 @@
  *
  * A buffer is reused only after the event recorded after its copy has completed
  * (cudaEventSynchronize on that buffer's event, never a whole-stream synchronize per piece);
- * a write's pwrite starts only once its piece's D2H event has completed. Before a transfer
+ * a write's pwrite starts only once its piece's D2H event has completed. A request's fence
+ * (r->fence) is waited for on the stream before its first copy (a read's preads do not wait for
+ * it: they touch no device memory), never on the host. Before a transfer
  * returns, every copy it queued has completed (its result is final, the device memory and the
  * buffers may be reused at once). */
 #ifndef TIO_IO_BOUNCE_H

@@ -168,6 +168,10 @@ int tio_eng_gpu_path(const struct tio_engine *e, int32_t mem, int32_t tier) {
     return tier == TIO_TIER_HOST || e->ops != &tio_io_backend_cufile;
 }
 
+int tio_eng_fence_to_backend(const struct tio_engine *e, const struct request *rq) {
+    return rq->mem == TIO_MEM_DEVICE && !rq->gpu && e->ops == &tio_io_backend_cufile;
+}
+
 int tio_eng_gpu_fence(struct tio_engine *e, struct request *rq, tio_cuda_stream stream) {
     if (!rq->fence || rq->fence_queued) {
         return 0;

@@ -317,6 +317,9 @@ int tio_eng_gpu_init(struct tio_engine *e);
 void tio_eng_gpu_fini(struct tio_engine *e);
 /* Does device memory of a request on `tier` go through the engine's copy streams? */
 int tio_eng_gpu_path(const struct tio_engine *e, int32_t mem, int32_t tier);
+/* Is rq's fence handed to the backend with each piece (device memory on the cufile backend),
+ * rather than polled before its first piece? */
+int tio_eng_fence_to_backend(const struct tio_engine *e, const struct request *rq);
 /* Bind the calling thread to the engine's device for CUDA calls; *prev for tio_eng_gpu_leave.
  * The engine's own threads are bound once, callers for the duration of the call. */
 void tio_eng_gpu_enter(const struct tio_engine *e, int *prev);

@@ -396,6 +396,7 @@ tio_eng_build_batch(struct tio_engine *e, struct batch_item *batch, uint32_t max
         b->req.off = rq->pl->off[pc.chunk] + pc.pos;
         b->req.buf_index = -1;
         b->req.buf = user;
+        b->req.fence = tio_eng_fence_to_backend(e, rq) ? rq->fence : NULL;
         if (staged) {
             /* H5: the buffer is this slot's until tio_eng_complete_op gives it back */
             o->stage = e->stage_free[--e->nstage_free];

@@ -204,7 +204,8 @@ int tio_eng_request_has_work(const struct request *rq) {
 /* Has rq's fence completed? 1 yes (the fence is then forgotten), 0 not yet (fence_blocked is
  * set: whoever drives polls again soon), -1 the query failed (the request has failed). */
 static int fence_passed(struct tio_engine *e, struct request *rq) {
-    if (!rq->fence || rq->gpu) { /* gpu: the copy stream waits on it (engine_gpu.c) */
+    /* gpu: the copy stream waits on it (engine_gpu.c); cuFile: the backend's stream does */
+    if (!rq->fence || rq->gpu || tio_eng_fence_to_backend(e, rq)) {
         return 1;
     }
     const struct tio_cudart_api *cu = tio_cudart();

@@ -11,6 +11,8 @@
  *     until the held copy's event completed;
  *   - a write pipelines: while the first device-to-host copy is held, the next one is queued,
  *     and nothing reaches the file until the held copy completed;
+ *   - a request's fence is waited for on the copy stream: a write stores what the producer
+ *     wrote behind it, a read's bytes land only after it;
  *   - a copy that fails stops the transfer at the bytes before it, with every queued copy
  *     completed (freeing the device memory at once touches no queued copy).
  */
@@ -227,6 +229,65 @@ TIO_TEST(write_overlaps_and_waits_for_the_copy) {
     tio_bounce_fini(&b);
 }
 
+struct fill {
+    unsigned char *shadow;
+    uint64_t n, seed;
+};
+static void fill_fn(void *arg) {
+    const struct fill *f = arg;
+    io_fill(f->shadow, f->n, f->seed);
+}
+
+/* A request's fence is waited for on the copy stream: a write stores what the producer wrote
+ * after the fence's gate opened, a read's bytes land only after it. */
+TIO_TEST(fence_is_waited_for_on_the_stream) {
+    struct tio_bounce_set b;
+    REQUIRE(tio_bounce_init(&b, &wrap, 1, PIECE) == 0);
+    int fd = temp_file();
+    uint32_t len = 3 * PIECE;
+    void *d = NULL, *ps = NULL, *ev = NULL;
+    REQUIRE(fd >= 0 && real->malloc_device(&d, len) == 0 && fc.stream_create(&ps, 1) == 0 &&
+            fc.event_create(&ev, 2) == 0);
+    reset_counts();
+    io_fill(fc.translate(d, len), len, 31); /* before the producer */
+    struct fill f = { fc.translate(d, len), len, 32 };
+    atomic_store(&gate_open, 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, gate_fn, NULL), 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, fill_fn, &f), 0);
+    CHECK_EQ_I(fc.event_record(ev, ps), 0);
+    struct job j = { &b, fd, dev_req(d, len, TIO_IO_OP_WRITE), 0 };
+    j.r.fence = ev;
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, run_job, &j) == 0);
+    sleep_ms(30);
+    atomic_store(&gate_open, 1);
+    pthread_join(th, NULL);
+    CHECK_EQ_I(j.res, len);
+    CHECK(file_has(fd, len, 32)); /* the producer's bytes */
+    /* a read behind a held fence */
+    memset(fc.translate(d, len), 0, len);
+    atomic_store(&gate_open, 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, gate_fn, NULL), 0);
+    CHECK_EQ_I(fc.event_record(ev, ps), 0);
+    j = (struct job){ &b, fd, dev_req(d, len, TIO_IO_OP_READ), 0 };
+    j.r.fence = ev;
+    REQUIRE(pthread_create(&th, NULL, run_job, &j) == 0);
+    sleep_ms(30);
+    unsigned char *zero = calloc(1, len);
+    CHECK(zero && memcmp(fc.translate(d, len), zero, len) == 0); /* nothing landed yet */
+    free(zero);
+    atomic_store(&gate_open, 1);
+    pthread_join(th, NULL);
+    CHECK_EQ_I(j.res, len);
+    CHECK(io_check(fc.translate(d, len), len, 32));
+    CHECK_EQ_I(fc.stream_synchronize(ps), 0);
+    CHECK_EQ_I(fc.event_destroy(ev), 0);
+    CHECK_EQ_I(fc.stream_destroy(ps), 0);
+    CHECK_EQ_I(real->free_device(d), 0);
+    close(fd);
+    tio_bounce_fini(&b);
+}
+
 TIO_TEST(failed_copy_stops_at_the_bytes_before_it) {
     struct tio_bounce_set b;
     REQUIRE(tio_bounce_init(&b, &wrap, 1, PIECE) == 0);
@@ -287,6 +348,7 @@ int main(void) {
     RUN(roundtrip_under_lag);
     RUN(read_overlaps_and_waits_for_the_buffer);
     RUN(write_overlaps_and_waits_for_the_copy);
+    RUN(fence_is_waited_for_on_the_stream);
     RUN(failed_copy_stops_at_the_bytes_before_it);
     RUN(piece_must_be_aligned);
     CHECK_EQ_U(fc.live_streams(), streams0); /* every ring destroyed its stream */

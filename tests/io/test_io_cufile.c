@@ -8,12 +8,18 @@
  *     the parameters and moves the bytes then, after a random lag); every stream is
  *     deregistered when the engine is freed;
  *   - an asynchronous call that fails falls back to the synchronous ones, bytes intact;
+ *   - a request's fence (a CUDA event the producer's stream records) is waited for by the
+ *     worker's stream, not polled by the engine: the request reaches cuFile while the fence is
+ *     held, completes only after it, a write stores what the producer wrote, a read's bytes land
+ *     only after it (synchronous calls: the worker waits for the fence on the host);
  *   - without the stream API (TIO_CUFILE_LIB=libtio_fake_cufile_sync.so, the ctest
  *     test_io_cufile_sync, TIO_TEST_CUFILE_SYNC=1): the synchronous calls, nothing registered.
  */
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <teraio/io.h>
 
@@ -115,6 +121,92 @@ TIO_TEST(failed_async_call_falls_back) {
     CHECK_EQ_I(registered(1), 0);
 }
 
+/* ---- a gate (a host function holding its stream until opened) and a producer ----------- */
+static atomic_int g_gate;
+static void gate_fn(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 5000 && !atomic_load(&g_gate); i++) { /* opens itself after 5 s */
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+}
+struct fill {
+    unsigned char *shadow;
+    uint64_t n, seed;
+};
+static void fill_fn(void *arg) {
+    const struct fill *f = arg;
+    io_fill(f->shadow, f->n, f->seed);
+}
+
+/* Wait up to 5 s for the fake to have queued more than `before` stream calls. */
+static int async_queued(uint64_t before) {
+    for (int i = 0; i < 5000 && async_calls() <= before; i++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    return async_calls() > before;
+}
+
+/* Nothing completes within 30 ms. */
+static int no_completion(struct tio_engine *e) {
+    struct tio_completion c;
+    return tio_engine_wait(e, &c, 1, 1, 30000000) == 0;
+}
+
+TIO_TEST(fence_orders_the_transfer_on_the_gpu) {
+    const struct tio_cudart_api *cu = tio_cudart();
+    struct tio_engine_params p = io_params("cufile", g_dirv, 1);
+    p.chunk_bytes = 256 * 1024;
+    p.threads = 2;
+    struct tio_engine *e = NULL;
+    CHECK_OK(tio_engine_new(&p, &e));
+    REQUIRE(e != NULL);
+    uint64_t n = 1u << 20;
+    void *d1 = NULL, *d2 = NULL, *ps = NULL, *ev = NULL;
+    REQUIRE_OR(cu->malloc_device(&d1, n) == 0 && cu->malloc_device(&d2, n) == 0 &&
+                   fc.stream_create(&ps, 1) == 0 && fc.event_create(&ev, 2) == 0,
+               tio_engine_free(e));
+    /* a write whose producer runs only once the gate opens: the fence follows the producer */
+    io_fill(fc.translate(d1, n), n, 6);
+    struct fill f = { fc.translate(d1, n), n, 5 };
+    atomic_store(&g_gate, 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, gate_fn, NULL), 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, fill_fn, &f), 0);
+    CHECK_EQ_I(fc.event_record(ev, ps), 0);
+    uint64_t a0 = async_calls();
+    CHECK_OK(io_write(e, 1, d1, n, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, ev));
+    if (!g_sync_only) {
+        CHECK(async_queued(a0)); /* handed to cuFile before the fence completed */
+    }
+    CHECK(no_completion(e));
+    atomic_store(&g_gate, 1);
+    CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
+    /* a read behind a held fence: queued at once, the bytes land after the gate */
+    memset(fc.translate(d2, n), 0, n);
+    atomic_store(&g_gate, 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, gate_fn, NULL), 0);
+    CHECK_EQ_I(fc.event_record(ev, ps), 0);
+    a0 = async_calls();
+    CHECK_OK(io_read(e, 1, d2, n, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, ev, NULL));
+    if (!g_sync_only) {
+        CHECK(async_queued(a0));
+    }
+    CHECK(no_completion(e));
+    unsigned char *zero = calloc(1, n);
+    CHECK(zero && memcmp(fc.translate(d2, n), zero, n) == 0); /* nothing landed yet */
+    free(zero);
+    atomic_store(&g_gate, 1);
+    CHECK_EQ_I(io_wait1(e).res, (int64_t)n);
+    CHECK(io_check(fc.translate(d2, n), n, 5)); /* what the producer wrote, not the old bytes */
+    tio_engine_free(e);
+    CHECK_EQ_I(fc.stream_synchronize(ps), 0);
+    CHECK_EQ_I(fc.event_destroy(ev), 0);
+    CHECK_EQ_I(fc.stream_destroy(ps), 0);
+    CHECK_EQ_I(cu->free_device(d1), 0);
+    CHECK_EQ_I(cu->free_device(d2), 0);
+}
+
 int main(void) {
     (void)setenv("TIO_CUDART_LIB", TIO_FAKE_CUDART_LIB, 0);
     (void)setenv("TIO_CUFILE_LIB", TIO_FAKE_CUFILE_LIB, 0);
@@ -126,6 +218,7 @@ int main(void) {
     uint64_t bad0 = fc.bad_accesses();
     RUN(stream_api_where_the_library_has_it);
     RUN(failed_async_call_falls_back);
+    RUN(fence_orders_the_transfer_on_the_gpu);
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK(rmdir(g_dir) == 0);
     return tio_test_done();

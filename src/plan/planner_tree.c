@@ -83,7 +83,7 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     t->leaf_svt = tio_malloc((n ? n : 1) * sizeof *t->leaf_svt);
     if (size >= 2 * TIO_STREE_MEMO_SPAN) {
         t->memo_lo = size / TIO_STREE_MEMO_SPAN;
-        t->memo = tio_calloc(2 * t->memo_lo, sizeof *t->memo); /* per kind */
+        t->memo = tio_calloc(t->memo_lo, sizeof *t->memo);
     }
     if (!t->node || !t->leaf_v || !t->leaf_svt || (t->memo_lo && !t->memo)) {
         tio_stree_fini(t);
@@ -112,8 +112,7 @@ void tio_stree_fini(struct tio_stree *t) {
 /* Forget node x's memo (an add reaches into it), if x is a memo node. */
 static inline void memo_drop(struct tio_stree *t, size_t x) {
     if (x >= t->memo_lo && x < 2 * t->memo_lo) {
-        t->memo[2 * (x - t->memo_lo)].kind = 0;
-        t->memo[2 * (x - t->memo_lo) + 1].kind = 0;
+        t->memo[x - t->memo_lo].kind = 0;
     }
 }
 
@@ -219,7 +218,7 @@ static double capped_rec(struct tio_stree *t,
         if (x >= t->memo_lo && x < 2 * t->memo_lo) {
             /* the whole node: its value depends on the node, acc, c, s and the kind only */
             uint32_t kind = q->by_leaf ? 2 : 1;
-            struct tio_stree_memo *mo = &t->memo[2 * (x - t->memo_lo) + kind - 1];
+            struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
             if (mo->kind == kind && mo->acc == acc && mo->c == c && mo->s == s) {
                 return mo->val;
             }
@@ -294,7 +293,7 @@ void tio_stree_values(struct tio_stree *t, int64_t *out) {
         out[i] = t->leaf_v[i];
     }
     if (t->memo) {
-        memset(t->memo, 0, 2 * t->memo_lo * sizeof *t->memo); /* the pending adds moved down */
+        memset(t->memo, 0, t->memo_lo * sizeof *t->memo); /* the pending adds moved down */
     }
 }
 

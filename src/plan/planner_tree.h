@@ -28,7 +28,7 @@ struct tio_stree_node {
 /* The last benefit integral over the whole of one node of TIO_STREE_MEMO_SPAN leaves, for the
  * same query (line c, cap s, kind, the pending adds above the node) while no add reaches into
  * the node: the planner re-evaluates the same windows after picks that changed only part of
- * them. One memo per kind of query, 80 B per TIO_STREE_MEMO_SPAN leaves. */
+ * them. 40 B per TIO_STREE_MEMO_SPAN leaves. */
 #define TIO_STREE_MEMO_SPAN 64
 
 struct tio_stree_memo {
@@ -40,7 +40,7 @@ struct tio_stree_memo {
 struct tio_stree {
     size_t n, size;              /* leaves, power of two >= n */
     size_t memo_lo;              /* first node of TIO_STREE_MEMO_SPAN leaves; 0: no memo */
-    struct tio_stree_memo *memo; /* [2 memo_lo]: node memo_lo + i, kind k at 2 i + k - 1 */
+    struct tio_stree_memo *memo; /* [memo_lo]: node memo_lo + i at i */
     struct tio_stree_node *node; /* [size], index 0 unused */
     int64_t *leaf_v;             /* [n] */
     double *leaf_svt;            /* [n] */

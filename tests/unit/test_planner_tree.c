@@ -160,7 +160,7 @@ TIO_TEST(benefit_memo_follows_adds) {
                 CHECK(tio_stree_crit(&t, l, r, c) == ref_crit_n(v, tau, N_WIDE, l, r, c));
             }
         }
-        for (size_t x = 0; x < 2 * t.memo_lo; x++) {
+        for (size_t x = 0; x < t.memo_lo; x++) {
             used |= t.memo[x].kind != 0;
         }
         /* a narrow add (into one or two memo nodes) or one over every kernel */

@@ -81,7 +81,7 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     t->node = tio_aligned_alloc(64, size * sizeof *t->node);
     t->leaf_v = tio_malloc((n ? n : 1) * sizeof *t->leaf_v);
     t->leaf_svt = tio_malloc((n ? n : 1) * sizeof *t->leaf_svt);
-    if (size >= 2 * TIO_STREE_MEMO_SPAN) {
+    if (size >= (size_t)2 * TIO_STREE_MEMO_SPAN) {
         t->memo_lo = size / TIO_STREE_MEMO_SPAN;
         t->memo = tio_calloc(t->memo_lo, sizeof *t->memo);
     }

@@ -5,7 +5,7 @@
  * The paper reports 31.2 s (Llama3-8B) and 396.6 s (Llama3-70B) for its planner (Table 1).
  *
  *   bench_plan [--quick] [--runs N] [--hw PRESET]
- *   bench_plan --scale [--runs N] [--max-kernels N]
+ *   bench_plan --scale [--runs N] [--min-kernels N] [--max-kernels N]
  *
  * Prints a Markdown table (median of N runs) for docs/bench/plan.md. --scale plans the model's
  * Llama3-70B stage with more micro-batches (about 0.25M, 0.5M, 1M and 2M kernels) and reports
@@ -227,6 +227,23 @@ static double cpu_now(void) {
     return bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
+/*
+ * With BENCH_SAVE_PLANS=DIR set, the first run's plan of each case is written there (binary),
+ * named after the trace's kernel count (distinct for every case) and the policy, so that two
+ * builds' plans can be compared byte for byte (`cmp`).
+ */
+static void save_plan(const struct tio_plan *plan, size_t n, const char *pol, int run) {
+    const char *dir = getenv("BENCH_SAVE_PLANS");
+    if (!dir || run != 0) {
+        return;
+    }
+    char path[512];
+    (void)snprintf(path, sizeof path, "%s/%zu-%s.plan", dir, n, pol);
+    if (tio_plan_save(plan, path, TIO_PLAN_FORMAT_BINARY) < 0) {
+        fprintf(stderr, "%s: %s\n", path, tio_last_error());
+    }
+}
+
 static void bench_one(const char *name,
                       const struct tio_trace *tr,
                       const struct tio_hw *hw,
@@ -261,6 +278,7 @@ static void bench_one(const char *name,
                 break;
             }
             tio_plan_get_summary(plan, &s);
+            save_plan(plan, tio_trace_kernel_count(tr), pols[p], r);
             tio_plan_free(plan);
         }
         if (!ok) {
@@ -327,7 +345,7 @@ static struct tio_trace *llama70_micro(uint32_t micro) {
 }
 
 /* Planning time and memory against the kernel count (docs/bench/plan.md, "Scaling"). */
-static int bench_scale(const struct tio_hw *hw, int runs, size_t max_kernels) {
+static int bench_scale(const struct tio_hw *hw, int runs, size_t min_kernels, size_t max_kernels) {
     struct tio_trace *a = llama70_micro(8), *b = llama70_micro(16);
     if (!a || !b) {
         tio_trace_free(a);
@@ -345,7 +363,7 @@ static int bench_scale(const struct tio_hw *hw, int runs, size_t max_kernels) {
            "| process peak B/kernel | moves | feasible | to SSD/iter | to host/iter |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < TIO_ARRAY_LEN(targets); i++) {
-        if (targets[i] > (double)max_kernels) {
+        if (targets[i] > (double)max_kernels || targets[i] < (double)min_kernels) {
             continue;
         }
         uint32_t micro = (uint32_t)((targets[i] - base) / per_mb + 0.5);
@@ -377,6 +395,7 @@ static int bench_scale(const struct tio_hw *hw, int runs, size_t max_kernels) {
                     return 1;
                 }
                 tio_plan_get_summary(plan, &s);
+                save_plan(plan, n, pols[p], r);
                 tio_plan_free(plan);
             }
             char x[32], y[32];
@@ -395,7 +414,7 @@ static int bench_scale(const struct tio_hw *hw, int runs, size_t max_kernels) {
 
 int main(int argc, char **argv) {
     int quick = 0, runs = 3, scale = 0;
-    size_t max_kernels = 2100000;
+    size_t min_kernels = 0, max_kernels = 2100000;
     const char *only = NULL;
     uint32_t micro = 0;
     const char *hwname = "paper-2xh100nvl";
@@ -406,6 +425,8 @@ int main(int argc, char **argv) {
             scale = 1;
         } else if (strcmp(argv[i], "--max-kernels") == 0 && i + 1 < argc) {
             max_kernels = (size_t)strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--min-kernels") == 0 && i + 1 < argc) {
+            min_kernels = (size_t)strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
             runs = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--micro") == 0 && i + 1 < argc) {
@@ -416,7 +437,7 @@ int main(int argc, char **argv) {
             hwname = argv[++i];
         } else {
             fprintf(stderr, "usage: bench_plan [--quick] [--runs N] [--hw PRESET] [--only 8b|70b] "
-                            "[--micro N] [--scale [--max-kernels N]]\n");
+                            "[--micro N] [--scale [--min-kernels N] [--max-kernels N]]\n");
             return 1;
         }
     }
@@ -431,7 +452,7 @@ int main(int argc, char **argv) {
     printf("hw %s, median of %d runs, one thread\n\n", hw.name, runs);
     if (scale) {
 #ifdef HAVE_MODEL
-        return bench_scale(&hw, runs, max_kernels);
+        return bench_scale(&hw, runs, min_kernels, max_kernels);
 #else
         fprintf(stderr, "bench_plan --scale needs the workload model (teraio/model.h)\n");
         return 1;

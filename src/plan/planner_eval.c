@@ -142,11 +142,7 @@ int pt_cand_better(const struct planner *p, double ka, uint32_t a, double kb, ui
     if (ka != kb) {
         return ka > kb;
     }
-    const struct tio_pperiod *x = &p->m->periods[a], *y = &p->m->periods[b];
-    if (x->tensor != y->tensor) {
-        return x->tensor < y->tensor;
-    }
-    return x->start < y->start;
+    return p->rank ? p->rank[a] < p->rank[b] : a < b; /* lower tensor, then earlier start */
 }
 
 /* Push a candidate of `version` (the planner's heap; the overcommit pass keeps its own
@@ -173,29 +169,38 @@ int pt_heap_push(struct planner *p, double key, uint32_t period) {
     return pt_heap_push_version(p, key, period, p->version[period]);
 }
 
+/* Floyd's pop: move the hole at the root down to a leaf along the better children (one
+ * comparison per level), then sift the last entry up from there: it came from the bottom and
+ * rarely climbs, so this costs about half the comparisons of sifting it down from the top. The
+ * order of pops is the same either way (the heap order is strict between live entries). */
 struct cand pt_heap_pop(struct planner *p) {
     struct cand top = p->heap[0];
-    struct cand last = p->heap[--p->n_heap];
-    size_t i = 0, n = p->n_heap;
+    size_t n = --p->n_heap, i = 0;
+    if (n == 0) {
+        return top;
+    }
+    struct cand last = p->heap[n];
     for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, best = i;
-        const struct cand *bc = &last;
-        if (l < n && pt_cand_better(p, p->heap[l].key, p->heap[l].period, bc->key, bc->period)) {
-            best = l;
-            bc = &p->heap[l];
-        }
-        if (r < n && pt_cand_better(p, p->heap[r].key, p->heap[r].period, bc->key, bc->period)) {
-            best = r;
-        }
-        if (best == i) {
+        size_t l = 2 * i + 1, r = l + 1;
+        if (l >= n) {
             break;
         }
-        p->heap[i] = p->heap[best];
-        i = best;
+        size_t c = r < n && pt_cand_better(p, p->heap[r].key, p->heap[r].period, p->heap[l].key,
+                                           p->heap[l].period)
+                       ? r
+                       : l;
+        p->heap[i] = p->heap[c];
+        i = c;
     }
-    if (n > 0) {
-        p->heap[i] = last;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!pt_cand_better(p, last.key, last.period, p->heap[up].key, p->heap[up].period)) {
+            break;
+        }
+        p->heap[i] = p->heap[up];
+        i = up;
     }
+    p->heap[i] = last;
     return top;
 }
 

@@ -23,6 +23,11 @@ static void slot_take(struct planner *p, int ch, size_t k, double bytes) {
     p->used[ch][k] += bytes * p->unit[ch];
 }
 
+/* x mod n for an extended kernel: almost always under 2n, where a compare beats a division. */
+static inline size_t ext_mod(uint64_t x, size_t n) {
+    return (size_t)(x < n ? x : (x < 2 * (uint64_t)n ? x - n : x % n));
+}
+
 /* Root of k in a path-compressed "next non-full slot" forest. fnext links a full slot k to
  * k + 1; bprev is indexed by k + 1 (0 is the sentinel "nothing before") and links to k. */
 static uint32_t dsu_find(uint32_t *parent, uint32_t k) {
@@ -89,7 +94,7 @@ static double slot_fill(struct planner *p, int ch, size_t k, double rem, int res
 static uint64_t free_after(struct planner *p, int ch, uint64_t x, uint64_t b) {
     size_t n = p->n;
     while (x < b) {
-        size_t k = (size_t)(x % n);
+        size_t k = ext_mod(x, n);
         uint32_t j = dsu_find(p->fnext[ch], (uint32_t)k);
         if (j < n) {
             x += j - k;
@@ -104,7 +109,7 @@ static uint64_t free_after(struct planner *p, int ch, uint64_t x, uint64_t b) {
 static uint64_t free_before(struct planner *p, int ch, uint64_t a, uint64_t x) {
     size_t n = p->n;
     while (x > a) {
-        size_t k1 = (size_t)((x - 1) % n) + 1; /* DSU index of kernel x - 1 */
+        size_t k1 = ext_mod(x - 1, n) + 1; /* DSU index of kernel x - 1 */
         uint32_t j1 = dsu_find(p->bprev[ch], (uint32_t)k1);
         if (j1 != 0) {
             x -= k1 - j1;
@@ -133,7 +138,7 @@ walk(struct planner *p, int tier, int offload, uint64_t a, uint64_t b, double by
     double rem = bytes;
     uint64_t k = offload ? free_after(p, prim, a, b) : free_before(p, prim, a, b);
     while (k != NONE) {
-        double take = slot_fill(p, prim, (size_t)(k % p->n), rem, reserve);
+        double take = slot_fill(p, prim, ext_mod(k, p->n), rem, reserve);
         if (take >= 0) {
             rem -= take;
             if (rem < FULL_EPS) {
@@ -297,8 +302,8 @@ uint64_t pt_ext_last_above(struct planner *p, uint64_t a, uint64_t b, int64_t th
 double pt_ext_time(const struct planner *p, uint64_t a, uint64_t b) {
     size_t n = p->n;
     double it = p->tprefix[n];
-    uint64_t ia = a / n, ib = b / n; /* whole iterations */
-    double ta = (double)ia * it + p->tprefix[a % n];
-    double tb = (double)ib * it + p->tprefix[b % n];
+    uint64_t ia = a < n ? 0 : a / n, ib = b < n ? 0 : b / n; /* whole iterations */
+    double ta = (double)ia * it + p->tprefix[a - ia * n];
+    double tb = (double)ib * it + p->tprefix[b - ib * n];
     return tb - ta;
 }

@@ -39,6 +39,8 @@ static void planner_free_search(struct planner *p) {
     }
     tio_free(p->heap);
     tio_free(p->version);
+    tio_free(p->rank);
+    p->rank = NULL;
     tio_free(p->seg_id);
     tio_free(p->seg_first);
     tio_free(p->seg_len);
@@ -111,6 +113,50 @@ static size_t build_segments(struct planner *p, const struct tio_trace_view *v, 
         }
     }
     return ns;
+}
+
+/* A period's place in the heap's tie order: tensor, then start (both < 2^32). */
+struct rank_key {
+    uint64_t key;
+    uint32_t period;
+};
+
+static int rank_key_cmp(const void *a, const void *b) {
+    uint64_t x = ((const struct rank_key *)a)->key, y = ((const struct rank_key *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* p->rank: NULL when the periods are in (tensor, start) order, else every period's place in
+ * that order (equal places for equal keys, as pt_cand_better compared them before). */
+static int build_rank(struct planner *p) {
+    const struct tio_pmodel *m = p->m;
+    size_t np = m->n_periods;
+    int sorted = 1;
+    for (size_t i = 1; i < np && sorted; i++) {
+        const struct tio_pperiod *x = &m->periods[i - 1], *y = &m->periods[i];
+        sorted = x->tensor < y->tensor || (x->tensor == y->tensor && x->start < y->start);
+    }
+    if (sorted) {
+        return 0;
+    }
+    struct rank_key *k = tio_malloc(np * sizeof *k);
+    p->rank = tio_malloc(np * sizeof *p->rank);
+    if (!k || !p->rank) {
+        tio_free(k);
+        return TIO_ENOMEM;
+    }
+    for (size_t i = 0; i < np; i++) {
+        k[i] = (struct rank_key){ ((uint64_t)m->periods[i].tensor << 32) | m->periods[i].start,
+                                  (uint32_t)i };
+    }
+    qsort(k, np, sizeof *k, rank_key_cmp);
+    uint32_t r = 0;
+    for (size_t i = 0; i < np; i++) {
+        r = i > 0 && k[i].key == k[i - 1].key ? r : (uint32_t)i;
+        p->rank[k[i].period] = r;
+    }
+    tio_free(k);
+    return 0;
 }
 
 static int planner_init(struct planner *p,
@@ -232,7 +278,7 @@ static int planner_init(struct planner *p,
         p->seg_min[0][i] = p->seg_min[1][i] = UINT32_MAX;
     }
     (void)build_segments(p, &v, 1);
-    return 0;
+    return build_rank(p);
 }
 
 static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan) {

@@ -77,6 +77,10 @@ struct planner {
     struct cand *heap;
     size_t n_heap, cap_heap;
     uint32_t *version;
+    /* Heap ties are broken by (tensor, start) order: rank[i] is period i's place in it, or NULL
+     * when the periods are already in that order (the usual case: then the index is the rank
+     * and a tie costs no read of the periods). */
+    uint32_t *rank;
     /* picks */
     struct pick *picks;
     size_t n_picks, cap_picks;

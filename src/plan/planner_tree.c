@@ -81,7 +81,11 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     t->node = tio_aligned_alloc(64, size * sizeof *t->node);
     t->leaf_v = tio_malloc((n ? n : 1) * sizeof *t->leaf_v);
     t->leaf_svt = tio_malloc((n ? n : 1) * sizeof *t->leaf_svt);
-    if (!t->node || !t->leaf_v || !t->leaf_svt) {
+    if (size >= (size_t)2 * TIO_STREE_MEMO_SPAN) {
+        t->memo_lo = size / TIO_STREE_MEMO_SPAN;
+        t->memo = tio_calloc(t->memo_lo, sizeof *t->memo);
+    }
+    if (!t->node || !t->leaf_v || !t->leaf_svt || (t->memo_lo && !t->memo)) {
         tio_stree_fini(t);
         return TIO_ENOMEM;
     }
@@ -101,7 +105,15 @@ void tio_stree_fini(struct tio_stree *t) {
     tio_free(t->node);
     tio_free(t->leaf_v);
     tio_free(t->leaf_svt);
+    tio_free(t->memo);
     memset(t, 0, sizeof *t);
+}
+
+/* Forget node x's memo (an add reaches into it), if x is a memo node. */
+static inline void memo_drop(struct tio_stree *t, size_t x) {
+    if (x >= t->memo_lo && x < 2 * t->memo_lo) {
+        t->memo[x - t->memo_lo].kind = 0;
+    }
 }
 
 // NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
@@ -110,6 +122,7 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
     if (r <= lo || hi <= l) {
         return;
     }
+    memo_drop(t, x); /* an add to a node above changes only the pending adds above it */
     if (l <= lo && hi <= r) {
         apply(t, x, d);
         return;
@@ -166,8 +179,16 @@ struct capped_query {
     int by_leaf;
 };
 
+static double capped_split(struct tio_stree *t,
+                           const struct capped_query *q,
+                           size_t x,
+                           size_t lo,
+                           size_t hi,
+                           int64_t acc,
+                           int64_t xmx);
+
 /* `xmx` is node_mx(t, x), which the parent read to get its pending add. */
-static double capped_rec(const struct tio_stree *t,
+static double capped_rec(struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
                          size_t lo,
@@ -194,7 +215,29 @@ static double capped_rec(const struct tio_stree *t,
         if (hi - lo == 1) { /* a leaf is always one of the cases above */
             return 0;
         }
+        if (x >= t->memo_lo && x < 2 * t->memo_lo) {
+            /* the whole node: its value depends on the node, acc, c, s and the kind only */
+            uint32_t kind = q->by_leaf ? 2 : 1;
+            struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
+            if (mo->kind == kind && mo->acc == acc && mo->c == c && mo->s == s) {
+                return mo->val;
+            }
+            double v = capped_split(t, q, x, lo, hi, acc, xmx);
+            *mo = (struct tio_stree_memo){ .acc = acc, .c = c, .s = s, .val = v, .kind = kind };
+            return v;
+        }
     }
+    return capped_split(t, q, x, lo, hi, acc, xmx);
+}
+
+/* capped_rec's descent into both children of node x. */
+static double capped_split(struct tio_stree *t,
+                           const struct capped_query *q,
+                           size_t x,
+                           size_t lo,
+                           size_t hi,
+                           int64_t acc,
+                           int64_t xmx) {
     size_t mid = (lo + hi) / 2;
     int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
     acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
@@ -248,6 +291,9 @@ void tio_stree_values(struct tio_stree *t, int64_t *out) {
     }
     for (size_t i = 0; i < t->n; i++) {
         out[i] = t->leaf_v[i];
+    }
+    if (t->memo) {
+        memset(t->memo, 0, t->memo_lo * sizeof *t->memo); /* the pending adds moved down */
     }
 }
 

@@ -25,8 +25,22 @@ struct tio_stree_node {
     double svt;     /* sum of v * tau */
 };
 
+/* The last benefit integral over the whole of one node of TIO_STREE_MEMO_SPAN leaves, for the
+ * same query (line c, cap s, kind, the pending adds above the node) while no add reaches into
+ * the node: the planner re-evaluates the same windows after picks that changed only part of
+ * them. 40 B per TIO_STREE_MEMO_SPAN leaves. */
+#define TIO_STREE_MEMO_SPAN 64
+
+struct tio_stree_memo {
+    int64_t acc, c, s;
+    double val;
+    uint32_t kind; /* 0: empty, 1: capped, 2: crit */
+};
+
 struct tio_stree {
     size_t n, size;              /* leaves, power of two >= n */
+    size_t memo_lo;              /* first node of TIO_STREE_MEMO_SPAN leaves; 0: no memo */
+    struct tio_stree_memo *memo; /* [memo_lo]: node memo_lo + i at i */
     struct tio_stree_node *node; /* [size], index 0 unused */
     int64_t *leaf_v;             /* [n] */
     double *leaf_svt;            /* [n] */

@@ -30,6 +30,25 @@ ref_capped(const int64_t *v, const double *tau, size_t l, size_t r, int64_t c, i
     return sum;
 }
 
+static double ref_capped_n(
+    const int64_t *v, const double *tau, size_t n, size_t l, size_t r, int64_t c, int64_t s) {
+    double sum = 0;
+    for (size_t k = l; k < r && k < n; k++) {
+        int64_t over = v[k] - c;
+        sum += (double)(over <= 0 ? 0 : (over < s ? over : s)) * tau[k];
+    }
+    return sum;
+}
+
+static double
+ref_crit_n(const int64_t *v, const double *tau, size_t n, size_t l, size_t r, int64_t c) {
+    double sum = 0;
+    for (size_t k = l; k < r && k < n; k++) {
+        sum += v[k] > c ? tau[k] : 0;
+    }
+    return sum;
+}
+
 static double ref_crit(const int64_t *v, const double *tau, size_t l, size_t r, int64_t c) {
     double sum = 0;
     for (size_t k = l; k < r && k < N_LEAVES; k++) {
@@ -113,8 +132,54 @@ TIO_TEST(max_tree_matches_a_plain_array) {
     tio_mtree_fini(&t);
 }
 
+/* The benefit memo (whole nodes of TIO_STREE_MEMO_SPAN leaves) against a plain array: wide
+ * windows asked twice between adds, adds that reach into memo nodes and adds over the whole
+ * curve (which change only the pending adds above them), two caps and both kinds of query. */
+#define N_WIDE 300 /* 512 leaves with padding: 8 memo nodes */
+
+TIO_TEST(benefit_memo_follows_adds) {
+    int64_t v[N_WIDE];
+    double tau[N_WIDE];
+    for (size_t k = 0; k < N_WIDE; k++) {
+        v[k] = (int64_t)rnd(200);
+        tau[k] = (double)(1 + rnd(8));
+    }
+    struct tio_stree t;
+    CHECK_OK(tio_stree_init(&t, N_WIDE, v, tau));
+    CHECK(t.memo_lo == 8 && t.memo != NULL);
+    int used = 0;
+    for (int step = 0; step < 300; step++) {
+        size_t l = (size_t)rnd(40), r = N_WIDE - (size_t)rnd(40);
+        int64_t c = 100, s = step % 3 == 0 ? 25 : 60;
+        /* each asked twice in a row (the second answer comes from the memo), the crit query
+         * first on odd steps: the step before left its memo, from before the add */
+        for (int q = 0; q < 4; q++) {
+            if ((q < 2) == (step % 2 == 0)) {
+                CHECK(tio_stree_capped(&t, l, r, c, s) == ref_capped_n(v, tau, N_WIDE, l, r, c, s));
+            } else {
+                CHECK(tio_stree_crit(&t, l, r, c) == ref_crit_n(v, tau, N_WIDE, l, r, c));
+            }
+        }
+        for (size_t x = 0; x < t.memo_lo; x++) {
+            used |= t.memo[x].kind != 0;
+        }
+        /* a narrow add (into one or two memo nodes) or one over every kernel */
+        size_t al = step % 5 == 4 ? 0 : (size_t)rnd(N_WIDE);
+        size_t ar =
+            step % 5 == 4 ? N_WIDE : al + (size_t)rnd((N_WIDE - al < 20 ? N_WIDE - al : 20) + 1);
+        int64_t d = (int64_t)rnd(21) - 10;
+        tio_stree_add(&t, al, ar, d);
+        for (size_t k = al; k < ar; k++) {
+            v[k] += d;
+        }
+    }
+    CHECK(used); /* the memo was filled (and so read back by the repeated queries) */
+    tio_stree_fini(&t);
+}
+
 int main(void) {
     RUN(matches_a_plain_array);
     RUN(max_tree_matches_a_plain_array);
+    RUN(benefit_memo_follows_adds);
     return tio_test_done();
 }

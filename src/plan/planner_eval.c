@@ -107,7 +107,7 @@ double pt_evaluate(struct planner *p, uint32_t pi, struct eval *chosen, double *
             double inter = hi > lo ? pt_ext_time(p, lo, hi) : 0;
             bound_h = bs + s * (pt_ext_time(p, eh.off, eh.pre) - inter);
         } else {
-            bound_h = INFINITY;
+            bound_h = HUGE_VAL;
         }
     }
     /* SSD first: the paper uses host memory only when the SSD path is not viable; ours also

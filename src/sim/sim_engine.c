@@ -89,7 +89,7 @@ enum { EV_NONE = 0, EV_CPU, EV_KERNEL, EV_DATA, EV_LAT, EV_CACHE };
  * by the number of events, which the trace bounds (step_budget()).
  */
 static struct event next_event(const struct eng *e) {
-    struct event ev = { .t = INFINITY, .kind = EV_NONE, .id = NONE32 };
+    struct event ev = { .t = HUGE_VAL, .kind = EV_NONE, .id = NONE32 };
     if (e->running) {
         ev.t = e->in_cpu ? e->t_cpu_end : e->t_end;
         ev.kind = e->in_cpu ? EV_CPU : EV_KERNEL;
@@ -312,10 +312,10 @@ static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
                                  (unsigned long long)budget, (unsigned long long)(e->g % e->N),
                                  (unsigned long long)(e->g / e->N));
         }
-        double t = INFINITY;
+        double t = HUGE_VAL;
         for (size_t i = 0; i < n; i++) {
             struct eng *e = &grp->e[i];
-            evs[i].t = INFINITY;
+            evs[i].t = HUGE_VAL;
             evs[i].kind = EV_NONE;
             if (e->g >= e->total) {
                 continue;

@@ -311,7 +311,7 @@ static void start_kernel(struct eng *e, uint64_t k) {
         e->recv_pending = 1;
         e->recv_link = v->p2p_link[k];
         e->recv_t0 = e->t_cpu_end;
-        e->t_end = INFINITY;
+        e->t_end = HUGE_VAL;
         sim_eng_pipe_receive(e);
     }
 }

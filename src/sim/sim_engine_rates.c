@@ -67,7 +67,7 @@ void sim_eng_allocate_rates(struct eng *e) {
     double ssd_time = 1.0;
     for (int i = 0; i < n; i++) {
         struct xfer *x = &e->xf[heads[i]];
-        double r = INFINITY;
+        double r = HUGE_VAL;
         int ssd_c = -1;
         for (int c = 0; c < TIO_SIM_CHANNEL_COUNT; c++) {
             if (sim_eng_path_mask[x->path] & (1u << c)) {

@@ -69,6 +69,7 @@ static atomic_uint_fast64_t g_failures;
 static pthread_mutex_t g_fail_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_first[600];
 
+static void record_failure(const char *fmt, ...) TIO_PRINTF(1, 2);
 static void record_failure(const char *fmt, ...) {
     if (atomic_fetch_add(&g_failures, 1) != 0)
         return;

@@ -86,7 +86,7 @@ TIO_TEST(validate_names_bad_fields) {
     CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
     CHECK_ERR_HAS("host_offload_cap_bytes");
     hw = tio_hw_default();
-    hw.pcie_d2h_Bps = NAN;
+    hw.pcie_d2h_Bps = (double)NAN;
     CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
     CHECK_ERR_HAS("pcie_d2h_Bps");
     hw = tio_hw_default();

@@ -284,10 +284,10 @@ TIO_TEST(absurd_summaries_rejected) {
     tio_plan_get_summary(p, &good);
     CHECK_OK(reload_with_summary(p, &good));
     struct tio_plan_summary s = good;
-    s.planning_seconds = NAN;
+    s.planning_seconds = (double)NAN;
     CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
     CHECK_ERR_HAS("planning_seconds");
-    s.planning_seconds = -INFINITY;
+    s.planning_seconds = -HUGE_VAL;
     CHECK_RC(reload_with_summary(p, &s), TIO_EFORMAT);
     CHECK_ERR_HAS("planning_seconds");
     s = good;

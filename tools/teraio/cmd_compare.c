@@ -645,7 +645,7 @@ static void print_summary(const struct opts *o,
     (void)printf("\npaper (measured on real hardware) beside this simulation:\n");
     for (size_t i = 0; i < TIO_CLI_ARRAY_LEN(paper_nums); i++) {
         const struct paper_num *p = &paper_nums[i];
-        double sim = NAN;
+        double sim = (double)NAN;
         for (size_t s = 0; s < n_sys; s++) {
             if (strcmp(o->systems[s], p->system) != 0) {
                 continue;

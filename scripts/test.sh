@@ -28,7 +28,7 @@ cmake --build build-asan --parallel "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE "slow|install")
 
 step "CTest: ThreadSanitizer build (clang), the io and threads labels (engine, block cache)"
-CC=clang cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE=thread \
+CC=clang cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTIO_SANITIZE=thread -DTIO_WERROR=ON \
       -DTIO_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan --parallel "$jobs"
 # threads: the block cache, shared by PyTorch's allocating threads (teraio._torch_alloc)

@@ -185,3 +185,48 @@ def test_driver_is_collected_after_the_step():
     assert ref() is None
     del keep  # its storage's weak reference belonged to the freed object
     gc.collect()
+
+
+def _many_live_then_shuffled_deaths():
+    """300 storages alive at once (views among them), then freed in a fixed shuffled order, each
+    death between two operators: the identity table grows past its first size and its entries
+    are removed in an order unrelated to their insertion."""
+    import random
+
+    xs = [torch.full((4,), float(i)) + 1 for i in range(300)]
+    views = [xs[i][1:] for i in range(0, 300, 7)]  # same storage, no new id
+    order = list(range(300))
+    random.Random(5).shuffle(order)
+    total = torch.zeros(4)
+    for n, i in enumerate(order):
+        xs[i] = None  # freed (views keep every 7th alive until the end)
+        if n % 3 == 0:
+            total = total + 1
+    total = total + sum(v.sum() for v in views)
+    return total
+
+
+def test_identity_table_growth_and_shuffled_deaths_match_the_reference():
+    got = {}
+    for fast in (True, False):
+        d = StepDriver([], record=True, fast=fast)
+        with StepMode(d):
+            out = _many_live_then_shuffled_deaths()
+        d.end()
+        got[fast] = ([(n, f, u) for (n, _, f, u) in d.prog.kernels], d.prog.tensors, out)
+    (kc, tc, oc), (kp, tp, op) = got[True], got[False]
+    assert tc == tp and kc == kp and torch.equal(oc, op)
+    assert len(tc) > 300
+    # late frees of intermediates (past their last use) show up as free markers
+    assert sum(1 for n, _, _ in kc if n == FREE_KERNEL) > 100
+    # and the program replays through the executor without a divergence (same ids again)
+    prog = StepDriver([], record=True, fast=False)
+    with StepMode(prog):
+        _many_live_then_shuffled_deaths()
+    prog.end()
+    d = StepDriver([], record=False, program=prog.prog, runtime=_runtime(prog.prog), fast=True)
+    with StepMode(d):
+        _many_live_then_shuffled_deaths()
+    d.end()
+    assert d.diverged is None, d.diverged
+    assert d.k == len(prog.prog.kernels)

@@ -9,82 +9,72 @@
 
 /* ---- identity ----------------------------------------------------------------------------- */
 
-/* Register storage `st` at address `addr` under the next id; returns the id or -1. */
-static long long register_storage(OpFastObject *self, PyObject *st, PyObject *addr) {
+/* A storage is known by its storage object: PyTorch keeps one Python object per StorageImpl
+ * for as long as both live (the StorageImpl owns it once Python lets go), so the object's
+ * address names the storage, and its death (a weak-reference callback) is the storage's. This is
+ * the identity of the Python reference (the StorageImpl address, `_cdata`) without a call to
+ * read the address. */
+
+/* Register storage object `st` under the next id; returns the id or -1. */
+static long long register_storage(OpFastObject *self, PyObject *st) {
     long long tid = self->n_ids;
-    PyObject *id = PyLong_FromLongLong(tid);
-    PyObject *wr = id ? PyWeakref_NewRef(st, self->died) : NULL;
-    PyObject *key = wr ? PyLong_FromVoidPtr(wr) : NULL;
-    int ok = key && PyDict_SetItem(self->ids, addr, id) == 0 &&
-             PyDict_SetItem(self->refs, addr, wr) == 0 &&
-             PyDict_SetItem(self->wr_addr, key, addr) == 0;
-    Py_XDECREF(id);
-    Py_XDECREF(wr);
-    Py_XDECREF(key);
-    if (!ok) {
+    uintptr_t key = (uintptr_t)st;
+    PyObject *wr = dsp_idref_new(st, self->died, key, tid);
+    if (!wr) {
+        return -1;
+    }
+    struct dsp_slot e = { .key = key, .a = wr, .v = tid }, old;
+    if (dsp_table_put(&self->idt, &e, &old) < 0) {
+        Py_DECREF(wr);
         return -1;
     }
     self->n_ids++;
+    Py_XDECREF(old.a); /* a storage registered twice: its first weakref goes, uncalled */
     return tid;
 }
 
 /* The weakref callback: the storage died. Forget it; an intermediate's death is queued for the
  * driver (free markers, tio_runtime_forget). Never raises. */
 PyObject *dsp_opfast_died(OpFastObject *self, PyObject *wr) {
-    if (!self->wr_addr || !self->refs || !self->ids) { /* cleared by the garbage collector */
+    uintptr_t key;
+    long long tid;
+    if (!dsp_idref_fields(wr, &key, &tid)) {
         Py_RETURN_NONE;
     }
-    PyObject *key = PyLong_FromVoidPtr(wr);
-    if (!key) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
+    struct dsp_slot *s = dsp_table_find(&self->idt, key); /* none once cleared by the GC */
+    if (!s || s->a != wr) {
+        Py_RETURN_NONE; /* replaced by a later registration */
     }
-    PyObject *addr = PyDict_GetItemWithError(self->wr_addr, key); /* borrowed */
-    if (addr) {
-        Py_INCREF(addr);
-        if (PyDict_DelItem(self->wr_addr, key) == 0 && PyDict_GetItem(self->refs, addr) == wr) {
-            PyObject *tid = PyDict_GetItem(self->ids, addr);
-            Py_XINCREF(tid);
-            (void)PyDict_DelItem(self->refs, addr);
-            (void)PyDict_DelItem(self->ids, addr);
-            if (tid && PyLong_AsLongLong(tid) >= self->n_globals && self->dead) {
-                (void)PyList_Append(self->dead, tid);
-            }
-            Py_XDECREF(tid);
+    struct dsp_slot out;
+    (void)dsp_table_remove(&self->idt, key, &out);
+    if (tid >= self->n_globals && self->dead) {
+        PyObject *t = PyLong_FromLongLong(tid);
+        if (!t || PyList_Append(self->dead, t) < 0) {
+            PyErr_Clear();
         }
-        Py_DECREF(addr);
+        Py_XDECREF(t);
     }
-    Py_DECREF(key);
-    PyErr_Clear();
+    Py_DECREF(out.a); /* wr itself: its caller holds no reference, and reads it no more */
     Py_RETURN_NONE;
 }
 
-/* add(storage) -> id: register a storage (globals, in registration order). */
+/* add(storage) -> id: register a global's storage object (a tensor's untyped_storage()), in
+ * registration order. */
 PyObject *dsp_opfast_add(OpFastObject *self, PyObject *st) {
-    PyObject *addr = PyObject_GetAttr(st, s_cdata);
-    if (!addr) {
-        return NULL;
-    }
-    long long tid = register_storage(self, st, addr);
-    Py_DECREF(addr);
+    long long tid = register_storage(self, st);
     return tid < 0 ? NULL : PyLong_FromLongLong(tid);
 }
 
 /* id_of(tensor) -> id or None. */
 PyObject *dsp_opfast_id_of(OpFastObject *self, PyObject *t) {
-    PyObject *addr = PyObject_CallOneArg(self->storage_address, t);
-    if (!addr) {
+    PyObject *st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+    if (!st) {
         return NULL;
     }
-    PyObject *tid = PyDict_GetItemWithError(self->ids, addr);
-    Py_DECREF(addr);
-    if (!tid) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
-    }
-    return Py_NewRef(tid);
+    struct dsp_slot *s = dsp_table_find(&self->idt, (uintptr_t)st);
+    PyObject *r = s ? PyLong_FromLongLong(s->v) : Py_NewRef(Py_None);
+    Py_DECREF(st);
+    return r;
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -154,10 +144,11 @@ static long long planned_bytes(OpFastObject *self, long long tid) {
     return item_ll(e, 0);
 }
 
-PyObject *dsp_get_spec(OpFastObject *self, PyObject *func) {
+/* The spec from the shared dict (made there once); a new reference, or NULL. */
+static PyObject *shared_spec(OpFastObject *self, PyObject *func) {
     PyObject *spec = PyDict_GetItemWithError(self->specs, func);
     if (spec) {
-        return spec; /* borrowed: the cache keeps it */
+        return Py_NewRef(spec);
     }
     if (PyErr_Occurred()) {
         return NULL;
@@ -174,8 +165,28 @@ PyObject *dsp_get_spec(OpFastObject *self, PyObject *func) {
         Py_DECREF(spec);
         return NULL;
     }
-    Py_DECREF(spec);
-    return PyDict_GetItem(self->specs, func);
+    return spec;
+}
+
+/* Operators are found by address in this step's table first: the shared dict hashes an
+ * OpOverload with its Python __hash__, a Python call per operator. The table holds the operator,
+ * so its address names it for the table's life. */
+PyObject *dsp_get_spec(OpFastObject *self, PyObject *func) {
+    struct dsp_slot *s = dsp_table_find(&self->spect, (uintptr_t)func);
+    if (s) {
+        return s->b; /* borrowed: the table keeps it */
+    }
+    PyObject *spec = shared_spec(self, func);
+    if (!spec) {
+        return NULL;
+    }
+    struct dsp_slot e = { .key = (uintptr_t)func, .a = Py_NewRef(func), .b = spec }, old;
+    if (dsp_table_put(&self->spect, &e, &old) < 0) {
+        Py_DECREF(func);
+        Py_DECREF(spec);
+        return NULL;
+    }
+    return spec;
 }
 
 /* The id of tensor t's storage (*tid). Returns 1 known, 2 new (registered now), 0 an empty
@@ -183,36 +194,28 @@ PyObject *dsp_get_spec(OpFastObject *self, PyObject *func) {
  * (the divergence is reported). Output j of operator `func` when is_output. */
 int dsp_tensor_id(
     OpFastObject *self, PyObject *t, int is_output, PyObject *func, Py_ssize_t j, long long *tid) {
-    PyObject *addr = PyObject_CallOneArg(self->storage_address, t);
-    if (!addr) {
+    PyObject *st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+    if (!st) {
         return -1;
     }
-    PyObject *v = PyDict_GetItemWithError(self->ids, addr);
-    if (v) {
-        *tid = PyLong_AsLongLong(v);
-        Py_DECREF(addr);
+    struct dsp_slot *s = dsp_table_find(&self->idt, (uintptr_t)st);
+    if (s) {
+        *tid = s->v;
+        Py_DECREF(st);
         return 1;
     }
-    if (PyErr_Occurred()) {
-        Py_DECREF(addr);
-        return -1;
-    }
-    PyObject *st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
-    PyObject *nbo = st ? PyObject_CallMethodNoArgs(st, s_nbytes) : NULL;
+    PyObject *nbo = PyObject_CallMethodNoArgs(st, s_nbytes);
     long long nb = nbo ? PyLong_AsLongLong(nbo) : -1;
     Py_XDECREF(nbo);
     if (nb < 0 || PyErr_Occurred()) {
-        Py_XDECREF(st);
-        Py_DECREF(addr);
+        Py_DECREF(st);
         return -1;
     }
     if (nb == 0) {
         Py_DECREF(st);
-        Py_DECREF(addr);
         return 0;
     }
-    long long id = register_storage(self, st, addr);
-    Py_DECREF(addr);
+    long long id = register_storage(self, st);
     if (id < 0) {
         Py_DECREF(st);
         return -1;

@@ -1,6 +1,7 @@
 /* teraio._core.OpFast's internals, shared by dispatch_py.c (the operator and the type),
- * dispatch_ids.c (storage identity, uses, kernels) and dispatch_exec.c (the calls into the
- * executor, deaths and free markers). Private to the extension; read dispatch_py.c first. */
+ * dispatch_ids.c (storage identity, uses, kernels), dispatch_exec.c (the calls into the
+ * executor, deaths and free markers) and dispatch_table.c (the address-keyed tables). Private to
+ * the extension; read dispatch_py.c first. */
 #ifndef TIO_PY_DISPATCH_IMPL_H
 #define TIO_PY_DISPATCH_IMPL_H
 
@@ -15,19 +16,30 @@ enum {
     OPFAST_ARM = 4 /* after kernel k: driver._arm(k) (the next operator is seen in Python) */
 };
 
+/* A table keyed by an object's address (dispatch_table.c): an entry holds strong references
+ * a and b (either may be NULL) and a number v. Identity: key the storage object, a its IdRef, v
+ * the tensor id. Specs: key the operator, a the operator, b its spec tuple. */
+struct dsp_slot {
+    uintptr_t key; /* 0: free */
+    PyObject *a, *b;
+    long long v;
+};
+struct dsp_table {
+    struct dsp_slot *slots; /* cap slots, cap a power of two (0 when empty) */
+    size_t cap, n;
+};
+
 /* Spec tuple per operator (made by _mode._make_spec, cached in a dict shared by all steps). */
 enum { SP_ARGS, SP_RETS_W, SP_COMM, SP_NAME, SP_FOREACH, SP_OP, SP_LEN };
 
 typedef struct {
     PyObject_HEAD PyObject *driver; /* StepDriver: callbacks for rare events */
-    PyObject *ids;                  /* dict: address -> tensor id */
-    PyObject *refs;                 /* dict: address -> weakref of the storage */
-    PyObject *wr_addr;              /* dict: id(weakref) -> address (for the death callback) */
+    struct dsp_table idt;           /* storage object -> tensor id (and its IdRef) */
+    struct dsp_table spect;         /* operator -> spec tuple (this step's cache of specs) */
     PyObject *dead;                 /* list: ids of intermediates that died (driver.dead_pending) */
     PyObject *died;                 /* bound method self._died: the weakref callback */
     PyObject *specs;                /* dict: OpOverload -> spec tuple */
     PyObject *make_spec;            /* callable(func) -> spec tuple */
-    PyObject *storage_address;      /* torch._C._storage_address */
     PyObject *tensor_type;          /* torch._C.TensorBase */
     PyObject *tensors, *kernels;    /* prog.tensors, prog.kernels */
     PyObject *runtime;              /* the executor (execution) */
@@ -47,6 +59,29 @@ typedef struct {
     int *use_m;
     size_t n_use, cap_use;
 } OpFastObject;
+
+/* ---- dispatch_table.c ---- */
+
+/* The entry of key, or NULL. Valid until the next put or remove. */
+struct dsp_slot *dsp_table_find(const struct dsp_table *t, uintptr_t key);
+
+/* Add or replace the entry e->key, taking over e's references; a replaced entry is returned in
+ * *old (its references now the caller's; key 0 when none). 0, or -1 (MemoryError: nothing
+ * taken). */
+int dsp_table_put(struct dsp_table *t, const struct dsp_slot *e, struct dsp_slot *old);
+
+/* Remove the entry of key into *out (its references now the caller's). 1 removed, 0 absent. */
+int dsp_table_remove(struct dsp_table *t, uintptr_t key, struct dsp_slot *out);
+
+/* tp_traverse of the entries' references; release all entries (the table is emptied first). */
+int dsp_table_traverse(const struct dsp_table *t, visitproc visit, void *arg);
+void dsp_table_clear(struct dsp_table *t);
+
+/* A weak reference of ob with callback (a subtype of weakref.ref that carries the entry's key and
+ * the tensor id, read back by dsp_idref_fields: 1, or 0 if wr is not one). */
+PyObject *dsp_idref_new(PyObject *ob, PyObject *callback, uintptr_t key, long long tid);
+int dsp_idref_fields(PyObject *wr, uintptr_t *key, long long *tid);
+int dsp_idref_ready(void);
 
 /* ---- dispatch_ids.c ---- */
 
@@ -119,7 +154,7 @@ PyObject *dsp_opfast_add(OpFastObject *self, PyObject *st);
 PyObject *dsp_opfast_id_of(OpFastObject *self, PyObject *t);
 
 /* Interned attribute and method names (dispatch_py.c makes them when the type is added). */
-extern PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_data_ptr, *s_diverge, *s_check_offloads,
-    *s_arm, *s_apply, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget, *s_bind;
+extern PyObject *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_diverge, *s_check_offloads, *s_arm,
+    *s_apply, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget, *s_bind;
 
 #endif

@@ -10,10 +10,12 @@
  * _mode.py docstring), and the Python implementation stays beside it as the reference
  * (StepDriver with fast=False; profiling on CUDA uses it).
  *
- * State: ids (dict: StorageImpl address -> tensor id), refs (address -> weak reference of the
- * storage, whose callback forgets the entry and queues an intermediate's death), the program
- * being recorded or executed (prog.tensors / prog.kernels lists, read in place), the executor.
- * Identity is torch._C._storage_address(tensor), which equals untyped_storage()._cdata.
+ * State: the storage identity (a C table: storage object -> tensor id and a weak reference of
+ * the storage, whose callback forgets the entry and queues an intermediate's death), the
+ * program being recorded or executed (prog.tensors / prog.kernels lists, read in place), the
+ * executor. A storage is known by its storage object (tensor.untyped_storage()), which PyTorch
+ * keeps one-to-one with the StorageImpl whose address (_cdata) the Python reference uses; see
+ * dispatch_ids.c.
  */
 #include <stdarg.h>
 #include <time.h>
@@ -22,8 +24,8 @@
 #include "dispatch_impl.h"
 #include "runtime_py.h"
 
-PyObject *s_untyped_storage, *s_nbytes, *s_cdata, *s_data_ptr, *s_diverge, *s_check_offloads,
-    *s_arm, *s_apply, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget, *s_bind;
+PyObject *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_diverge, *s_check_offloads, *s_arm,
+    *s_apply, *s_pin, *s_foreach, *s_before, *s_ready, *s_after, *s_forget, *s_bind;
 
 /* ---- the operator ------------------------------------------------------------------------- */
 
@@ -312,14 +314,17 @@ static PyObject *opfast_configure(OpFastObject *self, PyObject *args) {
 
 static int opfast_traverse(OpFastObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->driver);
-    Py_VISIT(self->ids);
-    Py_VISIT(self->refs);
-    Py_VISIT(self->wr_addr);
+    int rc = dsp_table_traverse(&self->idt, visit, arg);
+    if (rc == 0) {
+        rc = dsp_table_traverse(&self->spect, visit, arg);
+    }
+    if (rc) {
+        return rc;
+    }
     Py_VISIT(self->dead);
     Py_VISIT(self->died);
     Py_VISIT(self->specs);
     Py_VISIT(self->make_spec);
-    Py_VISIT(self->storage_address);
     Py_VISIT(self->tensor_type);
     Py_VISIT(self->tensors);
     Py_VISIT(self->kernels);
@@ -339,14 +344,12 @@ static int opfast_traverse(OpFastObject *self, visitproc visit, void *arg) {
 
 static int opfast_clear(OpFastObject *self) {
     Py_CLEAR(self->driver);
-    Py_CLEAR(self->ids);
-    Py_CLEAR(self->refs);
-    Py_CLEAR(self->wr_addr);
+    dsp_table_clear(&self->idt);
+    dsp_table_clear(&self->spect);
     Py_CLEAR(self->dead);
     Py_CLEAR(self->died);
     Py_CLEAR(self->specs);
     Py_CLEAR(self->make_spec);
-    Py_CLEAR(self->storage_address);
     Py_CLEAR(self->tensor_type);
     Py_CLEAR(self->tensors);
     Py_CLEAR(self->kernels);
@@ -375,16 +378,16 @@ static void opfast_dealloc(OpFastObject *self) {
 
 static PyMethodDef died_def = { "_died", (PyCFunction)dsp_opfast_died, METH_O, "weakref callback" };
 
-/* OpFast(driver, dead_list, n_globals, specs, make_spec, storage_address, tensor_type) */
+/* OpFast(driver, dead_list, n_globals, specs, make_spec, tensor_type) */
 static int opfast_init(OpFastObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *driver, *dead, *specs, *make_spec, *addr_fn, *ttype;
+    PyObject *driver, *dead, *specs, *make_spec, *ttype;
     long long n_globals;
     if (kwds && PyDict_GET_SIZE(kwds)) {
         PyErr_SetString(PyExc_TypeError, "OpFast takes positional arguments only");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OO!LO!OOO!", &driver, &PyList_Type, &dead, &n_globals,
-                          &PyDict_Type, &specs, &make_spec, &addr_fn, &PyType_Type, &ttype)) {
+    if (!PyArg_ParseTuple(args, "OO!LO!OO!", &driver, &PyList_Type, &dead, &n_globals, &PyDict_Type,
+                          &specs, &make_spec, &PyType_Type, &ttype)) {
         return -1;
     }
     (void)opfast_clear(self);
@@ -392,17 +395,13 @@ static int opfast_init(OpFastObject *self, PyObject *args, PyObject *kwds) {
     self->dead = Py_NewRef(dead);
     self->specs = Py_NewRef(specs);
     self->make_spec = Py_NewRef(make_spec);
-    self->storage_address = Py_NewRef(addr_fn);
     self->tensor_type = Py_NewRef(ttype);
     self->n_globals = n_globals;
-    self->ids = PyDict_New();
-    self->refs = PyDict_New();
-    self->wr_addr = PyDict_New();
     self->died = PyCFunction_New(&died_def, (PyObject *)self);
     self->k = self->n_ids = 0;
     self->record = self->passthrough = self->busy = 0;
     self->split_foreach = 1;
-    if (!self->ids || !self->refs || !self->wr_addr || !self->died) {
+    if (!self->died) {
         return -1;
     }
     return 0;
@@ -507,7 +506,6 @@ int tio_py_add_dispatch(PyObject *m) {
     } names[] = {
         { &s_untyped_storage, "untyped_storage" },
         { &s_nbytes, "nbytes" },
-        { &s_cdata, "_cdata" },
         { &s_data_ptr, "data_ptr" },
         { &s_diverge, "_diverge" },
         { &s_check_offloads, "_check_offloads" },
@@ -526,7 +524,7 @@ int tio_py_add_dispatch(PyObject *m) {
             return -1;
         }
     }
-    if (PyType_Ready(&OpFastType) < 0 ||
+    if (dsp_idref_ready() < 0 || PyType_Ready(&OpFastType) < 0 ||
         PyModule_AddObjectRef(m, "OpFast", (PyObject *)&OpFastType) < 0 ||
         PyModule_AddIntConstant(m, "OPFAST_CHECK_OFFLOAD", OPFAST_CHECK_OFFLOAD) < 0 ||
         PyModule_AddIntConstant(m, "OPFAST_RELEASE", OPFAST_RELEASE) < 0 ||

@@ -757,7 +757,7 @@ class FastStepDriver(StepDriver):
                  split_foreach=True, cuda=False, in_optim=None, offload_at=None, fast=None):
         self.mode = None  # the StepMode (set by the step): its _dispatch is switched to _armed
         self.fast = _core().OpFast(self, [], len(globals_), _SPEC_CACHE, _make_spec,
-                                   torch._C._storage_address, torch._C.TensorBase)
+                                   torch._C.TensorBase)
         super().__init__(globals_, record=record, program=program, runtime=runtime,
                          movable=movable, split_foreach=split_foreach, cuda=cuda,
                          in_optim=in_optim, offload_at=offload_at)

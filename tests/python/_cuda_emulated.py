@@ -243,7 +243,7 @@ def reference(argv):
 def main(argv):
     steps, plan = parse(argv)
     import teraio
-    import teraio.offload as offload_mod
+    import teraio.torch.offload as offload_mod
 
     fake = Fake(os.environ["TIO_CUDART_LIB"])
     stream = FakeStream(fake)

@@ -40,7 +40,7 @@ def test_probe_measures_reads_and_writes_together(tmp_path):
     once (a second probe written while the first is read back); the hardware the Offloader
     plans and predicts with carries it as ssd_mixed_Bps, so the model's shared SSD budget
     has the disk's own mixed point instead of plain time sharing."""
-    from teraio._planning import PROBE_BYTES
+    from teraio.torch._planning import PROBE_BYTES
 
     _, _, off = train("tiny", 3, offload=dict(
         memory_budget=0.5, ssd_dirs=[str(tmp_path)],

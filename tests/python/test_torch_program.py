@@ -29,7 +29,7 @@ class _CountingCore:
 
 
 def test_one_trace_per_plan(tmp_path, monkeypatch):
-    import teraio._planning as planning
+    import teraio.torch._planning as planning
     from teraio.torch import _mode
 
     builds = []

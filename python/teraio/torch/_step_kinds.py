@@ -1,8 +1,8 @@
 """Kinds of steps: a step's signature (its first operator's shapes), the placeholder driver
-until that operator, and the choice of the plan made for the step's kind (teraio.offload)."""
+until that operator, and the choice of the plan made for the step's kind (teraio.torch.offload)."""
 from __future__ import annotations
 
-from teraio._offload_args import _warn
+from teraio.torch._offload_args import _warn
 
 
 def _arg_sig(v):
@@ -38,7 +38,7 @@ def _op_signature(func, args, kwargs):
     tensor arguments and of its outputs (from its meta kernel: a slice of a corpus at another
     offset is the same signature, another length is not); where the outputs cannot be known
     without running it (a generator argument), its integer arguments (sizes) instead."""
-    from teraio._bounded import meta_outputs
+    from teraio.torch._bounded import meta_outputs
 
     kwargs = kwargs or {}
     out = meta_outputs(func, args, kwargs)
@@ -231,7 +231,7 @@ class StepKinds:
         driver.end()  # the executor's last transfers: the iteration is whole
         if driver.passthrough:
             return False
-        from teraio._bounded import BoundedRecorder
+        from teraio.torch._bounded import BoundedRecorder
         from teraio.torch._mode import collect_globals
 
         self._runtime_to_bounded()

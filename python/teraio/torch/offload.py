@@ -36,14 +36,14 @@ import warnings
 import weakref
 
 from teraio import _core
-from teraio._cpu_memory import CpuMemory
-from teraio._offload_args import (_COMPILE_HELP, _after_update, _attempt, _budget_arg, _bytes,
+from teraio.torch._cpu_memory import CpuMemory
+from teraio.torch._offload_args import (_COMPILE_HELP, _after_update, _attempt, _budget_arg, _bytes,
                                   _compiled_module, _device_backend, _dynamo_tls,
                                   _mmap_threshold_arg, _prefault_arg, _rank, _rate_arg)
-from teraio._offload_report import Report
-from teraio._planning import Planning
-from teraio._save import Saving
-from teraio._step_kinds import StepKinds, _Pending
+from teraio.torch._offload_report import Report
+from teraio.torch._planning import Planning
+from teraio.torch._save import Saving
+from teraio.torch._step_kinds import StepKinds, _Pending
 from teraio.options import OPTION_NAMES, OffloadOptions
 
 _Error = _core.Error
@@ -103,7 +103,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         self.options = o = _options_arg(options, deprecated)
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
-        from teraio import _between
+        from teraio.torch import _between
 
         self._closed = False  # close(): steps refused, restore() a no-op
         self._io_seen = (0, 0)  # the engine's retries and checksum mismatches logged so far
@@ -232,7 +232,8 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
 
     def _install_hooks(self, model, optimizer):
         """The optimizer's step marks the optimizer's part of a step; outside a step, every way
-        into the model and the optimizer brings the offloaded tensors back (teraio._between)."""
+        into the model and the optimizer brings the offloaded tensors back
+        (teraio.torch._between)."""
         h = self._hooks
         if optimizer is not None:
             h.append(optimizer.register_step_pre_hook(lambda *a: self._set_optim(True)))
@@ -269,16 +270,17 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
 
     def _drop_guard(self):
         if self._guard is not None:
-            from teraio import _between
+            from teraio.torch import _between
 
             if _between.pop(self._guard):
                 self._guard = None
 
     def _arm_guard(self):
-        """At the end of a step: while tensors may be offloaded, guard them (teraio._between)."""
+        """At the end of a step: while tensors may be offloaded, guard them
+        (teraio.torch._between)."""
         self._drop_guard()
         if self._guard is None and (self._runtime is not None or self._bounded is not None):
-            from teraio import _between
+            from teraio.torch import _between
 
             self._guard = _between.Guard(self, self._held_storages())
             _between.push(self._guard)
@@ -286,7 +288,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
     def _held_storages(self):
         """The data pointers of the globals the executor holds in memory at the end of a step
         (resident, or written and not released yet): their copy in the engine, where they have
-        one, is taken for their contents by the next step (see teraio._between)."""
+        one, is taken for their contents by the next step (see teraio.torch._between)."""
         rt = self._runtime
         if rt is None:
             return ()
@@ -352,7 +354,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         return (1, 2) if es["host_capacity_bytes"] - es["host_used_bytes"] >= nbytes else (2,)
 
     def _bounded_start(self):
-        from teraio._bounded import BoundedMemory
+        from teraio.torch._bounded import BoundedMemory
 
         if self._bounded is None:
             floor = 0
@@ -469,7 +471,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         self._in_step = True
         self._drop_guard()
         try:
-            from teraio import _between
+            from teraio.torch import _between
 
             if self._steps == 0:  # resuming: states from a torch.load'ed state dict (later
                 _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
@@ -614,7 +616,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
             self._bounded.restore()
             self._bounded_stop()
         if bounded is not None:
-            from teraio._bounded import BoundedRecorder
+            from teraio.torch._bounded import BoundedRecorder
 
             driver = BoundedRecorder(globals_, bounded, split_foreach=self.split_foreach,
                                      cuda=self._cuda, in_optim=lambda: self._in_optim)
@@ -825,7 +827,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        from teraio import _between
+        from teraio.torch import _between
 
         _between.release(self, self._owned)
 

@@ -1,12 +1,12 @@
 """What the Offloader changes in the whole process on CPU: PyTorch's CPU allocator (teraio's
-block cache), glibc's mmap threshold, the cache's prefault thread (teraio.offload)."""
+block cache), glibc's mmap threshold, the cache's prefault thread (teraio.torch.offload)."""
 from __future__ import annotations
 
 import os
 import weakref
 
 from teraio import _core
-from teraio._offload_args import _on_cuda, _warn_once
+from teraio.torch._offload_args import _on_cuda, _warn_once
 
 
 # how many Offloaders installed teraio's CPU allocator and have neither closed nor been collected

@@ -1,11 +1,11 @@
 """Planning for the Offloader: the checks against the budget and the SSD space, the SSD probe,
-the hardware description, the planner call, and plan files (teraio.offload)."""
+the hardware description, the planner call, and plan files (teraio.torch.offload)."""
 from __future__ import annotations
 
 import os
 
 from teraio import _core
-from teraio._offload_args import _COMPILE_HELP, _local_nbytes, _warn
+from teraio.torch._offload_args import _COMPILE_HELP, _local_nbytes, _warn
 
 _Error = _core.Error
 
@@ -252,7 +252,7 @@ class Planning:
                                  "mixed_Bps": nmix / max(t4 - t3, 1e-9) / ndirs,
                                  "probe_bytes": n}
         except _Error as e:  # the SSD path training would use fails: say so now
-            from teraio._bounded import error_in
+            from teraio.torch._bounded import error_in
 
             raise error_in(e, f"measuring the SSD directories {self.ssd_dirs} for "
                               f"ssd_bandwidth='auto' ({n >> 20} MiB written and read "

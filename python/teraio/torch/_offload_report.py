@@ -1,9 +1,9 @@
 """Offloader.report(): the counters of the executor, the bounded steps and the CPU allocator
-(teraio.offload)."""
+(teraio.torch.offload)."""
 from __future__ import annotations
 
 from teraio import _core
-from teraio._cpu_memory import _torch_alloc
+from teraio.torch._cpu_memory import _torch_alloc
 
 
 class Report:

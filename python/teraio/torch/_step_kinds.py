@@ -1,5 +1,5 @@
 """Kinds of steps: a step's signature (its first operator's shapes), the placeholder driver
-until that operator, and the choice of the plan made for the step's kind (teraio.torch.offload)."""
+until that operator, and the plans by kind of step (StepKinds, one per Offloader)."""
 from __future__ import annotations
 
 from teraio.torch._offload_args import _warn
@@ -106,35 +106,42 @@ class _Pending:
 
 
 class StepKinds:
-    """Offloader methods: one plan per kind of step."""
+    """The Offloader's kinds of steps and their plans. Owns the plans by kind of step
+    (plans: key -> (trace, plan, prog), least recently used first, at most max_plans), the
+    current kind (key: the running step's, as predicted at its start; cur_key: the kind whose
+    plan is current), step(kind=...) (user_kind), the profiled steps per kind so far, what the
+    optimizer did after so many steps with the same globals (opt_seen, since_opt: its
+    prediction) and what report() says of each kind (info)."""
 
-    def _true_nbytes(self, st):
-        """A global's size, offloaded or not (an offloaded storage has 0 bytes now)."""
-        nb = st.nbytes()
-        if nb:
-            return nb
-        if self._bounded is not None:
-            return self._bounded.true_nbytes(st)
-        hit = self._rt_globals.get(st._cdata)
-        if hit is not None and hit[0]() is st and self._prog is not None:
-            return self._prog.tensors[hit[1]][0]
-        return 0
+    def __init__(self, max_plans):
+        import collections
 
-    def _step_key(self, globals_, sig=None):
+        self.max_plans = max_plans
+        self.plans = collections.OrderedDict()
+        self.cur_key = None
+        self.key = None
+        self.user_kind = None  # step(kind=...): part of the key
+        self.profiled = {}  # steps profiled so far per kind of step
+        self.kinds = {}  # per kind of step: what report() says of it (info)
+        self.opt_seen = {}  # (globals, steps since the optimizer stepped) -> [stepped, did not]
+        self.since_opt = 0
+        self.full_warned = False
+
+    def key_of(self, globals_, true_nbytes, has_optimizer, sig=None):
         """What tells kinds of steps apart: the global tensors that exist at the start
-        (parameters, the gradients accumulated so far, optimizer states: their count, sizes and
-        kinds), whether the optimizer is expected to step, predicted from the steps seen with
-        the same globals and the same number of steps since it last did (gradient accumulation
-        over several steps is periodic; a step skipped on overflow is rare, and skipped inside
-        the plan that has the update: StepDriver._skip_optim), step(kind=...), and the step's
-        signature sig (_op_signature: its first operator's name and argument shapes, e.g. the
-        batch's sequence length)."""
-        gsig = tuple((self._true_nbytes(st), kind) for _, st, kind in globals_)
-        seen = self._opt_seen.get((gsig, self._since_opt))
-        opt = self.optimizer is not None and (seen is None or seen[0] >= seen[1])
-        if self.optimizer is not None:
+        (parameters, the gradients accumulated so far, optimizer states: their count, sizes
+        (true_nbytes: offloaded or not) and kinds), whether the optimizer is expected to step,
+        predicted from the steps seen with the same globals and the same number of steps since
+        it last did (gradient accumulation over several steps is periodic; a step skipped on
+        overflow is rare, and skipped inside the plan that has the update:
+        StepDriver._skip_optim), step(kind=...), and the step's signature sig (_op_signature:
+        its first operator's name and argument shapes, e.g. the batch's sequence length)."""
+        gsig = tuple((true_nbytes(st), kind) for _, st, kind in globals_)
+        seen = self.opt_seen.get((gsig, self.since_opt))
+        opt = has_optimizer and (seen is None or seen[0] >= seen[1])
+        if has_optimizer:
             def planned(o):
-                return (gsig, o, self._user_kind, sig) in self._plans
+                return (gsig, o, self.user_kind, sig) in self.plans
 
             if seen is None and planned(False) and not planned(True):
                 # not seen this many steps after an update, and these globals have a plan
@@ -143,141 +150,93 @@ class StepKinds:
                 opt = False
             elif not opt and planned(True) and not planned(False):
                 opt = True  # a plan with the update: a skipped one is skipped in it
-        return gsig, opt, self._user_kind, sig
+        return gsig, opt, self.user_kind, sig
 
-    def _choose(self, globals_, sig=None):
-        """The state of the step about to run ("warmup", "profile", "execute", or "unplanned":
-        a new kind of step beyond max_plans, run without a plan); switches to the plan made for
-        this kind of step. The executor's stored copies stay where they are on a switch: they
-        go to the next executor, or to the bounded path of an unplanned step."""
-        self._key = None
-        if self._steps < self.warmup_steps:
-            return "warmup"
-        key = self._key = self._step_key(globals_, sig)
-        if self._loaded is not None:  # a plan loaded from a file: for the first step after warm-up
-            self._check_globals(globals_, "plan")
-            self._plans[key] = self._loaded
-            self._note_plan(key, self._loaded[2])
-            self._loaded = None
-        entry = self._plans.get(key)
+    def lookup(self, key):
+        """The plan (trace, plan, prog) made for kind key, now the most recently used; None."""
+        entry = self.plans.get(key)
         if entry is not None:
-            self._plans.move_to_end(key)
-            if self._cur_key != key:
-                self._runtime_to_bounded()  # its stored globals: for the next executor
-                self._trace, self._plan, self._prog = entry
-                self._cur_key = key
-            info = self._kind_info(key)
-            if self.budget_fraction is not None and info.get("memory_budget"):
-                self.budget = info["memory_budget"]  # this kind's fraction of its own peak
-            return "execute"
-        if self._runtime is not None:  # a new kind of step: profiled (the budget kept reactively)
-            if self._bounded_ok():
-                self._runtime_to_bounded()
-            else:
-                self._restore_runtime()
-                self._drop_runtime()
-        self._cur_key = None
-        if len(self._plans) >= self.max_plans and key not in self._profiled:
-            if not self._plans_full_warned:
-                self._plans_full_warned = True
-                _warn(f"teraio: step {self._steps}: a new kind of step (step signature "
-                      f"{_sig_text(sig)}) beyond max_plans={self.max_plans}: it and further new "
-                      "kinds run without a plan (kept within the budget reactively where "
-                      "bounded_unplanned applies); raise max_plans, or make fewer distinct "
-                      "shapes (e.g. pad sequences to a few bucket lengths)")
-            return "unplanned"
-        return "profile"
+            self.plans.move_to_end(key)
+        return entry
 
-    def _kind_info(self, key):
+    def full(self, key, steps, sig):
+        """Whether a new kind of step (key) is beyond max_plans (it runs without a plan);
+        warns once."""
+        if len(self.plans) < self.max_plans or key in self.profiled:
+            return False
+        if not self.full_warned:
+            self.full_warned = True
+            _warn(f"teraio: step {steps}: a new kind of step (step signature "
+                  f"{_sig_text(sig)}) beyond max_plans={self.max_plans}: it and further new "
+                  "kinds run without a plan (kept within the budget reactively where "
+                  "bounded_unplanned applies); raise max_plans, or make fewer distinct "
+                  "shapes (e.g. pad sequences to a few bucket lengths)")
+        return True
+
+    def step_done(self, opt_ran, has_optimizer):
+        """At a step's end: what the optimizer did after this many steps since it last stepped
+        (for the prediction). Returns the kind of step this one turned out to be (None for a
+        warm-up step)."""
+        key = self.key
+        if key is not None:
+            seen = self.opt_seen.setdefault((key[0], self.since_opt), [0, 0])
+            seen[0 if opt_ran else 1] += 1
+            key = (key[0], opt_ran) + key[2:]
+        self.since_opt = 0 if opt_ran or not has_optimizer else min(self.since_opt + 1, 64)
+        return key
+
+    def profiled_enough(self, key, profile_steps):
+        """A profiled step of kind key ended: whether it was the last one to profile."""
+        n = self.profiled.get(key, 0) + 1
+        self.profiled[key] = n
+        if n < profile_steps:
+            return False
+        self.profiled.pop(key, None)
+        return True
+
+    def add(self, key, entry, budget, budget_fraction):
+        """A plan (trace, plan, prog) was made (or loaded) for kind key: its budget and
+        unconstrained peak go to info."""
+        self.plans[key] = entry
+        info = self.info(key)
+        info["unconstrained_peak_bytes"] = entry[2].peak_resident()
+        if budget_fraction is not None:
+            budget = max(1, int(budget_fraction * info["unconstrained_peak_bytes"]))
+        info["memory_budget"] = budget
+
+    def drop_current(self):
+        """The current plan is dropped (the next step of its kind profiles again)."""
+        if self.cur_key is not None:
+            self.plans.pop(self.cur_key, None)
+        self.cur_key = None
+
+    def info(self, key):
         """What report() says of one kind of step (kinds): created on first use."""
-        info = self._kinds.get(key)
+        info = self.kinds.get(key)
         if info is None:
             gsig, opt, user, sig = key
-            info = self._kinds[key] = {
+            info = self.kinds[key] = {
                 "signature": _sig_text(sig), "optimizer_steps": bool(opt),
                 "kind": None if user is None else repr(user), "globals": len(gsig),
                 "memory_budget": 0, "unconstrained_peak_bytes": 0, "peak_managed_bytes": 0,
                 "steps_offloaded": 0}
         return info
 
-    def _note_plan(self, key, prog):
-        """A plan was made (or loaded) for kind key: its budget and unconstrained peak."""
-        info = self._kind_info(key)
-        info["unconstrained_peak_bytes"] = prog.peak_resident()
-        budget = self.budget
-        if self.budget_fraction is not None:
-            budget = max(1, int(self.budget_fraction * info["unconstrained_peak_bytes"]))
-        info["memory_budget"] = budget
+    def note_peak(self, key, peak):
+        """An executor of kind key ended with this tracked peak."""
+        if key is not None:
+            info = self.info(key)
+            info["peak_managed_bytes"] = max(info["peak_managed_bytes"], peak)
 
-    def _update_beyond_plan(self):
-        """optimizer.step() begins in a step whose plan has no update (it was predicted not to
-        step: per-micro-batch accumulation, the first time the updating block comes at its
-        place in the cycle). Where every operator of the plan has run, its executor ends the
-        iteration there and hands its stored globals to the reactive path, and the update runs
-        as the steps without a plan do, within the budget (BoundedRecorder): not a divergence,
-        nothing is brought back. The next step with this many steps since an update is
-        predicted to update, and gets its own plan. Returns whether it did."""
-        cur = self._cur
-        if cur is None or cur[0] != "execute" or self._key is None or self._key[1]:
-            return False
-        driver = cur[1]
-        if driver is None or driver.record or driver.passthrough or not self._bounded_ok():
-            return False
-        if driver.dead_pending:
-            driver._flush_deaths()
-        mode = getattr(driver, "mode", None)
-        if mode is None or driver.passthrough or driver.k != len(driver.prog.kernels):
-            return False
-        driver.end()  # the executor's last transfers: the iteration is whole
-        if driver.passthrough:
-            return False
-        from teraio.torch._bounded import BoundedRecorder
-        from teraio.torch._mode import collect_globals
-
-        self._runtime_to_bounded()
-        bounded = self._bounded_start()
-        tail = BoundedRecorder(collect_globals(self._gmodel, self.optimizer), bounded,
-                               split_foreach=self.split_foreach, cuda=self._cuda,
-                               in_optim=lambda: self._in_optim)
-        mode.driver = tail
-        mode._dispatch = None
-        self._driver = tail
-        self._cur = ("execute", tail, bounded)
-        self._counts["updates_beyond_plan"] += 1
-        return True
-
-    def _runtime_to_bounded(self):
-        """Drop the executor; the globals it has stored keep their copies, which become the
-        bounded path's (read back when an operator needs them, or handed to the next executor
-        by BoundedMemory.hand_over): a switch between plans moves no byte by itself."""
-        rt = self._runtime
-        if rt is None:
-            return
-        b = self._bounded_start()
-        for ref, tid in list(self._rt_globals.values()):
-            eid = rt.give_stored(tid)
-            if eid is not None:
-                b.adopt(ref(), self._prog.tensors[tid][0], eid, self._prog.tensors[tid][3])
-        self._rt_globals = {}
-        self._drop_runtime()
-
-    def _diverged_before(self, reason):
-        self._restore_runtime()
-        self._note_divergence(reason)
-
-    def _note_divergence(self, reason, mispredicted=False):
-        """A step left its plan: it was brought back. A step whose optimizer did not do what
-        was predicted (accumulation, a skipped step) keeps the plan: the next step of this
-        kind uses its own. Any other reason (shapes, control flow) drops the plan, so that
-        the next step of this kind is profiled again."""
-        self.last_divergence = reason
-        self._counts["steps_diverged"] += 1
-        keep = mispredicted and self._cur_key is not None
-        _warn(f"teraio: step {self._steps}: {reason}; this step ran without offloading "
-              "(every tensor was brought back)" + (
-                  "" if keep else " and the next step of this kind re-profiles"))
-        self._drop_runtime()
-        if not keep and self._cur_key is not None:
-            self._plans.pop(self._cur_key, None)
-        self._cur_key = None
-        self._prog = self._plan = self._trace = None
+    def report(self, rt_key=None, rt_peak=0):
+        """report()'s kinds: one entry per kind of step that has had a plan: its budget (a
+        fraction budget is each kind's fraction of its own unconstrained peak), unconstrained
+        peak, the highest tracked peak of its executed steps (rt_peak: the running executor's,
+        of kind rt_key), how many of them ran planned."""
+        kinds = []
+        for key, info in self.kinds.items():
+            row = dict(info)
+            if rt_key is not None and key == rt_key:
+                row["peak_managed_bytes"] = max(row["peak_managed_bytes"], rt_peak)
+            kinds.append(row)
+        return kinds

@@ -448,7 +448,7 @@ class Offloader(Saving):
 
         kind: optional, hashable: tells apart steps that look alike at their start but run
         different operators (a Trainer's last step of an epoch with fewer micro-batches); each
-        kind gets its own plan, as for the kinds teraio tells apart itself (_step_key: the
+        kind gets its own plan, as for the kinds teraio tells apart itself (StepKinds.key_of: the
         global tensors, the optimizer, and the step's signature, its first operator's shapes)."""
         try:
             hash(kind)

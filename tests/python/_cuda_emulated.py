@@ -303,7 +303,9 @@ def main(argv):
             gpu.on = True
             return teraio._core.Runtime(trace, plan, engine.e, **k)
 
-    offload_mod._core = Core()
+    from teraio.torch import _executor  # makes the Runtime
+
+    offload_mod._core = _executor._core = Core()
     with gpu, _capture_model():
         losses, model, off = train("tiny", steps, offload=kw, on_step=between(plan))
         fake.sync()

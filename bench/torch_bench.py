@@ -299,7 +299,7 @@ def worker(cfg):
         kw.update(variant or {})
         kw.pop("tioalloc", None)
         if kw.pop("no_torch_alloc", False):  # bench-only: as a plain pip install (no C++ part)
-            from teraio import _cpu_memory
+            from teraio.torch import _cpu_memory
 
             _cpu_memory._torch_alloc = lambda: None
             _cpu_memory._torch_alloc_missing = lambda: True

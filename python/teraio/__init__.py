@@ -23,7 +23,7 @@ for _name in ("Trace", "Analysis"):
 def __getattr__(name):
     # Lazy, so that `import teraio` works without torch: teraio.Offloader imports the torch layer.
     if name == "Offloader":
-        from teraio.offload import Offloader
+        from teraio.torch.offload import Offloader
 
         return Offloader
     raise AttributeError(f"module 'teraio' has no attribute {name!r}")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from teraio._offload_args import _bytes, _mmap_threshold_arg, _rate_arg
+from teraio.torch._offload_args import _bytes, _mmap_threshold_arg, _rate_arg
 
-MAX_PLANS = 8  # default max_plans: plans kept, one per kind of step (Offloader._step_key)
+MAX_PLANS = 8  # default max_plans: plans kept, one per kind of step (StepKinds.key_of)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -243,7 +243,7 @@ def reference(argv):
 def main(argv):
     steps, plan = parse(argv)
     import teraio
-    import teraio.offload as offload_mod
+    import teraio.torch.offload as offload_mod
 
     fake = Fake(os.environ["TIO_CUDART_LIB"])
     stream = FakeStream(fake)
@@ -303,7 +303,9 @@ def main(argv):
             gpu.on = True
             return teraio._core.Runtime(trace, plan, engine.e, **k)
 
-    offload_mod._core = Core()
+    from teraio.torch import _executor  # makes the Runtime
+
+    offload_mod._core = _executor._core = Core()
     with gpu, _capture_model():
         losses, model, off = train("tiny", steps, offload=kw, on_step=between(plan))
         fake.sync()

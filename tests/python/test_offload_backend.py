@@ -1,7 +1,7 @@
 """A model on a CUDA device gets a device-capable engine backend by default: "auto" would pick
 uring, which cannot move device memory."""
 import teraio._core as core
-from teraio._offload_args import _device_backend
+from teraio.torch._offload_args import _device_backend
 
 
 class _P:

@@ -127,7 +127,7 @@ def test_defaults_apply_cpu_memory_settings_until_close(tmp_path, monkeypatch):
                            env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
         return
-    from teraio import _cpu_memory
+    from teraio.torch import _cpu_memory
     from teraio import _torch_alloc as ta
 
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)

@@ -61,7 +61,7 @@ def test_sequence_length_buckets_get_one_plan_each(fast_dir):
     assert rep["steps_profiled"] == len(BUCKETS)
     assert rep["steps_diverged"] == 0, msgs
     assert rep["steps_offloaded"] == len(SEQS) - 1 - len(BUCKETS)  # 1 warm-up step
-    assert len(off._plans) == len(BUCKETS)
+    assert len(off._step_kinds.plans) == len(BUCKETS)
     # every planned step of every bucket offloaded bytes
     prev = per_step[0]
     planned = {}

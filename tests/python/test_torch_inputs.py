@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import teraio  # noqa: E402
-import teraio._cpu_memory  # noqa: E402
-import teraio._offload_args  # noqa: E402
+import teraio.torch._cpu_memory  # noqa: E402
+import teraio.torch._offload_args  # noqa: E402
 
 from llama_tiny import LlamaConfig, LlamaTiny  # noqa: E402
 from train_llama_tiny import train  # noqa: E402
@@ -137,7 +137,7 @@ def test_cpu_prefault_auto_needs_a_spare_cpu(tmp_path, monkeypatch, cpus, local_
     """The default ("auto"): the prefault thread only where the process may run on 2 CPUs or
     more per rank on this node (LOCAL_WORLD_SIZE, as torchrun sets it); an explicit True or
     False is kept whatever the CPUs."""
-    monkeypatch.setattr(teraio._offload_args.os, "sched_getaffinity", lambda pid: set(cpus))
+    monkeypatch.setattr(teraio.torch._offload_args.os, "sched_getaffinity", lambda pid: set(cpus))
     if local_ranks is None:
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     else:
@@ -207,8 +207,9 @@ def test_cpu_mmap_threshold_auto_follows_the_allocator(tmp_path, monkeypatch, al
     del off
     gc.collect()
     # the last Offloader that installed it (closed or collected) puts PyTorch's back
-    assert ta.installed() == (teraio._cpu_memory._ALLOC_USERS[0] > 0)
-    assert teraio._cpu_memory._ALLOC_USERS[0] == 0  # the others in this process were collected
+    assert ta.installed() == (teraio.torch._cpu_memory._ALLOC_USERS[0] > 0)
+    # the others in this process were collected
+    assert teraio.torch._cpu_memory._ALLOC_USERS[0] == 0
 
 
 def test_allocator_built_for_another_torch_is_not_installed(tmp_path, monkeypatch):
@@ -219,7 +220,7 @@ def test_allocator_built_for_another_torch_is_not_installed(tmp_path, monkeypatc
     assert ta.torch_version == torch.__version__  # what this build recorded
     calls = _threshold_calls(monkeypatch)
     monkeypatch.setattr(ta, "torch_version", "1.0.0")
-    monkeypatch.setattr(teraio._offload_args, "_WARNED", set())
+    monkeypatch.setattr(teraio.torch._offload_args, "_WARNED", set())
     m, o = _model()
     with pytest.warns(RuntimeWarning, match="built against PyTorch 1.0.0.*reinstall teraio"):
         off = teraio.Offloader(m, o, memory_budget="1GiB", ssd_dirs=[str(tmp_path)],
@@ -244,7 +245,7 @@ def test_allocator_not_built_falls_back_with_a_warning(tmp_path, monkeypatch, sh
         mod.__path__ = [str(tmp_path)]
     monkeypatch.setitem(sys.modules, "teraio._torch_alloc", mod)  # None: ImportError
     monkeypatch.delattr(teraio, "_torch_alloc", raising=False)
-    monkeypatch.setattr(teraio._offload_args, "_WARNED", set())
+    monkeypatch.setattr(teraio.torch._offload_args, "_WARNED", set())
     m, o = _model()
     with pytest.warns(RuntimeWarning, match=r"teraio._torch_alloc is not in this installation.*"
                                             r"--no-build-isolation"):

@@ -87,7 +87,7 @@ def test_bitwise_identical_training(fast_dir, baseline_updated, tier):
 def test_ssd_bandwidth_measured_or_given(fast_dir):
     """ssd_bandwidth="auto" (the default) plans with rates measured by writing and reading back
     PROBE_BYTES through the engine once; a given rate is used as is and costs no probe."""
-    from teraio._planning import PROBE_BYTES
+    from teraio.torch._planning import PROBE_BYTES
 
     _, _, off = train("tiny", STEPS, offload=_offload(fast_dir, "ssd"))
     rep = off.report()

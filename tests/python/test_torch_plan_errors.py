@@ -5,7 +5,7 @@ the profiled step brings every offloaded tensor back and says so."""
 import pytest
 
 import teraio  # noqa: E402
-from teraio._offload_args import _budget_arg  # noqa: E402
+from teraio.torch._offload_args import _budget_arg  # noqa: E402
 
 from _between import run_case  # noqa: E402
 

@@ -40,14 +40,14 @@ def test_probe_measures_reads_and_writes_together(tmp_path):
     once (a second probe written while the first is read back); the hardware the Offloader
     plans and predicts with carries it as ssd_mixed_Bps, so the model's shared SSD budget
     has the disk's own mixed point instead of plain time sharing."""
-    from teraio._planning import PROBE_BYTES
+    from teraio.torch._planning import PROBE_BYTES
 
     _, _, off = train("tiny", 3, offload=dict(
         memory_budget=0.5, ssd_dirs=[str(tmp_path)],
         options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     m = off.ssd_measured
     assert m["mixed_Bps"] > 0, m
-    hw = off._hw()
+    hw = off._planner.hw()
     assert hw["ssd_mixed_Bps"] == min(m["mixed_Bps"], m["read_Bps"] + m["write_Bps"]) > 0
     # the probe, then its halves: one stored and read back while the other is written
     assert off.report()["engine"]["bytes_written"] >= 2 * PROBE_BYTES
@@ -58,4 +58,4 @@ def test_probe_measures_reads_and_writes_together(tmp_path):
     _, _, off = train("tiny", 3, offload=dict(
         memory_budget=0.5, ssd_dirs=[str(d)],
         options=teraio.OffloadOptions(min_tensor_bytes="16KiB", ssd_bandwidth="1GB/s")))
-    assert off._hw()["ssd_mixed_Bps"] == 0.0
+    assert off._planner.hw()["ssd_mixed_Bps"] == 0.0

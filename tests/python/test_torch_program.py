@@ -29,7 +29,7 @@ class _CountingCore:
 
 
 def test_one_trace_per_plan(tmp_path, monkeypatch):
-    import teraio._planning as planning
+    import teraio.torch._planning as planning
     from teraio.torch import _mode
 
     builds = []
@@ -42,15 +42,15 @@ def test_one_trace_per_plan(tmp_path, monkeypatch):
         memory_budget=0.5, ssd_dirs=[str(tmp_path)],
         options=teraio.OffloadOptions(min_tensor_bytes="16KiB")))
     monkeypatch.undo()
-    plans = off._counts["replans"]
+    plans = off._report.counts["replans"]
     assert plans >= 1
-    assert off._counts["steps_offloaded"] >= 1
+    assert off._report.counts["steps_offloaded"] >= 1
     assert len(builds) == plans, builds
 
     prog = off._prog
     assert prog.trace is off._trace
     fresh = _core.Trace.build(prog.tensors, prog.kernels, {})
-    movable = off._movable_ids(prog)
+    movable = off._planner.movable_ids(prog)
     for skip, exclude in [(None, None), (_mode.FREE_KERNEL, None), (None, movable)]:
         want = _core.liveness(fresh, skip, exclude)
         assert prog.liveness(skip_kernel=skip, exclude=exclude) == want

@@ -19,7 +19,7 @@ boundaries: a block's parameters and saved activations can leave between its for
 backward, exactly as an eager operator's would. The eager parts of the step (embedding, loss,
 optimizer.step) stay per operator. Nothing inside a region is moved.
 
-Not supported (refused by name, teraio._offload_args._compiled_module): the whole model
+Not supported (refused by name, teraio.torch._offload_args._compiled_module): the whole model
 compiled (no region boundary inside it to move anything at), and compiled functions (not
 modules) called inside a step (Dynamo skips them under the mode: refused at the optimizer's step).
 """

@@ -1,4 +1,4 @@
-"""What guards the offloaded tensors between steps (teraio.offload).
+"""What guards the offloaded tensors between steps (teraio.torch.offload).
 
 Between steps the Offloader leaves the parameters, gradients and optimizer states it offloaded
 with their shapes but no memory (a storage of 0 bytes): a kernel that read one would read no

@@ -1,5 +1,5 @@
 """The Offloader's arguments: sizes, the budget, the process's CPU settings, torch.compile
-detection, and warnings attributed to the user's code (teraio.offload)."""
+detection, and warnings attributed to the user's code (teraio.torch.offload)."""
 from __future__ import annotations
 
 import contextlib
@@ -40,7 +40,7 @@ def _warn(message: str) -> None:
     """A RuntimeWarning attributed to the user's code: the first frame outside teraio,
     contextlib and torch (the `with off.step():` line, or the line whose operator started the
     step), however deep inside the step it is raised."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the teraio package
     torch_mod = sys.modules.get("torch")
     skip = (here,) + ((os.path.dirname(os.path.abspath(torch_mod.__file__)) + os.sep,)
                       if getattr(torch_mod, "__file__", None) else ())

@@ -22,10 +22,15 @@ that a step skips (GradScaler) is skipped inside its plan, and one that comes af
 without an update (accumulation) runs within the budget without a plan: neither diverges.
 See docs/runtime.md.
 
-The class is assembled from parts, one job per module: _offload_args (arguments, warnings),
-_step_kinds (step signatures, one plan per kind of step), _planning (budget checks, the SSD
-probe, planning, plan files), _cpu_memory (process-wide CPU settings), _offload_report,
-_save (save(): checkpoints streamed from the tiers).
+The Offloader owns the engine and runs the step (warmup -> profile -> execute, the bounded path
+of the steps without a plan, restore() and close()); the rest is composed of parts that each own
+their state (docs/code-tour.md, "The Offloader's parts"): _planner (Planner, _planning.py: the
+budget, the tiers and their rates, the SSD probe, the checks, making plans), _step_kinds
+(StepKinds, _step_kinds.py: the plans by kind of step), _exec (Executor, _executor.py: the
+running C executor and its globals' copies), _cpu (CpuMemory, _cpu_memory.py: the process-wide
+CPU settings), _report (Report, _offload_report.py: the counters and report()). save()
+(checkpoints streamed from the tiers) is still a base class, Saving (_save.py): it reads the
+executor's globals through the _rt_* properties. Arguments are read by _offload_args.
 """
 from __future__ import annotations
 
@@ -33,18 +38,18 @@ import contextlib
 import dataclasses
 import os
 import warnings
-import weakref
 
 from teraio import _core
-from teraio._cpu_memory import CpuMemory
-from teraio._offload_args import (_COMPILE_HELP, _after_update, _attempt, _budget_arg, _bytes,
-                                  _compiled_module, _device_backend, _dynamo_tls,
-                                  _mmap_threshold_arg, _prefault_arg, _rank, _rate_arg)
-from teraio._offload_report import Report
-from teraio._planning import Planning
-from teraio._save import Saving
-from teraio._step_kinds import StepKinds, _Pending
 from teraio.options import OPTION_NAMES, OffloadOptions
+from teraio.torch._cpu_memory import CpuMemory
+from teraio.torch._executor import Executor
+from teraio.torch._offload_args import (_COMPILE_HELP, _after_update, _attempt, _budget_arg,
+                                        _bytes, _compiled_module, _device_backend, _dynamo_tls,
+                                        _rank, _warn)
+from teraio.torch._offload_report import Report
+from teraio.torch._planning import Planner, check_budget_params, check_dynamo
+from teraio.torch._save import Saving
+from teraio.torch._step_kinds import StepKinds, _Pending
 
 _Error = _core.Error
 
@@ -72,7 +77,13 @@ def _options_arg(options, deprecated):
     return options
 
 
-class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
+def _part(part, name, doc):
+    """An attribute of the Offloader that one of its parts owns (read and set there)."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, v: setattr(getattr(self, part), name, v), doc=doc)
+
+
+class Offloader(Saving):
     """Lifetime-aware offloading of one model's training to host memory and SSDs.
 
     model, optimizer: what the step trains (parameters, gradients and optimizer states are the
@@ -103,7 +114,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         self.options = o = _options_arg(options, deprecated)
         import torch  # noqa: F401  (the torch layer needs it; teraio itself does not)
 
-        from teraio import _between
+        from teraio.torch import _between
 
         self._closed = False  # close(): steps refused, restore() a no-op
         self._io_seen = (0, 0)  # the engine's retries and checksum mismatches logged so far
@@ -121,32 +132,29 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         compiled = _compiled_module(model)
         if compiled is not None:
             raise ValueError(f"model: {compiled} (torch.compile). " + _COMPILE_HELP)
-        self.budget_fraction, self.budget = _budget_arg(memory_budget)
-        self._check_budget_params(model)
-        self.host_memory = _bytes(host_memory, "host_memory")
+        budget_fraction, budget = _budget_arg(memory_budget)
+        check_budget_params(model, budget)
+        host_memory = _bytes(host_memory, "host_memory")
         # FSDP resizes the storages of its parameters itself: those must stay resizable; and
         # PyTorch must have UntypedStorage._swap_data_ptr_ (2.13 has it, 2.11 does not)
         self.aligned_storages = (o.aligned_storages and self._gmodel is model
                                  and hasattr(torch.UntypedStorage, "_swap_data_ptr_"))
-        self.min_tensor_bytes = _bytes(o.min_tensor_bytes, "min_tensor_bytes")
-        mmap_threshold = _mmap_threshold_arg(o.cpu_mmap_threshold)  # applied once all is checked
-        self.cpu_cache_bytes = _bytes(o.cpu_cache_bytes, "cpu_cache_bytes")
-        self.cpu_prefault = _prefault_arg(o.cpu_prefault)
-        self._prefault_on = False
+        min_tensor_bytes = _bytes(o.min_tensor_bytes, "min_tensor_bytes")
+        self._cpu = CpuMemory(o)  # checked now, applied once everything is checked
         self.rank = _rank() if o.rank is None else o.rank
         if isinstance(ssd_dirs, (str, bytes)):
             raise ValueError("ssd_dirs: expected a list of directories, got a string")
         from teraio import _ranks  # "{rank}", "{local_rank}"
 
-        self.ssd_dirs = [_ranks.expand(d, self.rank, "ssd_dirs") for d in (ssd_dirs or ())]
-        for d in self.ssd_dirs:
+        ssd_dirs = [_ranks.expand(d, self.rank, "ssd_dirs") for d in (ssd_dirs or ())]
+        for d in ssd_dirs:
             if not os.path.isdir(d):
                 raise ValueError(f"ssd_dirs: {d!r} does not exist or is not a directory: "
                                  "create it (mkdir -p) or pass another directory")
             if not os.access(d, os.W_OK | os.X_OK):
                 raise ValueError(f"ssd_dirs: {d!r} is not writable by this process: fix its "
                                  "permissions or pass another directory")
-        if not self.ssd_dirs and self.host_memory == 0:
+        if not ssd_dirs and host_memory == 0:
             raise ValueError("nowhere to offload to: pass ssd_dirs=[...] and/or host_memory=...")
         warmup_steps = o.warmup_steps
         if warmup_steps is None:
@@ -155,84 +163,86 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         if warmup_steps < 1 and optimizer is not None:
             raise ValueError("OffloadOptions.warmup_steps: must be >= 1 with an optimizer (its "
                              "state is created in the first step)")
-        self.max_plans = o.max_plans
-        self.policy = o.policy
+        self._step_kinds = StepKinds(o.max_plans)
         self.warmup_steps = warmup_steps
         self.profile_steps = o.profile_steps
         self.split_foreach = o.split_foreach
-        # "auto": measured through the engine on the SSD directories when the first plan is made
-        self.ssd_auto = o.ssd_bandwidth == "auto"
-        self.ssd_measured = None
-        rate = 0.0 if self.ssd_auto else _rate_arg(o.ssd_bandwidth, "ssd_bandwidth")
-        self.ssd_read_Bps = self.ssd_write_Bps = rate
-        self.host_Bps = _rate_arg(o.host_bandwidth, "host_bandwidth")
+        self._planner = Planner(budget_fraction=budget_fraction, budget=budget,
+                                host_memory=host_memory, ssd_dirs=ssd_dirs,
+                                min_tensor_bytes=min_tensor_bytes, policy=o.policy,
+                                ssd_bandwidth=o.ssd_bandwidth, host_bandwidth=o.host_bandwidth)
         self._cuda = False
         backend = o.backend
         if backend is None:
             backend = _device_backend(model)
         # Staging memory for unaligned tensors (PyTorch's CPU allocator aligns to 64 bytes, O_DIRECT
         # needs 4 KiB) is queue depth x chunk: kept small, it is memory the budget does not see.
-        self._engine = _core.Engine(self.ssd_dirs, self.host_memory, backend, verify=bool(o.verify),
+        self._engine = _core.Engine(ssd_dirs, host_memory, backend, verify=bool(o.verify),
                                     backend_options=o.backend_options,
                                     queue_depth=int(o.io_queue_depth),
                                     chunk_bytes=_bytes(o.io_chunk, "io_chunk"))
+        # the current plan, its trace and the step's program (the current kind's, or loaded)
         self._trace = None
-        self._prediction = None  # (plan, predicted step seconds): see predicted_step_s()
         self._plan = None
         self._prog = None
-        self._runtime = None
-        self._movable = ()
-        self._generation = 0
+        self._exec = Executor(self._cpu)
+        self._report = Report()
         self._driver = None
         self._steps = 0
-        # plans by kind of step (_step_key), least recently used first; the current one's key
-        import collections
-
-        self._plans = collections.OrderedDict()
-        self._cur_key = None
-        self._key = None
-        self._user_kind = None  # step(kind=...): part of the key
         self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
-        self._profiled = {}  # steps profiled so far per kind of step
-        self._kinds = {}  # per kind of step: what report() says of it (StepKinds._kind_info)
-        self._rt_key = None  # the kind of step of the executor now running
-        self._opt_seen = {}  # (globals, steps since the optimizer stepped) -> [stepped, did not]
-        self._since_opt = 0
         self._opt_ran = False
         self._step_state = None  # the running step's ("warmup", "profile", "execute")
-        self._rt_globals = {}  # the executor's globals: storage -> (weak reference, tensor id)
-        self._rt_sizes = {}  # their bytes in the plan, and names, by tensor id
-        self._rt_names = {}
-        self._rt_id_base = 0
-        self._rt_eids = {}
         self._in_optim = False
-        self._stats_done = {}
-        self._counts = dict(steps_profiled=0, steps_offloaded=0, steps_diverged=0,
-                            steps_passthrough=0, steps_unplanned=0, replans=0,
-                            updates_skipped=0, updates_beyond_plan=0)
-        self._plans_full_warned = False
         self.last_divergence = None
         # warm-up and profiled steps (no plan yet) kept within the budget reactively (CPU, one
         # process: a collective may still be using a buffer, and CUDA needs stream ordering)
         self.bounded_unplanned = o.bounded_unplanned
         self._bounded = None
-        self._bounded_done = dict(offloads=0, bytes_offloaded=0, reads=0, bytes_read=0, io_s=0.0)
-        self._bounded_peak = 0
         self._next_eid = None
         self._plan_path = o.plan
         if o.plan is not None:
-            self._load_plan(o.plan)
-        self._alloc_installed = False
-        self.cpu_allocator = self._install_allocator(model, o.cpu_allocator)
-        if mmap_threshold == "auto":  # the fallback of cpu_allocator=True where it cannot serve
-            mmap_threshold = 64 << 10 if o.cpu_allocator and not self.cpu_allocator else None
-        self.cpu_mmap_threshold = self._tune_malloc(model, mmap_threshold)
+            self._trace, self._plan, self._prog = self._loaded = Planner.load_plan(o.plan)
+        self._cpu.apply(model, self.aligned_storages)
         self._install_hooks(model, optimizer)
         _between.register(self, self._owned)
 
+    # what the parts own, under the names users read (docs/user-guide.md)
+    budget = _part("_planner", "budget", "The memory budget in bytes (with a fraction: the "
+                   "current kind of step's, 0 until its peak is known).")
+    budget_fraction = _part("_planner", "budget_fraction", "memory_budget as a fraction of the "
+                            "unconstrained peak, or None.")
+    host_memory = _part("_planner", "host_memory", "Bytes of the pinned host tier.")
+    ssd_dirs = _part("_planner", "ssd_dirs", "The SSD tier's directories, {rank} expanded.")
+    min_tensor_bytes = _part("_planner", "min_tensor_bytes", "Smaller tensors are never moved.")
+    policy = _part("_planner", "policy", "The planning policy (OffloadOptions.policy).")
+    ssd_auto = _part("_planner", "ssd_auto", "Whether the SSD rates are measured (\"auto\").")
+    ssd_measured = _part("_planner", "ssd_measured", "What the SSD probe measured, or None.")
+    ssd_read_Bps = _part("_planner", "ssd_read_Bps", "SSD read rate planned for, per directory.")
+    ssd_write_Bps = _part("_planner", "ssd_write_Bps", "SSD write rate planned for, per "
+                          "directory.")
+    host_Bps = _part("_planner", "host_Bps", "Host tier rate planned for.")
+    max_plans = _part("_step_kinds", "max_plans", "At most this many plans (kinds of step).")
+    cpu_allocator = _part("_cpu", "allocator", "Whether teraio's block cache serves PyTorch's "
+                          "CPU tensors (cpu_allocator as applied).")
+    cpu_mmap_threshold = _part("_cpu", "mmap_threshold", "glibc's mmap threshold as set, or "
+                               "None.")
+    cpu_cache_bytes = _part("_cpu", "cache_bytes", "OffloadOptions.cpu_cache_bytes in bytes.")
+    cpu_prefault = _part("_cpu", "prefault", "Whether the block cache prefaults in planned "
+                         "steps (cpu_prefault as read).")
+    _runtime = property(lambda self: self._exec.runtime, doc="The running C executor, or None.")
+    _movable = property(lambda self: self._exec.movable)
+    _offload_at = property(lambda self: self._exec.offload_at)
+    # what Saving (save()) reads of the executor's globals
+    _rt_globals = property(lambda self: self._exec.globals)
+    _rt_sizes = property(lambda self: self._exec.sizes)
+    _rt_names = property(lambda self: self._exec.names)
+    _rt_id_base = property(lambda self: self._exec.id_base)
+    _rt_eids = property(lambda self: self._exec.eids)
+
     def _install_hooks(self, model, optimizer):
         """The optimizer's step marks the optimizer's part of a step; outside a step, every way
-        into the model and the optimizer brings the offloaded tensors back (teraio._between)."""
+        into the model and the optimizer brings the offloaded tensors back
+        (teraio.torch._between)."""
         h = self._hooks
         if optimizer is not None:
             h.append(optimizer.register_step_pre_hook(lambda *a: self._set_optim(True)))
@@ -269,33 +279,22 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
 
     def _drop_guard(self):
         if self._guard is not None:
-            from teraio import _between
+            from teraio.torch import _between
 
             if _between.pop(self._guard):
                 self._guard = None
 
     def _arm_guard(self):
-        """At the end of a step: while tensors may be offloaded, guard them (teraio._between)."""
+        """At the end of a step: while tensors may be offloaded, guard them
+        (teraio.torch._between)."""
         self._drop_guard()
         if self._guard is None and (self._runtime is not None or self._bounded is not None):
-            from teraio import _between
+            from teraio.torch import _between
 
-            self._guard = _between.Guard(self, self._held_storages())
+            # the globals the executor holds in memory: their copy in the engine, where they
+            # have one, is taken for their contents by the next step
+            self._guard = _between.Guard(self, self._exec.held_storages())
             _between.push(self._guard)
-
-    def _held_storages(self):
-        """The data pointers of the globals the executor holds in memory at the end of a step
-        (resident, or written and not released yet): their copy in the engine, where they have
-        one, is taken for their contents by the next step (see teraio._between)."""
-        rt = self._runtime
-        if rt is None:
-            return ()
-        out = []
-        for ref, t in self._rt_globals.values():
-            st = ref()
-            if st is not None and st.nbytes() > 0 and rt.state(t) in (1, 2):  # resident, writing
-                out.append(st.data_ptr())
-        return out
 
     def _set_optim(self, v):
         if v and not self._in_step:  # optimizer.step() between steps: on restored tensors
@@ -304,9 +303,11 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         if not self._in_step:
             return
         if v and not self._opt_ran and self._driver is not None:
-            self._check_dynamo("raised before optimizer.step() updated anything; this step's "
-                               "gradients are in .grad")
-            self._check_before_update()
+            check_dynamo(self._dynamo_skips, "raised before optimizer.step() updated anything; "
+                         "this step's gradients are in .grad")
+            if self._step_state == "profile":  # the checks of planning, on what ran so far
+                self._planner.check_before_update(self._engine, self._driver.prog,
+                                                  self.optimizer)
             self._update_beyond_plan()
         self._in_optim = v
         if v:
@@ -352,7 +353,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         return (1, 2) if es["host_capacity_bytes"] - es["host_used_bytes"] >= nbytes else (2,)
 
     def _bounded_start(self):
-        from teraio._bounded import BoundedMemory
+        from teraio.torch._bounded import BoundedMemory
 
         if self._bounded is None:
             floor = 0
@@ -361,7 +362,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
                     nb = p.numel() * p.element_size()
                     floor += 2 * nb if p.requires_grad and self.optimizer is not None else nb
             self._param_floor = floor
-            self._bounded = BoundedMemory(self._engine, self.min_tensor_bytes,
+            self._bounded = BoundedMemory(self._engine, self._planner.min_tensor_bytes,
                                           self._bounded_budget, self._bounded_tier)
             self._bounded.discard = self.aligned_storages  # CPU (bounded steps), no FSDP
             if self._cuda:
@@ -377,81 +378,22 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         b = self._bounded
         if b is None:
             return
-        for k, v in b.stats.items():
-            self._bounded_done[k] += v
-        self._bounded_peak = max(self._bounded_peak, b.peak_resident)
+        self._report.bounded_ended(b)
         self._next_eid = b.next_eid
         self._bounded = None
 
     def _start_runtime(self):
-        if self.budget_fraction is not None and self.budget == 0:
-            self.budget = max(1, int(self.budget_fraction * self._prog.peak_resident()))
-        self._rt_key = self._cur_key  # its peak is this kind's (report(): kinds)
-        s = self._plan.summary()
-        if s["ssd_peak_bytes"]:
-            if not self.ssd_dirs:
-                raise ValueError("the plan offloads to SSD but ssd_dirs is empty")
-            try:
-                self._engine.reserve(s["ssd_peak_bytes"])
-            except _Error as e:
-                raise _Error(e.args[0], f"ssd_dirs: cannot reserve the plan's "
-                             f"{_core.format_bytes(s['ssd_peak_bytes'])} of SSD space: "
-                             f"{e.args[1]}: free space there, add directories, or raise "
-                             "host_memory / memory_budget") from None
-        if s["host_peak_bytes"] > self.host_memory:
-            raise ValueError(f"host_memory: the plan needs {s['host_peak_bytes']} bytes of host "
-                             f"tier, only {self.host_memory} configured")
-        moves = self._plan.moves()
-        self._movable = frozenset(m[0] for m in moves) | self._movable_ids(self._prog)
-        self._offload_at = {}
-        for m in moves:
-            if m[2] != 0:  # to a tier: an offload, issued before kernel m[4]
-                self._offload_at.setdefault(m[4], []).append(m[0])
-        # each executor gets its own range of engine ids: a replaced one that is freed late (the
-        # garbage collector decides) must not drop the copies of its successor
-        self._generation += 1
-        # demand offloads (the executor keeping the budget where the plan cannot): to the host tier
-        # while it has room, else to the SSDs
-        tier = 0 if self.ssd_dirs and self.host_memory else (2 if self.ssd_dirs else 1)
-        # CUDA: stream-ordered. Kernels stay queued on the current stream (never synchronized
-        # per operator); every transfer waits, on the engine's threads, for an event recorded
-        # on that stream when it was issued (docs/runtime.md, CUDA path)
-        stream = 0
-        if self._cuda:
-            import torch
-
-            stream = torch.cuda.current_stream().cuda_stream
-        # its copy of global t: engine id base + t, or the one it adopted (_rt_eids)
-        self._rt_id_base = self._generation << 32
-        self._rt_eids = {}
-        self._runtime = _core.Runtime(self._trace, self._plan, self._engine,
-                                      budget_bytes=self.budget, device=self._cuda,
-                                      id_base=self._generation << 32, demand_tier=tier,
-                                      stream=stream, stream_ordered=self._cuda)
-        if self._alloc_installed:  # planned steps repeat: the block cache may follow their peak
-            _core.block_cache_set_bounds(self.cpu_cache_bytes, True)
+        p = self._planner
+        if p.budget_fraction is not None and p.budget == 0:
+            p.budget = max(1, int(p.budget_fraction * self._prog.peak_resident()))
+        self._exec.start(self._engine, self._trace, self._plan, p.movable_ids(self._prog),
+                         budget=p.budget, key=self._step_kinds.cur_key, cuda=self._cuda,
+                         ssd_dirs=p.ssd_dirs, host_memory=p.host_memory)
 
     def _drop_runtime(self):
-        if self._runtime is not None:
-            self._accumulate()
-            self._runtime = None
-            if self._alloc_installed:  # until the next plan: nothing kept hot (see install)
-                _core.block_cache_set_bounds(self.cpu_cache_bytes, False)
-        self._set_prefault(False)
-
-    def _accumulate(self):
-        st = self._runtime.stats()
-        if self._rt_key is not None:
-            info = self._kind_info(self._rt_key)
-            info["peak_managed_bytes"] = max(info["peak_managed_bytes"],
-                                             st.get("peak_resident_bytes", 0))
-        for k, v in st.items():
-            if k in ("resident_bytes",):
-                continue
-            if k == "peak_resident_bytes":
-                self._stats_done[k] = max(self._stats_done.get(k, 0), v)
-            else:
-                self._stats_done[k] = self._stats_done.get(k, 0) + v
+        st = self._exec.drop()
+        if st is not None:
+            self._step_kinds.note_peak(self._exec.key, st.get("peak_resident_bytes", 0))
 
     # ---- the step -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -469,7 +411,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         self._in_step = True
         self._drop_guard()
         try:
-            from teraio import _between
+            from teraio.torch import _between
 
             if self._steps == 0:  # resuming: states from a torch.load'ed state dict (later
                 _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
@@ -506,13 +448,13 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
 
         kind: optional, hashable: tells apart steps that look alike at their start but run
         different operators (a Trainer's last step of an epoch with fewer micro-batches); each
-        kind gets its own plan, as for the kinds teraio tells apart itself (_step_key: the
+        kind gets its own plan, as for the kinds teraio tells apart itself (StepKinds.key_of: the
         global tensors, the optimizer, and the step's signature, its first operator's shapes)."""
         try:
             hash(kind)
         except TypeError:
             raise TypeError(f"step(kind=...): expected a hashable value, got {kind!r}") from None
-        self._user_kind = kind
+        self._step_kinds.user_kind = kind
         from teraio.torch._mode import StepMode, collect_globals
 
         compiled = _compiled_module(self.model)
@@ -584,8 +526,9 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
             if end_failure is not None:
                 raise end_failure
             if ok:
-                self._check_dynamo("this step ran eagerly to its end; its optimizer update "
-                                   "stands" if self._opt_ran else "this step ran eagerly")
+                check_dynamo(self._dynamo_skips, "this step ran eagerly to its end; its "
+                             "optimizer update stands" if self._opt_ran else
+                             "this step ran eagerly")
                 self._finish_step(state, driver)
 
     def _start_step(self, globals_, sig):
@@ -595,17 +538,19 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         from teraio.torch._mode import StepDriver
 
         state = self._step_state = self._choose(globals_, sig)
-        if state in ("profile", "unplanned") and self.ssd_auto and self.ssd_dirs \
-                and self.ssd_measured is None:
-            self._measure_ssd()  # an SSD that fails fails here, before anything of the step ran
+        p = self._planner
+        if state in ("profile", "unplanned") and p.ssd_auto and p.ssd_dirs \
+                and p.ssd_measured is None:
+            # an SSD that fails fails here, before anything of the step ran
+            p.measure_ssd(self._engine)
         if state == "execute" and self._runtime is None:
             self._start_runtime()
-            self._bind_globals(globals_)
+            self._exec.bind(globals_, self._prog)
             if self._bounded is not None:  # offloaded globals stay offloaded: the executor's now
-                self._rt_eids = self._bounded.hand_over(globals_, self._runtime, self._prog)
+                self._exec.eids = self._bounded.hand_over(globals_, self._runtime, self._prog)
                 self._bounded_stop()
         if state == "execute":
-            self._set_prefault(self.cpu_prefault)
+            self._cpu.set_prefault(self._cpu.prefault)
         driver = None
         bounded = None
         if state in ("warmup", "profile", "unplanned") and self._bounded_ok():
@@ -614,7 +559,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
             self._bounded.restore()
             self._bounded_stop()
         if bounded is not None:
-            from teraio._bounded import BoundedRecorder
+            from teraio.torch._bounded import BoundedRecorder
 
             driver = BoundedRecorder(globals_, bounded, split_foreach=self.split_foreach,
                                      cuda=self._cuda, in_optim=lambda: self._in_optim)
@@ -630,7 +575,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
                 driver = StepDriver(globals_, record=True, split_foreach=self.split_foreach,
                                     cuda=self._cuda, in_optim=lambda: self._in_optim)
             else:
-                self._bind_globals(globals_)
+                self._exec.bind(globals_, self._prog)
                 driver = StepDriver(globals_, record=False, program=self._prog,
                                     runtime=self._runtime, movable=self._movable,
                                     offload_at=self._offload_at,
@@ -664,32 +609,27 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
 
     def _finish_step(self, state, driver):
         self._steps += 1
-        key = self._key
-        mispredicted = key is not None and key[1] != self._opt_ran
-        if key is not None:  # what the optimizer did after this many steps since it last stepped
-            seen = self._opt_seen.setdefault((key[0], self._since_opt), [0, 0])
-            seen[0 if self._opt_ran else 1] += 1
-            key = (key[0], self._opt_ran) + key[2:]  # the kind of step this one turned out to be
-        self._since_opt = 0 if self._opt_ran or self.optimizer is None else min(
-            self._since_opt + 1, 64)
+        kinds, counts = self._step_kinds, self._report.counts
+        mispredicted = kinds.key is not None and kinds.key[1] != self._opt_ran
+        # the kind of step this one turned out to be
+        key = kinds.step_done(self._opt_ran, self.optimizer is not None)
         if state in ("warmup", "empty"):
-            self._counts["steps_passthrough"] += 1
+            counts["steps_passthrough"] += 1
             return
         if state == "unplanned":
-            self._counts["steps_unplanned"] += 1
+            counts["steps_unplanned"] += 1
             return
         if state == "profile":
-            self._counts["steps_profiled"] += 1
-            n = self._profiled.get(key, 0) + 1
-            self._profiled[key] = n
-            if n >= self.profile_steps:
-                self._profiled.pop(key, None)
+            counts["steps_profiled"] += 1
+            if kinds.profiled_enough(key, self.profile_steps):
                 from teraio.torch._fsdp import pin_owned
 
                 pin_owned(self._gmodel, driver)  # FSDP2's own buffers: never moved
                 self._drop_runtime()
                 try:
-                    self._make_plan(driver.prog)
+                    self._trace, self._plan = self._planner.make_plan(self._engine, driver.prog)
+                    self._prog = driver.prog
+                    counts["replans"] += 1
                 except (ValueError, _Error) as e:
                     err = _after_update(e, self._opt_ran)
                     lost = _attempt(self._restore_all)  # no plan: nothing stays offloaded
@@ -702,90 +642,164 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
                     if hasattr(err, "add_note"):
                         err.add_note(note)
                     raise err from None
-                self._plans[key] = (self._trace, self._plan, self._prog)
-                self._note_plan(key, self._prog)
-                self._cur_key = key
+                kinds.add(key, (self._trace, self._plan, self._prog), self._planner.budget,
+                          self._planner.budget_fraction)
+                kinds.cur_key = key
             return
-        self._counts["updates_skipped"] += getattr(driver, "optim_skipped", 0)
+        counts["updates_skipped"] += getattr(driver, "optim_skipped", 0)
         if driver.diverged:
             self._note_divergence(driver.diverged, mispredicted)
             return
-        self._counts["steps_offloaded"] += 1
-        if self._key is not None:
-            self._kind_info(self._key)["steps_offloaded"] += 1  # the plan's kind, as chosen
+        counts["steps_offloaded"] += 1
+        if kinds.key is not None:
+            kinds.info(kinds.key)["steps_offloaded"] += 1  # the plan's kind, as chosen
 
     def _detect_device(self, globals_):
         self._cuda = bool(globals_) and globals_[0][1].device.type == "cuda"
 
-    # ---- outside steps ------------------------------------------------------------------------
-    def _bind_globals(self, globals_):
-        """The executor's globals by tensor id (its plan's order), for _restore_runtime: the
-        globals collected later may be others (a gradient that appeared, a state that went)."""
-        self._rt_globals = {st._cdata: (weakref.ref(st), i)
-                            for i, (_, st, _) in enumerate(globals_)}
-        tensors = self._prog.tensors if self._prog is not None else ()
-        self._rt_sizes = {i: tensors[i][0] for i in range(min(len(globals_), len(tensors)))}
-        self._rt_names = {i: name for i, (name, _, _) in enumerate(globals_)}
+    # ---- kinds of steps -----------------------------------------------------------------------
+    def _true_nbytes(self, st):
+        """A global's size, offloaded or not (an offloaded storage has 0 bytes now)."""
+        nb = st.nbytes()
+        if nb:
+            return nb
+        if self._bounded is not None:
+            return self._bounded.true_nbytes(st)
+        return self._exec.true_nbytes(st, self._prog)
 
-    def _restore_runtime(self):
+    def _choose(self, globals_, sig=None):
+        """The state of the step about to run ("warmup", "profile", "execute", or "unplanned":
+        a new kind of step beyond max_plans, run without a plan); switches to the plan made for
+        this kind of step. The executor's stored copies stay where they are on a switch: they
+        go to the next executor, or to the bounded path of an unplanned step."""
+        kinds = self._step_kinds
+        kinds.key = None
+        if self._steps < self.warmup_steps:
+            return "warmup"
+        key = kinds.key = kinds.key_of(globals_, self._true_nbytes, self.optimizer is not None,
+                                       sig)
+        if self._loaded is not None:  # a plan loaded from a file: for the first step after warm-up
+            Planner.check_globals(self._prog, globals_, "plan")
+            kinds.add(key, self._loaded, self.budget, self.budget_fraction)
+            self._loaded = None
+        entry = kinds.lookup(key)
+        if entry is not None:
+            if kinds.cur_key != key:
+                self._runtime_to_bounded()  # its stored globals: for the next executor
+                self._trace, self._plan, self._prog = entry
+                kinds.cur_key = key
+            info = kinds.info(key)
+            if self.budget_fraction is not None and info.get("memory_budget"):
+                self.budget = info["memory_budget"]  # this kind's fraction of its own peak
+            return "execute"
+        if self._runtime is not None:  # a new kind of step: profiled (the budget kept reactively)
+            if self._bounded_ok():
+                self._runtime_to_bounded()
+            else:
+                self._restore_runtime()
+                self._drop_runtime()
+        kinds.cur_key = None
+        if kinds.full(key, self._steps, sig):
+            return "unplanned"
+        return "profile"
+
+    def _update_beyond_plan(self):
+        """optimizer.step() begins in a step whose plan has no update (it was predicted not to
+        step: per-micro-batch accumulation, the first time the updating block comes at its
+        place in the cycle). Where every operator of the plan has run, its executor ends the
+        iteration there and hands its stored globals to the reactive path, and the update runs
+        as the steps without a plan do, within the budget (BoundedRecorder): not a divergence,
+        nothing is brought back. The next step with this many steps since an update is
+        predicted to update, and gets its own plan. Returns whether it did."""
+        cur, key = self._cur, self._step_kinds.key
+        if cur is None or cur[0] != "execute" or key is None or key[1]:
+            return False
+        driver = cur[1]
+        if driver is None or driver.record or driver.passthrough or not self._bounded_ok():
+            return False
+        if driver.dead_pending:
+            driver._flush_deaths()
+        mode = getattr(driver, "mode", None)
+        if mode is None or driver.passthrough or driver.k != len(driver.prog.kernels):
+            return False
+        driver.end()  # the executor's last transfers: the iteration is whole
+        if driver.passthrough:
+            return False
+        from teraio.torch._bounded import BoundedRecorder
+        from teraio.torch._mode import collect_globals
+
+        self._runtime_to_bounded()
+        bounded = self._bounded_start()
+        tail = BoundedRecorder(collect_globals(self._gmodel, self.optimizer), bounded,
+                               split_foreach=self.split_foreach, cuda=self._cuda,
+                               in_optim=lambda: self._in_optim)
+        mode.driver = tail
+        mode._dispatch = None
+        self._driver = tail
+        self._cur = ("execute", tail, bounded)
+        self._report.counts["updates_beyond_plan"] += 1
+        return True
+
+    def _runtime_to_bounded(self):
+        """Drop the executor; the globals it has stored keep their copies, which become the
+        bounded path's (read back when an operator needs them, or handed to the next executor
+        by BoundedMemory.hand_over): a switch between plans moves no byte by itself."""
         if self._runtime is None:
             return
-        import torch
+        self._exec.give_stored(self._bounded_start(), self._prog)
+        self._drop_runtime()
 
-        by_id = {i: ref() for ref, i in self._rt_globals.values()}
-        try:
-            acts = self._runtime.restore_begin()
-            for kind, t, nb in acts:
-                st = by_id.get(t)
-                if st is None:  # died while stored (its owner dropped it): scratch memory
-                    st = by_id[t] = torch.UntypedStorage(nb,
-                                                         device="cuda" if self._cuda else "cpu")
-                if st.nbytes() != nb:  # else never released (a failed release): memory there
-                    st.resize_(nb)
-                self._runtime.bind(t, st.data_ptr())
-            self._runtime.restore_finish()
-        except _Error as e:
-            self._restore_from_copies(e)
+    def _diverged_before(self, reason):
+        self._restore_runtime()
+        self._note_divergence(reason)
+
+    def _note_divergence(self, reason, mispredicted=False):
+        """A step left its plan: it was brought back. A step whose optimizer did not do what
+        was predicted (accumulation, a skipped step) keeps the plan: the next step of this
+        kind uses its own. Any other reason (shapes, control flow) drops the plan, so that
+        the next step of this kind is profiled again."""
+        self.last_divergence = reason
+        self._report.counts["steps_diverged"] += 1
+        kinds = self._step_kinds
+        keep = mispredicted and kinds.cur_key is not None
+        _warn(f"teraio: step {self._steps}: {reason}; this step ran without offloading "
+              "(every tensor was brought back)" + (
+                  "" if keep else " and the next step of this kind re-profiles"))
+        self._drop_runtime()
+        if keep:
+            kinds.cur_key = None
+        else:
+            kinds.drop_current()
+        self._prog = self._plan = self._trace = None
+
+    # ---- outside steps ------------------------------------------------------------------------
+    def _restore_runtime(self):
+        self._exec.restore(self._engine, self._cuda)
 
     def _restore_from_copies(self, failure):
-        """restore() without the executor, after one of its transfers failed (its error is
-        sticky: it refuses every call): every global it released is read back from its copy in
-        the engine, which is complete (a tensor is released only once its copy is written; a
-        failed write keeps the tensor in memory and the previous copy on disk), and so is the
-        one whose read failed (its memory is undefined). Reads only: a disk that fails writes
-        loses nothing. The executor is dropped (a new one starts with the next step). Raises
-        a teraio.Error naming the tensors it could not bring back."""
-        import re
+        self._exec.restore_from_copies(self._engine, failure, self._cuda)
 
-        rt, base = self._runtime, self._rt_id_base
-        bad_read = re.search(r"read of tensor (\d+) ", str(failure))
-        bad_read = int(bad_read.group(1)) if bad_read else None
-        lost = []
-        for ref, t in list(self._rt_globals.values()):
-            st = ref()
-            nb = self._rt_sizes.get(t)
-            if st is None or nb is None:
-                continue
-            state = rt.state(t)
-            if st.nbytes() == nb and state != 4 and t != bad_read:  # 4: ST_MATERIALIZE
-                continue  # in memory: resident, or written and not released yet
-            try:
-                if st.nbytes() != nb:
-                    st.resize_(nb)
-                if self._cuda:
-                    import torch
+    def save_plan(self, path):
+        """Write the plan (path) and its trace (path + '.trace'), to skip profiling later."""
+        if self._plan is None:
+            raise RuntimeError("save_plan: no plan yet (it is made after the profiled steps)")
+        self._trace.save(str(path) + ".trace")
+        self._plan.save(str(path))
 
-                    torch.cuda.current_stream().synchronize()
-                self._engine.read(self._rt_eids.get(t, base + t), st.data_ptr(), nb,
-                                  self._cuda)
-            except Exception as e:  # noqa: BLE001 - listed below; the others are still read
-                lost.append(f"{self._rt_names.get(t, t)} ({e})")
-        self._runtime = None  # failed for good: its copies go with it
-        self._set_prefault(False)
-        if lost:
-            raise _Error(failure.args[0] if len(failure.args) >= 2 else -5,
-                         f"{failure}; reading back from the copies failed for {len(lost)} "
-                         f"tensor(s), which hold no data: {'; '.join(lost[:4])}")
+    def predicted_step_s(self):
+        """The simulator's time for one step of the profiled trace under the plan, on the
+        hardware this Offloader plans for (the measured SSD and host bandwidths, the host tier,
+        memory_budget as the device's memory, the profiled operator times): what a step should
+        take once planned, to set beside the measured one. None before there is a plan, and when
+        the SSD rates are unknown (ssd_bandwidth="auto" with a loaded plan: the probe that
+        measures them runs only before planning). Computed once per plan (a temporary directory
+        holds the files the simulator reads)."""
+        return self._planner.predicted_step_s(self._trace, self._plan)
+
+    def report(self) -> dict:
+        """Counters so far: bytes_offloaded, bytes_prefetched, stall_s, peak_managed_bytes,
+        steps_profiled, steps_offloaded, and more."""
+        return self._report.build(self)
 
     def restore(self):
         """Bring every offloaded tensor back (before evaluating, checkpointing or inspecting the
@@ -800,7 +814,7 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         self._drop_guard()
         if self._guard is not None:  # not the innermost mode: it stays, unarmed
             self._guard.armed = False
-        self._set_prefault(False)  # until the next step
+        self._cpu.set_prefault(False)  # until the next step
         self._restore_runtime()
         # the executor would take its copies for clean at the next step, but code between steps
         # may change the tensors (optimizer.step(), load_state_dict()): the next step starts a
@@ -819,13 +833,12 @@ class Offloader(Planning, StepKinds, CpuMemory, Report, Saving):
         self._drop_runtime()
         self._engine = None
         _core.log_flush()  # what the engine said before it closed
-        self._uninstall_allocator()
-        self._untune_malloc()
+        self._cpu.close()
         self._closed = True
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        from teraio import _between
+        from teraio.torch import _between
 
         _between.release(self, self._owned)
 

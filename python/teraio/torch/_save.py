@@ -284,7 +284,7 @@ class Saving:
                                       self._rt_names.get(t, f"tensor {t}"))
         b = self._bounded
         if b is not None:
-            from teraio._bounded import _RESIDENT
+            from teraio.torch._bounded import _RESIDENT
 
             for cd in b.table.keys():
                 r = b.refs.get(cd)

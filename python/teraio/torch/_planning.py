@@ -1,11 +1,11 @@
-"""Planning for the Offloader: the checks against the budget and the SSD space, the SSD probe,
-the hardware description, the planner call, and plan files (teraio.offload)."""
+"""Planning for the Offloader (Planner, one per Offloader): the checks against the budget and the
+SSD space, the SSD probe, the hardware description, the planner call, and plan files."""
 from __future__ import annotations
 
 import os
 
 from teraio import _core
-from teraio._offload_args import _COMPILE_HELP, _local_nbytes, _warn
+from teraio.torch._offload_args import _COMPILE_HELP, _local_nbytes, _rate_arg, _warn
 
 _Error = _core.Error
 
@@ -15,55 +15,108 @@ PROBE_ID = (1 << 63) - 1  # its engine tensor id: runtime ids count up from 0 (i
 # << 32), the bounded warm-up's from 1 << 62 (_bounded.ID_BASE)
 
 
-class Planning:
-    """Offloader methods: validation against the budget, planning, plan files."""
+def check_budget_params(model, budget):
+    """An absolute budget below the largest parameter can never hold an operator that uses it:
+    refused when the Offloader is made."""
+    if not budget or model is None:
+        return
+    try:
+        big = max(((_local_nbytes(p), n) for n, p in model.named_parameters()),
+                  default=(0, None))
+    except Exception:  # noqa: BLE001 - a model without named_parameters()
+        return
+    if big[0] > budget:
+        raise ValueError(
+            f"memory_budget: {_core.format_bytes(budget)} is below the parameter "
+            f"{big[1]} alone ({_core.format_bytes(big[0])}): raise memory_budget (at "
+            f"least a few times the largest parameter)")
 
-    def _check_budget_params(self, model):
-        """An absolute budget below the largest parameter can never hold an operator that
-        uses it: refused when the Offloader is made."""
-        if not self.budget or model is None:
-            return
+
+def check_dynamo(skips, state):
+    """RuntimeError if Dynamo skipped a compiled frame in this step because of the Offloader's
+    dispatch mode (a torch.compile'd function or module called inside it); skips: the reasons
+    Dynamo listed in this step (None: not watched)."""
+    if not skips:
+        return
+    hit = next((r for r in skips if "dispatch mode" in r), None)
+    if hit is not None:
+        skips.clear()
+        raise RuntimeError(f"torch.compile'd code was called inside off.step() and ran "
+                           f"uncompiled ({hit.split(': ')[0]}; {state}). " + _COMPILE_HELP)
+
+
+def _probe_mixed(engine, eid, ptr, n, tier):
+    """Both directions at once, in the probe's own buffer (no more memory than the probe):
+    store its first half (id eid - 2), then read it back into that half while its second
+    half is written (id eid - 1), on two threads (the engine is thread-safe and releases
+    the GIL). Returns the start and end of the two transfers together and their bytes."""
+    import threading
+    import time
+
+    h = n // 2
+    err = []
+
+    def write():
         try:
-            big = max(((_local_nbytes(p), n) for n, p in model.named_parameters()),
-                      default=(0, None))
-        except Exception:  # noqa: BLE001 - a model without named_parameters()
-            return
-        if big[0] > self.budget:
-            raise ValueError(
-                f"memory_budget: {_core.format_bytes(self.budget)} is below the parameter "
-                f"{big[1]} alone ({_core.format_bytes(big[0])}): raise memory_budget (at "
-                f"least a few times the largest parameter)")
+            engine.write(eid - 1, ptr + h, h, tier)
+        except BaseException as e:  # noqa: BLE001 - raised in the caller below
+            err.append(e)
 
-    def _check_dynamo(self, state):
-        """RuntimeError if Dynamo skipped a compiled frame in this step because of the
-        Offloader's dispatch mode (a torch.compile'd function or module called inside it)."""
-        skips = getattr(self, "_dynamo_skips", None)
-        if not skips:
-            return
-        hit = next((r for r in skips if "dispatch mode" in r), None)
-        if hit is not None:
-            skips.clear()
-            raise RuntimeError(f"torch.compile'd code was called inside off.step() and ran "
-                               f"uncompiled ({hit.split(': ')[0]}; {state}). " + _COMPILE_HELP)
+    engine.write(eid - 2, ptr, h, tier)
+    th = threading.Thread(target=write, name="teraio-ssd-probe")
+    t0 = time.perf_counter()
+    th.start()
+    try:
+        engine.read(eid - 2, ptr, h)
+    finally:
+        th.join()  # the caller frees the buffer only after the write is done
+    t1 = time.perf_counter()
+    if err:
+        raise err[0]
+    engine.drop(eid - 1)
+    engine.drop(eid - 2)
+    return t0, t1, 2 * h
 
-    def _check_before_update(self):
-        """In a profiled step, when the optimizer is about to step: the checks planning makes
-        at the end of the step, on what ran so far (forward and backward) and on what each
-        parameter's update will use (at least the parameter and its gradient). A ValueError here
-        leaves the parameters and optimizer states as they were before the step; the step's
-        gradients are in .grad."""
-        drv = self._driver
-        if drv is None or self._step_state != "profile" or self.budget_fraction is not None:
+
+class Planner:
+    """What the Offloader's plans are made for, and making them. Owns the budget (bytes, or
+    budget_fraction of each kind of step's unconstrained peak: budget is then the current
+    kind's), the tiers (host_memory, ssd_dirs), their rates (given, or measured once through
+    the engine: ssd_measured), the planning policy, min_tensor_bytes and the last prediction
+    (predicted_step_s). The engine is the Offloader's, passed to the calls that use it."""
+
+    def __init__(self, *, budget_fraction, budget, host_memory, ssd_dirs, min_tensor_bytes,
+                 policy, ssd_bandwidth, host_bandwidth):
+        self.budget_fraction = budget_fraction
+        self.budget = budget
+        self.host_memory = host_memory
+        self.ssd_dirs = ssd_dirs
+        self.min_tensor_bytes = min_tensor_bytes
+        self.policy = policy
+        # "auto": measured through the engine on the SSD directories when the first plan is made
+        self.ssd_auto = ssd_bandwidth == "auto"
+        self.ssd_measured = None
+        rate = 0.0 if self.ssd_auto else _rate_arg(ssd_bandwidth, "ssd_bandwidth")
+        self.ssd_read_Bps = self.ssd_write_Bps = rate
+        self.host_Bps = _rate_arg(host_bandwidth, "host_bandwidth")
+        self._prediction = None  # (plan, predicted step seconds): see predicted_step_s()
+
+    def check_before_update(self, engine, prog, optimizer):
+        """In a profiled step (prog: what it recorded so far), when the optimizer is about to
+        step: the checks planning makes at the end of the step, on what ran so far (forward and
+        backward) and on what each parameter's update will use (at least the parameter and its
+        gradient). A ValueError here leaves the parameters and optimizer states as they were
+        before the step; the step's gradients are in .grad. Only with a budget in bytes."""
+        if self.budget_fraction is not None:
             return
-        prog = drv.prog
         note = ("; raised before optimizer.step() updated anything: the parameters and "
                 "optimizer states are as before this step, its gradients are in .grad "
                 "(zero them before retrying the batch)")
         # an update reads a tensor of the parameter's size (its gradient, or what was computed
         # from it) in the operator that writes the parameter: at least parameter + gradient
         need, what = 0, None
-        if self.optimizer is not None:
-            for g in self.optimizer.param_groups:
+        if optimizer is not None:
+            for g in optimizer.param_groups:
                 for p in g["params"]:
                     if p.grad is not None:
                         n = _local_nbytes(p) + _local_nbytes(p.grad)
@@ -76,13 +129,13 @@ class Planning:
                 f"{_core.format_bytes(need)} (the parameter and its gradient): raise "
                 f"memory_budget to at least {_core.format_bytes(need)}" + note)
         try:
-            self._check_program(prog)
+            self.check_program(prog)
         except ValueError as e:
             raise ValueError(str(e) + note) from None
         if self.ssd_dirs:
-            self._check_ssd_room(prog, note)
+            self._check_ssd_room(engine, prog, note)
 
-    def _check_ssd_room(self, prog, note):
+    def _check_ssd_room(self, engine, prog, note):
         """The SSD space any plan needs at least: what must leave memory at the peak and does
         not fit the host tier."""
         need = prog.peak_resident() - self.budget - self.host_memory
@@ -95,7 +148,7 @@ class Planning:
                 free += st.f_bavail * st.f_frsize
             except OSError:
                 return
-        es = self._engine.stats()  # room reserved earlier in this engine's own files
+        es = engine.stats()  # room reserved earlier in this engine's own files
         free += max(0, es["ssd_capacity_bytes"] - es["ssd_used_bytes"])
         if free < need:
             raise _Error(-28, f"ssd_dirs: {self.ssd_dirs} have {_core.format_bytes(free)} free, "
@@ -104,45 +157,35 @@ class Planning:
                               "host_memory / memory_budget" + note)
 
     # ---- plan files -----------------------------------------------------------------------
-    def save_plan(self, path):
-        """Write the plan (path) and its trace (path + '.trace'), to skip profiling later."""
-        if self._plan is None:
-            raise RuntimeError("save_plan: no plan yet (it is made after the profiled steps)")
-        self._trace.save(str(path) + ".trace")
-        self._plan.save(str(path))
-
-    def predicted_step_s(self):
-        """The simulator's time for one step of the profiled trace under the plan, on the
-        hardware this Offloader plans for (the measured SSD and host bandwidths, the host tier,
-        memory_budget as the device's memory, the profiled operator times): what a step should
-        take once planned, to set beside the measured one. None before there is a plan, and when
-        the SSD rates are unknown (ssd_bandwidth="auto" with a loaded plan: the probe that
-        measures them runs only before planning). Computed once per plan (a temporary directory
-        holds the files the simulator reads)."""
-        if self._plan is None or self._trace is None:
+    def predicted_step_s(self, trace, plan):
+        """Offloader.predicted_step_s() for the current plan and its trace (None: no plan);
+        computed once per plan."""
+        if plan is None or trace is None:
             return None
         if self.ssd_dirs and not (self.ssd_read_Bps > 0 and self.ssd_write_Bps > 0):
             return None
-        if self._prediction is not None and self._prediction[0] is self._plan:
+        if self._prediction is not None and self._prediction[0] is plan:
             return self._prediction[1]
         import json
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="teraio-predict-") as d:
-            hw = dict(self._hw(), name="offloader", gpus=1)
+            hw = dict(self.hw(), name="offloader", gpus=1)
             hw_path = os.path.join(d, "hw.json")
             with open(hw_path, "w") as f:
                 json.dump(hw, f)
             trace_path, plan_path = os.path.join(d, "step.tio"), os.path.join(d, "step.plan")
-            self._trace.save(trace_path)
-            self._plan.save(plan_path)
+            trace.save(trace_path)
+            plan.save(plan_path)
             # the executor offloads on demand where the plan falls short: so does the model
             r = _core.simulate(trace_path, hw=hw_path, plan=plan_path, demand_evict=True)
         value = float(r["iteration_s"])
-        self._prediction = (self._plan, value)
+        self._prediction = (plan, value)
         return value
 
-    def _load_plan(self, path):
+    @staticmethod
+    def load_plan(path):
+        """(trace, plan, prog) of the plan file path (OffloadOptions.plan) and its trace."""
         from teraio.torch._mode import StepProgram
 
         path = str(path)
@@ -159,11 +202,11 @@ class Planning:
         prog = StepProgram(tensors=trace.tensors(), kernels=[
             (n, d, f, tuple(u)) for (n, d, f, u) in trace.kernels()], trace=trace)
         prog.n_globals = int(trace.meta.get("n_globals") or 0)
-        self._trace, self._plan, self._prog = trace, plan, prog
-        self._loaded = (trace, plan, prog)
+        return trace, plan, prog
 
-    def _check_globals(self, globals_, where):
-        prog = self._prog
+    @staticmethod
+    def check_globals(prog, globals_, where):
+        """ValueError unless globals_ are those prog (a loaded plan's) was made for."""
         if len(globals_) != prog.n_globals or any(
                 st.nbytes() != prog.tensors[i][0] and st.nbytes() != 0
                 for i, (_, st, _) in enumerate(globals_)):
@@ -179,7 +222,8 @@ class Planning:
                 f"{detail}: pass a plan made for this model, or none to profile it")
 
     # ---- planning -------------------------------------------------------------------------
-    def _hw(self):
+    def hw(self):
+        """The hardware description the planner and the simulator get."""
         return {
             "gpu_memory_bytes": self.budget,
             "gpu_reserve_bytes": 0,
@@ -209,11 +253,12 @@ class Planning:
         return min(m, self.ssd_read_Bps + self.ssd_write_Bps) if self.ssd_dirs and m > 0 else 0.0
 
     def _policy(self):
+        """The planning policy by its C name (teraio: by the tiers there are)."""
         if self.policy != "teraio":
             return self.policy
         return "teraio-mixed" if self.host_memory else "teraio-ssd"
 
-    def _measure_ssd(self):
+    def measure_ssd(self, engine):
         """ssd_bandwidth="auto": write and read back PROBE_BYTES through this Offloader's own
         engine (its backend, chunk size and queue depth, striped over every directory) and plan
         with the rates seen, per directory. Once per Offloader. An I/O error here is the one
@@ -236,15 +281,15 @@ class Planning:
             eid = PROBE_ID
             tier = 2  # TIO_TIER_SSD: the SSDs, not the host tier
             t0 = time.perf_counter()
-            self._engine.write(eid, ptr, n, tier)
+            engine.write(eid, ptr, n, tier)
             t1 = time.perf_counter()
-            self._engine.read(eid, ptr, n)
+            engine.read(eid, ptr, n)
             t2 = time.perf_counter()
             # both directions at once, as training moves them: half the probe read back while
             # the other half is written; the simulator's shared SSD budget takes this as the
             # drive's mixed point (ssd_mixed_Bps)
-            t3, t4, nmix = self._probe_mixed(eid, ptr, n, tier)
-            self._engine.drop(eid)
+            t3, t4, nmix = _probe_mixed(engine, eid, ptr, n, tier)
+            engine.drop(eid)
             ndirs = max(1, len(self.ssd_dirs))
             self.ssd_write_Bps = n / max(t1 - t0, 1e-9) / ndirs
             self.ssd_read_Bps = n / max(t2 - t1, 1e-9) / ndirs
@@ -252,7 +297,7 @@ class Planning:
                                  "mixed_Bps": nmix / max(t4 - t3, 1e-9) / ndirs,
                                  "probe_bytes": n}
         except _Error as e:  # the SSD path training would use fails: say so now
-            from teraio._bounded import error_in
+            from teraio.torch._bounded import error_in
 
             raise error_in(e, f"measuring the SSD directories {self.ssd_dirs} for "
                               f"ssd_bandwidth='auto' ({n >> 20} MiB written and read "
@@ -261,62 +306,30 @@ class Planning:
             del view
             buf.close()
 
-    def _probe_mixed(self, eid, ptr, n, tier):
-        """Both directions at once, in the probe's own buffer (no more memory than the probe):
-        store its first half (id eid - 2), then read it back into that half while its second
-        half is written (id eid - 1), on two threads (the engine is thread-safe and releases
-        the GIL). Returns the start and end of the two transfers together and their bytes."""
-        import threading
-        import time
-
-        h = n // 2
-        err = []
-
-        def write():
-            try:
-                self._engine.write(eid - 1, ptr + h, h, tier)
-            except BaseException as e:  # noqa: BLE001 - raised in the caller below
-                err.append(e)
-
-        self._engine.write(eid - 2, ptr, h, tier)
-        th = threading.Thread(target=write, name="teraio-ssd-probe")
-        t0 = time.perf_counter()
-        th.start()
-        try:
-            self._engine.read(eid - 2, ptr, h)
-        finally:
-            th.join()  # the caller frees the buffer only after the write is done
-        t1 = time.perf_counter()
-        if err:
-            raise err[0]
-        self._engine.drop(eid - 1)
-        self._engine.drop(eid - 2)
-        return t0, t1, 2 * h
-
-    def _make_plan(self, prog):
+    def make_plan(self, engine, prog):
+        """(trace, plan) for the recorded step prog (its program becomes final: prog.trace)."""
         if self.ssd_auto and self.ssd_dirs and self.ssd_measured is None:
-            self._measure_ssd()
+            self.measure_ssd(engine)
         meta = {"source": "teraio.torch", "n_globals": str(prog.n_globals)}
         trace = _core.Trace.build(prog.tensors, prog.kernels, meta)
         prog.trace = trace  # final: the budget, the checks and the executor read its liveness
         try:
             if self.budget_fraction is not None:
                 self.budget = max(1, int(self.budget_fraction * prog.peak_resident()))
-            self._check_program(prog)
+            self.check_program(prog)
         except ValueError:
             prog.trace = None  # no plan: the program is not final
             raise
-        plan = _core.Plan.make(trace, self._hw(), self._policy(), self.min_tensor_bytes, True)
+        plan = _core.Plan.make(trace, self.hw(), self._policy(), self.min_tensor_bytes, True)
         s = plan.summary()
         if not s["feasible"]:
             _warn(f"teraio: the plan cannot keep every operator under memory_budget "
                   f"{_core.format_bytes(self.budget)} (short by "
                   f"{_core.format_bytes(s['shortfall_bytes'])} at operator "
                   f"{s['shortfall_kernel']}); the executor offloads on demand where it must")
-        self._trace, self._plan, self._prog = trace, plan, prog
-        self._counts["replans"] += 1
+        return trace, plan
 
-    def _check_program(self, prog):
+    def check_program(self, prog):
         """ValueError if the budget cannot hold an operator of prog (recorded so far)."""
         ws = prog.working_sets()
         if not ws:
@@ -328,7 +341,7 @@ class Planning:
                 f"of operator {kmax} ({prog.kernels[kmax][0]}: "
                 f"{_core.format_bytes(ws[kmax])}, the tensors it uses at once): raise "
                 f"memory_budget to at least {_core.format_bytes(ws[kmax])}")
-        need, kmax, fixed = self._min_budget(prog)
+        need, kmax, fixed = self.min_budget(prog)
         if need > self.budget:
             raise ValueError(
                 f"memory_budget: {_core.format_bytes(self.budget)} is below what operator "
@@ -339,7 +352,7 @@ class Planning:
                 f"inputs and communication buffers): raise memory_budget to at least "
                 f"{_core.format_bytes(need)} or lower min_tensor_bytes")
 
-    def _movable_ids(self, prog):
+    def movable_ids(self, prog):
         """Tensors the executor may move: big enough and not pinned (inputs, buffers of
         collectives). The plan's moves are among them; the rest can still be offloaded on demand
         when the plan cannot keep an operator under the budget."""
@@ -348,12 +361,12 @@ class Planning:
         return frozenset(t for t, (b, _, f, _) in enumerate(prog.tensors)
                          if b >= max(1, self.min_tensor_bytes) and not f & F_PINNED)
 
-    def _min_budget(self, prog):
+    def min_budget(self, prog):
         """(bytes, operator, fixed): the most any operator needs resident when everything
         movable and unused by it is offloaded: its working set plus the live tensors that are
         never moved (the executor's accounting: globals always, an intermediate from its first
         to its last use, free marker included)."""
-        movable = self._movable_ids(prog)
+        movable = self.movable_ids(prog)
         fixed = prog.liveness(exclude=movable)[2]  # bytes never moved, live at each operator
         tb = [t[0] for t in prog.tensors]
         best = (0, 0, 0)

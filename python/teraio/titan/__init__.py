@@ -1,0 +1,6 @@
+"""teraio.titan: the short name of teraio.integrations.titan (the same module object: what is set or
+patched through either name is seen through the other)."""
+import importlib
+import sys
+
+sys.modules[__name__] = importlib.import_module("teraio.integrations.titan")

@@ -435,10 +435,11 @@ class _PlaceholderGuard(TorchDispatchMode):
 
 
 class SaveWindow:
-    """Offloader.streamed_saves(): from open() (or `with`) to close(), on the thread that
-    opened it,
+    """Offloader.streamed_saves(): from open() (or `with`) to close(),
     - the model's and optimizer's state_dict() hooks leave the offloaded tensors offloaded
-      (as inside Offloader.save()'s callable); any other use still brings every tensor back;
+      (as inside Offloader.save()'s callable), on every thread; any other use still brings
+      every tensor back. The functions below are streamed on the thread that opened it only:
+      other threads get them as they are;
     - torch.save of an object that holds offloaded storages writes it as Offloader.save() does
       (the same bytes as torch.save with every tensor in memory, each offloaded storage read
       from its tier in turn); other objects go to torch.save as they are;
@@ -559,7 +560,13 @@ class SaveWindow:
                 return prev(obj, f, *args, **kwargs)
             protocol = kwargs.get("pickle_protocol", 2)
             offl = self.off._offloaded_now() if self.placeholders is None else self.src
-            hits = {st._cdata for st in storage_order(obj, protocol) if st._cdata in offl}
+            try:
+                order = storage_order(obj, protocol)
+            except Exception:  # noqa: BLE001 - torch.save says what it cannot pickle
+                if offl:  # it may hold offloaded storages: torch.save would write them short
+                    self.abort("torch.save of an object its storages could not be listed in")
+                return prev(obj, f, *args, **kwargs)
+            hits = {st._cdata for st in order if st._cdata in offl}
             if not hits:
                 return prev(obj, f, *args, **kwargs)
             if args or set(kwargs) - {"pickle_protocol"}:  # not what write_streamed writes

@@ -19,8 +19,8 @@ Checkpoints: where the Trainer's flow decided in on_step_end to save without eva
 the callback opens Offloader.streamed_saves() until on_save: the Trainer's own calls
 (save_pretrained's safetensors file, torch.save of the optimizer's and scheduler's state dicts,
 the RNG states and arguments) write the files they write with every tensor in memory, the
-offloaded tensors read from their tier one at a time, so the save stays within the budget plus
-the largest offloaded tensor (report()["save_peak_bytes"]). Before an evaluation (and a save
+offloaded tensors read from their tier one at a time, so the save holds what stays in memory
+between steps plus the largest offloaded tensor (report()["save_peak_bytes"]). Before an evaluation (and a save
 after it) and at the end of training the callback calls off.restore(), so that the Trainer
 reads parameters that are all in memory.
 

@@ -151,6 +151,7 @@ def test_streamed_save_is_plain_bytes_within_budget_and_resumes(tmp_path):
     fails: inside a step, a missing directory, a full disk, a corrupt SSD copy (checksums)."""
     _ok("""
 import errno
+_torch_save = torch.save
 budget = off.report()["memory_budget"]
 def resident(m, o):
     return sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
@@ -173,6 +174,30 @@ assert res_before < peak <= budget, (res_before, peak, budget)
 assert open(path, "rb").read() == open(ppath, "rb").read(), "path: not torch.save's bytes"
 assert buf.getvalue() == pbuf.getvalue(), "file object: not torch.save's bytes"
 assert sorted(os.listdir(ck_dir)) == ["ckpt.pt"], os.listdir(ck_dir)
+# streamed_saves() (what teraio.hf's callback opens around a Trainer's save): torch.save and
+# safetensors' save_file of the state dicts write the plain bytes, streamed
+from safetensors.torch import save_file
+w_dir = os.path.join(TMP, "window"); os.makedirs(w_dir)
+save_file(pm.state_dict(), os.path.join(plain_dir, "m.st"), metadata={"format": "pt"})
+torch.save(po.state_dict(), os.path.join(plain_dir, "o.pt"))
+with off.streamed_saves() as w:
+    save_file(m.state_dict(), os.path.join(w_dir, "m.st"), metadata={"format": "pt"})
+    torch.save(o.state_dict(), os.path.join(w_dir, "o.pt"))
+    assert offloaded(m, o) == n_before, "streamed_saves() brought offloaded tensors back"
+    assert w.streamed_bytes > 0 and w.brought_back == 0, (w.streamed_bytes, w.brought_back)
+    # an operator (not a view) on an offloaded tensor while it has a placeholder (as in a
+    # model's save_pretrained()) brings every tensor back before it runs: the true values
+    name, p = next((k, v) for k, v in m.named_parameters() if v.untyped_storage().nbytes() == 0)
+    with w._scope():
+        assert p.untyped_storage().nbytes() == p.numel() * p.element_size()
+        total = p.sum()
+    assert w.brought_back == 1 and offloaded(m, o) == 0, (w.brought_back, offloaded(m, o))
+    assert torch.equal(total, dict(pm.named_parameters())[name].sum()), name
+assert save_file is __import__("safetensors.torch").torch.save_file and torch.save is _torch_save
+for f in ("m.st", "o.pt"):
+    assert open(os.path.join(w_dir, f), "rb").read() == \
+        open(os.path.join(plain_dir, f), "rb").read(), f
+assert sorted(os.listdir(w_dir)) == ["m.st", "o.pt"], os.listdir(w_dir)
 # torch.save(state_dict()) (the hooks bring every tensor back) holds more than the budget
 sd = both(m, o)
 assert offloaded(m, o) == 0 and resident(m, o) > budget, (offloaded(m, o), resident(m, o), budget)

@@ -13,9 +13,16 @@ and the update are one step to teraio. The Trainer fetches the micro-batches bef
 on_step_begin, and logs, evaluates and saves after on_step_end, outside the step. Where the
 number of batches per epoch is not a multiple of gradient_accumulation_steps, each epoch's last
 step has fewer micro-batches: the callback passes the number of micro-batches as the step's
-kind (Offloader.step(kind=...)), so that step gets its own plan. Before a save,
-an evaluation and the end of training (what the Trainer's flow decided in on_step_end) the
-callback calls off.restore(), so that the Trainer reads parameters that are all in memory.
+kind (Offloader.step(kind=...)), so that step gets its own plan.
+
+Checkpoints: where the Trainer's flow decided in on_step_end to save without evaluating first,
+the callback opens Offloader.streamed_saves() until on_save: the Trainer's own calls
+(save_pretrained's safetensors file, torch.save of the optimizer's and scheduler's state dicts,
+the RNG states and arguments) write the files they write with every tensor in memory, the
+offloaded tensors read from their tier one at a time, so the save holds what stays in memory
+between steps plus the largest offloaded tensor (report()["save_peak_bytes"]). Before an evaluation (and a save
+after it) and at the end of training the callback calls off.restore(), so that the Trainer
+reads parameters that are all in memory.
 
 Needs `transformers` (imported here, not by `import teraio`).
 """
@@ -42,6 +49,7 @@ class OffloadCallback(TrainerCallback):
         self.offloader = None
         self._ctx = None
         self._batches = None  # the training dataloader's batches per epoch, where it has a len
+        self._window = None  # the Offloader.streamed_saves() open from on_step_end to on_save
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
         import teraio
@@ -71,6 +79,7 @@ class OffloadCallback(TrainerCallback):
         return acc
 
     def on_step_begin(self, args, state, control, **kw):
+        self._close_window()
         if self._ctx is not None:  # a step that never ended (train() raised): bring it back
             self._abort()
         self._ctx = self.offloader.step(kind=self._micro_batches(args, state))
@@ -88,11 +97,27 @@ class OffloadCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if self._ctx is not None:
             self._exit()
-        # DefaultFlowCallback (first in the Trainer's list) has set these for this step
-        if control.should_save or control.should_evaluate or control.should_training_stop:
+        # DefaultFlowCallback (first in the Trainer's list) has set these for this step; the
+        # Trainer logs, evaluates, then saves
+        if control.should_save and not control.should_evaluate:
+            self._window = self.offloader.streamed_saves()
+            self._window.open()
+        elif control.should_save or control.should_evaluate or control.should_training_stop:
             self.offloader.restore()
 
+    def _close_window(self):
+        w, self._window = self._window, None
+        if w is not None:
+            w.close()
+
+    def on_save(self, args, state, control, **kw):
+        self._close_window()
+
+    def on_evaluate(self, args, state, control, **kw):
+        self._close_window()
+
     def on_train_end(self, args, state, control, **kw):
+        self._close_window()
         if self._ctx is not None:
             self._exit()
         if self.offloader is not None:
@@ -107,6 +132,7 @@ class OffloadCallback(TrainerCallback):
 
     def close(self):
         """Restore everything and release the Offloader's engine (its swap files)."""
+        self._close_window()
         if self._ctx is not None:
             self._abort()
         if self.offloader is not None:

@@ -31,8 +31,10 @@ import zipfile
 import zlib
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _M64 = (1 << 64) - 1
+_TORCH_SAVE = torch.save  # the passes below: torch.save itself, never a SaveWindow's wrapper
 _CHUNK = 8 << 20  # bytes copied at a time from a temporary file into a file object
 
 
@@ -144,7 +146,7 @@ def _view(st):
     return memoryview((ctypes.c_char * nb).from_address(st.data_ptr())).cast("B")
 
 
-def write_streamed(obj, path, offloaded, read, protocol=2, as_file=False):
+def write_streamed(obj, path, offloaded, read, protocol=2, as_file=False, presized=False):
     """Write to the file `path` (created or truncated) the bytes torch.save(obj, path) writes
     (as_file: those torch.save(obj, f) writes to a file object f: the records' prefix is then
     "archive", where for a path it is the file name's stem).
@@ -152,21 +154,23 @@ def write_streamed(obj, path, offloaded, read, protocol=2, as_file=False):
     offloaded: {storage._cdata: nbytes} of the CPU storages that hold no memory now;
     read(cdata, nbytes) -> a buffer (buffer protocol) with that storage's bytes, read from its
     tier; it is dropped before the next is read. Returns the most bytes held at once by read's
-    buffers (one at a time: the largest offloaded storage written)."""
+    buffers (one at a time: the largest offloaded storage written). presized: the offloaded
+    storages already hold untouched memory of their size (a Placeholders scope), not 0 bytes."""
     order = storage_order(obj, protocol)
     sized = {st._cdata: (st, offloaded[st._cdata]) for st in order
-             if st._cdata in offloaded and st.nbytes() == 0}
+             if st._cdata in offloaded and st.nbytes() == (offloaded[st._cdata] if presized
+                                                             else 0)}
     for st in order:
         if st._cdata in offloaded and st._cdata not in sized:
             raise RuntimeError("an offloaded storage holds memory: the Offloader's records "
                                "and the tensors disagree")
-    with _sized(sized.values()):
+    with _sized(() if presized else sized.values()):
         with torch.serialization.skip_data():
             if as_file:
                 with open(path, "wb") as fh:
-                    torch.save(obj, fh, pickle_protocol=protocol)
+                    _TORCH_SAVE(obj, fh, pickle_protocol=protocol)
             else:
-                torch.save(obj, path, pickle_protocol=protocol)
+                _TORCH_SAVE(obj, path, pickle_protocol=protocol)
     data, records, start_dir = _records(path, len(order))
     crc_of = {}
     held = 0
@@ -217,7 +221,7 @@ def _pwrite_all(fd, buf, off):
         off += n
 
 
-def save(obj, f, offloaded, read, protocol=2, tmp_dir=None):
+def save(obj, f, offloaded, read, protocol=2, tmp_dir=None, presized=False):
     """write_streamed to f: a path (written under the same name in a temporary directory beside
     it, as torch.save names the records after the file, then renamed over f when complete: a
     failure leaves f as it was) or a writable binary file object (the checkpoint is written to
@@ -227,7 +231,7 @@ def save(obj, f, offloaded, read, protocol=2, tmp_dir=None):
         d = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".teraio-save-")
         tmp = os.path.join(d, os.path.basename(path))
         try:
-            held = write_streamed(obj, tmp, offloaded, read, protocol)
+            held = write_streamed(obj, tmp, offloaded, read, protocol, presized=presized)
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(OSError):
@@ -241,7 +245,8 @@ def save(obj, f, offloaded, read, protocol=2, tmp_dir=None):
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, suffix=".tmp")
     os.close(fd)
     try:
-        held = write_streamed(obj, tmp, offloaded, read, protocol, as_file=True)
+        held = write_streamed(obj, tmp, offloaded, read, protocol, as_file=True,
+                              presized=presized)
         with open(tmp, "rb") as src:
             while True:
                 b = src.read(_CHUNK)
@@ -273,15 +278,15 @@ class Saving:
     _save_peak = 0
 
     def _offloaded_now(self):
-        """{storage key: (engine id, bytes, name)} of the CPU globals that hold no memory now,
-        their bytes in the engine (the executor's, then the unplanned steps' copies)."""
+        """{storage key: (engine id, bytes, name, storage)} of the CPU globals that hold no
+        memory now, their bytes in the engine (the executor's, then the unplanned steps' copies)."""
         out = {}
         if self._runtime is not None:
             for ref, t in self._rt_globals.values():
                 st, nb = ref(), self._rt_sizes.get(t)
                 if st is not None and nb and st.nbytes() == 0:
                     out[st._cdata] = (self._rt_eids.get(t, self._rt_id_base + t), nb,
-                                      self._rt_names.get(t, f"tensor {t}"))
+                                      self._rt_names.get(t, f"tensor {t}"), st)
         b = self._bounded
         if b is not None:
             from teraio.torch._bounded import _RESIDENT
@@ -291,7 +296,7 @@ class Saving:
                 st = r() if r is not None else None
                 nb, eid, flags = b.table.get(cd)
                 if st is not None and nb and not flags & _RESIDENT and st.nbytes() == 0:
-                    out[cd] = (eid, nb, b.names.get(cd, f"a tensor of {nb} bytes"))
+                    out[cd] = (eid, nb, b.names.get(cd, f"a tensor of {nb} bytes"), st)
         return out
 
     def save(self, obj, f, *, pickle_protocol=2):
@@ -333,26 +338,37 @@ class Saving:
         finally:
             self._saving = False
 
-    def _save_streamed(self, obj, f, src, protocol):
+    def _tier_reader(self, src, who, left):
+        """read(cdata, nbytes) for write_streamed: that offloaded storage's bytes, from its tier
+        (src: _offloaded_now()) into a new buffer; a failure says what `left` says."""
         from teraio import _core
-        from teraio.torch._mode import collect_globals
-
-        where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
-        # the globals in memory (not offloaded) while the save runs: the save adds one buffer
-        resident = sum(st.nbytes() for _, st, _ in collect_globals(self._gmodel, self.optimizer))
 
         def read(cd, nb):
-            eid, _, name = src[cd]
+            eid, _, name, _ = src[cd]
             buf, ptr = _io_buffer(nb)
             try:
                 self._engine.read(eid, ptr, nb, False)
             except _core.Error as e:
                 raise _core.Error(e.args[0] if len(e.args) >= 2 else -5,
-                                  f"teraio: Offloader.save(): reading {name} ({nb} bytes) "
-                                  f"from its tier failed: {e}; nothing was written under "
-                                  f"{where!r}; the tensors are as they were") from None
+                                  f"teraio: {who}: reading {name} ({nb} bytes) from its tier "
+                                  f"failed: {e}; {left}; the tensors are as they were") from None
             return buf
 
+        return read
+
+    def _resident_bytes(self):
+        """Bytes of the globals in memory now (those not offloaded)."""
+        from teraio.torch._mode import collect_globals
+
+        return sum(st.nbytes() for _, st, _ in collect_globals(self._gmodel, self.optimizer))
+
+    def _save_streamed(self, obj, f, src, protocol):
+
+        where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
+        # the globals in memory (not offloaded) while the save runs: the save adds one buffer
+        resident = self._resident_bytes()
+
+        read = self._tier_reader(src, "Offloader.save()", f"nothing was written under {where!r}")
         try:
             held = save(obj, f, {cd: v[1] for cd, v in src.items()}, read, protocol,
                         tmp_dir=self.ssd_dirs[0] if self.ssd_dirs else None)
@@ -363,3 +379,344 @@ class Saving:
                        f"{left}; the model and optimizer are as they were")
             raise
         self._save_peak = max(self._save_peak, resident + held)
+
+    def streamed_saves(self):
+        """A SaveWindow (a context manager) on this Offloader: between steps, while it is open,
+        torch.save and safetensors' save_file write the offloaded tensors streamed from their
+        tier, the same bytes as with every tensor in memory, and the model's and optimizer's
+        state_dict() hand out the offloaded tensors as they are. For code that saves with
+        those calls itself (a Hugging Face Trainer's checkpoint: teraio.hf.OffloadCallback
+        opens one around it):
+
+            with off.streamed_saves():
+                trainer.save_model(d)
+                torch.save(trainer.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
+        """
+        if self._driver is not None or self._in_step:
+            raise RuntimeError("Offloader.streamed_saves() inside a step: open it between steps")
+        return SaveWindow(self)
+
+
+def _tensors_in(args, kwargs):
+    stack = [args, kwargs]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+
+
+class _PlaceholderGuard(TorchDispatchMode):
+    """Pushed while a SaveWindow's placeholders are in: an operator (other than a view) on a
+    tensor with a placeholder would read memory that is not the tensor's, so every tensor is
+    brought back (the placeholders out first) before it runs."""
+
+    def __init__(self, window):
+        super().__init__()
+        self.window = window
+        self.armed = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        w = self.window
+        if self.armed and w.placeholders is not None and not _is_view(func):
+            for t in _tensors_in(args, kwargs):
+                try:
+                    cd = t.untyped_storage()._cdata
+                except (RuntimeError, NotImplementedError):
+                    continue
+                if cd in w.src:
+                    w.abort(f"the operator {func} on an offloaded tensor during a save")
+                    break
+        return func(*args, **kwargs)
+
+
+class SaveWindow:
+    """Offloader.streamed_saves(): from open() (or `with`) to close(),
+    - the model's and optimizer's state_dict() hooks leave the offloaded tensors offloaded
+      (as inside Offloader.save()'s callable), on every thread; any other use still brings
+      every tensor back. The functions below are streamed on the thread that opened it only:
+      other threads get them as they are;
+    - torch.save of an object that holds offloaded storages writes it as Offloader.save() does
+      (the same bytes as torch.save with every tensor in memory, each offloaded storage read
+      from its tier in turn); other objects go to torch.save as they are;
+    - safetensors' save_file (as safetensors.torch.save_file, and as `save_file` or
+      `safe_save_file` in any loaded module that imported it so: transformers' does) of tensors that include offloaded ones
+      writes the file through save_file itself, each offloaded storage given untouched memory
+      of its size for the call (its bytes there are zeros), then writes each offloaded tensor's
+      bytes from its tier over its place in the file (the header gives it): the same bytes as
+      save_file with every tensor in memory. The file is written under a temporary name beside
+      the target and renamed into place when complete;
+    - the Offloader's model's save_pretrained() runs with every offloaded storage given such
+      memory (placeholders), so that code that tells tensors apart by their storage's address
+      and size (tied weights, shards) sees them as with every tensor in memory. An operator
+      (not a view) on one of them in there brings every tensor back first (_PlaceholderGuard).
+      Code that reads a tensor's memory without an operator (numpy(), data_ptr()) in there
+      reads zeros: call restore() before such code.
+    The most bytes of globals in memory at once (resident ones and one offloaded storage being
+    written) go to report()["save_peak_bytes"]."""
+
+    def __init__(self, off):
+        import threading
+
+        self.off = off
+        self.thread = threading.get_ident()
+        self.is_open = False
+        self.src = {}  # the offloaded storages while placeholders are in: _offloaded_now()
+        self.placeholders = None  # the ExitStack that takes them out
+        self.depth = 0
+        self.modes = []  # _PlaceholderGuards pushed, until taken off the mode stack
+        self.writing = False  # our own writes: no operator may bring tensors back here
+        self.patched = []  # (object, attribute, previous value)
+        self.resident = 0
+        self.held = 0
+        self.streamed_bytes = 0  # offloaded bytes written from their tier
+        self.brought_back = 0  # aborts: times an operator made the window bring tensors back
+
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def open(self):
+        if self.is_open:
+            return
+        off = self.off
+        if off._closed or off._cuda:  # nothing offloaded / not streamed on a GPU
+            if not off._closed:
+                off.restore()
+            return
+        self.resident = off._resident_bytes()
+        off._saving = True
+        self.is_open = True
+        self._patch()
+
+    def close(self):
+        """End the window: the functions back, the placeholders out, the hooks as between
+        steps. Idempotent."""
+        if not self.is_open:
+            return
+        self.is_open = False
+        self._end_scope()
+        for obj, name, prev in reversed(self.patched):
+            if prev is _ABSENT:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, prev)
+        self.patched = []
+        self.off._saving = False
+        self.off._save_peak = max(self.off._save_peak, self.resident + self.held)
+
+    # -- the functions patched while open --
+
+    def _patch(self):
+        import sys
+
+        self._set(torch, "save", self._wrap_torch_save(torch.save))
+        try:
+            import safetensors.torch as stt
+        except ImportError:
+            stt = None
+        if stt is not None:
+            orig = stt.save_file
+            wrapped = self._wrap_save_file(orig)
+            self._set(stt, "save_file", wrapped)
+            for name, mod in list(sys.modules.items()):
+                d = getattr(mod, "__dict__", None)
+                if name == stt.__name__ or not isinstance(d, dict):
+                    continue
+                for attr in ("save_file", "safe_save_file"):
+                    if d.get(attr) is orig:
+                        self._set(mod, attr, wrapped)
+        model = self.off._gmodel
+        sp = getattr(model, "save_pretrained", None) if model is not None else None
+        if sp is not None:
+            self._set(model, "save_pretrained", self._wrap_save_pretrained(sp))
+
+    def _set(self, obj, name, value):
+        import types
+
+        # an instance's method: take the instance attribute away again at close (setting the
+        # bound method back would leave it an attribute)
+        prev = getattr(obj, name) if isinstance(obj, types.ModuleType) else \
+            vars(obj).get(name, _ABSENT)
+        self.patched.append((obj, name, prev))
+        setattr(obj, name, value)
+
+    def _mine(self):
+        import threading
+
+        return self.is_open and threading.get_ident() == self.thread
+
+    def _wrap_torch_save(self, prev):
+        def save_(obj, f, *args, **kwargs):
+            if not self._mine() or self.writing:
+                return prev(obj, f, *args, **kwargs)
+            protocol = kwargs.get("pickle_protocol", 2)
+            offl = self.off._offloaded_now() if self.placeholders is None else self.src
+            try:
+                order = storage_order(obj, protocol)
+            except Exception:  # noqa: BLE001 - torch.save says what it cannot pickle
+                if offl:  # it may hold offloaded storages: torch.save would write them short
+                    self.abort("torch.save of an object its storages could not be listed in")
+                return prev(obj, f, *args, **kwargs)
+            hits = {st._cdata for st in order if st._cdata in offl}
+            if not hits:
+                return prev(obj, f, *args, **kwargs)
+            if args or set(kwargs) - {"pickle_protocol"}:  # not what write_streamed writes
+                self.abort(f"torch.save(..., {', '.join(sorted(kwargs)) or 'positional'})")
+                return prev(obj, f, *args, **kwargs)
+            with self._scope():
+                src = self.src
+                where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
+                read = self._counted(self.off._tier_reader(
+                    src, "torch.save in Offloader.streamed_saves()",
+                    f"nothing was written under {where!r}"))
+                self.writing = True
+                try:
+                    held = save(obj, f, {cd: src[cd][1] for cd in hits}, read, protocol,
+                                tmp_dir=self.off.ssd_dirs[0] if self.off.ssd_dirs else None,
+                                presized=True)
+                finally:
+                    self.writing = False
+                self.held = max(self.held, held)
+            return None
+
+        return save_
+
+    def _wrap_save_file(self, prev):
+        def save_file(tensors, filename, metadata=None):
+            if not self._mine() or self.writing or not isinstance(tensors, dict):
+                return prev(tensors, filename, metadata=metadata)
+            offl = self.off._offloaded_now() if self.placeholders is None else self.src
+            if not any(isinstance(v, torch.Tensor) and v.device.type == "cpu"
+                       and v.untyped_storage()._cdata in offl for v in tensors.values()):
+                return prev(tensors, filename, metadata=metadata)
+            with self._scope():
+                path = os.path.abspath(os.fspath(filename))
+                read = self._counted(self.off._tier_reader(
+                    self.src, "safetensors save_file in Offloader.streamed_saves()",
+                    f"nothing was written under {path!r}"))
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".teraio-save-")
+                os.close(fd)
+                self.writing = True
+                try:
+                    prev(tensors, tmp, metadata=metadata)
+                    self.held = max(self.held, _stream_safetensors(tmp, tensors, self.src, read))
+                    os.replace(tmp, path)
+                finally:
+                    self.writing = False
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+            return None
+
+        return save_file
+
+    def _wrap_save_pretrained(self, prev):
+        def save_pretrained(*args, **kwargs):
+            if not self._mine():
+                return prev(*args, **kwargs)
+            with self._scope():
+                return prev(*args, **kwargs)
+
+        return save_pretrained
+
+    def _counted(self, read):
+        def counted(cd, nb):
+            self.streamed_bytes += nb
+            return read(cd, nb)
+
+        return counted
+
+    # -- placeholders --
+
+    @contextlib.contextmanager
+    def _scope(self):
+        """Placeholders in for the duration (nested: the outermost puts them in and out)."""
+        if self.depth == 0 and self.placeholders is None:
+            self.src = self.off._offloaded_now()
+            stack = contextlib.ExitStack()
+            stack.enter_context(_sized([(v[3], v[1]) for v in self.src.values()]))
+            self.placeholders = stack
+            mode = _PlaceholderGuard(self)
+            mode.__enter__()
+            self.modes.append(mode)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                self._end_scope()
+
+    def _end_scope(self):
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        for m in self.modes:
+            m.armed = False
+        while self.modes and _get_current_dispatch_mode() is self.modes[-1]:
+            self.modes.pop().__exit__(None, None, None)
+        ph, self.placeholders = self.placeholders, None
+        self.src = {}
+        if ph is not None:
+            ph.close()
+
+    def abort(self, what):
+        """Bring every tensor back (for `what`), the placeholders out first; the window stays
+        open (later saves write from memory)."""
+        if self.writing:
+            raise RuntimeError(f"teraio: {what} while Offloader.streamed_saves() writes a file")
+        self._end_scope()
+        self.brought_back += 1
+        self.off._bring_back(what)
+
+
+_ABSENT = object()
+
+
+def _stream_safetensors(path, tensors, src, read):
+    """Write over the safetensors file `path` (written by save_file with placeholders) each
+    tensor's bytes whose storage is offloaded (src), read from its tier one storage at a time.
+    Returns the largest buffer held."""
+    import json
+
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise RuntimeError(f"{path}: not a safetensors file (no header)")
+        (n,) = struct.unpack("<Q", head)
+        header = json.loads(f.read(n))
+    base = 8 + n
+    by_storage = {}
+    for k, v in tensors.items():
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+            cd = v.untyped_storage()._cdata
+            if cd in src:
+                by_storage.setdefault(cd, []).append((k, v))
+    held = 0
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for cd, items in by_storage.items():
+            nb = src[cd][1]
+            buf = read(cd, nb)
+            held = max(held, nb)
+            mv = memoryview(buf).cast("B")
+            for k, v in items:
+                a, b = header[k]["data_offsets"]
+                start = v.storage_offset() * v.element_size()
+                size = v.numel() * v.element_size()
+                if b - a != size or start + size > nb:
+                    raise RuntimeError(f"{path}: {k}: {b - a} bytes in the file, the tensor has "
+                                       f"{size} of a storage of {nb}")
+                _pwrite_all(fd, mv[start:start + size], base + a)
+            del mv, buf
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return held

@@ -55,6 +55,17 @@ static inline void io_fill(unsigned char *p, uint64_t n, uint64_t seed) {
     }
 }
 
+/* A producer for the fake CUDA runtime's streams (`launch_host_func`): fills the shadow of
+ * device memory with io_fill's pattern, as a kernel writing that memory would. */
+struct io_fill_arg {
+    unsigned char *shadow;
+    uint64_t n, seed;
+};
+static inline void io_fill_fn(void *arg) {
+    const struct io_fill_arg *f = arg;
+    io_fill(f->shadow, f->n, f->seed);
+}
+
 /* 1 if p holds the pattern of seed. */
 static inline int io_check(const unsigned char *p, uint64_t n, uint64_t seed) {
     unsigned char *want = malloc(n ? n : 1);

@@ -229,15 +229,6 @@ TIO_TEST(write_overlaps_and_waits_for_the_copy) {
     tio_bounce_fini(&b);
 }
 
-struct fill {
-    unsigned char *shadow;
-    uint64_t n, seed;
-};
-static void fill_fn(void *arg) {
-    const struct fill *f = arg;
-    io_fill(f->shadow, f->n, f->seed);
-}
-
 /* A request's fence is waited for on the copy stream: a write stores what the producer wrote
  * after the fence's gate opened, a read's bytes land only after it. */
 TIO_TEST(fence_is_waited_for_on_the_stream) {
@@ -250,10 +241,10 @@ TIO_TEST(fence_is_waited_for_on_the_stream) {
             fc.event_create(&ev, 2) == 0);
     reset_counts();
     io_fill(fc.translate(d, len), len, 31); /* before the producer */
-    struct fill f = { fc.translate(d, len), len, 32 };
+    struct io_fill_arg f = { fc.translate(d, len), len, 32 };
     atomic_store(&gate_open, 0);
     CHECK_EQ_I(fc.launch_host_func(ps, gate_fn, NULL), 0);
-    CHECK_EQ_I(fc.launch_host_func(ps, fill_fn, &f), 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, io_fill_fn, &f), 0);
     CHECK_EQ_I(fc.event_record(ev, ps), 0);
     struct job j = { &b, fd, dev_req(d, len, TIO_IO_OP_WRITE), 0 };
     j.r.fence = ev;

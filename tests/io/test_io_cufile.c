@@ -130,15 +130,6 @@ static void gate_fn(void *arg) {
         nanosleep(&ts, NULL);
     }
 }
-struct fill {
-    unsigned char *shadow;
-    uint64_t n, seed;
-};
-static void fill_fn(void *arg) {
-    const struct fill *f = arg;
-    io_fill(f->shadow, f->n, f->seed);
-}
-
 /* Wait up to 5 s for the fake to have queued more than `before` stream calls. */
 static int async_queued(uint64_t before) {
     for (int i = 0; i < 5000 && async_calls() <= before; i++) {
@@ -169,10 +160,10 @@ TIO_TEST(fence_orders_the_transfer_on_the_gpu) {
                tio_engine_free(e));
     /* a write whose producer runs only once the gate opens: the fence follows the producer */
     io_fill(fc.translate(d1, n), n, 6);
-    struct fill f = { fc.translate(d1, n), n, 5 };
+    struct io_fill_arg f = { fc.translate(d1, n), n, 5 };
     atomic_store(&g_gate, 0);
     CHECK_EQ_I(fc.launch_host_func(ps, gate_fn, NULL), 0);
-    CHECK_EQ_I(fc.launch_host_func(ps, fill_fn, &f), 0);
+    CHECK_EQ_I(fc.launch_host_func(ps, io_fill_fn, &f), 0);
     CHECK_EQ_I(fc.event_record(ev, ps), 0);
     uint64_t a0 = async_calls();
     CHECK_OK(io_write(e, 1, d1, n, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, ev));

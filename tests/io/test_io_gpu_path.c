@@ -50,16 +50,6 @@ static void gate_fn(void *arg) {
     }
 }
 
-/* ---- a producer: a host function that fills device memory (through its shadow) ---------- */
-struct fill {
-    unsigned char *shadow;
-    uint64_t n, seed;
-};
-static void fill_fn(void *arg) {
-    struct fill *f = arg;
-    io_fill(f->shadow, f->n, f->seed);
-}
-
 static struct tio_engine *engine(const char *backend, uint64_t host_bytes, int ssd) {
     struct tio_engine_params p = io_params(backend, ssd ? g_dirv : NULL, ssd ? 1 : 0);
     p.host_tier_bytes = host_bytes;
@@ -103,10 +93,10 @@ static void round_trip(struct tio_engine *e, int32_t tier, uint64_t id, uint64_t
     unsigned char *sh2 = fc.translate(d2, n);
     memset(sh2, 0, n);
     atomic_store(&g_gate, 0);
-    struct fill f = { fc.translate(d, n), n, seed };
+    struct io_fill_arg f = { fc.translate(d, n), n, seed };
     memset(f.shadow, 0xEE, n);
     CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
-    CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f), 0);
+    CHECK_EQ_I(fc.launch_host_func(s, io_fill_fn, &f), 0);
     CHECK_EQ_I(fc.event_record(fence, s), 0);
     CHECK_OK(io_write(e, id, d, n, TIO_MEM_DEVICE, tier, TIO_PRIO_NORMAL, 1, fence));
     struct tio_completion c;
@@ -234,10 +224,10 @@ TIO_TEST(ordered_write_releases_in_stream_order) {
         CHECK_EQ_I(fc.stream_create(&s, TIO_CUDA_STREAM_NON_BLOCKING), 0);
         REQUIRE_OR(e && d && d2 && fence && done && done2 && s, tio_engine_free(e));
         memset(fc.translate(d2, N), 0, N);
-        struct fill f1 = { fc.translate(d, N), N, 61 }, f2 = { fc.translate(d, N), N, 62 };
+        struct io_fill_arg f1 = { fc.translate(d, N), N, 61 }, f2 = { fc.translate(d, N), N, 62 };
         atomic_store(&g_gate, 0);
         CHECK_EQ_I(fc.launch_host_func(s, gate_fn, NULL), 0);
-        CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f1), 0);
+        CHECK_EQ_I(fc.launch_host_func(s, io_fill_fn, &f1), 0);
         CHECK_EQ_I(fc.event_record(fence, s), 0);
         struct tio_engine_write_request w = { .struct_size = sizeof w,
                                               .tensor_id = 9,
@@ -265,7 +255,7 @@ TIO_TEST(ordered_write_releases_in_stream_order) {
         CHECK_EQ_I(atomic_load(&g_gate), 0);
         /* stream order: the memory is overwritten by work queued after `done` */
         CHECK_EQ_I(fc.stream_wait_event(s, done, 0), 0);
-        CHECK_EQ_I(fc.launch_host_func(s, fill_fn, &f2), 0);
+        CHECK_EQ_I(fc.launch_host_func(s, io_fill_fn, &f2), 0);
         CHECK_OK(io_read(e, 1, d2, N, TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 2, NULL, done2));
         CHECK_EQ_I(io_wait1(e).res, (int64_t)N);
         atomic_store(&g_gate, 1);

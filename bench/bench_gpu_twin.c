@@ -3,16 +3,17 @@
  * backend) driving Llama-style traces on the fake CUDA runtime's timed mode
  * (tests/io/fakes/fake_cudart_timed.c): kernels last their trace durations on a compute stream,
  * one copy engine per PCIe direction moves the bytes at the configured rate, a full launch queue
- * blocks the host, the SSD tier is this machine's disk. Bytes and bandwidths are divided by one
- * factor (--byte-scale) so that a large model fits in this machine's memory; times are
- * unchanged. Per run it prints the twin's step time, the ideal (kernels back to back), the
- * simulator's prediction for the same trace, plan and rates, stalls by reason and the training
- * thread's CPU time per kernel. Self-check: with no moves the twin must equal its ideal within
- * 2% (exit 1 otherwise). docs/bench/twin.md has the method and the results.
+ * blocks the host, the SSD tier is this machine's disk behind an emulated drive at the modelled
+ * array's rates (the thread-pool backends' throttle_* options, src/io/throttle.h). Bytes and
+ * bandwidths are divided by one factor (--byte-scale) so that a large model fits in this machine's
+ * memory; times are unchanged. Per run it prints the twin's step time, the ideal (kernels back to
+ * back), the simulator's prediction for the same trace, plan and rates, stalls by reason and the
+ * training thread's CPU time per kernel. Self-check: with no moves the twin must equal its ideal
+ * within 2% (exit 1 otherwise). docs/bench/twin.md has the method and the results.
  *
  * usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--time-scale T]
  *                       [--tiers LIST] [--budget F] [--models LIST] [--trace FILE]...
- *                       [--no-model] [--no-offloader] [--dir DIR]
+ *                       [--no-model] [--no-offloader] [--dir DIR] [--no-throttle] [--depth N]
  */
 #include <errno.h>
 #include <math.h>
@@ -33,6 +34,7 @@
 
 #include "benchutil.h"
 #include "io/fake_cuda.h"
+#include "io/throttle.h"
 
 #define MAX_TRACES 8
 #define PAGE       UINT64_C(4096)
@@ -41,6 +43,8 @@ static struct fake_cuda fc;
 
 struct opts {
     int json, iters, no_model, no_offloader;
+    int no_throttle;    /* the SSD tier at the disk's own speed, not the modelled drive's */
+    int depth;          /* the engine's queue_depth (0: its default) */
     const char *models; /* built-in traces, comma-separated (NULL: llama-1b) */
     double byte_scale, budget_frac;
     double time_scale; /* 0: per trace, so that an iteration's ideal is at most 1 s */
@@ -159,6 +163,13 @@ struct result {
     /* per step, the compute stream: held back by copies' events; idle for the host */
     double dep_wait_s, dep_waits, late_s;
     uint64_t queue_full, urgent, offloads, prefetches, pageable;
+    /* the emulated drive (SSD tiers): its read and write rates (B/s), and per step the time
+     * the real transfers ended past their modelled completion (sum, largest one) */
+    double drive_read_Bps, drive_write_Bps, drive_behind_s, drive_behind_max_s;
+    /* per step: the drive's bytes (read, write) and its busy time, on the twin and predicted;
+     * the predicted stall waiting for data and for memory */
+    double drive_rd_B, drive_wr_B, drive_busy_s, sim_rd_B, sim_wr_B, sim_stall_data_s,
+        sim_stall_mem_s;
     /* the training thread's waits per step by reason (tio_runtime_stats): read, write, budget,
      * end, other */
     double wait_n[5], wait_s[5];
@@ -236,6 +247,10 @@ twin_hw(double bs, double ts, enum tier tier, uint64_t budget, uint64_t host_cap
     hw.host_memory_Bps /= s;
     hw.host_memory_bytes = (uint64_t)((double)hw.host_memory_bytes / bs);
     hw.ssd_latency_s *= ts;
+    /* the emulated drive (throttle.h) has one budget for reads and writes and no write cache */
+    hw.ssd_mixed_Bps = 0;
+    hw.ssd_write_cache_bytes = 0;
+    hw.ssd_sustained_write_Bps = 0;
     hw.host_offload_cap_bytes = tier == TIER_SSD ? 0 : host_cap;
     if (tier <= TIER_HOST) {
         hw.ssd_count = 0; /* no SSD tier */
@@ -383,6 +398,10 @@ static void run(const struct opts *o,
     }
     tio_sim_get_result(sim, &sr, sizeof sr);
     r->predicted_s = sr.oom ? (double)NAN : sr.iteration_s;
+    r->sim_rd_B = (double)sr.bytes[TIO_SIM_SSD_READ];
+    r->sim_wr_B = (double)sr.bytes[TIO_SIM_SSD_WRITE];
+    r->sim_stall_data_s = sr.stall_data_s;
+    r->sim_stall_mem_s = sr.stall_memory_s;
 
     /* the twin: copy engines at the modelled PCIe rates, pageable copies at 40% of them */
     if ((rc = fc.set_timing(1, hw.pcie_h2d_Bps, hw.pcie_d2h_Bps, 0.4 * hw.pcie_h2d_Bps, 1024)) !=
@@ -397,6 +416,19 @@ static void run(const struct opts *o,
     ep.ndirs = tier == TIER_SSD || tier == TIER_BOTH ? 1 : 0;
     ep.host_tier_bytes = tier == TIER_SSD ? 0 : tier <= TIER_NONE ? 16 * PAGE : host_cap;
     ep.preallocate = 0;
+    if (o->depth) {
+        ep.queue_depth = (uint32_t)o->depth;
+    }
+    char drive[200];
+    if ((tier == TIER_SSD || tier == TIER_BOTH) && !o->no_throttle) {
+        /* the SSD stage at the simulator's rates: the array as one emulated drive */
+        r->drive_read_Bps = tio_hw_ssd_read_Bps(&hw);
+        r->drive_write_Bps = tio_hw_ssd_write_Bps(&hw);
+        (void)snprintf(drive, sizeof drive,
+                       "throttle_read=%.0f,throttle_write=%.0f,throttle_latency_ns=%.0f",
+                       r->drive_read_Bps, r->drive_write_Bps, hw.ssd_latency_s * 1e9);
+        ep.backend_options = drive;
+    }
     if ((rc = tio_engine_new(&ep, &e)) < 0) {
         fail(r, "tio_engine_new", rc);
         goto out;
@@ -448,6 +480,8 @@ static void run(const struct opts *o,
     uint64_t st0[FAKE_N_STATS] = { 0 }, st1[FAKE_N_STATS] = { 0 };
     (void)fc.timed_stats(st0, FAKE_N_STATS);
     uint64_t pg0 = fc.pageable_copies();
+    struct tio_throttle_counts d0, d1;
+    tio_io_throttle_counts(&d0);
     double cpu0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID), t0 = now_s();
     for (int it = 0; it < o->iters; it++) {
         if ((rc = iteration(&c)) < 0) {
@@ -467,6 +501,12 @@ static void run(const struct opts *o,
     double wall = (double)ms * 1e-3;
     tio_runtime_get_stats(c.rt, &s1);
     (void)fc.timed_stats(st1, FAKE_N_STATS);
+    tio_io_throttle_counts(&d1);
+    r->drive_behind_s = (double)(d1.behind_ns - d0.behind_ns) * 1e-9 / o->iters;
+    r->drive_behind_max_s = (double)d1.max_behind_ns * 1e-9; /* since the process started */
+    r->drive_rd_B = (double)(d1.read_bytes - d0.read_bytes) / o->iters;
+    r->drive_wr_B = (double)(d1.write_bytes - d0.write_bytes) / o->iters;
+    r->drive_busy_s = (double)(d1.busy_ns - d0.busy_ns) * 1e-9 / o->iters;
     r->twin_s = wall / o->iters;
     r->us_per_kernel = cpu * 1e6 / ((double)o->iters * (double)v.n_kernels);
     r->read_stall_s = (s1.stall_s - s0.stall_s) / o->iters;
@@ -535,26 +575,33 @@ static void print_json(const struct result *r) {
         printf("\"}\n");
         return;
     }
-    printf(
-        "{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
-        "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
-        "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
-        "s\":%.6f,\"predicted_"
-        "step_s\":%.6f,"
-        "\"stall_s\":%.6f,"
-        "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
-        "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
-        "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
-        "\"thread_us_per_kernel\":%.2f,\"gpu_event_wait_s\":%.6f,\"gpu_event_waits\":%.1f,"
-        "\"gpu_host_late_s\":%.6f,",
-        r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
-        (unsigned long long)r->peak, (unsigned long long)r->tensors, (unsigned long long)r->kernels,
-        (unsigned long long)r->moves, r->byte_scale, r->time_scale, r->twin_s, r->host_s,
-        r->ideal_s, isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
-        r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
-        (unsigned long long)r->urgent, (unsigned long long)r->offloads,
-        (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
-        (unsigned long long)r->pageable, r->us_per_kernel, r->dep_wait_s, r->dep_waits, r->late_s);
+    printf("{\"trace\":\"%s\",\"tier\":\"%s\",\"budget\":%.2f,\"budget_bytes\":%llu,"
+           "\"peak_bytes\":%llu,\"tensors\":%llu,\"kernels\":%llu,\"moves\":%llu,"
+           "\"byte_scale\":%.0f,\"time_scale\":%.4f,\"twin_step_s\":%.6f,\"host_s\":%.6f,\"ideal_"
+           "s\":%.6f,\"predicted_"
+           "step_s\":%.6f,"
+           "\"stall_s\":%.6f,"
+           "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
+           "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
+           "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
+           "\"thread_us_per_kernel\":%.2f,\"gpu_event_wait_s\":%.6f,\"gpu_event_waits\":%.1f,"
+           "\"gpu_host_late_s\":%.6f,\"drive_read_Bps\":%.0f,\"drive_write_Bps\":%.0f,"
+           "\"drive_behind_s\":%.6f,\"drive_behind_max_s\":%.6f,\"drive_read_bytes\":%.0f,"
+           "\"drive_write_bytes\":%.0f,\"drive_busy_s\":%.6f,\"predicted_ssd_read_bytes\":%.0f,"
+           "\"predicted_ssd_write_bytes\":%.0f,\"predicted_stall_data_s\":%.6f,"
+           "\"predicted_stall_memory_s\":%.6f,",
+           r->trace, tier_names[r->tier], r->budget_frac, (unsigned long long)r->budget,
+           (unsigned long long)r->peak, (unsigned long long)r->tensors,
+           (unsigned long long)r->kernels, (unsigned long long)r->moves, r->byte_scale,
+           r->time_scale, r->twin_s, r->host_s, r->ideal_s,
+           isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
+           r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
+           (unsigned long long)r->urgent, (unsigned long long)r->offloads,
+           (unsigned long long)r->prefetches, r->h2d_util, r->d2h_util,
+           (unsigned long long)r->pageable, r->us_per_kernel, r->dep_wait_s, r->dep_waits,
+           r->late_s, r->drive_read_Bps, r->drive_write_Bps, r->drive_behind_s,
+           r->drive_behind_max_s, r->drive_rd_B, r->drive_wr_B, r->drive_busy_s, r->sim_rd_B,
+           r->sim_wr_B, r->sim_stall_data_s, r->sim_stall_mem_s);
     static const char *const why[5] = { "read", "write", "budget", "end", "other" };
     for (int i = 0; i < 5; i++) { /* per step */
         printf("\"wait_%s_count\":%.1f,\"wait_%s_s\":%.6f%s", why[i], r->wait_n[i], why[i],
@@ -581,7 +628,8 @@ static void usage(void) {
             "usage: bench_gpu_twin [--json] [--quick] [--iters N] [--byte-scale S] [--tiers "
             "LIST]\n"
             "                      [--budget F] [--models LIST] [--trace FILE]... [--no-model]\n"
-            "                      [--no-offloader] [--time-scale T] [--dir DIR]\n"
+            "                      [--no-offloader] [--time-scale T] [--dir DIR] [--no-throttle] "
+            "[--depth N]\n"
             "  --tiers LIST   comma-separated of none,host,ssd,both (default all)\n"
             "  --budget F     device budget as a fraction of the peak (default 0.5)\n"
             "  --byte-scale S bytes and bandwidths divided by S (default: per trace, the power\n"
@@ -595,7 +643,10 @@ static void usage(void) {
             "                 llama-1b-long (2 x 4 x 2048 tokens)\n"
             "  --no-model     skip the built-in traces\n"
             "  --no-offloader skip the shipped Offloader trace (bench/data/offloader-llama.tio)\n"
-            "  --dir DIR      the SSD tier's directory (default: a new one under $TMPDIR)\n");
+            "  --dir DIR      the SSD tier's directory (default: a new one under $TMPDIR)\n"
+            "  --depth N      the engine's queue depth (default: its own, 16)\n"
+            "  --no-throttle  the SSD tier at the disk's own speed (default: an emulated drive\n"
+            "                 at the modelled array's rates and latency, scaled)\n");
     exit(2);
 }
 
@@ -613,12 +664,16 @@ static void parse(int argc, char **argv, struct opts *o) {
             o->no_model = 1;
         } else if (!strcmp(a, "--no-offloader")) {
             o->no_offloader = 1;
+        } else if (!strcmp(a, "--no-throttle")) {
+            o->no_throttle = 1;
         } else if (val && !strcmp(a, "--iters")) {
             o->iters = atoi(val), i++;
         } else if (val && !strcmp(a, "--byte-scale")) {
             o->byte_scale = strtod(val, NULL), i++;
         } else if (val && !strcmp(a, "--time-scale")) {
             o->time_scale = strtod(val, NULL), i++;
+        } else if (val && !strcmp(a, "--depth")) {
+            o->depth = atoi(val), i++;
         } else if (val && !strcmp(a, "--budget")) {
             o->budget_frac = strtod(val, NULL), i++;
         } else if (val && !strcmp(a, "--models")) {
@@ -647,11 +702,12 @@ static void parse(int argc, char **argv, struct opts *o) {
         }
         p = end ? end + 1 : NULL;
     }
-    if (o->iters < 1 || !(o->byte_scale == 0 || o->byte_scale >= 1) || !(o->time_scale >= 0) ||
+    if (o->iters < 1 || o->depth < 0 || o->depth > 4096 ||
+        !(o->byte_scale == 0 || o->byte_scale >= 1) || !(o->time_scale >= 0) ||
         !(o->budget_frac > 0 && o->budget_frac <= 1)) {
-        fprintf(
-            stderr,
-            "bench_gpu_twin: --iters >= 1, --byte-scale >= 1 (or 0: auto), 0 < --budget <= 1\n");
+        fprintf(stderr,
+                "bench_gpu_twin: --iters >= 1, --byte-scale >= 1 (or 0: auto), 0 < --budget <= 1, "
+                "--depth 0..4096\n");
         usage();
     }
 }

@@ -22,6 +22,7 @@
 
 #include "common/common_impl.h"
 #include "io/backend.h"
+#include "io/throttle.h"
 
 /* user_data of the eventfd read that notify() completes */
 #define URING_WAKE_USER UINT64_MAX
@@ -74,6 +75,11 @@ static int arm_wake(struct uring_state *st) {
 static void uring_fini(void *state);
 
 static int uring_init(const struct tio_io_config *cfg, void **state) {
+    struct tio_throttle t;
+    if (tio_throttle_parse(cfg->options, &t) != 0) { /* set, or not a number */
+        return tio_set_error(TIO_EINVAL, "uring: the throttle_* options need a thread-pool "
+                                         "backend (posix, cuda, cufile)");
+    }
     struct uring_state *st = tio_calloc(1, sizeof(*st));
     if (!st) {
         return TIO_ENOMEM;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/common_impl.h"
+#include "io/throttle.h"
 
 struct tio_pool {
     pthread_mutex_t mu;
@@ -25,6 +26,8 @@ struct tio_pool {
     uint32_t outstanding; /* queued + running + done */
     uint32_t kicks;       /* tio_pool_kick calls not yet seen by reap */
     int stopping;
+    int throttled; /* pace every transfer by `throttle` (guarded by mu) */
+    struct tio_throttle throttle;
     uint32_t nthreads;
     pthread_t *threads;
 };
@@ -60,8 +63,13 @@ static void *worker_main(void *arg) {
         struct tio_io_req r = p->queue[p->q_head];
         p->q_head = (p->q_head + 1) % p->capacity;
         p->q_count--;
+        /* the emulated drive serves transfers in the order they leave the queue */
+        uint64_t due = p->throttled ? tio_throttle_admit(&p->throttle, r.op, r.len) : 0;
         pthread_mutex_unlock(&p->mu);
         int64_t res = p->fn(p->ctx, &r, wa.index);
+        if (due) {
+            tio_throttle_wait(due);
+        }
         pthread_mutex_lock(&p->mu);
         push_done(p, r.user, res);
     }
@@ -169,6 +177,14 @@ int tio_pool_reap(
     return (int)k;
 }
 
+void tio_pool_set_throttle(struct tio_pool *p, const struct tio_throttle *t) {
+    pthread_mutex_lock(&p->mu);
+    p->throttle = *t;
+    p->throttle.free_ns = 0;
+    p->throttled = 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
 void tio_pool_kick(struct tio_pool *p) {
     pthread_mutex_lock(&p->mu);
     p->kicks++;
@@ -221,9 +237,14 @@ int tio_pool_backend_init(size_t size,
     }
     b->fds = cfg->fds;
     b->nfds = cfg->nfds;
-    int rc = setup ? setup(b, cfg) : 0;
+    struct tio_throttle t;
+    int throttled = tio_throttle_parse(cfg->options, &t);
+    int rc = throttled < 0 ? throttled : setup ? setup(b, cfg) : 0;
     if (rc >= 0) {
         rc = tio_pool_new(cfg->threads, cfg->depth, fn, b, &b->pool);
+    }
+    if (rc >= 0 && throttled) {
+        tio_pool_set_throttle(b->pool, &t);
     }
     if (rc < 0) {
         tio_pool_backend_fini(b);

@@ -36,6 +36,10 @@ void tio_pool_free(struct tio_pool *p);
 int tio_pool_submit(struct tio_pool *p, const struct tio_io_req *reqs, uint32_t n);
 int tio_pool_reap(
     struct tio_pool *p, uint32_t min, uint32_t max, int64_t timeout_ns, struct tio_io_cqe *out);
+/* Pace every transfer by the emulated drive t (throttle.h) from now on; call before the first
+ * submit. tio_pool_backend_init does it when the backend options set throttle_*. */
+struct tio_throttle;
+void tio_pool_set_throttle(struct tio_pool *p, const struct tio_throttle *t);
 /* Make the current (or next) tio_pool_reap return early. Thread-safe, non-blocking. */
 void tio_pool_kick(struct tio_pool *p);
 /* Remove a queued (not yet running) transfer; it completes with -ECANCELED. 0 or -ENOENT. */
@@ -62,8 +66,9 @@ typedef int (*tio_pool_setup_fn)(void *state, const struct tio_io_config *cfg);
 
 /* The init member of a thread-pool backend: a zeroed state of `size` bytes (a struct
  * tio_pool_backend first) with cfg's file set, setup(state, cfg) if setup is not NULL, then
- * cfg->threads workers (capacity cfg->depth) that run fn with ctx = the state. 0, or < 0 with
- * everything undone. */
+ * cfg->threads workers (capacity cfg->depth) that run fn with ctx = the state, paced by the
+ * emulated drive the options' throttle_* keys describe (throttle.h). 0, or < 0 with everything
+ * undone (TIO_EINVAL for a throttle value that is not a number). */
 int tio_pool_backend_init(size_t size,
                           const struct tio_io_config *cfg,
                           tio_pool_setup_fn setup,

@@ -98,8 +98,11 @@ int tio_eng_gpu_init(struct tio_engine *e) {
     if (cu->get_device && cu->get_device(&g->device) != 0) {
         g->device = 0;
     }
-    /* both directions at once: a few buffers each, so SSD and PCIe overlap (H7) */
-    uint32_t n = TIO_MAX(2u, TIO_MIN(8u, e->p.queue_depth / 4));
+    /* both directions at once, a buffer per op slot (at most 16) each, so SSD and PCIe overlap
+     * (H7): a read holds its buffer from its SSD stage until the GPU passed its fence and ran
+     * its copy, so the ring bounds how far reads are staged ahead of a GPU that lags the
+     * training thread (with a quarter of the slots, the GPU twin's SSD tier stalled on it) */
+    uint32_t n = TIO_MAX(2u, TIO_MIN(16u, e->p.queue_depth));
     int err = cu->stream_create(&g->h2d, TIO_CUDA_STREAM_NON_BLOCKING);
     if (!err) {
         err = cu->stream_create(&g->d2h, TIO_CUDA_STREAM_NON_BLOCKING);

@@ -77,8 +77,9 @@ static void *new_event(void) {
 }
 
 /* Bytes a read stages ahead of its fence: the H2D ring of an engine of depth 16 with 64 KiB
- * pieces is 4 buffers (engine_gpu.c). A larger read completes once the GPU passed its fence. */
-#define RING_BYTES (4u * 64u * 1024u)
+ * pieces is 16 buffers, one per op slot (engine_gpu.c). A larger read completes once the GPU
+ * passed its fence. */
+#define RING_BYTES (16u * 64u * 1024u)
 #define SMALL      (RING_BYTES - 5000u)
 
 /* Write `seed` bytes (n) of tensor id from device memory on tier, fenced by an event recorded

@@ -151,6 +151,7 @@ static int enqueue(struct tio_engine *e,
         e->active->aprev = rq;
     }
     e->active = rq;
+    rq->seq = e->st.requests_submitted;
     tio_eng_queue_push(e, rq, 0);
     e->outstanding++;
     e->st.requests_submitted++;

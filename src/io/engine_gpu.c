@@ -108,6 +108,12 @@ int tio_eng_gpu_init(struct tio_engine *e) {
         err = cu->stream_create(&g->d2h, TIO_CUDA_STREAM_NON_BLOCKING);
     }
     if (!err) {
+        err = cu->stream_create(&g->sh2d, TIO_CUDA_STREAM_NON_BLOCKING);
+    }
+    if (!err) {
+        err = cu->stream_create(&g->sd2h, TIO_CUDA_STREAM_NON_BLOCKING);
+    }
+    if (!err) {
         err = cu->event_create(&g->h2d_mark, TIO_CUDA_EVENT_DISABLE_TIMING);
     }
     g->copying = tio_calloc(n, sizeof(*g->copying));
@@ -137,6 +143,14 @@ void tio_eng_gpu_fini(struct tio_engine *e) {
     if (g->d2h) {
         (void)cu->stream_synchronize(g->d2h);
         (void)cu->stream_destroy(g->d2h);
+    }
+    if (g->sh2d) {
+        (void)cu->stream_synchronize(g->sh2d);
+        (void)cu->stream_destroy(g->sh2d);
+    }
+    if (g->sd2h) {
+        (void)cu->stream_synchronize(g->sd2h);
+        (void)cu->stream_destroy(g->sd2h);
     }
     for (int d = 0; d < 2; d++) {
         struct gpu_ring *r = &g->ring[d];
@@ -205,21 +219,21 @@ int tio_eng_gpu_h2d(
     struct gpu_ring *r = &g->ring[0];
     int prev;
     tio_eng_gpu_enter(e, &prev);
-    int rc = tio_eng_gpu_fence(e, rq, g->h2d);
+    int rc = tio_eng_gpu_fence(e, rq, g->sh2d);
     int err = 0;
     if (rc == 0) {
         unsigned char *dev = rq->buf + (uint64_t)pc->chunk * e->p.chunk_bytes + pc->pos;
         err = g->cu->memcpy_async(dev, tio_eng_gpu_buf(e, 0, ring), (size_t)len,
-                                  TIO_CUDA_MEMCPY_H2D, g->h2d);
+                                  TIO_CUDA_MEMCPY_H2D, g->sh2d);
         if (!err) {
             rq->copies++;
             /* H7: the buffer is reused once this event completes, whether or not the record
              * itself worked (a failed record is waited out with the stream below) */
-            err = g->cu->event_record(r->ev[ring], g->h2d);
+            err = g->cu->event_record(r->ev[ring], g->sh2d);
         }
     }
     if (err) {
-        (void)g->cu->stream_synchronize(g->h2d); /* the buffer is certainly free after this */
+        (void)g->cu->stream_synchronize(g->sh2d); /* the buffer is certainly free after this */
         tio_eng_request_fail(e, rq, TIO_ECUDA, pc->chunk, 1,
                              "cudaMemcpyAsync/EventRecord of a staged piece to the device");
         rc = TIO_ECUDA;
@@ -244,15 +258,15 @@ int tio_eng_gpu_d2h(struct tio_engine *e,
     memset(buf + pc->len, 0, (size_t)(io_len - pc->len)); /* the padding the SSD write carries */
     int prev;
     tio_eng_gpu_enter(e, &prev);
-    int rc = tio_eng_gpu_fence(e, rq, g->d2h);
+    int rc = tio_eng_gpu_fence(e, rq, g->sd2h);
     int err = 0;
     if (rc == 0) {
         const unsigned char *dev = rq->buf + (uint64_t)pc->chunk * e->p.chunk_bytes + pc->pos;
-        err = g->cu->memcpy_async(buf, dev, (size_t)pc->len, TIO_CUDA_MEMCPY_D2H, g->d2h);
+        err = g->cu->memcpy_async(buf, dev, (size_t)pc->len, TIO_CUDA_MEMCPY_D2H, g->sd2h);
         if (!err) {
-            err = g->cu->event_record(g->ring[1].ev[ring], g->d2h);
+            err = g->cu->event_record(g->ring[1].ev[ring], g->sd2h);
             if (err) {
-                (void)g->cu->stream_synchronize(g->d2h);
+                (void)g->cu->stream_synchronize(g->sd2h);
             }
         }
     }
@@ -398,7 +412,10 @@ int tio_eng_gpu_settle(struct tio_engine *e, struct request *rq) {
     int prev;
     tio_eng_gpu_enter(e, &prev);
     int rc = 0;
-    tio_cuda_stream s = rq->op == TIO_IO_OP_READ ? g->h2d : g->d2h;
+    /* the stream its copies were queued on: a staging ring's, or the pool's */
+    int staged = rq->gpu && rq->pl->tier == TIO_TIER_SSD;
+    tio_cuda_stream s =
+        rq->op == TIO_IO_OP_READ ? (staged ? g->sh2d : g->h2d) : (staged ? g->sd2h : g->d2h);
     /* a write that failed or was canceled waits for its copies: its pool extents are freed */
     void *done = rq->op == TIO_IO_OP_READ || (!rq->error && !rq->canceled) ? rq->done : NULL;
     if (done && rq->op == TIO_IO_OP_WRITE) {

@@ -125,6 +125,7 @@ struct request {
     void *tail;       /* gpu: event after its last copy while it settles (engine_gpu.c) */
     struct request *snext; /* next in e->settling */
     int queued;            /* in a priority queue */
+    uint64_t seq;          /* submission order (requests_submitted before it) */
     struct request *qprev, *qnext;
     struct request *aprev, *anext; /* all active requests (cancel by tag) */
 };
@@ -161,9 +162,13 @@ struct gpu_copy {
 struct tio_eng_gpu {
     const struct tio_cudart_api *cu; /* set at creation */
     int device;                      /* the device the engine was made on (set at creation) */
-    tio_cuda_stream h2d, d2h;        /* one non-blocking copy stream per direction */
-    struct gpu_ring ring[2];         /* [0] H2D (reads), [1] D2H (writes) */
-    struct gpu_copy *copying;        /* D2H copies waiting for their event */
+    tio_cuda_stream h2d, d2h;        /* one non-blocking copy stream per direction: the pool */
+    /* and one per direction for the staging rings (SSD tier): a staged piece is queued only
+     * when a ring buffer is free, and on a stream shared with the pool's copies it would queue
+     * behind pool copies issued meanwhile, whose fences the GPU may reach much later */
+    tio_cuda_stream sh2d, sd2h;
+    struct gpu_ring ring[2];  /* [0] H2D (reads), [1] D2H (writes) */
+    struct gpu_copy *copying; /* D2H copies waiting for their event */
     uint32_t ncopying;
     tio_cuda_event *evpool; /* spare events for settling requests */
     uint32_t nevpool;

@@ -222,6 +222,29 @@ static int fence_passed(struct tio_engine *e, struct request *rq) {
     return -1;
 }
 
+/* A GPU-path write to the SSD tier: each piece is copied to staging on the D2H staging stream,
+ * behind the request's fence (cudaStreamWaitEvent), so the stream runs the pieces in the order
+ * they were staged. */
+static int staged_write(const struct request *rq) {
+    return rq->gpu && rq->op == TIO_IO_OP_WRITE && rq->pl->tier == TIO_TIER_SSD;
+}
+
+/* Staged writes are staged in the order they were submitted, whatever their priority: the
+ * caller issues them in the order of their fences, and an urgent write staged ahead of an
+ * earlier normal one would make the staging stream wait for its later fence (a caller far
+ * ahead of the GPU: a kernel the GPU reaches much later) before it copies the earlier pieces,
+ * whose fences have passed, while the drive idles. Returns the earliest-submitted normal staged
+ * write with work submitted before urgent staged write `u`, or `u`. */
+static struct request *staged_in_order(struct tio_engine *e, struct request *u) {
+    struct request *best = u;
+    for (struct request *rq = e->qhead[TIO_PRIO_NORMAL]; rq; rq = rq->qnext) {
+        if (rq->seq < best->seq && staged_write(rq) && tio_eng_request_has_work(rq)) {
+            best = rq;
+        }
+    }
+    return best;
+}
+
 /* Pick the request to serve next: urgent first, whose fence has completed; drop
  * finished/canceled ones on the way. */
 struct request *tio_eng_pick(struct tio_engine *e) {
@@ -238,7 +261,7 @@ struct request *tio_eng_pick(struct tio_engine *e) {
                 continue;
             }
             if (tio_eng_request_has_work(rq) && fence_passed(e, rq) > 0) {
-                return rq;
+                return q == TIO_PRIO_URGENT && staged_write(rq) ? staged_in_order(e, rq) : rq;
             }
             if (tio_eng_request_has_work(rq)) { /* waiting for its fence */
                 rq = next;

@@ -15,6 +15,9 @@
  *   - a stream-ordered host-tier write (a `done` event) completes while its fence is held,
  *     records `done` after its copies (the device memory may be overwritten after it), and a
  *     read of its copy is ordered after those copies on the H2D stream;
+ *   - staged SSD writes whose fences have passed reach the SSD while a host-tier write and an
+ *     urgent SSD write submitted after them still wait for a later fence (staging has copy
+ *     streams of its own and stages writes in submission order);
  *   - an engine made on device 1 copies on device 1's streams, whatever device the thread
  *     that submits has, and gives that thread its device back;
  *   - without a usable CUDA device, device memory is refused at once.
@@ -39,12 +42,12 @@ static char g_dir[512];
 static const char *g_dirv[1] = { g_dir };
 
 /* ---- a gate: a host function that holds its stream until opened ------------------------- */
-static atomic_int g_gate;
+static atomic_int g_gate, g_gate2;
 static void gate_fn(void *arg) {
-    (void)arg;
+    atomic_int *gate = arg ? arg : &g_gate; /* NULL: g_gate */
     /* opens itself after 5 s, so that an engine that waits for the stream under its lock makes
      * the test fail instead of hang */
-    for (int i = 0; i < 25000 && !atomic_load(&g_gate); i++) {
+    for (int i = 0; i < 25000 && !atomic_load(gate); i++) {
         struct timespec ts = { 0, 200000 };
         nanosleep(&ts, NULL);
     }
@@ -303,6 +306,66 @@ TIO_TEST(failed_write_keeps_the_previous_copy) {
     CHECK_EQ_I(fc.free_device(d2), 0);
 }
 
+/* The staging ring is full of the pieces of write C, held by its fence (gate 1). Then a
+ * host-tier write H and an urgent SSD write B whose fences wait for gate 2, with a normal SSD
+ * write A between them. Once gate 1 opens, C's last piece and A are staged as buffers free up:
+ * they must reach the SSD while gate 2 is still closed. On one D2H stream shared with the pool,
+ * their copies would queue behind H's wait for gate 2; staged in priority order, behind B's. */
+TIO_TEST(staged_writes_pass_later_fences) {
+    struct tio_engine *e = engine("posix", 4u << 20, 1);
+    void *dc = dev_alloc(N), *dh = dev_alloc(SMALL), *da = dev_alloc(SMALL), *db = dev_alloc(SMALL),
+         *f1 = new_event(), *f2 = new_event(), *s1 = NULL, *s2 = NULL;
+    CHECK_EQ_I(fc.stream_create(&s1, TIO_CUDA_STREAM_NON_BLOCKING), 0);
+    CHECK_EQ_I(fc.stream_create(&s2, TIO_CUDA_STREAM_NON_BLOCKING), 0);
+    REQUIRE_OR(e && dc && dh && da && db && f1 && f2 && s1 && s2, tio_engine_free(e));
+    io_fill(fc.translate(dc, N), N, 71);
+    io_fill(fc.translate(dh, SMALL), SMALL, 72);
+    io_fill(fc.translate(da, SMALL), SMALL, 73);
+    io_fill(fc.translate(db, SMALL), SMALL, 74);
+    atomic_store(&g_gate, 0);
+    atomic_store(&g_gate2, 0);
+    CHECK_EQ_I(fc.launch_host_func(s1, gate_fn, &g_gate), 0);
+    CHECK_EQ_I(fc.event_record(f1, s1), 0);
+    CHECK_EQ_I(fc.launch_host_func(s2, gate_fn, &g_gate2), 0);
+    CHECK_EQ_I(fc.event_record(f2, s2), 0);
+    CHECK_OK(io_write(e, 1, dc, N, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 1, f1));
+    struct tio_completion c[4];
+    CHECK_EQ_I(tio_engine_wait(e, c, 1, 1, 50000000), 0); /* C fills the ring, held by gate 1 */
+    CHECK_OK(io_write(e, 2, dh, SMALL, TIO_MEM_DEVICE, TIO_TIER_HOST, TIO_PRIO_NORMAL, 2, f2));
+    CHECK_OK(io_write(e, 3, da, SMALL, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_NORMAL, 3, NULL));
+    CHECK_OK(io_write(e, 4, db, SMALL, TIO_MEM_DEVICE, TIO_TIER_SSD, TIO_PRIO_URGENT, 4, f2));
+    atomic_store(&g_gate, 1);
+    uint64_t got = 0;
+    int n = tio_engine_wait(e, c, 2, 2, 2000000000); /* gate 2 opens itself after 5 s */
+    for (int i = 0; i < n; i++) {
+        got |= 1u << c[i].tag;
+        CHECK_EQ_I(c[i].res, (int64_t)(c[i].tag == 1 ? N : SMALL));
+    }
+    CHECK_EQ_I(n, 2);
+    CHECK_EQ_U(got, (1u << 1) | (1u << 3)); /* C and A, while H and B wait for gate 2 */
+    atomic_store(&g_gate2, 1);
+    n = tio_engine_wait(e, c, 2, 2, WAIT_NS);
+    CHECK_EQ_I(n, 2);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ_I(c[i].res, (int64_t)SMALL);
+    void *r = dev_alloc(N);
+    const uint64_t size[4] = { N, SMALL, SMALL, SMALL }, seed[4] = { 71, 72, 73, 74 };
+    for (uint64_t id = 1; id <= 4 && r; id++) { /* each stored copy is what it wrote */
+        CHECK_OK(
+            io_read(e, id, r, size[id - 1], TIO_MEM_DEVICE, TIO_PRIO_NORMAL, 10 + id, NULL, NULL));
+        CHECK_EQ_I(io_wait1(e).res, (int64_t)size[id - 1]);
+        CHECK(io_check(fc.translate(r, size[id - 1]), size[id - 1], seed[id - 1]));
+    }
+    tio_engine_free(e);
+    CHECK_EQ_I(fc.stream_destroy(s1), 0);
+    CHECK_EQ_I(fc.stream_destroy(s2), 0);
+    CHECK_EQ_I(fc.event_destroy(f1), 0);
+    CHECK_EQ_I(fc.event_destroy(f2), 0);
+    void *mem[5] = { dc, dh, da, db, r };
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ_I(fc.free_device(mem[i]), 0);
+}
+
 /* An engine made while device 1 is current (a second rank's) moves device 1's memory on copy
  * streams of device 1, whatever device the calling thread has when it submits: no copy crosses
  * devices and every event is recorded on a stream of its own device (the fake fails a record
@@ -380,6 +443,7 @@ int main(void) {
     RUN(pool_device_write_waits_for_queued_pool_reads);
     RUN(ordered_write_releases_in_stream_order);
     RUN(failed_write_keeps_the_previous_copy);
+    RUN(staged_writes_pass_later_fences);
     RUN(engine_is_bound_to_its_device);
     RUN(device_memory_needs_a_usable_device);
     CHECK_EQ_U(fc.bad_accesses(), bad0);

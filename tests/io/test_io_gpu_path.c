@@ -1,7 +1,8 @@
 /*
  * The engine's GPU data path (src/io/engine_gpu.c) against the lagging-GPU emulator
- * (tests/io/fakes): device memory moves in two stages around pinned staging rings on one copy
- * stream per direction, ordered by events on the GPU, never by the host waiting for a fence.
+ * (tests/io/fakes): device memory moves in two stages around pinned staging rings on copy
+ * streams of their own (one per direction, beside the pool's), ordered by events on the GPU,
+ * never by the host waiting for a fence.
  *
  *   - an SSD-only engine (posix backend, no host tier) takes device memory and a `done` event;
  *   - a read's SSD stage starts although its fence has not completed (the kernel before it is

@@ -62,6 +62,14 @@ struct tio_hw {
     uint64_t ssd_write_cache_bytes; /* per-SSD write cache (pSLC), bytes; 0 = none modelled */
     double ssd_sustained_write_Bps; /* per-SSD write rate once the cache is full, bytes/s (also
                                        the rate the cache drains at); 0 = ssd_write_Bps */
+    /* Software costs the simulator charges (docs/simulator.md, "Software costs"); 0 = none: */
+    double kernel_launch_s;    /* training thread's time to launch one kernel (the framework's
+                                  dispatch and the launch), s; every policy but the ideal */
+    double kernel_executor_s;  /* the offload runtime's time per kernel on the training thread
+                                  (its hook and executor calls), s; plan replays only */
+    double move_issue_s;       /* the training thread's time to issue one move of a plan, s */
+    double kernel_io_slowdown; /* a kernel runs 1 + this x u times longer, u the fraction of the
+                                  GPU's PCIe bandwidth (both directions) in use, >= 0 */
 };
 
 /* tio_hw_defaults: fill the `size` bytes of *out (size = sizeof *out) with the defaults (the

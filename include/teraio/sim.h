@@ -163,6 +163,12 @@ struct tio_sim_result {
                                  start (iteration_s is the makespan over the stages) */
     double pipeline_wait_s;   /* its receives' time beyond their transfer (waiting for the
                                  peer stage) plus the wait from stage_end_s to the makespan */
+    /* Software costs (the hardware's kernel_launch_s, kernel_executor_s, move_issue_s,
+     * kernel_io_slowdown; docs/simulator.md, "Software costs"): */
+    double stall_thread_s;    /* ... of stall_s: the compute stream waiting for the training
+                                 thread to issue moves and launch kernels */
+    double kernel_slowdown_s; /* time kernels ran longer than their duration because transfers
+                                 ran beside them (not part of stall_s) */
 };
 
 struct tio_sim;

@@ -196,10 +196,35 @@ int sim_view_set_moves(struct sim_view *v, const struct tio_move *moves, size_t 
     return 0;
 }
 
+double sim_hw_cost(const struct tio_hw *hw, size_t off) {
+    if (hw->struct_size < off + sizeof(double)) {
+        return 0.0;
+    }
+    double v;
+    memcpy(&v, (const char *)hw + off, sizeof v);
+    return v;
+}
+
 static int check_hw(const struct tio_hw *hw) {
     int rc = tio_struct_check("sim: hw", hw, sizeof *hw, TIO_HW_MIN_SIZE);
     if (rc < 0) {
         return rc;
+    }
+    static const struct {
+        const char *name;
+        size_t off;
+    } costs[] = {
+        { "kernel_launch_s", offsetof(struct tio_hw, kernel_launch_s) },
+        { "kernel_executor_s", offsetof(struct tio_hw, kernel_executor_s) },
+        { "move_issue_s", offsetof(struct tio_hw, move_issue_s) },
+        { "kernel_io_slowdown", offsetof(struct tio_hw, kernel_io_slowdown) },
+    };
+    for (size_t i = 0; i < TIO_ARRAY_LEN(costs); i++) {
+        double c = sim_hw_cost(hw, costs[i].off);
+        if (!(c >= 0) || c > 100.0) {
+            return tio_set_error(TIO_EINVAL, "sim: hw: %s must be in [0, 100] (got %g)",
+                                 costs[i].name, c);
+        }
     }
     if (!(hw->pcie_h2d_Bps > 0) || !(hw->pcie_d2h_Bps > 0)) {
         return tio_set_error(TIO_EINVAL, "sim: hw: pcie_h2d_Bps/pcie_d2h_Bps must be > 0");
@@ -379,6 +404,7 @@ void sim_finish_result(struct tio_sim *sim,
         r->fraction_of_ideal = 0;
         r->tokens_per_s = 0;
         r->stall_s = r->stall_data_s = r->stall_memory_s = r->cpu_s = 0;
+        r->stall_thread_s = r->kernel_slowdown_s = 0;
         return;
     }
     for (size_t k = 0; k < v->n_kernels; k++) {
@@ -494,6 +520,10 @@ int sim_stage_open(const struct tio_trace *trace,
     if (rc < 0) {
         goto fail;
     }
+    /* the training thread launches every kernel but in the ideal (kernels back to back); the
+     * offload runtime's executor runs for plans (docs/simulator.md, "Software costs") */
+    v->launch_cost = exec != TIO_PLAN_EXEC_IDEAL;
+    v->executor_cost = exec == TIO_PLAN_EXEC_MOVES;
     sim->bin_s = v->ideal_s > 0 ? v->ideal_s / (double)p.bins : 1.0;
     sim->r.capacity_bytes = exec == TIO_PLAN_EXEC_IDEAL ? cap : v->capacity;
     if (v->host_capped && v->host_static_bytes > v->host_limit_bytes) {

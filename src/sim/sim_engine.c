@@ -31,6 +31,14 @@ static int eng_init(struct eng *e) {
             e->bw[c] = v->chan_cap_Bps[c];
         }
     }
+    /* software costs (docs/simulator.md, "Software costs") */
+    double launch = sim_hw_cost(hw, offsetof(struct tio_hw, kernel_launch_s));
+    double executor = sim_hw_cost(hw, offsetof(struct tio_hw, kernel_executor_s));
+    e->c_kernel = (v->launch_cost ? launch : 0.0) + (v->executor_cost ? executor : 0.0);
+    e->c_move = v->executor_cost ? sim_hw_cost(hw, offsetof(struct tio_hw, move_issue_s)) : 0.0;
+    e->slowdown =
+        v->launch_cost ? sim_hw_cost(hw, offsetof(struct tio_hw, kernel_io_slowdown)) : 0.0;
+    e->k_speed = 1.0;
     e->ssd_lat = hw->ssd_latency_s;
     e->host_lat = p->host_latency_s;
     e->N = v->n_kernels;
@@ -79,7 +87,7 @@ struct event {
     int kind;    /* EV_* */
     uint32_t id; /* EV_DATA: the transfer whose data finishes */
 };
-enum { EV_NONE = 0, EV_CPU, EV_KERNEL, EV_DATA, EV_LAT, EV_CACHE };
+enum { EV_NONE = 0, EV_CPU, EV_KERNEL, EV_DATA, EV_LAT, EV_CACHE, EV_THREAD };
 
 /*
  * Find the earliest pending event. process_events() handles this event whatever the rounding of
@@ -93,6 +101,9 @@ static struct event next_event(const struct eng *e) {
     if (e->running) {
         ev.t = e->in_cpu ? e->t_cpu_end : e->t_end;
         ev.kind = e->in_cpu ? EV_CPU : EV_KERNEL;
+    } else if (e->host_wait) {
+        ev.t = e->host_t; /* the training thread issues the moves or launches the kernel */
+        ev.kind = EV_THREAD;
     }
     for (int q = 0; q < NQ; q++) {
         uint32_t id = e->qhead[q];
@@ -192,19 +203,21 @@ static int process_events(struct eng *e, const struct event *ev) {
 
 /*
  * An upper bound on the engine's steps, from the trace alone. Each step handles at least one
- * event (process_events), and the events are: per kernel run, the end of its host part and its
- * end; per transfer, its data and its latency. Transfers per iteration: the plan's moves, one
- * demand fetch per use, and evictions, which need a tensor on the GPU (a birth at a use, an
- * arrival of a fetch, a global at start, an offload kept). So a run of I iterations has fewer
- * than 2 I N + 2 (4 I (moves + uses) + tensors) events; the budget doubles that. Exceeding it
- * means an engine bug, reported as an error instead of a hang.
+ * event (process_events), and the events are: per kernel run, the end of its host part, its
+ * end and the training thread's issue of its moves and its launch; per transfer, its data and its
+ * latency. Transfers per iteration: the plan's moves, one demand fetch per use, and evictions,
+ * which need a tensor on the GPU (a birth at a use, an arrival of a fetch, a global at start, an
+ * offload kept). So a run of I iterations has fewer than 2 I N + 2 (4 I (moves + uses) + tensors)
+ * events; the budget doubles that. Exceeding it means an engine bug, reported as an error instead
+ * of a hang.
  */
 static uint64_t step_budget(const struct eng *e) {
     const struct sim_view *v = e->v;
     uint64_t iters = e->total / (e->N ? e->N : 1);
     uint64_t uses = v->use_offset[v->n_kernels];
     uint64_t xfers = 4 * iters * ((uint64_t)v->n_moves + uses) + (uint64_t)v->n_tensors;
-    uint64_t events = 2 * e->total + 2 * xfers;
+    /* per kernel: its host part, its end and two waits for the training thread */
+    uint64_t events = 4 * e->total + 2 * xfers;
     /* the SSD caches fill at most once after each other event (the level falls below full
      * only when rates change, which happens at events) */
     if (e->cache_cap > 0) {
@@ -321,6 +334,7 @@ static int group_run(struct eng_group *grp, const struct tio_sim_params *p) {
                 continue;
             }
             sim_eng_allocate_rates(e);
+            sim_eng_kernel_pace(e);
             evs[i] = next_event(e);
             t = TIO_MIN(t, evs[i].t);
         }

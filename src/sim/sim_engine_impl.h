@@ -132,6 +132,22 @@ struct eng {
     int at_barrier;     /* waiting for the other stages to finish the previous iteration */
     size_t *recv_next;  /* [n_links] messages of each link this stage has received */
     double pipe_wait_s; /* measured: receive time beyond the transfer (waiting for the peer) */
+    /* the training thread (docs/simulator.md, "Software costs") */
+    double c_kernel;     /* its time per kernel: the launch, plus the executor's for plans */
+    double c_move;       /* its time per move a plan triggers */
+    double slowdown;     /* kernel_io_slowdown: kernels slow down with the PCIe traffic */
+    double h;            /* when it has launched the last kernel it launched */
+    double h_moves;      /* kernel g: when it has issued g's moves */
+    double h_launch;     /* kernel g: when it has launched g */
+    double t_ok;         /* kernel g: when its data and memory were in place */
+    double thread_stall; /* kernel g: time the stream waited for the thread */
+    int thread_set;      /* h_moves is set for kernel g */
+    int launch_set;      /* h_launch is set for kernel g */
+    int thread_waits;    /* the thread itself waited for kernel g's data or memory */
+    int host_wait;       /* the stream waits for the thread until host_t */
+    double host_t;
+    double k_work;  /* running kernel: GPU seconds of work left (at full speed) */
+    double k_speed; /* ... and the speed it runs at now (1 / (1 + slowdown x PCIe use)) */
 };
 
 /* One message on a link: when its send kernel ended and how long that kernel took (the time
@@ -189,6 +205,9 @@ void sim_eng_allocate_rates(struct eng *e);
 /* Move the clock to t1, moving bytes at the current rates (and recording them while
  * measuring). Returns 0 or TIO_ENOMEM. */
 int sim_eng_advance(struct eng *e, double t1);
+/* After sim_eng_allocate_rates: the running kernel's speed under the PCIe traffic now, and its
+ * end at that speed (no-op without kernel_io_slowdown). */
+void sim_eng_kernel_pace(struct eng *e);
 
 /* ---- sim_engine_kernel.c: the compute stream ---- */
 

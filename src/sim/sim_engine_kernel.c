@@ -187,6 +187,7 @@ static int begin_kernel(struct eng *e, uint64_t k) {
  * fetch is promoted, moved to the front of the queue or started on demand). */
 static int
 claim_uses(struct eng *e, uint64_t k, uint64_t *births, uint64_t *queued, int *wait_data) {
+    int executor = e->v->executor_cost;
     const struct sim_view *v = e->v;
     uint64_t stamp = e->g + 1;
     if (v->skip_uses[k]) {
@@ -209,11 +210,15 @@ claim_uses(struct eng *e, uint64_t k, uint64_t *births, uint64_t *queued, int *w
         case ST_PREFETCHING:
             sim_eng_promote(e, s->xfer);
             *wait_data = 1;
+            /* the executor's thread waits for a read from the SSDs; one from host memory is
+             * queued at once and the compute stream waits for it (stream order) */
+            e->thread_waits |= !executor || e->xf[s->xfer].path == P_SSD_GPU;
             break;
         case ST_QUEUED:
             sim_eng_mq_front(e, t);
             *queued += v->bytes[t];
             *wait_data = 1;
+            e->thread_waits = 1; /* it waits for the memory to bring it back into */
             break;
         case ST_OFF: {
             if (v->tflags[t] & SV_FRESH) {
@@ -231,6 +236,7 @@ claim_uses(struct eng *e, uint64_t k, uint64_t *births, uint64_t *queued, int *w
                 *queued += v->bytes[t];
             }
             *wait_data = 1;
+            e->thread_waits |= !executor || s->state == ST_QUEUED || s->tier == TIO_TIER_SSD;
             break;
         }
         default: /* ST_GPU: in place */
@@ -291,21 +297,26 @@ static void start_kernel(struct eng *e, uint64_t k) {
     double stall = e->t - e->t_ready;
     if (e->measuring) {
         struct tio_sim_result *r = &e->sim->r;
+        double thread = TIO_MIN(e->thread_stall, stall);
         r->stall_s += stall;
+        r->stall_thread_s += thread;
         if (e->stall_kind == 1) {
-            r->stall_data_s += stall;
+            r->stall_data_s += stall - thread;
         } else if (e->stall_kind == 2) {
-            r->stall_memory_s += stall;
+            r->stall_memory_s += stall - thread;
         }
         e->sim->k_stall_s[k] = stall;
         e->sim->k_start_s[k] = e->t - e->t0;
         e->sim->k_gpu[k] = e->gpu_used;
     }
     e->stall_kind = 0;
+    e->thread_stall = 0;
     e->running = 1;
     e->in_cpu = v->cpu_s[k] > 0.0;
     e->t_cpu_end = e->t + v->cpu_s[k];
     e->t_end = e->t_cpu_end + v->dur_s[k];
+    e->k_work = v->dur_s[k];
+    e->k_speed = 1.0;
     if (v->p2p && v->p2p[k] == SIM_P2P_RECV) {
         /* ends when its message has arrived: sim_eng_pipe_receive() sets the end */
         e->recv_pending = 1;
@@ -316,11 +327,75 @@ static void start_kernel(struct eng *e, uint64_t k) {
     }
 }
 
+/*
+ * The training thread (docs/simulator.md, "Software costs"). It issues kernel k's moves (c_move
+ * each), then launches k (c_kernel); the kernel starts no earlier than its launch, its moves no
+ * earlier than their issue. The thread runs ahead of the GPU, except that it starts each
+ * iteration with the GPU (the step's end is a synchronisation) and, where it waited for kernel
+ * k's data or memory itself, launches k only once the wait is over.
+ *
+ * thread_moves_issued: 1 once the thread has issued kernel k's moves (the stream may then issue
+ * them), else 0 with the stream waiting for the thread.
+ */
+static int thread_moves_issued(struct eng *e, uint64_t k) {
+    const struct sim_view *v = e->v;
+    if (e->c_kernel <= 0.0 && e->c_move <= 0.0) {
+        return 1;
+    }
+    if (!e->thread_set) {
+        size_t n = 0;
+        for (size_t i = k == 0 ? 0 : e->move_pos; i < v->n_moves && v->moves[i].trigger == k; i++) {
+            n++;
+        }
+        double h = k == 0 ? TIO_MAX(e->h, e->t) : e->h;
+        e->h_moves = h + (double)n * e->c_move;
+        e->thread_set = 1;
+        e->launch_set = 0;
+        e->thread_waits = 0;
+        e->thread_stall = 0;
+    }
+    if (e->t < e->h_moves) {
+        e->host_wait = 1;
+        e->host_t = e->h_moves;
+        return 0;
+    }
+    /* until h_moves the stream waited for nothing else (this comes first) */
+    e->thread_stall += TIO_MAX(0.0, e->h_moves - e->t_ready);
+    return 1;
+}
+
+/* thread_launched: 1 once the thread has launched kernel g (its data and memory are in place),
+ * else 0 with the stream waiting for the thread. */
+static int thread_launched(struct eng *e) {
+    if (e->c_kernel <= 0.0 && e->c_move <= 0.0) {
+        return 1;
+    }
+    if (!e->launch_set) {
+        double h = e->thread_waits ? TIO_MAX(e->h_moves, e->t) : e->h_moves;
+        e->h_launch = h + e->c_kernel;
+        e->t_ok = e->t;
+        e->launch_set = 1;
+    }
+    if (e->t < e->h_launch) {
+        e->host_wait = 1;
+        e->host_t = e->h_launch;
+        return 0;
+    }
+    e->thread_stall += TIO_MAX(0.0, e->h_launch - TIO_MAX(e->t_ok, e->t_ready));
+    e->h = e->h_launch;
+    e->thread_set = 0;
+    return 1;
+}
+
 /* Try to start kernel g. Returns <0 error, else 0 (e->running tells whether it started). */
 int sim_eng_try_start(struct eng *e) {
     const struct sim_view *v = e->v;
     uint64_t k = e->g % e->N;
+    e->host_wait = 0; /* armed again below while the stream waits for the thread */
     if (k == 0 && e->grp->n > 1 && e->g > 0 && wait_barrier(e)) {
+        return 0;
+    }
+    if (e->issued_g != e->g && !thread_moves_issued(e, k)) {
         return 0;
     }
     int rc = begin_kernel(e, k);
@@ -350,11 +425,15 @@ int sim_eng_try_start(struct eng *e) {
             return 0;
         }
         e->stall_kind = wait_data ? 1 : 2;
+        e->thread_waits = 1; /* the executor waits for memory under its budget */
         return sim_eng_mq_grant(e);
     }
     if (wait_data) {
         e->stall_kind = 1;
         return sim_eng_mq_grant(e); /* a needed fetch moved to the front may fit now */
+    }
+    if (!thread_launched(e)) {
+        return 0;
     }
     start_kernel(e, k);
     return 0;

@@ -148,11 +148,50 @@ static int bins_add(struct eng *e, int c, double a, double b, double rate) {
     return 0;
 }
 
+/* Whether the running kernel is slowed by the PCIe traffic (on its GPU part; a coupled
+ * receive's end is its message's). */
+static int kernel_paced(const struct eng *e) {
+    if (!(e->slowdown > 0.0) || !e->running || e->in_cpu || e->recv_pending) {
+        return 0;
+    }
+    uint64_t k = e->g % e->N;
+    return !e->v->p2p || e->v->p2p[k] != SIM_P2P_RECV;
+}
+
+void sim_eng_kernel_pace(struct eng *e) {
+    if (!kernel_paced(e)) {
+        return;
+    }
+    /* u: the fraction of the link in use, both directions together */
+    double r[TIO_SIM_CHANNEL_COUNT] = { 0 };
+    for (int q = 0; q < NQ; q++) {
+        uint32_t id = e->qhead[q];
+        if (id == NONE32) {
+            continue;
+        }
+        for (int c = TIO_SIM_PCIE_H2D; c <= TIO_SIM_PCIE_D2H; c++) {
+            if (sim_eng_path_mask[e->xf[id].path] & (1u << c)) {
+                r[c] += e->xf[id].rate;
+            }
+        }
+    }
+    double u = 0.5 * (r[TIO_SIM_PCIE_H2D] / e->bw[TIO_SIM_PCIE_H2D] +
+                      r[TIO_SIM_PCIE_D2H] / e->bw[TIO_SIM_PCIE_D2H]);
+    e->k_speed = 1.0 / (1.0 + e->slowdown * TIO_MIN(TIO_MAX(u, 0.0), 1.0));
+    e->t_end = e->t + TIO_MAX(e->k_work, 0.0) / e->k_speed;
+}
+
 /* Move time forward to t1, moving bytes at the current rates. */
 int sim_eng_advance(struct eng *e, double t1) {
     double dt = t1 - e->t;
     if (dt <= 0.0) {
         return 0;
+    }
+    if (kernel_paced(e)) {
+        e->k_work -= dt * e->k_speed;
+        if (e->measuring) {
+            e->sim->r.kernel_slowdown_s += dt * (1.0 - e->k_speed);
+        }
     }
     double chan_rate[TIO_SIM_CHANNEL_COUNT] = { 0 };
     for (int q = 0; q < NQ; q++) {

@@ -28,6 +28,8 @@ int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
                   jnum(r->stall_data_s));
     (void)fprintf(f, "  \"stall_memory_s\": %.9g,\n  \"cpu_s\": %.9g,\n", jnum(r->stall_memory_s),
                   jnum(r->cpu_s));
+    (void)fprintf(f, "  \"stall_thread_s\": %.9g,\n  \"kernel_slowdown_s\": %.9g,\n",
+                  jnum(r->stall_thread_s), jnum(r->kernel_slowdown_s));
     (void)fprintf(f, "  \"overlap_s\": %.9g,\n  \"io_busy_s\": %.9g,\n", jnum(r->overlap_s),
                   jnum(r->io_busy_s));
     (void)fprintf(f, "  \"tokens_per_s\": %.6f,\n  \"tokens_per_iteration\": %.0f,\n",

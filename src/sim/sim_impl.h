@@ -54,6 +54,9 @@ struct sim_view {
     double chan_cap_Bps[TIO_SIM_CHANNEL_COUNT]; /* > 0: the policy reaches at most this rate on
                                                    the channel (ZeRO's effective fetch rate) */
     double cache_level0; /* bytes in the SSD array's write caches when the run starts */
+    /* software costs (docs/simulator.md, "Software costs"): which the policy pays */
+    int launch_cost;   /* 1: the training thread launches every kernel (hw kernel_launch_s) */
+    int executor_cost; /* 1: ... and runs the executor per kernel and per move (plans) */
     /* pipeline coupling (sim_pipeline.c); NULL for a stage simulated alone */
     uint8_t *p2p;       /* [N] SIM_P2P_*: the kernel sends or receives a message */
     uint32_t *p2p_link; /* [N] the link it sends on or receives from */
@@ -103,6 +106,9 @@ struct tio_sim {
 
 /* sim_series_alloc: sim's per-kernel series (k_*) for N kernels, zeroed, in one block that
  * tio_sim_free frees. 0 or TIO_ENOMEM. */
+/* sim_hw_cost: the double at byte offset `off` of *hw (a software cost), 0 when the caller's
+ * older header has no such field. */
+double sim_hw_cost(const struct tio_hw *hw, size_t off);
 /* sim_params_in: the caller's params (NULL: defaults) as this library's struct (sim.c):
  * tio_struct_in over the defaults. */
 int sim_params_in(const struct tio_sim_params *params, struct tio_sim_params *out);

@@ -309,6 +309,7 @@ int tio_sim_run_pipeline(const struct tio_trace *const *traces,
             r->oom_iteration = f.oom_iteration;
             r->iteration_s = r->fraction_of_ideal = r->tokens_per_s = 0;
             r->stall_s = r->stall_data_s = r->stall_memory_s = r->cpu_s = 0;
+            r->stall_thread_s = r->kernel_slowdown_s = 0;
         }
         break;
     }

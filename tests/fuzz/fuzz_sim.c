@@ -145,6 +145,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     hw.host_offload_cap_bytes = pick_bytes(&r) % (hw.host_memory_bytes + 1);
     hw.gpu_reserve_bytes = UINT64_C(1) << 30;
     hw.gpu_memory_bytes = hw.gpu_reserve_bytes + big / 2 * (2 + next(&r) % 14);
+    /* software costs: none up to milliseconds per kernel and move, contention up to 1.5
+     * (docs/simulator.md, "Software costs") */
+    hw.kernel_launch_s = (double)(next(&r) % 4) * 1e-3;
+    hw.kernel_executor_s = (double)(next(&r) % 4) * 1e-3;
+    hw.move_issue_s = (double)(next(&r) % 4) * 1e-3;
+    hw.kernel_io_slowdown = (double)(next(&r) % 4) * 0.5;
     uint64_t capacity = next(&r) & 1 ? big / 2 * (2 + next(&r) % 14) : 0;
     unsigned mode = next(&r) % 4;
     if (mode == 0) { /* the planner's plan */

@@ -204,6 +204,48 @@ TIO_TEST(ssd_model_fields) {
     tio_free(json);
 }
 
+/* The software costs (docs/hardware.md, "Software costs"): the paper preset's measured ones,
+ * none on cpu-ci, validation, units in JSON, and a caller whose older header lacks them. */
+TIO_TEST(software_cost_fields) {
+    struct tio_hw hw = tio_hw_default();
+    CHECK_NEAR(hw.kernel_launch_s, 0, 0); /* in the model's kernel durations already */
+    CHECK_NEAR(hw.kernel_executor_s, 29.0e-6, 1e-15);
+    CHECK_NEAR(hw.move_issue_s, 23.0e-6, 1e-15);
+    CHECK_NEAR(hw.kernel_io_slowdown, 0, 0);
+    CHECK_OK(tio_hw_preset("cpu-ci", &hw));
+    CHECK_NEAR(hw.kernel_launch_s + hw.kernel_executor_s + hw.move_issue_s, 0, 0);
+    hw = tio_hw_default();
+    hw.move_issue_s = -1e-6;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("move_issue_s");
+    hw = tio_hw_default();
+    hw.kernel_io_slowdown = 1000;
+    CHECK_RC(tio_hw_validate(&hw), TIO_EINVAL);
+    CHECK_ERR_HAS("kernel_io_slowdown");
+    const char *p =
+        write_file("sw.json", "{\"kernel_launch_s\": \"5us\", "
+                              "\"kernel_executor_s\": 2e-5, "
+                              "\"move_issue_s\": \"3us\", \"kernel_io_slowdown\": 0.25}");
+    CHECK_OK(tio_hw_load(p, &hw));
+    CHECK_NEAR(hw.kernel_launch_s, 5e-6, 1e-18);
+    CHECK_NEAR(hw.kernel_executor_s, 2e-5, 1e-18);
+    CHECK_NEAR(hw.move_issue_s, 3e-6, 1e-18);
+    CHECK_NEAR(hw.kernel_io_slowdown, 0.25, 0);
+    char *json = NULL;
+    CHECK_OK(tio_hw_to_json(&hw, &json));
+    CHECK(json && strstr(json, "\"kernel_io_slowdown\": 0.25") != NULL);
+    tio_free(json);
+    /* a header from before the costs: its struct ends before them, which are not read */
+    hw = tio_hw_default();
+    hw.kernel_io_slowdown = -5; /* beyond the older struct: ignored */
+    hw.struct_size = (uint32_t)offsetof(struct tio_hw, kernel_launch_s);
+    CHECK_OK(tio_hw_validate(&hw));
+    json = NULL;
+    CHECK_OK(tio_hw_to_json(&hw, &json));
+    CHECK(json && strstr(json, "kernel_launch_s") == NULL && strstr(json, "ssd_sustained") != NULL);
+    tio_free(json);
+}
+
 TIO_TEST(names_printable_and_capacities_sane) {
     struct tio_hw hw;
     CHECK_RC(tio_hw_load(write_file("n1.json", "{\"base\": \"cpu-ci\", \"name\": "
@@ -261,6 +303,7 @@ int main(void) {
     RUN(json_units_and_base);
     RUN(json_errors_name_the_field);
     RUN(ssd_model_fields);
+    RUN(software_cost_fields);
     RUN(names_printable_and_capacities_sane);
     RUN(at_ssd_bandwidth);
     char cmd[300];

@@ -52,6 +52,11 @@ static void show_human(const struct tio_hw *hw) {
         printf("  prices          server $%.1f, SSDs $%.1f\n", hw->server_price_usd,
                hw->ssd_price_usd);
     }
+    printf("  software costs  launch %s, executor %s per kernel, %s per move, kernel slowdown "
+           "%.2f x link use\n",
+           tio_format_duration(hw->kernel_launch_s, a, sizeof a),
+           tio_format_duration(hw->kernel_executor_s, b, sizeof b),
+           tio_format_duration(hw->move_issue_s, c, sizeof c), hw->kernel_io_slowdown);
 }
 
 static int load(const char *what, struct tio_hw *hw) {

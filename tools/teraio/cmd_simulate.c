@@ -43,6 +43,12 @@ static void usage(FILE *f) {
         "                       where it happens\n"
         "  --no-demand-evict    plan-only (the default)\n"
         "  -h, --help           this help\n\n"
+        "Software costs come from HW (docs/hardware.md; 0 = none): kernel_launch_s (the\n"
+        "training thread's time to launch a kernel, every policy but ideal), kernel_executor_s\n"
+        "and move_issue_s (the offload runtime's time per kernel and per move, plans only),\n"
+        "kernel_io_slowdown (kernels run 1 + x * u times longer, u the PCIe link's use).\n"
+        "paper-2xh100nvl has measured ones; set them in a JSON file with \"base\" to vary\n"
+        "them. Their stalls are stall_thread_s, the slowdown kernel_slowdown_s.\n\n"
         "JSON keys: iteration_s, ideal_s, fraction_of_ideal, stall_s, tokens_per_s, oom,\n"
         "gpu_peak_bytes, host_peak_bytes, ssd_bytes_written, ... (docs/simulator.md).\n"
         "Running out of memory is a result (\"oom\": true), not an error. A pipeline prints\n"
@@ -94,11 +100,17 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
     if (print_outcome(&r, 0)) {
         return;
     }
-    (void)printf("stalls            %s (data %s, memory %s, host CPU %s)\n",
+    char e[32], g[32];
+    (void)printf("stalls            %s (data %s, memory %s, host CPU %s, training thread %s)\n",
                  tio_format_duration(r.stall_s, a, sizeof a),
                  tio_format_duration(r.stall_data_s, b, sizeof b),
                  tio_format_duration(r.stall_memory_s, c, sizeof c),
-                 tio_format_duration(r.cpu_s, d, sizeof d));
+                 tio_format_duration(r.cpu_s, d, sizeof d),
+                 tio_format_duration(r.stall_thread_s, e, sizeof e));
+    if (r.kernel_slowdown_s > 0) {
+        (void)printf("kernels slowed    %s by transfers beside them\n",
+                     tio_format_duration(r.kernel_slowdown_s, g, sizeof g));
+    }
     (void)printf("I/O under compute %s of %s busy\n", tio_format_duration(r.overlap_s, a, sizeof a),
                  tio_format_duration(r.io_busy_s, b, sizeof b));
     for (int ch = 0; ch < TIO_SIM_CHANNEL_COUNT; ch++) {

@@ -46,6 +46,8 @@ static PyObject *result_dict(const struct tio_sim *sim) {
         tio_py_put(d, "stall_data_s", PyFloat_FromDouble(r.stall_data_s)) ||
         tio_py_put(d, "stall_memory_s", PyFloat_FromDouble(r.stall_memory_s)) ||
         tio_py_put(d, "cpu_s", PyFloat_FromDouble(r.cpu_s)) ||
+        tio_py_put(d, "stall_thread_s", PyFloat_FromDouble(r.stall_thread_s)) ||
+        tio_py_put(d, "kernel_slowdown_s", PyFloat_FromDouble(r.kernel_slowdown_s)) ||
         tio_py_put(d, "overlap_s", PyFloat_FromDouble(r.overlap_s)) ||
         tio_py_put(d, "io_busy_s", PyFloat_FromDouble(r.io_busy_s)) ||
         tio_py_put(d, "tokens_per_s", PyFloat_FromDouble(r.tokens_per_s)) ||

@@ -243,6 +243,12 @@ class Planner:
             "host_offload_cap_bytes": self.host_memory,
             "host_memory_Bps": self.host_Bps,
             "gds": 0,
+            # the profiled durations are the operators' times on this thread, hook and executor
+            # included: no software costs on top (docs/hardware.md, "Software costs")
+            "kernel_launch_s": 0.0,
+            "kernel_executor_s": 0.0,
+            "move_issue_s": 0.0,
+            "kernel_io_slowdown": 0.0,
         }
 
     def _ssd_mixed_Bps(self):

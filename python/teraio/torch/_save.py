@@ -27,6 +27,7 @@ import pickle
 import re
 import struct
 import tempfile
+import threading
 import zipfile
 import zlib
 
@@ -415,7 +416,8 @@ class SaveWindow:
     - the model's and optimizer's state_dict() hooks leave the offloaded tensors offloaded
       (as inside Offloader.save()'s callable), on every thread; any other use still brings
       every tensor back. The functions below are streamed on the thread that opened it only:
-      other threads get them as they are;
+      on other threads they refuse (RuntimeError) what holds offloaded storages (or what
+      cannot be listed), which they would write short, and pass the rest on as they are;
     - torch.save of an object that holds offloaded storages writes it as Offloader.save() does
       (the same bytes as torch.save with every tensor in memory, each offloaded storage read
       from its tier in turn); other objects go to torch.save as they are;
@@ -436,8 +438,6 @@ class SaveWindow:
     written) go to report()["save_peak_bytes"]."""
 
     def __init__(self, off):
-        import threading
-
         self.off = off
         self.thread = threading.get_ident()
         self.is_open = False
@@ -527,15 +527,37 @@ class SaveWindow:
         setattr(obj, name, value)
 
     def _mine(self):
-        import threading
-
         return self.is_open and threading.get_ident() == self.thread
+
+    def _other_thread(self, what, storages):
+        """A save (`what`) on a thread other than the window's: refused when what it writes
+        may hold offloaded storages (storages() -> their keys; it may raise: not listed), which
+        only the window's thread writes streamed: from here they would be written short (or,
+        while the window's placeholders are in, as zeros)."""
+        offl = self.src if self.placeholders is not None else Saver.offloaded(self.off)
+        if not offl:
+            return
+        try:
+            hit = not offl.keys().isdisjoint(storages())
+        except Exception:  # noqa: BLE001 - not listed: it may hold them
+            hit = True
+        if hit:
+            raise RuntimeError(
+                f"teraio: {what} on another thread while Offloader.streamed_saves() is open "
+                f"(opened on thread {self.thread}, this is {threading.get_ident()}): what it "
+                "saves holds offloaded tensors, which only the window's thread writes from "
+                "their tier; here they would be written short. Save from the thread that "
+                "opened the window, or after it closes (a save then brings the tensors back)")
 
     def _wrap_torch_save(self, prev):
         def save_(obj, f, *args, **kwargs):
+            protocol = kwargs.get("pickle_protocol", 2)
+            if self.is_open and not self._mine():
+                self._other_thread("torch.save", lambda: {
+                    st._cdata for st in storage_order(obj, protocol)})
+                return prev(obj, f, *args, **kwargs)
             if not self._mine() or self.writing:
                 return prev(obj, f, *args, **kwargs)
-            protocol = kwargs.get("pickle_protocol", 2)
             offl = Saver.offloaded(self.off) if self.placeholders is None else self.src
             try:
                 order = storage_order(obj, protocol)
@@ -569,6 +591,11 @@ class SaveWindow:
 
     def _wrap_save_file(self, prev):
         def save_file(tensors, filename, metadata=None):
+            if self.is_open and not self._mine():
+                self._other_thread("safetensors save_file", lambda: {
+                    v.untyped_storage()._cdata for v in tensors.values()
+                    if isinstance(v, torch.Tensor)})
+                return prev(tensors, filename, metadata=metadata)
             if not self._mine() or self.writing or not isinstance(tensors, dict):
                 return prev(tensors, filename, metadata=metadata)
             offl = Saver.offloaded(self.off) if self.placeholders is None else self.src

@@ -184,7 +184,7 @@ static struct tio_trace *build_trace(void) {
 }
 
 int main(int argc, char **argv) {
-    int repeats = argc > 1 ? atoi(argv[1]) : 5;
+    int repeats = argc > 1 ? bench_int(argv[1]) : 5;
     if (repeats < 1 || repeats > 100) {
         repeats = 5;
     }

@@ -35,7 +35,8 @@ static double now_s(void) {
 }
 
 static void die(const char *what, int rc) {
-    fprintf(stderr, "bench_bounce: %s: %s (%s)\n", what, tio_strerror(rc), tio_last_error());
+    (void)fprintf(stderr, "bench_bounce: %s: %s (%s)\n", what, tio_strerror(rc), tio_last_error());
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs here */
     exit(1);
 }
 
@@ -76,30 +77,33 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--mib")) {
             mib = strtoull(argv[i + 1], NULL, 10);
         } else if (!strcmp(argv[i], "--runs")) {
-            runs = atoi(argv[i + 1]);
+            runs = bench_int(argv[i + 1]);
         } else if (!strcmp(argv[i], "--pcie-gbps")) {
-            gbps = atof(argv[i + 1]);
+            gbps = bench_double(argv[i + 1]);
         } else if (!strcmp(argv[i], "--dir")) {
             dir = argv[i + 1];
         } else {
-            fprintf(stderr, "usage: bench_bounce [--mib N] [--runs N] [--pcie-gbps G] [--dir D]\n");
+            (void)fprintf(stderr,
+                          "usage: bench_bounce [--mib N] [--runs N] [--pcie-gbps G] [--dir D]\n");
             return 2;
         }
     }
     if (mib == 0 || runs < 1 || runs > MAX_RUNS || !(gbps > 0)) {
-        fprintf(stderr, "bench_bounce: --mib > 0, --runs 1..%d, --pcie-gbps > 0\n", MAX_RUNS);
+        (void)fprintf(stderr, "bench_bounce: --mib > 0, --runs 1..%d, --pcie-gbps > 0\n", MAX_RUNS);
         return 2;
     }
     /* the fakes, the cuFile one refusing every file: device memory goes through bounce.c */
+    /* NOLINTBEGIN(concurrency-mt-unsafe): no other thread runs yet */
     if (setenv("TIO_CUDART_LIB", TIO_FAKE_CUDART_PATH, 0) != 0 ||
         setenv("TIO_CUFILE_LIB", TIO_FAKE_CUFILE_PATH, 0) != 0 ||
         setenv("FAKE_CUFILE_REFUSE", "1", 1) != 0 || fake_cuda_load(&fc) < 0) {
-        fprintf(stderr, "bench_bounce: the fake CUDA libraries are not loadable\n");
+        (void)fprintf(stderr, "bench_bounce: the fake CUDA libraries are not loadable\n");
         return 1;
     }
+    /* NOLINTEND(concurrency-mt-unsafe) */
     double bps = gbps * 1e9;
     if (fc.set_timing(1, bps, bps, bps / 4, 0) != 0) {
-        fprintf(stderr, "bench_bounce: fake_cuda_set_timing failed\n");
+        (void)fprintf(stderr, "bench_bounce: fake_cuda_set_timing failed\n");
         return 1;
     }
     uint64_t n = mib << 20;
@@ -119,8 +123,10 @@ int main(int argc, char **argv) {
     void *dev = NULL;
     unsigned char *host = malloc(n);
     if (fc.malloc_device(&dev, n) != 0 || !host) {
-        fprintf(stderr, "bench_bounce: %llu MiB of device and host memory\n",
-                (unsigned long long)mib);
+        (void)fprintf(stderr, "bench_bounce: %llu MiB of device and host memory\n",
+                      (unsigned long long)mib);
+        free(host);
+        tio_engine_free(e);
         return 1;
     }
     memset(host, 0x5A, n);

@@ -29,7 +29,8 @@ static double cpu_s(void) {
 static struct tio_model_params preset(const char *name) {
     struct tio_model_params p;
     if (tio_model_preset(name, &p) < 0) {
-        fprintf(stderr, "bench_model: %s\n", tio_last_error());
+        (void)fprintf(stderr, "bench_model: %s\n", tio_last_error());
+        /* NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs here */
         exit(1);
     }
     return p;
@@ -38,7 +39,8 @@ static struct tio_model_params preset(const char *name) {
 static struct tio_trace *gen(const struct tio_model_params *p, struct tio_model_info *in) {
     struct tio_trace *tr = NULL;
     if (tio_model_generate(p, &tr, in) < 0) {
-        fprintf(stderr, "bench_model: %s\n", tio_last_error());
+        (void)fprintf(stderr, "bench_model: %s\n", tio_last_error());
+        /* NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs here */
         exit(1);
     }
     return tr;
@@ -154,7 +156,8 @@ static void timing(const char *name) {
         t[i] = tio_now_s() - t0;
         c[i] = cpu_s() - c0;
         if (!data && tio_trace_save_mem(tr, TIO_TRACE_FORMAT_BINARY, &data, &len) < 0) {
-            fprintf(stderr, "bench_model: %s\n", tio_last_error());
+            (void)fprintf(stderr, "bench_model: %s\n", tio_last_error());
+            /* NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs here */
             exit(1);
         }
         tio_trace_free(tr);
@@ -163,7 +166,8 @@ static void timing(const char *name) {
         struct tio_trace *tr = NULL;
         double t0 = tio_now_s();
         if (tio_trace_load_mem(data, len, TIO_TRACE_FORMAT_BINARY, &tr) < 0) {
-            fprintf(stderr, "bench_model: %s\n", tio_last_error());
+            (void)fprintf(stderr, "bench_model: %s\n", tio_last_error());
+            /* NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs here */
             exit(1);
         }
         l[i] = tio_now_s() - t0;

@@ -126,8 +126,8 @@ static struct tio_trace *synth_trace(const struct synth *s) {
              * down, residual: 15 kernels */
             rc |= layer_op(tr, "rmsnorm", mem_ns(2.0 * (double)act), prev, W[28], UINT32_MAX, a[0]);
             for (int j = 0; j < 3; j++) {
-                rc |=
-                    layer_op(tr, "mm", mm_ns(2 * T * wsz[j]), a[0], W[j * 4], UINT32_MAX, a[1 + j]);
+                rc |= layer_op(tr, "mm", mm_ns(2 * T * wsz[j]), a[0], W[(size_t)j * 4], UINT32_MAX,
+                               a[1 + j]);
             }
             for (int j = 0; j < 2; j++) {
                 rc |= tio_trace_add_kernel(tr, "rope", mem_ns(2.0 * (double)act), 0, &k);
@@ -142,7 +142,7 @@ static struct tio_trace *synth_trace(const struct synth *s) {
             rc |= layer_op(tr, "mm_o", mm_ns(2 * T * wsz[3]), a[4], W[12], prev, r1);
             rc |= layer_op(tr, "rmsnorm", mem_ns(2.0 * (double)act), r1, W[32], UINT32_MAX, a[5]);
             for (int j = 0; j < 2; j++) {
-                rc |= layer_op(tr, "mm", mm_ns(2 * T * wsz[4 + j]), a[5], W[(4 + j) * 4],
+                rc |= layer_op(tr, "mm", mm_ns(2 * T * wsz[4 + j]), a[5], W[(size_t)(4 + j) * 4],
                                UINT32_MAX, a[6 + j]);
             }
             rc |= tio_trace_add_kernel(tr, "silu_mul", mem_ns(3.0 * (double)actf), 0, &k);
@@ -169,7 +169,7 @@ static struct tio_trace *synth_trace(const struct synth *s) {
                 rc |= tio_trace_add_kernel(tr, "mm_dx", mm_ns(2 * T * wsz[j]), TIO_KERNEL_BACKWARD,
                                            &k);
                 rc |= tio_trace_add_use(tr, g, TIO_USE_READ_WRITE);
-                rc |= tio_trace_add_use(tr, W[j * 4], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, W[(size_t)j * 4], TIO_USE_READ);
                 rc |= tio_trace_add_kernel(tr, "mm_dw", mm_ns(2 * T * wsz[j]), TIO_KERNEL_BACKWARD,
                                            &k);
                 rc |= tio_trace_add_use(tr, g, TIO_USE_READ);
@@ -196,7 +196,7 @@ static struct tio_trace *synth_trace(const struct synth *s) {
                 rc |= tio_trace_add_kernel(tr, "rmsnorm_bwd", mem_ns(3.0 * (double)act),
                                            TIO_KERNEL_BACKWARD, &k);
                 rc |= tio_trace_add_use(tr, g, TIO_USE_READ_WRITE);
-                rc |= tio_trace_add_use(tr, W[j * 4], TIO_USE_READ);
+                rc |= tio_trace_add_use(tr, W[(size_t)j * 4], TIO_USE_READ);
                 rc |= tio_trace_add_use(tr, W[j * 4 + 1],
                                         mb == 0 ? TIO_USE_WRITE : TIO_USE_READ_WRITE);
             }
@@ -233,6 +233,7 @@ static double cpu_now(void) {
  * builds' plans can be compared byte for byte (`cmp`).
  */
 static void save_plan(const struct tio_plan *plan, size_t n, const char *pol, int run) {
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment meanwhile */
     const char *dir = getenv("BENCH_SAVE_PLANS");
     if (!dir || run != 0) {
         return;
@@ -240,7 +241,7 @@ static void save_plan(const struct tio_plan *plan, size_t n, const char *pol, in
     char path[512];
     (void)snprintf(path, sizeof path, "%s/%zu-%s.plan", dir, n, pol);
     if (tio_plan_save(plan, path, TIO_PLAN_FORMAT_BINARY) < 0) {
-        fprintf(stderr, "%s: %s\n", path, tio_last_error());
+        (void)fprintf(stderr, "%s: %s\n", path, tio_last_error());
     }
 }
 
@@ -250,6 +251,7 @@ static void bench_one(const char *name,
                       int runs,
                       double paper_s) {
     const char *pols[] = { "teraio-mixed", "teraio-paper" };
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment meanwhile */
     int npol = getenv("BENCH_MIXED_ONLY") ? 1 : 2;
     struct tio_plan_params np = tio_plan_params_default();
     np.policy = "none";
@@ -272,8 +274,8 @@ static void bench_one(const char *name,
             t[r] = cpu_now() - t0;
             w[r] = tio_now_s() - w0;
             if (rc < 0) {
-                fprintf(stderr, "%s %s: %s: %s\n", name, pols[p], tio_strerror(rc),
-                        tio_last_error());
+                (void)fprintf(stderr, "%s %s: %s: %s\n", name, pols[p], tio_strerror(rc),
+                              tio_last_error());
                 ok = 0;
                 break;
             }
@@ -296,7 +298,7 @@ static void bench_one(const char *name,
                            : "-",
                s.n_moves, s.feasible ? "yes" : "no", tio_format_bytes(s.bytes_to_ssd, a, sizeof a),
                tio_format_bytes(s.bytes_to_host, b, sizeof b));
-        fflush(stdout);
+        (void)fflush(stdout);
     }
 }
 
@@ -338,7 +340,7 @@ static struct tio_trace *llama70_micro(uint32_t micro) {
     }
     mp.global_batch = micro * mp.micro_batch;
     if (tio_model_generate(&mp, &tr, NULL) < 0) {
-        fprintf(stderr, "llama3-70b x%u: %s\n", micro, tio_last_error());
+        (void)fprintf(stderr, "llama3-70b x%u: %s\n", micro, tio_last_error());
         return NULL;
     }
     return tr;
@@ -358,6 +360,7 @@ static int bench_scale(const struct tio_hw *hw, int runs, size_t min_kernels, si
     tio_trace_free(b);
     const double targets[] = { 250e3, 500e3, 1e6, 2e6 };
     const char *pols[] = { "teraio-mixed", "teraio-paper" };
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment meanwhile */
     int npol = getenv("BENCH_MIXED_ONLY") ? 1 : 2;
     printf("| kernels | micro-batches | policy | planning CPU s | wall s | planner peak B/kernel "
            "| process peak B/kernel | moves | feasible | to SSD/iter | to host/iter |\n");
@@ -389,8 +392,8 @@ static int bench_scale(const struct tio_hw *hw, int runs, size_t min_kernels, si
                 mem[r] = have_peak && hwm > rss0 ? (double)(hwm - rss0) / (double)n : -1;
                 tot[r] = have_peak ? (double)hwm / (double)n : -1;
                 if (rc < 0) {
-                    fprintf(stderr, "%zu kernels %s: %s: %s\n", n, pols[p], tio_strerror(rc),
-                            tio_last_error());
+                    (void)fprintf(stderr, "%zu kernels %s: %s: %s\n", n, pols[p], tio_strerror(rc),
+                                  tio_last_error());
                     tio_trace_free(tr);
                     return 1;
                 }
@@ -404,7 +407,7 @@ static int bench_scale(const struct tio_hw *hw, int runs, size_t min_kernels, si
                    bench_median(tot, runs), s.n_moves, s.feasible ? "yes" : "no",
                    tio_format_bytes(s.bytes_to_ssd, x, sizeof x),
                    tio_format_bytes(s.bytes_to_host, y, sizeof y));
-            fflush(stdout);
+            (void)fflush(stdout);
         }
         tio_trace_free(tr);
     }
@@ -428,16 +431,17 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--min-kernels") == 0 && i + 1 < argc) {
             min_kernels = (size_t)strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
-            runs = atoi(argv[++i]);
+            runs = bench_int(argv[++i]);
         } else if (strcmp(argv[i], "--micro") == 0 && i + 1 < argc) {
-            micro = (uint32_t)atoi(argv[++i]);
+            micro = (uint32_t)bench_int(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else if (strcmp(argv[i], "--hw") == 0 && i + 1 < argc) {
             hwname = argv[++i];
         } else {
-            fprintf(stderr, "usage: bench_plan [--quick] [--runs N] [--hw PRESET] [--only 8b|70b] "
-                            "[--micro N] [--scale [--min-kernels N] [--max-kernels N]]\n");
+            (void)fprintf(stderr,
+                          "usage: bench_plan [--quick] [--runs N] [--hw PRESET] [--only 8b|70b] "
+                          "[--micro N] [--scale [--min-kernels N] [--max-kernels N]]\n");
             return 1;
         }
     }
@@ -446,7 +450,7 @@ int main(int argc, char **argv) {
     }
     struct tio_hw hw;
     if (tio_hw_preset(hwname, &hw) < 0) {
-        fprintf(stderr, "%s\n", tio_last_error());
+        (void)fprintf(stderr, "%s\n", tio_last_error());
         return 1;
     }
     printf("hw %s, median of %d runs, one thread\n\n", hw.name, runs);
@@ -454,7 +458,7 @@ int main(int argc, char **argv) {
 #ifdef HAVE_MODEL
         return bench_scale(&hw, runs, min_kernels, max_kernels);
 #else
-        fprintf(stderr, "bench_plan --scale needs the workload model (teraio/model.h)\n");
+        (void)fprintf(stderr, "bench_plan --scale needs the workload model (teraio/model.h)\n");
         return 1;
 #endif
     }
@@ -492,7 +496,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (tio_model_preset(models[i], &mp) < 0 || tio_model_generate(&mp, &tr, NULL) < 0) {
-            fprintf(stderr, "model %s: %s\n", models[i], tio_last_error());
+            (void)fprintf(stderr, "model %s: %s\n", models[i], tio_last_error());
             continue;
         }
         char label[64];

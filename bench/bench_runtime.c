@@ -223,6 +223,7 @@ static int run_size(uint32_t layers, int runs, double budget, const char *dir, s
     out->cpu_us = bench_median(cpu, runs);
     out->wall_us = bench_median(wall, runs);
     tio_runtime_get_stats(rt, &out->st);
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment meanwhile */
     if (getenv("BENCH_RUNTIME_STATS")) {
         struct tio_runtime_stats *a = &out->st;
         (void)fprintf(
@@ -276,17 +277,18 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--tsv") == 0) {
             tsv = 1;
         } else {
-            fprintf(stderr,
-                    "usage: bench_runtime [--runs N] [--layers A,B,...] [--budget F] [--tsv]\n");
+            (void)fprintf(
+                stderr,
+                "usage: bench_runtime [--runs N] [--layers A,B,...] [--budget F] [--tsv]\n");
             return 1;
         }
     }
     if (!(budget > 0 && budget <= 1)) {
-        fprintf(stderr, "bench_runtime: --budget must be in (0, 1]\n");
+        (void)fprintf(stderr, "bench_runtime: --budget must be in (0, 1]\n");
         return 1;
     }
     if (runs < 1 || runs > MAX_RUNS) {
-        fprintf(stderr, "bench_runtime: --runs must be 1..%d\n", MAX_RUNS);
+        (void)fprintf(stderr, "bench_runtime: --runs must be 1..%d\n", MAX_RUNS);
         return 1;
     }
     char dir[] = "/tmp/tio-bench-runtime-XXXXXX";
@@ -308,8 +310,8 @@ int main(int argc, char **argv) {
         char *end = NULL;
         long layers = strtol(p, &end, 10);
         if (end == p || layers < 1 || layers > 4096 || (*end && *end != ',')) {
-            fprintf(stderr, "bench_runtime: --layers: '%s' is not a list of block counts\n",
-                    layers_arg);
+            (void)fprintf(stderr, "bench_runtime: --layers: '%s' is not a list of block counts\n",
+                          layers_arg);
             status = 1;
             break;
         }
@@ -332,7 +334,7 @@ int main(int argc, char **argv) {
                    (unsigned long long)r.st.demand_offloads,
                    (unsigned long long)r.st.over_budget_kernels);
         }
-        fflush(stdout);
+        (void)fflush(stdout);
     }
     (void)rmdir(dir);
     return status;

@@ -69,11 +69,15 @@ static struct tio_trace *build(size_t nk, size_t upk) {
         return NULL;
     }
     size_t n_weights = nk / 25, n_act = nk / 2 - n_weights;
+    if (n_weights == 0 || n_act == 0) { /* main refuses fewer than 100 kernels */
+        tio_trace_free(tr);
+        return NULL;
+    }
     char name[64];
     for (size_t t = 0; t < n_weights + n_act; t++) {
         int global = t < n_weights;
         if (global) {
-            snprintf(name, sizeof name, "layers.%zu.weight", t);
+            (void)snprintf(name, sizeof name, "layers.%zu.weight", t);
         }
         if (tio_trace_add_tensor(tr, 4096 + (rnd() % (64u << 20)),
                                  global ? TIO_TENSOR_WEIGHT : TIO_TENSOR_ACTIVATION,
@@ -101,18 +105,131 @@ static struct tio_trace *build(size_t nk, size_t upk) {
     }
     return tr;
 fail:
-    fprintf(stderr, "bench_trace: build failed: %s\n", tio_last_error());
+    (void)fprintf(stderr, "bench_trace: build failed: %s\n", tio_last_error());
     tio_trace_free(tr);
     return NULL;
+}
+
+#define MAX_REPS 100
+
+enum {
+    MEMCPY,
+    VALIDATE,
+    BIN_SAVE,
+    BIN_LOAD,
+    BIN_FSAVE,
+    BIN_FLOAD,
+    JS_SAVE,
+    JS_LOAD,
+    JS_FSAVE,
+    JS_FLOAD,
+    N_ROWS
+};
+static const char *const row_names[N_ROWS] = {
+    "anchor: memcpy of the binary image",
+    "tio_trace_validate (inside every load)",
+    "binary save_mem",
+    "binary load_mem",
+    "binary save (file, fsync)",
+    "binary load (file)",
+    "JSON save_mem",
+    "JSON load_mem",
+    "JSON save (file, fsync)",
+    "JSON load (file)",
+};
+
+/* Run r of every row: times[row][r] (wall) and cpus[row][r]; the sizes of the binary and JSON
+ * images. 0, 1 when a round trip changed the trace (said on stderr), -1 on a library error. */
+static int one_run(struct tio_trace *tr,
+                   uint64_t h0,
+                   const char *pbin,
+                   const char *pjson,
+                   int r,
+                   double (*times)[MAX_REPS],
+                   double (*cpus)[MAX_REPS],
+                   size_t *size_bin,
+                   size_t *size_json) {
+    void *d = NULL;
+    size_t n = 0;
+    struct tio_trace *back = NULL;
+    struct stamp s = start();
+    if (tio_trace_save_mem(tr, TIO_TRACE_FORMAT_BINARY, &d, &n) < 0) {
+        return -1;
+    }
+    stop(s, &times[BIN_SAVE][r], &cpus[BIN_SAVE][r]);
+    *size_bin = n;
+    void *copy = tio_malloc(n);
+    if (!copy) {
+        return -1;
+    }
+    memset(copy, 1, n); /* fault the pages in first, as the readers' buffers are */
+    s = start();
+    memcpy(copy, d, n);
+    stop(s, &times[MEMCPY][r], &cpus[MEMCPY][r]);
+    tio_free(copy);
+    s = start();
+    if (tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_BINARY, &back) < 0) {
+        return -1;
+    }
+    stop(s, &times[BIN_LOAD][r], &cpus[BIN_LOAD][r]);
+    s = start();
+    if (tio_trace_validate(back) < 0) {
+        return -1;
+    }
+    stop(s, &times[VALIDATE][r], &cpus[VALIDATE][r]);
+    uint64_t h = 0;
+    if (tio_trace_hash(back, &h) < 0 || h != h0) {
+        (void)fprintf(stderr, "bench_trace: binary round trip changed the trace\n");
+        return 1;
+    }
+    tio_trace_free(back);
+    tio_free(d);
+
+    s = start();
+    if (tio_trace_save_mem(tr, TIO_TRACE_FORMAT_JSON, &d, &n) < 0) {
+        return -1;
+    }
+    stop(s, &times[JS_SAVE][r], &cpus[JS_SAVE][r]);
+    *size_json = n;
+    s = start();
+    if (tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_JSON, &back) < 0) {
+        return -1;
+    }
+    stop(s, &times[JS_LOAD][r], &cpus[JS_LOAD][r]);
+    if (tio_trace_hash(back, &h) < 0 || h != h0) {
+        (void)fprintf(stderr, "bench_trace: JSON round trip changed the trace\n");
+        return 1;
+    }
+    tio_trace_free(back);
+    tio_free(d);
+
+    const char *paths[2] = { pbin, pjson };
+    int32_t fmts[2] = { TIO_TRACE_FORMAT_BINARY, TIO_TRACE_FORMAT_JSON };
+    int rows[2][2] = { { BIN_FSAVE, BIN_FLOAD }, { JS_FSAVE, JS_FLOAD } };
+    for (int f = 0; f < 2; f++) {
+        s = start();
+        if (tio_trace_save(tr, paths[f], fmts[f]) < 0) {
+            return -1;
+        }
+        stop(s, &times[rows[f][0]][r], &cpus[rows[f][0]][r]);
+        s = start();
+        if (tio_trace_load(paths[f], TIO_TRACE_FORMAT_AUTO, &back) < 0) {
+            return -1;
+        }
+        stop(s, &times[rows[f][1]][r], &cpus[rows[f][1]][r]);
+        tio_trace_free(back);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     size_t nk = argc > 1 ? strtoul(argv[1], NULL, 10) : 250000;
     size_t upk = argc > 2 ? strtoul(argv[2], NULL, 10) : 10;
-    int reps = argc > 3 ? atoi(argv[3]) : 5;
+    int reps = argc > 3 ? bench_int(argv[3]) : 5;
     const char *dir = argc > 4 ? argv[4] : "/tmp";
-    if (nk < 100 || upk < 2 || reps < 1 || reps > 100) {
-        fprintf(stderr, "usage: bench_trace [kernels>=100] [uses_per_kernel>=2] [reps] [dir]\n");
+    if (nk < 100 || upk < 2 || reps < 1 || reps > MAX_REPS) {
+        (void)fprintf(stderr,
+                      "usage: bench_trace [kernels>=100] [uses_per_kernel>=2] [reps] [dir]\n");
         return 1;
     }
     double t0 = tio_now_s();
@@ -126,111 +243,25 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    enum {
-        MEMCPY,
-        VALIDATE,
-        BIN_SAVE,
-        BIN_LOAD,
-        BIN_FSAVE,
-        BIN_FLOAD,
-        JS_SAVE,
-        JS_LOAD,
-        JS_FSAVE,
-        JS_FLOAD,
-        N_ROWS
-    };
-    static const char *const row_names[N_ROWS] = {
-        "anchor: memcpy of the binary image",
-        "tio_trace_validate (inside every load)",
-        "binary save_mem",
-        "binary load_mem",
-        "binary save (file, fsync)",
-        "binary load (file)",
-        "JSON save_mem",
-        "JSON load_mem",
-        "JSON save (file, fsync)",
-        "JSON load (file)",
-    };
-    double times[N_ROWS][100], cpus[N_ROWS][100];
+    double times[N_ROWS][MAX_REPS], cpus[N_ROWS][MAX_REPS];
     size_t size_bin = 0, size_json = 0;
     char pbin[512], pjson[512];
-    snprintf(pbin, sizeof pbin, "%s/bench_trace_%d.tio", dir, (int)getpid());
-    snprintf(pjson, sizeof pjson, "%s/bench_trace_%d.json", dir, (int)getpid());
+    (void)snprintf(pbin, sizeof pbin, "%s/bench_trace_%d.tio", dir, (int)getpid());
+    (void)snprintf(pjson, sizeof pjson, "%s/bench_trace_%d.json", dir, (int)getpid());
     for (int r = 0; r < reps; r++) {
-        void *d = NULL;
-        size_t n = 0;
-        struct tio_trace *back = NULL;
-        struct stamp s = start();
-        if (tio_trace_save_mem(tr, TIO_TRACE_FORMAT_BINARY, &d, &n) < 0) {
-            goto fail;
-        }
-        stop(s, &times[BIN_SAVE][r], &cpus[BIN_SAVE][r]);
-        size_bin = n;
-        void *copy = tio_malloc(n);
-        if (!copy) {
-            goto fail;
-        }
-        memset(copy, 1, n); /* fault the pages in first, as the readers' buffers are */
-        s = start();
-        memcpy(copy, d, n);
-        stop(s, &times[MEMCPY][r], &cpus[MEMCPY][r]);
-        tio_free(copy);
-        s = start();
-        if (tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_BINARY, &back) < 0) {
-            goto fail;
-        }
-        stop(s, &times[BIN_LOAD][r], &cpus[BIN_LOAD][r]);
-        s = start();
-        if (tio_trace_validate(back) < 0) {
-            goto fail;
-        }
-        stop(s, &times[VALIDATE][r], &cpus[VALIDATE][r]);
-        uint64_t h = 0;
-        if (tio_trace_hash(back, &h) < 0 || h != h0) {
-            fprintf(stderr, "bench_trace: binary round trip changed the trace\n");
+        int rc = one_run(tr, h0, pbin, pjson, r, times, cpus, &size_bin, &size_json);
+        if (rc > 0) {
             return 1;
         }
-        tio_trace_free(back);
-        tio_free(d);
-
-        s = start();
-        if (tio_trace_save_mem(tr, TIO_TRACE_FORMAT_JSON, &d, &n) < 0) {
+        if (rc < 0) {
             goto fail;
-        }
-        stop(s, &times[JS_SAVE][r], &cpus[JS_SAVE][r]);
-        size_json = n;
-        s = start();
-        if (tio_trace_load_mem(d, n, TIO_TRACE_FORMAT_JSON, &back) < 0) {
-            goto fail;
-        }
-        stop(s, &times[JS_LOAD][r], &cpus[JS_LOAD][r]);
-        if (tio_trace_hash(back, &h) < 0 || h != h0) {
-            fprintf(stderr, "bench_trace: JSON round trip changed the trace\n");
-            return 1;
-        }
-        tio_trace_free(back);
-        tio_free(d);
-
-        const char *paths[2] = { pbin, pjson };
-        int32_t fmts[2] = { TIO_TRACE_FORMAT_BINARY, TIO_TRACE_FORMAT_JSON };
-        int rows[2][2] = { { BIN_FSAVE, BIN_FLOAD }, { JS_FSAVE, JS_FLOAD } };
-        for (int f = 0; f < 2; f++) {
-            s = start();
-            if (tio_trace_save(tr, paths[f], fmts[f]) < 0) {
-                goto fail;
-            }
-            stop(s, &times[rows[f][0]][r], &cpus[rows[f][0]][r]);
-            s = start();
-            if (tio_trace_load(paths[f], TIO_TRACE_FORMAT_AUTO, &back) < 0) {
-                goto fail;
-            }
-            stop(s, &times[rows[f][1]][r], &cpus[rows[f][1]][r]);
-            tio_trace_free(back);
         }
     }
     unlink(pbin);
-    if (!getenv("BENCH_KEEP"))
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment meanwhile */
+    if (!getenv("BENCH_KEEP")) {
         unlink(pjson);
+    }
 
     printf("trace: %zu kernels, %zu tensors, %zu uses; built in %.3f s\n",
            tio_trace_kernel_count(tr), tio_trace_tensor_count(tr), tio_trace_use_count(tr),
@@ -256,6 +287,6 @@ int main(int argc, char **argv) {
     tio_trace_free(tr);
     return 0;
 fail:
-    fprintf(stderr, "bench_trace: %s\n", tio_last_error());
+    (void)fprintf(stderr, "bench_trace: %s\n", tio_last_error());
     return 1;
 }

@@ -1,6 +1,9 @@
 /* Helpers shared by the benchmark programs (benchutil.h). */
 #include "benchutil.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,5 +38,26 @@ struct tio_trace *bench_trace_finish(struct tio_trace *tr, int rc, const char *w
     }
     (void)fprintf(stderr, "%s: %s: %s\n", what, tio_strerror(rc), tio_last_error());
     tio_trace_free(tr);
+    /* NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs here */
     exit(1);
+}
+
+int bench_int(const char *s) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < INT_MIN + 1 || v > INT_MAX) {
+        return INT_MIN;
+    }
+    return (int)v;
+}
+
+double bench_double(const char *s) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0) {
+        return NAN;
+    }
+    return v;
 }

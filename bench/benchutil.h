@@ -29,4 +29,11 @@ double bench_median(double *v, int n);
  */
 struct tio_trace *bench_trace_finish(struct tio_trace *tr, int rc, const char *what);
 
+/* s as a decimal int, or INT_MIN when it is not one in full (or out of int's range): the
+ * caller's range check then refuses it. */
+int bench_int(const char *s);
+
+/* s as a number, or NAN when it is not one in full: the caller's range check then refuses it. */
+double bench_double(const char *s);
+
 #endif

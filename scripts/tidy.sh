@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# clang-tidy over src/, tools/ and teraio._core with the checks of .clang-tidy, on
+# clang-tidy over src/, tools/, bench/ and teraio._core with the checks of .clang-tidy, on
 # BUILD/compile_commands.json (default: build). Run by scripts/test.sh; runnable alone after a
 # build.
 #
 # Two classes of file:
-#  * strict (every .c file of src/, tools/ and python/teraio/_core not matched by tidy_lax
+#  * strict (every .c file of src/, tools/, bench/ and python/teraio/_core not matched by tidy_lax
 #    below): any warning of the configured checks fails the run (--warnings-as-errors='*'), in
 #    the file and in the headers of include/ and src/ it pulls in;
 #  * lax (tidy_lax): only the WarningsAsErrors classes of .clang-tidy fail the run; other
@@ -16,9 +16,14 @@ build=${1:-build}
 jobs=${TIO_TIDY_JOBS:-$(nproc)}
 
 tidy_lax='^$' # every file is strict; a file named here would be checked lax
+# not checked yet: its findings (return values of fprintf unused, exit and getenv) are to be
+# fixed with the file's own changes; remove it from here then
+tidy_skip='^bench/bench_gpu_twin\.c$'
 
-strict_files=$(git ls-files 'src/*.c' 'tools/*.c' | grep -Ev "$tidy_lax" || true)
-lax_files=$(git ls-files 'src/*.c' 'tools/*.c' | grep -E "$tidy_lax" || true)
+# bench/ is built (TIO_BUILD_BENCH, on by default) into the same compile_commands.json
+files=$(git ls-files 'src/*.c' 'tools/*.c' 'bench/*.c' | grep -Ev "$tidy_skip" || true)
+strict_files=$(echo "$files" | grep -Ev "$tidy_lax" || true)
+lax_files=$(echo "$files" | grep -E "$tidy_lax" || true)
 
 # Strict files: any diagnostic fails. The header filter keeps to headers of the project's own;
 # a warning in a header counts against every strict file that includes it.
@@ -28,7 +33,7 @@ if grep -E "(warning|error):" "$build/clang-tidy-strict.log"; then
     echo "clang-tidy: diagnostics above in files that must stay clean (scripts/tidy.sh)"
     exit 1
 fi
-echo "clang-tidy: $(echo "$strict_files" | grep -c . || true) files of src/ and tools/ clean"
+echo "clang-tidy: $(echo "$strict_files" | grep -c . || true) files of src/, tools/ and bench/ clean"
 
 echo "$lax_files" | xargs -r -P "$jobs" -n 8 clang-tidy -p "$build" --quiet \
     >"$build/clang-tidy.log" 2>&1 || true

@@ -14,6 +14,7 @@ Three parts:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -39,7 +40,7 @@ def part_training(out: Path, steps: int) -> dict | None:
     banner("Part 1/3: real training on CPU under a memory budget, offloading to "
            f"{out / 'swap'}")
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")  # present: demo_training imports it
     except ImportError as e:
         print(f"skipped: PyTorch is not installed ({e}); install it with "
               "TIO_SETUP_TORCH=1 bash scripts/setup.sh")

@@ -20,12 +20,10 @@ import csv
 import html
 import io
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -134,6 +134,18 @@ static void compare_with_posix(const char *backend, int verify) {
 static struct tio_engine_backend_info infos[16];
 static int ninfos;
 
+/* After a case's loop over the available backends: one probed but not available here (io_uring
+ * refused by the kernel, a CUDA library missing) makes the case a reported skip (exit 77, not a
+ * pass) naming it; a failure of those that ran still fails it. */
+#define SKIP_IF_A_BACKEND_IS_MISSING()                                                      \
+    do {                                                                                    \
+        for (int m_ = 0; m_ < ninfos; m_++) {                                               \
+            if (!infos[m_].available)                                                       \
+                SKIP_CASE("backend %s is not available here (%s): not run", infos[m_].name, \
+                          infos[m_].reason);                                                \
+        }                                                                                   \
+    } while (0)
+
 TIO_TEST(reference_posix) {
     memset(&ref_out, 0, sizeof ref_out);
     run_stream("posix", 0, &ref_out);
@@ -149,6 +161,7 @@ TIO_TEST(every_backend_matches_posix) {
         compare_with_posix(infos[i].name, 0);
         compare_with_posix(infos[i].name, 1);
     }
+    SKIP_IF_A_BACKEND_IS_MISSING();
 }
 
 /* > 4 GiB in one request and one chunk: the core must split it into transfers that fit
@@ -379,6 +392,7 @@ TIO_TEST(several_submitting_threads) {
         if (infos[i].available && strcmp(infos[i].name, "null") != 0)
             threads_on(infos[i].name);
     }
+    SKIP_IF_A_BACKEND_IS_MISSING();
 }
 
 TIO_TEST(host_tier) {

@@ -286,3 +286,77 @@ assert sorted(os.listdir(ck_dir)) == ["ckpt.pt"], os.listdir(ck_dir)
 print("CASE OK")
 """, tmp_path)
 
+
+
+def test_streamed_saves_of_other_models_threads_and_unlisted_objects(tmp_path):
+    """Inside streamed_saves(): a model that is not a PreTrainedModel saved through the Hugging
+    Face Trainer (its state dict through safetensors' save_file) writes plain PyTorch's bytes;
+    a save on another thread of what holds offloaded tensors is refused (it would be written
+    short) while the window's thread saves on; a torch.save whose object's storages cannot be
+    listed brings every tensor back first and writes the whole file."""
+    _ok("""
+import threading
+from transformers import Trainer, TrainingArguments
+n_before = offloaded(m, o)
+
+# the Trainer's save of a model that is not a PreTrainedModel: save_file of its state dict
+def trainer_save(model, d):
+    t = Trainer(model=model, args=TrainingArguments(output_dir=d, use_cpu=True, report_to=[]))
+    t.save_model(d)
+    with open(os.path.join(d, "model.safetensors"), "rb") as fh:
+        return fh.read()
+plain = trainer_save(pm, os.path.join(TMP, "plain-trainer"))
+assert offloaded(m, o) == n_before, "making the Trainer brought tensors back"
+with off.streamed_saves() as w:
+    got = trainer_save(m, os.path.join(TMP, "trainer"))
+    assert offloaded(m, o) == n_before and w.brought_back == 0, (offloaded(m, o), w.brought_back)
+    assert w.streamed_bytes > 0
+assert got == plain, "the Trainer's model.safetensors differs from plain PyTorch's"
+
+# another thread: refused where it would write offloaded tensors, the rest passes
+other = os.path.join(TMP, "other.pt")
+res = {}
+def save_elsewhere():
+    from safetensors.torch import save_file
+    for name, call in (("torch.save", lambda: torch.save(o.state_dict(), other)),
+                       ("save_file", lambda: save_file(dict(m.state_dict()), other))):
+        try:
+            call()
+            res[name] = None
+        except RuntimeError as e:
+            res[name] = str(e)
+    torch.save({"step": 3}, other + ".meta")
+mine = os.path.join(TMP, "mine.pt")
+with off.streamed_saves() as w:
+    t = threading.Thread(target=save_elsewhere)
+    t.start(); t.join()
+    torch.save(o.state_dict(), mine)
+    assert offloaded(m, o) == n_before and w.brought_back == 0
+print("OTHER THREAD", res)
+for name in ("torch.save", "save_file"):
+    assert res[name] and "another thread" in res[name], (name, res[name])
+assert not os.path.exists(other) and torch.load(other + ".meta") == {"step": 3}
+os.makedirs(os.path.join(TMP, "plain"))
+pmine = os.path.join(TMP, "plain", "mine.pt")  # the same name: torch.save records it
+torch.save(po.state_dict(), pmine)
+assert open(mine, "rb").read() == open(pmine, "rb").read()
+
+# an object whose storages cannot be listed (its pickling fails once: the listing's pass)
+class OnceBroken:
+    calls = 0
+    def __init__(self, sd):
+        self.sd = sd
+    def __reduce__(self):
+        OnceBroken.calls += 1
+        if OnceBroken.calls == 1:
+            raise TypeError("not listed this time")
+        return (dict, (), None, None, iter(self.sd.items()))
+OnceBroken.calls = 1
+torch.save(OnceBroken(po.state_dict()), pmine)
+OnceBroken.calls = 0
+with off.streamed_saves() as w:
+    torch.save(OnceBroken(o.state_dict()), mine)
+    assert w.brought_back == 1 and offloaded(m, o) == 0, (w.brought_back, offloaded(m, o))
+assert open(mine, "rb").read() == open(pmine, "rb").read(), "written short"
+print("CASE OK")
+""", tmp_path)

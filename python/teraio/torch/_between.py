@@ -89,7 +89,7 @@ class Guard(TorchDispatchMode):
                     _storages_written(func, args, kwargs)))):
             off = self.off()
             # Offloader.save() building its object: a view (state_dict()'s detach) reads nothing
-            if off is not None and not (off._saving and getattr(func, "is_view", False)):
+            if off is not None and not (off._saver.active and getattr(func, "is_view", False)):
                 off._bring_back(f"the operator {func} between steps")
         return func(*args, **kwargs)
 

@@ -337,6 +337,18 @@ class BoundedMemory:
                 return nb
         return st.nbytes()
 
+    def offloaded(self):
+        """{storage key: (engine id, bytes, name, storage)} of the tracked storages that hold
+        no memory now (offloaded), their bytes in the engine under that id."""
+        out = {}
+        for cd in self.table.keys():
+            r = self.refs.get(cd)
+            st = r() if r is not None else None
+            nb, eid, flags = self.table.get(cd)
+            if st is not None and nb and not flags & _RESIDENT and st.nbytes() == 0:
+                out[cd] = (eid, nb, self.names.get(cd, f"a tensor of {nb} bytes"), st)
+        return out
+
     def end_step(self, globals_):
         """Bring back what is offloaded but not a global (it would be read outside the step)."""
         self._flush_dead()

@@ -124,6 +124,19 @@ class Executor:
             return prog.tensors[hit[1]][0]
         return 0
 
+    def offloaded(self):
+        """{storage key: (engine id, bytes, name, storage)} of its globals that hold no memory
+        now (offloaded), their bytes in the engine under that id (Offloader.save() reads them)."""
+        out = {}
+        if self.runtime is None:
+            return out
+        for ref, t in self.globals.values():
+            st, nb = ref(), self.sizes.get(t)
+            if st is not None and nb and st.nbytes() == 0:
+                out[st._cdata] = (self.eids.get(t, self.id_base + t), nb,
+                                  self.names.get(t, f"tensor {t}"), st)
+        return out
+
     def held_storages(self):
         """The data pointers of the globals the executor holds in memory at the end of a step
         (resident, or written and not released yet): their copy in the engine, where they have

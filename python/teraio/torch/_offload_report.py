@@ -82,7 +82,7 @@ class Report:
         out.update(self.counts)
         # save(): the most bytes of globals in memory at once while it ran (those that stay in
         # memory between steps, and the offloaded one being written)
-        out["save_peak_bytes"] = off._save_peak
+        out["save_peak_bytes"] = off._saver.peak
         rt = ex.runtime
         out["kinds"] = off._step_kinds.report(
             ex.key if rt is not None else None,

@@ -27,6 +27,7 @@ import pickle
 import re
 import struct
 import tempfile
+import threading
 import zipfile
 import zlib
 
@@ -271,83 +272,68 @@ def _is_view(func):
     return bool(getattr(func, "is_view", False))
 
 
-class Saving:
-    """Offloader methods: save() between steps (see the module's docstring)."""
+class Saver:
+    """The Offloader's part for checkpoints between steps (Offloader.save(),
+    Offloader.streamed_saves()). Owns whether a save runs (active: the hooks between steps
+    leave the offloaded tensors offloaded meanwhile) and the most bytes of globals a save held
+    in memory at once (peak: report()'s save_peak_bytes). Every call gets the Offloader (off)
+    and reads there only what the other parts own: whether a step runs, the offloaded
+    storages (off._exec.offloaded(), off._bounded.offloaded()), the engine, ssd_dirs, and
+    restore() / _bring_back() to bring tensors back."""
 
-    _saving = False  # save() is building or writing its object: hooks leave tensors offloaded
-    _save_peak = 0
+    def __init__(self):
+        self.active = False
+        self.peak = 0
 
-    def _offloaded_now(self):
+    @staticmethod
+    def offloaded(off):
         """{storage key: (engine id, bytes, name, storage)} of the CPU globals that hold no
         memory now, their bytes in the engine (the executor's, then the unplanned steps' copies)."""
-        out = {}
-        if self._runtime is not None:
-            for ref, t in self._rt_globals.values():
-                st, nb = ref(), self._rt_sizes.get(t)
-                if st is not None and nb and st.nbytes() == 0:
-                    out[st._cdata] = (self._rt_eids.get(t, self._rt_id_base + t), nb,
-                                      self._rt_names.get(t, f"tensor {t}"), st)
-        b = self._bounded
-        if b is not None:
-            from teraio.torch._bounded import _RESIDENT
-
-            for cd in b.table.keys():
-                r = b.refs.get(cd)
-                st = r() if r is not None else None
-                nb, eid, flags = b.table.get(cd)
-                if st is not None and nb and not flags & _RESIDENT and st.nbytes() == 0:
-                    out[cd] = (eid, nb, b.names.get(cd, f"a tensor of {nb} bytes"), st)
+        out = off._exec.offloaded()
+        if off._bounded is not None:
+            out.update(off._bounded.offloaded())
         return out
 
-    def save(self, obj, f, *, pickle_protocol=2):
-        """Write a checkpoint between steps: the bytes torch.save(obj, f) writes once every
-        tensor is back in memory, without bringing the offloaded ones back. Each is read from
-        its tier (host memory or SSD) into one buffer of its size, written into the file and
-        freed before the next: the memory the save adds to what stays in memory between steps
-        is the largest offloaded tensor (report(): save_peak_bytes).
-
-        obj: the object to save, or a callable that returns it, e.g.
-            off.save(lambda: {"model": model.state_dict(), "optimizer": opt.state_dict()}, f)
-          called with the Offloader's hooks paused, so that state_dict() hands out the tensors
-          as they are (offloaded ones too) instead of bringing every one back. An operator
-          that reads an offloaded tensor in it still brings every tensor back first.
-        f: a path (written to a temporary file in a new directory beside it and renamed into
-          place when complete: a failure leaves nothing under f) or a writable binary file
-          object (the checkpoint goes through a temporary file in the first ssd_dirs entry, or
-          the system's temporary directory, then is copied into f).
-        Refused inside a step. Tensors on a GPU: brought back (restore()) and saved as by
-        torch.save, not streamed."""
-        if self._driver is not None or self._in_step:
-            raise RuntimeError("Offloader.save() inside a step: call it between steps (after "
+    @staticmethod
+    def _refuse_in_step(off, what):
+        if off._driver is not None or off._in_step:
+            raise RuntimeError(f"Offloader.{what} inside a step: call it between steps (after "
                                "the `with off.step():` block)")
-        if self._saving:
+
+    def save(self, off, obj, f, protocol):
+        """Offloader.save() (its docstring says what it does)."""
+        self._refuse_in_step(off, "save()")
+        if self.active:
             raise RuntimeError("Offloader.save() inside save() (from the object's callable)")
-        self._saving = True
+        self.active = True
         try:
             if callable(obj):
                 obj = obj()
-            if self._closed or self._cuda:
-                if not self._closed:
-                    self._saving = False
-                    self.restore()
-                    self._saving = True
+            if off._closed or off._cuda:
+                if not off._closed:
+                    self.active = False
+                    off.restore()
+                    self.active = True
                 src = {}
             else:
-                src = self._offloaded_now()
-            return self._save_streamed(obj, f, src, pickle_protocol)
+                src = self.offloaded(off)
+            return self._save_streamed(off, obj, f, src, protocol)
         finally:
-            self._saving = False
+            self.active = False
 
-    def _tier_reader(self, src, who, left):
+    @staticmethod
+    def tier_reader(off, src, who, left):
         """read(cdata, nbytes) for write_streamed: that offloaded storage's bytes, from its tier
-        (src: _offloaded_now()) into a new buffer; a failure says what `left` says."""
+        (src: offloaded()) into a new buffer; a failure says what `left` says."""
         from teraio import _core
+
+        engine = off._engine
 
         def read(cd, nb):
             eid, _, name, _ = src[cd]
             buf, ptr = _io_buffer(nb)
             try:
-                self._engine.read(eid, ptr, nb, False)
+                engine.read(eid, ptr, nb, False)
             except _core.Error as e:
                 raise _core.Error(e.args[0] if len(e.args) >= 2 else -5,
                                   f"teraio: {who}: reading {name} ({nb} bytes) from its tier "
@@ -356,45 +342,36 @@ class Saving:
 
         return read
 
-    def _resident_bytes(self):
+    @staticmethod
+    def resident_bytes(off):
         """Bytes of the globals in memory now (those not offloaded)."""
         from teraio.torch._mode import collect_globals
 
-        return sum(st.nbytes() for _, st, _ in collect_globals(self._gmodel, self.optimizer))
+        return sum(st.nbytes() for _, st, _ in collect_globals(off._gmodel, off.optimizer))
 
-    def _save_streamed(self, obj, f, src, protocol):
-
+    def _save_streamed(self, off, obj, f, src, protocol):
         where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
         # the globals in memory (not offloaded) while the save runs: the save adds one buffer
-        resident = self._resident_bytes()
+        resident = self.resident_bytes(off)
 
-        read = self._tier_reader(src, "Offloader.save()", f"nothing was written under {where!r}")
+        read = self.tier_reader(off, src, "Offloader.save()",
+                                f"nothing was written under {where!r}")
         try:
             held = save(obj, f, {cd: v[1] for cd, v in src.items()}, read, protocol,
-                        tmp_dir=self.ssd_dirs[0] if self.ssd_dirs else None)
+                        tmp_dir=off.ssd_dirs[0] if off.ssd_dirs else None)
         except (OSError, RuntimeError) as e:
             left = ("nothing was written under that name" if isinstance(f, (str, os.PathLike))
                     else "the file object may hold part of it")
             e.add_note(f"teraio: Offloader.save() could not write the checkpoint to {where!r}: "
                        f"{left}; the model and optimizer are as they were")
             raise
-        self._save_peak = max(self._save_peak, resident + held)
+        self.peak = max(self.peak, resident + held)
 
-    def streamed_saves(self):
-        """A SaveWindow (a context manager) on this Offloader: between steps, while it is open,
-        torch.save and safetensors' save_file write the offloaded tensors streamed from their
-        tier, the same bytes as with every tensor in memory, and the model's and optimizer's
-        state_dict() hand out the offloaded tensors as they are. For code that saves with
-        those calls itself (a Hugging Face Trainer's checkpoint: teraio.hf.OffloadCallback
-        opens one around it):
-
-            with off.streamed_saves():
-                trainer.save_model(d)
-                torch.save(trainer.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
-        """
-        if self._driver is not None or self._in_step:
+    def window(self, off):
+        """Offloader.streamed_saves(): a SaveWindow on off."""
+        if off._driver is not None or off._in_step:
             raise RuntimeError("Offloader.streamed_saves() inside a step: open it between steps")
-        return SaveWindow(self)
+        return SaveWindow(off)
 
 
 def _tensors_in(args, kwargs):
@@ -439,7 +416,8 @@ class SaveWindow:
     - the model's and optimizer's state_dict() hooks leave the offloaded tensors offloaded
       (as inside Offloader.save()'s callable), on every thread; any other use still brings
       every tensor back. The functions below are streamed on the thread that opened it only:
-      other threads get them as they are;
+      on other threads they refuse (RuntimeError) what holds offloaded storages (or what
+      cannot be listed), which they would write short, and pass the rest on as they are;
     - torch.save of an object that holds offloaded storages writes it as Offloader.save() does
       (the same bytes as torch.save with every tensor in memory, each offloaded storage read
       from its tier in turn); other objects go to torch.save as they are;
@@ -460,12 +438,10 @@ class SaveWindow:
     written) go to report()["save_peak_bytes"]."""
 
     def __init__(self, off):
-        import threading
-
         self.off = off
         self.thread = threading.get_ident()
         self.is_open = False
-        self.src = {}  # the offloaded storages while placeholders are in: _offloaded_now()
+        self.src = {}  # the offloaded storages while placeholders are in: Saver.offloaded()
         self.placeholders = None  # the ExitStack that takes them out
         self.depth = 0
         self.modes = []  # _PlaceholderGuards pushed, until taken off the mode stack
@@ -492,8 +468,8 @@ class SaveWindow:
             if not off._closed:
                 off.restore()
             return
-        self.resident = off._resident_bytes()
-        off._saving = True
+        self.resident = Saver.resident_bytes(off)
+        off._saver.active = True
         self.is_open = True
         self._patch()
 
@@ -510,8 +486,9 @@ class SaveWindow:
             else:
                 setattr(obj, name, prev)
         self.patched = []
-        self.off._saving = False
-        self.off._save_peak = max(self.off._save_peak, self.resident + self.held)
+        saver = self.off._saver
+        saver.active = False
+        saver.peak = max(saver.peak, self.resident + self.held)
 
     # -- the functions patched while open --
 
@@ -550,16 +527,38 @@ class SaveWindow:
         setattr(obj, name, value)
 
     def _mine(self):
-        import threading
-
         return self.is_open and threading.get_ident() == self.thread
+
+    def _other_thread(self, what, storages):
+        """A save (`what`) on a thread other than the window's: refused when what it writes
+        may hold offloaded storages (storages() -> their keys; it may raise: not listed), which
+        only the window's thread writes streamed: from here they would be written short (or,
+        while the window's placeholders are in, as zeros)."""
+        offl = self.src if self.placeholders is not None else Saver.offloaded(self.off)
+        if not offl:
+            return
+        try:
+            hit = not offl.keys().isdisjoint(storages())
+        except Exception:  # noqa: BLE001 - not listed: it may hold them
+            hit = True
+        if hit:
+            raise RuntimeError(
+                f"teraio: {what} on another thread while Offloader.streamed_saves() is open "
+                f"(opened on thread {self.thread}, this is {threading.get_ident()}): what it "
+                "saves holds offloaded tensors, which only the window's thread writes from "
+                "their tier; here they would be written short. Save from the thread that "
+                "opened the window, or after it closes (a save then brings the tensors back)")
 
     def _wrap_torch_save(self, prev):
         def save_(obj, f, *args, **kwargs):
+            protocol = kwargs.get("pickle_protocol", 2)
+            if self.is_open and not self._mine():
+                self._other_thread("torch.save", lambda: {
+                    st._cdata for st in storage_order(obj, protocol)})
+                return prev(obj, f, *args, **kwargs)
             if not self._mine() or self.writing:
                 return prev(obj, f, *args, **kwargs)
-            protocol = kwargs.get("pickle_protocol", 2)
-            offl = self.off._offloaded_now() if self.placeholders is None else self.src
+            offl = Saver.offloaded(self.off) if self.placeholders is None else self.src
             try:
                 order = storage_order(obj, protocol)
             except Exception:  # noqa: BLE001 - torch.save says what it cannot pickle
@@ -575,8 +574,8 @@ class SaveWindow:
             with self._scope():
                 src = self.src
                 where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
-                read = self._counted(self.off._tier_reader(
-                    src, "torch.save in Offloader.streamed_saves()",
+                read = self._counted(Saver.tier_reader(
+                    self.off, src, "torch.save in Offloader.streamed_saves()",
                     f"nothing was written under {where!r}"))
                 self.writing = True
                 try:
@@ -592,16 +591,21 @@ class SaveWindow:
 
     def _wrap_save_file(self, prev):
         def save_file(tensors, filename, metadata=None):
+            if self.is_open and not self._mine():
+                self._other_thread("safetensors save_file", lambda: {
+                    v.untyped_storage()._cdata for v in tensors.values()
+                    if isinstance(v, torch.Tensor)})
+                return prev(tensors, filename, metadata=metadata)
             if not self._mine() or self.writing or not isinstance(tensors, dict):
                 return prev(tensors, filename, metadata=metadata)
-            offl = self.off._offloaded_now() if self.placeholders is None else self.src
+            offl = Saver.offloaded(self.off) if self.placeholders is None else self.src
             if not any(isinstance(v, torch.Tensor) and v.device.type == "cpu"
                        and v.untyped_storage()._cdata in offl for v in tensors.values()):
                 return prev(tensors, filename, metadata=metadata)
             with self._scope():
                 path = os.path.abspath(os.fspath(filename))
-                read = self._counted(self.off._tier_reader(
-                    self.src, "safetensors save_file in Offloader.streamed_saves()",
+                read = self._counted(Saver.tier_reader(
+                    self.off, self.src, "safetensors save_file in Offloader.streamed_saves()",
                     f"nothing was written under {path!r}"))
                 fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".teraio-save-")
                 os.close(fd)
@@ -640,7 +644,7 @@ class SaveWindow:
     def _scope(self):
         """Placeholders in for the duration (nested: the outermost puts them in and out)."""
         if self.depth == 0 and self.placeholders is None:
-            self.src = self.off._offloaded_now()
+            self.src = Saver.offloaded(self.off)
             stack = contextlib.ExitStack()
             stack.enter_context(_sized([(v[3], v[1]) for v in self.src.values()]))
             self.placeholders = stack

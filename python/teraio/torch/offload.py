@@ -28,9 +28,9 @@ their state (docs/code-tour.md, "The Offloader's parts"): _planner (Planner, _pl
 budget, the tiers and their rates, the SSD probe, the checks, making plans), _step_kinds
 (StepKinds, _step_kinds.py: the plans by kind of step), _exec (Executor, _executor.py: the
 running C executor and its globals' copies), _cpu (CpuMemory, _cpu_memory.py: the process-wide
-CPU settings), _report (Report, _offload_report.py: the counters and report()). save()
-(checkpoints streamed from the tiers) is still a base class, Saving (_save.py): it reads the
-executor's globals through the _rt_* properties. Arguments are read by _offload_args.
+CPU settings), _report (Report, _offload_report.py: the counters and report()), _saver (Saver,
+_save.py: save() and streamed_saves(), checkpoints streamed from the tiers). Arguments are read
+by _offload_args.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ from teraio.torch._offload_args import (_COMPILE_HELP, _after_update, _attempt, 
                                         _rank, _warn)
 from teraio.torch._offload_report import Report
 from teraio.torch._planning import Planner, check_budget_params, check_dynamo
-from teraio.torch._save import Saving
+from teraio.torch._save import Saver
 from teraio.torch._step_kinds import StepKinds, _Pending
 
 _Error = _core.Error
@@ -83,7 +83,7 @@ def _part(part, name, doc):
                     lambda self, v: setattr(getattr(self, part), name, v), doc=doc)
 
 
-class Offloader(Saving):
+class Offloader:
     """Lifetime-aware offloading of one model's training to host memory and SSDs.
 
     model, optimizer: what the step trains (parameters, gradients and optimizer states are the
@@ -187,6 +187,7 @@ class Offloader(Saving):
         self._prog = None
         self._exec = Executor(self._cpu)
         self._report = Report()
+        self._saver = Saver()
         self._driver = None
         self._steps = 0
         self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
@@ -232,12 +233,6 @@ class Offloader(Saving):
     _runtime = property(lambda self: self._exec.runtime, doc="The running C executor, or None.")
     _movable = property(lambda self: self._exec.movable)
     _offload_at = property(lambda self: self._exec.offload_at)
-    # what Saving (save()) reads of the executor's globals
-    _rt_globals = property(lambda self: self._exec.globals)
-    _rt_sizes = property(lambda self: self._exec.sizes)
-    _rt_names = property(lambda self: self._exec.names)
-    _rt_id_base = property(lambda self: self._exec.id_base)
-    _rt_eids = property(lambda self: self._exec.eids)
 
     def _install_hooks(self, model, optimizer):
         """The optimizer's step marks the optimizer's part of a step; outside a step, every way
@@ -261,7 +256,7 @@ class Offloader(Saving):
                     lambda *a: self._outside("the model's load_state_dict()")))
 
     def _outside(self, what):
-        if not self._in_step and not self._saving:  # save(): streamed from where they are
+        if not self._in_step and not self._saver.active:  # save(): streamed from where they are
             self._bring_back(what)
 
     def _bring_back(self, what):
@@ -800,6 +795,40 @@ class Offloader(Saving):
         """Counters so far: bytes_offloaded, bytes_prefetched, stall_s, peak_managed_bytes,
         steps_profiled, steps_offloaded, and more."""
         return self._report.build(self)
+
+    def save(self, obj, f, *, pickle_protocol=2):
+        """Write a checkpoint between steps: the bytes torch.save(obj, f) writes once every
+        tensor is back in memory, without bringing the offloaded ones back. Each is read from
+        its tier (host memory or SSD) into one buffer of its size, written into the file and
+        freed before the next: the memory the save adds to what stays in memory between steps
+        is the largest offloaded tensor (report(): save_peak_bytes).
+
+        obj: the object to save, or a callable that returns it, e.g.
+            off.save(lambda: {"model": model.state_dict(), "optimizer": opt.state_dict()}, f)
+          called with the Offloader's hooks paused, so that state_dict() hands out the tensors
+          as they are (offloaded ones too) instead of bringing every one back. An operator
+          that reads an offloaded tensor in it still brings every tensor back first.
+        f: a path (written to a temporary file in a new directory beside it and renamed into
+          place when complete: a failure leaves nothing under f) or a writable binary file
+          object (the checkpoint goes through a temporary file in the first ssd_dirs entry, or
+          the system's temporary directory, then is copied into f).
+        Refused inside a step. Tensors on a GPU: brought back (restore()) and saved as by
+        torch.save, not streamed."""
+        return self._saver.save(self, obj, f, pickle_protocol)
+
+    def streamed_saves(self):
+        """A SaveWindow (a context manager) on this Offloader: between steps, while it is open,
+        torch.save and safetensors' save_file write the offloaded tensors streamed from their
+        tier, the same bytes as with every tensor in memory, and the model's and optimizer's
+        state_dict() hand out the offloaded tensors as they are. For code that saves with
+        those calls itself (a Hugging Face Trainer's checkpoint: teraio.hf.OffloadCallback
+        opens one around it):
+
+            with off.streamed_saves():
+                trainer.save_model(d)
+                torch.save(trainer.optimizer.state_dict(), os.path.join(d, "optimizer.pt"))
+        """
+        return self._saver.window(self)
 
     def restore(self):
         """Bring every offloaded tensor back (before evaluating, checkpointing or inspecting the

@@ -79,6 +79,8 @@ for p in model.parameters():
         h.update(k.encode())
         h.update(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
 out["states"] = h.hexdigest()
+# the graphs Dynamo compiled: the same in both runs (no block ran uncompiled, none compiled twice)
+out["graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 if off is not None:
     off.restore()
 with torch.no_grad():  # the compiled blocks outside any step: called as they are
@@ -137,4 +139,21 @@ def test_compiled_blocks_bitwise_and_offloading(scenario):
     assert steady > 0, got["per_step"]
     assert got["moved"] == ["block global", "region activation"], got["moved"]
     assert rep["steps_offloaded"] >= 3, rep
+    assert rep["steps_diverged"] == 0, rep
+    assert got["graphs"] == plain["graphs"], (got["graphs"], plain["graphs"])
+    per = got["per_step"]
+    if scenario == "accumulate":
+        # every micro-batch's regions: 3 per step, each step after the profiled one offloads
+        assert rep["steps_offloaded"] == len(per) - 2 and all(
+            b > a for a, b in zip(per[1:], per[2:])), per
+    if scenario == "reshape":
+        # steps 0-3 length 64 (one graph: the blocks share their code, their parameters are
+        # the graph's inputs), steps 4-6 length 96 (recompiled once, with a dynamic length: one
+        # more graph), steps 7-10 length 64 again (the dynamic graph runs it: no more). The new
+        # length is a new kind of step: profiled once (step 4), then offloaded (steps 5, 6);
+        # back at the first length the first kind's plan runs at once (step 7 offloads), and
+        # nothing diverges
+        assert plain["graphs"] == 2, plain["graphs"]
+        assert rep["steps_profiled"] == 2 and rep["replans"] == 2, rep
+        assert per[4] == per[3] and per[4] < per[5] < per[6] < per[7], per
     assert "ran uncompiled" not in err

@@ -5,9 +5,11 @@ memory, so on CPU it cannot be built (the recipe on a GPU: scripts/gpu_validate.
 `titan`). Here everything else is TorchTitan's own code on CPU: teraio.titan's config registry
 parsed by TorchTitan's ConfigManager (`--module teraio.titan --config llama3_debugmodel
 --teraio.*`), and TorchTitan's Llama 3 debug model, its chunked cross-entropy loss, its
-OptimizersContainer (AdamW), LR scheduler and train_step (gradient clipping included), driven
-through OffloadTrainer.train_step: bitwise against the same steps through TorchTitan's own
-Trainer.train_step, with bytes offloaded, the budget held and the rank report written."""
+OptimizersContainer (AdamW), LR scheduler and train_step (gradient clipping included), with
+TorchTitan's --compile (each block and the loss compiled), driven through
+OffloadTrainer.train_step: bitwise against the same compiled steps through TorchTitan's own
+Trainer.train_step, with bytes offloaded in the steady steps, the budget held and the rank
+report written."""
 import hashlib
 import json
 import math
@@ -106,6 +108,11 @@ def _trainer(cfg):
     with torch.no_grad():
         model.init_weights(buffer_device=None)
     model.train()
+    cc = cfg.compile
+    if cc.enable and "model" in cc.components:  # as TorchTitan's parallelize_llama does
+        from torchtitan.distributed.compile import apply_compile
+
+        apply_compile(model, compile_config=cc, parallel_dims=tr.parallel_dims)
     tr.model_parts = [model]
     tr.loss_fn = cfg.loss.build(compile_config=cfg.compile)
     assert isinstance(tr.loss_fn, ChunkedLossWrapper)
@@ -157,12 +164,13 @@ def _train(tmp_path, use_teraio, args=()):
                 step_s=tr.step_s, trainer=tr)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def _pair(tmp_path_factory, name, args=()):
+    """The same training without and with teraio (budget 0.5, SSD tier), TorchTitan's
+    arguments `args` added to both."""
     import torch.distributed as dist
     from torchtitan.distributed import parallel_dims
 
-    d = tmp_path_factory.mktemp("titan")
+    d = tmp_path_factory.mktemp(name)
     (d / "ssd0").mkdir()
     # train_step asks ParallelDims for the (size 1) pipeline mesh, which it builds on
     # TorchTitan's device type, CUDA: here a CPU mesh over a one-rank gloo group
@@ -171,12 +179,29 @@ def runs(tmp_path_factory):
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(parallel_dims, "device_type", "cpu")
-            plain = _train(d, False)
+            plain = _train(d, False, args)
             off = _train(d, True, ["--teraio.memory_budget", "0.5", "--teraio.ssd_dirs",
-                                   str(d / "ssd{rank}"), "--teraio.min_tensor_bytes", "64KiB"])
+                                   str(d / "ssd{rank}"), "--teraio.min_tensor_bytes", "64KiB",
+                                   *args])
     finally:
         dist.destroy_process_group()
     return d, plain, off
+
+
+# TorchTitan's --compile, as its parallelize_llama applies it: each transformer block compiled
+# on its own (block.compile(fullgraph=True), apply_compile) and the loss function compiled
+# (TorchTitan's default --compile.components: model and loss); backend aot_eager (inductor
+# compiles C++ on CPU: minutes). Under teraio the blocks and the loss run as regions of the step.
+# The eager model through teraio.titan: tests/python/test_titan_pp.py
+COMPILE = ["--compile.enable", "--compile.backend", "aot_eager"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return _pair(tmp_path_factory, "titan", COMPILE)
 
 
 def test_config_registry():
@@ -213,6 +238,15 @@ def test_titan_steps_bitwise_with_teraio(runs):
     rep = off["report"]
     print({k: v for k, v in rep.items() if k not in ("plan", "engine", "cpu_allocator")})
     assert len(plain["logged"]) == STEPS
+    # compiled (Dynamo made graphs), and under teraio each block and the loss is a region
+    import torch._dynamo
+    from teraio.torch._compile import Region
+
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
+    tr = off["trainer"]
+    layers = list(tr.model_parts[0].layers.children())
+    assert len(layers) == 6 and all(isinstance(b._compiled_call_impl, Region) for b in layers)
+    assert isinstance(tr.loss_fn.loss_fn.fn, Region)
     # losses, max losses, gradient norms and learning rates of every step, then parameters and
     # AdamW states: bit for bit
     assert off["logged"] == plain["logged"]

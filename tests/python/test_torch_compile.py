@@ -1,9 +1,11 @@
 """The torch.compile patterns teraio.Offloader cannot run are refused with a clear error naming the
 pattern and the alternative, never run silently uncompiled (Dynamo compiles nothing while a
 TorchDispatchMode is active, so compiled code inside off.step() would run eagerly without a
-word). Blocks compiled on their own run as regions of the step (test_torch_compiled_blocks.py).
+word). Blocks compiled on their own run as regions of the step (test_torch_compiled_blocks.py);
+the whole model compiled before the Offloader is made (torch.compile(m), m.compile()) is split
+into its blocks, each compiled with the model's options. Refused:
 
-- the whole model compiled before the Offloader is made (torch.compile(m), m.compile()):
+- the whole model compiled, without blocks (children of an nn.ModuleList or nn.ModuleDict):
   ValueError;
 - a compiled block inside a compiled model: ValueError;
 - the whole model compiled after: RuntimeError when the next step starts, before any of its code;
@@ -41,17 +43,50 @@ def _digest(m):
     return h.hexdigest()
 
 
-def test_compiled_model_is_refused(tmp_path):
+def test_whole_compiled_model_is_split_into_its_blocks(tmp_path):
+    """torch.compile(model) and model.compile(): each block (a child of the model's
+    nn.ModuleList) is compiled on its own with the whole model's options and runs as a region;
+    the rest of the model runs uncompiled (per operator, under the Offloader's mode)."""
+    from torch._dynamo.eval_frame import innermost_backend
+
+    from teraio.torch._compile import Region, _dynamo_context
+
     _, m, opt = _setup()
+    w = torch.compile(m, backend="aot_eager", dynamic=False)
+    off = teraio.Offloader(w, opt, **_kw(tmp_path))
+    assert w.__dict__["forward"] == m.__call__  # the wrapper runs the model uncompiled
+    for i, b in enumerate(m.layers):
+        r = b._compiled_call_impl
+        assert isinstance(r, Region) and r.fwd.name == f"teraio.region.fwd[layers.{i}]"
+        ctx = _dynamo_context(r.call)
+        assert ctx._dynamic is False and not ctx.fullgraph
+        # the model's backend (aot_eager, as torch.compile wraps it), wrapped once more
+        assert innermost_backend(ctx.callback).compiler_fn is innermost_backend(
+            w.dynamo_ctx.callback)
+    assert all(getattr(x, "_compiled_call_impl", None) is None
+               for x in (m, m.embed, m.norm, m.head))
+    off.close()
+
+    _, m, opt = _setup()
+    m.compile(backend="aot_eager", fullgraph=True)
+    off = teraio.Offloader(m, opt, **_kw(tmp_path))
+    assert m._compiled_call_impl is None
+    ctx = _dynamo_context(m.layers[1]._compiled_call_impl.call)
+    assert ctx.fullgraph and ctx._dynamic is None
+    off.close()
+
+
+def test_whole_compiled_model_that_cannot_be_split_is_refused(tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
     with pytest.raises(ValueError, match=r"the whole model is compiled \(torch\.compile\(model\)\)"
-                                         r".*Compile each block instead.*_orig_mod"):
+                                         r", and it has no blocks \(children of an nn\.ModuleList "
+                                         r"or nn\.ModuleDict\).*Compile each block instead"):
         teraio.Offloader(torch.compile(m), opt, **_kw(tmp_path))
-
-
-def test_model_compiled_in_place_is_refused(tmp_path):
-    _, m, opt = _setup()
     m.compile()
-    with pytest.raises(ValueError, match=r"whole model is compiled in place \(model\.compile"):
+    with pytest.raises(ValueError, match=r"whole model is compiled in place \(model\.compile"
+                                         r"\(\)\), and it has no blocks"):
         teraio.Offloader(m, opt, **_kw(tmp_path))
 
 
@@ -59,7 +94,8 @@ def test_block_compiled_inside_a_compiled_model_is_refused(tmp_path):
     _, m, opt = _setup()
     m.layers[0].compile()
     m.layers[1].compile()
-    with pytest.raises(ValueError, match=r"whole model is compiled"):
+    with pytest.raises(ValueError, match=r"whole model is compiled \(torch\.compile\(model\)\), "
+                                         r"around module layers\.0 compiled on its own"):
         teraio.Offloader(torch.compile(m), opt, **_kw(tmp_path))
     m.layers.compile()  # a module compiled around compiled blocks (not the root)
     with pytest.raises(ValueError, match=r"module layers\.0 is compiled inside another "

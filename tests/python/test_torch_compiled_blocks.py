@@ -6,11 +6,12 @@ torch.compile(block) set in its place, as TorchTitan does); the Offloader runs e
 call as one region of the step (teraio/torch/_compile.py) and moves tensors at region
 boundaries. Scenarios:
 
-- "accumulate": torch.compile(block) set as the child (backend aot_eager), three micro-batches
-                per step (gradients accumulate across region calls);
-- "reshape":    block.compile() (aot_eager), one micro-batch per step; the sequence length
-                changes mid-run: the blocks recompile, and the new shape is a new kind of step
-                with its own plan; then the first shape again;
+- "accumulate": the whole model compiled, torch.compile(model) (backend aot_eager; under teraio
+                split into its blocks, each compiled with the model's options), three
+                micro-batches per step (gradients accumulate across region calls);
+- "reshape":    torch.compile(block) set as the child (aot_eager), one micro-batch per step;
+                the sequence length changes mid-run: the blocks recompile, and the new shape is
+                a new kind of step with its own plan; then the first shape again;
 - "inductor":   block.compile() with the default backend (inductor: C++ kernels, opaque), one
                 micro-batch per step.
 
@@ -41,12 +42,21 @@ backend = "inductor" if scenario == "inductor" else "aot_eager"
 torch.manual_seed(0)
 cfg = LlamaConfig(**PRESETS["tiny"])
 model = LlamaTiny(cfg, seed=0)
-for i, blk in enumerate(model.layers):
-    if scenario == "accumulate":
-        model.layers[i] = torch.compile(blk, backend=backend)
-    else:
-        blk.compile(backend=backend)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+if scenario == "accumulate":  # the whole model (split into its blocks under teraio)
+    model = torch.compile(model, backend=backend)
+for i, blk in enumerate(model.layers):
+    if scenario == "reshape":
+        model.layers[i] = torch.compile(blk, backend=backend)
+    elif scenario == "inductor":
+        blk.compile(backend=backend)
+
+
+def loss_of(tokens):  # LlamaTiny.loss through the (compiled) model's forward
+    logits = model(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             tokens[:, 1:].reshape(-1))
+
 off = None
 if offload:
     import teraio
@@ -65,7 +75,7 @@ per_step = []
 for i in range(STEPS + (3 if scenario == "reshape" else 0)):
     with off.step() if off is not None else __import__("contextlib").nullcontext():
         for j in range(ACC):
-            loss = model.loss(make_batch(cfg, 8, seq(i), i * ACC + j)) / ACC
+            loss = loss_of(make_batch(cfg, 8, seq(i), i * ACC + j)) / ACC
             loss.backward()
             losses.append(loss.item())
         opt.step()
@@ -79,6 +89,8 @@ for p in model.parameters():
         h.update(k.encode())
         h.update(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
 out["states"] = h.hexdigest()
+# the graphs Dynamo compiled: the same in both runs (no block ran uncompiled, none compiled twice)
+out["graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 if off is not None:
     off.restore()
 with torch.no_grad():  # the compiled blocks outside any step: called as they are
@@ -100,6 +112,8 @@ if off is not None:
     moved = set()
     for t, frm, to, *_ in off._plan.moves():
         gname = prog.tensors[t][3]
+        if gname is not None and gname.startswith("_orig_mod."):  # torch.compile(model)'s
+            gname = gname[len("_orig_mod."):]
         if gname is not None and gname.startswith("layers."):
             moved.add("block global")  # a block's parameter, gradient or optimizer state
         elif gname is None and writer.get(t, "").startswith("teraio.region.fwd["):
@@ -137,4 +151,26 @@ def test_compiled_blocks_bitwise_and_offloading(scenario):
     assert steady > 0, got["per_step"]
     assert got["moved"] == ["block global", "region activation"], got["moved"]
     assert rep["steps_offloaded"] >= 3, rep
+    assert rep["steps_diverged"] == 0, rep
+    per = got["per_step"]
+    if scenario == "accumulate":
+        # the whole model: one graph for it in the plain run; under teraio its blocks, compiled
+        # with its options, one graph for both (they share their code, their parameters are the
+        # graph's inputs). Every micro-batch's regions, 3 per step: each step after the
+        # profiled one offloads
+        assert plain["graphs"] == 1 and got["graphs"] == 1, (plain["graphs"], got["graphs"])
+        assert rep["steps_offloaded"] == len(per) - 2 and all(
+            b > a for a, b in zip(per[1:], per[2:])), per
+    else:
+        assert got["graphs"] == plain["graphs"], (got["graphs"], plain["graphs"])
+    if scenario == "reshape":
+        # steps 0-3 length 64 (one graph: the blocks share their code, their parameters are
+        # the graph's inputs), steps 4-6 length 96 (recompiled once, with a dynamic length: one
+        # more graph), steps 7-10 length 64 again (the dynamic graph runs it: no more). The new
+        # length is a new kind of step: profiled once (step 4), then offloaded (steps 5, 6);
+        # back at the first length the first kind's plan runs at once (step 7 offloads), and
+        # nothing diverges
+        assert plain["graphs"] == 2, plain["graphs"]
+        assert rep["steps_profiled"] == 2 and rep["replans"] == 2, rep
+        assert per[4] == per[3] and per[4] < per[5] < per[6] < per[7], per
     assert "ran uncompiled" not in err

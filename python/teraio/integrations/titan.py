@@ -21,9 +21,10 @@ The configs here train on synthetic tokens (SyntheticTokenizer, SyntheticDataLoa
 TorchTitan wheel ships neither its test tokenizer nor its c4_test data set, and teraio's test
 machines have no network. Pass TorchTitan's own `--dataloader`/`--hf_assets_path` options for
 real data. Limits: one model part and one optimizer per rank (pipeline schedules with one
-stage per rank, e.g. 1F1B and GPipe; not the interleaved ones), no CUDA graphs (the configs
-set training.disable_cuda_graphs) and no torch.compile (--compile is not wired through
-these configs yet; the Offloader itself runs blocks compiled one by one). TorchTitan 0.3 runs on an accelerator only: on CPU its Trainer cannot be built, and
+stage per rank, e.g. 1F1B and GPipe; not the interleaved ones) and no CUDA graphs (the configs
+set training.disable_cuda_graphs). With --compile.enable each transformer block TorchTitan
+compiles runs as a region of the step, and so does its compiled loss (loss_regions).
+TorchTitan 0.3 runs on an accelerator only: on CPU its Trainer cannot be built, and
 teraio's CPU tests drive OffloadTrainer.train_step on TorchTitan's model, loss, optimizer and
 LR scheduler directly (tests/python/test_titan.py; with 2 pipeline stages over gloo,
 tests/python/test_titan_pp.py); scripts/gpu_validate.sh's `titan` phase runs the recipe above.
@@ -154,6 +155,7 @@ class OffloadTrainer(Trainer):
         if len(optims) != 1:
             raise ValueError(f"teraio.titan: {len(optims)} optimizers for one model part; the "
                              "Offloader takes one")
+        self.loss_regions()
         self.offloader = teraio.Offloader(
             self.model_parts[0], optims[0], memory_budget=_budget(tc.memory_budget),
             ssd_dirs=list(tc.ssd_dirs), host_memory=tc.host_memory,
@@ -162,6 +164,25 @@ class OffloadTrainer(Trainer):
                     f"{tc.memory_budget}, ssd_dirs {self.offloader.ssd_dirs}, host_memory "
                     f"{tc.host_memory}")
         return self.offloader
+
+    def loss_regions(self) -> list[str]:
+        """With `--compile.enable` and "loss" in `--compile.components`, TorchTitan compiles
+        its loss function (`torch.compile(loss.fn)`, inside ChunkedLossWrapper's per-chunk loss
+        where chunked): a compiled function, which Dynamo would skip under the Offloader's
+        dispatch mode (called by make_offloader). Each is made a region of the step
+        (teraio.torch._compile.function_region), as the transformer blocks TorchTitan compiles
+        one by one are. Returns the names of the losses made regions."""
+        from teraio.torch import _compile
+
+        names = []
+        loss, name = getattr(self, "loss_fn", None), "loss"
+        while loss is not None:
+            fn = getattr(loss, "fn", None)
+            if fn is not None and hasattr(fn, "_torchdynamo_orig_callable"):
+                loss.fn = _compile.function_region(name, fn)
+                names.append(name)
+            loss, name = getattr(loss, "loss_fn", None), name + ".loss_fn"
+        return names
 
     def _reads_parameters_after(self, step: int) -> bool:
         """Whether TorchTitan reads the parameters after this step (a checkpoint save, a

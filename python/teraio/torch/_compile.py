@@ -118,7 +118,8 @@ def _tensors(v, acc):
 
 
 class Region:
-    """One compiled module of the model, run as a region of the step."""
+    """One compiled module of the model (or a compiled function, module None: it reads only
+    its arguments), run as a region of the step."""
 
     def __init__(self, name, module, call):
         self.name = name
@@ -132,7 +133,8 @@ class Region:
         mode = _step_mode()
         if mode is None:  # outside off.step(): the compiled call as it is
             return self.call(*args, **kwargs)
-        state = list(self.module.parameters()) + list(self.module.buffers())
+        state = ([] if self.module is None else
+                 list(self.module.parameters()) + list(self.module.buffers()))
         reads = _tensors((args, kwargs), []) + state
         box = {}
         saved = []
@@ -187,15 +189,28 @@ class Region:
         node.register_hook(post)
 
 
+def function_region(name, fn):
+    """fn (a function compiled with torch.compile) as a region of any Offloader's step: the
+    returned callable runs fn as one pseudo-operator inside off.step() (reading its arguments,
+    writing its outputs and saved tensors), and fn as it is outside. Idempotent."""
+    if getattr(fn, _ATTR, None) is not None:
+        return fn
+    region = Region(name, None, fn)
+    setattr(region, _ATTR, region)
+    return region
+
+
 def _compiled_children(model):
     """[(name, module, kind)] of the modules of model compiled on their own: kind "wrapper"
-    (torch.compile(m), an OptimizedModule) or "in_place" (m.compile())."""
+    (torch.compile(m), an OptimizedModule) or "in_place" (m.compile()). A whole model split
+    into its blocks (split_whole) is not one of them: its blocks are."""
     from torch._dynamo.eval_frame import OptimizedModule
 
     out = []
     for name, m in model.named_modules():
         if isinstance(m, OptimizedModule):
-            out.append((name, m, "wrapper"))
+            if _SPLIT not in m.__dict__:
+                out.append((name, m, "wrapper"))
         elif getattr(m, "_compiled_call_impl", None) is not None:
             out.append((name, m, "in_place"))
     return out
@@ -203,7 +218,7 @@ def _compiled_children(model):
 
 def whole_model(model):
     """The description of model's compilation where the whole model is compiled (no region
-    boundary inside it), else None."""
+    boundary inside it; not yet split into its blocks by split_whole), else None."""
     import sys
 
     if model is None or "torch._dynamo" not in sys.modules:
@@ -211,9 +226,89 @@ def whole_model(model):
     from torch._dynamo.eval_frame import OptimizedModule
 
     if isinstance(model, OptimizedModule):
+        if _SPLIT in model.__dict__:
+            return None
         return "the whole model is compiled (torch.compile(model))"
     if getattr(model, "_compiled_call_impl", None) is not None:
         return "the whole model is compiled in place (model.compile())"
+    return None
+
+
+_SPLIT = "_teraio_split"  # in a whole-model wrapper's __dict__: split into its blocks
+
+
+def _dynamo_context(fn):
+    """The Dynamo context (torch._dynamo.eval_frame._TorchDynamoContext) that made fn, a
+    torch.compile'd callable (model.compile()'s _compiled_call_impl), or None: it holds the
+    compile's options, reached through the get_compiler_config closure torch.compile gives fn."""
+    get = getattr(fn, "get_compiler_config", None)
+    for cell in getattr(get, "__closure__", None) or ():
+        try:
+            c = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if hasattr(c, "callback") and hasattr(c, "fullgraph") and hasattr(c, "_dynamic"):
+            return c
+    return None
+
+
+def blocks(root):
+    """[(name, module)]: the blocks of root, the children with parameters of its outermost
+    nn.ModuleList and nn.ModuleDict containers (a transformer's layers)."""
+    from torch import nn
+
+    out = []
+
+    def walk(prefix, m):
+        for name, c in m.named_children():
+            if isinstance(c, (nn.ModuleList, nn.ModuleDict)):
+                out.extend((f"{prefix}{name}.{n}", b) for n, b in c.named_children()
+                           if next(b.parameters(), None) is not None)
+            else:
+                walk(f"{prefix}{name}.", c)
+
+    walk("", root)
+    return out
+
+
+def split_whole(model):
+    """Where the whole model is compiled (torch.compile(model), model.compile()) and nothing
+    inside it is: compile each of its blocks on its own with the same options (backend, mode,
+    fullgraph, dynamic) and run the rest of the model uncompiled, so that each block is a
+    region of the step (install). Returns None (done, or nothing to split), or why the model
+    cannot be split: then the whole model stays compiled, and is refused."""
+    import sys
+
+    if model is None or "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule, innermost_backend
+
+    why = whole_model(model)
+    if why is None:
+        return None
+    if isinstance(model, OptimizedModule):
+        root, ctx = model._orig_mod, getattr(model, "dynamo_ctx", None)
+    else:
+        root, ctx = model, _dynamo_context(model._compiled_call_impl)
+    if ctx is None or not callable(ctx.callback):
+        return why + ", and its compile options cannot be read"
+    inner = [n for n, m in root.named_modules() if n and (
+        isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None)]
+    if inner:
+        return why + f", around module {inner[0]} compiled on its own"
+    parts = blocks(root)
+    if not parts:
+        return why + (", and it has no blocks (children of an nn.ModuleList or nn.ModuleDict) "
+                      "to compile one by one")
+    opts = dict(backend=innermost_backend(ctx.callback), fullgraph=bool(ctx.fullgraph),
+                dynamic=ctx._dynamic)
+    for _, b in parts:
+        b.compile(**opts)
+    if isinstance(model, OptimizedModule):
+        model.__dict__["forward"] = root.__call__
+        model.__dict__[_SPLIT] = [n for n, _ in parts]
+    else:
+        model._compiled_call_impl = None
     return None
 
 
@@ -238,7 +333,9 @@ def install(model):
         return []
     names = []
     for name, m, kind in _compiled_children(model):
-        label = name.replace("._orig_mod", "") or type(m).__name__
+        label = name.replace("._orig_mod", "")
+        label = label[len("_orig_mod."):] if label.startswith("_orig_mod.") else label
+        label = label or type(m).__name__
         names.append(label)
         if kind == "wrapper":
             cur = m.__dict__.get("forward")

@@ -99,11 +99,14 @@ _COMPILE_HELP = (
     "uncompiled model (torch.compile(m) returns a wrapper: pass wrapper._orig_mod)")
 
 
-def _compiled_module(model):
-    """A description of the torch.compile pattern in model that the Offloader refuses (the
-    whole model compiled: torch.compile(model), model.compile(); a compiled module inside
-    another), or None. The modules compiled on their own are made regions of the step
-    (teraio.torch._compile.install) here."""
+def _compiled_module(model, split=False):
+    """A description of the torch.compile pattern in model that the Offloader refuses, or
+    None. With split (when the Offloader is made), the whole model compiled (torch.compile(model),
+    model.compile()) is split into its blocks, each compiled on its own with the same options
+    (teraio.torch._compile.split_whole), where it has blocks and nothing inside it is compiled
+    already; the whole model compiled later, or one that cannot be split, is refused, as is a
+    compiled module inside another. The modules compiled on their own are made regions of the
+    step (teraio.torch._compile.install) here."""
     if model is None or "torch._dynamo" not in sys.modules:  # nothing compiled without Dynamo
         return None
     try:
@@ -112,7 +115,7 @@ def _compiled_module(model):
         return None
     from teraio.torch import _compile
 
-    why = _compile.whole_model(model)
+    why = _compile.split_whole(model) if split else _compile.whole_model(model)
     if why is None:
         inner = _compile.nested(model)
         if inner is not None:

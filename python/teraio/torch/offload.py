@@ -129,7 +129,7 @@ class Offloader:
         from teraio.torch import _fsdp  # FSDP2: what collect_globals reads; refuses TP DTensors
 
         self._gmodel = _fsdp.globals_model(model, o.warmup_steps)
-        compiled = _compiled_module(model)
+        compiled = _compiled_module(model, split=True)
         if compiled is not None:
             raise ValueError(f"model: {compiled} (torch.compile). " + _COMPILE_HELP)
         budget_fraction, budget = _budget_arg(memory_budget)

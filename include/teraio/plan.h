@@ -197,22 +197,25 @@ TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
                                                 const struct tio_trace *trace);
 
 /*
- * tio_plan_verify: an independent re-check of a plan from its moves alone (the planner's
- * reservation model, not its code): recompute the slot usage per channel (offload bytes spread
- * forward from its trigger, prefetch bytes backward from its deadline, each slot filled up to
- * its capacity) and check:
- *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative), stall moves
- *     (TIO_MOVE_STALL) included: a plan whose memory fits only because compute waits for its
- *     moves fails, the detail naming the stall move;
- *   - every offload of a tensor is followed by a prefetch of it, whose deadline is the tensor's
- *     next use and which is triggered at or after the offload's deadline;
- *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under
- *     capacity at every kernel when the plan says feasible.
+ * tio_plan_verify: an independent check of a plan, sharing no code with the planners' model: the
+ * liveness, the memory curves, the kernels' times and the channels' rates are derived again from
+ * the trace, the hardware and the moves (docs/planner.md, "The verifier"). It checks:
+ *   - every offload of a tensor is followed by a prefetch of it from the same tier, whose
+ *     deadline is the tensor's next use and which is triggered at or after the offload's
+ *     deadline; each move has its tensor's size; a CLEAN offload has a current copy on the SSDs;
+ *   - the GPU memory curve (a tensor away from its offload's deadline to its prefetch's
+ *     trigger) stays under the capacity at every kernel when the plan says feasible, and the
+ *     host memory curve (a host offload held from its trigger to its prefetch's deadline) under
+ *     the host cap always;
+ *   - every move, stall moves (TIO_MOVE_STALL) included, meets its deadline less the transfer
+ *     latency on the budgets the simulator shares (the SSD array's time, the PCIe link's host
+ *     share each way; writes at the sustained rate once the plan's writes spend the drives'
+ *     caches), earliest deadline first: a plan whose memory fits only because compute waits for
+ *     its moves fails, the detail naming a stall move ("planned beyond the bandwidth").
  * trace, hw and params are those the plan was made with (params NULL: the defaults). Returns 0,
  * TIO_EPLAN (the plan is for another trace, or the first violation, in the detail), TIO_EVERSION
- * (params->struct_size, as for tio_plan_make), or an error of building the planner's model as
- * tio_plan_make reports it (TIO_EINVAL, TIO_ENOMEM).
- * *peak_out (may be NULL): the planned peak recomputed.
+ * (params->struct_size, as for tio_plan_make) or TIO_ENOMEM.
+ * *peak_out (may be NULL): the peak of the verifier's GPU memory curve.
  */
 TIO_API TIO_MUST_CHECK int tio_plan_verify(const struct tio_plan *plan,
                                            const struct tio_trace *trace,

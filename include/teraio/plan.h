@@ -57,11 +57,14 @@ struct tio_move {
 struct tio_plan_summary {
     size_t n_moves;
     size_t n_offloads;
-    int32_t feasible;            /* 1: planned memory stays under the capacity at every kernel */
+    int32_t feasible;            /* 1: planned memory stays under the capacity at every kernel
+                                    and no move is planned beyond the bandwidth (no
+                                    TIO_MOVE_STALL): the plan replays without compute waiting */
     double planning_seconds;     /* wall time of the policy */
     uint64_t capacity_bytes;     /* the line planned against (tio_hw_plan_capacity) */
     uint64_t planned_peak_bytes; /* max over kernels of planned GPU memory */
-    uint64_t shortfall_bytes;    /* when infeasible: max excess over capacity ... */
+    uint64_t shortfall_bytes;    /* when infeasible: max excess over capacity (0: the memory
+                                    fits, by stall moves) ... */
     uint64_t shortfall_kernel;   /* ... and the first kernel where it occurs */
     uint64_t host_peak_bytes;    /* max host memory used by offloads */
     uint64_t ssd_peak_bytes;     /* max SSD bytes held (what the engine must reserve) */
@@ -112,8 +115,9 @@ struct tio_plan_params {
     int32_t overcommit;   /* 1: when no move fits the bandwidth and memory is still over the
                              capacity, plan moves beyond the bandwidth (TIO_MOVE_STALL: compute
                              waits for them) until memory fits (teraio, teraio-mixed,
-                             teraio-ssd only; default 1). 0: the plan stays within the
-                             bandwidth and may be infeasible. */
+                             teraio-ssd only; default 1); such a plan is not feasible
+                             (shortfall_bytes 0) but runs, stalling. 0: the plan stays
+                             within the bandwidth and may not fit. */
     double memory_slack;  /* fraction of the planning capacity the planned policies
                              (teraio*, g10) keep free: they plan under
                              capacity x (1 - memory_slack), so that a plan replayed with

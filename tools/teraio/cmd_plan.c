@@ -139,9 +139,24 @@ static void print_text(const struct tio_plan *plan,
 }
 
 /* An infeasible plan: where it falls short, as an error (--strict) or a warning. */
-static void
-report_infeasible(const struct tio_trace *tr, const struct tio_plan_summary *s, int strict) {
+static void report_infeasible(const struct tio_trace *tr,
+                              const struct tio_plan *plan,
+                              const struct tio_plan_summary *s,
+                              int strict) {
     char a[32];
+    if (s->shortfall_bytes == 0) { /* the memory fits, by moves beyond the bandwidth */
+        size_t nm = 0, stalls = 0;
+        const struct tio_move *mv = tio_plan_moves(plan, &nm);
+        for (size_t i = 0; i < nm; i++) {
+            stalls += (mv[i].flags & TIO_MOVE_STALL) != 0;
+        }
+        cli_error(CMD,
+                  "%s: infeasible: the memory fits only with %zu stall moves, planned beyond "
+                  "the bandwidth; simulated, compute waits for them (--no-overcommit: plan "
+                  "within the bandwidth)",
+                  strict ? "error" : "warning", stalls);
+        return;
+    }
     const char *kname = tio_trace_kernel_name(tr, (uint32_t)s->shortfall_kernel);
     cli_error(CMD,
               "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); "
@@ -247,7 +262,7 @@ int cli_cmd_plan(int argc, char **argv) {
         print_text(plan, &s, &hw, out);
     }
     if (!s.feasible && strcmp(tio_plan_policy(plan), "ideal") != 0) {
-        report_infeasible(tr, &s, strict);
+        report_infeasible(tr, plan, &s, strict);
         if (strict) {
             exit_code = TIO_EXIT_INPUT;
         }

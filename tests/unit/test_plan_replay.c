@@ -160,16 +160,13 @@ static void check_cell(const struct cell *c, const char *policy, int full, struc
             tio_sim_get_result(sims[0], &r0, sizeof r0);
             tio_sim_get_result(sims[1], &r1, sizeof r1);
             uint64_t late = r0.n_moves_late + r1.n_moves_late;
-            printf("  %-15s bs%-3u @%-4u %-12s feasible %d/%d verified %d/%d stall moves %zu+%zu: "
-                   "%s%s replay oom %s (%.1f MB), late %llu, %.1f%% of ideal\n",
+            const char *oom = r0.oom == TIO_SIM_OOM_HOST ? "host" : r0.oom ? "gpu" : "none";
+            printf("  %-15s bs%-3u @%-4u %-12s feasible %d/%d, verified %d/%d, stall moves "
+                   "%zu+%zu; replay: oom %s (%.1f MB), %llu late, %.1f%% of ideal%s%s\n",
                    c->model, c->batch, c->seq, policy, feasible[0], feasible[1], verified[0],
-                   verified[1], stalls[0], stalls[1], verified[0] ? "" : why[0],
-                   verified[0] || verified[1] ? "" : " |",
-                   r0.oom == TIO_SIM_OOM_HOST ? "host"
-                   : r0.oom                   ? "gpu"
-                                              : "none",
-                   (double)r0.oom_bytes / 1e6, (unsigned long long)late,
-                   100 * r0.fraction_of_ideal);
+                   verified[1], stalls[0], stalls[1], oom, (double)r0.oom_bytes / 1e6,
+                   (unsigned long long)late, 100 * r0.fraction_of_ideal,
+                   verified[0] && verified[1] ? "" : "; verifier: ", verified[0] ? why[1] : why[0]);
             if (all_feasible) {
                 CHECK_EQ_I(r0.oom, 0);
                 CHECK_EQ_U(late, 0);

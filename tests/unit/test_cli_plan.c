@@ -146,6 +146,12 @@ TIO_TEST(infeasible_and_working_set) {
     (void)snprintf(args, sizeof args, "plan %s --hw %s --bandwidth-scale 0.02 --strict", trace_path,
                    hw_path);
     CHECK_EQ_I(run(args, out, sizeof out), 2);
+    /* --verify on it: not feasible, as the plan says (exit 2, naming a stall move) */
+    (void)snprintf(args, sizeof args, "plan %s --hw %s --bandwidth-scale 0.02 --verify", trace_path,
+                   hw_path);
+    CHECK_EQ_I(run(args, out, sizeof out), 2);
+    CHECK(strstr(out, "verify: the plan is not feasible") != NULL);
+    CHECK(strstr(out, "stall move") != NULL);
     /* capacity under W alone: the error names the kernel and both sizes */
     (void)snprintf(args, sizeof args, "plan %s --hw %s --capacity 90MB", trace_path, hw_path);
     CHECK_EQ_I(run(args, out, sizeof out), 2);

@@ -36,7 +36,8 @@ static void plan_usage(FILE *f) {
         "  --bandwidth-scale X   multiply every bandwidth (sweeps)\n"
         "  --slack F             fraction of the capacity the plan keeps free (default 0.02)\n"
         "  --min-tensor SIZE     never move tensors smaller than this (default 1MiB)\n"
-        "  --verify              re-check the plan independently (slots, pairing, memory)\n"
+        "  --verify              re-check the plan independently (pairing, GPU and host memory,\n"
+        "                        every move's deadline on the bandwidth, stall moves too)\n"
         "  --strict              exit 2 when the plan cannot fit the capacity\n\n"
         "examples:\n"
         "  teraio plan llama3-8b.tio --hw paper-2xh100nvl --policy teraio -o l8b.plan\n"
@@ -246,8 +247,18 @@ int cli_cmd_plan(int argc, char **argv) {
     }
     int exit_code = TIO_EXIT_OK;
     if (verify && (rc = tio_plan_verify(plan, tr, &hw, &pp, NULL)) < 0) {
-        (void)cli_fail(CMD, "verify", rc);
-        exit_code = TIO_EXIT_RUNTIME; /* a plan that fails its own check is a bug */
+        struct tio_plan_summary vs;
+        tio_plan_get_summary(plan, &vs);
+        if (rc != TIO_EPLAN) {
+            exit_code = cli_fail(CMD, "verify", rc);
+        } else if (vs.feasible) { /* a feasible plan that fails the check is a planner bug */
+            cli_error(CMD, "verify: a plan reported feasible fails the independent check: %s",
+                      tio_last_error());
+            exit_code = TIO_EXIT_RUNTIME;
+        } else { /* not feasible, as the plan says: stall moves, or over the capacity */
+            cli_error(CMD, "verify: the plan is not feasible: %s", tio_last_error());
+            exit_code = TIO_EXIT_INPUT;
+        }
         goto done;
     }
     if (out && (rc = tio_plan_save(plan, out, format)) < 0) {

@@ -265,45 +265,74 @@ static int written_in(const struct tio_vmodel *m, uint32_t t, uint64_t a, uint64
 int tio_vmodel_check_clean(const struct tio_vmodel *m, const struct tio_plan *plan) {
     size_t nm = 0, n = m->n;
     const struct tio_move *mv = tio_plan_moves(plan, &nm);
-    for (size_t i = 0; i < nm; i++) {
+    /* the triggers of the written SSD offloads, by tensor (CSR; ascending, as plans are sorted
+     * by trigger) */
+    size_t *off = tio_calloc(m->nt + 2, sizeof *off);
+    uint64_t *trig = tio_malloc((nm ? nm : 1) * sizeof *trig);
+    if (!off || !trig) {
+        tio_free(off);
+        tio_free(trig);
+        return TIO_ENOMEM;
+    }
+    for (size_t j = 0; j < nm; j++) {
+        const struct tio_move *o = &mv[j];
+        if (o->from == TIO_TIER_GPU && o->to == TIO_TIER_SSD && !(o->flags & TIO_MOVE_CLEAN)) {
+            off[o->tensor + 2]++;
+        }
+    }
+    for (size_t t = 0; t < m->nt; t++) {
+        off[t + 2] += off[t + 1];
+    }
+    for (size_t j = 0; j < nm; j++) {
+        const struct tio_move *o = &mv[j];
+        if (o->from == TIO_TIER_GPU && o->to == TIO_TIER_SSD && !(o->flags & TIO_MOVE_CLEAN)) {
+            trig[off[o->tensor + 1]++] = o->trigger;
+        }
+    }
+    int rc = 0;
+    for (size_t i = 0; i < nm && rc == 0; i++) {
         const struct tio_move *c = &mv[i];
         if (c->from != TIO_TIER_GPU || !(c->flags & TIO_MOVE_CLEAN)) {
             continue;
         }
         if (c->to != TIO_TIER_SSD) {
-            return tio_set_error(TIO_EPLAN,
-                                 "plan: move %zu: clean offload of tensor %u to host memory (a "
-                                 "host copy is freed when its tensor comes back)",
-                                 i, c->tensor);
+            rc = tio_set_error(TIO_EPLAN,
+                               "plan: move %zu: clean offload of tensor %u to host memory (a "
+                               "host copy is freed when its tensor comes back)",
+                               i, c->tensor);
+            break;
         }
-        /* the written SSD offload of the tensor closest before it, cyclically */
-        uint64_t best = UINT64_MAX;
-        for (size_t j = 0; j < nm; j++) { /* the tensor's moves are few; plans sort by trigger */
-            const struct tio_move *o = &mv[j];
-            if (o->tensor != c->tensor || o->from != TIO_TIER_GPU || o->to != TIO_TIER_SSD ||
-                (o->flags & TIO_MOVE_CLEAN)) {
-                continue;
+        size_t lo = off[c->tensor], hi = off[c->tensor + 1], cnt = hi - lo;
+        if (cnt == 0) {
+            rc = tio_set_error(TIO_EPLAN,
+                               "plan: move %zu: clean offload of tensor %u, which no offload "
+                               "writes to the SSDs",
+                               i, c->tensor);
+            break;
+        }
+        /* the written offload closest before it, cyclically: the last trigger below c's, or
+         * the tensor's last one (in the previous iteration) */
+        size_t a = lo, b = hi;
+        while (a < b) {
+            size_t mid = a + (b - a) / 2;
+            if (trig[mid] < c->trigger) {
+                a = mid + 1;
+            } else {
+                b = mid;
             }
-            uint64_t b = o->trigger < c->trigger ? o->trigger + n : o->trigger;
-            if (best == UINT64_MAX || b > best) {
-                best = b; /* latest before c->trigger + n, i.e. closest before c cyclically */
-            }
         }
-        if (best == UINT64_MAX) {
-            return tio_set_error(TIO_EPLAN,
-                                 "plan: move %zu: clean offload of tensor %u, which no offload "
-                                 "writes to the SSDs",
-                                 i, c->tensor);
-        }
-        uint64_t from = best, to = c->trigger + n; /* [from, to) on the extended axis */
-        if (to - from < n && written_in(m, c->tensor, from, to)) {
-            return tio_set_error(TIO_EPLAN,
-                                 "plan: move %zu: clean offload of tensor %u at kernel %llu, but "
-                                 "the tensor is written after its last offload to the SSDs (at "
-                                 "kernel %llu)",
-                                 i, c->tensor, (unsigned long long)c->trigger,
-                                 (unsigned long long)(from % n));
+        uint64_t from = a > lo ? trig[a - 1] + n : trig[hi - 1];
+        uint64_t to = c->trigger + n; /* [from, to) on the extended axis */
+        if (from < to && to - from < n && written_in(m, c->tensor, from, to)) {
+            rc = tio_set_error(TIO_EPLAN,
+                               "plan: move %zu: clean offload of tensor %u at kernel %llu, but "
+                               "the tensor is written after its last offload to the SSDs (at "
+                               "kernel %llu)",
+                               i, c->tensor, (unsigned long long)c->trigger,
+                               (unsigned long long)(from % n));
         }
     }
-    return 0;
+    tio_free(off);
+    tio_free(trig);
+    return rc;
 }

@@ -49,6 +49,7 @@ vmodel_rates(struct tio_vmodel *m, const struct tio_hw *hw, const struct tio_pla
     double ws = w;
     m->cache_modelled =
         hw->ssd_count > 0 && hw->ssd_write_cache_bytes > 0 && hw->ssd_sustained_write_Bps > 0;
+    m->cache_bytes = cnt * (double)hw->ssd_write_cache_bytes;
     if (m->cache_modelled && cnt * hw->ssd_sustained_write_Bps * scale < ws) {
         ws = cnt * hw->ssd_sustained_write_Bps * scale;
     }

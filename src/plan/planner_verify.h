@@ -27,6 +27,7 @@ struct tio_vmodel {
     double ssd_write_cached_Bps;    /* ... writing into its caches */
     double ssd_write_sustained_Bps; /* ... once the caches are spent (= cached if none) */
     int cache_modelled;
+    double cache_bytes;                /* the array's write caches together */
     double ssd_mix;                    /* a byte read costs ssd_mix / read of the array's time */
     double d2h_host_Bps, h2d_host_Bps; /* the link less the SSDs' share, each way */
     double ssd_latency_s, host_latency_s;

@@ -182,7 +182,8 @@ int tio_vmodel_check_bandwidth(const struct tio_vmodel *m, const struct tio_plan
         }
     }
     double w = m->ssd_write_cached_Bps;
-    if (m->cache_modelled && written > m->ssd_write_sustained_Bps * m->iteration_s) {
+    if (m->cache_modelled &&
+        (written > m->ssd_write_sustained_Bps * m->iteration_s || written >= m->cache_bytes)) {
         w = m->ssd_write_sustained_Bps;
     }
     rc = 0;

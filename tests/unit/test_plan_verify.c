@@ -168,8 +168,9 @@ TIO_TEST(latency_before_the_deadline) {
 }
 
 /* Drives with a write cache: 100 MB written per 10 ms iteration. At a sustained 50 GB/s the
- * caches drain 500 MB per iteration, never fill, and the write runs at the cached 200 GB/s
- * (0.5 ms: fits k1's 1 ms). At 5 GB/s they drain 50 MB: spent, the write takes 20 ms. */
+ * caches (1 GB) drain 500 MB per iteration, never fill, and the write runs at the cached
+ * 200 GB/s (0.5 ms: fits k1's 1 ms). At 5 GB/s they drain 50 MB: spent, the write takes 20 ms.
+ * Caches of 100 MB are spent by the iteration's writes whatever the drain. */
 TIO_TEST(sustained_rate_once_the_caches_are_spent) {
     struct tio_trace *tr = trace_w(TIO_USE_READ);
     struct tio_move mv[2] = { mv_(TIO_TIER_GPU, TIO_TIER_SSD, 1, 2, 0),
@@ -180,6 +181,11 @@ TIO_TEST(sustained_rate_once_the_caches_are_spent) {
     hw.ssd_sustained_write_Bps = 50e9;
     CHECK_OK(tio_plan_verify(p, tr, &hw, NULL, NULL));
     hw.ssd_sustained_write_Bps = 5e9;
+    CHECK_RC(tio_plan_verify(p, tr, &hw, NULL, NULL), TIO_EPLAN);
+    CHECK_ERR_HAS("channel ssd:");
+    /* at 50 GB/s again, with caches of 100 MB: the iteration's writes fill them (2 ms) */
+    hw.ssd_sustained_write_Bps = 50e9;
+    hw.ssd_write_cache_bytes = 100 * MB;
     CHECK_RC(tio_plan_verify(p, tr, &hw, NULL, NULL), TIO_EPLAN);
     CHECK_ERR_HAS("channel ssd:");
     tio_plan_free(p);

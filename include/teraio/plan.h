@@ -57,11 +57,14 @@ struct tio_move {
 struct tio_plan_summary {
     size_t n_moves;
     size_t n_offloads;
-    int32_t feasible;            /* 1: planned memory stays under the capacity at every kernel */
+    int32_t feasible;            /* 1: planned memory stays under the capacity at every kernel
+                                    and no move is planned beyond the bandwidth (no
+                                    TIO_MOVE_STALL): the plan replays without compute waiting */
     double planning_seconds;     /* wall time of the policy */
     uint64_t capacity_bytes;     /* the line planned against (tio_hw_plan_capacity) */
     uint64_t planned_peak_bytes; /* max over kernels of planned GPU memory */
-    uint64_t shortfall_bytes;    /* when infeasible: max excess over capacity ... */
+    uint64_t shortfall_bytes;    /* when infeasible: max excess over capacity (0: the memory
+                                    fits, by stall moves) ... */
     uint64_t shortfall_kernel;   /* ... and the first kernel where it occurs */
     uint64_t host_peak_bytes;    /* max host memory used by offloads */
     uint64_t ssd_peak_bytes;     /* max SSD bytes held (what the engine must reserve) */
@@ -112,8 +115,9 @@ struct tio_plan_params {
     int32_t overcommit;   /* 1: when no move fits the bandwidth and memory is still over the
                              capacity, plan moves beyond the bandwidth (TIO_MOVE_STALL: compute
                              waits for them) until memory fits (teraio, teraio-mixed,
-                             teraio-ssd only; default 1). 0: the plan stays within the
-                             bandwidth and may be infeasible. */
+                             teraio-ssd only; default 1); such a plan is not feasible
+                             (shortfall_bytes 0) but runs, stalling. 0: the plan stays
+                             within the bandwidth and may not fit. */
     double memory_slack;  /* fraction of the planning capacity the planned policies
                              (teraio*, g10) keep free: they plan under
                              capacity x (1 - memory_slack), so that a plan replayed with
@@ -197,22 +201,25 @@ TIO_API TIO_MUST_CHECK int tio_plan_check_trace(const struct tio_plan *plan,
                                                 const struct tio_trace *trace);
 
 /*
- * tio_plan_verify: an independent re-check of a plan from its moves alone (the planner's
- * reservation model, not its code): recompute the slot usage per channel (offload bytes spread
- * forward from its trigger, prefetch bytes backward from its deadline, each slot filled up to
- * its capacity) and check:
- *   - no slot of any channel is used above its capacity (tolerance 1e-6 relative), stall moves
- *     (TIO_MOVE_STALL) included: a plan whose memory fits only because compute waits for its
- *     moves fails, the detail naming the stall move;
- *   - every offload of a tensor is followed by a prefetch of it, whose deadline is the tensor's
- *     next use and which is triggered at or after the offload's deadline;
- *   - the planned memory curve (resident minus offloaded-and-not-yet-prefetched) stays under
- *     capacity at every kernel when the plan says feasible.
+ * tio_plan_verify: an independent check of a plan, sharing no code with the planners' model: the
+ * liveness, the memory curves, the kernels' times and the channels' rates are derived again from
+ * the trace, the hardware and the moves (docs/planner.md, "The verifier"). It checks:
+ *   - every offload of a tensor is followed by a prefetch of it from the same tier, whose
+ *     deadline is the tensor's next use and which is triggered at or after the offload's
+ *     deadline; each move has its tensor's size; a CLEAN offload has a current copy on the SSDs;
+ *   - the GPU memory curve (a tensor away from its offload's deadline to its prefetch's
+ *     trigger) stays under the capacity at every kernel when the plan says feasible, and the
+ *     host memory curve (a host offload held from its trigger to its prefetch's deadline) under
+ *     the host cap always;
+ *   - every move, stall moves (TIO_MOVE_STALL) included, meets its deadline less the transfer
+ *     latency on the budgets the simulator shares (the SSD array's time, the PCIe link's host
+ *     share each way; writes at the sustained rate once the plan's writes spend the drives'
+ *     caches), earliest deadline first: a plan whose memory fits only because compute waits for
+ *     its moves fails, the detail naming a stall move ("planned beyond the bandwidth").
  * trace, hw and params are those the plan was made with (params NULL: the defaults). Returns 0,
  * TIO_EPLAN (the plan is for another trace, or the first violation, in the detail), TIO_EVERSION
- * (params->struct_size, as for tio_plan_make), or an error of building the planner's model as
- * tio_plan_make reports it (TIO_EINVAL, TIO_ENOMEM).
- * *peak_out (may be NULL): the planned peak recomputed.
+ * (params->struct_size, as for tio_plan_make) or TIO_ENOMEM.
+ * *peak_out (may be NULL): the peak of the verifier's GPU memory curve.
  */
 TIO_API TIO_MUST_CHECK int tio_plan_verify(const struct tio_plan *plan,
                                            const struct tio_trace *trace,

@@ -287,6 +287,9 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
          * cancels the free) */
         if (pk->pre <= pk->off && (pk->clean || pk->tier != TIO_TIER_SSD || !p->clean_copies)) {
             dropped[keys[r].idx] = 1;
+            if (pk->tier == TIO_TIER_HOST) { /* no copy on the host: the summary's host peak */
+                pt_host_add(p, q->start, q->end, -s);
+            }
         }
     }
     tio_free(tmp);

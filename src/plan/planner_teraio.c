@@ -370,7 +370,16 @@ static int summarize(struct planner *p, const uint8_t *dropped, struct tio_plan 
             s.shortfall_kernel = k;
         }
     }
-    s.feasible = s.shortfall_bytes == 0;
+    /* feasible: the memory fits and no move waits for compute (a stall move is planned beyond
+     * the bandwidth, so its replay has late moves: docs/planner.md, "Plans against their
+     * replay") */
+    size_t nm = 0;
+    const struct tio_move *mv = tio_plan_moves(plan, &nm);
+    int stalls = 0;
+    for (size_t i = 0; i < nm && !stalls; i++) {
+        stalls = (mv[i].flags & TIO_MOVE_STALL) != 0;
+    }
+    s.feasible = s.shortfall_bytes == 0 && !stalls;
     int64_t hp = tio_mtree_max(&p->host, 0, n);
     s.host_peak_bytes = hp > 0 ? (uint64_t)hp : 0;
     for (size_t i = 0; i < p->n_picks; i++) {

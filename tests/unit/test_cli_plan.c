@@ -135,11 +135,23 @@ TIO_TEST(infeasible_and_working_set) {
                    "plan %s --hw %s --bandwidth-scale 0.02 --strict --no-overcommit", trace_path,
                    hw_path);
     CHECK_EQ_I(run(args, out, sizeof out), 2);
-    /* overcommitting (the default), the plan fits memory with moves that state their stall */
-    (void)snprintf(args, sizeof args, "plan %s --hw %s --bandwidth-scale 0.02 --strict --json",
-                   trace_path, hw_path);
+    /* overcommitting (the default), the plan fits memory with moves that state their stall:
+     * not feasible (a replay waits for them), no shortfall, the warning counts them */
+    (void)snprintf(args, sizeof args, "plan %s --hw %s --bandwidth-scale 0.02 --json", trace_path,
+                   hw_path);
     CHECK_EQ_I(run(args, out, sizeof out), 0);
-    CHECK(strstr(out, "\"feasible\": true") != NULL);
+    CHECK(strstr(out, "\"feasible\": false") != NULL);
+    CHECK(strstr(out, "\"shortfall_bytes\": 0") != NULL);
+    CHECK(strstr(out, "only with 2 stall moves") != NULL);
+    (void)snprintf(args, sizeof args, "plan %s --hw %s --bandwidth-scale 0.02 --strict", trace_path,
+                   hw_path);
+    CHECK_EQ_I(run(args, out, sizeof out), 2);
+    /* --verify on it: not feasible, as the plan says (exit 2, naming a stall move) */
+    (void)snprintf(args, sizeof args, "plan %s --hw %s --bandwidth-scale 0.02 --verify", trace_path,
+                   hw_path);
+    CHECK_EQ_I(run(args, out, sizeof out), 2);
+    CHECK(strstr(out, "verify: the plan is not feasible") != NULL);
+    CHECK(strstr(out, "stall move") != NULL);
     /* capacity under W alone: the error names the kernel and both sizes */
     (void)snprintf(args, sizeof args, "plan %s --hw %s --capacity 90MB", trace_path, hw_path);
     CHECK_EQ_I(run(args, out, sizeof out), 2);

@@ -36,7 +36,8 @@ static void plan_usage(FILE *f) {
         "  --bandwidth-scale X   multiply every bandwidth (sweeps)\n"
         "  --slack F             fraction of the capacity the plan keeps free (default 0.02)\n"
         "  --min-tensor SIZE     never move tensors smaller than this (default 1MiB)\n"
-        "  --verify              re-check the plan independently (slots, pairing, memory)\n"
+        "  --verify              re-check the plan independently (pairing, GPU and host memory,\n"
+        "                        every move's deadline on the bandwidth, stall moves too)\n"
         "  --strict              exit 2 when the plan cannot fit the capacity\n\n"
         "examples:\n"
         "  teraio plan llama3-8b.tio --hw paper-2xh100nvl --policy teraio -o l8b.plan\n"
@@ -139,9 +140,24 @@ static void print_text(const struct tio_plan *plan,
 }
 
 /* An infeasible plan: where it falls short, as an error (--strict) or a warning. */
-static void
-report_infeasible(const struct tio_trace *tr, const struct tio_plan_summary *s, int strict) {
+static void report_infeasible(const struct tio_trace *tr,
+                              const struct tio_plan *plan,
+                              const struct tio_plan_summary *s,
+                              int strict) {
     char a[32];
+    if (s->shortfall_bytes == 0) { /* the memory fits, by moves beyond the bandwidth */
+        size_t nm = 0, stalls = 0;
+        const struct tio_move *mv = tio_plan_moves(plan, &nm);
+        for (size_t i = 0; i < nm; i++) {
+            stalls += (mv[i].flags & TIO_MOVE_STALL) != 0;
+        }
+        cli_error(CMD,
+                  "%s: infeasible: the memory fits only with %zu stall moves, planned beyond "
+                  "the bandwidth; simulated, compute waits for them (--no-overcommit: plan "
+                  "within the bandwidth)",
+                  strict ? "error" : "warning", stalls);
+        return;
+    }
     const char *kname = tio_trace_kernel_name(tr, (uint32_t)s->shortfall_kernel);
     cli_error(CMD,
               "%s: infeasible: %llu bytes (%s) over capacity at kernel %llu (%s); "
@@ -231,8 +247,18 @@ int cli_cmd_plan(int argc, char **argv) {
     }
     int exit_code = TIO_EXIT_OK;
     if (verify && (rc = tio_plan_verify(plan, tr, &hw, &pp, NULL)) < 0) {
-        (void)cli_fail(CMD, "verify", rc);
-        exit_code = TIO_EXIT_RUNTIME; /* a plan that fails its own check is a bug */
+        struct tio_plan_summary vs;
+        tio_plan_get_summary(plan, &vs);
+        if (rc != TIO_EPLAN) {
+            exit_code = cli_fail(CMD, "verify", rc);
+        } else if (vs.feasible) { /* a feasible plan that fails the check is a planner bug */
+            cli_error(CMD, "verify: a plan reported feasible fails the independent check: %s",
+                      tio_last_error());
+            exit_code = TIO_EXIT_RUNTIME;
+        } else { /* not feasible, as the plan says: stall moves, or over the capacity */
+            cli_error(CMD, "verify: the plan is not feasible: %s", tio_last_error());
+            exit_code = TIO_EXIT_INPUT;
+        }
         goto done;
     }
     if (out && (rc = tio_plan_save(plan, out, format)) < 0) {
@@ -247,7 +273,7 @@ int cli_cmd_plan(int argc, char **argv) {
         print_text(plan, &s, &hw, out);
     }
     if (!s.feasible && strcmp(tio_plan_policy(plan), "ideal") != 0) {
-        report_infeasible(tr, &s, strict);
+        report_infeasible(tr, plan, &s, strict);
         if (strict) {
             exit_code = TIO_EXIT_INPUT;
         }

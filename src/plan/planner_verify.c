@@ -337,19 +337,29 @@ out:
     return rc;
 }
 
+/* The verifier's model of trace for plan, after checking that plan belongs to trace. */
+static int open_model(const struct tio_plan *plan,
+                      const struct tio_trace *trace,
+                      const struct tio_hw *hw,
+                      const struct tio_plan_params *params,
+                      struct tio_vmodel *m) {
+    struct tio_plan_params pp;
+    int rc = tio_plan_check_trace(plan, trace);
+    if (rc < 0 || (rc = tio_plan_params_in("plan verify: params", params, &pp)) < 0) {
+        return rc;
+    }
+    return tio_vmodel_build(trace, hw, &pp, m);
+}
+
 int tio_plan_verify_curves(const struct tio_plan *plan,
                            const struct tio_trace *trace,
                            const struct tio_hw *hw,
                            const struct tio_plan_params *params,
                            uint64_t *gpu,
                            uint64_t *host) {
-    struct tio_plan_params pp;
     struct tio_vmodel m;
-    int rc = tio_plan_check_trace(plan, trace);
-    if (rc < 0 || (rc = tio_plan_params_in("plan verify: params", params, &pp)) < 0) {
-        return rc;
-    }
-    if ((rc = tio_vmodel_build(trace, hw, &pp, &m)) < 0) {
+    int rc = open_model(plan, trace, hw, params, &m);
+    if (rc < 0) {
         return rc;
     }
     rc = curves(&m, plan, gpu, host);
@@ -362,13 +372,9 @@ int tio_plan_verify(const struct tio_plan *plan,
                     const struct tio_hw *hw,
                     const struct tio_plan_params *params,
                     uint64_t *peak_out) {
-    struct tio_plan_params pp;
     struct tio_vmodel m;
-    int rc = tio_plan_check_trace(plan, trace);
-    if (rc < 0 || (rc = tio_plan_params_in("plan verify: params", params, &pp)) < 0) {
-        return rc;
-    }
-    if ((rc = tio_vmodel_build(trace, hw, &pp, &m)) < 0) {
+    int rc = open_model(plan, trace, hw, params, &m);
+    if (rc < 0) {
         return rc;
     }
     size_t n = m.n;

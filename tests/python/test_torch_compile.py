@@ -75,6 +75,17 @@ def test_whole_compiled_model_is_split_into_its_blocks(tmp_path):
     assert ctx.fullgraph and ctx._dynamic is None
     off.close()
 
+    # an argument refused leaves the model compiled whole, as the caller made it
+    _, m, opt = _setup()
+    w = torch.compile(m, backend="aot_eager")
+    with pytest.raises(ValueError, match="memory_budget"):
+        teraio.Offloader(w, opt, **dict(_kw(tmp_path), memory_budget=-1))
+    assert w.__dict__["forward"] != m.__call__  # still the compiled call
+    assert all(getattr(b, "_compiled_call_impl", None) is None for b in m.layers)
+    off = teraio.Offloader(w, opt, **_kw(tmp_path))  # and the next Offloader splits it
+    assert w.__dict__["forward"] == m.__call__
+    off.close()
+
 
 def test_whole_compiled_model_that_cannot_be_split_is_refused(tmp_path):
     torch.manual_seed(0)

@@ -129,9 +129,6 @@ class Offloader:
         from teraio.torch import _fsdp  # FSDP2: what collect_globals reads; refuses TP DTensors
 
         self._gmodel = _fsdp.globals_model(model, o.warmup_steps)
-        compiled = _compiled_module(model, split=True)
-        if compiled is not None:
-            raise ValueError(f"model: {compiled} (torch.compile). " + _COMPILE_HELP)
         budget_fraction, budget = _budget_arg(memory_budget)
         check_budget_params(model, budget)
         host_memory = _bytes(host_memory, "host_memory")
@@ -163,6 +160,11 @@ class Offloader:
         if warmup_steps < 1 and optimizer is not None:
             raise ValueError("OffloadOptions.warmup_steps: must be >= 1 with an optimizer (its "
                              "state is created in the first step)")
+        # last of the checks: a whole-compiled model is split into compiled blocks here, so an
+        # argument refused above leaves the model as the caller made it
+        compiled = _compiled_module(model, split=True)
+        if compiled is not None:
+            raise ValueError(f"model: {compiled} (torch.compile). " + _COMPILE_HELP)
         self._step_kinds = StepKinds(o.max_plans)
         self.warmup_steps = warmup_steps
         self.profile_steps = o.profile_steps

@@ -163,8 +163,9 @@ struct result {
     /* per step, the compute stream: held back by copies' events; idle for the host */
     double dep_wait_s, dep_waits, late_s;
     uint64_t queue_full, urgent, offloads, prefetches, pageable;
-    /* per step: host-tier offloads the host tier had no room for, sent to the SSD instead */
-    uint64_t fallbacks;
+    /* per step: host-tier offloads the host tier had no room for, sent to the SSD instead; host
+     * copies of tensors in memory dropped to make room; offloads that wrote nothing (clean) */
+    uint64_t fallbacks, copies_dropped, clean;
     /* the emulated drive (SSD tiers): its read and write rates (B/s), and per step the time
      * the real transfers ended past their modelled completion (sum, largest one) */
     double drive_read_Bps, drive_write_Bps, drive_behind_s, drive_behind_max_s;
@@ -519,6 +520,8 @@ static void run(const struct opts *o,
     r->offloads = (s1.offloads - s0.offloads) / (uint64_t)o->iters;
     r->prefetches = (s1.prefetches - s0.prefetches) / (uint64_t)o->iters;
     r->fallbacks = (s1.tier_fallbacks - s0.tier_fallbacks) / (uint64_t)o->iters;
+    r->copies_dropped = (s1.host_copies_dropped - s0.host_copies_dropped) / (uint64_t)o->iters;
+    r->clean = (s1.clean_offloads - s0.clean_offloads) / (uint64_t)o->iters;
     r->queue_full = (st1[FAKE_QUEUE_FULL] - st0[FAKE_QUEUE_FULL]) / (uint64_t)o->iters;
     r->h2d_util = (double)(st1[FAKE_H2D_BUSY_NS] - st0[FAKE_H2D_BUSY_NS]) * 1e-9 / wall;
     r->d2h_util = (double)(st1[FAKE_D2H_BUSY_NS] - st0[FAKE_D2H_BUSY_NS]) * 1e-9 / wall;
@@ -586,7 +589,7 @@ static void print_json(const struct result *r) {
            "\"stall_s\":%.6f,"
            "\"read_stall_s\":%.6f,\"pressure_stall_s\":%.6f,\"demand_stall_s\":%.6f,"
            "\"queue_full\":%llu,\"urgent_reads\":%llu,\"offloads\":%llu,\"prefetches\":%llu,"
-           "\"tier_fallbacks\":%llu,"
+           "\"tier_fallbacks\":%llu,\"host_copies_dropped\":%llu,\"clean_offloads\":%llu,"
            "\"h2d_busy\":%.3f,\"d2h_busy\":%.3f,\"pageable_copies\":%llu,"
            "\"thread_us_per_kernel\":%.2f,\"gpu_event_wait_s\":%.6f,\"gpu_event_waits\":%.1f,"
            "\"gpu_host_late_s\":%.6f,\"drive_read_Bps\":%.0f,\"drive_write_Bps\":%.0f,"
@@ -601,7 +604,8 @@ static void print_json(const struct result *r) {
            isnan(r->predicted_s) ? -1.0 : r->predicted_s, r->stall_s, r->read_stall_s,
            r->pressure_s, r->demand_s, (unsigned long long)r->queue_full,
            (unsigned long long)r->urgent, (unsigned long long)r->offloads,
-           (unsigned long long)r->prefetches, (unsigned long long)r->fallbacks, r->h2d_util,
+           (unsigned long long)r->prefetches, (unsigned long long)r->fallbacks,
+           (unsigned long long)r->copies_dropped, (unsigned long long)r->clean, r->h2d_util,
            r->d2h_util, (unsigned long long)r->pageable, r->us_per_kernel, r->dep_wait_s,
            r->dep_waits, r->late_s, r->drive_read_Bps, r->drive_write_Bps, r->drive_behind_s,
            r->drive_behind_max_s, r->drive_rd_B, r->drive_wr_B, r->drive_busy_s, r->sim_rd_B,

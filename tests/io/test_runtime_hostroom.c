@@ -151,14 +151,16 @@ static int iterate(struct tio_runtime *rt, struct caller *c, int stale, int *gen
             }
             fill(c, t, 0);
         }
-        if (k == 2 || k == 7) { /* T, B die */
-            uint32_t t = k == 2 ? T : B;
-            check(c, t, 0);
-            free(c->buf[t]);
-            c->buf[t] = NULL;
+        if (k == 2 || k == 7) {
+            check(c, k == 2 ? T : B, 0);
         }
         if (tio_runtime_after_kernel(rt, k) < 0) {
             return -1;
+        }
+        if (k == 2 || k == 7) { /* T, B die: freed once after_kernel left no write reading them */
+            uint32_t t = k == 2 ? T : B;
+            free(c->buf[t]);
+            c->buf[t] = NULL;
         }
     }
     n = tio_runtime_end_iteration(rt, a, ACTMAX);

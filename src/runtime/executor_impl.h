@@ -54,7 +54,7 @@ enum {
     IN_LAND = 1u << 3,    /* TF_LANDING */
     IN_VICTIM = 1u << 4,  /* a demand offload could take it (budget set; in the victim heap) */
     IN_KEPT = 1u << 5     /* ST_RESIDENT with a host-tier copy: the copy may be dropped to make
-                             room in the host tier (tio_rt_reclaim_host) */
+                             room in the host tier (reclaim_host, executor_io.c) */
 };
 enum {
     TIO_RT_SET_MAT = 0,

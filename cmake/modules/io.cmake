@@ -10,12 +10,14 @@
 # nvidia-cufile wheel (site-packages/nvidia/cu13/include or nvidia/cufile/include). cufile.h
 # includes cuda.h, found via CUDAToolkit_INCLUDE_DIRS or /usr/local/cuda/include. The test
 # exits 77 (skip) when either header is missing.
-# The GPU twin (bench/bench_gpu_twin.c) drives the fake cudart through tests/io/fake_cuda.h.
+# The GPU twin (bench/bench_gpu_twin.c, bench/gpu_twin_run.c) drives the fake cudart through tests/io/fake_cuda.h.
 # bench/bench_bounce.c too (the cufile backend's bounce path on the timed fake).
 if(TARGET bench_bounce)
     target_include_directories(bench_bounce PRIVATE ${PROJECT_SOURCE_DIR}/tests)
 endif()
 if(TARGET bench_gpu_twin)
+    # its runs are in a file of their own (bench/gpu_twin.h)
+    target_sources(bench_gpu_twin PRIVATE ${PROJECT_SOURCE_DIR}/bench/gpu_twin_run.c)
     target_include_directories(bench_gpu_twin PRIVATE ${PROJECT_SOURCE_DIR}/tests)
     target_link_libraries(bench_gpu_twin PRIVATE m)
     target_compile_definitions(bench_gpu_twin PRIVATE

@@ -291,6 +291,8 @@ struct tio_runtime_stats {
     uint64_t carried_offloads; /* stream-ordered: offloads of globals that end_iteration left in
                                   flight or not yet released (they go on into the next
                                   iteration), summed over iterations */
+    uint64_t host_copies_dropped; /* host-tier copies of tensors in memory (read back, unchanged)
+                                     dropped to make room for an offload to the host tier */
 };
 
 /*

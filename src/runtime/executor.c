@@ -81,10 +81,14 @@ int tio_runtime_adopt_stored(struct tio_runtime *rt, uint32_t tensor, uint64_t e
                              "before the first iteration",
                              t);
     }
+    int32_t tier = TIO_TIER_SSD;
+    if (tio_engine_tensor_info(rt->engine, engine_id, NULL, &tier) < 0) {
+        tier = TIO_TIER_SSD; /* unknown: never dropped to make room in the host tier */
+    }
     rt->eid[t] = engine_id;
     rt->state[t] = ST_STORED;
-    rt->tflags[t] |= TF_HAS_COPY;
-    rt->tflags[t] &= ~(uint32_t)TF_DIRTY;
+    rt->tflags[t] &= ~(uint32_t)(TF_DIRTY | TF_HOSTCOPY);
+    rt->tflags[t] |= TF_HAS_COPY | (tier == TIO_TIER_HOST ? TF_HOSTCOPY : 0);
     tio_rt_touch(rt, t);
     tio_rt_sub_resident(rt, t);
     rt->st.stored_bytes += rt->v.tensor_bytes[t];
@@ -465,6 +469,7 @@ int tio_runtime_after_kernel(struct tio_runtime *rt, uint64_t k) {
         uint32_t t = rt->v.use_tensor[u];
         if (rt->v.use_mode[u] & TIO_USE_WRITE) {
             rt->tflags[t] |= TF_DIRTY;
+            tio_rt_drop_stale(rt, t); /* its copy, if any, is never read again */
         }
         if (!rt->is_free[k]) {
             rt->cursor[t] = rt->next_of_use[u];

@@ -21,21 +21,23 @@ enum tensor_state {
 
 /* Per-tensor flags. */
 enum {
-    TF_GLOBAL = 1u << 0,   /* alive across iterations */
-    TF_PINNED = 1u << 1,   /* never moved (pinned, or used by a COMM kernel) */
-    TF_HAS_COPY = 1u << 2, /* the engine holds a copy */
-    TF_DIRTY = 1u << 3,    /* written since that copy */
-    TF_KEEP = 1u << 4,     /* offload in flight but needed again: do not release */
-    TF_DONE = 1u << 5,     /* write completed, RELEASE pending */
-    TF_URGENT = 1u << 6,   /* read must be urgent (a kernel needs it now) */
-    TF_LANDING = 1u << 7,  /* stream-ordered: read completed, its bytes land on the device when
-                              landed[t] does (the compute stream must wait on it before any use
-                              of the memory, its release included) */
-    TF_WEV = 1u << 8,      /* stream-ordered: the write in flight records landed[t] after its
-                              device-to-host copies (host tier) */
-    TF_WLAND = 1u << 9     /* stream-ordered: a write completed whose copies may still read the
-                              memory until landed[t] does (the compute stream must wait on it
-                              before a kernel modifies the memory, and before its release) */
+    TF_GLOBAL = 1u << 0,    /* alive across iterations */
+    TF_PINNED = 1u << 1,    /* never moved (pinned, or used by a COMM kernel) */
+    TF_HAS_COPY = 1u << 2,  /* the engine holds a copy */
+    TF_DIRTY = 1u << 3,     /* written since that copy */
+    TF_KEEP = 1u << 4,      /* offload in flight but needed again: do not release */
+    TF_DONE = 1u << 5,      /* write completed, RELEASE pending */
+    TF_URGENT = 1u << 6,    /* read must be urgent (a kernel needs it now) */
+    TF_LANDING = 1u << 7,   /* stream-ordered: read completed, its bytes land on the device when
+                               landed[t] does (the compute stream must wait on it before any use
+                               of the memory, its release included) */
+    TF_WEV = 1u << 8,       /* stream-ordered: the write in flight records landed[t] after its
+                               device-to-host copies (host tier) */
+    TF_WLAND = 1u << 9,     /* stream-ordered: a write completed whose copies may still read the
+                               memory until landed[t] does (the compute stream must wait on it
+                               before a kernel modifies the memory, and before its release) */
+    TF_HOSTCOPY = 1u << 10, /* the engine's copy (TF_HAS_COPY) is on the host tier */
+    TF_WHOST = 1u << 11     /* the write in flight goes to the host tier (TF_HOSTCOPY once done) */
 };
 
 /* Why the training thread waited (the wait_* counters of struct tio_runtime_stats). */
@@ -50,9 +52,17 @@ enum {
     IN_REL = 1u << 1,     /* ST_WRITING with TF_DONE: its RELEASE is handed out next */
     IN_WRITING = 1u << 2, /* ST_WRITING, neither TF_DONE nor TF_KEEP: the budget waits for it */
     IN_LAND = 1u << 3,    /* TF_LANDING */
-    IN_VICTIM = 1u << 4   /* a demand offload could take it (budget set; in the victim heap) */
+    IN_VICTIM = 1u << 4,  /* a demand offload could take it (budget set; in the victim heap) */
+    IN_KEPT = 1u << 5     /* ST_RESIDENT with a host-tier copy: the copy may be dropped to make
+                             room in the host tier (reclaim_host, executor_io.c) */
 };
-enum { TIO_RT_SET_MAT = 0, TIO_RT_SET_REL = 1, TIO_RT_SET_LAND = 2, TIO_RT_NSETS = 3 };
+enum {
+    TIO_RT_SET_MAT = 0,
+    TIO_RT_SET_REL = 1,
+    TIO_RT_SET_LAND = 2,
+    TIO_RT_SET_KEPT = 3,
+    TIO_RT_NSETS = 4
+};
 
 /* A host-tier write's place in the order writes were queued (tio_rt_releases). */
 struct tio_rt_wkey {
@@ -101,6 +111,7 @@ struct tio_runtime {
     uint32_t set_n[TIO_RT_NSETS];
     uint64_t pending_bytes; /* bytes of IN_REL: completed offloads not released yet */
     size_t n_writing;       /* tensors in IN_WRITING */
+    uint64_t kept_bytes;    /* bytes of IN_KEPT: host-tier copies of tensors in memory */
     uint32_t *heap, *hpos;  /* IN_VICTIM, best demand-offload victim first; hpos: index */
     uint32_t heap_n;
     uint32_t *stash; /* victims kernel k uses, out of the heap during one selection */
@@ -126,6 +137,8 @@ struct tio_runtime {
 int tio_rt_sticky(struct tio_runtime *rt);
 /* tio_rt_drop_copy: forget the engine's copy of t (best effort). */
 void tio_rt_drop_copy(struct tio_runtime *rt, uint32_t t);
+/* tio_rt_drop_stale: t, in memory, was modified: drop its copy, if any (never read again). */
+void tio_rt_drop_stale(struct tio_runtime *rt, uint32_t t);
 void tio_rt_add_resident(struct tio_runtime *rt, uint32_t t);
 void tio_rt_sub_resident(struct tio_runtime *rt, uint32_t t);
 /* tio_rt_reap: apply at least `min` completions (waiting for them). */

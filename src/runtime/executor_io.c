@@ -29,11 +29,55 @@ static void fail(struct tio_runtime *rt, int rc, const char *what, uint32_t t, c
                    tio_strerror(rc), detail && *detail ? detail : "no detail");
 }
 
-/* Forget the engine's copy of t (best effort: a failure only leaks its extents until exit). */
+/* Forget the engine's copy of t (best effort: a failure only leaks its extents until the tensor
+ * is written again or the engine is freed). */
 void tio_rt_drop_copy(struct tio_runtime *rt, uint32_t t) {
     if (tio_engine_drop(rt->engine, rt->eid[t]) < 0) {
         TIO_LOG_DEBUG("runtime: drop of tensor %u: %s", t, tio_last_error());
     }
+    rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_HOSTCOPY);
+}
+
+/* The copy of t, in memory beside it, is given up (its next offload writes again). */
+static void drop_kept(struct tio_runtime *rt, uint32_t t) {
+    tio_rt_drop_copy(rt, t);
+    tio_rt_touch(rt, t);
+    rt->st.host_copies_dropped++;
+}
+
+void tio_rt_drop_stale(struct tio_runtime *rt, uint32_t t) {
+    if (rt->state[t] == ST_RESIDENT && (rt->tflags[t] & TF_HAS_COPY)) {
+        tio_rt_drop_copy(rt, t);
+        tio_rt_touch(rt, t);
+    }
+}
+
+/*
+ * The host tier had no room for a write of `need` bytes: drop host-tier copies of tensors in memory
+ * (IN_KEPT: read back and kept, so that an unchanged tensor's next offload writes nothing),
+ * largest first, the lower id on ties, until `need` bytes are freed or none is left. The plan
+ * counts a host copy as freed when its tensor is read back; such a copy holds room the plan has
+ * given to later offloads. Returns the bytes freed.
+ */
+static uint64_t reclaim_host(struct tio_runtime *rt, uint64_t need) {
+    const uint32_t *kept;
+    size_t n = tio_rt_set_sorted(rt, TIO_RT_SET_KEPT, &kept);
+    uint32_t *c = rt->scratch; /* == kept: a copy of the set, ours to reorder until we return */
+    uint64_t freed = 0;
+    while (n > 0 && freed < need) {
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (rt->v.tensor_bytes[c[i]] > rt->v.tensor_bytes[c[best]]) {
+                best = i; /* ties: the first, the lower id (c is in id order) */
+            }
+        }
+        uint32_t t = c[best];
+        memmove(&c[best], &c[best + 1], (n - best - 1) * sizeof *c);
+        n--;
+        freed += rt->v.tensor_bytes[t];
+        drop_kept(rt, t);
+    }
+    return freed;
 }
 
 void tio_rt_add_resident(struct tio_runtime *rt, uint32_t t) {
@@ -65,9 +109,9 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
         /* A failed write keeps the tensor resident (nothing was released); a failed read leaves
          * the memory undefined, which the sticky error reports before any kernel runs. */
         rt->state[t] = ST_RESIDENT;
-        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP | TF_WEV);
+        rt->tflags[t] &= ~(uint32_t)(TF_DONE | TF_KEEP | TF_WEV | TF_WHOST);
         if (!is_read) {
-            rt->tflags[t] &= ~(uint32_t)TF_HAS_COPY;
+            rt->tflags[t] &= ~(uint32_t)(TF_HAS_COPY | TF_HOSTCOPY);
         }
         tio_rt_touch(rt, t);
         return;
@@ -83,6 +127,9 @@ static void complete(struct tio_runtime *rt, const struct tio_completion *c) {
         rt->st.stored_bytes -= rt->st.stored_bytes >= bytes ? bytes : rt->st.stored_bytes;
     } else {
         rt->tflags[t] |= TF_HAS_COPY;
+        rt->tflags[t] = (rt->tflags[t] & ~(uint32_t)TF_HOSTCOPY) |
+                        ((rt->tflags[t] & TF_WHOST) ? TF_HOSTCOPY : 0);
+        rt->tflags[t] &= ~(uint32_t)TF_WHOST;
         if (rt->tflags[t] & TF_WEV) { /* its copies may still read the memory */
             rt->tflags[t] |= TF_WLAND;
         }
@@ -395,6 +442,8 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
             return tio_rt_sticky(rt);
         }
         rt->inflight++;
+        rt->tflags[t] =
+            (rt->tflags[t] & ~(uint32_t)TF_WHOST) | (tier == TIO_TIER_HOST ? TF_WHOST : 0);
         if (ordered) {
             rt->tflags[t] |= TF_WEV;
             rt->wseq[t] = ++rt->wseq_next;
@@ -410,6 +459,9 @@ static int submit_write(struct tio_runtime *rt, uint32_t t, int32_t tier, int ur
  * and there are any, counted in tier_fallbacks. -ENOSPC when no tier took it. */
 static int write_or_ssd(struct tio_runtime *rt, uint32_t t, int32_t tier, int urgent, int to_ssd) {
     int rc = submit_write(rt, t, tier, urgent, 1);
+    while (rc == -ENOSPC && tier == TIO_TIER_HOST && reclaim_host(rt, rt->v.tensor_bytes[t]) > 0) {
+        rc = submit_write(rt, t, tier, urgent, 1);
+    }
     if (rc == -ENOSPC && tier == TIO_TIER_HOST && to_ssd && rt->has_ssd) {
         TIO_LOG_DEBUG("runtime: offload of tensor %u to the host tier: %s; to the SSDs", t,
                       tio_last_error());
@@ -465,8 +517,9 @@ static int32_t demand_tier(struct tio_runtime *rt, uint32_t t) {
     }
     struct tio_engine_stats es;
     (void)tio_engine_stats(rt->engine, &es);
+    /* the host-tier copies of tensors in memory count as room: write_or_ssd drops them */
     if (es.host_capacity_bytes >= es.host_used_bytes &&
-        es.host_capacity_bytes - es.host_used_bytes >= rt->v.tensor_bytes[t]) {
+        es.host_capacity_bytes - es.host_used_bytes + rt->kept_bytes >= rt->v.tensor_bytes[t]) {
         return TIO_TIER_HOST;
     }
     return rt->has_ssd ? TIO_TIER_SSD : TIO_TIER_HOST; /* no SSD: the host tier says it is full */

@@ -1,8 +1,9 @@
 /*
  * The executor's live sets (executor_impl.h): which tensors wait for their read, hold a completed
- * offload, have an offload in flight, have bytes landing, and which a demand offload could take,
- * by next use. tio_rt_touch() keeps them current as a tensor changes, so that no per-kernel path
- * scans the tensor table: a kernel costs work in proportion to what happens at it.
+ * offload, have an offload in flight, have bytes landing, are in memory beside a host-tier copy,
+ * and which a demand offload could take, by next use. tio_rt_touch() keeps them current as a tensor
+ * changes, so that no per-kernel path scans the tensor table: a kernel costs work in proportion to
+ * what happens at it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,6 +249,9 @@ static uint8_t membership(const struct tio_runtime *rt, uint32_t t) {
     if (f & (TF_LANDING | TF_WLAND)) {
         m |= IN_LAND;
     }
+    if (s == ST_RESIDENT && (f & TF_HAS_COPY) && (f & TF_HOSTCOPY)) {
+        m |= IN_KEPT;
+    }
     if (rt->budget && !(f & TF_PINNED) && rt->v.tensor_bytes[t] > 0 &&
         ((s == ST_RESIDENT && rt->ptr[t]) ||
          (s == ST_MATERIALIZE && !rt->ptr[t] && !(f & TF_URGENT)))) {
@@ -283,6 +287,14 @@ void tio_rt_touch(struct tio_runtime *rt, uint32_t t) {
     if (diff & IN_LAND) {
         set_put(rt, TIO_RT_SET_LAND, t, now & IN_LAND);
     }
+    if (diff & IN_KEPT) {
+        set_put(rt, TIO_RT_SET_KEPT, t, now & IN_KEPT);
+        if (now & IN_KEPT) {
+            rt->kept_bytes += rt->v.tensor_bytes[t];
+        } else {
+            rt->kept_bytes -= rt->v.tensor_bytes[t];
+        }
+    }
     if (diff & IN_VICTIM) {
         if ((now & IN_VICTIM) && rt->hpos[t] == NONE) {
             heap_insert(rt, t);
@@ -300,9 +312,9 @@ static void broken(const char *what, uint32_t t) {
 
 /* Debug and sanitizer builds: the live sets against a scan of the whole table. */
 void tio_rt_verify(struct tio_runtime *rt) {
-    uint64_t pending = 0;
+    uint64_t pending = 0, kept = 0;
     size_t writing = 0, count[TIO_RT_NSETS] = { 0 }, victims = 0;
-    static const uint8_t bit[TIO_RT_NSETS] = { IN_MAT, IN_REL, IN_LAND };
+    static const uint8_t bit[TIO_RT_NSETS] = { IN_MAT, IN_REL, IN_LAND, IN_KEPT };
     for (uint32_t t = 0; t < rt->v.n_tensors; t++) {
         uint8_t m = membership(rt, t);
         if (m != rt->member[t]) {
@@ -316,6 +328,7 @@ void tio_rt_verify(struct tio_runtime *rt) {
             count[s] += (m & bit[s]) != 0;
         }
         pending += (m & IN_REL) ? rt->v.tensor_bytes[t] : 0;
+        kept += (m & IN_KEPT) ? rt->v.tensor_bytes[t] : 0;
         writing += (m & IN_WRITING) != 0;
         uint32_t h = rt->hpos[t];
         if ((m & IN_VICTIM) ? (h >= rt->heap_n || rt->heap[h] != t) : h != NONE) {
@@ -331,8 +344,8 @@ void tio_rt_verify(struct tio_runtime *rt) {
             broken("set size", (uint32_t)s);
         }
     }
-    if (pending != rt->pending_bytes || writing != rt->n_writing || victims != rt->heap_n ||
-        rt->stash_n != 0) {
+    if (pending != rt->pending_bytes || kept != rt->kept_bytes || writing != rt->n_writing ||
+        victims != rt->heap_n || rt->stash_n != 0) {
         broken("counters", 0);
     }
 }

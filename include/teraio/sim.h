@@ -165,10 +165,13 @@ struct tio_sim_result {
                                  peer stage) plus the wait from stage_end_s to the makespan */
     /* Software costs (the hardware's kernel_launch_s, kernel_executor_s, move_issue_s,
      * kernel_io_slowdown; docs/simulator.md, "Software costs"): */
-    double stall_thread_s;    /* ... of stall_s: the compute stream waiting for the training
-                                 thread to issue moves and launch kernels */
-    double kernel_slowdown_s; /* time kernels ran longer than their duration because transfers
-                                 ran beside them (not part of stall_s) */
+    double stall_thread_s;         /* ... of stall_s: the compute stream waiting for the training
+                                      thread to issue moves and launch kernels */
+    double kernel_slowdown_s;      /* time kernels ran longer than their duration because transfers
+                                      ran beside them (not part of stall_s) */
+    uint64_t n_host_full_offloads; /* with demand_evict: offloads to host memory that found the
+                                      cap reached, written to the SSDs instead (kept on the GPU
+                                      without SSDs), as the runtime does */
 };
 
 struct tio_sim;

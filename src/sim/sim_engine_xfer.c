@@ -250,6 +250,18 @@ int sim_eng_mq_grant(struct eng *e) {
 int sim_eng_offload(struct eng *e, uint32_t t, int to, int clean, int urgent, uint64_t deadline_g) {
     struct tstate *s = &e->ts[t];
     uint64_t b = e->v->bytes[t];
+    if (to == TIO_TIER_HOST && e->v->demand_evict && e->v->host_capped &&
+        e->host_used + e->v->host_static_bytes + b > e->v->host_limit_bytes) {
+        /* the runtime (docs/runtime.md): the host tier is full (a prefetch that frees it is
+         * late), so the offload goes to the SSDs, or without SSDs the tensor stays */
+        if (e->measuring) {
+            e->sim->r.n_host_full_offloads++;
+        }
+        if (e->hw->ssd_count == 0) {
+            return 0;
+        }
+        to = TIO_TIER_SSD;
+    }
     sim_eng_lru_remove(e, t);
     if (clean && s->valid[to]) {
         /* an identical copy is stored: drop the GPU copy without writing */

@@ -71,6 +71,8 @@ int tio_sim_write_json(const struct tio_sim *sim, FILE *f) {
     (void)fprintf(f, "  \"moves_clean\": %llu,\n", (unsigned long long)r->n_moves_clean);
     (void)fprintf(f, "  \"demand_evicted_bytes\": %llu,\n",
                   (unsigned long long)r->demand_evicted_bytes);
+    (void)fprintf(f, "  \"host_full_offloads\": %llu,\n",
+                  (unsigned long long)r->n_host_full_offloads);
     (void)fprintf(f,
                   "  \"ssd_cache_full\": %s,\n  \"ssd_cache_start_bytes\": %llu,\n"
                   "  \"ssd_cache_end_bytes\": %llu,\n",

@@ -16,8 +16,9 @@ def test_ideal_is_sum_of_durations():
     assert r["iteration_s"] == pytest.approx(r["ideal_s"])
     assert r["oom"] is False and r["oom_kernel"] is None
     for key in ("stall_s", "tokens_per_s", "gpu_peak_bytes", "host_peak_bytes",
-                "ssd_bytes_written", "bytes", "drive_life_years"):
+                "ssd_bytes_written", "bytes", "drive_life_years", "host_full_offloads"):
         assert key in r
+    assert r["host_full_offloads"] == 0  # only with on-demand eviction
 
 
 def test_oom_is_a_result():

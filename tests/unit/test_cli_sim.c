@@ -133,6 +133,7 @@ TIO_TEST(simulate_plan_capacity_and_min_tensor) {
     CHECK_EQ_I(run(a), 0);
     CHECK(has("\"oom\": true"));
     CHECK(has("\"demand_evicted_bytes\": 0"));
+    CHECK(has("\"host_full_offloads\": 0,"));
     snprintf(a, sizeof a,
              "simulate %s --hw paper-2xh100nvl --policy teraio-paper --capacity 0.7GB --json "
              "--demand-evict",

@@ -288,11 +288,78 @@ TIO_TEST(bins_bounded_on_slow_link) {
     tio_trace_free(tr);
 }
 
+/*
+ * With demand eviction the simulator is the runtime, whose offload to a full host tier goes to
+ * the SSDs (or, without SSDs, leaves the tensor on the GPU) instead of overrunning host memory.
+ * Globals a and b (4 MB), host cap 4 MB, PCIe 1 GB/s each way. The plan holds a on the host over
+ * kernels [0, 2) and b over [2, 4): within the cap by its count. a's offload (k0, 10 ms) ends
+ * at 4 ms; its prefetch, issued at k1 (10 ms), ends at 14 ms, after k2's moves were issued at
+ * 11 ms: b's offload finds a still on the host. It goes to the SSD (11-15 ms); k2 starts at
+ * 14 ms, k3 at 16 fetches b from the SSD (16-20 ms), k4 runs 20-21 ms: 21 ms, the host never
+ * above 4 MB. Without SSDs b stays on the GPU: k4 runs 17-18 ms. Plan-only: a host OOM.
+ */
+TIO_TEST(full_host_tier_spills_to_ssd_on_demand) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, W, G }, { 100, ACT, 0 } };
+    struct kspec ks[] = { { 10, 0, { 2, -1 } },
+                          { 1, 0, { 2, -1 } },
+                          { 2, 0, { 0, -1 } },
+                          { 1, 0, { 2, -1 } },
+                          { 1, 0, { 1, -1 } } };
+    struct tio_trace *tr = mk(ts, 3, ks, 5, NULL);
+    struct tio_hw hw = sim_test_hw(1, UINT64_C(1) << 30);
+    hw.pcie_h2d_Bps = hw.pcie_d2h_Bps = 1e9;
+    hw.host_offload_cap_bytes = 4000000;
+    struct tio_move m[] = { mv(0, TIO_TIER_GPU, TIO_TIER_HOST, 0, 1, 0),
+                            mv(0, TIO_TIER_HOST, TIO_TIER_GPU, 1, 2, 0),
+                            mv(1, TIO_TIER_GPU, TIO_TIER_HOST, 2, 3, 0),
+                            mv(1, TIO_TIER_HOST, TIO_TIER_GPU, 3, 4, 0) };
+    struct tio_sim_params p = test_params();
+    p.demand_evict = 1;
+    struct tio_sim *sim = NULL;
+    struct tio_sim_result r;
+    CHECK_OK(tio_sim_run(tr, &hw, m, 4, &p, &sim));
+    CHECK(sim != NULL);
+    if (sim) {
+        tio_sim_get_result(sim, &r, sizeof r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 21 * MS, 1e-9);
+        CHECK_EQ_U(r.host_peak_bytes, 4000000);
+        CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 4000000);
+        CHECK_EQ_U(r.bytes[TIO_SIM_SSD_READ], 4000000);
+        CHECK_EQ_U(r.n_host_full_offloads, 1);
+    }
+    tio_sim_free(sim);
+    hw.ssd_count = 0;
+    CHECK_OK(tio_sim_run(tr, &hw, m, 4, &p, &sim));
+    CHECK(sim != NULL);
+    if (sim) {
+        tio_sim_get_result(sim, &r, sizeof r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 18 * MS, 1e-9);
+        CHECK_EQ_U(r.host_peak_bytes, 4000000);
+        CHECK_EQ_U(r.n_host_full_offloads, 1);
+    }
+    tio_sim_free(sim);
+    hw.ssd_count = 1;
+    p.demand_evict = 0;
+    CHECK_OK(tio_sim_run(tr, &hw, m, 4, &p, &sim));
+    CHECK(sim != NULL);
+    if (sim) {
+        tio_sim_get_result(sim, &r, sizeof r);
+        CHECK_EQ_I(r.oom, TIO_SIM_OOM_HOST);
+        CHECK_EQ_U(r.oom_bytes, 4000000);
+        CHECK_EQ_U(r.n_host_full_offloads, 0);
+    }
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(demand_eviction_for_short_plans);
     RUN(ssd_reads_and_writes_share_one_budget);
     RUN(ssd_write_cache_then_sustained_rate);
     RUN(host_cap_enforced_for_plans);
+    RUN(full_host_tier_spills_to_ssd_on_demand);
     RUN(offload_of_a_kept_tensor_frees_it);
     RUN(far_in_time_finishes);
     RUN(bins_bounded_on_slow_link);

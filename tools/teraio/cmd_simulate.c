@@ -134,6 +134,11 @@ static void print_human(const struct tio_sim *sim, const struct tio_hw *hw) {
         (unsigned long long)r.n_moves_issued, (unsigned long long)r.n_moves_clean,
         (unsigned long long)r.n_moves_skipped, (unsigned long long)r.n_moves_late,
         (unsigned long long)r.n_demand_fetches, (unsigned long long)r.n_demand_evictions);
+    if (r.n_host_full_offloads > 0) {
+        (void)printf(
+            "host tier full    %llu offloads to host memory went to the SSDs (or stayed)\n",
+            (unsigned long long)r.n_host_full_offloads);
+    }
 }
 
 static void print_pipeline_human(struct tio_sim *const *sims, size_t n, const struct tio_hw *hw) {

@@ -69,6 +69,7 @@ static PyObject *result_dict(const struct tio_sim *sim) {
         tio_py_put(d, "demand_evictions", PyLong_FromUnsignedLongLong(r.n_demand_evictions)) ||
         tio_py_put(d, "demand_evicted_bytes",
                    PyLong_FromUnsignedLongLong(r.demand_evicted_bytes)) ||
+        tio_py_put(d, "host_full_offloads", PyLong_FromUnsignedLongLong(r.n_host_full_offloads)) ||
         tio_py_put(d, "ssd_cache_full", PyBool_FromLong(r.ssd_cache_full != 0));
     bad = bad || tio_py_put(d, "bytes", channel_dict(r.bytes, NULL)) ||
           tio_py_put(d, "peak_Bps", channel_dict(NULL, r.peak_Bps));

@@ -240,16 +240,28 @@ mod_max_rec(const struct planner *p, size_t x, size_t lo, size_t hi, size_t l, s
 }
 // NOLINTEND(misc-no-recursion)
 
-/* Extended range [a, b) (length <= n) as one or two pieces. */
+/* The blocks of MOD_BLOCK kernels that kernels [a, b) (a < b) touch: [lo, hi). */
+static size_t mod_lo(size_t a) {
+    return a / MOD_BLOCK;
+}
+
+static size_t mod_hi(size_t b) {
+    return (b - 1) / MOD_BLOCK + 1;
+}
+
+/* Extended range [a, b) (length <= n) as one or two pieces, each widened to whole blocks. */
 void pt_mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t) {
     size_t n = p->n;
     if (a >= n) {
         a -= n;
         b -= n;
     }
-    mod_mark_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), t);
+    size_t e = (size_t)TIO_MIN(b, (uint64_t)n);
+    if ((size_t)a < e) {
+        mod_mark_rec(p, 1, 0, p->mod_size, mod_lo((size_t)a), mod_hi(e), t);
+    }
     if (b > n) {
-        mod_mark_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n), t);
+        mod_mark_rec(p, 1, 0, p->mod_size, 0, mod_hi((size_t)(b - n)), t);
     }
 }
 
@@ -259,9 +271,13 @@ uint32_t pt_mod_max(const struct planner *p, uint64_t a, uint64_t b) {
         a -= n;
         b -= n;
     }
-    uint32_t r = mod_max_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n));
+    size_t e = (size_t)TIO_MIN(b, (uint64_t)n);
+    uint32_t r = 0;
+    if ((size_t)a < e) {
+        r = mod_max_rec(p, 1, 0, p->mod_size, mod_lo((size_t)a), mod_hi(e));
+    }
     if (b > n) {
-        r = TIO_MAX(r, mod_max_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n)));
+        r = TIO_MAX(r, mod_max_rec(p, 1, 0, p->mod_size, 0, mod_hi((size_t)(b - n))));
     }
     return r;
 }

@@ -94,7 +94,8 @@ struct tio_pmodel {
     double *tau;                /* [n] kernel durations in seconds */
     const uint64_t *resident;   /* [n] resident bytes with nothing offloaded (lv.resident) */
     const uint64_t *active;     /* [n] bytes of the tensors each kernel uses (lv.active) */
-    uint64_t *pinned_extra;     /* [n] idle resident bytes that can never move (pinned, small) */
+    uint64_t *pinned_extra;     /* [n] idle resident bytes that can never move (pinned, small);
+                                   tio_plan_make frees it after the working-set check */
     uint8_t *movable;           /* [n_tensors] 1: not pinned and at least min_bytes */
     const size_t *use_off;      /* [n_tensors + 1] CSR of each tensor's uses (lv.use_off) */
     const uint32_t *use_kernel; /* [n_uses] kernels, ascending per tensor (lv.use_kernel) */

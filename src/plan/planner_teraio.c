@@ -23,8 +23,8 @@
 
 /* ---- setup and main loop ------------------------------------------------------------------- */
 
-/* Free what only the search needs (slots, heap, memo, clean-copy index), so that the plan's
- * moves are not allocated on top of it. Safe to call twice. */
+/* Free what only the search needs (slots, heap, memo, clean-copy index), so that early
+ * prefetch and the plan's moves are not allocated on top of it. Safe to call twice. */
 static void planner_free_search(struct planner *p) {
     if (p->used[TIO_CH_SSD_R] == p->used[TIO_CH_SSD_W]) {
         p->used[TIO_CH_SSD_R] = NULL; /* shared with SSD_W */
@@ -216,7 +216,7 @@ static int planner_init(struct planner *p,
         }
     }
     p->mod_size = 1;
-    while (p->mod_size < n) {
+    while (p->mod_size * MOD_BLOCK < n) {
         p->mod_size *= 2;
     }
     size_t np = m->n_periods ? m->n_periods : 1;
@@ -555,6 +555,14 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         tio_stree_max(&p.mem, 0, p.n) > p.cap && (rc = pt_overcommit(&p, taken, alive)) < 0) {
         goto out;
     }
+    /* The search is over: what follows (early prefetch, the moves, the summary) reads only the
+     * picks, the curves and the model, so its memory is not allocated on top of the search's. */
+    tio_free(alive);
+    tio_free(taken);
+    tio_free(stash);
+    alive = taken = NULL;
+    stash = NULL;
+    planner_free_search(&p);
     dropped = tio_calloc(p.n_picks ? p.n_picks : 1, 1);
     if (!dropped) {
         rc = TIO_ENOMEM;
@@ -563,12 +571,6 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     if (params->early_prefetch && !pt_is_paper(variant)) {
         pt_relax_prefetches(&p, dropped);
     }
-    tio_free(alive);
-    tio_free(taken);
-    tio_free(stash);
-    alive = taken = NULL;
-    stash = NULL;
-    planner_free_search(&p);
     if ((rc = emit(&p, dropped, plan)) < 0) {
         goto out;
     }

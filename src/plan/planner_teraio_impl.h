@@ -19,6 +19,11 @@
 #define URGENT_SLACK 1.5  /* prefetch URGENT when its slack is under 1.5x its transfer time */
 #define PICK_EPS     0.1  /* ours: a pick may be 2% below the true best score (lazy greedy) */
 #define NONE         UINT64_MAX
+/* The memo's modification tree counts commits per block of MOD_BLOCK kernels: a pick marks the
+ * blocks its period touches, so a candidate sharing a block with it but no kernel is evaluated
+ * again (to the same result: the memo only saves work). 8 kernels per leaf cut the tree to
+ * 1.5 B per kernel. */
+#define MOD_BLOCK 8
 
 struct cand {
     double key; /* upper bound of the score */
@@ -45,14 +50,16 @@ struct memo {
     uint8_t viable, tier, clean;
 };
 
+/* A pick, 16 bytes: off and pre are extended kernels, under 2 x TIO_TRACE_MAX_KERNELS. */
 struct pick {
     uint32_t period;
-    int32_t tier;
-    int clean;
+    uint32_t off, pre; /* as struct eval's */
+    uint8_t tier;      /* TIO_TIER_SSD or TIO_TIER_HOST */
+    uint8_t clean;
     uint8_t stall_off, stall_pre; /* overcommitted: the move has no room in the slots, compute
                                      waits for it (TIO_MOVE_STALL) */
-    uint64_t off, pre;
 };
+_Static_assert(2 * (uint64_t)TIO_TRACE_MAX_KERNELS <= UINT32_MAX, "struct pick: extended kernels");
 
 struct planner {
     const struct tio_pmodel *m;
@@ -86,8 +93,9 @@ struct planner {
     size_t n_picks, cap_picks;
     /* memo: a candidate's last evaluation stays exact until a pick touches its kernels */
     size_t mod_size;
-    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range
-                                    ([2 mod_size]; tags of the inner nodes, [mod_size]) */
+    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per range of blocks of
+                                    MOD_BLOCK kernels ([2 mod_size]; tags of the inner nodes,
+                                    [mod_size]) */
     uint32_t n_commits;
     struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic

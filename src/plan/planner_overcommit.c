@@ -21,7 +21,6 @@ int pt_commit(struct planner *p, uint32_t pi, const struct eval *e) {
     uint64_t i = pt_walk_bwd(p, e->tier, e->off, q->end, s, 1);
     TIO_ASSERT(i == e->pre);
     pt_ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
-    pt_mod_mark(p, q->start, q->end, ++p->n_commits); /* slots, memory and host all lie in here */
     if (e->tier == TIO_TIER_HOST) {
         pt_host_add(p, q->start, q->end, (int64_t)q->bytes);
     }
@@ -49,7 +48,6 @@ static int rekey(struct planner *p, uint32_t pi, const uint8_t *alive) {
         return 0;
     }
     p->version[pi]++;
-    p->memo[pi].stamp = UINT32_MAX; /* its clean status changed: re-evaluate */
     return pt_heap_push(p, ub, pi);
 }
 
@@ -167,7 +165,6 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
             pk->pre = (uint32_t)(q->end - 1);
             pk->stall_pre = 1;
         }
-        pt_mod_mark(p, q->start, q->end, ++p->n_commits);
         return 0;
     }
     int tier = TIO_TIER_SSD, clean = 0;
@@ -176,7 +173,6 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
         return 0; /* scored > 0 just before, so not reached; kept for the analyzer */
     }
     pt_ext_add(&p->mem, p->n, a, q->end - 1, -s);
-    pt_mod_mark(p, q->start, q->end, ++p->n_commits);
     if (tier == TIO_TIER_HOST) {
         pt_host_add(p, q->start, q->end, s);
     }

@@ -19,11 +19,6 @@
 #define URGENT_SLACK 1.5  /* prefetch URGENT when its slack is under 1.5x its transfer time */
 #define PICK_EPS     0.1  /* ours: a pick may be 2% below the true best score (lazy greedy) */
 #define NONE         UINT64_MAX
-/* The memo's modification tree counts commits per block of MOD_BLOCK kernels: a pick marks the
- * blocks its period touches, so a candidate sharing a block with it but no kernel is evaluated
- * again (to the same result: the memo only saves work). 8 kernels per leaf cut the tree to
- * 1.5 B per kernel. */
-#define MOD_BLOCK 8
 
 struct cand {
     double key; /* upper bound of the score */
@@ -38,16 +33,6 @@ struct eval {
     uint64_t off; /* extended kernel from which the tensor is gone */
     uint64_t pre; /* extended kernel at which the prefetch starts (memory is back) */
     double benefit;
-};
-
-/* A period's cached evaluation (the memo): bound and struct eval packed in 32 bytes, the window
- * stored relative to the period's start (both within n < 2^32 of it). The score is not kept: it
- * is a function of the benefit (pt_score_of), recomputed to the same bits. */
-struct memo {
-    double ub, benefit;
-    uint32_t stamp; /* n_commits at the evaluation, UINT32_MAX = none */
-    uint32_t off, pre;
-    uint8_t viable, tier, clean;
 };
 
 /* A pick, 16 bytes: off and pre are extended kernels, under 2 x TIO_TRACE_MAX_KERNELS. */
@@ -91,13 +76,6 @@ struct planner {
     /* picks */
     struct pick *picks;
     size_t n_picks, cap_picks;
-    /* memo: a candidate's last evaluation stays exact until a pick touches its kernels */
-    size_t mod_size;
-    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per range of blocks of
-                                    MOD_BLOCK kernels ([2 mod_size]; tags of the inner nodes,
-                                    [mod_size]) */
-    uint32_t n_commits;
-    struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic
      * for globals). A copy stored after use i is still identical after use j when i and j are
      * in the same segment and i comes first. Per use (global use index use_off[t] + u): its
@@ -204,12 +182,6 @@ int pt_heap_push_version(struct planner *p, double key, uint32_t period, uint32_
 int pt_heap_push(struct planner *p, double key, uint32_t period);
 
 struct cand pt_heap_pop(struct planner *p);
-
-/* Extended range [a, b) (length <= n) as one or two pieces. */
-void pt_mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t);
-
-/* The latest commit number over extended [a, b) (the memo's staleness check). */
-uint32_t pt_mod_max(const struct planner *p, uint64_t a, uint64_t b);
 
 /* ---- planner_overcommit.c ---- */
 

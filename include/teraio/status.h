@@ -48,7 +48,7 @@ enum tio_status {
     TIO_EUNAVAIL = -1004,    /* feature or backend not available on this machine */
     TIO_ECUDA = -1005,       /* CUDA runtime error (detail in tio_last_error) */
     TIO_ECUFILE = -1006,     /* cuFile / GPUDirect Storage error */
-    TIO_EPLAN = -1007,       /* plan does not match its trace or is inconsistent */
+    TIO_EPLAN = -1007,       /* plan for another trace, a bad move, or a claim that fails */
     TIO_EINFEASIBLE = -1008, /* a budget cannot be met (e.g. memory below a kernel's working set) */
     TIO_ECORRUPT = -1009,    /* data read back failed its checksum */
     TIO_ECANCELED = -1010,   /* request canceled */
@@ -80,7 +80,7 @@ TIO_API int tio_set_error(int status, const char *fmt, ...) TIO_PRINTF(2, 3);
 /*
  * tio_status_is_input_error: 1 when a failure with this status means the input was bad: a value
  * out of range (TIO_EINVAL), a malformed or unsupported file (TIO_EFORMAT, TIO_EVERSION), a plan
- * that does not fit its trace (TIO_EPLAN), a budget that cannot be met (TIO_EINFEASIBLE), a name
+ * that is invalid for its trace (TIO_EPLAN), a budget that cannot be met (TIO_EINFEASIBLE), a name
  * that does not exist (TIO_ENOTFOUND), or a path that cannot be used (-ENOENT, -EISDIR, -ENOTDIR,
  * -ELOOP, -EACCES, -EPERM); 0 for anything else (a failure while running, or success). The CLI
  * exits 2 for the former, 3 for the latter, and so does the Python report.

@@ -32,7 +32,9 @@ const char *tio_strerror(int status) {
     case TIO_ECUFILE:
         return "cuFile (GPUDirect Storage) error";
     case TIO_EPLAN:
-        return "plan does not match its trace";
+        return "plan is invalid: made for another trace, a move out of range or inconsistent "
+               "with the trace or hardware, or a claim of the plan that does not hold (a move "
+               "late, memory over capacity)";
     case TIO_EINFEASIBLE:
         return "budget cannot be met";
     case TIO_ECORRUPT:

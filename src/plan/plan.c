@@ -492,6 +492,8 @@ int tio_plan_make(const struct tio_trace *trace,
         if ((rc = tio_pmodel_check_working_set(&m)) < 0) {
             goto fail;
         }
+        tio_free(m.pinned_extra); /* only the check reads it: not held through the search */
+        m.pinned_extra = NULL;
         if ((rc = tio_planner_teraio(&m, &pp, pol->variant, plan)) < 0) {
             goto fail;
         }

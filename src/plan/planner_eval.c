@@ -1,5 +1,5 @@
 /* The teraio planner: evaluating a candidate (window, tier, benefit, score), the lazy max-heap
- * of candidates and the memo of evaluations. See planner_teraio_impl.h. */
+ * of candidates. See planner_teraio_impl.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,66 +202,4 @@ struct cand pt_heap_pop(struct planner *p) {
     }
     p->heap[i] = last;
     return top;
-}
-
-/* ---- the memo's modification tree ----------------------------------------------------------
- * Commit numbers only grow, so "assign T to a range" is "raise to T" and a node's max is the
- * max of its own tag and its children: no push-down needed. */
-
-// NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
-static void
-mod_mark_rec(struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r, uint32_t t) {
-    if (r <= lo || hi <= l) {
-        return;
-    }
-    p->mod_max[x] = TIO_MAX(p->mod_max[x], t);
-    if (l <= lo && hi <= r) {
-        if (x < p->mod_size) {
-            p->mod_tag[x] = t; /* a leaf's tag is its max: not stored */
-        }
-        return;
-    }
-    size_t mid = (lo + hi) / 2;
-    mod_mark_rec(p, 2 * x, lo, mid, l, r, t);
-    mod_mark_rec(p, 2 * x + 1, mid, hi, l, r, t);
-}
-
-static uint32_t
-mod_max_rec(const struct planner *p, size_t x, size_t lo, size_t hi, size_t l, size_t r) {
-    if (r <= lo || hi <= l) {
-        return 0;
-    }
-    if (l <= lo && hi <= r) {
-        return p->mod_max[x];
-    }
-    size_t mid = (lo + hi) / 2;
-    uint32_t a = mod_max_rec(p, 2 * x, lo, mid, l, r), b = mod_max_rec(p, 2 * x + 1, mid, hi, l, r);
-    return TIO_MAX(p->mod_tag[x], TIO_MAX(a, b));
-}
-// NOLINTEND(misc-no-recursion)
-
-/* Extended range [a, b) (length <= n) as one or two pieces. */
-void pt_mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t) {
-    size_t n = p->n;
-    if (a >= n) {
-        a -= n;
-        b -= n;
-    }
-    mod_mark_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), t);
-    if (b > n) {
-        mod_mark_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n), t);
-    }
-}
-
-uint32_t pt_mod_max(const struct planner *p, uint64_t a, uint64_t b) {
-    size_t n = p->n;
-    if (a >= n) {
-        a -= n;
-        b -= n;
-    }
-    uint32_t r = mod_max_rec(p, 1, 0, p->mod_size, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n));
-    if (b > n) {
-        r = TIO_MAX(r, mod_max_rec(p, 1, 0, p->mod_size, 0, (size_t)(b - n)));
-    }
-    return r;
 }

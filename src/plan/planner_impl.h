@@ -77,14 +77,19 @@ enum tio_pperiod_flag {
     TIO_PPERIOD_UNUSED = 1u << 1 /* global tensor never used in the iteration */
 };
 
+/* 24 bytes: kernels, extended ones too, are under 2 x TIO_TRACE_MAX_KERNELS <= 2^32, tensors
+ * under TIO_TRACE_MAX_TENSORS <= 2^30. */
 struct tio_pperiod {
-    uint32_t tensor;
-    uint32_t flags; /* TIO_PPERIOD_* */
-    uint64_t start; /* first idle kernel, < N */
-    uint64_t end;   /* next use (exclusive), > N when wrapping */
     uint64_t bytes;
+    uint32_t tensor : 30;
+    uint32_t flags : 2; /* TIO_PPERIOD_* */
+    uint32_t start;     /* first idle kernel, < N */
+    uint32_t end;       /* next use (exclusive), > N when wrapping */
     uint32_t use_index; /* index (in the tensor's use list) of the use before the period */
 };
+_Static_assert(2 * (uint64_t)TIO_TRACE_MAX_KERNELS <= UINT32_MAX &&
+                   TIO_TRACE_MAX_TENSORS <= (UINT32_C(1) << 30),
+               "struct tio_pperiod: kernel and tensor fields");
 
 struct tio_pmodel {
     const struct tio_trace *trace;
@@ -94,7 +99,8 @@ struct tio_pmodel {
     double *tau;                /* [n] kernel durations in seconds */
     const uint64_t *resident;   /* [n] resident bytes with nothing offloaded (lv.resident) */
     const uint64_t *active;     /* [n] bytes of the tensors each kernel uses (lv.active) */
-    uint64_t *pinned_extra;     /* [n] idle resident bytes that can never move (pinned, small) */
+    uint64_t *pinned_extra;     /* [n] idle resident bytes that can never move (pinned, small);
+                                   tio_plan_make frees it after the working-set check */
     uint8_t *movable;           /* [n_tensors] 1: not pinned and at least min_bytes */
     const size_t *use_off;      /* [n_tensors + 1] CSR of each tensor's uses (lv.use_off) */
     const uint32_t *use_kernel; /* [n_uses] kernels, ascending per tensor (lv.use_kernel) */

@@ -12,6 +12,10 @@
 #include "common/common_impl.h"
 #include "plan/planner_impl.h"
 
+/* struct tio_pperiod's bit fields: tensor (30 bits), flags (2) */
+#define PPERIOD_TENSOR_MASK ((UINT32_C(1) << 30) - 1)
+#define PPERIOD_FLAGS_MASK  3u
+
 void tio_pmodel_free(struct tio_pmodel *m) {
     if (!m) {
         return;
@@ -105,20 +109,22 @@ int tio_pmodel_build(const struct tio_trace *trace,
         tio_liveness_iter_init(&it, &m->lv, (uint32_t)t,
                                (v.tensor_flags[t] & TIO_TENSOR_GLOBAL) != 0);
         while (tio_liveness_iter_next(&it, &p)) {
-            struct tio_pperiod q = { .tensor = (uint32_t)t,
-                                     .flags = 0,
-                                     .start = p.start,
-                                     .end = p.end,
+            unsigned flags = 0;
+            if (p.flags & TIO_PERIOD_UNUSED) {
+                flags = TIO_PPERIOD_WRAPS | TIO_PPERIOD_UNUSED;
+            } else if ((p.flags & TIO_PERIOD_WRAPS) && p.start >= n) {
+                p.start -= n; /* last use is the last kernel: the period is [0, u0) */
+                p.end -= n;
+            } else if (p.flags & TIO_PERIOD_WRAPS) {
+                flags = TIO_PPERIOD_WRAPS;
+            }
+            /* both fields' ranges are asserted with struct tio_pperiod */
+            struct tio_pperiod q = { .tensor = (uint32_t)t & PPERIOD_TENSOR_MASK,
+                                     .flags = flags & PPERIOD_FLAGS_MASK,
+                                     .start = (uint32_t)p.start,
+                                     .end = (uint32_t)p.end,
                                      .bytes = v.tensor_bytes[t],
                                      .use_index = p.use_index };
-            if (p.flags & TIO_PERIOD_UNUSED) {
-                q.flags = TIO_PPERIOD_WRAPS | TIO_PPERIOD_UNUSED;
-            } else if ((p.flags & TIO_PERIOD_WRAPS) && p.start >= n) {
-                q.start -= n; /* last use is the last kernel: the period is [0, u0) */
-                q.end -= n;
-            } else if (p.flags & TIO_PERIOD_WRAPS) {
-                q.flags = TIO_PPERIOD_WRAPS;
-            }
             m->periods[np++] = q;
         }
     }

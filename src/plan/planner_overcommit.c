@@ -21,7 +21,6 @@ int pt_commit(struct planner *p, uint32_t pi, const struct eval *e) {
     uint64_t i = pt_walk_bwd(p, e->tier, e->off, q->end, s, 1);
     TIO_ASSERT(i == e->pre);
     pt_ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
-    pt_mod_mark(p, q->start, q->end, ++p->n_commits); /* slots, memory and host all lie in here */
     if (e->tier == TIO_TIER_HOST) {
         pt_host_add(p, q->start, q->end, (int64_t)q->bytes);
     }
@@ -30,11 +29,11 @@ int pt_commit(struct planner *p, uint32_t pi, const struct eval *e) {
     }
     struct pick *pk = &p->picks[p->n_picks];
     pk->period = pi;
-    pk->tier = e->tier;
-    pk->clean = e->clean;
+    pk->tier = (uint8_t)e->tier;
+    pk->clean = (uint8_t)e->clean;
     pk->stall_off = pk->stall_pre = 0;
-    pk->off = e->off;
-    pk->pre = e->pre;
+    pk->off = (uint32_t)e->off;
+    pk->pre = (uint32_t)e->pre;
     p->n_picks++;
     return 0;
 }
@@ -49,7 +48,6 @@ static int rekey(struct planner *p, uint32_t pi, const uint8_t *alive) {
         return 0;
     }
     p->version[pi]++;
-    p->memo[pi].stamp = UINT32_MAX; /* its clean status changed: re-evaluate */
     return pt_heap_push(p, ub, pi);
 }
 
@@ -159,15 +157,14 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
         uint64_t a = pk->clean ? q->start : q->start + 1;
         if (a < pk->off) {
             pt_ext_add(&p->mem, p->n, a, pk->off, -s);
-            pk->off = a;
+            pk->off = (uint32_t)a;
             pk->stall_off = 1;
         }
         if (pk->pre < q->end - 1) {
             pt_ext_add(&p->mem, p->n, pk->pre, q->end - 1, -s);
-            pk->pre = q->end - 1;
+            pk->pre = (uint32_t)(q->end - 1);
             pk->stall_pre = 1;
         }
-        pt_mod_mark(p, q->start, q->end, ++p->n_commits);
         return 0;
     }
     int tier = TIO_TIER_SSD, clean = 0;
@@ -176,7 +173,6 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
         return 0; /* scored > 0 just before, so not reached; kept for the analyzer */
     }
     pt_ext_add(&p->mem, p->n, a, q->end - 1, -s);
-    pt_mod_mark(p, q->start, q->end, ++p->n_commits);
     if (tier == TIO_TIER_HOST) {
         pt_host_add(p, q->start, q->end, s);
     }
@@ -185,11 +181,11 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
     }
     struct pick *pk = &p->picks[p->n_picks++];
     pk->period = c->period;
-    pk->tier = tier;
-    pk->clean = clean;
+    pk->tier = (uint8_t)tier;
+    pk->clean = (uint8_t)clean;
     pk->stall_off = pk->stall_pre = 1;
-    pk->off = a;
-    pk->pre = q->end - 1;
+    pk->off = (uint32_t)a;
+    pk->pre = (uint32_t)(q->end - 1);
     alive[c->period] = 0;
     return pt_update_clean(p, c->period, tier, alive);
 }
@@ -230,13 +226,6 @@ int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
  * tensor back; drop pairs that would then never leave (they no longer save anything). */
 void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
     size_t np = p->n_picks;
-    uint32_t *order = tio_malloc((np ? np : 1) * sizeof *order);
-    if (!order) {
-        return; /* relaxation is optional: keep the latest-start plan */
-    }
-    for (size_t i = 0; i < np; i++) {
-        order[i] = (uint32_t)i;
-    }
     /* insertion-free: sort by (pre, period) with qsort through a static-free comparator */
     struct key {
         uint64_t pre;
@@ -244,8 +233,7 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
     };
     struct key *keys = tio_malloc((np ? np : 1) * sizeof *keys);
     if (!keys) {
-        tio_free(order);
-        return;
+        return; /* relaxation is optional: keep the latest-start plan */
     }
     for (size_t i = 0; i < np; i++) {
         keys[i].pre = p->picks[i].pre;
@@ -254,7 +242,6 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
     /* simple bottom-up merge sort (stable, deterministic) */
     struct key *tmp = tio_malloc((np ? np : 1) * sizeof *tmp);
     if (!tmp) {
-        tio_free(order);
         tio_free(keys);
         return;
     }
@@ -280,7 +267,7 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
         uint64_t x = k == NONE ? pk->off : k + 1;
         if (x < pk->pre) {
             pt_ext_add(&p->mem, p->n, x, pk->pre, s);
-            pk->pre = x;
+            pk->pre = (uint32_t)x;
         }
         /* stays resident the whole time: no traffic at all; but an SSD write that later clean
          * offloads of the tensor may count on stays (its prefetch, at the offload's end, only
@@ -294,5 +281,4 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
     }
     tio_free(tmp);
     tio_free(keys);
-    tio_free(order);
 }

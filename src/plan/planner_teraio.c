@@ -23,8 +23,8 @@
 
 /* ---- setup and main loop ------------------------------------------------------------------- */
 
-/* Free what only the search needs (slots, heap, memo, clean-copy index), so that the plan's
- * moves are not allocated on top of it. Safe to call twice. */
+/* Free what only the search needs (slots, heap, clean-copy index), so that early
+ * prefetch and the plan's moves are not allocated on top of it. Safe to call twice. */
 static void planner_free_search(struct planner *p) {
     if (p->used[TIO_CH_SSD_R] == p->used[TIO_CH_SSD_W]) {
         p->used[TIO_CH_SSD_R] = NULL; /* shared with SSD_W */
@@ -48,17 +48,12 @@ static void planner_free_search(struct planner *p) {
     tio_free(p->seg_min[1]);
     tio_free(p->period_of_use);
     tio_free(p->nowrite);
-    tio_free(p->mod_max);
-    tio_free(p->mod_tag);
-    tio_free(p->memo);
     p->heap = NULL;
     p->n_heap = p->cap_heap = 0;
     p->version = NULL;
     p->seg_id = p->seg_first = p->seg_len = p->seg_min[0] = p->seg_min[1] = NULL;
     p->period_of_use = NULL;
     p->nowrite = NULL;
-    p->mod_max = p->mod_tag = NULL;
-    p->memo = NULL;
 }
 
 static void planner_free(struct planner *p) {
@@ -214,20 +209,6 @@ static int planner_init(struct planner *p,
         for (size_t k = 0; k < n; k++) {
             pt_mark_one(p, c, k); /* zero-length kernels have no room at all */
         }
-    }
-    p->mod_size = 1;
-    while (p->mod_size < n) {
-        p->mod_size *= 2;
-    }
-    size_t np = m->n_periods ? m->n_periods : 1;
-    p->mod_max = tio_calloc(2 * p->mod_size, sizeof *p->mod_max);
-    p->mod_tag = tio_calloc(p->mod_size, sizeof *p->mod_tag); /* inner nodes only */
-    p->memo = tio_malloc(np * sizeof *p->memo);
-    if (!p->mod_max || !p->mod_tag || !p->memo) {
-        return TIO_ENOMEM;
-    }
-    for (size_t i = 0; i < np; i++) {
-        p->memo[i].stamp = UINT32_MAX;
     }
     p->tprefix = tio_malloc((n + 1) * sizeof(double));
     int64_t *vals = tio_malloc(n * sizeof *vals);
@@ -420,34 +401,6 @@ static int summarize(struct planner *p, const uint8_t *dropped, struct tio_plan 
     return 0;
 }
 
-/* pt_evaluate through the memo: a period's last evaluation is reused until a pick touches one
- * of its kernels. */
-static double memo_evaluate(struct planner *p, uint32_t pi, struct eval *e, double *ub) {
-    const struct tio_pperiod *q = &p->m->periods[pi];
-    struct memo *mo = &p->memo[pi];
-    if (mo->stamp != UINT32_MAX && pt_mod_max(p, q->start, q->end) <= mo->stamp) {
-        /* nothing it depends on changed since */
-        *e = (struct eval){ .viable = mo->viable,
-                            .tier = mo->tier,
-                            .clean = mo->clean,
-                            .off = q->start + mo->off,
-                            .pre = q->start + mo->pre,
-                            .benefit = mo->benefit };
-        *ub = mo->ub;
-        return mo->viable ? pt_score_of(p, q, mo->benefit) : 0; /* as pt_evaluate */
-    }
-    double sc = pt_evaluate(p, pi, e, ub);
-    *mo = (struct memo){ .ub = *ub,
-                         .benefit = e->benefit,
-                         .stamp = p->n_commits,
-                         .off = (uint32_t)(e->off >= q->start ? e->off - q->start : 0),
-                         .pre = (uint32_t)(e->pre >= q->start ? e->pre - q->start : 0),
-                         .viable = (uint8_t)e->viable,
-                         .tier = (uint8_t)e->tier,
-                         .clean = (uint8_t)e->clean };
-    return sc;
-}
-
 int tio_planner_teraio(const struct tio_pmodel *m,
                        const struct tio_plan_params *params,
                        int variant,
@@ -511,7 +464,7 @@ int tio_planner_teraio(const struct tio_pmodel *m,
             }
             struct eval e;
             double ub;
-            double sc = memo_evaluate(&p, c.period, &e, &ub);
+            double sc = pt_evaluate(&p, c.period, &e, &ub);
             if (ub <= 0) {
                 alive[c.period] = 0; /* bounds only fall: never viable again */
                 continue;
@@ -555,6 +508,14 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         tio_stree_max(&p.mem, 0, p.n) > p.cap && (rc = pt_overcommit(&p, taken, alive)) < 0) {
         goto out;
     }
+    /* The search is over: what follows (early prefetch, the moves, the summary) reads only the
+     * picks, the curves and the model, so its memory is not allocated on top of the search's. */
+    tio_free(alive);
+    tio_free(taken);
+    tio_free(stash);
+    alive = taken = NULL;
+    stash = NULL;
+    planner_free_search(&p);
     dropped = tio_calloc(p.n_picks ? p.n_picks : 1, 1);
     if (!dropped) {
         rc = TIO_ENOMEM;
@@ -563,12 +524,6 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     if (params->early_prefetch && !pt_is_paper(variant)) {
         pt_relax_prefetches(&p, dropped);
     }
-    tio_free(alive);
-    tio_free(taken);
-    tio_free(stash);
-    alive = taken = NULL;
-    stash = NULL;
-    planner_free_search(&p);
     if ((rc = emit(&p, dropped, plan)) < 0) {
         goto out;
     }

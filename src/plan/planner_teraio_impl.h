@@ -35,24 +35,16 @@ struct eval {
     double benefit;
 };
 
-/* A period's cached evaluation (the memo): bound and struct eval packed in 32 bytes, the window
- * stored relative to the period's start (both within n < 2^32 of it). The score is not kept: it
- * is a function of the benefit (pt_score_of), recomputed to the same bits. */
-struct memo {
-    double ub, benefit;
-    uint32_t stamp; /* n_commits at the evaluation, UINT32_MAX = none */
-    uint32_t off, pre;
-    uint8_t viable, tier, clean;
-};
-
+/* A pick, 16 bytes: off and pre are extended kernels, under 2 x TIO_TRACE_MAX_KERNELS. */
 struct pick {
     uint32_t period;
-    int32_t tier;
-    int clean;
+    uint32_t off, pre; /* as struct eval's */
+    uint8_t tier;      /* TIO_TIER_SSD or TIO_TIER_HOST */
+    uint8_t clean;
     uint8_t stall_off, stall_pre; /* overcommitted: the move has no room in the slots, compute
                                      waits for it (TIO_MOVE_STALL) */
-    uint64_t off, pre;
 };
+_Static_assert(2 * (uint64_t)TIO_TRACE_MAX_KERNELS <= UINT32_MAX, "struct pick: extended kernels");
 
 struct planner {
     const struct tio_pmodel *m;
@@ -84,12 +76,6 @@ struct planner {
     /* picks */
     struct pick *picks;
     size_t n_picks, cap_picks;
-    /* memo: a candidate's last evaluation stays exact until a pick touches its kernels */
-    size_t mod_size;
-    uint32_t *mod_max, *mod_tag; /* segment tree: latest commit number per kernel range
-                                    ([2 mod_size]; tags of the inner nodes, [mod_size]) */
-    uint32_t n_commits;
-    struct memo *memo; /* per period: its last evaluation */
     /* clean copies, by write segment: the uses of a tensor from one write up to the next (cyclic
      * for globals). A copy stored after use i is still identical after use j when i and j are
      * in the same segment and i comes first. Per use (global use index use_off[t] + u): its
@@ -196,12 +182,6 @@ int pt_heap_push_version(struct planner *p, double key, uint32_t period, uint32_
 int pt_heap_push(struct planner *p, double key, uint32_t period);
 
 struct cand pt_heap_pop(struct planner *p);
-
-/* Extended range [a, b) (length <= n) as one or two pieces. */
-void pt_mod_mark(struct planner *p, uint64_t a, uint64_t b, uint32_t t);
-
-/* The latest commit number over extended [a, b) (the memo's staleness check). */
-uint32_t pt_mod_max(const struct planner *p, uint64_t a, uint64_t b);
 
 /* ---- planner_overcommit.c ---- */
 

@@ -15,14 +15,14 @@ static inline int64_t node_mn(const struct tio_stree *t, size_t x) {
     if (x < t->size) {
         return t->node[x].mn;
     }
-    return x - t->size < t->n ? t->leaf_v[x - t->size] : PAD_MN;
+    return x - t->size < t->n ? t->leaf[x - t->size].v : PAD_MN;
 }
 
 static inline int64_t node_mx(const struct tio_stree *t, size_t x) {
     if (x < t->size) {
         return t->node[x].mx;
     }
-    return x - t->size < t->n ? t->leaf_v[x - t->size] : PAD_MX;
+    return x - t->size < t->n ? t->leaf[x - t->size].v : PAD_MX;
 }
 
 static inline double node_st(const struct tio_stree *t, size_t x) {
@@ -36,7 +36,7 @@ static inline double node_svt(const struct tio_stree *t, size_t x) {
     if (x < t->size) {
         return t->node[x].svt;
     }
-    return x - t->size < t->n ? t->leaf_svt[x - t->size] : 0;
+    return x - t->size < t->n ? t->leaf[x - t->size].svt : 0;
 }
 
 /* The pending add of inner node x (what its subtree's values lack): not stored, it is the
@@ -63,8 +63,8 @@ static void apply(struct tio_stree *t, size_t x, int64_t d) {
         nd->svt += (double)d * nd->st;
     } else if (x - t->size < t->n) {
         size_t i = x - t->size;
-        t->leaf_v[i] += d;
-        t->leaf_svt[i] += (double)d * t->tau[i];
+        t->leaf[i].v += d;
+        t->leaf[i].svt += (double)d * t->tau[i];
     }
 }
 
@@ -79,20 +79,19 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     t->tau = tau;
     /* 64-byte aligned: a node's two children (32 B each) share one cache line */
     t->node = tio_aligned_alloc(64, size * sizeof *t->node);
-    t->leaf_v = tio_malloc((n ? n : 1) * sizeof *t->leaf_v);
-    t->leaf_svt = tio_malloc((n ? n : 1) * sizeof *t->leaf_svt);
+    t->leaf = tio_aligned_alloc(64, (n ? n : 1) * sizeof *t->leaf);
     if (size >= (size_t)2 * TIO_STREE_MEMO_SPAN) {
         t->memo_lo = size / TIO_STREE_MEMO_SPAN;
         t->memo = tio_calloc(t->memo_lo, sizeof *t->memo);
     }
-    if (!t->node || !t->leaf_v || !t->leaf_svt || (t->memo_lo && !t->memo)) {
+    if (!t->node || !t->leaf || (t->memo_lo && !t->memo)) {
         tio_stree_fini(t);
         return TIO_ENOMEM;
     }
     memset(t->node, 0, size * sizeof *t->node);
     for (size_t i = 0; i < n; i++) {
-        t->leaf_v[i] = v[i];
-        t->leaf_svt[i] = (double)v[i] * tau[i];
+        t->leaf[i].v = v[i];
+        t->leaf[i].svt = (double)v[i] * tau[i];
     }
     for (size_t x = size - 1; x >= 1; x--) {
         t->node[x].st = node_st(t, 2 * x) + node_st(t, 2 * x + 1);
@@ -103,8 +102,7 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
 
 void tio_stree_fini(struct tio_stree *t) {
     tio_free(t->node);
-    tio_free(t->leaf_v);
-    tio_free(t->leaf_svt);
+    tio_free(t->leaf);
     tio_free(t->memo);
     memset(t, 0, sizeof *t);
 }
@@ -290,7 +288,7 @@ void tio_stree_values(struct tio_stree *t, int64_t *out) {
         }
     }
     for (size_t i = 0; i < t->n; i++) {
-        out[i] = t->leaf_v[i];
+        out[i] = t->leaf[i].v;
     }
     if (t->memo) {
         memset(t->memo, 0, t->memo_lo * sizeof *t->memo); /* the pending adds moved down */

@@ -15,8 +15,8 @@
  * c + s, so a smooth curve costs O(log N) per crossing of those two lines.
  *
  * Layout: the inner nodes [1, size) are one array of structs (a descent reads one cache line per
- * node, not five); the leaves are two plain arrays (value, sum of v x tau) and the caller's tau,
- * which the tree borrows: 32 B per inner node and 16 B per leaf. No node stores its pending add:
+ * node, not five); the leaves are one array of (value, v x tau) and the caller's tau, which the
+ * tree borrows: 32 B per inner node and 16 B per leaf. No node stores its pending add:
  * it is the node's maximum less its children's.
  */
 struct tio_stree_node {
@@ -31,6 +31,13 @@ struct tio_stree_node {
  * them. 40 B per TIO_STREE_MEMO_SPAN leaves. */
 #define TIO_STREE_MEMO_SPAN 64
 
+/* A leaf: its value and v x tau side by side (one cache line holds four leaves and both fields
+ * of each). */
+struct tio_stree_leaf {
+    int64_t v;
+    double svt;
+};
+
 struct tio_stree_memo {
     int64_t acc, c, s;
     double val;
@@ -42,8 +49,7 @@ struct tio_stree {
     size_t memo_lo;              /* first node of TIO_STREE_MEMO_SPAN leaves; 0: no memo */
     struct tio_stree_memo *memo; /* [memo_lo]: node memo_lo + i at i */
     struct tio_stree_node *node; /* [size], index 0 unused */
-    int64_t *leaf_v;             /* [n] */
-    double *leaf_svt;            /* [n] */
+    struct tio_stree_leaf *leaf; /* [n] */
     const double *tau;           /* [n], borrowed: must outlive the tree */
 };
 

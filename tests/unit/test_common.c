@@ -24,6 +24,10 @@ TIO_TEST(strerror_covers_codes) {
     /* a version error says what to do, for files and structs alike */
     CHECK(strstr(tio_strerror(TIO_EVERSION), "newer or older teraio") != NULL);
     CHECK(strstr(tio_strerror(TIO_EVERSION), "regenerate/rebuild") != NULL);
+    /* a plan error names every cause it is used for: another trace, a bad move, a failed check */
+    CHECK(strstr(tio_strerror(TIO_EPLAN), "another trace") != NULL);
+    CHECK(strstr(tio_strerror(TIO_EPLAN), "move out of range or inconsistent") != NULL);
+    CHECK(strstr(tio_strerror(TIO_EPLAN), "over capacity") != NULL);
     CHECK(strstr(tio_strerror(-ENOSPC), "space") != NULL);
     CHECK_STR(tio_strerror(-999999), "unknown teraio status");
 }

@@ -138,7 +138,7 @@ class Region:
                  list(self.module.parameters()) + list(self.module.buffers()))
         reads = _tensors((args, kwargs), []) + state
         box = {}
-        saved = []  # the activations the compiled forward packs (teraio._saved_hooks)
+        saved = []  # the activations the compiled forward packs (_saved_hooks.collect)
 
         def run():
             with _disable_current_modes(), _saved_hooks.collect(saved):
@@ -151,8 +151,9 @@ class Region:
         for t in _tensors(out, []):
             if t.grad_fn is not None:
                 nodes[id(t.grad_fn)] = t.grad_fn
-        # the backward reads what the graph saved: its activations, and of its inputs (not
-        # packed) what the region read
+        # the backward reads what the graph saved: its activations, and the graph inputs it
+        # saved (not packed), which are among what the region read: all of that, so that
+        # nothing the backward may use is moved out during it
         bwd_reads = saved + reads
         for node in nodes.values():
             self._hook_backward(node, bwd_reads)

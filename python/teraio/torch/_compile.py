@@ -6,18 +6,18 @@ block.compile(), as TorchTitan compiles each transformer block) is therefore run
 
 - forward: the compiled call runs with the dispatch modes off, as one pseudo-operator of the step
   ("teraio.region.fwd[NAME]") that reads the block's inputs, parameters and buffers and writes
-  its outputs and the tensors autograd saves for the backward (seen by a saved-tensors pack
-  hook around the call: they are the block's activations);
+  its outputs and the activations the compiled graph saves for the backward (handed over by
+  saved-tensor hooks compiled into the graph, teraio.torch._saved_hooks);
 - backward: the compiled backward's autograd node gets a pre-hook and a post-hook. The pre-hook
-  runs "teraio.region.bwd[NAME]" (reads the saved tensors and the incoming gradients: the
-  executor brings them back first) and takes the dispatch modes off the stack for the node; the
-  post-hook puts them back and runs "teraio.region.bwd_end[NAME]" (reads the same, writes the
-  gradients the node produced).
+  runs "teraio.region.bwd[NAME]" (reads the saved activations, what the forward read and the
+  incoming gradients: the executor brings them back first) and takes the dispatch modes off
+  the stack for the node; the post-hook puts them back and runs "teraio.region.bwd_end[NAME]"
+  (reads the same, writes the gradients the node produced).
 
 The planner then plans at that granularity, and the executor offloads and prefetches at region
 boundaries: a block's parameters and saved activations can leave between its forward and its
 backward, exactly as an eager operator's would. The eager parts of the step (embedding, loss,
-optimizer.step) stay per operator. Nothing inside a region is moved.
+optimizer.step) stay per operator. Nothing moves while a region's compiled code runs.
 
 Not supported (refused by name, teraio.torch._offload_args._compiled_module): the whole model
 compiled (no region boundary inside it to move anything at), and compiled functions (not
@@ -29,7 +29,7 @@ import torch
 from torch.utils._python_dispatch import (_disable_current_modes, _get_current_dispatch_mode,
                                          _pop_mode, _push_mode)
 
-from teraio.torch import _mode
+from teraio.torch import _mode, _saved_hooks
 
 _ATTR = "_teraio_region"
 # the dispatch modes a region's backward pre-hook took off the stack, until its post-hook puts
@@ -131,21 +131,17 @@ class Region:
 
     def __call__(self, *args, **kwargs):
         mode = _step_mode()
-        if mode is None:  # outside off.step(): the compiled call as it is
-            return self.call(*args, **kwargs)
+        if mode is None:  # outside off.step(): the compiled call as it is (the same hooks)
+            with _saved_hooks.hooks():
+                return self.call(*args, **kwargs)
         state = ([] if self.module is None else
                  list(self.module.parameters()) + list(self.module.buffers()))
         reads = _tensors((args, kwargs), []) + state
         box = {}
-        saved = []
+        saved = []  # the activations the compiled forward packs (_saved_hooks.collect)
 
         def run():
-            def pack(t):
-                saved.append(t)
-                return t
-
-            with _disable_current_modes(), \
-                    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with _disable_current_modes(), _saved_hooks.collect(saved):
                 box["out"] = self.call(*args, **kwargs)
             return _tensors(box["out"], []) + saved
 
@@ -155,8 +151,12 @@ class Region:
         for t in _tensors(out, []):
             if t.grad_fn is not None:
                 nodes[id(t.grad_fn)] = t.grad_fn
+        # the backward reads what the graph saved: its activations, and the graph inputs it
+        # saved (not packed), which are among what the region read: all of that, so that
+        # nothing the backward may use is moved out during it
+        bwd_reads = saved + reads
         for node in nodes.values():
-            self._hook_backward(node, saved)
+            self._hook_backward(node, bwd_reads)
         return out
 
     def _hook_backward(self, node, saved):

@@ -157,6 +157,31 @@ def test_compiled_function_inside_a_step_is_refused_before_the_update(tmp_path):
     off.close()
 
 
+def test_compiled_function_is_refused_after_fullgraph_regions(tmp_path):
+    """The refusal does not depend on what ran before in the step: a block compiled with
+    fullgraph=True (as TorchTitan compiles them) runs as a region, and Dynamo's fullgraph call
+    replaces the list of skipped frames the Offloader watches with its own (and drops it when it
+    returns); a compiled function called after it is still refused, before the update."""
+    cfg, m, opt = _setup()
+    for b in m.layers:
+        b.compile(backend="aot_eager", fullgraph=True)
+    off = teraio.Offloader(m, opt, **_kw(tmp_path))
+
+    def ce(logits, t):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 t.reshape(-1))
+
+    loss_fn = torch.compile(ce, backend="aot_eager")
+    tok = make_batch(cfg, 2, 32, 0)
+    before = _digest(m)
+    with pytest.raises(RuntimeError, match=r"ran uncompiled \(ce \(.*before optimizer\.step"):
+        with off.step():
+            loss_fn(m(tok[:, :-1]), tok[:, 1:]).backward()
+            opt.step()
+    assert _digest(m) == before
+    off.close()
+
+
 class _Boom(torch.autograd.Function):
     fail = False
 

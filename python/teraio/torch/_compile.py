@@ -25,6 +25,8 @@ modules) called inside a step (Dynamo skips them under the mode: refused at the 
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.utils._python_dispatch import (_disable_current_modes, _get_current_dispatch_mode,
                                          _pop_mode, _push_mode)
@@ -54,6 +56,24 @@ def reopen():
     """Put back the dispatch modes a failed region backward left off."""
     while _OFF:
         _modes_on(_OFF.pop())
+
+
+@contextlib.contextmanager
+def _skip_watch_kept():
+    """Around a region's compiled call: the list in which Dynamo records the frames it skips
+    (dynamo_tls.skip_reasons, which the Offloader watches during a step for compiled code that
+    ran uncompiled under its dispatch mode) is the same list after the call. A call compiled
+    with fullgraph=True (TorchTitan compiles its blocks so) sets a list of its own and leaves
+    None behind, which would blind the watch for the rest of the step."""
+    from teraio.torch._offload_args import _dynamo_tls
+
+    tls = _dynamo_tls()
+    kept = tls.skip_reasons if tls is not None else None
+    try:
+        yield
+    finally:
+        if tls is not None:
+            tls.skip_reasons = kept
 
 
 class _Packet:
@@ -144,7 +164,7 @@ class Region:
                 saved.append(t)
                 return t
 
-            with _disable_current_modes(), \
+            with _disable_current_modes(), _skip_watch_kept(), \
                     torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 box["out"] = self.call(*args, **kwargs)
             return _tensors(box["out"], []) + saved

@@ -24,6 +24,15 @@ from llama_tiny import LlamaConfig, LlamaTiny, make_batch  # noqa: E402
 from train_llama_tiny import PRESETS  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles the blocks of models of its own: Dynamo's caches start empty (its
+    recompile limit counts the earlier tests' compiles of the same code otherwise)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
 def _setup():
     torch.manual_seed(0)
     cfg = LlamaConfig(**PRESETS["tiny"])
@@ -128,15 +137,86 @@ def test_compiled_blocks_are_accepted(tmp_path):
     off.close()
 
 
-def test_model_compiled_after_the_offloader_is_refused_at_the_next_step(tmp_path):
-    cfg, m, opt = _setup()
+def _loss_of(model, tokens):  # through the model's (compiled) forward, as a wrapper is called
+    logits = model(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             tokens[:, 1:].reshape(-1))
+
+
+def test_model_compiled_after_the_offloader_is_split_and_replanned(tmp_path):
+    """The whole model compiled after the Offloader was made, between steps 1 and 2 (before:
+    an eager warm-up and profiled step): split into its blocks like a model compiled before
+    (model.compile(): at the next step's start, which is a warm-up step again;
+    torch.compile(model): at the wrapper's first call, inside step 2, which leaves its plan),
+    profiled and planned anew, and then offloading again; bit for bit the same as the same
+    training without teraio (the whole model compiled by aot_eager on CPU computes what its
+    blocks compiled one by one do)."""
+    import contextlib
+    import warnings
+
+    from teraio.torch._compile import Region
+
+    def train(how, offload):
+        cfg, m, opt = _setup()
+        off = teraio.Offloader(m, opt, **_kw(tmp_path)) if offload else None
+        model, losses, per = m, [], []
+        for i in range(5):
+            if i == 2 and how == "model.compile":
+                m.compile(backend="aot_eager")
+            elif i == 2:
+                model = torch.compile(m, backend="aot_eager")
+            with off.step() if off else contextlib.nullcontext():
+                loss = _loss_of(model, make_batch(cfg, 4, 32, i))
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            per.append(off.report()["bytes_offloaded"] if off else 0)
+        out = dict(losses=losses, params=_digest(m), per=per, m=m)
+        if off is not None:
+            out["report"], out["prog"] = off.report(), off._prog
+            off.close()
+        return out
+
+    plain = train("torch.compile", False)
+    for how in ("model.compile", "torch.compile"):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = train(how, True)
+        said = [str(x.message) for x in w if "compiled whole" in str(x.message)]
+        assert len(said) == 1 and how in said[0], said
+        assert got["losses"] == plain["losses"], how
+        assert got["params"] == plain["params"], how
+        m, rep, per = got["m"], got["report"], got["per"]
+        assert all(isinstance(b._compiled_call_impl, Region) for b in m.layers)
+        assert {"teraio.region.fwd[layers.0]", "teraio.region.bwd_end[layers.1]"} <= {
+            k[0] for k in got["prog"].kernels}
+        # after the split: one more warm-up step (model.compile) or a step that left its plan
+        # (torch.compile), one profiled step, and the last step offloaded at the blocks'
+        # boundaries
+        assert per[4] > per[3], (how, per)
+        assert rep["steps_profiled"] == 2 and rep["steps_offloaded"] == 1, (how, rep)
+        assert rep["steps_diverged"] == (how == "torch.compile"), (how, rep)
+
+
+def test_model_compiled_after_the_offloader_that_cannot_be_split_is_refused(tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
     off = teraio.Offloader(m, opt, **_kw(tmp_path))
-    m.compile()
+    w = torch.compile(m, backend="aot_eager")
     before = _digest(m)
-    with pytest.raises(RuntimeError, match=r"whole model is compiled in place.*after the "
-                                           r"Offloader was made; this step did not start"):
+    with pytest.raises(RuntimeError, match=r"whole model is compiled \(torch\.compile\(model\)"
+                                           r"\), and it has no blocks .*after the Offloader "
+                                           r"was made"):
         with off.step():
-            m.loss(make_batch(cfg, 2, 32, 0)).backward()
+            w(torch.randn(8, 64)).sum().backward()
+            opt.step()
+    m.compile()
+    with pytest.raises(RuntimeError, match=r"whole model is compiled in place.*no blocks.*after "
+                                           r"the Offloader was made; this step did not start"):
+        with off.step():
+            m(torch.randn(8, 64)).sum().backward()
             opt.step()
     assert _digest(m) == before
     off.close()

@@ -332,6 +332,45 @@ def split_whole(model):
     return None
 
 
+def wrapper_calling(model):
+    """In a forward pre-hook of model: the torch.compile(model) wrapper (an OptimizedModule
+    whose _orig_mod is model, not split yet) whose call this is, else None. A wrapper made after
+    the Offloader is not referenced by the model: it is found on the stack of the call, once
+    Dynamo says a wrapper is being called (_is_in_optimized_module)."""
+    import sys
+
+    ef = sys.modules.get("torch._dynamo.eval_frame")
+    if ef is None or not ef._is_in_optimized_module():
+        return None
+    f = sys._getframe(1)
+    for _ in range(64):
+        if f is None:
+            break
+        if "self" in f.f_code.co_varnames:
+            s = f.f_locals.get("self")
+            if isinstance(s, ef.OptimizedModule) and getattr(s, "_orig_mod", None) is model \
+                    and _SPLIT not in s.__dict__:
+                return s
+        f = f.f_back
+    return None
+
+
+def run_split_call_eagerly(skips):
+    """In the model's forward pre-hook, where the torch.compile(model) wrapper whose call this
+    is is about to be split into its blocks: the rest of this call runs as after the split, the
+    model's own code per operator and its blocks as regions. Dynamo's frame callback, which the wrapper set
+    for its call, is taken off until the wrapper returns (its exit puts back what was before),
+    so the model's eager frames are not reported as skipped; the frames it already skipped on
+    the way here (teraio's own hooks) are dropped from skips, the list the step watches."""
+    import os
+    import sys
+
+    sys.modules["torch._dynamo.eval_frame"].set_eval_frame(None)
+    if skips:
+        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        skips[:] = [r for r in skips if own not in r]
+
+
 def nested(model):
     """The name of a compiled module inside another compiled module, else None (its region
     would be inside the outer one's compiled code, where nothing is seen)."""

@@ -192,6 +192,8 @@ class Offloader:
         self._saver = Saver()
         self._driver = None
         self._steps = 0
+        self._rewarm = 0  # steps before this one are warm-up steps too (_after_split)
+        self._resplit = None  # the model was split into compiled blocks during this step
         self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
         self._opt_ran = False
         self._step_state = None  # the running step's ("warmup", "profile", "execute")
@@ -251,6 +253,7 @@ class Offloader:
         if model is not None and hasattr(model, "register_forward_pre_hook"):
             h.append(model.register_forward_pre_hook(
                 lambda *a: self._outside("the model's forward")))
+            h.append(model.register_forward_pre_hook(self._compiled_later))
             for m in model.modules():
                 h.append(m.register_state_dict_pre_hook(
                     lambda *a: self._outside("the model's state_dict()")))
@@ -416,9 +419,68 @@ class Offloader:
                 yield self
         finally:
             self._in_step = False
+            if self._resplit is not None and not self._closed:
+                self._after_split(self._resplit, warm=False)
             if not self._closed:
                 self._arm_guard()
                 self._log_io()
+
+    # ---- torch.compile after the Offloader was made (teraio.torch._compile) ------------------
+    def _split_later(self):
+        """At a step's start: the model compiled whole in place (model.compile()) since the
+        Offloader was made is split into its compiled blocks, as when the Offloader is made, and
+        planned anew (_after_split: this step is a warm-up step, in which the blocks compile);
+        RuntimeError, before any of the step's code, where it cannot be split."""
+        from teraio.torch import _compile
+
+        later = _compile.whole_model(self.model) is not None
+        compiled = _compiled_module(self.model, split=later)
+        if compiled is not None:
+            raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was "
+                               "made; this step did not start). " + _COMPILE_HELP)
+        if later:
+            self._after_split("model.compile()", warm=True)
+
+    def _compiled_later(self, module, args):
+        """The model's forward pre-hook: a torch.compile(model) wrapper made after the
+        Offloader (the Offloader holds the model, not the wrapper: the wrapper's first call
+        is where it is seen) is split into its compiled blocks there, so that this call's
+        blocks are already regions; the step's plan, made for the model run per operator, does
+        not match it (the step diverges: everything comes back), and at the step's end every
+        plan is dropped (_after_split). RuntimeError where it cannot be split."""
+        from teraio.torch import _compile
+
+        w = _compile.wrapper_calling(self.model)
+        if w is None:
+            return None
+        _compile.run_split_call_eagerly(self._dynamo_skips if self._in_step else None)
+        why = _compile.split_whole(w)
+        if why is not None:
+            raise RuntimeError(f"model: {why} (torch.compile, after the Offloader was made). "
+                               + _COMPILE_HELP)
+        _compile.install(self.model)
+        if self._in_step:
+            self._resplit = "torch.compile(model)"
+        else:  # between steps: the next step compiles the blocks
+            self._after_split("torch.compile(model)", warm=True)
+        return None
+
+    def _after_split(self, how, warm):
+        """The model was split into compiled blocks after the Offloader was made: its plans,
+        recorded while it ran per operator, no longer describe its steps. Every offloaded
+        tensor comes back and every plan is dropped; with warm (the blocks compile in the next
+        step) the next step is a warm-up step again. Then steps are profiled and planned as
+        after the first warm-up."""
+        self._resplit = None
+        self._restore_all()
+        self._step_kinds.drop_all()
+        self._trace = self._plan = self._prog = self._loaded = None
+        if warm:
+            self._rewarm = self._steps + self.warmup_steps
+        _warn(f"teraio: the model was compiled whole ({how}) after the Offloader was made: "
+              "split into its blocks, each compiled on its own and run as a region; "
+              + ("the next step is a warm-up step, then steps are profiled again"
+                 if warm else "the next step is profiled again"))
 
     def _log_io(self):
         """Transfers the engine retried (transient failures) or found corrupt (verify) since the
@@ -454,16 +516,13 @@ class Offloader:
         self._step_kinds.user_kind = kind
         from teraio.torch._mode import StepMode, collect_globals
 
-        compiled = _compiled_module(self.model)
-        if compiled is not None:
-            raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was "
-                               "made; this step did not start). " + _COMPILE_HELP)
+        self._split_later()
         globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
         self._opt_ran = self._in_optim = False
         self._cur = None  # (state, driver, bounded) once the step's plan is chosen
         self._step_state = None
-        if self._steps < self.warmup_steps:
+        if self._steps < max(self.warmup_steps, self._rewarm):
             self._start_step(globals_, None)
             driver = self._cur[1]
         else:  # chosen at the step's first operator, by its signature (_Pending)
@@ -671,7 +730,7 @@ class Offloader:
         go to the next executor, or to the bounded path of an unplanned step."""
         kinds = self._step_kinds
         kinds.key = None
-        if self._steps < self.warmup_steps:
+        if self._steps < max(self.warmup_steps, self._rewarm):
             return "warmup"
         key = kinds.key = kinds.key_of(globals_, self._true_nbytes, self.optimizer is not None,
                                        sig)

@@ -262,6 +262,95 @@ def test_compiled_function_is_refused_after_fullgraph_regions(tmp_path):
     off.close()
 
 
+def _compiled_pair(tmp_path, build, backward, layers=2, steps=4):
+    """The same training without and with teraio: the example model with `layers` blocks,
+    changed by build(model) (its blocks compiled, aot_eager), `steps` steps of
+    backward(loss). Returns both runs' losses and parameters, and teraio's report, bytes
+    offloaded after each step and regions recorded. Dynamo's caches are shared by the two runs
+    (the same compiled code)."""
+    import contextlib
+
+    def train(offload):
+        torch.manual_seed(0)
+        cfg = LlamaConfig(**dict(PRESETS["tiny"], layers=layers))
+        m = LlamaTiny(cfg, seed=0)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        build(m)
+        off = teraio.Offloader(m, opt, **_kw(tmp_path)) if offload else None
+        losses, per = [], []
+        for i in range(steps):
+            with off.step() if off else contextlib.nullcontext():
+                loss = m.loss(make_batch(cfg, 4, 32, i))
+                backward(loss)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            per.append(off.report()["bytes_offloaded"] if off else 0)
+        out = dict(losses=losses, params=_digest(m), per=per)
+        if off is not None:
+            out["report"] = off.report()
+            out["regions"] = {k[0] for k in off._prog.kernels if k[0].startswith("teraio.")}
+            off.close()
+        return out
+
+    return train(False), train(True)
+
+
+def test_retain_graph_through_compiled_blocks(tmp_path):
+    """backward(retain_graph=True), then a second backward through the same graph: the second
+    reads the activations the compiled blocks saved again (a region's backward holds them
+    weakly after its first run: autograd keeps them only for a retained graph). Before, the
+    plan released them after the first backward: the second failed on an unallocated tensor."""
+    def build(m):
+        for b in m.layers:
+            b.compile(backend="aot_eager")
+
+    def backward(loss):
+        loss.backward(retain_graph=True)
+        (loss * 0.5).backward()
+
+    plain, got = _compiled_pair(tmp_path, build, backward)
+    assert got["losses"] == plain["losses"] and got["params"] == plain["params"]
+    assert {"teraio.region.bwd[layers.0]", "teraio.region.bwd_end[layers.1]"} <= got["regions"]
+    rep, per = got["report"], got["per"]
+    assert rep["steps_offloaded"] == 2 and rep["steps_diverged"] == 0 and per[3] > per[2], rep
+
+
+class _Checkpointed(torch.nn.Module):
+    """A block run under torch.utils.checkpoint (reentrant or not)."""
+
+    def __init__(self, block, reentrant):
+        super().__init__()
+        self.b, self.reentrant = block, reentrant
+
+    def forward(self, x, cos, sin):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.b, x, cos, sin, use_reentrant=self.reentrant)
+
+
+def test_activation_checkpointing_with_compiled_blocks(tmp_path):
+    """Activation checkpointing inside a compiled block (the checkpointed block compiled, as
+    TorchTitan applies AC before compiling: the compiled graph recomputes in its backward),
+    and torch.utils.checkpoint around a compiled block, non-reentrant and reentrant: bit for bit
+    the same as without teraio, offloading at the regions' boundaries. Around a compiled block
+    the non-reentrant checkpoint's hooks do not reach into the region: the block's activations
+    are saved, and the plan offloads them."""
+    def build(m):
+        m.layers[0] = _Checkpointed(m.layers[0], False)
+        m.layers[0].compile(backend="aot_eager")
+        for i, reentrant in ((1, False), (2, True)):
+            m.layers[i].compile(backend="aot_eager")
+            m.layers[i] = _Checkpointed(m.layers[i], reentrant)
+
+    plain, got = _compiled_pair(tmp_path, build, lambda loss: loss.backward(), layers=3)
+    assert got["losses"] == plain["losses"] and got["params"] == plain["params"]
+    assert {"teraio.region.fwd[layers.0]", "teraio.region.bwd[layers.1.b]",
+            "teraio.region.bwd_end[layers.2.b]"} <= got["regions"], got["regions"]
+    rep, per = got["report"], got["per"]
+    assert rep["steps_offloaded"] == 2 and rep["steps_diverged"] == 0 and per[3] > per[2], rep
+
+
 class _Boom(torch.autograd.Function):
     fail = False
 

@@ -187,7 +187,7 @@ class Region:
             mode = _step_mode()
             if mode is None:  # a backward outside off.step(): nothing to do
                 return None
-            reads = list(saved) + _tensors(grad_outputs, [])
+            reads = _saved_now(saved) + _tensors(grad_outputs, [])
             _run_op(mode, region.bwd, reads, list)
             modes = _modes_off()
             _OFF.append(modes)
@@ -202,11 +202,32 @@ class Region:
             mode, reads = live.pop("mode"), live.pop("reads")
             grads = _tensors(grad_inputs, [])
             _run_op(mode, region.bwd_end, reads, lambda: grads)
-            saved.clear()
+            _hold_weakly(saved)
             return None
 
         node.register_prehook(pre)
         node.register_hook(post)
+
+
+def _hold_weakly(saved):
+    """After a region's backward node ran: the tensors its forward saved are held weakly from
+    now on. Autograd keeps them (through the node) only where the graph is retained
+    (backward(retain_graph=True)), for a next backward through the node, which reads them
+    again; otherwise they go when autograd releases them, as an eager operator's would."""
+    import weakref
+
+    saved[:] = [weakref.ref(t) if isinstance(t, torch.Tensor) else t for t in saved]
+
+
+def _saved_now(saved):
+    """The tensors a region's forward saved that are still alive (saved: the tensors, or weak
+    references to them after a backward through the region, _hold_weakly)."""
+    out = []
+    for x in saved:
+        t = x if isinstance(x, torch.Tensor) else x()
+        if t is not None:
+            out.append(t)
+    return out
 
 
 def function_region(name, fn):

@@ -67,12 +67,12 @@ if offload:
 def seq(i):
     if scenario != "reshape":
         return 64
-    return 96 if 3 <= i < 6 else 64
+    return 96 if 4 <= i < 7 else 64
 
 
 losses = []
 per_step = []
-for i in range(STEPS):
+for i in range(STEPS + (3 if scenario == "reshape" else 0)):
     with off.step() if off is not None else __import__("contextlib").nullcontext():
         for j in range(ACC):
             loss = loss_of(make_batch(cfg, 8, seq(i), i * ACC + j)) / ACC
@@ -164,13 +164,13 @@ def test_compiled_blocks_bitwise_and_offloading(scenario):
     else:
         assert got["graphs"] == plain["graphs"], (got["graphs"], plain["graphs"])
     if scenario == "reshape":
-        # steps 0-2 length 64 (one graph: the blocks share their code, their parameters are
-        # the graph's inputs), steps 3-5 length 96 (recompiled once, with a dynamic length: one
-        # more graph), steps 6-7 length 64 again (the dynamic graph runs it: no more). The new
-        # length is a new kind of step: profiled once (step 3), then offloaded (steps 4, 5);
-        # back at the first length the first kind's plan runs at once (step 6 offloads), and
+        # steps 0-3 length 64 (one graph: the blocks share their code, their parameters are
+        # the graph's inputs), steps 4-6 length 96 (recompiled once, with a dynamic length: one
+        # more graph), steps 7-10 length 64 again (the dynamic graph runs it: no more). The new
+        # length is a new kind of step: profiled once (step 4), then offloaded (steps 5, 6);
+        # back at the first length the first kind's plan runs at once (step 7 offloads), and
         # nothing diverges
         assert plain["graphs"] == 2, plain["graphs"]
         assert rep["steps_profiled"] == 2 and rep["replans"] == 2, rep
-        assert per[3] == per[2] and per[3] < per[4] < per[5] < per[6], per
+        assert per[4] == per[3] and per[4] < per[5] < per[6] < per[7], per
     assert "ran uncompiled" not in err

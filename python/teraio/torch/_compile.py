@@ -171,6 +171,8 @@ class Region:
 
         _run_op(mode, self.fwd, reads, run)
         out = box["out"]
+        if self.module is None:
+            _check_function_reads(self.name, out, reads)
         nodes = {}
         for t in _tensors(out, []):
             if t.grad_fn is not None:
@@ -230,10 +232,39 @@ def _saved_now(saved):
     return out
 
 
+def _check_function_reads(name, out, reads):
+    """A function region reads only its arguments: RuntimeError where its compiled graphs
+    read a tensor that autograd accumulates a gradient into (a parameter) that is not one of
+    them (reached through a closure or a global, e.g. torch.compile(lambda t: model.loss(t))):
+    the plan did not hold it in memory for the region. Seen on the autograd graph the call
+    made, walked from its outputs back to its arguments' own nodes; raised in the forward,
+    before any update."""
+    mine = {id(t) for t in reads}
+    stop = {id(t.grad_fn) for t in reads if t.grad_fn is not None}
+    todo = [t.grad_fn for t in _tensors(out, []) if t.grad_fn is not None]
+    seen = set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen or id(node) in stop:
+            continue
+        seen.add(id(node))
+        v = getattr(node, "variable", None)
+        if v is not None and id(v) not in mine:
+            raise RuntimeError(
+                f"function region {name}: its compiled function read a tensor that is not "
+                f"one of its arguments (shape {tuple(v.shape)}, requires grad: a parameter "
+                "reached through a closure or a global); a function region reads only its "
+                "arguments. Pass the tensors it reads as arguments, or compile the module "
+                "that holds them (block.compile()) instead")
+        todo.extend(n for n, _ in node.next_functions)
+
+
 def function_region(name, fn):
     """fn (a function compiled with torch.compile) as a region of any Offloader's step: the
     returned callable runs fn as one pseudo-operator inside off.step() (reading its arguments,
-    writing its outputs and saved tensors), and fn as it is outside. Idempotent."""
+    writing its outputs and saved tensors), and fn as it is outside. Idempotent. fn must read
+    no tensor but its arguments (a parameter it reads otherwise is refused at its call:
+    _check_function_reads). Public as teraio.function_region."""
     if getattr(fn, _ATTR, None) is not None:
         return fn
     region = Region(name, None, fn)

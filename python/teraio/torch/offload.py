@@ -448,6 +448,10 @@ class Offloader:
         blocks are already regions; the step's plan, made for the model run per operator, does
         not match it (the step diverges: everything comes back), and at the step's end every
         plan is dropped (_after_split). RuntimeError where it cannot be split."""
+        import torch
+
+        if torch.compiler.is_compiling():  # traced into a compiled caller: nothing to do
+            return None
         from teraio.torch import _compile
 
         w = _compile.wrapper_calling(self.model)

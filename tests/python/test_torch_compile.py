@@ -8,9 +8,14 @@ into its blocks, each compiled with the model's options. Refused:
 - the whole model compiled, without blocks (children of an nn.ModuleList or nn.ModuleDict):
   ValueError;
 - a compiled block inside a compiled model: ValueError;
-- the whole model compiled after: RuntimeError when the next step starts, before any of its code;
+- the whole model compiled after the Offloader, without blocks: RuntimeError when the next step
+  starts (model.compile()) or at the wrapper's call (torch.compile(model)); with blocks it is
+  split and planned anew;
 - a compiled function called inside a step: RuntimeError at the optimizer's step, before it
-  updates anything.
+  updates anything (also after blocks compiled with fullgraph=True); wrapped by
+  teraio.function_region it is a region, refused where it reads a parameter that is not among
+  its arguments.
+Also here: retain_graph and activation checkpointing with compiled blocks, bitwise.
 """
 import hashlib
 
@@ -265,9 +270,9 @@ def test_compiled_function_is_refused_after_fullgraph_regions(tmp_path):
 def _compiled_pair(tmp_path, build, backward, layers=2, steps=4, loss=None):
     """The same training without and with teraio: the example model with `layers` blocks,
     changed by build(model) (its blocks compiled, aot_eager), `steps` steps of
-    backward(loss) (loss(model, tokens), model.loss by default). Returns both runs' losses and parameters, and teraio's report, bytes
-    offloaded after each step and regions recorded. Dynamo's caches are shared by the two runs
-    (the same compiled code)."""
+    backward(loss) (loss(model, tokens), model.loss by default). Returns both runs' losses
+    and parameters, and teraio's report, bytes offloaded after each step and regions recorded.
+    Dynamo's caches are shared by the two runs (the same compiled code)."""
     import contextlib
 
     loss_of = loss

@@ -19,9 +19,13 @@ boundaries: a block's parameters and saved activations can leave between its for
 backward, exactly as an eager operator's would. The eager parts of the step (embedding, loss,
 optimizer.step) stay per operator. Nothing inside a region is moved.
 
-Not supported (refused by name, teraio.torch._offload_args._compiled_module): the whole model
-compiled (no region boundary inside it to move anything at), and compiled functions (not
-modules) called inside a step (Dynamo skips them under the mode: refused at the optimizer's step).
+The whole model compiled is split into its blocks (split_whole): when the Offloader is made,
+at the next step's start (model.compile() after it), or at a torch.compile(model) wrapper's
+first call (wrapper_calling). A compiled function is a region where it is wrapped
+(function_region) and reads no parameter but its arguments. Refused by name
+(teraio.torch._offload_args._compiled_module, _planning.check_dynamo): a whole model that cannot
+be split (no blocks, modules compiled inside it), and compiled code that ran uncompiled inside a
+step (Dynamo skips it under the mode: refused at the optimizer's step).
 """
 from __future__ import annotations
 
@@ -410,10 +414,11 @@ def wrapper_calling(model):
 def run_split_call_eagerly(skips):
     """In the model's forward pre-hook, where the torch.compile(model) wrapper whose call this
     is is about to be split into its blocks: the rest of this call runs as after the split, the
-    model's own code per operator and its blocks as regions. Dynamo's frame callback, which the wrapper set
-    for its call, is taken off until the wrapper returns (its exit puts back what was before),
-    so the model's eager frames are not reported as skipped; the frames it already skipped on
-    the way here (teraio's own hooks) are dropped from skips, the list the step watches."""
+    model's own code per operator and its blocks as regions. Dynamo's frame callback, which the
+    wrapper set for its call, is taken off until the wrapper returns (its exit puts back what
+    was before), so the model's eager frames are not reported as skipped; the frames it already
+    skipped on the way here (teraio's own hooks) are dropped from skips, the list the step
+    watches."""
     import os
     import sys
 
@@ -463,3 +468,67 @@ def install(model):
             setattr(region, _ATTR, region)
             m._compiled_call_impl = region
     return names
+
+
+# ---- the whole model compiled after the Offloader was made (Offloader._split_later, ...) -------
+def split_later(off):
+    """At a step's start: the model compiled whole in place (model.compile()) since the
+    Offloader was made is split into its compiled blocks, as when the Offloader is made, and
+    planned anew (after_split: this step is a warm-up step, in which the blocks compile);
+    RuntimeError, before any of the step's code, where it cannot be split."""
+    from teraio.torch._offload_args import _COMPILE_HELP, _compiled_module
+
+    later = whole_model(off.model) is not None
+    compiled = _compiled_module(off.model, split=later)
+    if compiled is not None:
+        raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was made; "
+                           "this step did not start). " + _COMPILE_HELP)
+    if later:
+        after_split(off, "model.compile()", warm=True)
+
+
+def compiled_later(off, module, args):
+    """The model's forward pre-hook: a torch.compile(model) wrapper made after the Offloader
+    (which holds the model, not the wrapper: the wrapper's first call is where it is seen) is
+    split into its compiled blocks there, so that this call's blocks are already regions; the
+    step's plan, made for the model run per operator, does not match it (the step diverges:
+    everything comes back), and at the step's end every plan is dropped (after_split, from
+    Offloader.step). RuntimeError where it cannot be split."""
+    if torch.compiler.is_compiling():  # traced into a compiled caller: nothing to do
+        return None
+    w = wrapper_calling(off.model)
+    if w is None:
+        return None
+    from teraio.torch._offload_args import _COMPILE_HELP
+
+    run_split_call_eagerly(off._dynamo_skips if off._in_step else None)
+    why = split_whole(w)
+    if why is not None:
+        raise RuntimeError(f"model: {why} (torch.compile, after the Offloader was made). "
+                           + _COMPILE_HELP)
+    install(off.model)
+    if off._in_step:
+        off._resplit = "torch.compile(model)"
+    else:  # between steps: the next step compiles the blocks
+        after_split(off, "torch.compile(model)", warm=True)
+    return None
+
+
+def after_split(off, how, warm):
+    """off's model was split into compiled blocks after the Offloader was made: its plans,
+    recorded while it ran per operator, no longer describe its steps. Every offloaded tensor
+    comes back and every plan is dropped; with warm (the blocks compile in the next step) the
+    next step is a warm-up step again. Then steps are profiled and planned as after the first
+    warm-up."""
+    from teraio.torch._offload_args import _warn
+
+    off._resplit = None
+    off._restore_all()
+    off._step_kinds.drop_all()
+    off._trace = off._plan = off._prog = off._loaded = None
+    if warm:
+        off._rewarm = off._steps + off.warmup_steps
+    _warn(f"teraio: the model was compiled whole ({how}) after the Offloader was made: split "
+          "into its blocks, each compiled on its own and run as a region; "
+          + ("the next step is a warm-up step, then steps are profiled again" if warm else
+             "the next step is profiled again"))

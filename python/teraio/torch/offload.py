@@ -425,66 +425,21 @@ class Offloader:
                 self._arm_guard()
                 self._log_io()
 
-    # ---- torch.compile after the Offloader was made (teraio.torch._compile) ------------------
+    # ---- torch.compile after the Offloader was made: teraio.torch._compile -----------------
     def _split_later(self):
-        """At a step's start: the model compiled whole in place (model.compile()) since the
-        Offloader was made is split into its compiled blocks, as when the Offloader is made, and
-        planned anew (_after_split: this step is a warm-up step, in which the blocks compile);
-        RuntimeError, before any of the step's code, where it cannot be split."""
         from teraio.torch import _compile
 
-        later = _compile.whole_model(self.model) is not None
-        compiled = _compiled_module(self.model, split=later)
-        if compiled is not None:
-            raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was "
-                               "made; this step did not start). " + _COMPILE_HELP)
-        if later:
-            self._after_split("model.compile()", warm=True)
+        _compile.split_later(self)
 
     def _compiled_later(self, module, args):
-        """The model's forward pre-hook: a torch.compile(model) wrapper made after the
-        Offloader (the Offloader holds the model, not the wrapper: the wrapper's first call
-        is where it is seen) is split into its compiled blocks there, so that this call's
-        blocks are already regions; the step's plan, made for the model run per operator, does
-        not match it (the step diverges: everything comes back), and at the step's end every
-        plan is dropped (_after_split). RuntimeError where it cannot be split."""
-        import torch
-
-        if torch.compiler.is_compiling():  # traced into a compiled caller: nothing to do
-            return None
         from teraio.torch import _compile
 
-        w = _compile.wrapper_calling(self.model)
-        if w is None:
-            return None
-        _compile.run_split_call_eagerly(self._dynamo_skips if self._in_step else None)
-        why = _compile.split_whole(w)
-        if why is not None:
-            raise RuntimeError(f"model: {why} (torch.compile, after the Offloader was made). "
-                               + _COMPILE_HELP)
-        _compile.install(self.model)
-        if self._in_step:
-            self._resplit = "torch.compile(model)"
-        else:  # between steps: the next step compiles the blocks
-            self._after_split("torch.compile(model)", warm=True)
-        return None
+        return _compile.compiled_later(self, module, args)
 
     def _after_split(self, how, warm):
-        """The model was split into compiled blocks after the Offloader was made: its plans,
-        recorded while it ran per operator, no longer describe its steps. Every offloaded
-        tensor comes back and every plan is dropped; with warm (the blocks compile in the next
-        step) the next step is a warm-up step again. Then steps are profiled and planned as
-        after the first warm-up."""
-        self._resplit = None
-        self._restore_all()
-        self._step_kinds.drop_all()
-        self._trace = self._plan = self._prog = self._loaded = None
-        if warm:
-            self._rewarm = self._steps + self.warmup_steps
-        _warn(f"teraio: the model was compiled whole ({how}) after the Offloader was made: "
-              "split into its blocks, each compiled on its own and run as a region; "
-              + ("the next step is a warm-up step, then steps are profiled again"
-                 if warm else "the next step is profiled again"))
+        from teraio.torch import _compile
+
+        _compile.after_split(self, how, warm)
 
     def _log_io(self):
         """Transfers the engine retried (transient failures) or found corrupt (verify) since the

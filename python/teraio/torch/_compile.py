@@ -509,7 +509,7 @@ def compiled_later(off, module, args):
     install(off.model)
     if off._in_step:
         off._resplit = "torch.compile(model)"
-    else:  # between steps: the next step compiles the blocks
+    else:  # between steps, outside Dynamo (a call traced by it returned above)
         after_split(off, "torch.compile(model)", warm=True)
     return None
 

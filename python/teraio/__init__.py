@@ -26,4 +26,8 @@ def __getattr__(name):
         from teraio.torch.offload import Offloader
 
         return Offloader
+    if name == "function_region":  # a compiled function run as a region of a step
+        from teraio.torch._compile import function_region
+
+        return function_region
     raise AttributeError(f"module 'teraio' has no attribute {name!r}")

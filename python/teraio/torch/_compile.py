@@ -19,11 +19,17 @@ boundaries: a block's parameters and saved activations can leave between its for
 backward, exactly as an eager operator's would. The eager parts of the step (embedding, loss,
 optimizer.step) stay per operator. Nothing moves while a region's compiled code runs.
 
-Not supported (refused by name, teraio.torch._offload_args._compiled_module): the whole model
-compiled (no region boundary inside it to move anything at), and compiled functions (not
-modules) called inside a step (Dynamo skips them under the mode: refused at the optimizer's step).
+The whole model compiled is split into its blocks (split_whole): when the Offloader is made,
+at the next step's start (model.compile() after it), or at a torch.compile(model) wrapper's
+first call (wrapper_calling). A compiled function is a region where it is wrapped
+(function_region) and reads no parameter but its arguments. Refused by name
+(teraio.torch._offload_args._compiled_module, _planning.check_dynamo): a whole model that cannot
+be split (no blocks, modules compiled inside it), and compiled code that ran uncompiled inside a
+step (Dynamo skips it under the mode: refused at the optimizer's step).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch.utils._python_dispatch import (_disable_current_modes, _get_current_dispatch_mode,
@@ -54,6 +60,24 @@ def reopen():
     """Put back the dispatch modes a failed region backward left off."""
     while _OFF:
         _modes_on(_OFF.pop())
+
+
+@contextlib.contextmanager
+def _skip_watch_kept():
+    """Around a region's compiled call: the list in which Dynamo records the frames it skips
+    (dynamo_tls.skip_reasons, which the Offloader watches during a step for compiled code that
+    ran uncompiled under its dispatch mode) is the same list after the call. A call compiled
+    with fullgraph=True (TorchTitan compiles its blocks so) sets a list of its own and leaves
+    None behind, which would blind the watch for the rest of the step."""
+    from teraio.torch._offload_args import _dynamo_tls
+
+    tls = _dynamo_tls()
+    kept = tls.skip_reasons if tls is not None else None
+    try:
+        yield
+    finally:
+        if tls is not None:
+            tls.skip_reasons = kept
 
 
 class _Packet:
@@ -141,12 +165,14 @@ class Region:
         saved = []  # the activations the compiled forward packs (_saved_hooks.collect)
 
         def run():
-            with _disable_current_modes(), _saved_hooks.collect(saved):
+            with _disable_current_modes(), _skip_watch_kept(), _saved_hooks.collect(saved):
                 box["out"] = self.call(*args, **kwargs)
             return _tensors(box["out"], []) + saved
 
         _run_op(mode, self.fwd, reads, run)
         out = box["out"]
+        if self.module is None:
+            _check_function_reads(self.name, out, reads)
         nodes = {}
         for t in _tensors(out, []):
             if t.grad_fn is not None:
@@ -167,7 +193,7 @@ class Region:
             mode = _step_mode()
             if mode is None:  # a backward outside off.step(): nothing to do
                 return None
-            reads = list(saved) + _tensors(grad_outputs, [])
+            reads = _saved_now(saved) + _tensors(grad_outputs, [])
             _run_op(mode, region.bwd, reads, list)
             modes = _modes_off()
             _OFF.append(modes)
@@ -182,17 +208,67 @@ class Region:
             mode, reads = live.pop("mode"), live.pop("reads")
             grads = _tensors(grad_inputs, [])
             _run_op(mode, region.bwd_end, reads, lambda: grads)
-            saved.clear()
+            _hold_weakly(saved)
             return None
 
         node.register_prehook(pre)
         node.register_hook(post)
 
 
+def _hold_weakly(saved):
+    """After a region's backward node ran: the tensors its forward saved are held weakly from
+    now on. Autograd keeps them (through the node) only where the graph is retained
+    (backward(retain_graph=True)), for a next backward through the node, which reads them
+    again; otherwise they go when autograd releases them, as an eager operator's would."""
+    import weakref
+
+    saved[:] = [weakref.ref(t) if isinstance(t, torch.Tensor) else t for t in saved]
+
+
+def _saved_now(saved):
+    """The tensors a region's forward saved that are still alive (saved: the tensors, or weak
+    references to them after a backward through the region, _hold_weakly)."""
+    out = []
+    for x in saved:
+        t = x if isinstance(x, torch.Tensor) else x()
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def _check_function_reads(name, out, reads):
+    """A function region reads only its arguments: RuntimeError where its compiled graphs
+    read a tensor that autograd accumulates a gradient into (a parameter) that is not one of
+    them (reached through a closure or a global, e.g. torch.compile(lambda t: model.loss(t))):
+    the plan did not hold it in memory for the region. Seen on the autograd graph the call
+    made, walked from its outputs back to its arguments' own nodes; raised in the forward,
+    before any update."""
+    mine = {id(t) for t in reads}
+    stop = {id(t.grad_fn) for t in reads if t.grad_fn is not None}
+    todo = [t.grad_fn for t in _tensors(out, []) if t.grad_fn is not None]
+    seen = set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen or id(node) in stop:
+            continue
+        seen.add(id(node))
+        v = getattr(node, "variable", None)
+        if v is not None and id(v) not in mine:
+            raise RuntimeError(
+                f"function region {name}: its compiled function read a tensor that is not "
+                f"one of its arguments (shape {tuple(v.shape)}, requires grad: a parameter "
+                "reached through a closure or a global); a function region reads only its "
+                "arguments. Pass the tensors it reads as arguments, or compile the module "
+                "that holds them (block.compile()) instead")
+        todo.extend(n for n, _ in node.next_functions)
+
+
 def function_region(name, fn):
     """fn (a function compiled with torch.compile) as a region of any Offloader's step: the
     returned callable runs fn as one pseudo-operator inside off.step() (reading its arguments,
-    writing its outputs and saved tensors), and fn as it is outside. Idempotent."""
+    writing its outputs and saved tensors), and fn as it is outside. Idempotent. fn must read
+    no tensor but its arguments (a parameter it reads otherwise is refused at its call:
+    _check_function_reads). Public as teraio.function_region."""
     if getattr(fn, _ATTR, None) is not None:
         return fn
     region = Region(name, None, fn)
@@ -312,6 +388,46 @@ def split_whole(model):
     return None
 
 
+def wrapper_calling(model):
+    """In a forward pre-hook of model: the torch.compile(model) wrapper (an OptimizedModule
+    whose _orig_mod is model, not split yet) whose call this is, else None. A wrapper made after
+    the Offloader is not referenced by the model: it is found on the stack of the call, once
+    Dynamo says a wrapper is being called (_is_in_optimized_module)."""
+    import sys
+
+    ef = sys.modules.get("torch._dynamo.eval_frame")
+    if ef is None or not ef._is_in_optimized_module():
+        return None
+    f = sys._getframe(1)
+    for _ in range(64):
+        if f is None:
+            break
+        if "self" in f.f_code.co_varnames:
+            s = f.f_locals.get("self")
+            if isinstance(s, ef.OptimizedModule) and getattr(s, "_orig_mod", None) is model \
+                    and _SPLIT not in s.__dict__:
+                return s
+        f = f.f_back
+    return None
+
+
+def run_split_call_eagerly(skips):
+    """In the model's forward pre-hook, where the torch.compile(model) wrapper whose call this
+    is is about to be split into its blocks: the rest of this call runs as after the split, the
+    model's own code per operator and its blocks as regions. Dynamo's frame callback, which the
+    wrapper set for its call, is taken off until the wrapper returns (its exit puts back what
+    was before), so the model's eager frames are not reported as skipped; the frames it already
+    skipped on the way here (teraio's own hooks) are dropped from skips, the list the step
+    watches."""
+    import os
+    import sys
+
+    sys.modules["torch._dynamo.eval_frame"].set_eval_frame(None)
+    if skips:
+        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        skips[:] = [r for r in skips if own not in r]
+
+
 def nested(model):
     """The name of a compiled module inside another compiled module, else None (its region
     would be inside the outer one's compiled code, where nothing is seen)."""
@@ -352,3 +468,67 @@ def install(model):
             setattr(region, _ATTR, region)
             m._compiled_call_impl = region
     return names
+
+
+# ---- the whole model compiled after the Offloader was made (Offloader._split_later, ...) -------
+def split_later(off):
+    """At a step's start: the model compiled whole in place (model.compile()) since the
+    Offloader was made is split into its compiled blocks, as when the Offloader is made, and
+    planned anew (after_split: this step is a warm-up step, in which the blocks compile);
+    RuntimeError, before any of the step's code, where it cannot be split."""
+    from teraio.torch._offload_args import _COMPILE_HELP, _compiled_module
+
+    later = whole_model(off.model) is not None
+    compiled = _compiled_module(off.model, split=later)
+    if compiled is not None:
+        raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was made; "
+                           "this step did not start). " + _COMPILE_HELP)
+    if later:
+        after_split(off, "model.compile()", warm=True)
+
+
+def compiled_later(off, module, args):
+    """The model's forward pre-hook: a torch.compile(model) wrapper made after the Offloader
+    (which holds the model, not the wrapper: the wrapper's first call is where it is seen) is
+    split into its compiled blocks there, so that this call's blocks are already regions; the
+    step's plan, made for the model run per operator, does not match it (the step diverges:
+    everything comes back), and at the step's end every plan is dropped (after_split, from
+    Offloader.step). RuntimeError where it cannot be split."""
+    if torch.compiler.is_compiling():  # traced into a compiled caller: nothing to do
+        return None
+    w = wrapper_calling(off.model)
+    if w is None:
+        return None
+    from teraio.torch._offload_args import _COMPILE_HELP
+
+    run_split_call_eagerly(off._dynamo_skips if off._in_step else None)
+    why = split_whole(w)
+    if why is not None:
+        raise RuntimeError(f"model: {why} (torch.compile, after the Offloader was made). "
+                           + _COMPILE_HELP)
+    install(off.model)
+    if off._in_step:
+        off._resplit = "torch.compile(model)"
+    else:  # between steps, outside Dynamo (a call traced by it returned above)
+        after_split(off, "torch.compile(model)", warm=True)
+    return None
+
+
+def after_split(off, how, warm):
+    """off's model was split into compiled blocks after the Offloader was made: its plans,
+    recorded while it ran per operator, no longer describe its steps. Every offloaded tensor
+    comes back and every plan is dropped; with warm (the blocks compile in the next step) the
+    next step is a warm-up step again. Then steps are profiled and planned as after the first
+    warm-up."""
+    from teraio.torch._offload_args import _warn
+
+    off._resplit = None
+    off._restore_all()
+    off._step_kinds.drop_all()
+    off._trace = off._plan = off._prog = off._loaded = None
+    if warm:
+        off._rewarm = off._steps + off.warmup_steps
+    _warn(f"teraio: the model was compiled whole ({how}) after the Offloader was made: split "
+          "into its blocks, each compiled on its own and run as a region; "
+          + ("the next step is a warm-up step, then steps are profiled again" if warm else
+             "the next step is profiled again"))

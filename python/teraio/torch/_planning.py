@@ -32,6 +32,13 @@ def check_budget_params(model, budget):
             f"least a few times the largest parameter)")
 
 
+_FUNCTION_HELP = (
+    "A function compiled on its own (torch.compile(fn)) runs as a region of the step only where "
+    "it is wrapped, fn = teraio.function_region(name, fn), and reads no tensor but its "
+    "arguments (as TorchTitan's compiled loss; not a function that reads the model's "
+    "parameters). ")
+
+
 def check_dynamo(skips, state):
     """RuntimeError if Dynamo skipped a compiled frame in this step because of the Offloader's
     dispatch mode (a torch.compile'd function or module called inside it); skips: the reasons
@@ -42,7 +49,8 @@ def check_dynamo(skips, state):
     if hit is not None:
         skips.clear()
         raise RuntimeError(f"torch.compile'd code was called inside off.step() and ran "
-                           f"uncompiled ({hit.split(': ')[0]}; {state}). " + _COMPILE_HELP)
+                           f"uncompiled ({hit.split(': ')[0]}; {state}). " + _FUNCTION_HELP
+                           + _COMPILE_HELP)
 
 
 def _probe_mixed(engine, eid, ptr, n, tier):

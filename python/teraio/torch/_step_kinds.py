@@ -210,6 +210,14 @@ class StepKinds:
             self.plans.pop(self.cur_key, None)
         self.cur_key = None
 
+    def drop_all(self):
+        """Every plan is dropped (the model's compiled regions changed): each kind of step is
+        profiled again."""
+        self.plans.clear()
+        self.profiled.clear()
+        self.cur_key = None
+        self.key = None
+
     def info(self, key):
         """What report() says of one kind of step (kinds): created on first use."""
         info = self.kinds.get(key)

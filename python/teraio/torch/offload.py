@@ -192,6 +192,8 @@ class Offloader:
         self._saver = Saver()
         self._driver = None
         self._steps = 0
+        self._rewarm = 0  # steps before this one are warm-up steps too (_after_split)
+        self._resplit = None  # the model was split into compiled blocks during this step
         self._loaded = None  # (trace, plan, prog) from plan=, until the first step after warm-up
         self._opt_ran = False
         self._step_state = None  # the running step's ("warmup", "profile", "execute")
@@ -251,6 +253,7 @@ class Offloader:
         if model is not None and hasattr(model, "register_forward_pre_hook"):
             h.append(model.register_forward_pre_hook(
                 lambda *a: self._outside("the model's forward")))
+            h.append(model.register_forward_pre_hook(self._compiled_later))
             for m in model.modules():
                 h.append(m.register_state_dict_pre_hook(
                     lambda *a: self._outside("the model's state_dict()")))
@@ -416,9 +419,27 @@ class Offloader:
                 yield self
         finally:
             self._in_step = False
+            if self._resplit is not None and not self._closed:
+                self._after_split(self._resplit, warm=False)
             if not self._closed:
                 self._arm_guard()
                 self._log_io()
+
+    # ---- torch.compile after the Offloader was made: teraio.torch._compile -----------------
+    def _split_later(self):
+        from teraio.torch import _compile
+
+        _compile.split_later(self)
+
+    def _compiled_later(self, module, args):
+        from teraio.torch import _compile
+
+        return _compile.compiled_later(self, module, args)
+
+    def _after_split(self, how, warm):
+        from teraio.torch import _compile
+
+        _compile.after_split(self, how, warm)
 
     def _log_io(self):
         """Transfers the engine retried (transient failures) or found corrupt (verify) since the
@@ -454,16 +475,13 @@ class Offloader:
         self._step_kinds.user_kind = kind
         from teraio.torch._mode import StepMode, collect_globals
 
-        compiled = _compiled_module(self.model)
-        if compiled is not None:
-            raise RuntimeError(f"model: {compiled} (torch.compile, after the Offloader was "
-                               "made; this step did not start). " + _COMPILE_HELP)
+        self._split_later()
         globals_ = collect_globals(self._gmodel, self.optimizer)
         self._detect_device(globals_)
         self._opt_ran = self._in_optim = False
         self._cur = None  # (state, driver, bounded) once the step's plan is chosen
         self._step_state = None
-        if self._steps < self.warmup_steps:
+        if self._steps < max(self.warmup_steps, self._rewarm):
             self._start_step(globals_, None)
             driver = self._cur[1]
         else:  # chosen at the step's first operator, by its signature (_Pending)
@@ -671,7 +689,7 @@ class Offloader:
         go to the next executor, or to the bounded path of an unplanned step."""
         kinds = self._step_kinds
         kinds.key = None
-        if self._steps < self.warmup_steps:
+        if self._steps < max(self.warmup_steps, self._rewarm):
             return "warmup"
         key = kinds.key = kinds.key_of(globals_, self._true_nbytes, self.optimizer is not None,
                                        sig)

@@ -186,14 +186,23 @@ class Region:
         return out
 
     def _hook_backward(self, node, saved):
+        import weakref
+
         region = self
         live = {}
+        # weakly: the node holds these hooks; a strong reference back would keep the node and
+        # what it saved alive after autograd let go of the graph
+        node_ref = weakref.ref(node)
 
         def pre(grad_outputs):
             mode = _step_mode()
             if mode is None:  # a backward outside off.step(): nothing to do
                 return None
-            reads = _saved_now(saved) + _tensors(grad_outputs, [])
+            # after a first backward through the node (a retained graph), what autograd still
+            # keeps in it: the activations the forward's graph saved reached the region as other
+            # tensor objects than those autograd holds, so weak references to them may be dead
+            again = _node_saved(node_ref()) if live.get("ran") else []
+            reads = _saved_now(saved) + again + _tensors(grad_outputs, [])
             _run_op(mode, region.bwd, reads, list)
             modes = _modes_off()
             _OFF.append(modes)
@@ -209,6 +218,7 @@ class Region:
             grads = _tensors(grad_inputs, [])
             _run_op(mode, region.bwd_end, reads, lambda: grads)
             _hold_weakly(saved)
+            live["ran"] = True
             return None
 
         node.register_prehook(pre)
@@ -223,6 +233,21 @@ def _hold_weakly(saved):
     import weakref
 
     saved[:] = [weakref.ref(t) if isinstance(t, torch.Tensor) else t for t in saved]
+
+
+def _node_saved(node):
+    """The tensors autograd keeps in `node` for its backward (an AOTAutograd node's context),
+    or none where it keeps none any more (a graph not retained, after its backward). Read only
+    for a second backward through the node: reading them runs their unpack hooks (under
+    activation checkpointing around the region: a recomputation), which a retained graph
+    under checkpointing does not have (PyTorch refuses that with compiled blocks)."""
+    if node is None:
+        return []
+    try:
+        got = getattr(node, "saved_tensors", ())
+    except RuntimeError:  # freed after an earlier backward
+        return []
+    return [t for t in got if isinstance(t, torch.Tensor)]
 
 
 def _saved_now(saved):

@@ -4,7 +4,9 @@ Each comparison runs the same seeded training twice, once plain and once under t
 requires bitwise identical losses and final parameters: the reference is plain PyTorch, computed
 independently of teraio.
 """
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ import teraio  # noqa: E402
 from llama_tiny import LlamaConfig, LlamaTiny, make_batch, train_steps  # noqa: E402
 from train_llama_tiny import PRESETS, param_digest, train  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5  # 1 warm-up, 1 profiled, 3 offloaded
 
 
@@ -62,6 +65,14 @@ def _offload(dir_, tier, memory_budget=0.5, **options):
     return d
 
 
+def _documented_report_keys():
+    """The keys the user guide's table of report() names (its first column)."""
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    table = guide.split("- `report()`: a dict of counters so far:", 1)[1].split("\n\n", 2)[1]
+    return {k for line in table.splitlines() if line.startswith("|")
+            for k in re.findall(r"`(\w+)`", line.split("|")[1])}
+
+
 @pytest.mark.parametrize("tier", ["ssd", "host", "both"])
 def test_bitwise_identical_training(fast_dir, baseline_updated, tier):
     """Bitwise identical to plain PyTorch, with an in-place update between two steps."""
@@ -78,6 +89,8 @@ def test_bitwise_identical_training(fast_dir, baseline_updated, tier):
     assert rep["bytes_prefetched"] > 0
     assert rep["peak_managed_bytes"] <= rep["memory_budget"], rep
     assert rep["memory_budget"] * 2 <= rep["unconstrained_peak_bytes"] + 2
+    assert not set(rep) - _documented_report_keys(), "report() keys missing from the guide"
+    assert rep["host_copies_dropped"] >= 0 and rep["clean_offloads"] >= 0
     if tier == "ssd":
         assert rep["plan"]["bytes_to_host"] == 0
     if tier == "host":

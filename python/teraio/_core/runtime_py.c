@@ -203,7 +203,7 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
     tio_runtime_get_stats(self->rt, &s);
     return Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:K,s:K,s:K,s:d,s:K,s:K,s:K,"
-        "s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:K}",
+        "s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:d,s:K,s:K,s:K}",
         "iterations", (unsigned long long)s.iterations, "kernels", (unsigned long long)s.kernels,
         "offloads", (unsigned long long)s.offloads, "clean_offloads",
         (unsigned long long)s.clean_offloads, "prefetches", (unsigned long long)s.prefetches,
@@ -227,7 +227,8 @@ static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
         (unsigned long long)s.wait_end_count, "wait_end_s", s.wait_end_s, "wait_other_count",
         (unsigned long long)s.wait_other_count, "wait_other_s", s.wait_other_s, "dead_releases",
         (unsigned long long)s.dead_releases, "carried_offloads",
-        (unsigned long long)s.carried_offloads);
+        (unsigned long long)s.carried_offloads, "host_copies_dropped",
+        (unsigned long long)s.host_copies_dropped);
 }
 
 static PyObject *runtime_adopt(RuntimeObject *self, PyObject *args) {

@@ -64,6 +64,8 @@ class Report:
             "tier_full_kept": st.get("tier_full_kept", 0),
             "dead_releases": st.get("dead_releases", 0),
             "carried_offloads": st.get("carried_offloads", 0),
+            "clean_offloads": st.get("clean_offloads", 0),
+            "host_copies_dropped": st.get("host_copies_dropped", 0),
             "io_issue_s": st.get("io_issue_s", 0.0),
         }
         for why in ("read", "write", "budget", "end", "other"):  # the training thread's waits

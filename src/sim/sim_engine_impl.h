@@ -110,11 +110,11 @@ struct eng {
     size_t n_active;           /* transfers in flight (queued on a channel or in latency) */
     uint32_t lru_head, lru_tail;
     /* eviction by next use (a plan's replay with demand eviction: sim_engine_victims.c) */
-    int by_next_use;
-    uint32_t *vheap; /* [n_tensors] the resident tensors an eviction may take, best on top */
-    uint32_t vheap_n;
+    uint32_t *vheap;    /* [n_tensors] the resident tensors an eviction may take, best on top */
     uint64_t *use_next; /* [n_uses] the next use of the use's tensor: a kernel of this
                            iteration, N + first for a global's next iteration, UINT64_MAX none */
+    uint32_t vheap_n;
+    int by_next_use;
     /* compute */
     uint64_t g;       /* next kernel (global index) */
     int running;      /* kernel g is running */

@@ -9,7 +9,8 @@
  * to the SSDs; without SSDs and without host room the runtime keeps the victim and runs above
  * its budget, so eviction stops there and the kernel waits for memory or is an OOM.
  */
-#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <teraio/sim.h>
 
@@ -205,6 +206,26 @@ static int evict_tier(const struct eng *e, uint32_t t) {
     return e->hw->ssd_count > 0 ? TIO_TIER_SSD : -1;
 }
 
+#if !defined(NDEBUG) || defined(TIO_SANITIZED)
+/* Debug and sanitizer builds: the victim a scan of every tensor picks (what the heap must have on
+ * top), NONE32 when the kernel being started uses every resident one. */
+static uint32_t scan_best_victim(const struct eng *e) {
+    uint64_t stamp = e->g + 1;
+    uint32_t best = NONE32;
+    for (uint32_t t = 0; t < e->v->n_tensors; t++) {
+        const struct tstate *s = &e->ts[t];
+        if (s->state != ST_GPU || s->stamp == stamp || (e->v->tflags[t] & SV_PINNED) ||
+            e->v->bytes[t] == 0) {
+            continue;
+        }
+        if (best == NONE32 || better(e, t, best)) {
+            best = t;
+        }
+    }
+    return best;
+}
+#endif
+
 /* The next victim, or NONE32: the heap's top, unless the kernel being started uses it (then it
  * uses every resident tensor left: their next use is this kernel, the nearest there is); the
  * least recently used resident one for LRU. */
@@ -212,7 +233,15 @@ static uint32_t next_victim(struct eng *e, uint32_t *cursor) {
     uint64_t stamp = e->g + 1;
     if (e->by_next_use) {
         uint32_t t = e->vheap_n > 0 ? e->vheap[0] : NONE32;
-        return t != NONE32 && e->ts[t].stamp != stamp ? t : NONE32;
+        t = t != NONE32 && e->ts[t].stamp != stamp ? t : NONE32;
+#if !defined(NDEBUG) || defined(TIO_SANITIZED)
+        if (t != scan_best_victim(e)) {
+            (void)fprintf(stderr, "sim: victim heap picked tensor %u, a scan %u\n", t,
+                          scan_best_victim(e));
+            abort();
+        }
+#endif
+        return t;
     }
     uint32_t t = *cursor;
     while (t != NONE32 &&

@@ -426,6 +426,15 @@ int tio_plan_make(const struct tio_trace *trace,
                   const struct tio_hw *hw,
                   const struct tio_plan_params *params,
                   struct tio_plan **out) {
+    return tio_plan_make_curves(trace, hw, params, out, NULL, NULL);
+}
+
+int tio_plan_make_curves(const struct tio_trace *trace,
+                         const struct tio_hw *hw,
+                         const struct tio_plan_params *params,
+                         struct tio_plan **out,
+                         uint64_t *gpu,
+                         uint64_t *host) {
     if (!trace || !hw || !out) {
         return tio_set_error(TIO_EINVAL, "plan: NULL argument");
     }
@@ -482,6 +491,8 @@ int tio_plan_make(const struct tio_trace *trace,
     if ((rc = tio_pmodel_build(trace, hw, &pp, &m)) < 0) {
         goto fail;
     }
+    m.out_gpu = gpu;
+    m.out_host = host;
     if ((rc = tio_plan_new(hash, n, pol->name, &plan)) < 0) {
         goto fail;
     }

@@ -117,6 +117,8 @@ struct tio_pmodel {
     double ssd_latency_s;
     uint64_t host_cap;  /* bytes */
     uint64_t min_bytes; /* tensors below this never move */
+    uint64_t *out_gpu;  /* [n] or NULL: the planner's GPU memory curve is copied here ... */
+    uint64_t *out_host; /* [n] or NULL: ... and its host memory curve (tio_plan_make_curves) */
 };
 
 /* tio_pmodel_build: liveness and periods of `trace` (tensors below min_bytes, pinned tensors and
@@ -126,6 +128,16 @@ int tio_pmodel_build(const struct tio_trace *trace,
                      const struct tio_plan_params *params,
                      struct tio_pmodel *m);
 void tio_pmodel_free(struct tio_pmodel *m);
+
+/* tio_plan_make_curves: tio_plan_make, also copying the planner's GPU and host memory curves
+ * ([n] each, either may be NULL; a policy without moves leaves them untouched), for the tests
+ * that hold the planners' model against the verifier's. */
+int tio_plan_make_curves(const struct tio_trace *trace,
+                         const struct tio_hw *hw,
+                         const struct tio_plan_params *params,
+                         struct tio_plan **out,
+                         uint64_t *gpu,
+                         uint64_t *host);
 
 /* tio_pmodel_check_working_set: TIO_EINFEASIBLE naming the kernel if capacity is below any
  * kernel's working set (active bytes plus bytes that can never move). */

@@ -54,6 +54,10 @@ static int eng_init(struct eng *e) {
     if (!e->ts) {
         return TIO_ENOMEM;
     }
+    int rc = sim_eng_victims_init(e);
+    if (rc < 0) {
+        return rc;
+    }
     for (size_t t = 0; t < v->n_tensors; t++) {
         struct tstate *s = &e->ts[t];
         s->xfer = NONE32;
@@ -73,7 +77,7 @@ static int eng_init(struct eng *e) {
         } else if (f & SV_GLOBAL) {
             s->state = ST_GPU;
             e->gpu_used += v->bytes[t];
-            sim_eng_lru_touch(e, (uint32_t)t);
+            sim_eng_victim_touch(e, (uint32_t)t);
         } else {
             s->state = ST_DEAD;
         }
@@ -245,6 +249,7 @@ static void eng_result(struct eng *e) {
 }
 
 static void eng_fini(struct eng *e) {
+    sim_eng_victims_fini(e);
     tio_free(e->ts);
     tio_free(e->xf);
     tio_free(e->mq);

@@ -1,8 +1,8 @@
 /*
  * Private state of the simulator's discrete-event engine, shared by its parts, read in this
  * order: sim_engine.c (the loop: init, the next event, handling it, coupled stages),
- * sim_engine_kernel.c (the compute stream), sim_engine_xfer.c (transfers and queues),
- * sim_engine_rates.c (bandwidth and the clock).
+ * sim_engine_kernel.c (the compute stream), sim_engine_victims.c (eviction on demand),
+ * sim_engine_xfer.c (transfers and queues), sim_engine_rates.c (bandwidth and the clock).
  *
  * The engine: one compute stream, four transfer channels shared by a fluid,
  * priority-ordered allocation of bandwidth (docs/simulator.md).
@@ -65,6 +65,8 @@ struct tstate {
     /* LRU list (resident tensors only) */
     uint32_t lnext, lprev;
     uint8_t in_lru;
+    uint32_t hpos;        /* position in the victim heap, NONE32 when not in it */
+    uint64_t next_use;    /* by next use: the global index of the kernel that uses it next */
     uint64_t stamp;       /* kernel seq of the last check (used by the kernel being started) */
     uint64_t mq_deadline; /* queued for memory (ST_QUEUED): the prefetch's deadline ... */
     int32_t mq_urgent;    /* ... and urgency, which it keeps when memory is granted */
@@ -107,6 +109,12 @@ struct eng {
     uint64_t offload_inflight; /* bytes that offloads in flight will free */
     size_t n_active;           /* transfers in flight (queued on a channel or in latency) */
     uint32_t lru_head, lru_tail;
+    /* eviction by next use (a plan's replay with demand eviction: sim_engine_victims.c) */
+    uint32_t *vheap;    /* [n_tensors] the resident tensors an eviction may take, best on top */
+    uint64_t *use_next; /* [n_uses] the next use of the use's tensor: a kernel of this
+                           iteration, N + first for a global's next iteration, UINT64_MAX none */
+    uint32_t vheap_n;
+    int by_next_use;
     /* compute */
     uint64_t g;       /* next kernel (global index) */
     int running;      /* kernel g is running */
@@ -169,14 +177,25 @@ struct eng_group {
     size_t n_links;
 };
 
-/* ---- sim_engine_xfer.c: transfers, the FIFOs of the path classes, the LRU list ---- */
+/* ---- sim_engine_victims.c: eviction on demand ---- */
+
+/* Set up the victims (before any tensor is touched); 0 or TIO_ENOMEM. _fini frees them. */
+int sim_eng_victims_init(struct eng *e);
+void sim_eng_victims_fini(struct eng *e);
+/* Take t out of the victims (no-op when it is not among them). */
+void sim_eng_victim_remove(struct eng *e, uint32_t t);
+/* t changed state or was used: LRU moves it to the most-recently-used end, the heap takes it
+ * in or re-keys it (no-op unless the view evicts on demand). */
+void sim_eng_victim_touch(struct eng *e, uint32_t t);
+/* The kernel being started (e->g) uses t through use u: its next use moves on, then touch. */
+void sim_eng_victim_used(struct eng *e, uint32_t t, uint64_t u);
+/* Evict idle tensors until `need` more bytes fit, as far as the policy can; 0 or < 0. */
+int sim_eng_evict(struct eng *e, uint64_t need);
+
+/* ---- sim_engine_xfer.c: transfers, the FIFOs of the path classes ---- */
 
 /* Unlink transfer id from its FIFO. */
 void sim_eng_q_remove(struct eng *e, uint32_t id);
-/* Take t off the LRU list (no-op when it is not on it). */
-void sim_eng_lru_remove(struct eng *e, uint32_t t);
-/* Move t to the most-recently-used end (no-op unless the view evicts on demand). */
-void sim_eng_lru_touch(struct eng *e, uint32_t t);
 /* Record the GPU / host peak while measuring. */
 void sim_eng_note_gpu(struct eng *e);
 void sim_eng_note_host(struct eng *e);

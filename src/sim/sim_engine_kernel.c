@@ -73,34 +73,6 @@ static int issue_moves(struct eng *e, uint64_t k, uint64_t iter_base) {
     return 0;
 }
 
-/* LRU: evict least-recently-used resident tensors until `need` more bytes fit. */
-static int lru_evict(struct eng *e, uint64_t need) {
-    uint64_t stamp = e->g + 1;
-    uint32_t t = e->lru_head;
-    uint64_t host_cap = e->hw->host_offload_cap_bytes;
-    while (t != NONE32 && e->gpu_used - e->offload_inflight + need > e->v->capacity) {
-        uint32_t next = e->ts[t].lnext;
-        struct tstate *s = &e->ts[t];
-        if (s->state == ST_GPU && s->stamp != stamp && !(e->v->tflags[t] & SV_PINNED)) {
-            uint64_t b = e->v->bytes[t];
-            /* LRU uses the host cap; a plan's evictions go to the SSDs where there are some:
-             * the host budget is the plan's, which counts on it for its own moves */
-            int host_ok = e->v->lru || e->hw->ssd_count == 0;
-            int to = (host_ok && e->host_used + b <= host_cap) ? TIO_TIER_HOST : TIO_TIER_SSD;
-            if (e->measuring) {
-                e->sim->r.n_demand_evictions++;
-                e->sim->r.demand_evicted_bytes += b;
-            }
-            int rc = sim_eng_offload(e, t, to, 1, 1, UINT64_MAX);
-            if (rc < 0) {
-                return rc;
-            }
-        }
-        t = next;
-    }
-    return 0;
-}
-
 void sim_eng_set_oom(struct eng *e, uint64_t need) {
     e->oom = TIO_SIM_OOM_GPU;
     e->oom_kernel = e->g % e->N;
@@ -250,7 +222,7 @@ claim_uses(struct eng *e, uint64_t k, uint64_t *births, uint64_t *queued, int *w
  * recounted when the queued fetches may have started meanwhile. */
 static int make_room(struct eng *e, uint64_t k, uint64_t births, uint64_t queued, uint64_t *need) {
     const struct sim_view *v = e->v;
-    int rc = lru_evict(e, *need);
+    int rc = sim_eng_evict(e, *need);
     if (rc < 0) {
         return rc;
     }
@@ -291,7 +263,7 @@ static void start_kernel(struct eng *e, uint64_t k) {
         if (v->use_mode[u] & TIO_USE_WRITE) {
             s->valid[TIO_TIER_HOST] = s->valid[TIO_TIER_SSD] = 0;
         }
-        sim_eng_lru_touch(e, t);
+        sim_eng_victim_used(e, t, u);
     }
     sim_eng_note_gpu(e);
     double stall = e->t - e->t_ready;
@@ -458,7 +430,7 @@ int sim_eng_end_kernel(struct eng *e) {
             if (s->state == ST_GPU) {
                 s->state = ST_DEAD;
                 e->gpu_used -= v->bytes[t];
-                sim_eng_lru_remove(e, t);
+                sim_eng_victim_remove(e, t);
             } else if (s->state == ST_OFFLOADING) {
                 s->dying = 1;
             }

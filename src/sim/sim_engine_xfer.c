@@ -1,4 +1,4 @@
-/* Transfers: the per-path FIFOs, the LRU list, prefetches, offloads and their completion. */
+/* Transfers: the per-path FIFOs, prefetches, offloads and their completion. */
 #include <math.h>
 #include <string.h>
 
@@ -57,42 +57,6 @@ void sim_eng_q_remove(struct eng *e, uint32_t id) {
         e->qtail[q] = x->prev;
     }
     x->next = x->prev = NONE32;
-}
-
-void sim_eng_lru_remove(struct eng *e, uint32_t t) {
-    struct tstate *s = &e->ts[t];
-    if (!s->in_lru) {
-        return;
-    }
-    if (s->lprev != NONE32) {
-        e->ts[s->lprev].lnext = s->lnext;
-    } else {
-        e->lru_head = s->lnext;
-    }
-    if (s->lnext != NONE32) {
-        e->ts[s->lnext].lprev = s->lprev;
-    } else {
-        e->lru_tail = s->lprev;
-    }
-    s->in_lru = 0;
-}
-
-/* Move t to the most-recently-used end. */
-void sim_eng_lru_touch(struct eng *e, uint32_t t) {
-    if (!e->v->lru && !e->v->demand_evict) {
-        return;
-    }
-    sim_eng_lru_remove(e, t);
-    struct tstate *s = &e->ts[t];
-    s->lnext = NONE32;
-    s->lprev = e->lru_tail;
-    if (e->lru_tail != NONE32) {
-        e->ts[e->lru_tail].lnext = t;
-    } else {
-        e->lru_head = t;
-    }
-    e->lru_tail = t;
-    s->in_lru = 1;
 }
 
 void sim_eng_note_gpu(struct eng *e) {
@@ -262,7 +226,7 @@ int sim_eng_offload(struct eng *e, uint32_t t, int to, int clean, int urgent, ui
         }
         to = TIO_TIER_SSD;
     }
-    sim_eng_lru_remove(e, t);
+    sim_eng_victim_remove(e, t);
     if (clean && s->valid[to]) {
         /* an identical copy is stored: drop the GPU copy without writing */
         s->state = ST_OFF;
@@ -332,7 +296,7 @@ int sim_eng_xfer_complete(struct eng *e, uint32_t id) {
             e->host_used -= s->host_bytes;
             s->host_bytes = 0;
             s->valid[TIO_TIER_HOST] = 0;
-            sim_eng_lru_touch(e, t);
+            sim_eng_victim_touch(e, t);
         } else {
             s->state = ST_OFF;
             s->tier = x->to;
@@ -345,7 +309,7 @@ int sim_eng_xfer_complete(struct eng *e, uint32_t id) {
             s->host_bytes = 0;
             s->valid[TIO_TIER_HOST] = 0;
         }
-        sim_eng_lru_touch(e, t);
+        sim_eng_victim_touch(e, t);
     } else { /* host <-> ssd */
         s->tier = x->to;
         if (x->from == TIO_TIER_HOST) {

@@ -46,7 +46,7 @@ struct sim_view {
     uint64_t capacity; /* GPU bytes; UINT64_MAX = unlimited */
     int lru;           /* 1: evict least-recently-used tensors on demand */
     int demand_evict;  /* 1: when a plan leaves memory short and nothing in flight frees it, evict
-                          idle tensors on demand (least recently used first) */
+                          idle tensors on demand (the runtime's order: furthest next use) */
     double ideal_s;    /* sum of the trace's kernel durations */
     uint64_t host_static_bytes; /* host memory the policy holds besides offloads (per GPU) */
     uint64_t host_limit_bytes;  /* per-GPU host memory available to the policy */

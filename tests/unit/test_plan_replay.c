@@ -10,7 +10,7 @@
  *   rejected by the verifier  =>  not reported feasible;
  *
  * and the planner's model is held against the verifier's (which shares no code with it): the
- * planned GPU peak and host peak equal the peaks of the verifier's curves.
+ * planner's GPU and host memory curves equal the verifier's, kernel by kernel (so do the peaks).
  *
  * CI runs one cell per model at its smallest batch (Llama3-8B bs32 @2048, Granite-8B bs32
  * @4096, Llama3-70B bs8 @2048), every planned policy of the matrix: about 4 s in a Release
@@ -28,6 +28,7 @@
 #include <teraio/sim.h>
 #include <teraio/trace.h>
 
+#include "plan/planner_impl.h"
 #include "plan/planner_verify.h"
 #include "tio_test.h"
 
@@ -82,11 +83,14 @@ static struct tio_trace *stage_trace(const struct cell *c, uint32_t rank) {
     return tr;
 }
 
-/* The planner's peaks against the verifier's curves of the same plan. */
+/* The planner's curves (pgpu, phost: tio_plan_make_curves) against the verifier's curves of the
+ * same plan, kernel by kernel, and its peaks against theirs. */
 static void cross_check(const struct tio_plan *plan,
                         const struct tio_trace *tr,
                         const struct tio_hw *hw,
-                        const struct tio_plan_params *pp) {
+                        const struct tio_plan_params *pp,
+                        const uint64_t *pgpu,
+                        const uint64_t *phost) {
     size_t n = tio_trace_kernel_count(tr);
     uint64_t *gpu = malloc(n * sizeof *gpu), *host = malloc(n * sizeof *host);
     if (!gpu || !host) {
@@ -94,10 +98,19 @@ static void cross_check(const struct tio_plan *plan,
     }
     CHECK_OK(tio_plan_verify_curves(plan, tr, hw, pp, gpu, host));
     uint64_t gp = 0, hp = 0;
+    size_t gbad = 0, hbad = 0;
     for (size_t k = 0; k < n; k++) {
         gp = gpu[k] > gp ? gpu[k] : gp;
         hp = host[k] > hp ? host[k] : hp;
+        gbad += gpu[k] != pgpu[k];
+        hbad += host[k] != phost[k];
     }
+    if (gbad || hbad) {
+        printf("  %s: %zu of %zu kernels with other GPU bytes, %zu with other host bytes\n",
+               pp->policy, gbad, n, hbad);
+    }
+    CHECK_EQ_U(gbad, 0);
+    CHECK_EQ_U(hbad, 0);
     struct tio_plan_summary s;
     tio_plan_get_summary(plan, &s);
     CHECK_EQ_U(gp, s.planned_peak_bytes);
@@ -119,8 +132,15 @@ static void check_cell(const struct cell *c, const char *policy, int full, struc
     for (uint32_t r = 0; r < STAGES; r++) {
         tr[r] = stage_trace(c, r);
         REQUIRE_OR(tr[r] != NULL, (void)0);
-        CHECK_OK(tio_plan_make(tr[r], &hw, &pp, &plan[r]));
-        REQUIRE_OR(plan[r] != NULL, tio_trace_free(tr[r]));
+        size_t n = tio_trace_kernel_count(tr[r]);
+        uint64_t *pgpu = malloc(n * sizeof *pgpu), *phost = malloc(n * sizeof *phost);
+        if (!pgpu || !phost) {
+            abort();
+        }
+        memset(pgpu, 0xff, n * sizeof *pgpu);
+        memset(phost, 0xff, n * sizeof *phost);
+        CHECK_OK(tio_plan_make_curves(tr[r], &hw, &pp, &plan[r], pgpu, phost));
+        REQUIRE_OR(plan[r] != NULL, (tio_trace_free(tr[r]), free(pgpu), free(phost)));
         struct tio_plan_summary s;
         tio_plan_get_summary(plan[r], &s);
         feasible[r] = s.feasible != 0;
@@ -132,7 +152,9 @@ static void check_cell(const struct cell *c, const char *policy, int full, struc
         for (size_t i = 0; i < s.n_moves; i++) {
             stalls[r] += (mv[i].flags & TIO_MOVE_STALL) != 0;
         }
-        cross_check(plan[r], tr[r], &hw, &pp);
+        cross_check(plan[r], tr[r], &hw, &pp, pgpu, phost);
+        free(pgpu);
+        free(phost);
         /* feasible => verified; rejected => not feasible (the same statement, kept as both) */
         if (feasible[r] && !verified[r]) {
             printf("  %s bs%u @%u stage %u %s: feasible but rejected: %s\n", c->model, c->batch,

@@ -354,12 +354,106 @@ TIO_TEST(full_host_tier_spills_to_ssd_on_demand) {
     tio_trace_free(tr);
 }
 
+/*
+ * Demand eviction in a plan's replay chooses its victims as the runtime does (docs/runtime.md):
+ * the furthest next use first, not the least recently used. Globals a (2 MB, used by k0 and k3)
+ * and b (6 MB, used by k1 and k4); k2 creates y (6 MB, dies at its end); 10 MB of GPU memory,
+ * no moves, every eviction to the SSD at 1 GB/s. At k2 (t = 2 ms) 4 MB are missing.
+ * Furthest next use: b (next use k4, after a's k3) alone frees enough: 2-8 ms; k2 8-18, k3
+ * 18-19, b fetched on demand 19-25, k4 25-26: 26 ms, one eviction of 6 MB.
+ * LRU (the `lru` policy, unchanged) evicts a (least recently used), then b: 2-4 and 4-10 ms;
+ * k2 10-20, a fetched 20-22, k3 22-23, b fetched 23-29, k4 29-30: 30 ms, two evictions.
+ */
+TIO_TEST(demand_eviction_takes_the_furthest_next_use) {
+    struct tspec ts[] = { { 2000000, W, G }, { 6000000, W, G }, { 6000000, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } },
+                          { 1, 0, { 1, -1 } },
+                          { 10, 0, { 2, -1 } },
+                          { 1, 0, { 0, -1 } },
+                          { 1, 0, { 1, -1 } } };
+    struct tio_trace *tr = mk(ts, 3, ks, 5, NULL);
+    struct tio_hw hw = sim_test_hw(1, 10000000);
+    struct tio_sim_params p = test_params();
+    p.demand_evict = 1;
+    struct tio_sim *sim = NULL;
+    struct tio_sim_result r;
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
+    if (sim) {
+        tio_sim_get_result(sim, &r, sizeof r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 26 * MS, 1e-9);
+        CHECK_EQ_U(r.n_demand_evictions, 1);
+        CHECK_EQ_U(r.demand_evicted_bytes, 6000000);
+        CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 6000000);
+    }
+    tio_sim_free(sim);
+    CHECK_OK(run(tr, &hw, NULL, 0, "lru", &r, NULL));
+    CHECK_EQ_I(r.oom, 0);
+    CHECK_NEAR(r.iteration_s, 30 * MS, 1e-9);
+    CHECK_EQ_U(r.n_demand_evictions, 2);
+    CHECK_EQ_U(r.demand_evicted_bytes, 8000000);
+    tio_trace_free(tr);
+}
+
+/*
+ * No SSDs and a host tier without room: the runtime keeps the victim resident and runs above
+ * its budget (docs/runtime.md), so a kernel that needs the memory cannot allocate it. Global a
+ * (4 MB, used by k0 and k2), y (4 MB, created by k1), 5 MB of GPU memory, no host room: with
+ * demand eviction (a plan's replay) and with the `lru` policy, an out-of-memory at k1 with
+ * 3 MB missing, nothing moved.
+ */
+TIO_TEST(demand_eviction_without_ssds_or_host_room) {
+    struct tspec ts[] = { { 4000000, W, G }, { 4000000, ACT, 0 } };
+    struct kspec ks[] = { { 1, 0, { 0, -1 } }, { 10, 0, { 1, -1 } }, { 1, 0, { 0, -1 } } };
+    struct tio_trace *tr = mk(ts, 2, ks, 3, NULL);
+    struct tio_hw hw = sim_test_hw(1, 5000000);
+    hw.ssd_count = 0;
+    hw.host_offload_cap_bytes = 1000000;
+    struct tio_sim_params p = test_params();
+    p.demand_evict = 1;
+    struct tio_sim *sim = NULL;
+    struct tio_sim_result r;
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
+    if (sim) {
+        tio_sim_get_result(sim, &r, sizeof r);
+        CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
+        CHECK_EQ_U(r.oom_kernel, 1);
+        CHECK_EQ_U(r.oom_bytes, 3000000);
+        CHECK_EQ_U(r.n_demand_evictions, 0);
+        CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 0);
+    }
+    tio_sim_free(sim);
+    CHECK_OK(run(tr, &hw, NULL, 0, "lru", &r, NULL));
+    CHECK_EQ_I(r.oom, TIO_SIM_OOM_GPU);
+    CHECK_EQ_U(r.oom_kernel, 1);
+    CHECK_EQ_U(r.oom_bytes, 3000000);
+    CHECK_EQ_U(r.n_demand_evictions, 0);
+    CHECK_EQ_U(r.bytes[TIO_SIM_SSD_WRITE], 0);
+    /* with host room a goes to the host tier: 1-5 ms, k1 5-15, a fetched 15-19, k2 19-20 */
+    hw.host_offload_cap_bytes = 4000000;
+    hw.pcie_h2d_Bps = hw.pcie_d2h_Bps = 1e9;
+    CHECK_OK(tio_sim_run(tr, &hw, NULL, 0, &p, &sim));
+    CHECK(sim != NULL);
+    if (sim) {
+        tio_sim_get_result(sim, &r, sizeof r);
+        CHECK_EQ_I(r.oom, 0);
+        CHECK_NEAR(r.iteration_s, 20 * MS, 1e-9);
+        CHECK_EQ_U(r.bytes[TIO_SIM_PCIE_D2H], 4000000);
+    }
+    tio_sim_free(sim);
+    tio_trace_free(tr);
+}
+
 int main(void) {
     RUN(demand_eviction_for_short_plans);
     RUN(ssd_reads_and_writes_share_one_budget);
     RUN(ssd_write_cache_then_sustained_rate);
     RUN(host_cap_enforced_for_plans);
     RUN(full_host_tier_spills_to_ssd_on_demand);
+    RUN(demand_eviction_takes_the_furthest_next_use);
+    RUN(demand_eviction_without_ssds_or_host_room);
     RUN(offload_of_a_kept_tensor_frees_it);
     RUN(far_in_time_finishes);
     RUN(bins_bounded_on_slow_link);

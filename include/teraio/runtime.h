@@ -246,6 +246,17 @@ TIO_API TIO_MUST_CHECK int
 tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max);
 TIO_API TIO_MUST_CHECK int tio_runtime_restore_finish(struct tio_runtime *rt);
 
+/*
+ * tio_runtime_drain: between iterations, wait for every request of this executor still in flight
+ * (stream-ordered: the offloads that went on past the end of the last iteration). Nothing else
+ * changes: a completed offload's tensor keeps its memory until the next iteration releases it;
+ * a STORED tensor's copy in the engine is complete. Afterwards the engine has nothing of this
+ * executor in flight, so the caller may use the engine itself meanwhile (e.g. read a stored
+ * tensor's copy into its own buffer). Errors: TIO_ESTATE (inside an iteration), the sticky error
+ * of a failed request (a failed write keeps its tensor resident, as always).
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_drain(struct tio_runtime *rt);
+
 /* Counters since creation. */
 struct tio_runtime_stats {
     uint64_t iterations;             /* completed iterations */

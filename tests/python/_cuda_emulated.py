@@ -25,9 +25,9 @@ Prints one JSON line: losses, parameter digest, the Offloader's report (subset),
 counters and the calls the Offloader made of torch.cuda and the engine. Arguments: steps, then
 the 0-based steps after which the parameters are modified in place between steps ("m3"),
 restore() is called ("r4"), or the model's and optimizer's state_dict() are saved ("s4":
-Offloader.save(), or torch.save in the reference, to step4.pt in a new temporary directory;
-"saves" gives each file's sha256 and, with the Offloader, what was offloaded and in flight
-around the save), e.g. `7 m3 r4 m5`; several after one step run in the order given. Environment: TIO_EMU_BUDGET (memory_budget,
+Offloader.save(), "w4": torch.save in Offloader.streamed_saves(); torch.save in the reference;
+to step4s.pt / step4w.pt in a new temporary directory; "saves" gives each file's sha256 and,
+with the Offloader, what was offloaded and in flight around the save), e.g. `7 m3 r4 m5`; several after one step run in the order given. Environment: TIO_EMU_BUDGET (memory_budget,
 default 0.5), TIO_EMU_HOST (host_memory, default 64MiB), TIO_EMU_SSD (an SSD directory: both
 tiers), TIO_EMU_PLAIN=1 (plain PyTorch on the CPU instead, the reference).
 """
@@ -232,10 +232,11 @@ def _checkpoint():
     return {"model": _made["model"].state_dict(), "optimizer": _made["optimizer"].state_dict()}
 
 
-def _save(i, off):
-    """"s": the state after step i to step<i>.pt, by Offloader.save() (off) or torch.save."""
+def _save(i, off, how):
+    """"s": the state after step i to step<i>s.pt, by Offloader.save() (off) or torch.save;
+    "w": to step<i>w.pt by torch.save in Offloader.streamed_saves() (off) or torch.save."""
     d = tempfile.mkdtemp(prefix="tio-emu-save-")
-    path = os.path.join(d, f"step{i}.pt")
+    path = os.path.join(d, f"step{i}{how}.pt")
     rec = {}
     if off is None:
         torch.save(_checkpoint(), path)
@@ -249,27 +250,31 @@ def _save(i, off):
         rec["offloaded_before"], rec["largest_offloaded"] = offloaded()
         rec["resident_before"] = Saver.resident_bytes(off)
         rec["outstanding_before"] = off._engine.stats()["outstanding"]
-        off.save(_checkpoint, path)
+        if how == "s":
+            off.save(_checkpoint, path)
+        else:
+            with off.streamed_saves():
+                torch.save(_checkpoint(), path)
         rec["offloaded_after"] = offloaded()[0]
         rec["save_peak_bytes"] = off.report()["save_peak_bytes"]
     with open(path, "rb") as f:
         rec["sha256"] = hashlib.sha256(f.read()).hexdigest()
     os.unlink(path)
     os.rmdir(d)
-    SAVES[str(i)] = rec
+    SAVES[f"{i}{how}"] = rec
 
 
 def between(plan):
     """train()'s on_step: after step i, what plan[i] says: "m" modifies every parameter in place
-    (outside off.step(), as user code between steps may), "r" calls off.restore(), "s" saves
-    (_save)."""
+    (outside off.step(), as user code between steps may), "r" calls off.restore(), "s" and "w"
+    save (_save)."""
 
     def on_step(i, off):
         for what in plan.get(i, ""):  # in the order given
             if what == "r" and off is not None:
                 off.restore()
-            if what == "s":
-                _save(i, off)
+            if what in ("s", "w"):
+                _save(i, off, what)
             if what == "m":
                 with torch.no_grad():
                     for p in _model_params:

@@ -21,9 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_stream_ordered_training_on_emulated_cuda():
-    """Four steps (warm-up, profiled, two executed); between steps 2 and 3 a checkpoint
-    (Offloader.save() of the model's and optimizer's state_dict(): the same bytes as torch.save
-    in the plain run, the offloaded tensors read from their tier, none brought back), then every
+    """Four steps (warm-up, profiled, two executed); between steps 2 and 3 two checkpoints
+    (Offloader.save() of the model's and optimizer's state_dict(), and torch.save of them in
+    Offloader.streamed_saves(): the same bytes as torch.save in the plain run, the offloaded
+    tensors read from their tier, none brought back), then every
     parameter changed in place (user code outside off.step(), while writes of the step may still
     be in flight: restore() runs first); restore() at the end; bitwise
     identical to plain PyTorch with the same change, writes carried across the end of a step, no
@@ -33,7 +34,7 @@ def test_stream_ordered_training_on_emulated_cuda():
     lib = os.environ.get("TIO_FAKE_CUDART_LIB") or os.path.join(ROOT, "build",
                                                                 "libtio_fake_cudart.so")
     assert os.path.exists(lib), f"the fake CUDA runtime is not built ({lib}): build/ (cmake)"
-    argv = ["4", "s2", "m2"]
+    argv = ["4", "s2", "w2", "m2"]
     env = dict(os.environ, TIO_CUDART_LIB=lib, FAKE_CUDA_HOST_DEVICE="1", FAKE_CUDA_LAG_US="20",
                FAKE_CUDA_SEED="7")
     env.pop("TIO_EMU_PLAIN", None)
@@ -44,13 +45,15 @@ def test_stream_ordered_training_on_emulated_cuda():
     ref = _cuda_emulated.reference(argv)
     assert got["losses"] == ref["losses"]
     assert got["digest"] == ref["digest"]
-    # the checkpoint: torch.save's bytes, streamed from the tiers within the budget
-    save, ref_save = got["saves"]["2"], ref["saves"]["2"]
-    assert save["sha256"] == ref_save["sha256"], "Offloader.save() wrote other bytes"
-    assert save["offloaded_before"] > 0
-    assert save["offloaded_after"] == save["offloaded_before"], "the save brought tensors back"
-    # what stays in memory between steps, and one offloaded tensor at a time
-    assert save["save_peak_bytes"] == save["resident_before"] + save["largest_offloaded"]
+    # the checkpoints (Offloader.save(), then torch.save in a streamed_saves() window):
+    # torch.save's bytes, streamed from the tiers within the budget
+    for k in ("2s", "2w"):
+        save = got["saves"][k]
+        assert save["sha256"] == ref["saves"][k]["sha256"], f"{k}: other bytes than torch.save"
+        assert save["offloaded_before"] > 0
+        assert save["offloaded_after"] == save["offloaded_before"], f"{k}: brought tensors back"
+        # what stays in memory between steps, and one offloaded tensor at a time
+        assert save["save_peak_bytes"] == save["resident_before"] + save["largest_offloaded"]
     # every executor was stream-ordered on the fake's stream, over device memory (two: the
     # update between steps dropped the first)
     assert got["runtimes"] == 2 * [{"device": True, "stream": got["stream"],

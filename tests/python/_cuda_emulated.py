@@ -27,7 +27,8 @@ the 0-based steps after which the parameters are modified in place between steps
 restore() is called ("r4"), or the model's and optimizer's state_dict() are saved ("s4":
 Offloader.save(), "w4": torch.save in Offloader.streamed_saves(); torch.save in the reference;
 to step4s.pt / step4w.pt in a new temporary directory; "saves" gives each file's sha256 and,
-with the Offloader, what was offloaded and in flight around the save), e.g. `7 m3 r4 m5`; several after one step run in the order given. Environment: TIO_EMU_BUDGET (memory_budget,
+with the Offloader, what was offloaded and in flight around the save), e.g. `7 m3 r4 m5`;
+several after one step run in the order given. Environment: TIO_EMU_BUDGET (memory_budget,
 default 0.5), TIO_EMU_HOST (host_memory, default 64MiB), TIO_EMU_SSD (an SSD directory: both
 tiers), TIO_EMU_PLAIN=1 (plain PyTorch on the CPU instead, the reference).
 """

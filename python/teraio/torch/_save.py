@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _M64 = (1 << 64) - 1
 _TORCH_SAVE = torch.save  # the passes below: torch.save itself, never a SaveWindow's wrapper
 _CHUNK = 8 << 20  # bytes copied at a time from a temporary file into a file object
-# an anonymous mapping that reserves no swap: Linux's MAP_NORESERVE (Python's mmap names it from 3.13)
+# an anonymous mapping that reserves no swap: Linux's MAP_NORESERVE (in Python's mmap from 3.13)
 _NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 

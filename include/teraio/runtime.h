@@ -324,10 +324,10 @@ TIO_API TIO_MUST_CHECK int tio_runtime_forget(struct tio_runtime *rt, uint32_t t
 /*
  * tio_runtime_set_wait_hook: hook(ctx, 1) is called on the calling thread just before the
  * executor blocks waiting for the engine, and hook(ctx, 0) as soon as that wait returns; the
- * executor waits nowhere else (before_kernel, ready, forget, end_iteration, restore and
- * begin_iteration may wait; after_kernel and bind never do). A language binding that calls the
- * executor holding its interpreter lock releases the lock in the hook, so that the lock is
- * dropped only while the executor really waits. hook NULL (the default) removes it.
+ * executor waits nowhere else (before_kernel, ready, forget, end_iteration, restore,
+ * begin_iteration and drain may wait; after_kernel and bind never do). A language binding that
+ * calls the executor holding its interpreter lock releases the lock in the hook, so that the lock
+ * is dropped only while the executor really waits. hook NULL (the default) removes it.
  * tio_runtime_free never calls it (it waits for requests in flight: call it without the lock).
  */
 typedef void (*tio_runtime_wait_hook)(void *ctx, int waiting);

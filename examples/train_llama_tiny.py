@@ -55,13 +55,14 @@ def param_digest(model) -> str:
 
 
 def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, foreach=False,
-          tied=False, lr=1e-3, seed=0, on_step=None, fraction=None, device="cpu"):
+          tied=False, lr=1e-3, seed=0, on_step=None, fraction=None, device="cpu", made=None):
     """Train `steps` steps; returns (losses, model, offloader or None).
 
     offload: None (plain PyTorch) or a dict of teraio.Offloader keyword arguments.
     seqs: optional per-step sequence lengths (a list), to exercise re-planning.
     device: "cpu" or "cuda"; the model is initialised on CPU (the same values everywhere) and
-    moved there, and the batches follow it.
+    moved there, and the batches follow it. made: a dict that receives the model and the
+    optimizer ("model", "optimizer") as soon as they exist.
     foreach: AdamW's foreach (PyTorch's CPU default is False: one parameter at a time, which lets
     teraio offload optimizer states between parameters; True runs each _foreach_ pass over all
     parameters, which teraio splits per tensor, but every state is then used in every pass).
@@ -72,6 +73,8 @@ def train(preset="tiny", steps=4, batch=2, seq=32, seqs=None, offload=None, fore
     if device != "cpu":
         model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=foreach)
+    if made is not None:  # for on_step
+        made.update(model=model, optimizer=opt)
     off = None
     if offload is not None:
         import teraio
@@ -123,6 +126,35 @@ def rss_file_bytes() -> int:
     return _proc_status_bytes("RssFile")
 
 
+def save_checkpoint(made, off, where):
+    """--save-after: the model's and optimizer's state_dict() to a file in a new temporary
+    directory under `where`, by off.save() (offloaded tensors streamed from their tiers) or
+    torch.save; {"save_sha256", "save_seconds"} (the file is removed)."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="teraio-ckpt-", dir=where)
+    path = os.path.join(d, "checkpoint.pt")  # the same name in every run: the same records
+
+    def state():
+        return {"model": made["model"].state_dict(), "optimizer": made["optimizer"].state_dict()}
+
+    try:
+        t0 = time.perf_counter()
+        if off is not None:
+            off.save(state, path)
+        else:
+            torch.save(state(), path)
+        dt = time.perf_counter() - t0
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                h.update(block)
+        return {"save_sha256": h.hexdigest(), "save_seconds": dt}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,6 +189,11 @@ def main(argv=None):
                     "smaller GPU. Running out of device memory is then a result: --json prints "
                     "{\"oom\": true, ...} and the exit status is 3")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save-after", type=int, default=0,
+                    help="after this many steps, save the model's and optimizer's state_dict() "
+                    "to a file in a new temporary directory (in the first --ssd-dir if given): "
+                    "with --budget by Offloader.save() (streamed from the tiers), else by "
+                    "torch.save; --json then adds the file's save_sha256 and save_seconds")
     ap.add_argument("--steady-after", type=int, default=2,
                     help="reset the peak RSS after this many steps (warm-up + profiling) and "
                     "report the peak of the remaining steps as steady_peak_rss_bytes")
@@ -201,9 +238,13 @@ def main(argv=None):
                        options=opts)
     times = []
     steady = {}
+    made = {}
+    saved = {}
 
     def on_step(i, off):
         times.append(time.perf_counter())
+        if i + 1 == a.save_after:
+            saved.update(save_checkpoint(made, off, a.ssd_dir[0] if a.ssd_dir else None))
         if i + 1 == a.steady_after:
             steady["before"] = peak_rss_bytes()  # clear_refs also resets ru_maxrss
             steady["reset"] = reset_peak_rss()
@@ -220,7 +261,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     try:
         losses, model, off = train(a.preset, a.steps, a.batch, a.seq, offload=offload,
-                                   foreach=a.foreach, on_step=on_step, device=a.device)
+                                   foreach=a.foreach, on_step=on_step, device=a.device,
+                                   made=made)
     except torch.cuda.OutOfMemoryError as e:
         if not a.gpu_memory_cap:
             raise
@@ -238,7 +280,7 @@ def main(argv=None):
                train_steady_peak_rss_bytes=steady.get("train_steady"),
                train_rss_file_bytes=steady.get("rss_file"),
                steady_step_seconds=[b - a_ for a_, b in zip(times[a.steady_after - 1:-1],
-                                                            times[a.steady_after:])])
+                                                            times[a.steady_after:])], **saved)
     if cuda:
         out["cuda_device"] = torch.cuda.get_device_name()
         out["cuda_max_allocated_bytes"] = max(steady.get("cuda_before", 0),

@@ -19,8 +19,14 @@ demand offloads and the rest (waits for prefetches and for memory pressure), the
 thread's time issuing I/O, and the counts of demand offloads, urgent reads, deferred
 prefetches and kernels that ran over the budget.
 
+A third table, when runs saved a checkpoint between steps (--save-after N), compares each
+teraio run's file (Offloader.save(), the offloaded tensors streamed from their tiers) byte for
+byte (sha256) with the file torch.save wrote in the first plain run of the same --preset and
+--save-after, with the save's time and the most bytes of globals it held
+(report()["save_peak_bytes"]).
+
 Exit status 1 if a run failed without a result, was cut off or skipped, differs from its
-baseline, or a capped plain run did not run out of memory.
+baseline (its checkpoint included), or a capped plain run did not run out of memory.
 """
 import json
 import statistics
@@ -112,7 +118,46 @@ def main(path):
         print(f"\ndevice: {device}; max_allocated also counts what teraio does not manage "
               "(tensors under min_tensor_bytes, allocator rounding, cuBLAS workspaces)")
     counters(runs)
+    ok = checkpoints(runs) and ok
     return 0 if ok else 1
+
+
+def _save_after(args):
+    a = args.split()
+    return a[a.index("--save-after") + 1] if "--save-after" in a else None
+
+
+def checkpoints(runs):
+    """The third table: the checkpoints saved between steps against the plain run's. False if
+    one differs or has no plain run to compare with."""
+    saved = [run for run in runs if _save_after(run["args"])]
+    if not saved:
+        return True
+    ok, base = True, {}
+    print()
+    print(row(["run", "checkpoint vs plain (after step)", "save", "save peak (globals)"]))
+    print(row(["---"] * 4))
+    for run in saved:
+        r, key = run["result"] or {}, (preset(run["args"]), _save_after(run["args"]))
+        sha = r.get("save_sha256")
+        if not sha:
+            print(row([run["run"], "no checkpoint (no result)", "", ""]))
+            ok = False
+            continue
+        t = f"{r.get('save_seconds', float('nan')):.2f} s"
+        if "--budget" not in run["args"].split():
+            base.setdefault(key, sha)
+            print(row([run["run"], f"torch.save, the reference ({key[1]})", t, ""]))
+            continue
+        peak = (r.get("report") or {}).get("save_peak_bytes", 0)
+        if key not in base:
+            what, ok = f"no plain run with --save-after {key[1]}", False
+        elif sha == base[key]:
+            what = f"IDENTICAL bytes ({key[1]})"
+        else:
+            what, ok = f"DIFFERENT bytes ({key[1]})", False
+        print(row([run["run"], what, t, f"{peak / MiB:.0f} MiB"]))
+    return ok
 
 
 def counters(runs):

@@ -26,8 +26,10 @@
 # initialisation on the CPU, final parameter digest: 2.5 + 8.2 + 2.7 s of CPU for xl on one
 # core of the development machine, plus the CUDA context) adds ~15 s per run, env ~15 s, and
 # the install phase's build from nothing took 193 s in the rehearsal on 2 busy cores (the GPU
-# machine has 16): about 6 minutes at the most, 3-4 with a 16-core build. Each run's own limit
-# (after the ':' in its name) is 3-4x its estimate, and the deadline holds regardless.
+# machine has 16): about 6 minutes at the most, 3-4 with a 16-core build. The two runs of (d)
+# come last (the `medium` preset, 4 steps and one checkpoint of ~0.3 GB each: mostly the
+# process's start, ~15 s each, unmeasured on a GPU). Each run's own limit (after the ':' in its
+# name) is 3-4x its estimate, and the deadline holds regardless.
 # TIO_GPU_SET=1b trains the 1.1B-parameter preset at sequence 2048 instead (plain, host, SSD):
 # never run on a GPU; an estimated ~25 GB moved each way per step puts its SSD run past its
 # limit.
@@ -43,6 +45,10 @@
 # stalls by reason (demand offloads against waits for prefetches and memory pressure), the
 # training thread's time issuing I/O, demand offloads, urgent reads, deferred prefetches,
 # kernels that ran over the budget.
+#   (d) s_*: a checkpoint between steps (--save-after 3, the `medium` preset: seconds): the
+#       file Offloader.save() writes with half the model's memory offloaded to the pinned host
+#       tier (the offloaded tensors read from there, none brought back to the GPU), against
+#       torch.save's in the plain run, byte for byte (sha256), in a third table.
 #
 # TIO_GPU_REHEARSE=1 rehearses the whole script on this machine's CPU: the same phases,
 # deadlines, timeouts, tables and parsing, with the `tiny` preset on the CPU and a 240 s
@@ -294,8 +300,8 @@ train_set() {
     local s=$SSD/run
     if [ "$REHEARSE" = 1 ]; then # the CPU cannot be capped: no plain capped run there
         cat <<EOF
-plain:60 --preset tiny
-a_host:60 --preset tiny --budget 0.5 --host-memory 64MiB
+plain:60 --preset tiny --save-after 3
+a_host:60 --preset tiny --budget 0.5 --host-memory 64MiB --save-after 3
 b_ssd:60 --preset tiny --budget 0.5 --ssd-dir $s --steps 5
 c_teraio:60 --preset tiny --budget 4MiB --host-memory 1MiB --ssd-dir $s --steps 5
 EOF
@@ -310,6 +316,8 @@ a_host:90 --preset xl --budget 0.5 --host-memory $host
 b_ssd:150 --preset xl --budget 0.5 --ssd-dir $s --steps 5
 c_plain_capped:60 --preset xl --gpu-memory-cap $cap --steps 3
 c_teraio_capped:150 --preset xl --gpu-memory-cap $cap --budget $budget --host-memory 2GiB --ssd-dir $s --steps 5
+s_plain:45 --preset medium --steps 4 --save-after 3
+s_host:60 --preset medium --steps 4 --budget 0.5 --host-memory 1GiB --save-after 3
 EOF
         ;;
     1b) # unmeasured on a GPU: estimated ~50 GB peak at sequence 2048

@@ -246,6 +246,17 @@ TIO_API TIO_MUST_CHECK int
 tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max);
 TIO_API TIO_MUST_CHECK int tio_runtime_restore_finish(struct tio_runtime *rt);
 
+/*
+ * tio_runtime_drain: between iterations, wait for every request of this executor still in flight
+ * (stream-ordered: the offloads that went on past the end of the last iteration). Nothing else
+ * changes: a completed offload's tensor keeps its memory until the next iteration releases it;
+ * a STORED tensor's copy in the engine is complete. Afterwards the engine has nothing of this
+ * executor in flight, so the caller may use the engine itself meanwhile (e.g. read a stored
+ * tensor's copy into its own buffer). Errors: TIO_ESTATE (inside an iteration), the sticky error
+ * of a failed request (a failed write keeps its tensor resident, as always).
+ */
+TIO_API TIO_MUST_CHECK int tio_runtime_drain(struct tio_runtime *rt);
+
 /* Counters since creation. */
 struct tio_runtime_stats {
     uint64_t iterations;             /* completed iterations */
@@ -313,10 +324,10 @@ TIO_API TIO_MUST_CHECK int tio_runtime_forget(struct tio_runtime *rt, uint32_t t
 /*
  * tio_runtime_set_wait_hook: hook(ctx, 1) is called on the calling thread just before the
  * executor blocks waiting for the engine, and hook(ctx, 0) as soon as that wait returns; the
- * executor waits nowhere else (before_kernel, ready, forget, end_iteration, restore and
- * begin_iteration may wait; after_kernel and bind never do). A language binding that calls the
- * executor holding its interpreter lock releases the lock in the hook, so that the lock is
- * dropped only while the executor really waits. hook NULL (the default) removes it.
+ * executor waits nowhere else (before_kernel, ready, forget, end_iteration, restore,
+ * begin_iteration and drain may wait; after_kernel and bind never do). A language binding that
+ * calls the executor holding its interpreter lock releases the lock in the hook, so that the lock
+ * is dropped only while the executor really waits. hook NULL (the default) removes it.
  * tio_runtime_free never calls it (it waits for requests in flight: call it without the lock).
  */
 typedef void (*tio_runtime_wait_hook)(void *ctx, int waiting);

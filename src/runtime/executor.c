@@ -579,6 +579,22 @@ int tio_runtime_end_iteration(struct tio_runtime *rt, struct tio_runtime_action 
     return (int)n;
 }
 
+int tio_runtime_drain(struct tio_runtime *rt) {
+    if (rt->failed) {
+        return tio_rt_sticky(rt);
+    }
+    if (rt->in_iter) {
+        return tio_set_error(TIO_ESTATE, "runtime: drain: only between iterations");
+    }
+    /* completed offloads stay as they are (WRITING until the next iteration hands out their
+     * RELEASE; their memory still holds the same bytes as the copy) */
+    int rc = drain(rt);
+    if (rc < 0) {
+        return rc;
+    }
+    return rt->failed ? tio_rt_sticky(rt) : 0;
+}
+
 int tio_runtime_restore_begin(struct tio_runtime *rt, struct tio_runtime_action *out, size_t max) {
     int rc = drain(rt);
     if (rc < 0) {

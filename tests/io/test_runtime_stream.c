@@ -262,9 +262,11 @@ struct caller {
     uint64_t forgets_reading;
     uint64_t crossed;          /* globals still offloading (not released) after end_iteration */
     uint64_t crossed_modified; /* of which the next iteration's first use modifies */
-    int crossing[MAX_T];       /* t is such a global, not used since */
-    int dead[MAX_T];           /* forgotten in this iteration: its later uses are dropped */
-    int err;                   /* a harness or executor call failed */
+    uint64_t checkpoint_reads; /* stored copies read between iterations (drain_and_read) */
+    struct tio_engine *engine;
+    int crossing[MAX_T]; /* t is such a global, not used since */
+    int dead[MAX_T];     /* forgotten in this iteration: its later uses are dropped */
+    int err;             /* a harness or executor call failed */
 };
 
 static uint64_t *shadow(void *p, uint64_t bytes) {
@@ -457,6 +459,66 @@ static void maybe_forget(struct caller *c, uint64_t *x) {
     free_on_stream(c, pick);
 }
 
+/* Between iterations, what a checkpoint between steps does: tio_runtime_drain, then read every
+ * STORED global's copy with the engine itself (a waited-for read of its own) into host memory:
+ * the copy holds the version a reader must see, and no completion of the executor's is left in
+ * the engine to be taken by that wait. Returns how many copies it read. */
+static uint64_t drain_and_read(struct caller *c) {
+    int rc = tio_runtime_drain(c->rt);
+    if (rc < 0) {
+        caller_error(c, "drain", rc);
+        return 0;
+    }
+    struct tio_engine_stats es;
+    if ((rc = tio_engine_stats(c->engine, &es)) < 0) {
+        caller_error(c, "tio_engine_stats", rc);
+        return 0;
+    }
+    if (es.outstanding) { /* a waited-for read of the caller's could take their completions */
+        record_failure("seed %llu: drained, yet %u requests are outstanding in the engine",
+                       (unsigned long long)c->seed, es.outstanding);
+        c->err = 1;
+        return 0;
+    }
+    uint64_t n = 0;
+    for (uint32_t g = 0; g < c->s->ng && !c->err; g++) {
+        if (tio_runtime_tensor_state(c->rt, g) != 3)
+            continue;
+        uint64_t nb = c->s->bytes[g], *buf = malloc(nb);
+        struct tio_engine_read_request r = { .struct_size = sizeof r,
+                                             .mem = TIO_MEM_HOST,
+                                             .tensor_id = g,
+                                             .dst = buf,
+                                             .bytes = nb,
+                                             .priority = TIO_PRIO_URGENT,
+                                             .tag = UINT64_MAX };
+        struct tio_completion done = { 0 };
+        if (!buf || (rc = tio_engine_read(c->engine, &r)) < 0 ||
+            (rc = tio_engine_wait(c->engine, &done, 1, 1, -1)) != 1) {
+            caller_error(c, "the checkpoint's read", rc);
+        } else if (done.tag != UINT64_MAX || done.res != (int64_t)nb) {
+            record_failure("seed %llu: drained, yet the engine completed tag %llu (%lld) before "
+                           "the checkpoint's read of global %u",
+                           (unsigned long long)c->seed, (unsigned long long)done.tag,
+                           (long long)done.res, g);
+            c->err = 1;
+        } else {
+            uint64_t base = pat_base(g, c->version[g]);
+            for (uint64_t i = 0; i < nb / 8; i++) {
+                if (buf[i] != pat_word(base, i)) {
+                    record_failure("seed %llu: global %u's stored copy differs at word %llu",
+                                   (unsigned long long)c->seed, g, (unsigned long long)i);
+                    c->err = 1;
+                    break;
+                }
+            }
+            n++;
+        }
+        free(buf);
+    }
+    return n;
+}
+
 static void iteration(struct caller *c, uint64_t iter, struct tio_runtime_action *act, size_t cap) {
     const struct spec *s = c->s;
     uint64_t c0 = cleans(c), x = c->seed * 31 + iter;
@@ -524,12 +586,14 @@ static void iteration(struct caller *c, uint64_t iter, struct tio_runtime_action
     }
     if (!c->err)
         check_globals(c, iter, 0); /* the step's reads are all visible after end_iteration */
+    if (!c->err && iter + 1 < ITERS)
+        c->checkpoint_reads += drain_and_read(c); /* the next iteration goes on as before */
 }
 
 struct totals {
     uint64_t schedules, offloads, prefetches, bytes_offloaded, bytes_prefetched, urgent,
         demand_offloads, moves_planned, clean_offloads, clean_queued, forgets, forgets_reading,
-        released_queued, wait_write, crossed, crossed_modified;
+        released_queued, wait_write, crossed, crossed_modified, checkpoint_reads;
 };
 
 static void run_schedule(const struct spec *s,
@@ -545,7 +609,7 @@ static void run_schedule(const struct spec *s,
     rp.budget_bytes = budget;
     rp.stream = stream;
     rp.stream_ordered = 1;
-    struct caller c = { .s = s, .stream = stream, .seed = seed };
+    struct caller c = { .s = s, .stream = stream, .seed = seed, .engine = e };
     int rc = tio_runtime_new(&rp, &c.rt);
     if (rc < 0) {
         caller_error(&c, "tio_runtime_new", rc);
@@ -611,6 +675,7 @@ static void run_schedule(const struct spec *s,
     tot->forgets_reading += c.forgets_reading;
     tot->crossed += c.crossed;
     tot->crossed_modified += c.crossed_modified;
+    tot->checkpoint_reads += c.checkpoint_reads;
 }
 
 static double now_s(void) {
@@ -706,6 +771,9 @@ TIO_TEST(stream_ordered_executor_under_lag) {
     printf("  %llu offloads of globals went on past end_iteration, %llu of them into a kernel "
            "of the next iteration that modifies the global\n",
            (unsigned long long)tot.crossed, (unsigned long long)tot.crossed_modified);
+    printf("  %llu stored copies read with the engine between iterations, after "
+           "tio_runtime_drain\n",
+           (unsigned long long)tot.checkpoint_reads);
     uint64_t failures = atomic_load(&g_failures);
     if (failures) {
         pthread_mutex_lock(&g_fail_mu);
@@ -722,6 +790,7 @@ TIO_TEST(stream_ordered_executor_under_lag) {
         CHECK(tot.released_queued > 0);
     CHECK(tot.wait_write > 0); /* kernels that modify a tensor being offloaded wait (counted) */
     CHECK(tot.crossed_modified > 0); /* and so across the end of an iteration */
+    CHECK(tot.checkpoint_reads > 0);
     CHECK_EQ_U(fc.bad_accesses(), bad0);
     CHECK_EQ_U(fc.blocking_copies(), blocking0); /* the engine copies on non-blocking streams */
     CHECK_EQ_U(fc.pageable_copies(), pageable0); /* from pinned memory: asynchronous */

@@ -23,16 +23,22 @@ stream has passed the release (PyTorch's caching allocator frees in stream order
 
 Prints one JSON line: losses, parameter digest, the Offloader's report (subset), the fake's
 counters and the calls the Offloader made of torch.cuda and the engine. Arguments: steps, then
-the 0-based steps after which the parameters are modified in place between steps ("m3"), or
-restore() is called ("r4"), e.g. `7 m3 r4 m5`. Environment: TIO_EMU_BUDGET (memory_budget,
+the 0-based steps after which the parameters are modified in place between steps ("m3"),
+restore() is called ("r4"), or the model's and optimizer's state_dict() are saved ("s4":
+Offloader.save(), "w4": torch.save in Offloader.streamed_saves(); torch.save in the reference;
+to step4s.pt / step4w.pt in a new temporary directory; "saves" gives each file's sha256 and,
+with the Offloader, what was offloaded and in flight around the save), e.g. `7 m3 r4 m5`;
+several after one step run in the order given. Environment: TIO_EMU_BUDGET (memory_budget,
 default 0.5), TIO_EMU_HOST (host_memory, default 64MiB), TIO_EMU_SSD (an SSD directory: both
 tiers), TIO_EMU_PLAIN=1 (plain PyTorch on the CPU instead, the reference).
 """
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import sys
+import tempfile
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -196,48 +202,102 @@ def _capture_model():
     import llama_tiny
 
     orig = llama_tiny.LlamaTiny.__init__
+    orig_opt = torch.optim.AdamW.__init__
 
     def init(self, *a, **kw):
         orig(self, *a, **kw)
         _model_params[:] = list(self.parameters())
+        _made["model"] = self
+
+    def init_opt(self, *a, **kw):
+        orig_opt(self, *a, **kw)
+        _made["optimizer"] = self
 
     llama_tiny.LlamaTiny.__init__ = init
+    torch.optim.AdamW.__init__ = init_opt
     try:
         yield
     finally:
         llama_tiny.LlamaTiny.__init__ = orig
+        torch.optim.AdamW.__init__ = orig_opt
         _model_params[:] = []
+        _made.clear()
 
 
 _model_params = []
+_made = {}  # the model and optimizer train() made
+SAVES = {}  # "s" steps: step -> what the save wrote and saw
+
+
+def _checkpoint():
+    return {"model": _made["model"].state_dict(), "optimizer": _made["optimizer"].state_dict()}
+
+
+def _save(i, off, how):
+    """"s": the state after step i to step<i>s.pt, by Offloader.save() (off) or torch.save;
+    "w": to step<i>w.pt by torch.save in Offloader.streamed_saves() (off) or torch.save."""
+    d = tempfile.mkdtemp(prefix="tio-emu-save-")
+    path = os.path.join(d, f"step{i}{how}.pt")
+    rec = {}
+    if off is None:
+        torch.save(_checkpoint(), path)
+    else:
+        from teraio.torch._save import Saver
+
+        def offloaded():
+            src = Saver.offloaded(off)
+            return sum(v[1] for v in src.values()), max((v[1] for v in src.values()), default=0)
+
+        rec["offloaded_before"], rec["largest_offloaded"] = offloaded()
+        rec["resident_before"] = Saver.resident_bytes(off)
+        rec["outstanding_before"] = off._engine.stats()["outstanding"]
+        if how == "s":
+            off.save(_checkpoint, path)
+        else:
+            with off.streamed_saves():
+                torch.save(_checkpoint(), path)
+        rec["offloaded_after"] = offloaded()[0]
+        rec["save_peak_bytes"] = off.report()["save_peak_bytes"]
+    with open(path, "rb") as f:
+        rec["sha256"] = hashlib.sha256(f.read()).hexdigest()
+    os.unlink(path)
+    os.rmdir(d)
+    SAVES[f"{i}{how}"] = rec
 
 
 def between(plan):
     """train()'s on_step: after step i, what plan[i] says: "m" modifies every parameter in place
-    (outside off.step(), as user code between steps may), "r" calls off.restore()."""
+    (outside off.step(), as user code between steps may), "r" calls off.restore(), "s" and "w"
+    save (_save)."""
 
     def on_step(i, off):
-        what = plan.get(i)
-        if what == "r" and off is not None:
-            off.restore()
-        if what == "m":
-            with torch.no_grad():
-                for p in _model_params:
-                    p.mul_(0.5).add_(0.01)
+        for what in plan.get(i, ""):  # in the order given
+            if what == "r" and off is not None:
+                off.restore()
+            if what in ("s", "w"):
+                _save(i, off, what)
+            if what == "m":
+                with torch.no_grad():
+                    for p in _model_params:
+                        p.mul_(0.5).add_(0.01)
 
     return on_step
 
 
 def parse(argv):
-    return int(argv[0]), {int(a[1:]): a[0] for a in argv[1:]}
+    plan = {}
+    for a in argv[1:]:
+        plan[int(a[1:])] = plan.get(int(a[1:]), "") + a[0]
+    return int(argv[0]), plan
 
 
 def reference(argv):
     """Plain PyTorch on the CPU with the same steps and changes between them."""
     steps, plan = parse(argv)
+    SAVES.clear()
     with _capture_model():
         losses, model, _ = train("tiny", steps, on_step=between(plan))
-    return {"losses": losses, "digest": param_digest(model)}
+    return {"losses": losses, "digest": param_digest(model), "saves": dict(SAVES)}
 
 
 def main(argv):
@@ -314,6 +374,7 @@ def main(argv):
     print(json.dumps({
         "losses": losses, "digest": param_digest(model), "races": gpu.races,
         "kernels": gpu.kernels, "runtimes": runtimes, "stream": fake.stream.value,
+        "saves": SAVES,
         "fake": fake.counters(), "calls": CALLS,
         "kernel_ns": sorted({k[1] for k in off._prog.kernels}),
         "report": {k: rep[k] for k in ("carried_offloads", "bytes_offloaded", "bytes_prefetched",

@@ -86,6 +86,27 @@ def test_summary_counters(tmp_path, cpu_runs):
                             "| 1.5/step | 0.0/step | 0.5/step |")
 
 
+def test_summary_checkpoints(tmp_path, cpu_runs):
+    """The third table: a teraio run's checkpoint against the plain run's of the same preset and
+    --save-after; different bytes, or no plain checkpoint, fail the summary."""
+    plain, host = cpu_runs
+    p = dict(plain, save_sha256="ab" * 32, save_seconds=0.5)
+    rows = [("plain", "--preset tiny --save-after 3", p)]
+    same = dict(host, save_sha256="ab" * 32, save_seconds=0.25)
+    rc, out = _summary(tmp_path, rows + [("a_host", "--preset tiny --budget 0.5 --save-after 3",
+                                          same)])
+    assert rc == 0, out
+    ck = _table_rows(out, "| run | checkpoint vs plain")
+    assert ck["a_host"][1:3] == ["IDENTICAL bytes (3)", "0.25 s"]
+    other = dict(host, save_sha256="cd" * 32, save_seconds=0.25)
+    rc, out = _summary(tmp_path, rows + [("a_host", "--preset tiny --budget 0.5 --save-after 3",
+                                          other)])
+    assert rc == 1 and "DIFFERENT bytes (3)" in out
+    rc, out = _summary(tmp_path, rows + [("a_host", "--preset tiny --budget 0.5 --save-after 2",
+                                          same)])
+    assert rc == 1 and "no plain run with --save-after 2" in out
+
+
 def _validate(tmp_path, phases=None, **env):
     """scripts/gpu_validate.sh rehearsed on the CPU (TIO_GPU_REHEARSE=1): its exit status, its
     console output and OUTDIR."""
@@ -138,6 +159,11 @@ def test_rehearsal_runs_every_phase(tmp_path):
     counters = _table_rows(summary, "| run | wall |")
     assert set(counters) == {"plain", "a_host", "b_ssd", "c_teraio"}
     assert counters["a_host"][2].endswith("ms/step") and counters["plain"][2] == ""
+    # (d): the checkpoint after step 3, Offloader.save()'s bytes against torch.save's
+    ck = _table_rows(summary, "| run | checkpoint vs plain")
+    assert set(ck) == {"plain", "a_host"}
+    assert ck["plain"][1] == "torch.save, the reference (3)"
+    assert ck["a_host"][1] == "IDENTICAL bytes (3)", ck["a_host"]
     # the teraio package the install phase built is the one the runs imported
     assert str(tmp_path / "work" / "site") in (out / "install.log").read_text()
     # rows on the console as each run completed, then the whole summary

@@ -21,17 +21,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_stream_ordered_training_on_emulated_cuda():
-    """Four steps (warm-up, profiled, two executed), every parameter changed in place between
-    steps 2 and 3 (user code outside off.step(), while writes of the step may still be in
-    flight: restore() runs first), restore() at the end; bitwise identical to plain PyTorch with
-    the same change, writes carried across the end of a step, no engine copy unordered with an
-    operator or another copy; profiling timed with events after a device synchronize, executed
-    steps on the C path without a synchronize, unplanned moves of device memory each after a
-    stream synchronize."""
+    """Four steps (warm-up, profiled, two executed); between steps 2 and 3 two checkpoints
+    (Offloader.save() of the model's and optimizer's state_dict(), and torch.save of them in
+    Offloader.streamed_saves(): the same bytes as torch.save in the plain run, the offloaded
+    tensors read from their tier, none brought back), then every
+    parameter changed in place (user code outside off.step(), while writes of the step may still
+    be in flight: restore() runs first); restore() at the end; bitwise
+    identical to plain PyTorch with the same change, writes carried across the end of a step, no
+    engine copy unordered with an operator or another copy; profiling timed with events after a
+    device synchronize, executed steps on the C path without a synchronize, unplanned moves of
+    device memory each after a stream synchronize."""
     lib = os.environ.get("TIO_FAKE_CUDART_LIB") or os.path.join(ROOT, "build",
                                                                 "libtio_fake_cudart.so")
     assert os.path.exists(lib), f"the fake CUDA runtime is not built ({lib}): build/ (cmake)"
-    argv = ["4", "m2"]
+    argv = ["4", "s2", "w2", "m2"]
     env = dict(os.environ, TIO_CUDART_LIB=lib, FAKE_CUDA_HOST_DEVICE="1", FAKE_CUDA_LAG_US="20",
                FAKE_CUDA_SEED="7")
     env.pop("TIO_EMU_PLAIN", None)
@@ -42,6 +45,15 @@ def test_stream_ordered_training_on_emulated_cuda():
     ref = _cuda_emulated.reference(argv)
     assert got["losses"] == ref["losses"]
     assert got["digest"] == ref["digest"]
+    # the checkpoints (Offloader.save(), then torch.save in a streamed_saves() window):
+    # torch.save's bytes, streamed from the tiers within the budget
+    for k in ("2s", "2w"):
+        save = got["saves"][k]
+        assert save["sha256"] == ref["saves"][k]["sha256"], f"{k}: other bytes than torch.save"
+        assert save["offloaded_before"] > 0
+        assert save["offloaded_after"] == save["offloaded_before"], f"{k}: brought tensors back"
+        # what stays in memory between steps, and one offloaded tensor at a time
+        assert save["save_peak_bytes"] == save["resident_before"] + save["largest_offloaded"]
     # every executor was stream-ordered on the fake's stream, over device memory (two: the
     # update between steps dropped the first)
     assert got["runtimes"] == 2 * [{"device": True, "stream": got["stream"],
@@ -73,6 +85,8 @@ def test_stream_ordered_training_on_emulated_cuda():
         assert unplanned[i - 1] == "stream_sync", unplanned[max(0, i - 3):i + 1]
     # execution: driven through the C path (OpFast), nothing synchronizes the device or a stream
     assert "fast_recorder" not in executed and executed.count("fast_driver") == 2
+    # the checkpoint read the offloaded tensors from their tiers into host memory
+    assert "engine_read" in executed
     for c in ("event_sync", "device_sync", "stream_sync", "engine_write_device",
               "engine_read_device"):
         assert c not in executed, c

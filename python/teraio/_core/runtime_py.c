@@ -197,6 +197,11 @@ static PyObject *runtime_restore_finish(RuntimeObject *self, PyObject *unused) {
     return tio_py_none_or_raise(tio_runtime_restore_finish(self->rt), "runtime restore");
 }
 
+static PyObject *runtime_drain(RuntimeObject *self, PyObject *unused) {
+    (void)unused;
+    return tio_py_none_or_raise(tio_runtime_drain(self->rt), "runtime drain");
+}
+
 static PyObject *runtime_stats(RuntimeObject *self, PyObject *unused) {
     (void)unused;
     struct tio_runtime_stats s;
@@ -276,6 +281,9 @@ static PyMethodDef runtime_methods[] = {
     { "restore_begin", (PyCFunction)runtime_restore_begin, METH_NOARGS,
       "restore_begin() -> actions" },
     { "restore_finish", (PyCFunction)runtime_restore_finish, METH_NOARGS, "restore_finish()" },
+    { "drain", (PyCFunction)runtime_drain, METH_NOARGS,
+      "drain(): between steps, wait for the requests still in flight (offloads carried past the "
+      "step's end)" },
     { "stats", (PyCFunction)runtime_stats, METH_NOARGS, "stats() -> dict" },
     { "state", (PyCFunction)runtime_state, METH_O, "state(tensor) -> int" },
     { "adopt", (PyCFunction)runtime_adopt, METH_VARARGS,

@@ -137,6 +137,15 @@ class Executor:
                                   self.names.get(t, f"tensor {t}"), st)
         return out
 
+    def drain(self):
+        """Wait for the executor's requests still in flight (the CUDA path carries offloads past
+        the end of a step): its stored copies are complete then, and the engine has none of its
+        requests in flight, so that a waited-for engine.read (Offloader.save()) takes none of its
+        completions. A failed offload raises the executor's teraio.Error (its tensor stays in
+        memory)."""
+        if self.runtime is not None:
+            self.runtime.drain()
+
     def held_storages(self):
         """The data pointers of the globals the executor holds in memory at the end of a step
         (resident, or written and not released yet): their copy in the engine, where they have

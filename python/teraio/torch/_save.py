@@ -7,11 +7,13 @@ neither pickled (its size is in the pickle) nor copied. Two passes instead:
 1. torch.save under torch.serialization.skip_data(), which writes everything but the storages'
    bytes (their space is reserved), into a temporary file. For the pickle to record their true
    sizes, each offloaded storage is given, for this pass only, memory of its size that is never
-   touched: an anonymous mapping, swapped in (UntypedStorage._swap_data_ptr_) and out again; the
-   kernel backs it with no pages, as nothing reads or writes it.
+   touched: an anonymous host mapping, as a storage on the offloaded storage's own device (CPU
+   or CUDA) over its address, swapped in (UntypedStorage._swap_data_ptr_) and out again (_sized);
+   the kernel backs it with no pages, as nothing reads or writes it.
 2. Each storage's bytes are written into its record: a resident one from its memory, an
    offloaded one read from the engine (read-verification as the engine is set up) into one
-   buffer of its size, written, and freed before the next. The zip archive's CRC-32 of each
+   buffer of its size, written, and freed before the next (a resident CUDA storage is copied to
+   the host first, as torch.save does). The zip archive's CRC-32 of each
    record (local header and central directory) and the archive's serialization id (which
    torch.save derives from the records' CRC-32s) are then what torch.save would have written.
 The storages' order (the records' keys) is found by pickling the object once more the way
@@ -20,12 +22,14 @@ torch.save does, into nothing; it is checked against the archive's records (coun
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import mmap
 import os
 import pickle
 import re
 import struct
+import sys
 import tempfile
 import threading
 import zipfile
@@ -37,6 +41,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _M64 = (1 << 64) - 1
 _TORCH_SAVE = torch.save  # the passes below: torch.save itself, never a SaveWindow's wrapper
 _CHUNK = 8 << 20  # bytes copied at a time from a temporary file into a file object
+# an anonymous mapping that reserves no swap: Linux's MAP_NORESERVE (in Python's mmap from 3.13)
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 def _hash_combine(seed, v):
@@ -69,24 +75,34 @@ def storage_order(obj, protocol):
 
 @contextlib.contextmanager
 def _sized(storages):
-    """Give each (0-byte, CPU) storage of the (storage, nbytes) pairs untouched anonymous memory
-    of its size for the duration (pass 1), and its 0 bytes back after."""
+    """Give each 0-byte storage of the (storage, nbytes) pairs, on whatever device it is, memory
+    of its size that nothing touches for the duration (pass 1), and its 0 bytes back after.
+
+    The memory is an anonymous host mapping per storage, not committed (MAP_NORESERVE where the
+    system has it); the stand-in is a storage on the storage's own device over its address
+    (torch._C._construct_storage_from_data_pointer: it owns nothing), swapped in
+    (UntypedStorage._swap_data_ptr_) and out again. torch.save under skip_data() reads only its
+    size, device and address: the addresses are distinct (it refuses two storages at one address
+    with different dtypes) and, with a GPU's unified addressing, none is a device allocation's.
+    The same code runs for CPU and CUDA storages."""
     swapped = []
     try:
         for st, nb in storages:
-            # not committed (MAP_NORESERVE): nothing reads or writes it
-            m = mmap.mmap(-1, nb, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                          | getattr(mmap, "MAP_NORESERVE", 0))
-            ph = torch.frombuffer(m, dtype=torch.uint8).untyped_storage()
+            m = mmap.mmap(-1, nb, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
+            swapped.append((st, None, m))
+            c = ctypes.c_char.from_buffer(m)
+            addr = ctypes.addressof(c)
+            del c  # no buffer export left: the mapping can be closed after
+            ph = torch._C._construct_storage_from_data_pointer(addr, st.device, nb)
             st._swap_data_ptr_(ph)
-            swapped.append((st, ph, m))
+            swapped[-1] = (st, ph, m)
         yield
     finally:
         for st, ph, m in reversed(swapped):
-            st._swap_data_ptr_(ph)
+            if ph is not None:
+                st._swap_data_ptr_(ph)
             del ph
-            with contextlib.suppress(BufferError):
-                m.close()
+            m.close()
 
 
 def _records(path, n_storages):
@@ -139,8 +155,6 @@ def _patch_crcs(fd, records, crcs, start_dir):
 
 def _view(st):
     """A memoryview of a CPU storage's bytes (no copy)."""
-    import ctypes
-
     nb = st.nbytes()
     if nb == 0:
         return memoryview(b"")
@@ -295,6 +309,22 @@ class Saver:
         return out
 
     @staticmethod
+    def settled(off, what):
+        """offloaded(), once their copies are complete and the engine has nothing of the
+        executor's in flight (Executor.drain(): on the CUDA path offloads go on past the end of
+        a step), so that the waited-for reads of tier_reader take none of the executor's
+        completions. Where an offload failed, every tensor is brought back first (`what` says
+        for what): nothing is offloaded then."""
+        if off._cuda:
+            from teraio import _core
+
+            try:
+                off._exec.drain()
+            except _core.Error as e:
+                off._bring_back(f"{what} (an offload that went on past the step failed: {e})")
+        return Saver.offloaded(off)
+
+    @staticmethod
     def _refuse_in_step(off, what):
         if off._driver is not None or off._in_step:
             raise RuntimeError(f"Offloader.{what} inside a step: call it between steps (after "
@@ -309,14 +339,7 @@ class Saver:
         try:
             if callable(obj):
                 obj = obj()
-            if off._closed or off._cuda:
-                if not off._closed:
-                    self.active = False
-                    off.restore()
-                    self.active = True
-                src = {}
-            else:
-                src = self.offloaded(off)
+            src = {} if off._closed else self.settled(off, "Offloader.save()")
             return self._save_streamed(off, obj, f, src, protocol)
         finally:
             self.active = False
@@ -434,6 +457,14 @@ class SaveWindow:
       (not a view) on one of them in there brings every tensor back first (_PlaceholderGuard).
       Code that reads a tensor's memory without an operator (numpy(), data_ptr()) in there
       reads zeros: call restore() before such code.
+    On a GPU (the Offloader's CUDA path) no placeholders are put in: a placeholder's address is
+    host memory, and a kernel that reached it without an operator the guard sees (a library's
+    own kernel, a DLPack consumer) would fault and take the process's CUDA context, and the
+    training, with it; safetensors' save_file copies each tensor to the host through an operator,
+    which the guard would answer by bringing every tensor back in the middle of the write. So
+    there torch.save is streamed as Offloader.save() streams it (its first pass gives each
+    offloaded storage its size itself, for that pass only), while save_file of offloaded
+    tensors and save_pretrained() bring every tensor back first and write from memory.
     The most bytes of globals in memory at once (resident ones and one offloaded storage being
     written) go to report()["save_peak_bytes"]."""
 
@@ -464,9 +495,7 @@ class SaveWindow:
         if self.is_open:
             return
         off = self.off
-        if off._closed or off._cuda:  # nothing offloaded / not streamed on a GPU
-            if not off._closed:
-                off.restore()
+        if off._closed:  # nothing offloaded
             return
         self.resident = Saver.resident_bytes(off)
         off._saver.active = True
@@ -571,6 +600,8 @@ class SaveWindow:
             if args or set(kwargs) - {"pickle_protocol"}:  # not what write_streamed writes
                 self.abort(f"torch.save(..., {', '.join(sorted(kwargs)) or 'positional'})")
                 return prev(obj, f, *args, **kwargs)
+            if self.off._cuda:
+                return self._torch_save_gpu(prev, obj, f, hits, protocol)
             with self._scope():
                 src = self.src
                 where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
@@ -589,6 +620,26 @@ class SaveWindow:
 
         return save_
 
+    def _torch_save_gpu(self, prev, obj, f, hits, protocol):
+        """torch.save on the GPU path: no placeholders; the save gives the offloaded storages
+        their size for its first pass itself, as Offloader.save() does."""
+        src = Saver.settled(self.off, "torch.save in Offloader.streamed_saves()")
+        hits = {cd for cd in hits if cd in src}
+        if not hits:  # brought back (a failed offload): from memory
+            return prev(obj, f, pickle_protocol=protocol)
+        where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
+        read = self._counted(Saver.tier_reader(
+            self.off, src, "torch.save in Offloader.streamed_saves()",
+            f"nothing was written under {where!r}"))
+        self.writing = True
+        try:
+            held = save(obj, f, {cd: src[cd][1] for cd in hits}, read, protocol,
+                        tmp_dir=self.off.ssd_dirs[0] if self.off.ssd_dirs else None)
+        finally:
+            self.writing = False
+        self.held = max(self.held, held)
+        return None
+
     def _wrap_save_file(self, prev):
         def save_file(tensors, filename, metadata=None):
             if self.is_open and not self._mine():
@@ -599,6 +650,11 @@ class SaveWindow:
             if not self._mine() or self.writing or not isinstance(tensors, dict):
                 return prev(tensors, filename, metadata=metadata)
             offl = Saver.offloaded(self.off) if self.placeholders is None else self.src
+            if self.off._cuda:  # no placeholders on a GPU: from memory
+                if any(isinstance(v, torch.Tensor) and v.untyped_storage()._cdata in offl
+                       for v in tensors.values()):
+                    self.abort("safetensors save_file of offloaded tensors on a GPU")
+                return prev(tensors, filename, metadata=metadata)
             if not any(isinstance(v, torch.Tensor) and v.device.type == "cpu"
                        and v.untyped_storage()._cdata in offl for v in tensors.values()):
                 return prev(tensors, filename, metadata=metadata)
@@ -625,6 +681,10 @@ class SaveWindow:
     def _wrap_save_pretrained(self, prev):
         def save_pretrained(*args, **kwargs):
             if not self._mine():
+                return prev(*args, **kwargs)
+            if self.off._cuda:  # no placeholders on a GPU: from memory
+                if Saver.offloaded(self.off):
+                    self.abort("save_pretrained() on a GPU")
                 return prev(*args, **kwargs)
             with self._scope():
                 return prev(*args, **kwargs)

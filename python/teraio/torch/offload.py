@@ -832,8 +832,11 @@ class Offloader:
           place when complete: a failure leaves nothing under f) or a writable binary file
           object (the checkpoint goes through a temporary file in the first ssd_dirs entry, or
           the system's temporary directory, then is copied into f).
-        Refused inside a step. Tensors on a GPU: brought back (restore()) and saved as by
-        torch.save, not streamed."""
+        Refused inside a step. Tensors on a GPU: the same, device memory untouched by the
+        offloaded ones (each read from its tier into host memory), the ones in device memory
+        copied to the host one at a time as torch.save does; the offloads still in flight from
+        the last step are waited for first (not validated on a GPU yet: docs/runtime.md, CUDA
+        path)."""
         return self._saver.save(self, obj, f, pickle_protocol)
 
     def streamed_saves(self):

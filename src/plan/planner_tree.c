@@ -158,8 +158,12 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
     }
     size_t mid = (lo + hi) / 2;
     int64_t lazy = lazy_of(t, x); /* before the children change */
-    add_rec(t, 2 * x, lo, mid, l, r, d);
-    add_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    if (l < mid) {
+        add_rec(t, 2 * x, lo, mid, l, r, d);
+    }
+    if (mid < r) {
+        add_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    }
     pull(t, x, lazy);
 }
 
@@ -300,8 +304,15 @@ static double capped_split(struct tio_stree *t,
     size_t mid = (lo + hi) / 2;
     int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
     acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
-    return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
-           capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
+    /* only into a child inside the range and over the line (the others add an exact 0) */
+    int ga = q->l < mid && amx + acc > q->c, gb = mid < q->r && bmx + acc > q->c;
+    if (ga && gb) {
+        return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
+               capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
+    }
+    return ga   ? capped_rec(t, q, 2 * x, lo, mid, acc, amx)
+           : gb ? capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx)
+                : 0;
 }
 
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
@@ -435,8 +446,12 @@ madd_rec(struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r
     }
     size_t mid = (lo + hi) / 2;
     int64_t lazy = mlazy_of(t, x); /* before the children change */
-    madd_rec(t, 2 * x, lo, mid, l, r, d);
-    madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    if (l < mid) {
+        madd_rec(t, 2 * x, lo, mid, l, r, d);
+    }
+    if (mid < r) {
+        madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    }
     t->node[x] = TIO_MAX(t->node[2 * x], t->node[2 * x + 1]) + lazy;
 }
 
@@ -489,8 +504,8 @@ static int many_rec(const struct tio_mtree *t,
     size_t mid = (lo + hi) / 2;
     int64_t amx = t->node[2 * x], bmx = t->node[2 * x + 1];
     acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
-    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx) ||
-           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx);
+    return (l < mid && amx + acc > thr && many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx)) ||
+           (mid < r && bmx + acc > thr && many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx));
 }
 // NOLINTEND(misc-no-recursion)
 

@@ -145,6 +145,16 @@ int pt_cand_better(const struct planner *p, double ka, uint32_t a, double kb, ui
     return p->rank ? p->rank[a] < p->rank[b] : a < b; /* lower tensor, then earlier start */
 }
 
+/* Heap entries: the period's place in the tie order instead of the period. */
+static inline int ent_better(const struct cand *a, const struct cand *b) {
+    return a->key != b->key ? a->key > b->key : a->period < b->period;
+}
+
+static inline struct cand ent_to_cand(const struct planner *p, struct cand e) {
+    e.period = p->unrank ? p->unrank[e.period] : e.period;
+    return e;
+}
+
 /* Push a candidate of `version` (the planner's heap; the overcommit pass keeps its own
  * versions). */
 int pt_heap_push_version(struct planner *p, double key, uint32_t period, uint32_t version) {
@@ -152,10 +162,10 @@ int pt_heap_push_version(struct planner *p, double key, uint32_t period, uint32_
         return TIO_ENOMEM;
     }
     size_t i = p->n_heap++;
-    struct cand c = { key, period, version };
+    struct cand c = { key, p->rank ? p->rank[period] : period, version };
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (!pt_cand_better(p, c.key, c.period, p->heap[up].key, p->heap[up].period)) {
+        if (!ent_better(&c, &p->heap[up])) {
             break;
         }
         p->heap[i] = p->heap[up];
@@ -169,6 +179,10 @@ int pt_heap_push(struct planner *p, double key, uint32_t period) {
     return pt_heap_push_version(p, key, period, p->version[period]);
 }
 
+struct cand pt_heap_top(const struct planner *p) {
+    return ent_to_cand(p, p->heap[0]);
+}
+
 /* Floyd's pop: move the hole at the root down to a leaf along the better children (one
  * comparison per level), then sift the last entry up from there: it came from the bottom and
  * rarely climbs, so this costs about half the comparisons of sifting it down from the top. The
@@ -177,7 +191,7 @@ struct cand pt_heap_pop(struct planner *p) {
     struct cand top = p->heap[0];
     size_t n = --p->n_heap, i = 0;
     if (n == 0) {
-        return top;
+        return ent_to_cand(p, top);
     }
     struct cand last = p->heap[n];
     for (;;) {
@@ -185,21 +199,18 @@ struct cand pt_heap_pop(struct planner *p) {
         if (l >= n) {
             break;
         }
-        size_t c = r < n && pt_cand_better(p, p->heap[r].key, p->heap[r].period, p->heap[l].key,
-                                           p->heap[l].period)
-                       ? r
-                       : l;
+        size_t c = r < n && ent_better(&p->heap[r], &p->heap[l]) ? r : l;
         p->heap[i] = p->heap[c];
         i = c;
     }
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (!pt_cand_better(p, last.key, last.period, p->heap[up].key, p->heap[up].period)) {
+        if (!ent_better(&last, &p->heap[up])) {
             break;
         }
         p->heap[i] = p->heap[up];
         i = up;
     }
     p->heap[i] = last;
-    return top;
+    return ent_to_cand(p, top);
 }

@@ -40,7 +40,8 @@ static void planner_free_search(struct planner *p) {
     tio_free(p->heap);
     tio_free(p->version);
     tio_free(p->rank);
-    p->rank = NULL;
+    tio_free(p->unrank);
+    p->rank = p->unrank = NULL;
     tio_free(p->seg_id);
     tio_free(p->seg_first);
     tio_free(p->seg_len);
@@ -117,12 +118,16 @@ struct rank_key {
 };
 
 static int rank_key_cmp(const void *a, const void *b) {
-    uint64_t x = ((const struct rank_key *)a)->key, y = ((const struct rank_key *)b)->key;
-    return (x > y) - (x < y);
+    const struct rank_key *x = a, *y = b;
+    if (x->key != y->key) {
+        return (x->key > y->key) - (x->key < y->key);
+    }
+    return (x->period > y->period) - (x->period < y->period);
 }
 
 /* p->rank: NULL when the periods are in (tensor, start) order, else every period's place in
- * that order (equal places for equal keys, as pt_cand_better compared them before). */
+ * that order, and p->unrank the period at each place (no two periods of a tensor start at one
+ * kernel, so the places are distinct: equal keys would take the period's index as well). */
 static int build_rank(struct planner *p) {
     const struct tio_pmodel *m = p->m;
     size_t np = m->n_periods;
@@ -136,7 +141,8 @@ static int build_rank(struct planner *p) {
     }
     struct rank_key *k = tio_malloc(np * sizeof *k);
     p->rank = tio_malloc(np * sizeof *p->rank);
-    if (!k || !p->rank) {
+    p->unrank = tio_malloc(np * sizeof *p->unrank);
+    if (!k || !p->rank || !p->unrank) {
         tio_free(k);
         return TIO_ENOMEM;
     }
@@ -145,10 +151,9 @@ static int build_rank(struct planner *p) {
                                   (uint32_t)i };
     }
     qsort(k, np, sizeof *k, rank_key_cmp);
-    uint32_t r = 0;
     for (size_t i = 0; i < np; i++) {
-        r = i > 0 && k[i].key == k[i - 1].key ? r : (uint32_t)i;
-        p->rank[k[i].period] = r;
+        p->rank[k[i].period] = (uint32_t)i;
+        p->unrank[i] = k[i].period;
     }
     tio_free(k);
     return 0;
@@ -458,11 +463,11 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         struct eval best_e = { 0 };
         n_stash = 0;
         while (p.n_heap > 0) {
-            const struct cand *top = &p.heap[0];
-            if (have && !pt_cand_better(&p, top->key, top->period, best, best_pi)) {
+            const struct cand top = pt_heap_top(&p);
+            if (have && !pt_cand_better(&p, top.key, top.period, best, best_pi)) {
                 break; /* no bound left above the best score found: it is the maximum */
             }
-            if (have && p.eps > 0 && best >= (1.0 - p.eps) * top->key) {
+            if (have && p.eps > 0 && best >= (1.0 - p.eps) * top.key) {
                 break; /* within eps of every remaining bound: good enough (docs/planner.md) */
             }
             struct cand c = pt_heap_pop(&p);

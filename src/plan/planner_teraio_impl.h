@@ -65,7 +65,8 @@ struct planner {
     int use_host, use_ssd, clean_copies;
     double cost_per_byte; /* seconds per byte moved out and back on the reference tier */
     double eps;           /* accept a pick within (1 - eps) of the best bound (0: exact) */
-    /* heap */
+    /* heap: its entries hold a period's place in the tie order (its rank, or the period itself
+     * without ranks) in place of the period, so that a tie costs no read outside the heap */
     struct cand *heap;
     size_t n_heap, cap_heap;
     uint32_t *version;
@@ -73,6 +74,7 @@ struct planner {
      * when the periods are already in that order (the usual case: then the index is the rank
      * and a tie costs no read of the periods). */
     uint32_t *rank;
+    uint32_t *unrank; /* the period at each place, with rank */
     /* picks */
     struct pick *picks;
     size_t n_picks, cap_picks;
@@ -182,6 +184,9 @@ int pt_heap_push_version(struct planner *p, double key, uint32_t period, uint32_
 int pt_heap_push(struct planner *p, double key, uint32_t period);
 
 struct cand pt_heap_pop(struct planner *p);
+
+/* The heap's first entry (not removed): its key and its period. */
+struct cand pt_heap_top(const struct planner *p);
 
 /* ---- planner_overcommit.c ---- */
 

@@ -1,100 +1,119 @@
 /* Segment trees with lazy range add over the memory curve (planner_tree.h). Recursion depth is
- * log2(N) <= 29, so the recursive walks are bounded. Node x < size is an inner node, node
- * x >= size the leaf x - size; leaves past n are padding, never queried. */
+ * log2(N) <= 29, so the recursive walks are bounded. The memory curve's tree: node x < size is
+ * an inner node, node x >= size the block x - size of TIO_STREE_BLOCK leaves (blocks past nb
+ * are padding, never queried). */
 #include "plan/planner_tree.h"
 
 #include <string.h>
 
 #include "common/common_impl.h"
 
-/* Padding leaves: INT64_MIN/4 and INT64_MAX/4 keep max() and min() harmless. */
+/* Padding: INT64_MIN/4 and INT64_MAX/4 keep max() and min() harmless. */
 #define PAD_MX (INT64_MIN / 4)
 #define PAD_MN (INT64_MAX / 4)
+#define BLK    TIO_STREE_BLOCK
 
-static inline int64_t node_mn(const struct tio_stree *t, size_t x) {
-    if (x < t->size) {
-        return t->node[x].mn;
-    }
-    return x - t->size < t->n ? t->leaf[x - t->size].v : PAD_MN;
-}
-
-static inline int64_t node_mx(const struct tio_stree *t, size_t x) {
-    if (x < t->size) {
-        return t->node[x].mx;
-    }
-    return x - t->size < t->n ? t->leaf[x - t->size].v : PAD_MX;
-}
-
-static inline double node_st(const struct tio_stree *t, size_t x) {
-    if (x < t->size) {
-        return t->node[x].st;
-    }
-    return x - t->size < t->n ? t->tau[x - t->size] : 0;
-}
-
-static inline double node_svt(const struct tio_stree *t, size_t x) {
-    if (x < t->size) {
-        return t->node[x].svt;
-    }
-    return x - t->size < t->n ? t->leaf[x - t->size].svt : 0;
-}
+_Static_assert(BLK >= 2 && (BLK & (BLK - 1)) == 0, "TIO_STREE_BLOCK: a power of two");
+_Static_assert(TIO_STREE_MEMO_SPAN >= 2 * BLK, "TIO_STREE_MEMO_SPAN: inner nodes");
 
 /* The pending add of inner node x (what its subtree's values lack): not stored, it is the
  * node's maximum less its children's (every add keeps mx = max(children) + lazy exactly). */
 static inline int64_t lazy_of(const struct tio_stree *t, size_t x) {
-    return t->node[x].mx - TIO_MAX(node_mx(t, 2 * x), node_mx(t, 2 * x + 1));
+    return t->node[x].mx - TIO_MAX(t->node[2 * x].mx, t->node[2 * x + 1].mx);
 }
 
 /* Recompute inner node x from its children and its pending add `lazy`. */
 static void pull(struct tio_stree *t, size_t x, int64_t lazy) {
-    size_t a = 2 * x, b = 2 * x + 1;
+    const struct tio_stree_node *a = &t->node[2 * x], *b = &t->node[2 * x + 1];
     struct tio_stree_node *nd = &t->node[x];
-    nd->mn = TIO_MIN(node_mn(t, a), node_mn(t, b)) + lazy;
-    nd->mx = TIO_MAX(node_mx(t, a), node_mx(t, b)) + lazy;
-    nd->svt = node_svt(t, a) + node_svt(t, b) + (double)lazy * nd->st;
+    nd->mn = TIO_MIN(a->mn, b->mn) + lazy;
+    nd->mx = TIO_MAX(a->mx, b->mx) + lazy;
+    nd->svt = a->svt + b->svt + (double)lazy * nd->st;
 }
 
-/* Add d to the whole of node x (its lazy, or the leaf itself). */
+/* Pairwise sum of g[BLK], in the order of a binary tree over the block's leaves (left + right
+ * at every level): a block sums its leaves as the tree above it sums its nodes, so a sum of
+ * whole blocks and leaves does not depend on where the blocks begin. */
+static double pair_sum(double *g) {
+    for (size_t w = 1; w < BLK; w *= 2) {
+        for (size_t i = 0; i < BLK; i += 2 * w) {
+            g[i] += g[i + w];
+        }
+    }
+    return g[0];
+}
+
+/* Recompute block b's node from its leaves and its pending add. */
+static void block_pull(struct tio_stree *t, size_t b) {
+    size_t lo = b * BLK, hi = TIO_MIN(lo + BLK, t->n);
+    int64_t mn = PAD_MN, mx = PAD_MX;
+    double g[BLK] = { 0 };
+    for (size_t i = lo; i < hi; i++) {
+        int64_t v = t->v[i];
+        mn = TIO_MIN(mn, v);
+        mx = TIO_MAX(mx, v);
+        g[i - lo] = (double)v * t->tau[i];
+    }
+    struct tio_stree_node *nd = &t->node[t->size + b];
+    int64_t lz = t->blazy[b];
+    nd->mn = mn + lz;
+    nd->mx = mx + lz;
+    nd->svt = pair_sum(g) + (double)lz * nd->st;
+}
+
+/* Add d to the whole of node x (its pending add). */
 static void apply(struct tio_stree *t, size_t x, int64_t d) {
-    if (x < t->size) {
-        struct tio_stree_node *nd = &t->node[x];
-        nd->mn += d;
-        nd->mx += d; /* and so its pending add, mx less its children's */
-        nd->svt += (double)d * nd->st;
-    } else if (x - t->size < t->n) {
-        size_t i = x - t->size;
-        t->leaf[i].v += d;
-        t->leaf[i].svt += (double)d * t->tau[i];
+    struct tio_stree_node *nd = &t->node[x];
+    nd->mn += d;
+    nd->mx += d; /* and so its pending add, mx less its children's */
+    nd->svt += (double)d * nd->st;
+    if (x >= t->size && x - t->size < t->nb) {
+        t->blazy[x - t->size] += d;
     }
 }
 
 int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double *tau) {
     memset(t, 0, sizeof *t);
-    size_t size = 1;
-    while (size < n) {
+    size_t nb = (n + BLK - 1) / BLK, size = 1;
+    while (size < nb) {
         size *= 2;
     }
     t->n = n;
+    t->nb = nb;
     t->size = size;
     t->tau = tau;
     /* 64-byte aligned: a node's two children (32 B each) share one cache line */
-    t->node = tio_aligned_alloc(64, size * sizeof *t->node);
-    t->leaf = tio_aligned_alloc(64, (n ? n : 1) * sizeof *t->leaf);
-    if (size >= (size_t)2 * TIO_STREE_MEMO_SPAN) {
-        t->memo_lo = size / TIO_STREE_MEMO_SPAN;
+    t->node = tio_aligned_alloc(64, 2 * size * sizeof *t->node);
+    t->v = tio_malloc((n ? n : 1) * sizeof *t->v);
+    t->blazy = tio_calloc(nb ? nb : 1, sizeof *t->blazy);
+    const size_t span = TIO_STREE_MEMO_SPAN / BLK; /* blocks under a memo node */
+    if (size >= 2 * span) {
+        t->memo_lo = size / span;
         t->memo = tio_calloc(t->memo_lo, sizeof *t->memo);
     }
-    if (!t->node || !t->leaf || (t->memo_lo && !t->memo)) {
+    if (!t->node || !t->v || !t->blazy || (t->memo_lo && !t->memo)) {
         tio_stree_fini(t);
         return TIO_ENOMEM;
     }
-    memset(t->node, 0, size * sizeof *t->node);
-    for (size_t i = 0; i < n; i++) {
-        t->leaf[i].v = v[i];
-        t->leaf[i].svt = (double)v[i] * tau[i];
+    memset(t->node, 0, 2 * size * sizeof *t->node);
+    if (n) {
+        memcpy(t->v, v, n * sizeof *t->v);
+    }
+    for (size_t b = 0; b < size; b++) {
+        struct tio_stree_node *nd = &t->node[size + b];
+        if (b >= nb) {
+            *nd = (struct tio_stree_node){ .mn = PAD_MN, .mx = PAD_MX };
+            continue;
+        }
+        double g[BLK] = { 0 };
+        for (size_t i = b * BLK; i < TIO_MIN(b * BLK + BLK, n); i++) {
+            g[i - b * BLK] = tau[i];
+        }
+        nd->st = pair_sum(g);
+        block_pull(t, b);
     }
     for (size_t x = size - 1; x >= 1; x--) {
-        t->node[x].st = node_st(t, 2 * x) + node_st(t, 2 * x + 1);
+        t->node[x].st = t->node[2 * x].st + t->node[2 * x + 1].st;
         pull(t, x, 0);
     }
     return 0;
@@ -102,7 +121,8 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
 
 void tio_stree_fini(struct tio_stree *t) {
     tio_free(t->node);
-    tio_free(t->leaf);
+    tio_free(t->v);
+    tio_free(t->blazy);
     tio_free(t->memo);
     memset(t, 0, sizeof *t);
 }
@@ -113,6 +133,10 @@ static inline void memo_drop(struct tio_stree *t, size_t x) {
         t->memo[x - t->memo_lo].kind = 0;
     }
 }
+
+/* The recursions run over leaf ranges: node x covers leaves [lo, hi), the root [0, size x BLK).
+ * A node is taken whole only when [lo, hi) lies inside the (clipped) query, so a block with
+ * padding leaves is always scanned. */
 
 // NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
 static void
@@ -125,21 +149,32 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
         apply(t, x, d);
         return;
     }
+    if (x >= t->size) { /* part of a block: its leaves, then the block */
+        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+            t->v[i] += d;
+        }
+        block_pull(t, x - t->size);
+        return;
+    }
     size_t mid = (lo + hi) / 2;
     int64_t lazy = lazy_of(t, x); /* before the children change */
-    add_rec(t, 2 * x, lo, mid, l, r, d);
-    add_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    if (l < mid) {
+        add_rec(t, 2 * x, lo, mid, l, r, d);
+    }
+    if (mid < r) {
+        add_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    }
     pull(t, x, lazy);
 }
 
 void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
     if (l < r && d != 0) {
-        add_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), d);
+        add_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), d);
     }
 }
 
 /* `acc` is the sum of the pending adds above x: the node's true values are mn/mx + acc.
- * `xmx` is node_mx(t, x), which the parent read to get its own pending add. */
+ * `xmx` is node x's mx, which the parent read to get its own pending add. */
 static int64_t max_rec(const struct tio_stree *t,
                        size_t x,
                        size_t lo,
@@ -154,8 +189,15 @@ static int64_t max_rec(const struct tio_stree *t,
     if (l <= lo && hi <= r) {
         return xmx + acc;
     }
+    if (x >= t->size) {
+        int64_t mx = INT64_MIN;
+        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+            mx = TIO_MAX(mx, t->v[i]);
+        }
+        return mx + acc + t->blazy[x - t->size];
+    }
     size_t mid = (lo + hi) / 2;
-    int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
+    int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
     acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
     int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc, amx);
     int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc, bmx);
@@ -163,7 +205,11 @@ static int64_t max_rec(const struct tio_stree *t,
 }
 
 int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r) {
-    return l < r ? max_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, node_mx(t, 1)) : INT64_MIN;
+    if (l == 0 && r >= t->n && t->n) {
+        return t->node[1].mx; /* the root: the padding's maximum is far below any value */
+    }
+    return l < r ? max_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, t->node[1].mx)
+                 : INT64_MIN;
 }
 
 /*
@@ -185,7 +231,26 @@ static double capped_split(struct tio_stree *t,
                            int64_t acc,
                            int64_t xmx);
 
-/* `xmx` is node_mx(t, x), which the parent read to get its pending add. */
+/* The leaves of block b in [lo, hi) one by one, `acc` the pending adds above the block. */
+static double capped_block(const struct tio_stree *t,
+                           const struct capped_query *q,
+                           size_t b,
+                           size_t lo,
+                           size_t hi,
+                           int64_t acc) {
+    const int64_t c = q->c - acc - t->blazy[b], s = q->s; /* the line in the leaves' terms */
+    size_t a = TIO_MAX(q->l, lo), e = TIO_MIN(q->r, hi);
+    double g[BLK] = { 0 };
+    for (size_t i = a; i < e; i++) {
+        int64_t over = t->v[i] - c;
+        if (over > 0) {
+            g[i - lo] = (double)TIO_MIN(over, s) * t->tau[i];
+        }
+    }
+    return pair_sum(g);
+}
+
+/* `xmx` is node x's mx, which the parent read to get its pending add. */
 static double capped_rec(struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
@@ -202,16 +267,13 @@ static double capped_rec(struct tio_stree *t,
         return 0;
     }
     if (q->l <= lo && hi <= q->r) {
-        int64_t mn = node_mn(t, x) + acc;
+        const struct tio_stree_node *nd = &t->node[x];
+        int64_t mn = nd->mn + acc;
         if (mn >= c + s) {
-            return (double)s * node_st(t, x);
+            return (double)s * nd->st;
         }
         if (!q->by_leaf && mn >= c && mx <= c + s) {
-            double st = node_st(t, x);
-            return node_svt(t, x) + (double)acc * st - (double)c * st;
-        }
-        if (hi - lo == 1) { /* a leaf is always one of the cases above */
-            return 0;
+            return nd->svt + (double)acc * nd->st - (double)c * nd->st;
         }
         if (x >= t->memo_lo && x < 2 * t->memo_lo) {
             /* the whole node: its value depends on the node, acc, c, s and the kind only */
@@ -225,10 +287,13 @@ static double capped_rec(struct tio_stree *t,
             return v;
         }
     }
+    if (x >= t->size) {
+        return capped_block(t, q, x - t->size, lo, hi, acc);
+    }
     return capped_split(t, q, x, lo, hi, acc, xmx);
 }
 
-/* capped_rec's descent into both children of node x. */
+/* capped_rec's descent into both children of inner node x. */
 static double capped_split(struct tio_stree *t,
                            const struct capped_query *q,
                            size_t x,
@@ -237,20 +302,27 @@ static double capped_split(struct tio_stree *t,
                            int64_t acc,
                            int64_t xmx) {
     size_t mid = (lo + hi) / 2;
-    int64_t amx = node_mx(t, 2 * x), bmx = node_mx(t, 2 * x + 1);
+    int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
     acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
-    return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
-           capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
+    /* only into a child inside the range and over the line (the others add an exact 0) */
+    int ga = q->l < mid && amx + acc > q->c, gb = mid < q->r && bmx + acc > q->c;
+    if (ga && gb) {
+        return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
+               capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
+    }
+    return ga   ? capped_rec(t, q, 2 * x, lo, mid, acc, amx)
+           : gb ? capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx)
+                : 0;
 }
 
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = s, .by_leaf = 0 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0, node_mx(t, 1)) : 0;
+    return l < r ? capped_rec(t, &q, 1, 0, t->size * BLK, 0, t->node[1].mx) : 0;
 }
 
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = 1, .by_leaf = 1 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size, 0, node_mx(t, 1)) : 0;
+    return l < r ? capped_rec(t, &q, 1, 0, t->size * BLK, 0, t->node[1].mx) : 0;
 }
 
 static size_t last_rec(const struct tio_stree *t,
@@ -261,11 +333,17 @@ static size_t last_rec(const struct tio_stree *t,
                        size_t r,
                        int64_t acc,
                        int64_t thr) {
-    if (r <= lo || hi <= l || node_mx(t, x) + acc <= thr) {
+    if (r <= lo || hi <= l || t->node[x].mx + acc <= thr) {
         return SIZE_MAX;
     }
-    if (hi - lo == 1) {
-        return lo;
+    if (x >= t->size) {
+        int64_t lthr = thr - acc - t->blazy[x - t->size]; /* thr in the leaves' terms */
+        for (size_t i = TIO_MIN(r, hi); i > TIO_MAX(l, lo); i--) {
+            if (t->v[i - 1] > lthr) {
+                return i - 1;
+            }
+        }
+        return SIZE_MAX;
     }
     size_t mid = (lo + hi) / 2;
     acc += lazy_of(t, x);
@@ -275,11 +353,11 @@ static size_t last_rec(const struct tio_stree *t,
 // NOLINTEND(misc-no-recursion)
 
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr) {
-    return l < r ? last_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr) : SIZE_MAX;
+    return l < r ? last_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, thr) : SIZE_MAX;
 }
 
 void tio_stree_values(struct tio_stree *t, int64_t *out) {
-    /* push every lazy down, then read the leaves */
+    /* push every inner node's pending add down to the blocks, then read the leaves */
     for (size_t x = 1; x < t->size; x++) {
         int64_t d = lazy_of(t, x); /* top-down: x holds its parent's pushed add by now */
         if (d) {
@@ -288,7 +366,7 @@ void tio_stree_values(struct tio_stree *t, int64_t *out) {
         }
     }
     for (size_t i = 0; i < t->n; i++) {
-        out[i] = t->leaf[i].v;
+        out[i] = t->v[i] + t->blazy[i / BLK];
     }
     if (t->memo) {
         memset(t->memo, 0, t->memo_lo * sizeof *t->memo); /* the pending adds moved down */
@@ -297,40 +375,51 @@ void tio_stree_values(struct tio_stree *t, int64_t *out) {
 
 /* ---- the max-only tree --------------------------------------------------------------------- */
 
-static inline int64_t mnode_mx(const struct tio_mtree *t, size_t x) {
-    if (x < t->size) {
-        return t->node[x].mx;
-    }
-    return x - t->size < t->n ? t->leaf[x - t->size] : PAD_MX;
-}
+/* The same layout as the memory curve's tree: node x < size inner, node size + b block b (its
+ * maximum, with its pending add), blocks past nb padding. */
 
 /* The pending add of inner node x: its maximum less its children's (as lazy_of). */
 static inline int64_t mlazy_of(const struct tio_mtree *t, size_t x) {
-    return t->node[x].mx - TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1));
+    return t->node[x] - TIO_MAX(t->node[2 * x], t->node[2 * x + 1]);
+}
+
+/* Recompute block b's maximum from its leaves and its pending add. */
+static void mblock_pull(struct tio_mtree *t, size_t b) {
+    int64_t mx = PAD_MX;
+    for (size_t i = b * BLK; i < TIO_MIN(b * BLK + BLK, t->n); i++) {
+        mx = TIO_MAX(mx, t->leaf[i]);
+    }
+    t->node[t->size + b] = mx + t->blazy[b];
 }
 
 int tio_mtree_init(struct tio_mtree *t, size_t n) {
     memset(t, 0, sizeof *t);
-    size_t size = 1;
-    while (size < n) {
+    size_t nb = (n + BLK - 1) / BLK, size = 1;
+    while (size < nb) {
         size *= 2;
     }
     t->n = n;
+    t->nb = nb;
     t->size = size;
-    t->node = tio_calloc(size, sizeof *t->node);
+    t->node = tio_calloc(2 * size, sizeof *t->node);
+    t->blazy = tio_calloc(nb ? nb : 1, sizeof *t->blazy);
     t->leaf = tio_calloc(n ? n : 1, sizeof *t->leaf);
-    if (!t->node || !t->leaf) {
+    if (!t->node || !t->blazy || !t->leaf) {
         tio_mtree_fini(t);
         return TIO_ENOMEM;
     }
+    for (size_t b = 0; b < size; b++) {
+        t->node[size + b] = b < nb ? 0 : PAD_MX;
+    }
     for (size_t x = size - 1; x >= 1; x--) {
-        t->node[x].mx = TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1));
+        t->node[x] = TIO_MAX(t->node[2 * x], t->node[2 * x + 1]);
     }
     return 0;
 }
 
 void tio_mtree_fini(struct tio_mtree *t) {
     tio_free(t->node);
+    tio_free(t->blazy);
     tio_free(t->leaf);
     memset(t, 0, sizeof *t);
 }
@@ -342,18 +431,37 @@ madd_rec(struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r
         return;
     }
     if (l <= lo && hi <= r) {
-        if (x < t->size) {
-            t->node[x].mx += d; /* and so its pending add */
-        } else {
-            t->leaf[x - t->size] += d; /* within [l, r), so never padding */
+        t->node[x] += d; /* and so its pending add */
+        if (x >= t->size) {
+            t->blazy[x - t->size] += d; /* within [l, r), so never padding */
         }
+        return;
+    }
+    if (x >= t->size) {
+        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+            t->leaf[i] += d;
+        }
+        mblock_pull(t, x - t->size);
         return;
     }
     size_t mid = (lo + hi) / 2;
     int64_t lazy = mlazy_of(t, x); /* before the children change */
-    madd_rec(t, 2 * x, lo, mid, l, r, d);
-    madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    t->node[x].mx = TIO_MAX(mnode_mx(t, 2 * x), mnode_mx(t, 2 * x + 1)) + lazy;
+    if (l < mid) {
+        madd_rec(t, 2 * x, lo, mid, l, r, d);
+    }
+    if (mid < r) {
+        madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
+    }
+    t->node[x] = TIO_MAX(t->node[2 * x], t->node[2 * x + 1]) + lazy;
+}
+
+/* The largest leaf of block b in [l, r), in the leaves' terms (less the block's pending add). */
+static int64_t mblock_max(const struct tio_mtree *t, size_t b, size_t l, size_t r) {
+    int64_t mx = INT64_MIN;
+    for (size_t i = TIO_MAX(l, b * BLK); i < TIO_MIN(r, b * BLK + BLK); i++) {
+        mx = TIO_MAX(mx, t->leaf[i]);
+    }
+    return mx;
 }
 
 static int64_t mmax_rec(
@@ -362,7 +470,10 @@ static int64_t mmax_rec(
         return INT64_MIN;
     }
     if (l <= lo && hi <= r) {
-        return mnode_mx(t, x) + acc;
+        return t->node[x] + acc;
+    }
+    if (x >= t->size) {
+        return mblock_max(t, x - t->size, l, r) + acc + t->blazy[x - t->size];
     }
     size_t mid = (lo + hi) / 2;
     acc += mlazy_of(t, x);
@@ -379,35 +490,42 @@ static int many_rec(const struct tio_mtree *t,
                     size_t r,
                     int64_t acc,
                     int64_t thr,
-                    int64_t xmx) { /* xmx: mnode_mx(t, x), read by the parent */
+                    int64_t xmx) { /* xmx: t->node[x], read by the parent */
     if (r <= lo || hi <= l || xmx + acc <= thr) {
         return 0;
     }
     if (l <= lo && hi <= r) {
         return 1;
     }
+    if (x >= t->size) {
+        size_t b = x - t->size;
+        return mblock_max(t, b, l, r) + acc + t->blazy[b] > thr;
+    }
     size_t mid = (lo + hi) / 2;
-    int64_t amx = mnode_mx(t, 2 * x), bmx = mnode_mx(t, 2 * x + 1);
+    int64_t amx = t->node[2 * x], bmx = t->node[2 * x + 1];
     acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
-    return many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx) ||
-           many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx);
+    return (l < mid && amx + acc > thr && many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx)) ||
+           (mid < r && bmx + acc > thr && many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx));
 }
 // NOLINTEND(misc-no-recursion)
 
 int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr) {
-    return l < r && many_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0, thr, mnode_mx(t, 1));
+    return l < r && many_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, thr, t->node[1]);
 }
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {
     if (l < r && d != 0) {
-        madd_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), d);
+        madd_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), d);
     }
 }
 
 int64_t tio_mtree_max(const struct tio_mtree *t, size_t l, size_t r) {
-    return l < r ? mmax_rec(t, 1, 0, t->size, l, TIO_MIN(r, t->n), 0) : INT64_MIN;
+    if (l == 0 && r >= t->n && t->n) {
+        return t->node[1]; /* the root: the padding's maximum is far below any value */
+    }
+    return l < r ? mmax_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0) : INT64_MIN;
 }
 
 int64_t tio_mtree_top(const struct tio_mtree *t) {
-    return t->n ? mnode_mx(t, 1) : INT64_MIN;
+    return t->n ? t->node[1] : INT64_MIN;
 }

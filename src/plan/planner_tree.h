@@ -14,29 +14,28 @@
  * Both prune whole nodes that lie entirely under c, entirely in (c, c + s] or entirely above
  * c + s, so a smooth curve costs O(log N) per crossing of those two lines.
  *
- * Layout: the inner nodes [1, size) are one array of structs (a descent reads one cache line per
- * node, not five); the leaves are one array of (value, v x tau) and the caller's tau, which the
- * tree borrows: 32 B per inner node and 16 B per leaf. No node stores its pending add:
- * it is the node's maximum less its children's.
+ * Layout: the leaves are grouped in blocks of TIO_STREE_BLOCK; the tree's nodes, inner nodes
+ * [1, size) and one node per block [size, 2 size), are one array of structs (a descent reads one
+ * cache line per node, not four), and a query that reaches into part of a block scans that
+ * block's leaves: the nodes of a million kernels take 4 MB, not 32, and the leaves 8 B each (the
+ * value) plus the caller's tau, which the tree borrows. No inner node stores its pending add: it
+ * is the node's maximum less its children's; a block's is stored (blazy).
  */
 struct tio_stree_node {
-    int64_t mn, mx; /* with the node's pending add (not stored: mx less its children's mx) */
+    int64_t mn, mx; /* with the node's pending add */
     double st;      /* sum of tau */
     double svt;     /* sum of v * tau */
 };
+
+/* Leaves per block: a scan of 16 values and weights reads 6 adjacent cache lines where the
+ * descent it replaces read 4 scattered ones. */
+#define TIO_STREE_BLOCK 16
 
 /* The last benefit integral over the whole of one node of TIO_STREE_MEMO_SPAN leaves, for the
  * same query (line c, cap s, kind, the pending adds above the node) while no add reaches into
  * the node: the planner re-evaluates the same windows after picks that changed only part of
  * them. 40 B per TIO_STREE_MEMO_SPAN leaves. */
 #define TIO_STREE_MEMO_SPAN 64
-
-/* A leaf: its value and v x tau side by side (one cache line holds four leaves and both fields
- * of each). */
-struct tio_stree_leaf {
-    int64_t v;
-    double svt;
-};
 
 struct tio_stree_memo {
     int64_t acc, c, s;
@@ -45,11 +44,12 @@ struct tio_stree_memo {
 };
 
 struct tio_stree {
-    size_t n, size;              /* leaves, power of two >= n */
+    size_t n, nb, size;          /* leaves, blocks, power of two >= nb */
     size_t memo_lo;              /* first node of TIO_STREE_MEMO_SPAN leaves; 0: no memo */
     struct tio_stree_memo *memo; /* [memo_lo]: node memo_lo + i at i */
-    struct tio_stree_node *node; /* [size], index 0 unused */
-    struct tio_stree_leaf *leaf; /* [n] */
+    struct tio_stree_node *node; /* [2 size], index 0 unused; size + b: block b */
+    int64_t *blazy;              /* [nb] the pending add of each block (its leaves lack it) */
+    int64_t *v;                  /* [n] leaf values, less their block's pending add */
     const double *tau;           /* [n], borrowed: must outlive the tree */
 };
 
@@ -66,16 +66,14 @@ void tio_stree_values(struct tio_stree *t, int64_t *out);
 
 /*
  * A max-only segment tree (range add, range max) over n values that start at 0: the host bytes
- * held per kernel. 8 B per inner node (its maximum), 8 B per leaf.
+ * held per kernel, laid out as tio_stree (blocks of TIO_STREE_BLOCK leaves): 8 B per node (its
+ * maximum, with its pending add), 8 B per leaf.
  */
-struct tio_mtree_node {
-    int64_t mx; /* with the node's pending add (not stored: mx less its children's mx) */
-};
-
 struct tio_mtree {
-    size_t n, size;
-    struct tio_mtree_node *node; /* [size], index 0 unused */
-    int64_t *leaf;               /* [n] */
+    size_t n, nb, size; /* leaves, blocks, power of two >= nb */
+    int64_t *node;      /* [2 size], index 0 unused; size + b: block b */
+    int64_t *blazy;     /* [nb] the pending add of each block (its leaves lack it) */
+    int64_t *leaf;      /* [n] values, less their block's pending add */
 };
 
 int tio_mtree_init(struct tio_mtree *t, size_t n);

@@ -177,9 +177,92 @@ TIO_TEST(benefit_memo_follows_adds) {
     tio_stree_fini(&t);
 }
 
+/* A random bound of a range over n leaves: often on a block boundary, or one off it, where a
+ * node is taken whole or its block is scanned. */
+static size_t rnd_edge(size_t n) {
+    size_t k = (size_t)rnd(n + 1);
+    if (rnd(2)) {
+        k = k / TIO_STREE_BLOCK * TIO_STREE_BLOCK + (size_t)rnd(3) - (k >= TIO_STREE_BLOCK);
+    }
+    return k > n ? n : k;
+}
+
+/* Both trees over n leaves (one block, part of one, many blocks with a partial last one)
+ * against plain arrays, with ranges that start and end inside blocks and on their edges. */
+static void check_blocked(size_t n, int steps) {
+    int64_t *v = malloc(n * sizeof *v), *hv = calloc(n, sizeof *hv), *out = malloc(n * sizeof *out);
+    double *tau = malloc(n * sizeof *tau);
+    CHECK(v && hv && out && tau);
+    for (size_t k = 0; k < n; k++) {
+        v[k] = (int64_t)rnd(200);
+        tau[k] = (double)(1 + rnd(8));
+    }
+    struct tio_stree t;
+    struct tio_mtree h;
+    CHECK_OK(tio_stree_init(&t, n, v, tau));
+    CHECK_OK(tio_mtree_init(&h, n));
+    for (int step = 0; step < steps; step++) {
+        size_t l = rnd_edge(n), r = rnd_edge(n) + (size_t)rnd(2);
+        int64_t c = (int64_t)rnd(260) - 30, s = 1 + (int64_t)rnd(60);
+        CHECK(tio_stree_capped(&t, l, r, c, s) ==
+              (l < r ? ref_capped_n(v, tau, n, l, r, c, s) : 0));
+        CHECK(tio_stree_crit(&t, l, r, c) == (l < r ? ref_crit_n(v, tau, n, l, r, c) : 0));
+        int64_t mx = INT64_MIN, hmx = INT64_MIN, htop = INT64_MIN;
+        size_t last = SIZE_MAX;
+        for (size_t k = 0; k < n; k++) {
+            htop = hv[k] > htop ? hv[k] : htop;
+            if (k >= l && k < r) {
+                mx = v[k] > mx ? v[k] : mx;
+                hmx = hv[k] > hmx ? hv[k] : hmx;
+                last = v[k] > c ? k : last;
+            }
+        }
+        CHECK_EQ_I(tio_stree_max(&t, l, r), mx);
+        CHECK_EQ_U(tio_stree_last_above(&t, l, r, c), last);
+        CHECK_EQ_I(tio_mtree_max(&h, l, r), hmx);
+        CHECK_EQ_I(tio_mtree_top(&h), htop);
+        int64_t thr = hmx == INT64_MIN ? 0 : hmx - (int64_t)rnd(3); /* at the maximum or under */
+        CHECK_EQ_I(tio_mtree_any_above(&h, l, r, thr), l < r && hmx > thr);
+        size_t al = rnd_edge(n), ar = al + rnd_edge(n - al);
+        int64_t d = (int64_t)rnd(41) - 20;
+        tio_stree_add(&t, al, ar, d);
+        tio_mtree_add(&h, al, ar, -d);
+        for (size_t k = al; k < ar; k++) {
+            v[k] += d;
+            hv[k] -= d;
+        }
+    }
+    /* the whole range (answered from the root) */
+    int64_t amx = INT64_MIN, hamx = INT64_MIN;
+    for (size_t k = 0; k < n; k++) {
+        amx = v[k] > amx ? v[k] : amx;
+        hamx = hv[k] > hamx ? hv[k] : hamx;
+    }
+    CHECK_EQ_I(tio_stree_max(&t, 0, n), amx);
+    CHECK_EQ_I(tio_mtree_max(&h, 0, n + 1), hamx);
+    tio_stree_values(&t, out);
+    for (size_t k = 0; k < n; k++) {
+        CHECK_EQ_I(out[k], v[k]);
+    }
+    tio_stree_fini(&t);
+    tio_mtree_fini(&h);
+    free(v);
+    free(hv);
+    free(out);
+    free(tau);
+}
+
+TIO_TEST(blocked_trees_match_plain_arrays) {
+    const size_t sizes[] = { 1, TIO_STREE_BLOCK - 1, TIO_STREE_BLOCK, TIO_STREE_BLOCK + 1, 700 };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        check_blocked(sizes[i], 500);
+    }
+}
+
 int main(void) {
     RUN(matches_a_plain_array);
     RUN(max_tree_matches_a_plain_array);
     RUN(benefit_memo_follows_adds);
+    RUN(blocked_trees_match_plain_arrays);
     return tio_test_done();
 }

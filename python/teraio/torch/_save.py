@@ -603,22 +603,26 @@ class SaveWindow:
             if self.off._cuda:
                 return self._torch_save_gpu(prev, obj, f, hits, protocol)
             with self._scope():
-                src = self.src
-                where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
-                read = self._counted(Saver.tier_reader(
-                    self.off, src, "torch.save in Offloader.streamed_saves()",
-                    f"nothing was written under {where!r}"))
-                self.writing = True
-                try:
-                    held = save(obj, f, {cd: src[cd][1] for cd in hits}, read, protocol,
-                                tmp_dir=self.off.ssd_dirs[0] if self.off.ssd_dirs else None,
-                                presized=True)
-                finally:
-                    self.writing = False
-                self.held = max(self.held, held)
+                self._stream(obj, f, self.src, hits, protocol, presized=True)
             return None
 
         return save_
+
+    def _stream(self, obj, f, src, hits, protocol, presized):
+        """Write obj to f with the offloaded storages `hits` (keys of src) read from their
+        tiers; presized: their placeholders are in (the CPU window), else 0 bytes (GPU)."""
+        where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
+        read = self._counted(Saver.tier_reader(
+            self.off, src, "torch.save in Offloader.streamed_saves()",
+            f"nothing was written under {where!r}"))
+        self.writing = True
+        try:
+            held = save(obj, f, {cd: src[cd][1] for cd in hits}, read, protocol,
+                        tmp_dir=self.off.ssd_dirs[0] if self.off.ssd_dirs else None,
+                        presized=presized)
+        finally:
+            self.writing = False
+        self.held = max(self.held, held)
 
     def _torch_save_gpu(self, prev, obj, f, hits, protocol):
         """torch.save on the GPU path: no placeholders; the save gives the offloaded storages
@@ -627,17 +631,7 @@ class SaveWindow:
         hits = {cd for cd in hits if cd in src}
         if not hits:  # brought back (a failed offload): from memory
             return prev(obj, f, pickle_protocol=protocol)
-        where = f if isinstance(f, (str, os.PathLike)) else type(f).__name__
-        read = self._counted(Saver.tier_reader(
-            self.off, src, "torch.save in Offloader.streamed_saves()",
-            f"nothing was written under {where!r}"))
-        self.writing = True
-        try:
-            held = save(obj, f, {cd: src[cd][1] for cd in hits}, read, protocol,
-                        tmp_dir=self.off.ssd_dirs[0] if self.off.ssd_dirs else None)
-        finally:
-            self.writing = False
-        self.held = max(self.held, held)
+        self._stream(obj, f, src, hits, protocol, presized=False)
         return None
 
     def _wrap_save_file(self, prev):

@@ -17,7 +17,7 @@
 #define FULL_EPS     1.0  /* a slot with less than 1 byte free counts as full */
 #define SSD_PREFER   0.90 /* mixed: SSD unless host saves more than 1/0.9 of SSD's benefit */
 #define URGENT_SLACK 1.5  /* prefetch URGENT when its slack is under 1.5x its transfer time */
-#define PICK_EPS     0.1  /* ours: a pick may be 2% below the true best score (lazy greedy) */
+#define PICK_EPS     0.1  /* ours: a pick may be 10% below the true best score (lazy greedy) */
 #define NONE         UINT64_MAX
 
 struct cand {

@@ -485,15 +485,10 @@ static uint64_t drain_and_read(struct caller *c) {
         if (tio_runtime_tensor_state(c->rt, g) != 3)
             continue;
         uint64_t nb = c->s->bytes[g], *buf = malloc(nb);
-        struct tio_engine_read_request r = { .struct_size = sizeof r,
-                                             .mem = TIO_MEM_HOST,
-                                             .tensor_id = g,
-                                             .dst = buf,
-                                             .bytes = nb,
-                                             .priority = TIO_PRIO_URGENT,
-                                             .tag = UINT64_MAX };
         struct tio_completion done = { 0 };
-        if (!buf || (rc = tio_engine_read(c->engine, &r)) < 0 ||
+        if (!buf ||
+            (rc = io_read(c->engine, g, buf, nb, TIO_MEM_HOST, TIO_PRIO_URGENT, UINT64_MAX, NULL,
+                          NULL)) < 0 ||
             (rc = tio_engine_wait(c->engine, &done, 1, 1, -1)) != 1) {
             caller_error(c, "the checkpoint's read", rc);
         } else if (done.tag != UINT64_MAX || done.res != (int64_t)nb) {

@@ -14,10 +14,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
+_FAULT_LOG = None  # the rank's fault log, kept open for faulthandler
+
+
+def _fault_log(out_dir, rank):
+    return os.path.join(out_dir, f"fault{rank}.log")
+
+
 def _worker(rank, world, init, out_dir, body):
     import faulthandler
 
-    faulthandler.enable(all_threads=True)  # a rank that aborts prints every thread's stack
+    global _FAULT_LOG
+    # a rank that aborts writes every thread's stack to its fault log (spawn_ranks prints it):
+    # the parent tells an abort from another death by its first line, since the dump of an
+    # abort's threads may itself crash and the rank then dies of SIGSEGV, not SIGABRT
+    _FAULT_LOG = open(_fault_log(out_dir, rank), "a")  # spawn_ranks empties it per attempt
+    faulthandler.enable(file=_FAULT_LOG, all_threads=True)
     torch.set_num_threads(1)  # two ranks on a 2-core machine
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
@@ -28,11 +40,28 @@ def _worker(rank, world, init, out_dir, body):
         json.dump(res, f)
 
 
-def aborted_ranks(processes):
-    """The ranks among the spawned processes that died of SIGABRT, after waiting for all."""
+def aborted_ranks(processes, out_dir=None):
+    """The ranks among the spawned processes that aborted, after waiting for all: died of
+    SIGABRT, or of another signal while dumping an abort (their fault log in out_dir begins
+    with Python's "Fatal Python error: Aborted"). Each dead rank's fault log goes to stderr."""
     for p in processes:
         p.join()
-    return [r for r, p in enumerate(processes) if p.exitcode == -signal.SIGABRT]
+    out = []
+    for r, p in enumerate(processes):
+        log = ""
+        if out_dir is not None and p.exitcode is not None and p.exitcode < 0:
+            try:
+                with open(_fault_log(out_dir, r)) as f:
+                    log = f.read()
+            except OSError:
+                pass
+            if log:
+                print(f"rank {r} (exit status {p.exitcode}) fault log:\n{log}", file=sys.stderr)
+        if p.exitcode == -signal.SIGABRT or (
+                p.exitcode is not None and p.exitcode < 0
+                and log.lstrip().startswith("Fatal Python error: Aborted")):
+            out.append(r)
+    return out
 
 
 def spawn_ranks(body, out_dir, world=2):
@@ -43,6 +72,8 @@ def spawn_ranks(body, out_dir, world=2):
     for r in range(world):
         (out_dir / f"ssd{r}").mkdir(exist_ok=True)
     for attempt in (1, 2):
+        for r in range(world):
+            open(_fault_log(out_dir, r), "w").close()
         init = "file://" + str(out_dir / f"rendezvous{attempt}")
         ctx = mp.spawn(_worker, args=(world, init, str(out_dir), body), nprocs=world,
                        join=False)
@@ -54,12 +85,13 @@ def spawn_ranks(body, out_dir, world=2):
             # Seen in ~1 of 15 runs of the FSDP2 file on the 2-core machine, with and without
             # teraio's page discards: a rank aborts with "terminate called without an active
             # exception" (a joinable C++ thread destroyed: gloo/c10d), no Python error. Retried
-            # once, loudly; a second abort, or any other death, fails the test. Open question
+            # once, loudly (also when the abort's dump of the threads crashed and the rank died
+            # of SIGSEGV: its fault log tells); a second abort, or any other death, fails the test. Open question
             # (docs/decisions.md, released CPU storages under FSDP); faulthandler above prints
             # the stacks. The rank that aborted is found by its exit status, not by which
             # failure the join saw first: its peer may raise first ("Connection closed by
             # peer"), which is a consequence of the abort, not another failure.
-            aborted = aborted_ranks(ctx.processes)
+            aborted = aborted_ranks(ctx.processes, out_dir)
             if attempt == 2 or not aborted:
                 raise
             msg = (f"spawn_ranks: rank {aborted[0]} aborted (SIGABRT) on attempt 1; "

@@ -1,6 +1,7 @@
 """The 2-rank spawn helper itself (tests/python/_dist.py): a rank that aborts once is retried
 once, with a warning; one that aborts every time fails the test."""
 import os
+import signal
 
 import pytest
 from _dist import aborted_ranks, spawn_ranks
@@ -14,6 +15,18 @@ def _abort_once(rank, world, init, out_dir):
     return {"rank": rank}
 
 
+def _abort_dump_crashes_once(rank, world, init, out_dir):
+    # what CI met: the abort's dump of every thread crashed, so the rank died of SIGSEGV with
+    # the abort's first line in its fault log (faulthandler writes it there)
+    marker = os.path.join(out_dir, f"crashed{rank}")
+    if rank == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        with open(os.path.join(out_dir, f"fault{rank}.log"), "a") as f:
+            f.write("Fatal Python error: Aborted\n\n")
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return {"rank": rank}
+
+
 def _abort_always(rank, world, init, out_dir):
     if rank == 1:
         os.abort()
@@ -23,6 +36,12 @@ def _abort_always(rank, world, init, out_dir):
 def test_a_rank_that_aborts_once_is_retried_with_a_warning(tmp_path):
     with pytest.warns(RuntimeWarning, match="rank 1 aborted .SIGABRT. on attempt 1"):
         res = spawn_ranks(_abort_once, tmp_path)
+    assert res == [{"rank": 0}, {"rank": 1}]
+
+
+def test_a_rank_whose_abort_dump_crashes_is_retried(tmp_path):
+    with pytest.warns(RuntimeWarning, match="rank 1 aborted .SIGABRT. on attempt 1"):
+        res = spawn_ranks(_abort_dump_crashes_once, tmp_path)
     assert res == [{"rank": 0}, {"rank": 1}]
 
 
@@ -52,3 +71,11 @@ def test_the_aborted_rank_is_found_whichever_failure_the_join_saw_first():
     assert all(p.joined for p in procs)
     assert aborted_ranks([_Dead(1), _Dead(-15)]) == []
     assert aborted_ranks([_Dead(0), _Dead(0)]) == []
+
+
+def test_a_signal_after_an_abort_in_the_fault_log_is_an_abort(tmp_path):
+    (tmp_path / "fault0.log").write_text("Fatal Python error: Aborted\n\nThread 0x...")
+    (tmp_path / "fault1.log").write_text("Fatal Python error: Segmentation fault\n")
+    assert aborted_ranks([_Dead(-11), _Dead(-11)], tmp_path) == [0]
+    assert aborted_ranks([_Dead(-11), _Dead(-6)], tmp_path) == [0, 1]
+    assert aborted_ranks([_Dead(0), _Dead(-11)], tmp_path) == []

@@ -85,12 +85,13 @@ def spawn_ranks(body, out_dir, world=2):
             # Seen in ~1 of 15 runs of the FSDP2 file on the 2-core machine, with and without
             # teraio's page discards: a rank aborts with "terminate called without an active
             # exception" (a joinable C++ thread destroyed: gloo/c10d), no Python error. Retried
-            # once, loudly (also when the abort's dump of the threads crashed and the rank died
-            # of SIGSEGV: its fault log tells); a second abort, or any other death, fails the test. Open question
-            # (docs/decisions.md, released CPU storages under FSDP); faulthandler above prints
-            # the stacks. The rank that aborted is found by its exit status, not by which
-            # failure the join saw first: its peer may raise first ("Connection closed by
-            # peer"), which is a consequence of the abort, not another failure.
+            # once, loudly (also when the abort's dump of the threads crashed and the rank
+            # died of SIGSEGV: its fault log tells); a second abort, or any other death, fails
+            # the test. Open question (docs/decisions.md, released CPU storages under FSDP);
+            # faulthandler above writes the stacks. The rank that aborted is found by its exit
+            # status and fault log, not by which failure the join saw first: its peer may raise
+            # first ("Connection closed by peer"), a consequence of the abort, not another
+            # failure.
             aborted = aborted_ranks(ctx.processes, out_dir)
             if attempt == 2 or not aborted:
                 raise

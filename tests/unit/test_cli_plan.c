@@ -173,6 +173,10 @@ TIO_TEST(hw_commands) {
     CHECK(out[0] == '[');
     CHECK_EQ_I(run("hw show paper-2xh100nvl", out, sizeof out), 0);
     CHECK(strstr(out, "16.00 GB/s write") != NULL);
+    /* the drives' cache and the rate once it is full: 216 GB (201 GiB) each, 4 x 1.4 GB/s */
+    CHECK(strstr(out, "SSD write cache 201 GiB per SSD, then the array writes at 5.60 GB/s") !=
+          NULL);
+    CHECK(strstr(out, "reads and writes share each drive's time") != NULL);
     CHECK_EQ_I(run("hw show cpu-ci --json", out, sizeof out), 0);
     CHECK(strstr(out, "\"gpu_memory_bytes\": 8589934592") != NULL);
     (void)snprintf(args, sizeof args, "hw check %s", hw_path);

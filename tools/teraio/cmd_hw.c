@@ -26,6 +26,25 @@ static void hw_usage(FILE *f) {
                   "  teraio hw check mine.json\n\n" TIO_CLI_EXIT_HELP);
 }
 
+/* The drives' behaviour beyond their rates (docs/hardware.md, "SSD model"): how reads and
+ * writes share them, and the write cache with the rate once it is full. */
+static void show_ssd_behaviour(const struct tio_hw *hw) {
+    char a[32], b[32];
+    if (hw->ssd_mixed_Bps > 0) {
+        printf("  SSD mix         %s per SSD under a 50/50 read/write mix\n",
+               tio_format_rate(hw->ssd_mixed_Bps, a, sizeof a));
+    } else {
+        printf("  SSD mix         reads and writes share each drive's time\n");
+    }
+    if (hw->ssd_write_cache_bytes > 0 && hw->ssd_sustained_write_Bps > 0) {
+        printf("  SSD write cache %s per SSD, then the array writes at %s\n",
+               tio_format_bytes(hw->ssd_write_cache_bytes, a, sizeof a),
+               tio_format_rate(tio_hw_ssd_sustained_write_Bps(hw), b, sizeof b));
+    } else {
+        printf("  SSD write cache not modelled (writes at the array's rate throughout)\n");
+    }
+}
+
 static void show_human(const struct tio_hw *hw) {
     char a[32], b[32], c[32];
     printf("%s: %u x %s\n", hw->name, hw->gpus, hw->gpu);
@@ -41,9 +60,12 @@ static void show_human(const struct tio_hw *hw) {
            tio_format_rate(hw->ssd_write_Bps, b, sizeof b), hw->ssd_efficiency,
            tio_format_duration(hw->ssd_latency_s, c, sizeof c),
            hw->gds ? "GPUDirect Storage" : "bounce via host");
-    printf("  SSD array       %s read, %s write (sustained)\n",
+    printf("  SSD array       %s read, %s write (each direction alone)\n",
            tio_format_rate(tio_hw_ssd_read_Bps(hw), a, sizeof a),
            tio_format_rate(tio_hw_ssd_write_Bps(hw), b, sizeof b));
+    if (hw->ssd_count > 0) {
+        show_ssd_behaviour(hw);
+    }
     printf("  host memory     %s (%s), offload cap %s per GPU, %u cores\n",
            tio_format_bytes(hw->host_memory_bytes, a, sizeof a),
            tio_format_rate(hw->host_memory_Bps, b, sizeof b),

@@ -23,7 +23,8 @@ if(TARGET bench_gpu_twin)
     target_compile_definitions(bench_gpu_twin PRIVATE
         TIO_TWIN_OFFLOADER_TRACE="${PROJECT_SOURCE_DIR}/bench/data/offloader-llama.tio")
 endif()
-if(NOT TIO_BUILD_TESTS)
+# the fakes serve the tests and the two benchmarks above, which run on them
+if(NOT TIO_BUILD_TESTS AND NOT TARGET bench_gpu_twin AND NOT TARGET bench_bounce)
     return()
 endif()
 
@@ -41,6 +42,23 @@ foreach(t tio_fake_cudart tio_fake_cufile tio_fake_cufile_sync)
     target_compile_options(${t} PRIVATE -Wall -Wextra)
     target_compile_definitions(${t} PRIVATE _GNU_SOURCE)
 endforeach()
+
+if(TARGET bench_gpu_twin)
+    add_dependencies(bench_gpu_twin tio_fake_cudart)
+    target_compile_definitions(bench_gpu_twin PRIVATE
+        TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>")
+endif()
+
+if(TARGET bench_bounce)
+    add_dependencies(bench_bounce tio_fake_cudart tio_fake_cufile)
+    target_compile_definitions(bench_bounce PRIVATE
+        TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>"
+        TIO_FAKE_CUFILE_PATH="$<TARGET_FILE:tio_fake_cufile>")
+endif()
+
+if(NOT TIO_BUILD_TESTS)
+    return()
+endif()
 
 set(_tio_fake_env
     "TIO_CUDART_LIB=$<TARGET_FILE:tio_fake_cudart>"
@@ -123,17 +141,4 @@ if(TARGET test_cufile_layout AND TIO_CUFILE_INCLUDE_DIR AND TIO_CUDA_H_DIR
 else()
     message(STATUS "teraio: cufile.h not found (pip install nvidia-cufile, or set "
                    "TIO_CUFILE_INCLUDE_DIR): the cuFile layout test will be skipped")
-endif()
-
-if(TARGET bench_gpu_twin)
-    add_dependencies(bench_gpu_twin tio_fake_cudart)
-    target_compile_definitions(bench_gpu_twin PRIVATE
-        TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>")
-endif()
-
-if(TARGET bench_bounce)
-    add_dependencies(bench_bounce tio_fake_cudart tio_fake_cufile)
-    target_compile_definitions(bench_bounce PRIVATE
-        TIO_FAKE_CUDART_PATH="$<TARGET_FILE:tio_fake_cudart>"
-        TIO_FAKE_CUFILE_PATH="$<TARGET_FILE:tio_fake_cufile>")
 endif()

@@ -36,7 +36,7 @@ int pt_host_allowed(struct planner *p, const struct tio_pperiod *q) {
     if (tio_mtree_top(&p->host) + s <= cap) {
         return 1; /* the root holds the max over every kernel: fits anywhere */
     }
-    return !pt_host_above(p, q->start, q->end, cap - s);
+    return !pt_host_above(p, q->start, pt_host_end(p, q), cap - s);
 }
 
 /* The windows of one tier: offload completion (forward walk) and latest prefetch start

@@ -22,7 +22,7 @@ int pt_commit(struct planner *p, uint32_t pi, const struct eval *e) {
     TIO_ASSERT(i == e->pre);
     pt_ext_add(&p->mem, p->n, e->off, e->pre, -(int64_t)q->bytes);
     if (e->tier == TIO_TIER_HOST) {
-        pt_host_add(p, q->start, q->end, (int64_t)q->bytes);
+        pt_host_add(p, q->start, pt_host_end(p, q), (int64_t)q->bytes);
     }
     if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
         return TIO_ENOMEM;
@@ -174,7 +174,7 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
     }
     pt_ext_add(&p->mem, p->n, a, q->end - 1, -s);
     if (tier == TIO_TIER_HOST) {
-        pt_host_add(p, q->start, q->end, s);
+        pt_host_add(p, q->start, pt_host_end(p, q), s);
     }
     if (tio_grow((void **)&p->picks, &p->cap_picks, p->n_picks + 1, sizeof *p->picks) < 0) {
         return TIO_ENOMEM;
@@ -275,7 +275,7 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
         if (pk->pre <= pk->off && (pk->clean || pk->tier != TIO_TIER_SSD || !p->clean_copies)) {
             dropped[keys[r].idx] = 1;
             if (pk->tier == TIO_TIER_HOST) { /* no copy on the host: the summary's host peak */
-                pt_host_add(p, q->start, q->end, -s);
+                pt_host_add(p, q->start, pt_host_end(p, q), -s);
             }
         }
     }

@@ -111,6 +111,16 @@ static inline uint32_t pt_seg_pos(const struct planner *p, size_t t, size_t u, u
     return (uint32_t)(u >= first ? u - first : u + cnt - first);
 }
 
+/* The end (exclusive, extended axis) of the kernels over which a host-tier period q holds its
+ * host bytes: from its offload's issue (q->start) through the kernel its prefetch is due by
+ * (q->end), within one iteration. The runtime and the simulator issue kernel k's offloads
+ * before they wait for the prefetches kernel k needs, so a prefetch that is late (a stall move,
+ * or one queued for GPU memory) still holds its host copy when the offloads of its deadline
+ * kernel take theirs (docs/planner.md, "Model"). */
+static inline uint64_t pt_host_end(const struct planner *p, const struct tio_pperiod *q) {
+    return q->end + 1 < q->start + p->n ? q->end + 1 : q->start + p->n;
+}
+
 /* ---- planner_slots.c ---- */
 
 /* Mark slot k of channel ch full (in its "next slot with room" forests) if under FULL_EPS. */

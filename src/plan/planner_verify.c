@@ -13,8 +13,9 @@
  *     must be complete by (its GPU copy is freed when it completes) to the kernel its prefetch
  *     is issued at (the buffer is allocated when it starts); under the capacity when the plan
  *     says feasible;
- *   - the host memory curve: a host offload holds its bytes from the kernel it is issued at to
- *     the kernel its prefetch must be complete by; under the host cap always;
+ *   - the host memory curve: a host offload holds its bytes from the kernel it is issued at
+ *     through the kernel its prefetch must be complete by (that kernel's offloads are issued
+ *     before it waits for a late prefetch); under the host cap always;
  *   - bandwidth (planner_verify_io.c): earliest deadline first on each budget, in continuous
  *     time, every move a job (stall moves too), due a latency before its deadline kernel starts.
  */
@@ -303,9 +304,11 @@ curves(const struct tio_vmodel *m, const struct tio_plan *plan, uint64_t *gpu, u
         if (rc == 0) {
             /* away from the GPU over [offload deadline, prefetch trigger) */
             range_add(dg, n, o->deadline, pt, -(int64_t)o->bytes);
-            if (o->to == TIO_TIER_HOST) { /* on the host over [offload trigger, prefetch end) */
-                range_add(dh, n, o->trigger, pt + (mv[j].deadline - mv[j].trigger),
-                          (int64_t)o->bytes);
+            if (o->to == TIO_TIER_HOST) {
+                /* on the host from the offload's trigger through the prefetch's deadline
+                 * kernel, an iteration at most */
+                uint64_t end = pt + (mv[j].deadline - mv[j].trigger) + 1;
+                range_add(dh, n, o->trigger, TIO_MIN(end, o->trigger + n), (int64_t)o->bytes);
             }
         }
     }

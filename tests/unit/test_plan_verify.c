@@ -99,8 +99,9 @@ static struct tio_move mv_(uint32_t from, uint32_t to, uint64_t trig, uint64_t d
                               .bytes = 100 * MB };
 }
 
-/* W to host memory over [1, 5): held from the offload's trigger (k1) to the prefetch's deadline
- * (k5), 100 MB; a 50 MB cap is exceeded, a 100 MB one is not. */
+/* W to host memory over [1, 5]: held from the offload's trigger (k1) through the prefetch's
+ * deadline (k5), whose offloads are issued before it waits for a late prefetch, 100 MB; a 50 MB
+ * cap is exceeded, a 100 MB one is not. */
 TIO_TEST(host_memory_against_the_cap) {
     struct tio_trace *tr = trace_w(TIO_USE_READ);
     struct tio_move mv[2] = { mv_(TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, 0),
@@ -114,9 +115,9 @@ TIO_TEST(host_memory_against_the_cap) {
     CHECK_OK(tio_plan_verify(p, tr, &hw, NULL, NULL));
     uint64_t gpu[10], host[10];
     CHECK_OK(tio_plan_verify_curves(p, tr, &hw, NULL, gpu, host));
-    /* away from the GPU over [2, 4); on the host over [1, 5) */
+    /* away from the GPU over [2, 4); on the host over [1, 5] */
     static const uint64_t want_gpu[10] = { 100, 100, 0, 0, 100, 100, 100, 100, 100, 100 };
-    static const uint64_t want_host[10] = { 0, 100, 100, 100, 100, 0, 0, 0, 0, 0 };
+    static const uint64_t want_host[10] = { 0, 100, 100, 100, 100, 100, 0, 0, 0, 0 };
     for (size_t k = 0; k < 10; k++) {
         CHECK_EQ_U(gpu[k], want_gpu[k] * MB);
         CHECK_EQ_U(host[k], want_host[k] * MB);

@@ -250,7 +250,9 @@ static double capped_block(const struct tio_stree *t,
     return pair_sum(g);
 }
 
-/* `xmx` is node x's mx, which the parent read to get its pending add. */
+/* Node x, which overlaps the query and has a value over the line (xmx + acc > c: the caller
+ * checked both, so no call is spent on a node that adds an exact 0). `xmx` is node x's mx,
+ * which the parent read to get its pending add. */
 static double capped_rec(struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
@@ -258,21 +260,14 @@ static double capped_rec(struct tio_stree *t,
                          size_t hi,
                          int64_t acc,
                          int64_t xmx) {
-    if (q->r <= lo || hi <= q->l) {
-        return 0;
-    }
-    const int64_t c = q->c, s = q->s;
-    int64_t mx = xmx + acc;
-    if (mx <= c) {
-        return 0;
-    }
     if (q->l <= lo && hi <= q->r) {
+        const int64_t c = q->c, s = q->s;
         const struct tio_stree_node *nd = &t->node[x];
         int64_t mn = nd->mn + acc;
         if (mn >= c + s) {
             return (double)s * nd->st;
         }
-        if (!q->by_leaf && mn >= c && mx <= c + s) {
+        if (!q->by_leaf && mn >= c && xmx + acc <= c + s) {
             return nd->svt + (double)acc * nd->st - (double)c * nd->st;
         }
         if (x >= t->memo_lo && x < 2 * t->memo_lo) {
@@ -315,14 +310,20 @@ static double capped_split(struct tio_stree *t,
                 : 0;
 }
 
+/* One integral from the root, which must overlap the range and be over the line. */
+static double capped_root(struct tio_stree *t, const struct capped_query *q) {
+    int64_t mx = t->node[1].mx;
+    return q->l < q->r && mx > q->c ? capped_rec(t, q, 1, 0, t->size * BLK, 0, mx) : 0;
+}
+
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = s, .by_leaf = 0 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size * BLK, 0, t->node[1].mx) : 0;
+    return capped_root(t, &q);
 }
 
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = 1, .by_leaf = 1 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size * BLK, 0, t->node[1].mx) : 0;
+    return capped_root(t, &q);
 }
 
 static size_t last_rec(const struct tio_stree *t,

@@ -13,7 +13,8 @@
 #define PAD_MN (INT64_MAX / 4)
 #define BLK    TIO_STREE_BLOCK
 
-_Static_assert(BLK >= 2 && (BLK & (BLK - 1)) == 0, "TIO_STREE_BLOCK: a power of two");
+_Static_assert(BLK >= 2 && BLK <= 64 && (BLK & (BLK - 1)) == 0,
+               "TIO_STREE_BLOCK: a power of two, at most 64 (pair_sum's levels)");
 _Static_assert(TIO_STREE_MEMO_SPAN >= 2 * BLK, "TIO_STREE_MEMO_SPAN: inner nodes");
 
 /* The pending add of inner node x (what its subtree's values lack): not stored, it is the
@@ -34,12 +35,22 @@ static void pull(struct tio_stree *t, size_t x, int64_t lazy) {
 /* Pairwise sum of g[BLK], in the order of a binary tree over the block's leaves (left + right
  * at every level): a block sums its leaves as the tree above it sums its nodes, so a sum of
  * whole blocks and leaves does not depend on where the blocks begin. */
-static double pair_sum(double *g) {
-    for (size_t w = 1; w < BLK; w *= 2) {
-        for (size_t i = 0; i < BLK; i += 2 * w) {
-            g[i] += g[i + w];
-        }
+static inline double pair_sum(double *g) {
+    /* one loop per level, each of a constant stride, so that the compiler unrolls them (it
+     * did not unroll one loop nested in a loop over the stride) */
+#define PAIR_LEVEL(w)                                       \
+    if (BLK > (w)) {                                        \
+        for (size_t i = 0; i < BLK; i += (size_t)2 * (w)) { \
+            g[i] += g[i + (w)];                             \
+        }                                                   \
     }
+    PAIR_LEVEL(1)
+    PAIR_LEVEL(2)
+    PAIR_LEVEL(4)
+    PAIR_LEVEL(8)
+    PAIR_LEVEL(16)
+    PAIR_LEVEL(32)
+#undef PAIR_LEVEL
     return g[0];
 }
 

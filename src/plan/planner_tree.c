@@ -234,13 +234,13 @@ struct capped_query {
     int by_leaf;
 };
 
-static double capped_split(struct tio_stree *t,
-                           const struct capped_query *q,
-                           size_t x,
-                           size_t lo,
-                           size_t hi,
-                           int64_t acc,
-                           int64_t xmx);
+static double capped_memo(struct tio_stree *t,
+                          const struct capped_query *q,
+                          size_t x,
+                          size_t lo,
+                          size_t hi,
+                          int64_t acc,
+                          int64_t xmx);
 
 /* The leaves of block b in [lo, hi) one by one, `acc` the pending adds above the block. */
 static double capped_block(const struct tio_stree *t,
@@ -261,9 +261,37 @@ static double capped_block(const struct tio_stree *t,
     return pair_sum(g);
 }
 
-/* Node x, which overlaps the query and has a value over the line (xmx + acc > c: the caller
- * checked both, so no call is spent on a node that adds an exact 0). `xmx` is node x's mx,
- * which the parent read to get its pending add. */
+/* Where a descent from inner node x goes: the children inside the range and over the line
+ * (the others add an exact 0), and the pending adds above them. */
+struct capped_kids {
+    size_t mid;
+    int64_t acc, amx, bmx;
+    int ga, gb;
+};
+
+static inline struct capped_kids capped_kids_of(const struct tio_stree *t,
+                                                const struct capped_query *q,
+                                                size_t x,
+                                                size_t lo,
+                                                size_t hi,
+                                                int64_t acc,
+                                                int64_t xmx) {
+    struct capped_kids k = { .mid = (lo + hi) / 2 };
+    k.amx = t->node[2 * x].mx;
+    k.bmx = t->node[2 * x + 1].mx;
+    k.acc = acc + xmx - TIO_MAX(k.amx, k.bmx); /* lazy_of(t, x) */
+    k.ga = q->l < k.mid && k.amx + k.acc > q->c;
+    k.gb = k.mid < q->r && k.bmx + k.acc > q->c;
+    return k;
+}
+
+/*
+ * Node x, which overlaps the query and has a value over the line (xmx + acc > c: the caller
+ * checked both). `xmx` is node x's mx, which the parent read to get its pending add. A descent
+ * into one child only (the range's edges) loops instead of calling itself: most nodes of an
+ * integral are on such a path, and a call per node cost more instructions than the node's work.
+ * The sums are those of the recursion: a node's value is its children's, left + right.
+ */
 static double capped_rec(struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
@@ -271,54 +299,65 @@ static double capped_rec(struct tio_stree *t,
                          size_t hi,
                          int64_t acc,
                          int64_t xmx) {
-    if (q->l <= lo && hi <= q->r) {
-        const int64_t c = q->c, s = q->s;
-        const struct tio_stree_node *nd = &t->node[x];
-        int64_t mn = nd->mn + acc;
-        if (mn >= c + s) {
-            return (double)s * nd->st;
-        }
-        if (!q->by_leaf && mn >= c && xmx + acc <= c + s) {
-            return nd->svt + (double)acc * nd->st - (double)c * nd->st;
-        }
-        if (x >= t->memo_lo && x < 2 * t->memo_lo) {
-            /* the whole node: its value depends on the node, acc, c, s and the kind only */
-            uint32_t kind = q->by_leaf ? 2 : 1;
-            struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
-            if (mo->kind == kind && mo->acc == acc && mo->c == c && mo->s == s) {
-                return mo->val;
+    const int64_t c = q->c, s = q->s;
+    for (;;) {
+        if (q->l <= lo && hi <= q->r) {
+            const struct tio_stree_node *nd = &t->node[x];
+            int64_t mn = nd->mn + acc;
+            if (mn >= c + s) {
+                return (double)s * nd->st;
             }
-            double v = capped_split(t, q, x, lo, hi, acc, xmx);
-            *mo = (struct tio_stree_memo){ .acc = acc, .c = c, .s = s, .val = v, .kind = kind };
-            return v;
+            if (!q->by_leaf && mn >= c && xmx + acc <= c + s) {
+                return nd->svt + (double)acc * nd->st - (double)c * nd->st;
+            }
+            if (x >= t->memo_lo && x < 2 * t->memo_lo) {
+                return capped_memo(t, q, x, lo, hi, acc, xmx);
+            }
         }
+        if (x >= t->size) {
+            return capped_block(t, q, x - t->size, lo, hi, acc);
+        }
+        const struct capped_kids k = capped_kids_of(t, q, x, lo, hi, acc, xmx);
+        if (k.ga && k.gb) {
+            return capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx) +
+                   capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
+        }
+        if (!k.ga && !k.gb) {
+            return 0;
+        }
+        x = k.ga ? 2 * x : 2 * x + 1;
+        lo = k.ga ? lo : k.mid;
+        hi = k.ga ? k.mid : hi;
+        xmx = k.ga ? k.amx : k.bmx;
+        acc = k.acc;
     }
-    if (x >= t->size) {
-        return capped_block(t, q, x - t->size, lo, hi, acc);
-    }
-    return capped_split(t, q, x, lo, hi, acc, xmx);
 }
 
-/* capped_rec's descent into both children of inner node x. */
-static double capped_split(struct tio_stree *t,
-                           const struct capped_query *q,
-                           size_t x,
-                           size_t lo,
-                           size_t hi,
-                           int64_t acc,
-                           int64_t xmx) {
-    size_t mid = (lo + hi) / 2;
-    int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
-    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
-    /* only into a child inside the range and over the line (the others add an exact 0) */
-    int ga = q->l < mid && amx + acc > q->c, gb = mid < q->r && bmx + acc > q->c;
-    if (ga && gb) {
-        return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
-               capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
+/* The whole of memo node x, which its sums did not answer: the memo, or its children's
+ * integrals, then kept. The value depends on the node, acc, c, s and the kind only. */
+static double capped_memo(struct tio_stree *t,
+                          const struct capped_query *q,
+                          size_t x,
+                          size_t lo,
+                          size_t hi,
+                          int64_t acc,
+                          int64_t xmx) {
+    uint32_t kind = q->by_leaf ? 2 : 1;
+    struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
+    if (mo->kind == kind && mo->acc == acc && mo->c == q->c && mo->s == q->s) {
+        return mo->val;
     }
-    return ga   ? capped_rec(t, q, 2 * x, lo, mid, acc, amx)
-           : gb ? capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx)
-                : 0;
+    const struct capped_kids k = capped_kids_of(t, q, x, lo, hi, acc, xmx);
+    double v = 0;
+    if (k.ga && k.gb) {
+        v = capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx) +
+            capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
+    } else if (k.ga || k.gb) {
+        v = k.ga ? capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx)
+                 : capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
+    }
+    *mo = (struct tio_stree_memo){ .acc = acc, .c = q->c, .s = q->s, .val = v, .kind = kind };
+    return v;
 }
 
 /* One integral from the root, which must overlap the range and be over the line. */

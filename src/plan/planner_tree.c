@@ -150,37 +150,72 @@ static inline void memo_drop(struct tio_stree *t, size_t x) {
  * padding leaves is always scanned. */
 
 // NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
+/* Add d to the whole of node x. */
+static inline void add_whole(struct tio_stree *t, size_t x, int64_t d) {
+    memo_drop(t, x); /* an add to a node above changes only the pending adds above it */
+    apply(t, x, d);
+}
+
+/*
+ * Add d over [l, r) below node x, which the range reaches into without covering it. Down a
+ * path where one child only is partly covered (the range's edges), the other being covered
+ * whole or not at all, it loops, keeping the nodes and their pending adds to recompute them
+ * bottom-up after, instead of calling itself per node; it calls itself where both children
+ * are partly covered (once per add). The nodes touched and each one's update are the same.
+ */
 static void
 add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
-    if (r <= lo || hi <= l) {
-        return;
-    }
-    memo_drop(t, x); /* an add to a node above changes only the pending adds above it */
-    if (l <= lo && hi <= r) {
-        apply(t, x, d);
-        return;
-    }
-    if (x >= t->size) { /* part of a block: its leaves, then the block */
-        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-            t->v[i] += d;
+    size_t path[64];
+    int64_t lazy[64];
+    size_t depth = 0;
+    for (;;) {
+        memo_drop(t, x);
+        if (x >= t->size) { /* part of a block: its leaves, then the block */
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                t->v[i] += d;
+            }
+            block_pull(t, x - t->size);
+            break;
         }
-        block_pull(t, x - t->size);
-        return;
+        size_t mid = (lo + hi) / 2;
+        path[depth] = x;
+        lazy[depth++] = lazy_of(t, x); /* before the children change */
+        int in_a = l < mid, in_b = mid < r;
+        int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
+        if (whole_a) {
+            add_whole(t, 2 * x, d);
+        }
+        if (whole_b) {
+            add_whole(t, 2 * x + 1, d);
+        }
+        int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
+        if (part_a && part_b) {
+            add_rec(t, 2 * x, lo, mid, l, r, d);
+        }
+        if (part_b) {
+            x = 2 * x + 1;
+            lo = mid;
+        } else if (part_a) {
+            x = 2 * x;
+            hi = mid;
+        } else {
+            break;
+        }
     }
-    size_t mid = (lo + hi) / 2;
-    int64_t lazy = lazy_of(t, x); /* before the children change */
-    if (l < mid) {
-        add_rec(t, 2 * x, lo, mid, l, r, d);
+    while (depth > 0) {
+        depth--;
+        pull(t, path[depth], lazy[depth]);
     }
-    if (mid < r) {
-        add_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    }
-    pull(t, x, lazy);
 }
 
 void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
+    r = TIO_MIN(r, t->n);
     if (l < r && d != 0) {
-        add_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), d);
+        if (l == 0 && r == t->size * BLK) {
+            add_whole(t, 1, d);
+        } else {
+            add_rec(t, 1, 0, t->size * BLK, l, r, d);
+        }
     }
 }
 
@@ -533,6 +568,9 @@ static int64_t mmax_rec(
     return TIO_MAX(a, b);
 }
 
+/* Whether some value in [l, r) below node x exceeds thr: node x overlaps the range and its
+ * maximum exceeds thr (xmx + acc > thr, xmx = t->node[x], read by the parent). One child to
+ * look into: a loop, not a call (as capped_rec). */
 static int many_rec(const struct tio_mtree *t,
                     size_t x,
                     size_t lo,
@@ -541,27 +579,36 @@ static int many_rec(const struct tio_mtree *t,
                     size_t r,
                     int64_t acc,
                     int64_t thr,
-                    int64_t xmx) { /* xmx: t->node[x], read by the parent */
-    if (r <= lo || hi <= l || xmx + acc <= thr) {
-        return 0;
+                    int64_t xmx) {
+    for (;;) {
+        if (l <= lo && hi <= r) {
+            return 1;
+        }
+        if (x >= t->size) {
+            size_t b = x - t->size;
+            return mblock_max(t, b, l, r) + acc + t->blazy[b] > thr;
+        }
+        size_t mid = (lo + hi) / 2;
+        int64_t amx = t->node[2 * x], bmx = t->node[2 * x + 1];
+        acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
+        int ga = l < mid && amx + acc > thr, gb = mid < r && bmx + acc > thr;
+        if (ga && gb && many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx)) {
+            return 1;
+        }
+        if (!ga && !gb) {
+            return 0;
+        }
+        x = gb ? 2 * x + 1 : 2 * x;
+        lo = gb ? mid : lo;
+        hi = gb ? hi : mid;
+        xmx = gb ? bmx : amx;
     }
-    if (l <= lo && hi <= r) {
-        return 1;
-    }
-    if (x >= t->size) {
-        size_t b = x - t->size;
-        return mblock_max(t, b, l, r) + acc + t->blazy[b] > thr;
-    }
-    size_t mid = (lo + hi) / 2;
-    int64_t amx = t->node[2 * x], bmx = t->node[2 * x + 1];
-    acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
-    return (l < mid && amx + acc > thr && many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx)) ||
-           (mid < r && bmx + acc > thr && many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx));
 }
 // NOLINTEND(misc-no-recursion)
 
 int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr) {
-    return l < r && many_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, thr, t->node[1]);
+    r = TIO_MIN(r, t->n);
+    return l < r && t->node[1] > thr && many_rec(t, 1, 0, t->size * BLK, l, r, 0, thr, t->node[1]);
 }
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {

@@ -228,34 +228,39 @@ static int64_t max_rec(const struct tio_stree *t,
                        size_t l,
                        size_t r,
                        int64_t acc,
-                       int64_t xmx) {
-    if (r <= lo || hi <= l) {
-        return INT64_MIN;
-    }
-    if (l <= lo && hi <= r) {
-        return xmx + acc;
-    }
-    if (x >= t->size) {
-        int64_t mx = INT64_MIN;
-        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-            mx = TIO_MAX(mx, t->v[i]);
+                       int64_t xmx) { /* node x overlaps [l, r); one child: a loop, not a call */
+    int64_t best = INT64_MIN;
+    for (;;) {
+        if (l <= lo && hi <= r) {
+            return TIO_MAX(best, xmx + acc);
         }
-        return mx + acc + t->blazy[x - t->size];
+        if (x >= t->size) {
+            int64_t mx = INT64_MIN;
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                mx = TIO_MAX(mx, t->v[i]);
+            }
+            return TIO_MAX(best, mx + acc + t->blazy[x - t->size]);
+        }
+        size_t mid = (lo + hi) / 2;
+        int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
+        acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+        int in_a = l < mid, in_b = mid < r;
+        if (in_a && in_b) {
+            best = TIO_MAX(best, max_rec(t, 2 * x, lo, mid, l, r, acc, amx));
+        }
+        x = in_b ? 2 * x + 1 : 2 * x;
+        lo = in_b ? mid : lo;
+        hi = in_b ? hi : mid;
+        xmx = in_b ? bmx : amx;
     }
-    size_t mid = (lo + hi) / 2;
-    int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
-    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
-    int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc, amx);
-    int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc, bmx);
-    return TIO_MAX(a, b);
 }
 
 int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r) {
     if (l == 0 && r >= t->n && t->n) {
         return t->node[1].mx; /* the root: the padding's maximum is far below any value */
     }
-    return l < r ? max_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, t->node[1].mx)
-                 : INT64_MIN;
+    r = TIO_MIN(r, t->n);
+    return l < r ? max_rec(t, 1, 0, t->size * BLK, l, r, 0, t->node[1].mx) : INT64_MIN;
 }
 
 /*
@@ -511,34 +516,58 @@ void tio_mtree_fini(struct tio_mtree *t) {
 }
 
 // NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
+/* Add d to the whole of node x (its maximum, and so its pending add). */
+static inline void madd_whole(struct tio_mtree *t, size_t x, int64_t d) {
+    t->node[x] += d;
+    if (x >= t->size) {
+        t->blazy[x - t->size] += d; /* within [l, r), so never padding */
+    }
+}
+
+/* Add d over [l, r) below node x, which the range reaches into without covering it: as
+ * add_rec, a loop down the path of the one partly covered child, a call where both are. */
 static void
 madd_rec(struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
-    if (r <= lo || hi <= l) {
-        return;
-    }
-    if (l <= lo && hi <= r) {
-        t->node[x] += d; /* and so its pending add */
+    size_t path[64];
+    int64_t lazy[64];
+    size_t depth = 0;
+    for (;;) {
         if (x >= t->size) {
-            t->blazy[x - t->size] += d; /* within [l, r), so never padding */
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                t->leaf[i] += d;
+            }
+            mblock_pull(t, x - t->size);
+            break;
         }
-        return;
-    }
-    if (x >= t->size) {
-        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-            t->leaf[i] += d;
+        size_t mid = (lo + hi) / 2;
+        path[depth] = x;
+        lazy[depth++] = mlazy_of(t, x); /* before the children change */
+        int in_a = l < mid, in_b = mid < r;
+        int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
+        if (whole_a) {
+            madd_whole(t, 2 * x, d);
         }
-        mblock_pull(t, x - t->size);
-        return;
+        if (whole_b) {
+            madd_whole(t, 2 * x + 1, d);
+        }
+        int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
+        if (part_a && part_b) {
+            madd_rec(t, 2 * x, lo, mid, l, r, d);
+        }
+        if (part_b) {
+            x = 2 * x + 1;
+            lo = mid;
+        } else if (part_a) {
+            x = 2 * x;
+            hi = mid;
+        } else {
+            break;
+        }
     }
-    size_t mid = (lo + hi) / 2;
-    int64_t lazy = mlazy_of(t, x); /* before the children change */
-    if (l < mid) {
-        madd_rec(t, 2 * x, lo, mid, l, r, d);
+    while (depth > 0) {
+        size_t y = path[--depth];
+        t->node[y] = TIO_MAX(t->node[2 * y], t->node[2 * y + 1]) + lazy[depth];
     }
-    if (mid < r) {
-        madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    }
-    t->node[x] = TIO_MAX(t->node[2 * x], t->node[2 * x + 1]) + lazy;
 }
 
 /* The largest leaf of block b in [l, r), in the leaves' terms (less the block's pending add). */
@@ -612,8 +641,13 @@ int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t t
 }
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {
+    r = TIO_MIN(r, t->n);
     if (l < r && d != 0) {
-        madd_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), d);
+        if (l == 0 && r == t->size * BLK) {
+            madd_whole(t, 1, d);
+        } else {
+            madd_rec(t, 1, 0, t->size * BLK, l, r, d);
+        }
     }
 }
 

@@ -416,6 +416,9 @@ double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     return capped_root(t, &q);
 }
 
+/* The largest k in [l, r) below node x with v[k] > thr, or SIZE_MAX: node x overlaps the
+ * range and its maximum exceeds thr (xmx + acc > thr, xmx its mx, read by the parent). Right
+ * child first; one child to look into: a loop, not a call (as capped_rec). */
 static size_t last_rec(const struct tio_stree *t,
                        size_t x,
                        size_t lo,
@@ -423,28 +426,42 @@ static size_t last_rec(const struct tio_stree *t,
                        size_t l,
                        size_t r,
                        int64_t acc,
-                       int64_t thr) {
-    if (r <= lo || hi <= l || t->node[x].mx + acc <= thr) {
-        return SIZE_MAX;
-    }
-    if (x >= t->size) {
-        int64_t lthr = thr - acc - t->blazy[x - t->size]; /* thr in the leaves' terms */
-        for (size_t i = TIO_MIN(r, hi); i > TIO_MAX(l, lo); i--) {
-            if (t->v[i - 1] > lthr) {
-                return i - 1;
+                       int64_t thr,
+                       int64_t xmx) {
+    for (;;) {
+        if (x >= t->size) {
+            int64_t lthr = thr - acc - t->blazy[x - t->size]; /* thr in the leaves' terms */
+            for (size_t i = TIO_MIN(r, hi); i > TIO_MAX(l, lo); i--) {
+                if (t->v[i - 1] > lthr) {
+                    return i - 1;
+                }
             }
+            return SIZE_MAX;
         }
-        return SIZE_MAX;
+        size_t mid = (lo + hi) / 2;
+        int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
+        acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+        int ga = l < mid && amx + acc > thr, gb = mid < r && bmx + acc > thr;
+        if (ga && gb) {
+            size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx);
+            if (k != SIZE_MAX) {
+                return k;
+            }
+        } else if (!ga && !gb) {
+            return SIZE_MAX;
+        }
+        x = ga ? 2 * x : 2 * x + 1;
+        lo = ga ? lo : mid;
+        hi = ga ? mid : hi;
+        xmx = ga ? amx : bmx;
     }
-    size_t mid = (lo + hi) / 2;
-    acc += lazy_of(t, x);
-    size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
-    return k != SIZE_MAX ? k : last_rec(t, 2 * x, lo, mid, l, r, acc, thr);
 }
 // NOLINTEND(misc-no-recursion)
 
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr) {
-    return l < r ? last_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, thr) : SIZE_MAX;
+    r = TIO_MIN(r, t->n);
+    int64_t mx = t->node[1].mx;
+    return l < r && mx > thr ? last_rec(t, 1, 0, t->size * BLK, l, r, 0, thr, mx) : SIZE_MAX;
 }
 
 void tio_stree_values(struct tio_stree *t, int64_t *out) {

@@ -111,6 +111,12 @@ static inline uint32_t pt_seg_pos(const struct planner *p, size_t t, size_t u, u
     return (uint32_t)(u >= first ? u - first : u + cnt - first);
 }
 
+/* ---- planner_teraio.c ---- */
+
+/* The heap's tie order: p->rank and p->unrank as struct planner says (both NULL when the
+ * periods are in that order already). 0 or TIO_ENOMEM. */
+int pt_build_rank(struct planner *p);
+
 /* ---- planner_slots.c ---- */
 
 /* Mark slot k of channel ch full (in its "next slot with room" forests) if under FULL_EPS. */

@@ -276,9 +276,84 @@ static int move_cmp(const void *a, const void *b) {
     return x->flags < y->flags ? -1 : x->flags > y->flags;
 }
 
+/* Moves with one trigger, few in a planned plan: insertion sort, qsort past a handful. */
+static void sort_bucket(struct tio_move *mv, size_t k) {
+    if (k > 16) {
+        qsort(mv, k, sizeof *mv, move_cmp);
+        return;
+    }
+    for (size_t i = 1; i < k; i++) {
+        struct tio_move x = mv[i];
+        size_t j = i;
+        for (; j > 0 && move_cmp(&mv[j - 1], &x) > 0; j--) {
+            mv[j] = mv[j - 1];
+        }
+        mv[j] = x;
+    }
+}
+
+/* Least significant digit first radix passes over the triggers (all under n), each stable,
+ * between the moves and `tmp` ([nm]); returns where the moves ended, sorted by trigger. Each
+ * pass reads the moves in order and appends each to its digit's run: memory is streamed, not
+ * visited at random (a 2M-kernel plan's moves take 128 MB). */
+#define RADIX_BITS   11
+#define RADIX_DIGITS ((size_t)1 << RADIX_BITS)
+
+static struct tio_move *
+radix_by_trigger(struct tio_move *mv, struct tio_move *tmp, size_t nm, size_t n) {
+    const size_t nd = RADIX_DIGITS;
+    size_t cnt[RADIX_DIGITS];
+    for (unsigned sh = 0; sh < 64 && ((n - 1) >> sh) != 0; sh += RADIX_BITS) {
+        memset(cnt, 0, sizeof cnt);
+        for (size_t i = 0; i < nm; i++) {
+            cnt[(mv[i].trigger >> sh) & (nd - 1)]++;
+        }
+        size_t sum = 0;
+        for (size_t d = 0; d < nd; d++) {
+            size_t c = cnt[d];
+            cnt[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < nm; i++) {
+            tmp[cnt[(mv[i].trigger >> sh) & (nd - 1)]++] = mv[i];
+        }
+        struct tio_move *sw = mv;
+        mv = tmp;
+        tmp = sw;
+    }
+    return mv;
+}
+
 void tio_plan_sort(struct tio_plan *plan) {
-    if (plan->n_moves > 1) {
-        qsort(plan->moves, plan->n_moves, sizeof *plan->moves, move_cmp);
+    size_t nm = plan->n_moves, n = (size_t)plan->n_kernels;
+    if (nm <= 1) {
+        return;
+    }
+    int in_range = 1;
+    for (size_t i = 0; i < nm && in_range; i++) {
+        in_range = plan->moves[i].trigger < n;
+    }
+    struct tio_move *tmp = in_range ? tio_malloc(nm * sizeof *tmp) : NULL;
+    if (!tmp) { /* a trigger out of range (unchecked moves), or no memory: the comparison sort */
+        qsort(plan->moves, nm, sizeof *plan->moves, move_cmp);
+        return;
+    }
+    struct tio_move *mv = radix_by_trigger(plan->moves, tmp, nm, n);
+    if (mv != plan->moves) { /* an odd number of passes: the moves now live in tmp */
+        tio_free(plan->moves);
+        plan->moves = mv;
+        plan->cap_moves = nm;
+    } else {
+        tio_free(tmp);
+    }
+    size_t i = 0;
+    while (i < nm) { /* then each trigger's moves, a few */
+        size_t j = i + 1;
+        while (j < nm && mv[j].trigger == mv[i].trigger) {
+            j++;
+        }
+        sort_bucket(mv + i, j - i);
+        i = j;
     }
 }
 

@@ -125,10 +125,61 @@ static int rank_key_cmp(const void *a, const void *b) {
     return (x->period > y->period) - (x->period < y->period);
 }
 
+/* Order periods [i, j) of unrank, one tensor's, by start: insertion for a short run (a
+ * tensor's periods come in order of their uses, so at most its folded wrap-around period,
+ * which starts at kernel 0, is out of place), qsort of keys `k` for a long one. */
+static void
+rank_run(const struct tio_pperiod *pp, uint32_t *unrank, size_t i, size_t j, struct rank_key *k) {
+    if (j - i > 32) {
+        for (size_t x = i; x < j; x++) {
+            k[x - i] = (struct rank_key){ pp[unrank[x]].start, unrank[x] };
+        }
+        qsort(k, j - i, sizeof *k, rank_key_cmp);
+        for (size_t x = i; x < j; x++) {
+            unrank[x] = k[x - i].period;
+        }
+        return;
+    }
+    for (size_t x = i + 1; x < j; x++) {
+        uint32_t y = unrank[x];
+        size_t z = x;
+        for (; z > i && pp[unrank[z - 1]].start > pp[y].start; z--) {
+            unrank[z] = unrank[z - 1];
+        }
+        unrank[z] = y;
+    }
+}
+
+/* unrank: the periods in (tensor, start) order, when they come grouped by tensor in tensor
+ * order (planner_model.c's order): each tensor's run ordered alone, linear in the periods
+ * where one qsort of them all cost log2(periods) comparisons each. 0, or 1 when not grouped
+ * (the caller sorts them all). */
+static int
+rank_grouped(const struct tio_pperiod *pp, size_t np, uint32_t *unrank, struct rank_key *k) {
+    for (size_t i = 1; i < np; i++) {
+        if (pp[i - 1].tensor > pp[i].tensor) {
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < np; i++) {
+        unrank[i] = (uint32_t)i;
+    }
+    size_t i = 0;
+    while (i < np) {
+        size_t j = i + 1;
+        while (j < np && pp[j].tensor == pp[i].tensor) {
+            j++;
+        }
+        rank_run(pp, unrank, i, j, k);
+        i = j;
+    }
+    return 0;
+}
+
 /* p->rank: NULL when the periods are in (tensor, start) order, else every period's place in
  * that order, and p->unrank the period at each place (no two periods of a tensor start at one
  * kernel, so the places are distinct: equal keys would take the period's index as well). */
-static int build_rank(struct planner *p) {
+int pt_build_rank(struct planner *p) {
     const struct tio_pmodel *m = p->m;
     size_t np = m->n_periods;
     int sorted = 1;
@@ -146,14 +197,18 @@ static int build_rank(struct planner *p) {
         tio_free(k);
         return TIO_ENOMEM;
     }
-    for (size_t i = 0; i < np; i++) {
-        k[i] = (struct rank_key){ ((uint64_t)m->periods[i].tensor << 32) | m->periods[i].start,
-                                  (uint32_t)i };
+    if (rank_grouped(m->periods, np, p->unrank, k)) {
+        for (size_t i = 0; i < np; i++) {
+            k[i] = (struct rank_key){ ((uint64_t)m->periods[i].tensor << 32) | m->periods[i].start,
+                                      (uint32_t)i };
+        }
+        qsort(k, np, sizeof *k, rank_key_cmp);
+        for (size_t i = 0; i < np; i++) {
+            p->unrank[i] = k[i].period;
+        }
     }
-    qsort(k, np, sizeof *k, rank_key_cmp);
     for (size_t i = 0; i < np; i++) {
-        p->rank[k[i].period] = (uint32_t)i;
-        p->unrank[i] = k[i].period;
+        p->rank[p->unrank[i]] = (uint32_t)i;
     }
     tio_free(k);
     return 0;
@@ -264,7 +319,7 @@ static int planner_init(struct planner *p,
         p->seg_min[0][i] = p->seg_min[1][i] = UINT32_MAX;
     }
     (void)build_segments(p, &v, 1);
-    return build_rank(p);
+    return pt_build_rank(p);
 }
 
 static int emit(struct planner *p, const uint8_t *dropped, struct tio_plan *plan) {

@@ -121,6 +121,12 @@ static inline uint64_t pt_host_end(const struct planner *p, const struct tio_ppe
     return q->end + 1 < q->start + p->n ? q->end + 1 : q->start + p->n;
 }
 
+/* ---- planner_teraio.c ---- */
+
+/* The heap's tie order: p->rank and p->unrank as struct planner says (both NULL when the
+ * periods are in that order already). 0 or TIO_ENOMEM. */
+int pt_build_rank(struct planner *p);
+
 /* ---- planner_slots.c ---- */
 
 /* Mark slot k of channel ch full (in its "next slot with room" forests) if under FULL_EPS. */

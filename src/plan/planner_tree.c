@@ -13,7 +13,8 @@
 #define PAD_MN (INT64_MAX / 4)
 #define BLK    TIO_STREE_BLOCK
 
-_Static_assert(BLK >= 2 && (BLK & (BLK - 1)) == 0, "TIO_STREE_BLOCK: a power of two");
+_Static_assert(BLK >= 2 && BLK <= 64 && (BLK & (BLK - 1)) == 0,
+               "TIO_STREE_BLOCK: a power of two, at most 64 (pair_sum's levels)");
 _Static_assert(TIO_STREE_MEMO_SPAN >= 2 * BLK, "TIO_STREE_MEMO_SPAN: inner nodes");
 
 /* The pending add of inner node x (what its subtree's values lack): not stored, it is the
@@ -34,12 +35,22 @@ static void pull(struct tio_stree *t, size_t x, int64_t lazy) {
 /* Pairwise sum of g[BLK], in the order of a binary tree over the block's leaves (left + right
  * at every level): a block sums its leaves as the tree above it sums its nodes, so a sum of
  * whole blocks and leaves does not depend on where the blocks begin. */
-static double pair_sum(double *g) {
-    for (size_t w = 1; w < BLK; w *= 2) {
-        for (size_t i = 0; i < BLK; i += 2 * w) {
-            g[i] += g[i + w];
-        }
+static inline double pair_sum(double *g) {
+    /* one loop per level, each of a constant stride, so that the compiler unrolls them (it
+     * did not unroll one loop nested in a loop over the stride) */
+#define PAIR_LEVEL(w)                                       \
+    if (BLK > (w)) {                                        \
+        for (size_t i = 0; i < BLK; i += (size_t)2 * (w)) { \
+            g[i] += g[i + (w)];                             \
+        }                                                   \
     }
+    PAIR_LEVEL(1)
+    PAIR_LEVEL(2)
+    PAIR_LEVEL(4)
+    PAIR_LEVEL(8)
+    PAIR_LEVEL(16)
+    PAIR_LEVEL(32)
+#undef PAIR_LEVEL
     return g[0];
 }
 
@@ -139,37 +150,72 @@ static inline void memo_drop(struct tio_stree *t, size_t x) {
  * padding leaves is always scanned. */
 
 // NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
+/* Add d to the whole of node x. */
+static inline void add_whole(struct tio_stree *t, size_t x, int64_t d) {
+    memo_drop(t, x); /* an add to a node above changes only the pending adds above it */
+    apply(t, x, d);
+}
+
+/*
+ * Add d over [l, r) below node x, which the range reaches into without covering it. Down a
+ * path where one child only is partly covered (the range's edges), the other being covered
+ * whole or not at all, it loops, keeping the nodes and their pending adds to recompute them
+ * bottom-up after, instead of calling itself per node; it calls itself where both children
+ * are partly covered (once per add). The nodes touched and each one's update are the same.
+ */
 static void
 add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
-    if (r <= lo || hi <= l) {
-        return;
-    }
-    memo_drop(t, x); /* an add to a node above changes only the pending adds above it */
-    if (l <= lo && hi <= r) {
-        apply(t, x, d);
-        return;
-    }
-    if (x >= t->size) { /* part of a block: its leaves, then the block */
-        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-            t->v[i] += d;
+    size_t path[64];
+    int64_t lazy[64];
+    size_t depth = 0;
+    for (;;) {
+        memo_drop(t, x);
+        if (x >= t->size) { /* part of a block: its leaves, then the block */
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                t->v[i] += d;
+            }
+            block_pull(t, x - t->size);
+            break;
         }
-        block_pull(t, x - t->size);
-        return;
+        size_t mid = (lo + hi) / 2;
+        path[depth] = x;
+        lazy[depth++] = lazy_of(t, x); /* before the children change */
+        int in_a = l < mid, in_b = mid < r;
+        int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
+        if (whole_a) {
+            add_whole(t, 2 * x, d);
+        }
+        if (whole_b) {
+            add_whole(t, 2 * x + 1, d);
+        }
+        int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
+        if (part_a && part_b) {
+            add_rec(t, 2 * x, lo, mid, l, r, d);
+        }
+        if (part_b) {
+            x = 2 * x + 1;
+            lo = mid;
+        } else if (part_a) {
+            x = 2 * x;
+            hi = mid;
+        } else {
+            break;
+        }
     }
-    size_t mid = (lo + hi) / 2;
-    int64_t lazy = lazy_of(t, x); /* before the children change */
-    if (l < mid) {
-        add_rec(t, 2 * x, lo, mid, l, r, d);
+    while (depth > 0) {
+        depth--;
+        pull(t, path[depth], lazy[depth]);
     }
-    if (mid < r) {
-        add_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    }
-    pull(t, x, lazy);
 }
 
 void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
+    r = TIO_MIN(r, t->n);
     if (l < r && d != 0) {
-        add_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), d);
+        if (l == 0 && r == t->size * BLK) {
+            add_whole(t, 1, d);
+        } else {
+            add_rec(t, 1, 0, t->size * BLK, l, r, d);
+        }
     }
 }
 
@@ -182,34 +228,39 @@ static int64_t max_rec(const struct tio_stree *t,
                        size_t l,
                        size_t r,
                        int64_t acc,
-                       int64_t xmx) {
-    if (r <= lo || hi <= l) {
-        return INT64_MIN;
-    }
-    if (l <= lo && hi <= r) {
-        return xmx + acc;
-    }
-    if (x >= t->size) {
-        int64_t mx = INT64_MIN;
-        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-            mx = TIO_MAX(mx, t->v[i]);
+                       int64_t xmx) { /* node x overlaps [l, r); one child: a loop, not a call */
+    int64_t best = INT64_MIN;
+    for (;;) {
+        if (l <= lo && hi <= r) {
+            return TIO_MAX(best, xmx + acc);
         }
-        return mx + acc + t->blazy[x - t->size];
+        if (x >= t->size) {
+            int64_t mx = INT64_MIN;
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                mx = TIO_MAX(mx, t->v[i]);
+            }
+            return TIO_MAX(best, mx + acc + t->blazy[x - t->size]);
+        }
+        size_t mid = (lo + hi) / 2;
+        int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
+        acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+        int in_a = l < mid, in_b = mid < r;
+        if (in_a && in_b) {
+            best = TIO_MAX(best, max_rec(t, 2 * x, lo, mid, l, r, acc, amx));
+        }
+        x = in_b ? 2 * x + 1 : 2 * x;
+        lo = in_b ? mid : lo;
+        hi = in_b ? hi : mid;
+        xmx = in_b ? bmx : amx;
     }
-    size_t mid = (lo + hi) / 2;
-    int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
-    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
-    int64_t a = max_rec(t, 2 * x, lo, mid, l, r, acc, amx);
-    int64_t b = max_rec(t, 2 * x + 1, mid, hi, l, r, acc, bmx);
-    return TIO_MAX(a, b);
 }
 
 int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r) {
     if (l == 0 && r >= t->n && t->n) {
         return t->node[1].mx; /* the root: the padding's maximum is far below any value */
     }
-    return l < r ? max_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, t->node[1].mx)
-                 : INT64_MIN;
+    r = TIO_MIN(r, t->n);
+    return l < r ? max_rec(t, 1, 0, t->size * BLK, l, r, 0, t->node[1].mx) : INT64_MIN;
 }
 
 /*
@@ -223,13 +274,13 @@ struct capped_query {
     int by_leaf;
 };
 
-static double capped_split(struct tio_stree *t,
-                           const struct capped_query *q,
-                           size_t x,
-                           size_t lo,
-                           size_t hi,
-                           int64_t acc,
-                           int64_t xmx);
+static double capped_memo(struct tio_stree *t,
+                          const struct capped_query *q,
+                          size_t x,
+                          size_t lo,
+                          size_t hi,
+                          int64_t acc,
+                          int64_t xmx);
 
 /* The leaves of block b in [lo, hi) one by one, `acc` the pending adds above the block. */
 static double capped_block(const struct tio_stree *t,
@@ -250,7 +301,37 @@ static double capped_block(const struct tio_stree *t,
     return pair_sum(g);
 }
 
-/* `xmx` is node x's mx, which the parent read to get its pending add. */
+/* Where a descent from inner node x goes: the children inside the range and over the line
+ * (the others add an exact 0), and the pending adds above them. */
+struct capped_kids {
+    size_t mid;
+    int64_t acc, amx, bmx;
+    int ga, gb;
+};
+
+static inline struct capped_kids capped_kids_of(const struct tio_stree *t,
+                                                const struct capped_query *q,
+                                                size_t x,
+                                                size_t lo,
+                                                size_t hi,
+                                                int64_t acc,
+                                                int64_t xmx) {
+    struct capped_kids k = { .mid = (lo + hi) / 2 };
+    k.amx = t->node[2 * x].mx;
+    k.bmx = t->node[2 * x + 1].mx;
+    k.acc = acc + xmx - TIO_MAX(k.amx, k.bmx); /* lazy_of(t, x) */
+    k.ga = q->l < k.mid && k.amx + k.acc > q->c;
+    k.gb = k.mid < q->r && k.bmx + k.acc > q->c;
+    return k;
+}
+
+/*
+ * Node x, which overlaps the query and has a value over the line (xmx + acc > c: the caller
+ * checked both). `xmx` is node x's mx, which the parent read to get its pending add. A descent
+ * into one child only (the range's edges) loops instead of calling itself: most nodes of an
+ * integral are on such a path, and a call per node cost more instructions than the node's work.
+ * The sums are those of the recursion: a node's value is its children's, left + right.
+ */
 static double capped_rec(struct tio_stree *t,
                          const struct capped_query *q,
                          size_t x,
@@ -258,73 +339,86 @@ static double capped_rec(struct tio_stree *t,
                          size_t hi,
                          int64_t acc,
                          int64_t xmx) {
-    if (q->r <= lo || hi <= q->l) {
-        return 0;
-    }
     const int64_t c = q->c, s = q->s;
-    int64_t mx = xmx + acc;
-    if (mx <= c) {
-        return 0;
-    }
-    if (q->l <= lo && hi <= q->r) {
-        const struct tio_stree_node *nd = &t->node[x];
-        int64_t mn = nd->mn + acc;
-        if (mn >= c + s) {
-            return (double)s * nd->st;
-        }
-        if (!q->by_leaf && mn >= c && mx <= c + s) {
-            return nd->svt + (double)acc * nd->st - (double)c * nd->st;
-        }
-        if (x >= t->memo_lo && x < 2 * t->memo_lo) {
-            /* the whole node: its value depends on the node, acc, c, s and the kind only */
-            uint32_t kind = q->by_leaf ? 2 : 1;
-            struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
-            if (mo->kind == kind && mo->acc == acc && mo->c == c && mo->s == s) {
-                return mo->val;
+    for (;;) {
+        if (q->l <= lo && hi <= q->r) {
+            const struct tio_stree_node *nd = &t->node[x];
+            int64_t mn = nd->mn + acc;
+            if (mn >= c + s) {
+                return (double)s * nd->st;
             }
-            double v = capped_split(t, q, x, lo, hi, acc, xmx);
-            *mo = (struct tio_stree_memo){ .acc = acc, .c = c, .s = s, .val = v, .kind = kind };
-            return v;
+            if (!q->by_leaf && mn >= c && xmx + acc <= c + s) {
+                return nd->svt + (double)acc * nd->st - (double)c * nd->st;
+            }
+            if (x >= t->memo_lo && x < 2 * t->memo_lo) {
+                return capped_memo(t, q, x, lo, hi, acc, xmx);
+            }
         }
+        if (x >= t->size) {
+            return capped_block(t, q, x - t->size, lo, hi, acc);
+        }
+        const struct capped_kids k = capped_kids_of(t, q, x, lo, hi, acc, xmx);
+        if (k.ga && k.gb) {
+            return capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx) +
+                   capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
+        }
+        if (!k.ga && !k.gb) {
+            return 0;
+        }
+        x = k.ga ? 2 * x : 2 * x + 1;
+        lo = k.ga ? lo : k.mid;
+        hi = k.ga ? k.mid : hi;
+        xmx = k.ga ? k.amx : k.bmx;
+        acc = k.acc;
     }
-    if (x >= t->size) {
-        return capped_block(t, q, x - t->size, lo, hi, acc);
-    }
-    return capped_split(t, q, x, lo, hi, acc, xmx);
 }
 
-/* capped_rec's descent into both children of inner node x. */
-static double capped_split(struct tio_stree *t,
-                           const struct capped_query *q,
-                           size_t x,
-                           size_t lo,
-                           size_t hi,
-                           int64_t acc,
-                           int64_t xmx) {
-    size_t mid = (lo + hi) / 2;
-    int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
-    acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
-    /* only into a child inside the range and over the line (the others add an exact 0) */
-    int ga = q->l < mid && amx + acc > q->c, gb = mid < q->r && bmx + acc > q->c;
-    if (ga && gb) {
-        return capped_rec(t, q, 2 * x, lo, mid, acc, amx) +
-               capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx);
+/* The whole of memo node x, which its sums did not answer: the memo, or its children's
+ * integrals, then kept. The value depends on the node, acc, c, s and the kind only. */
+static double capped_memo(struct tio_stree *t,
+                          const struct capped_query *q,
+                          size_t x,
+                          size_t lo,
+                          size_t hi,
+                          int64_t acc,
+                          int64_t xmx) {
+    uint32_t kind = q->by_leaf ? 2 : 1;
+    struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
+    if (mo->kind == kind && mo->acc == acc && mo->c == q->c && mo->s == q->s) {
+        return mo->val;
     }
-    return ga   ? capped_rec(t, q, 2 * x, lo, mid, acc, amx)
-           : gb ? capped_rec(t, q, 2 * x + 1, mid, hi, acc, bmx)
-                : 0;
+    const struct capped_kids k = capped_kids_of(t, q, x, lo, hi, acc, xmx);
+    double v = 0;
+    if (k.ga && k.gb) {
+        v = capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx) +
+            capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
+    } else if (k.ga || k.gb) {
+        v = k.ga ? capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx)
+                 : capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
+    }
+    *mo = (struct tio_stree_memo){ .acc = acc, .c = q->c, .s = q->s, .val = v, .kind = kind };
+    return v;
+}
+
+/* One integral from the root, which must overlap the range and be over the line. */
+static double capped_root(struct tio_stree *t, const struct capped_query *q) {
+    int64_t mx = t->node[1].mx;
+    return q->l < q->r && mx > q->c ? capped_rec(t, q, 1, 0, t->size * BLK, 0, mx) : 0;
 }
 
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = s, .by_leaf = 0 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size * BLK, 0, t->node[1].mx) : 0;
+    return capped_root(t, &q);
 }
 
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     const struct capped_query q = { .l = l, .r = TIO_MIN(r, t->n), .c = c, .s = 1, .by_leaf = 1 };
-    return l < r ? capped_rec(t, &q, 1, 0, t->size * BLK, 0, t->node[1].mx) : 0;
+    return capped_root(t, &q);
 }
 
+/* The largest k in [l, r) below node x with v[k] > thr, or SIZE_MAX: node x overlaps the
+ * range and its maximum exceeds thr (xmx + acc > thr, xmx its mx, read by the parent). Right
+ * child first; one child to look into: a loop, not a call (as capped_rec). */
 static size_t last_rec(const struct tio_stree *t,
                        size_t x,
                        size_t lo,
@@ -332,28 +426,42 @@ static size_t last_rec(const struct tio_stree *t,
                        size_t l,
                        size_t r,
                        int64_t acc,
-                       int64_t thr) {
-    if (r <= lo || hi <= l || t->node[x].mx + acc <= thr) {
-        return SIZE_MAX;
-    }
-    if (x >= t->size) {
-        int64_t lthr = thr - acc - t->blazy[x - t->size]; /* thr in the leaves' terms */
-        for (size_t i = TIO_MIN(r, hi); i > TIO_MAX(l, lo); i--) {
-            if (t->v[i - 1] > lthr) {
-                return i - 1;
+                       int64_t thr,
+                       int64_t xmx) {
+    for (;;) {
+        if (x >= t->size) {
+            int64_t lthr = thr - acc - t->blazy[x - t->size]; /* thr in the leaves' terms */
+            for (size_t i = TIO_MIN(r, hi); i > TIO_MAX(l, lo); i--) {
+                if (t->v[i - 1] > lthr) {
+                    return i - 1;
+                }
             }
+            return SIZE_MAX;
         }
-        return SIZE_MAX;
+        size_t mid = (lo + hi) / 2;
+        int64_t amx = t->node[2 * x].mx, bmx = t->node[2 * x + 1].mx;
+        acc += xmx - TIO_MAX(amx, bmx); /* lazy_of(t, x) */
+        int ga = l < mid && amx + acc > thr, gb = mid < r && bmx + acc > thr;
+        if (ga && gb) {
+            size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx);
+            if (k != SIZE_MAX) {
+                return k;
+            }
+        } else if (!ga && !gb) {
+            return SIZE_MAX;
+        }
+        x = ga ? 2 * x : 2 * x + 1;
+        lo = ga ? lo : mid;
+        hi = ga ? mid : hi;
+        xmx = ga ? amx : bmx;
     }
-    size_t mid = (lo + hi) / 2;
-    acc += lazy_of(t, x);
-    size_t k = last_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr);
-    return k != SIZE_MAX ? k : last_rec(t, 2 * x, lo, mid, l, r, acc, thr);
 }
 // NOLINTEND(misc-no-recursion)
 
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr) {
-    return l < r ? last_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, thr) : SIZE_MAX;
+    r = TIO_MIN(r, t->n);
+    int64_t mx = t->node[1].mx;
+    return l < r && mx > thr ? last_rec(t, 1, 0, t->size * BLK, l, r, 0, thr, mx) : SIZE_MAX;
 }
 
 void tio_stree_values(struct tio_stree *t, int64_t *out) {
@@ -425,34 +533,58 @@ void tio_mtree_fini(struct tio_mtree *t) {
 }
 
 // NOLINTBEGIN(misc-no-recursion): segment-tree descents, depth log2(n)
+/* Add d to the whole of node x (its maximum, and so its pending add). */
+static inline void madd_whole(struct tio_mtree *t, size_t x, int64_t d) {
+    t->node[x] += d;
+    if (x >= t->size) {
+        t->blazy[x - t->size] += d; /* within [l, r), so never padding */
+    }
+}
+
+/* Add d over [l, r) below node x, which the range reaches into without covering it: as
+ * add_rec, a loop down the path of the one partly covered child, a call where both are. */
 static void
 madd_rec(struct tio_mtree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
-    if (r <= lo || hi <= l) {
-        return;
-    }
-    if (l <= lo && hi <= r) {
-        t->node[x] += d; /* and so its pending add */
+    size_t path[64];
+    int64_t lazy[64];
+    size_t depth = 0;
+    for (;;) {
         if (x >= t->size) {
-            t->blazy[x - t->size] += d; /* within [l, r), so never padding */
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                t->leaf[i] += d;
+            }
+            mblock_pull(t, x - t->size);
+            break;
         }
-        return;
-    }
-    if (x >= t->size) {
-        for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-            t->leaf[i] += d;
+        size_t mid = (lo + hi) / 2;
+        path[depth] = x;
+        lazy[depth++] = mlazy_of(t, x); /* before the children change */
+        int in_a = l < mid, in_b = mid < r;
+        int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
+        if (whole_a) {
+            madd_whole(t, 2 * x, d);
         }
-        mblock_pull(t, x - t->size);
-        return;
+        if (whole_b) {
+            madd_whole(t, 2 * x + 1, d);
+        }
+        int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
+        if (part_a && part_b) {
+            madd_rec(t, 2 * x, lo, mid, l, r, d);
+        }
+        if (part_b) {
+            x = 2 * x + 1;
+            lo = mid;
+        } else if (part_a) {
+            x = 2 * x;
+            hi = mid;
+        } else {
+            break;
+        }
     }
-    size_t mid = (lo + hi) / 2;
-    int64_t lazy = mlazy_of(t, x); /* before the children change */
-    if (l < mid) {
-        madd_rec(t, 2 * x, lo, mid, l, r, d);
+    while (depth > 0) {
+        size_t y = path[--depth];
+        t->node[y] = TIO_MAX(t->node[2 * y], t->node[2 * y + 1]) + lazy[depth];
     }
-    if (mid < r) {
-        madd_rec(t, 2 * x + 1, mid, hi, l, r, d);
-    }
-    t->node[x] = TIO_MAX(t->node[2 * x], t->node[2 * x + 1]) + lazy;
 }
 
 /* The largest leaf of block b in [l, r), in the leaves' terms (less the block's pending add). */
@@ -482,6 +614,9 @@ static int64_t mmax_rec(
     return TIO_MAX(a, b);
 }
 
+/* Whether some value in [l, r) below node x exceeds thr: node x overlaps the range and its
+ * maximum exceeds thr (xmx + acc > thr, xmx = t->node[x], read by the parent). One child to
+ * look into: a loop, not a call (as capped_rec). */
 static int many_rec(const struct tio_mtree *t,
                     size_t x,
                     size_t lo,
@@ -490,32 +625,46 @@ static int many_rec(const struct tio_mtree *t,
                     size_t r,
                     int64_t acc,
                     int64_t thr,
-                    int64_t xmx) { /* xmx: t->node[x], read by the parent */
-    if (r <= lo || hi <= l || xmx + acc <= thr) {
-        return 0;
+                    int64_t xmx) {
+    for (;;) {
+        if (l <= lo && hi <= r) {
+            return 1;
+        }
+        if (x >= t->size) {
+            size_t b = x - t->size;
+            return mblock_max(t, b, l, r) + acc + t->blazy[b] > thr;
+        }
+        size_t mid = (lo + hi) / 2;
+        int64_t amx = t->node[2 * x], bmx = t->node[2 * x + 1];
+        acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
+        int ga = l < mid && amx + acc > thr, gb = mid < r && bmx + acc > thr;
+        if (ga && gb && many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx)) {
+            return 1;
+        }
+        if (!ga && !gb) {
+            return 0;
+        }
+        x = gb ? 2 * x + 1 : 2 * x;
+        lo = gb ? mid : lo;
+        hi = gb ? hi : mid;
+        xmx = gb ? bmx : amx;
     }
-    if (l <= lo && hi <= r) {
-        return 1;
-    }
-    if (x >= t->size) {
-        size_t b = x - t->size;
-        return mblock_max(t, b, l, r) + acc + t->blazy[b] > thr;
-    }
-    size_t mid = (lo + hi) / 2;
-    int64_t amx = t->node[2 * x], bmx = t->node[2 * x + 1];
-    acc += xmx - TIO_MAX(amx, bmx); /* mlazy_of(t, x) */
-    return (l < mid && amx + acc > thr && many_rec(t, 2 * x, lo, mid, l, r, acc, thr, amx)) ||
-           (mid < r && bmx + acc > thr && many_rec(t, 2 * x + 1, mid, hi, l, r, acc, thr, bmx));
 }
 // NOLINTEND(misc-no-recursion)
 
 int tio_mtree_any_above(const struct tio_mtree *t, size_t l, size_t r, int64_t thr) {
-    return l < r && many_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), 0, thr, t->node[1]);
+    r = TIO_MIN(r, t->n);
+    return l < r && t->node[1] > thr && many_rec(t, 1, 0, t->size * BLK, l, r, 0, thr, t->node[1]);
 }
 
 void tio_mtree_add(struct tio_mtree *t, size_t l, size_t r, int64_t d) {
+    r = TIO_MIN(r, t->n);
     if (l < r && d != 0) {
-        madd_rec(t, 1, 0, t->size * BLK, l, TIO_MIN(r, t->n), d);
+        if (l == 0 && r == t->size * BLK) {
+            madd_whole(t, 1, d);
+        } else {
+            madd_rec(t, 1, 0, t->size * BLK, l, r, d);
+        }
     }
 }
 

@@ -80,6 +80,76 @@ TIO_TEST(moves_sorted_and_flags_normalized) {
     tio_plan_free(p);
 }
 
+/* The order tio_plan_finish promises (plan.h): trigger, urgent first, tensor, from, to,
+ * deadline, bytes, flags. */
+static int order_cmp(const struct tio_move *x, const struct tio_move *y) {
+    uint64_t a[8] = { x->trigger,      !(x->flags & TIO_MOVE_URGENT),
+                      x->tensor,       (uint64_t)x->from,
+                      (uint64_t)x->to, x->deadline,
+                      x->bytes,        x->flags };
+    uint64_t b[8] = { y->trigger,      !(y->flags & TIO_MOVE_URGENT),
+                      y->tensor,       (uint64_t)y->from,
+                      (uint64_t)y->to, y->deadline,
+                      y->bytes,        y->flags };
+    for (size_t i = 0; i < 8; i++) {
+        if (a[i] != b[i]) {
+            return a[i] < b[i] ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+/* Many moves per trigger, ties on every key, one trigger with more moves than a small bucket
+ * holds, added out of order, over n kernels: the plan holds them in the promised order
+ * (checked against the test's own sort), each move intact. */
+static void check_sorted_moves(uint64_t n) {
+    enum { M = 260 };
+    struct tio_move in[M], want[M];
+    for (size_t i = 0; i < M; i++) {
+        /* 60 moves at the last kernel; the others spread over the kernels, a few on each */
+        uint64_t trig = i < 200 ? (i * 13) % 31 * (n / 31) + i % 3 : n - 1;
+        int off = (i / 3) % 2 == 0;
+        int32_t far = (i / 5) % 2 ? TIO_TIER_SSD : TIO_TIER_HOST;
+        in[i] = mv((uint32_t)((i * 7) % 5), off ? TIO_TIER_GPU : far, off ? far : TIO_TIER_GPU,
+                   trig, trig + (i * 11) % 41 * (n / 40), 4096 * (1 + (i / 2) % 3));
+        in[i].flags = (i % 4 == 0 ? TIO_MOVE_URGENT : 0) | ((i / 7) % 2 ? TIO_MOVE_STALL : 0);
+        if (in[i].deadline >= n) {
+            in[i].flags |= TIO_MOVE_WRAPS; /* as finish normalizes it */
+        }
+    }
+    for (size_t i = 0; i < M; i++) { /* the test's own insertion sort */
+        struct tio_move x = in[i];
+        size_t j = i;
+        for (; j > 0 && order_cmp(&want[j - 1], &x) > 0; j--) {
+            want[j] = want[j - 1];
+        }
+        want[j] = x;
+    }
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_new(7, n, "teraio-mixed", &p));
+    REQUIRE(p != NULL);
+    for (size_t i = M; i-- > 0;) {
+        CHECK_OK(tio_plan_add_move(p, &in[i]));
+    }
+    CHECK_OK(tio_plan_finish(p));
+    size_t got = 0;
+    const struct tio_move *m = tio_plan_moves(p, &got);
+    CHECK_EQ_U(got, M);
+    size_t bad = 0;
+    for (size_t i = 0; i < got && i < M; i++) {
+        bad += order_cmp(&m[i], &want[i]) != 0;
+    }
+    CHECK_EQ_U(bad, 0);
+    tio_plan_free(p);
+}
+
+/* 40 kernels: triggers of one radix digit (11 bits); 5000: two; 5M: three. */
+TIO_TEST(moves_sorted_on_every_key) {
+    check_sorted_moves(40);
+    check_sorted_moves(5000);
+    check_sorted_moves(5000000);
+}
+
 TIO_TEST(bad_moves_rejected) {
     struct tio_plan *p = NULL;
     CHECK_OK(tio_plan_new(1, 10, "x", &p));
@@ -542,6 +612,7 @@ int main(void) {
         TIO_SKIP("mkdtemp failed");
     }
     RUN(moves_sorted_and_flags_normalized);
+    RUN(moves_sorted_on_every_key);
     RUN(bad_moves_rejected);
     RUN(round_trips);
     RUN(json_errors_name_the_field);

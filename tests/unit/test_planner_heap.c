@@ -88,7 +88,63 @@ TIO_TEST(pops_in_key_then_tie_order) {
     check_heap(1);
 }
 
+/* The tie order of np periods given as (tensor, start) pairs ts[2 i], ts[2 i + 1]: rank and
+ * unrank from the planner against the test's own sort of the pairs. */
+static int pair_after(const uint32_t *ts, uint32_t a, uint32_t b) {
+    return ts[2 * a] > ts[2 * b] || (ts[2 * a] == ts[2 * b] && ts[2 * a + 1] > ts[2 * b + 1]);
+}
+
+static void check_rank(const uint32_t *ts, size_t np) {
+    struct tio_pperiod pp[64];
+    uint32_t want[64];
+    REQUIRE(np <= 64);
+    for (size_t i = 0; i < np; i++) {
+        memset(&pp[i], 0, sizeof pp[i]);
+        pp[i].tensor = ts[2 * i] & ((UINT32_C(1) << 30) - 1); /* the field's 30 bits */
+        pp[i].start = ts[2 * i + 1];
+        size_t j = i; /* insertion of period i into want[0, i) */
+        for (; j > 0 && pair_after(ts, want[j - 1], (uint32_t)i); j--) {
+            want[j] = want[j - 1];
+        }
+        want[j] = (uint32_t)i;
+    }
+    struct tio_pmodel m;
+    memset(&m, 0, sizeof m);
+    m.periods = pp;
+    m.n_periods = np;
+    struct planner p;
+    memset(&p, 0, sizeof p);
+    p.m = &m;
+    CHECK_OK(pt_build_rank(&p));
+    REQUIRE(p.rank != NULL && p.unrank != NULL);
+    size_t bad = 0;
+    for (size_t i = 0; i < np; i++) {
+        bad += p.unrank[i] != want[i] || p.rank[want[i]] != i;
+    }
+    CHECK_EQ_U(bad, 0);
+    tio_free(p.rank);
+    tio_free(p.unrank);
+}
+
+/* Grouped by tensor with each tensor's folded wrap-around period (start 0) last, a tensor of
+ * 40 periods out of order, and periods not grouped by tensor at all. */
+TIO_TEST(rank_is_tensor_then_start) {
+    static const uint32_t folded[] = { 0, 5, 0, 9, 0, 0, 1, 3, 1, 7, 2, 4, 3, 8, 3, 0 };
+    check_rank(folded, sizeof folded / sizeof folded[0] / 2);
+    uint32_t long_run[2 * 42] = { 0, 1 };
+    for (uint32_t i = 1; i < 41; i++) {
+        long_run[2 * i] = 1;
+        long_run[2 * i + 1] = (i * 7) % 40; /* distinct starts, scrambled */
+    }
+    long_run[2 * 41] = 2;
+    long_run[2 * 41 + 1] = 0;
+    check_rank(long_run, 42);
+    static const uint32_t scattered[] = { 2, 4, 0, 5, 1, 3, 0, 1, 2, 0 };
+    check_rank(scattered, sizeof scattered / sizeof scattered[0] / 2);
+}
+
 int main(void) {
     RUN(pops_in_key_then_tie_order);
+    RUN(rank_is_tensor_then_start);
     return tio_test_done();
 }

@@ -99,10 +99,14 @@ int pt_update_clean(struct planner *p, uint32_t picked, int tier, const uint8_t 
  * The compute stream then waits for memory and data where the bandwidth falls short (a stall
  * the plan states, TIO_MOVE_STALL) instead of running out of memory or leaving the runtime to
  * evict on demand. Ranked by the capped benefit of the memory they free per byte moved (the
- * main loop's measure, over fixed windows), by lazy greedy with the main loop's eps: benefits
+ * main loop's measure, over fixed windows), by lazy greedy with a wider eps (OC_EPS): benefits
  * only fall as memory falls, so stale keys are upper bounds. Host memory (within the cap over
  * the whole period; faster than the SSDs) is used for new periods when the policy allows it.
  */
+/* The pass's lazy-greedy margin where the main loop has one (teraio-mixed, teraio-ssd): each move
+ * applied lowers about a dozen overlapping candidates a little, and at the main loop's 10% the
+ * pass re-scored 19 candidates per move applied (docs/decisions.md). */
+#define OC_EPS  0.3
 #define OC_PICK 0x80000000u /* cand.version: the candidate widens pick (version & ~OC_PICK) */
 
 /* The widest window of period q on a tier chosen for it: [*a, end - 1). 0 if empty. */
@@ -206,13 +210,14 @@ int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
         double sc = oc_score(p, &c);
         rc = sc > 0 ? pt_heap_push_version(p, sc, c.period, c.version) : 0;
     }
+    const double oc_eps = p->eps > 0 ? OC_EPS : 0;
     while (rc == 0 && p->n_heap > 0 && tio_stree_max(&p->mem, 0, p->n) > p->cap) {
         struct cand c = pt_heap_pop(p);
         double sc = oc_score(p, &c);
         if (!(sc > 0)) {
             continue; /* frees nothing over the line any more (and never will again) */
         }
-        if (p->n_heap > 0 && sc < (1.0 - p->eps) * p->heap[0].key) {
+        if (p->n_heap > 0 && sc < (1.0 - oc_eps) * p->heap[0].key) {
             rc = pt_heap_push_version(p, sc, c.period,
                                       c.version); /* fell behind: re-queue, fresh score */
             continue;

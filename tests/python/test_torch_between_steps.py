@@ -116,6 +116,27 @@ print("CASE OK")
     assert out.count("REFUSED") == 2
 
 
+def test_dropped_offloader_leaves_no_guard_behind(tmp_path):
+    """An Offloader dropped without close() (as after a step that raised) takes its
+    between-steps guard off the dispatch-mode stack: a guard left there would run every later
+    operator of the process through Python."""
+    _ok("""
+import gc
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+def guards():
+    return [x for x in _get_current_dispatch_mode_stack() if type(x).__name__ == "Guard"]
+
+assert len(guards()) == 1, guards()  # armed at the end of the last step
+del off, m, o
+gc.collect()
+assert guards() == [], guards()
+x = torch.ones(3) * 2
+assert x.sum().item() == 6.0
+print("CASE OK")
+""", tmp_path)
+
+
 def test_step_after_close_and_nested_step_refused(tmp_path):
     _ok("""
 try:

@@ -78,7 +78,16 @@ class Guard(TorchDispatchMode):
 
     def __init__(self, off, held=()):
         super().__init__()
-        self.off = weakref.ref(off)
+        me = weakref.ref(self)
+
+        def gone(_ref):
+            # the Offloader was collected without close() (dropped after a step that raised):
+            # off the stack, or every later operator of the process would run through here
+            g = me()
+            if g is not None:
+                pop(g)
+
+        self.off = weakref.ref(off, gone)
         self.armed = True
         self.held = frozenset(held)
 

@@ -4,6 +4,7 @@
 # Python package (which builds teraio._core) installed into the venv.
 # Environment: TIO_SETUP_TORCH=1 also installs the pinned CPU PyTorch (torch==2.13.0) and the
 # pinned Hugging Face transformers + accelerate that teraio.hf's test runs its Trainer with.
+# TIO_WERROR=ON|OFF configures build/ with warnings as errors (scripts/test.sh) or without.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,7 +40,8 @@ if ! python -c "import scikit_build_core, numpy, pytest, matplotlib, nvidia.cu13
 fi
 
 log "building the C library, CLI and tests (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TIO_WERROR:+-DTIO_WERROR=$TIO_WERROR} \
+      >/dev/null
 cmake --build build --parallel
 log "building and installing the Python package into .venv"
 python -m pip install -q --no-build-isolation . 2>&1 | grep -v '^WARNING: Location' || true

@@ -4,10 +4,13 @@
 # scripts/setup_titan.sh). Each runner prints its own summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TIO_SETUP_TORCH=${TIO_SETUP_TORCH:-1} bash scripts/setup.sh
+# TIO_WERROR=ON: setup.sh configures build/ as the CTest step below does, so build/ is compiled
+# once (a changed flag would rebuild every object)
+TIO_WERROR=ON TIO_SETUP_TORCH=${TIO_SETUP_TORCH:-1} bash scripts/setup.sh
 . .venv/bin/activate
 jobs=$(nproc)
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# each step prints the minutes:seconds since the start, so a slow run shows where time went
+step() { printf '\n\033[1m==> %s\033[0m [%d:%02d]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 step "format check (clang-format 14)"
 git ls-files '*.c' '*.h' | grep -v '^tests/data/' | xargs clang-format --dry-run --Werror
@@ -78,3 +81,4 @@ rm -f "$log"
 
 step "packaging: python -m build and pip install . (build isolation) in fresh venvs"
 bash scripts/check_package.sh
+step "all tests passed"

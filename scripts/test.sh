@@ -43,22 +43,34 @@ if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
     CC=clang cmake -S . -B build-fuzz -G Ninja -DTIO_BUILD_FUZZERS=ON -DTIO_BUILD_TESTS=OFF \
           -DTIO_BUILD_CLI=OFF -DTIO_BUILD_BENCH=OFF >/dev/null
     cmake --build build-fuzz --parallel "$jobs"
-    for f in build-fuzz/fuzz_*; do
+    fuzz_one() {  # $1: a fuzzer; prints its stats, or its log's tail and fails on a finding
+        local f=$1 name corpus work rc=0
         name=$(basename "$f")
         corpus=tests/fuzz/corpus/${name#fuzz_}
         work=$(mktemp -d)
         cp -r "$corpus"/. "$work"/ 2>/dev/null || true
-        echo "fuzzing $name"
-        rc=0
         "$f" -max_total_time="${TIO_FUZZ_SECONDS:-15}" -max_len=65536 -rss_limit_mb=2048 \
              -timeout=10 -artifact_prefix="$work/" -print_final_stats=1 "$work" \
              >"$work.log" 2>&1 || rc=$?
-        grep -E "stat::number_of_executed_units" "$work.log" || true
-        if [ "$rc" -ne 0 ]; then
-            echo "fuzzer $name found a problem (exit $rc):"; tail -40 "$work.log"; exit 1
+        if [ "$rc" -ne 0 ]; then  # one printf: the fuzzers beside it print too
+            printf '%s\n' "fuzzer $name found a problem (exit $rc):" "$(tail -40 "$work.log")"
+            return 1
         fi
+        echo "fuzzed $name: $(grep -E "stat::number_of_executed_units" "$work.log" || true)"
         rm -rf "$work" "$work.log"
+    }
+    # one fuzzer per core at a time: each is single-threaded and runs for a fixed time
+    pids=() fuzz_failed=0
+    for f in build-fuzz/fuzz_*; do
+        fuzz_one "$f" &
+        pids+=($!)
+        if [ ${#pids[@]} -ge "$jobs" ]; then
+            wait "${pids[0]}" || fuzz_failed=1
+            pids=("${pids[@]:1}")
+        fi
     done
+    for p in "${pids[@]}"; do wait "$p" || fuzz_failed=1; done
+    [ "$fuzz_failed" -eq 0 ] || exit 1
     echo "fuzzers: no findings"
 fi
 

@@ -227,43 +227,56 @@ int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
     return rc;
 }
 
+#define RELAX_BITS   11
+#define RELAX_DIGITS ((size_t)1 << RELAX_BITS)
+
+/* 11 bits of pre per pass, each pass stable: keys that start in index order end in (pre, index)
+ * order, the stable merge sort's that this replaces, in 2 or 3 streamed passes instead of
+ * log2(n) passes each followed by a copy back (10% of the cache misses of a 0.25M-kernel plan
+ * under cachegrind, most of them this sort's). */
+struct pt_relax_key *
+pt_relax_sort(struct pt_relax_key *keys, struct pt_relax_key *tmp, size_t n, uint64_t lim) {
+    size_t cnt[RELAX_DIGITS];
+    for (unsigned sh = 0; sh < 64 && (lim >> sh) != 0; sh += RELAX_BITS) {
+        memset(cnt, 0, sizeof cnt);
+        for (size_t i = 0; i < n; i++) {
+            cnt[(keys[i].pre >> sh) & (RELAX_DIGITS - 1)]++;
+        }
+        size_t sum = 0;
+        for (size_t d = 0; d < RELAX_DIGITS; d++) {
+            size_t c = cnt[d];
+            cnt[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) {
+            tmp[cnt[(keys[i].pre >> sh) & (RELAX_DIGITS - 1)]++] = keys[i];
+        }
+        struct pt_relax_key *sw = keys;
+        keys = tmp;
+        tmp = sw;
+    }
+    return keys;
+}
+
 /* G10's relaxation: move each prefetch earlier while the curve stays under the line with the
- * tensor back; drop pairs that would then never leave (they no longer save anything). */
+ * tensor back; drop pairs that would then never leave (they no longer save anything). The
+ * picks go in order of their prefetch's start, ties by index. */
 void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
     size_t np = p->n_picks;
-    /* insertion-free: sort by (pre, period) with qsort through a static-free comparator */
-    struct key {
-        uint64_t pre;
-        uint32_t idx;
-    };
-    struct key *keys = tio_malloc((np ? np : 1) * sizeof *keys);
-    if (!keys) {
+    struct pt_relax_key *buf = tio_malloc((np ? np : 1) * sizeof *buf);
+    struct pt_relax_key *tmp = tio_malloc((np ? np : 1) * sizeof *tmp);
+    if (!buf || !tmp) {
+        tio_free(buf);
+        tio_free(tmp);
         return; /* relaxation is optional: keep the latest-start plan */
     }
+    uint64_t lim = 0;
     for (size_t i = 0; i < np; i++) {
-        keys[i].pre = p->picks[i].pre;
-        keys[i].idx = (uint32_t)i;
+        buf[i].pre = p->picks[i].pre;
+        buf[i].idx = (uint32_t)i;
+        lim = TIO_MAX(lim, buf[i].pre);
     }
-    /* simple bottom-up merge sort (stable, deterministic) */
-    struct key *tmp = tio_malloc((np ? np : 1) * sizeof *tmp);
-    if (!tmp) {
-        tio_free(keys);
-        return;
-    }
-    for (size_t w = 1; w < np; w *= 2) {
-        for (size_t lo = 0; lo < np; lo += 2 * w) {
-            size_t mid = TIO_MIN(lo + w, np), hi = TIO_MIN(lo + 2 * w, np);
-            size_t a = lo, b = mid, o = lo;
-            while (a < mid || b < hi) {
-                if (b >= hi || (a < mid && keys[a].pre <= keys[b].pre)) {
-                    tmp[o++] = keys[a++];
-                } else {
-                    tmp[o++] = keys[b++];
-                }
-            }
-        }
-        memcpy(keys, tmp, np * sizeof *keys);
-    }
+    const struct pt_relax_key *keys = pt_relax_sort(buf, tmp, np, lim);
     for (size_t r = 0; r < np; r++) {
         struct pick *pk = &p->picks[keys[r].idx];
         const struct tio_pperiod *q = &p->m->periods[pk->period];
@@ -285,5 +298,5 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
         }
     }
     tio_free(tmp);
-    tio_free(keys);
+    tio_free(buf);
 }

@@ -223,4 +223,15 @@ int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive);
  * tensor back; drop pairs that would then never leave (they no longer save anything). */
 void pt_relax_prefetches(struct planner *p, uint8_t *dropped);
 
+/* The relaxation's order: a pick's prefetch start, then its index. */
+struct pt_relax_key {
+    uint64_t pre;
+    uint32_t idx;
+};
+
+/* Sort keys[n] by pre (every pre at most lim), stably: least significant digit first radix
+ * passes between keys and tmp ([n]). Returns where the sorted keys are (keys or tmp). */
+struct pt_relax_key *
+pt_relax_sort(struct pt_relax_key *keys, struct pt_relax_key *tmp, size_t n, uint64_t lim);
+
 #endif

@@ -83,6 +83,16 @@ static void apply(struct tio_stree *t, size_t x, int64_t d) {
     }
 }
 
+/* Memo keys: a capped query's s (>= 0), or one of these. */
+#define MEMO_EMPTY INT64_MIN
+#define MEMO_CRIT  (-1)
+
+static void memo_clear(struct tio_stree *t) {
+    for (size_t i = 0; i < t->memo_lo; i++) {
+        t->memo[i].key = MEMO_EMPTY;
+    }
+}
+
 int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double *tau) {
     memset(t, 0, sizeof *t);
     size_t nb = (n + BLK - 1) / BLK, size = 1;
@@ -100,13 +110,14 @@ int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double
     const size_t span = TIO_STREE_MEMO_SPAN / BLK; /* blocks under a memo node */
     if (size >= 2 * span) {
         t->memo_lo = size / span;
-        t->memo = tio_calloc(t->memo_lo, sizeof *t->memo);
+        t->memo = tio_aligned_alloc(64, t->memo_lo * sizeof *t->memo);
     }
     if (!t->node || !t->v || !t->blazy || (t->memo_lo && !t->memo)) {
         tio_stree_fini(t);
         return TIO_ENOMEM;
     }
     memset(t->node, 0, 2 * size * sizeof *t->node);
+    memo_clear(t);
     if (n) {
         memcpy(t->v, v, n * sizeof *t->v);
     }
@@ -141,7 +152,7 @@ void tio_stree_fini(struct tio_stree *t) {
 /* Forget node x's memo (an add reaches into it), if x is a memo node. */
 static inline void memo_drop(struct tio_stree *t, size_t x) {
     if (x >= t->memo_lo && x < 2 * t->memo_lo) {
-        t->memo[x - t->memo_lo].kind = 0;
+        t->memo[x - t->memo_lo].key = MEMO_EMPTY;
     }
 }
 
@@ -382,9 +393,9 @@ static double capped_memo(struct tio_stree *t,
                           size_t hi,
                           int64_t acc,
                           int64_t xmx) {
-    uint32_t kind = q->by_leaf ? 2 : 1;
+    const int64_t key = q->by_leaf ? MEMO_CRIT : q->s; /* crit's s is always 1 */
     struct tio_stree_memo *mo = &t->memo[x - t->memo_lo];
-    if (mo->kind == kind && mo->acc == acc && mo->c == q->c && mo->s == q->s) {
+    if (mo->key == key && mo->acc == acc && mo->c == q->c) {
         return mo->val;
     }
     const struct capped_kids k = capped_kids_of(t, q, x, lo, hi, acc, xmx);
@@ -396,7 +407,12 @@ static double capped_memo(struct tio_stree *t,
         v = k.ga ? capped_rec(t, q, 2 * x, lo, k.mid, k.acc, k.amx)
                  : capped_rec(t, q, 2 * x + 1, k.mid, hi, k.acc, k.bmx);
     }
-    *mo = (struct tio_stree_memo){ .acc = acc, .c = q->c, .s = q->s, .val = v, .kind = kind };
+    /* a negative s (never asked: it is a tensor's size) would not be told from the other
+     * keys, so it is not kept */
+    mo->key = key >= 0 || q->by_leaf ? key : MEMO_EMPTY;
+    mo->acc = acc;
+    mo->c = q->c;
+    mo->val = v;
     return v;
 }
 
@@ -476,9 +492,7 @@ void tio_stree_values(struct tio_stree *t, int64_t *out) {
     for (size_t i = 0; i < t->n; i++) {
         out[i] = t->v[i] + t->blazy[i / BLK];
     }
-    if (t->memo) {
-        memset(t->memo, 0, t->memo_lo * sizeof *t->memo); /* the pending adds moved down */
-    }
+    memo_clear(t); /* the pending adds moved down */
 }
 
 /* ---- the max-only tree --------------------------------------------------------------------- */

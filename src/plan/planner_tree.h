@@ -34,13 +34,13 @@ struct tio_stree_node {
 /* The last benefit integral over the whole of one node of TIO_STREE_MEMO_SPAN leaves, for the
  * same query (line c, cap s, kind, the pending adds above the node) while no add reaches into
  * the node: the planner re-evaluates the same windows after picks that changed only part of
- * them. 40 B per TIO_STREE_MEMO_SPAN leaves. */
+ * them. 32 B per TIO_STREE_MEMO_SPAN leaves, two to a cache line (40 B straddled lines). */
 #define TIO_STREE_MEMO_SPAN 64
 
 struct tio_stree_memo {
-    int64_t acc, c, s;
+    int64_t acc, c;
+    int64_t key; /* a capped query's s; -1: crit; INT64_MIN: empty */
     double val;
-    uint32_t kind; /* 0: empty, 1: capped, 2: crit */
 };
 
 struct tio_stree {

@@ -143,8 +143,51 @@ TIO_TEST(rank_is_tensor_then_start) {
     check_rank(scattered, sizeof scattered / sizeof scattered[0] / 2);
 }
 
+static int relax_cmp(const void *a, const void *b) {
+    const struct pt_relax_key *x = a, *y = b;
+    if (x->pre != y->pre) {
+        return x->pre < y->pre ? -1 : 1;
+    }
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* The relaxation's order against qsort by (pre, index): starts of few distinct values (ties)
+ * that differ in every 11-bit digit of a 30-bit range, so each radix pass matters. */
+static void check_relax_sort(size_t n, uint64_t span) {
+    struct pt_relax_key *keys = malloc((n ? n : 1) * sizeof *keys);
+    struct pt_relax_key *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    struct pt_relax_key *want = malloc((n ? n : 1) * sizeof *want);
+    CHECK(keys && tmp && want);
+    uint64_t lim = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t pre = span ? (rnd(40) * 0x9e3779b1u) % span : 0;
+        keys[i] = (struct pt_relax_key){ .pre = pre, .idx = (uint32_t)i };
+        lim = pre > lim ? pre : lim;
+    }
+    memcpy(want, keys, n * sizeof *keys);
+    qsort(want, n, sizeof *want, relax_cmp);
+    const struct pt_relax_key *got = pt_relax_sort(keys, tmp, n, lim);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += got[i].pre != want[i].pre || got[i].idx != want[i].idx;
+    }
+    CHECK_EQ_U(bad, 0);
+    free(keys);
+    free(tmp);
+    free(want);
+}
+
+TIO_TEST(relax_order_is_start_then_index) {
+    check_relax_sort(0, 0);
+    check_relax_sort(1, 1u << 30);
+    check_relax_sort(300, 0);         /* every start 0: no pass */
+    check_relax_sort(3000, 1u << 10); /* one pass */
+    check_relax_sort(3000, 1u << 30); /* three passes */
+}
+
 int main(void) {
     RUN(pops_in_key_then_tie_order);
     RUN(rank_is_tensor_then_start);
+    RUN(relax_order_is_start_then_index);
     return tio_test_done();
 }

@@ -161,7 +161,7 @@ TIO_TEST(benefit_memo_follows_adds) {
             }
         }
         for (size_t x = 0; x < t.memo_lo; x++) {
-            used |= t.memo[x].kind != 0;
+            used |= t.memo[x].key != INT64_MIN;
         }
         /* a narrow add (into one or two memo nodes) or one over every kernel */
         size_t al = step % 5 == 4 ? 0 : (size_t)rnd(N_WIDE);

@@ -28,11 +28,11 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 . .venv/bin/activate
-py_pkgs=(scikit-build-core cmake ninja numpy pytest matplotlib nvidia-cufile build)
+py_pkgs=(scikit-build-core cmake ninja numpy pytest pytest-xdist matplotlib nvidia-cufile build)
 if [ "${TIO_SETUP_TORCH:-0}" = "1" ]; then
     py_pkgs+=("torch==2.13.0" "transformers==5.24.0" "accelerate==1.15.0")
 fi
-if ! python -c "import scikit_build_core, numpy, pytest, matplotlib, nvidia.cu13, build" 2>/dev/null \
+if ! python -c "import scikit_build_core, numpy, pytest, xdist, matplotlib, nvidia.cu13, build" 2>/dev/null \
    || { [ "${TIO_SETUP_TORCH:-0}" = "1" ] && ! python -c "import torch, transformers, accelerate" 2>/dev/null; }; then
     log "installing Python packages into .venv: ${py_pkgs[*]}"
     python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true

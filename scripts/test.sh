@@ -75,8 +75,9 @@ if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
 fi
 
 step "pytest"
-# the TorchTitan files run in the next step, in their own venv
-python -m pytest -q tests/python --ignore=tests/python/test_titan.py \
+# the TorchTitan files run in the next step, in their own venv. One worker per core (pytest-xdist),
+# each taking whole files (a file's tests share its module fixtures)
+python -m pytest -q -n "$jobs" --dist loadfile tests/python --ignore=tests/python/test_titan.py \
     --ignore=tests/python/test_titan_pp.py --durations=12
 
 step "pytest: TorchTitan in .venv-titan (scripts/setup_titan.sh; torchtitan and triton stay out of .venv)"

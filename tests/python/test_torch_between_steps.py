@@ -137,6 +137,78 @@ print("CASE OK")
 """, tmp_path)
 
 
+# what a later torch.compile needs of the process: no guard on the dispatch-mode stack, the
+# dispatch-mode flag PyTorch keeps beside it cleared (Dynamo runs every frame eagerly while it is
+# set), and a compiled function compiled (its backend called) rather than run eagerly
+COMPILE_STILL_WORKS = """
+import gc
+from torch.utils._python_dispatch import (_get_current_dispatch_mode_stack,
+                                         is_in_any_mode_without_ignore_compile_internals)
+
+gc.collect()
+left = _get_current_dispatch_mode_stack()
+assert left == [], left
+assert not is_in_any_mode_without_ignore_compile_internals()
+graphs = []
+
+def backend(gm, example_inputs):
+    graphs.append(gm)
+    return gm.forward
+
+f = torch.compile(lambda x: (x * 2).sin(), backend=backend)
+y = f(torch.ones(4))
+assert torch.equal(y, (torch.ones(4) * 2).sin()), y
+assert len(graphs) == 1, "torch.compile ran eagerly: a dispatch mode is still in force"
+print("CASE OK")
+"""
+
+
+def test_io_fault_in_a_step_leaves_torch_compile_working(tmp_path):
+    """A step that raised (every read fails: the engine's fault backend) brings every tensor
+    back and leaves no guard: the Offloader dropped without close() while the exception (and
+    with it the Offloader) is still alive, and a second one failing the same way, leave the
+    process as it was for torch.compile. Before, each left a guard on the dispatch-mode stack,
+    the first one under the second's, where collecting its Offloader could not take it off, and
+    Dynamo then compiled nothing for the rest of the process."""
+    rc, out = run_case("""
+def failing():
+    m, o = fresh()
+    off = make_off(m, o, budget=0.2, options=dict(
+        backend="fault", backend_options="read_fail=5,read_fail_count=1000000"))
+    try:
+        train(m, o, off, 4)
+    except teraio.Error as e:
+        print("step failed:", str(e)[:120])
+        assert "reading back" in str(e), e
+        return e, off
+    raise AssertionError("no step failed")
+
+first = failing()   # kept alive, as a caught exception's traceback keeps its frames
+second = failing()
+first = None
+gc_collect = __import__("gc").collect
+gc_collect()        # the first Offloader collected while the second one is still alive
+second = None
+""" + COMPILE_STILL_WORKS, tmp_path)
+    assert rc == 0, f"child exited with {rc}:\n{out[-4000:]}"
+    assert "CASE OK" in out, out[-4000:]
+
+
+def test_offloader_dropped_under_another_leaves_torch_compile_working(tmp_path):
+    """Two Offloaders on two models, each with tensors offloaded between steps: the first one
+    dropped without close() while the second one's guard is above its own on the stack (its
+    guard cannot leave the stack then) is taken off as soon as it is the innermost mode again
+    (here: the second one's close()), with PyTorch's dispatch-mode flag restored."""
+    _ok("""
+m2, o2 = fresh()
+off2 = make_off(m2, o2, budget=0.2)
+train(m2, o2, off2, 3)
+del off, m, o
+__import__("gc").collect()   # the first Offloader's guard is under the second one's
+off2.close()
+""" + COMPILE_STILL_WORKS, tmp_path)
+
+
 def test_step_after_close_and_nested_step_refused(tmp_path):
     _ok("""
 try:

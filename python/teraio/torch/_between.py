@@ -23,6 +23,7 @@ one's offloaded tensors as tensors of 0 bytes.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 import torch
@@ -85,18 +86,27 @@ class Guard(TorchDispatchMode):
             # off the stack, or every later operator of the process would run through here
             g = me()
             if g is not None:
-                pop(g)
+                g.orphaned()
 
         self.off = weakref.ref(off, gone)
         self.armed = True
+        self.done = False  # its Offloader is closed or collected: leaves at the next sweep()
         self.held = frozenset(held)
 
+    def orphaned(self):
+        """Its Offloader is closed or gone: the guard has nothing left to guard."""
+        self.armed = False
+        self.done = True
+        sweep()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # held for the call: while this runs the guard is off the stack, where its Offloader's
+        # collection could not find it (sweep)
+        off = self.off()
         kwargs = kwargs or {}
         if self.armed and (touches_offloaded(args, kwargs) or (
                 self.held and not self.held.isdisjoint(
                     _storages_written(func, args, kwargs)))):
-            off = self.off()
             # Offloader.save() building its object: a view (state_dict()'s detach) reads nothing
             if off is not None and not (off._saver.active and getattr(func, "is_view", False)):
                 off._bring_back(f"the operator {func} between steps")
@@ -104,7 +114,38 @@ class Guard(TorchDispatchMode):
 
 
 def push(guard):
+    sweep()
     guard.__enter__()
+
+
+def _in_mode_handler():
+    """Whether this thread is inside a dispatch mode's __torch_dispatch__: that mode is off
+    the stack until it returns, so the innermost mode on the stack is not the innermost one."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "__torch_dispatch__":
+            return True
+        f = f.f_back
+    return False
+
+
+def sweep():
+    """Take off this thread's mode stack the guards whose Offloader is closed or collected
+    (Guard.done), while one is the innermost mode. Each leaves through its own __exit__, in
+    the order the modes entered: PyTorch restores there the process-wide flag by which Dynamo
+    runs every frame eagerly while a dispatch mode is active, so a guard taken off out of
+    order would leave that flag set (torch.compile would compile nothing for the rest of the
+    process). One under another mode (a later Offloader's guard or step) stays, inert, until a
+    later sweep finds it innermost: at a step's start and end, at close(), or when another
+    Offloader is collected. Not inside a mode's __torch_dispatch__ (collection can run there),
+    where the mode that runs is off the stack and would be put back above."""
+    if _in_mode_handler():
+        return
+    while True:
+        g = _get_current_dispatch_mode()
+        if not isinstance(g, Guard) or not g.done:
+            return
+        g.__exit__(None, None, None)
 
 
 def pop(guard):
@@ -113,6 +154,7 @@ def pop(guard):
     guard.armed = False
     if _get_current_dispatch_mode() is guard:
         guard.__exit__(None, None, None)
+        sweep()  # a guard it covered whose Offloader went meanwhile
         return True
     return False
 

@@ -863,7 +863,9 @@ class StepMode(TorchDispatchMode):
         return self.driver.dispatch(func, args, kwargs or {})
 
     def __exit__(self, exc_type, exc_val, exc_tb):
-        from teraio.torch import _compile  # a compiled region's backward that raised
+        from teraio.torch import _between, _compile
 
-        _compile.reopen()
-        return super().__exit__(exc_type, exc_val, exc_tb)
+        _compile.reopen()  # a compiled region's backward that raised
+        out = super().__exit__(exc_type, exc_val, exc_tb)
+        _between.sweep()  # a guard this step covered whose Offloader went during it
+        return out

@@ -413,6 +413,7 @@ class Offloader:
         try:
             from teraio.torch import _between
 
+            _between.sweep()  # guards of Offloaders gone since: off before this step's mode
             if self._steps == 0:  # resuming: states from a torch.load'ed state dict (later
                 _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
             with self._step(kind):
@@ -881,6 +882,9 @@ class Offloader:
         if self._closed:
             return
         self.restore()
+        if self._guard is not None:  # not the innermost mode: it leaves when it is (sweep)
+            self._guard.orphaned()
+            self._guard = None
         self._bounded_stop()
         self._drop_runtime()
         self._engine = None

@@ -201,6 +201,23 @@ def test_steps_without_a_plan_stay_within_an_absolute_budget(tmp_path):
     assert loose.report()["unplanned_bytes_offloaded"] == 0
 
 
+def test_room_for_outputs_counts_by_each_offloaders_tracking_size():
+    """The bytes of new outputs an operator will make (room made before it runs, in the steps
+    without a plan) count the outputs an Offloader tracks: at least its min_tensor_bytes. Two
+    Offloaders of one process with different sizes ask for the same operator and shapes; the
+    answer of the first must not be given to the second (it kept a later test's unplanned steps
+    above their budget, by the small outputs the first did not count)."""
+    import torch
+
+    from teraio.torch._bounded import new_output_bytes
+
+    a = torch.ones(64, 64)  # an mm of two of them: one output of 16 KiB (4-byte floats)
+    out = 64 * 64 * 4
+    assert new_output_bytes(torch.ops.aten.mm.default, (a, a), {}, out + 1) == 0
+    assert new_output_bytes(torch.ops.aten.mm.default, (a, a), {}, out) == out
+    assert new_output_bytes(torch.ops.aten.mm.default, (a, a), {}, out + 1) == 0
+
+
 _RELEASE = r"""
 import ctypes, json, mmap
 import torch

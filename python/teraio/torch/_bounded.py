@@ -95,8 +95,8 @@ def new_output_bytes(func, args, kwargs, min_bytes):
     kernel run on meta copies of the arguments (no memory, no computation), cached by the
     arguments' shapes; None where that cannot be known (no meta kernel, data-dependent shapes,
     a generator or a process group among the arguments, a factory without a device)."""
-    try:
-        key = (func, _meta_key(args), _meta_key(tuple(sorted(kwargs.items()))))
+    try:  # min_bytes in the key: Offloaders of one process may track different sizes
+        key = (func, min_bytes, _meta_key(args), _meta_key(tuple(sorted(kwargs.items()))))
     except TypeError:
         return None
     hit = _META_CACHE.get(key, False)

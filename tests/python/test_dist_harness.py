@@ -4,7 +4,7 @@ import os
 import signal
 
 import pytest
-from _dist import aborted_ranks, spawn_ranks
+from _dist import _init_mark, aborted_ranks, init_failed, spawn_ranks
 
 
 def _abort_once(rank, world, init, out_dir):
@@ -71,6 +71,16 @@ def test_the_aborted_rank_is_found_whichever_failure_the_join_saw_first():
     assert all(p.joined for p in procs)
     assert aborted_ranks([_Dead(1), _Dead(-15)]) == []
     assert aborted_ranks([_Dead(0), _Dead(0)]) == []
+
+
+def test_a_failed_connection_at_init_is_told_by_its_mark(tmp_path):
+    # a rank whose gloo could not connect the ranks marks it before raising (_worker); only a
+    # mark of a rank in the group counts
+    assert not init_failed(str(tmp_path), 2)
+    open(_init_mark(str(tmp_path), 2), "w").close()
+    assert not init_failed(str(tmp_path), 2)
+    open(_init_mark(str(tmp_path), 1), "w").close()
+    assert init_failed(str(tmp_path), 2)
 
 
 def test_a_signal_after_an_abort_in_the_fault_log_is_an_abort(tmp_path):

@@ -270,6 +270,9 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
         tio_free(tmp);
         return; /* relaxation is optional: keep the latest-start plan */
     }
+    /* from here on only the curve's maxima are asked (the last kernel above a line, the moves'
+     * urgency, the summary's values): an add that keeps the sums too costs half as much again */
+    tio_stree_keep_max_only(&p->mem);
     uint64_t lim = 0;
     for (size_t i = 0; i < np; i++) {
         buf[i].pre = p->picks[i].pre;

@@ -72,6 +72,16 @@ static void block_pull(struct tio_stree *t, size_t b) {
     nd->svt = pair_sum(g) + (double)lz * nd->st;
 }
 
+/* Recompute block b's maximum alone (tio_stree_keep_max_only). */
+static void block_pull_max(struct tio_stree *t, size_t b) {
+    size_t lo = b * BLK, hi = TIO_MIN(lo + BLK, t->n);
+    int64_t mx = PAD_MX;
+    for (size_t i = lo; i < hi; i++) {
+        mx = TIO_MAX(mx, t->v[i]);
+    }
+    t->node[t->size + b].mx = mx + t->blazy[b];
+}
+
 /* Add d to the whole of node x (its pending add). */
 static void apply(struct tio_stree *t, size_t x, int64_t d) {
     struct tio_stree_node *nd = &t->node[x];
@@ -167,6 +177,14 @@ static inline void add_whole(struct tio_stree *t, size_t x, int64_t d) {
     apply(t, x, d);
 }
 
+/* Add d to the maximum (and so the pending add) of the whole of node x alone. */
+static inline void add_whole_max(struct tio_stree *t, size_t x, int64_t d) {
+    t->node[x].mx += d;
+    if (x >= t->size && x - t->size < t->nb) {
+        t->blazy[x - t->size] += d;
+    }
+}
+
 /*
  * Add d over [l, r) below node x, which the range reaches into without covering it. Down a
  * path where one child only is partly covered (the range's edges), the other being covered
@@ -219,15 +237,72 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
     }
 }
 
-void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
-    r = TIO_MIN(r, t->n);
-    if (l < r && d != 0) {
-        if (l == 0 && r == t->size * BLK) {
-            add_whole(t, 1, d);
+/* add_rec for a tree that keeps its maxima only (tio_stree_keep_max_only): the same nodes, their
+ * maxima and the leaves updated, not the minima, sums or memo. */
+static void
+add_max_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
+    size_t path[64];
+    int64_t lazy[64];
+    size_t depth = 0;
+    for (;;) {
+        if (x >= t->size) {
+            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
+                t->v[i] += d;
+            }
+            block_pull_max(t, x - t->size);
+            break;
+        }
+        size_t mid = (lo + hi) / 2;
+        path[depth] = x;
+        lazy[depth++] = lazy_of(t, x);
+        int in_a = l < mid, in_b = mid < r;
+        int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
+        if (whole_a) {
+            add_whole_max(t, 2 * x, d);
+        }
+        if (whole_b) {
+            add_whole_max(t, 2 * x + 1, d);
+        }
+        int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
+        if (part_a && part_b) {
+            add_max_rec(t, 2 * x, lo, mid, l, r, d);
+        }
+        if (part_b) {
+            x = 2 * x + 1;
+            lo = mid;
+        } else if (part_a) {
+            x = 2 * x;
+            hi = mid;
         } else {
-            add_rec(t, 1, 0, t->size * BLK, l, r, d);
+            break;
         }
     }
+    while (depth > 0) {
+        depth--;
+        size_t y = path[depth];
+        t->node[y].mx = TIO_MAX(t->node[2 * y].mx, t->node[2 * y + 1].mx) + lazy[depth];
+    }
+}
+
+void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {
+    r = TIO_MIN(r, t->n);
+    if (l >= r || d == 0) {
+        return;
+    }
+    int whole = l == 0 && r == t->size * BLK;
+    if (t->max_only && whole) {
+        add_whole_max(t, 1, d);
+    } else if (t->max_only) {
+        add_max_rec(t, 1, 0, t->size * BLK, l, r, d);
+    } else if (whole) {
+        add_whole(t, 1, d);
+    } else {
+        add_rec(t, 1, 0, t->size * BLK, l, r, d);
+    }
+}
+
+void tio_stree_keep_max_only(struct tio_stree *t) {
+    t->max_only = 1;
 }
 
 /* `acc` is the sum of the pending adds above x: the node's true values are mn/mx + acc.
@@ -418,6 +493,7 @@ static double capped_memo(struct tio_stree *t,
 
 /* One integral from the root, which must overlap the range and be over the line. */
 static double capped_root(struct tio_stree *t, const struct capped_query *q) {
+    TIO_ASSERT(!t->max_only); /* the sums, minima and memo are stale */
     int64_t mx = t->node[1].mx;
     return q->l < q->r && mx > q->c ? capped_rec(t, q, 1, 0, t->size * BLK, 0, mx) : 0;
 }

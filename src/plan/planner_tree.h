@@ -51,6 +51,7 @@ struct tio_stree {
     int64_t *blazy;              /* [nb] the pending add of each block (its leaves lack it) */
     int64_t *v;                  /* [n] leaf values, less their block's pending add */
     const double *tau;           /* [n], borrowed: must outlive the tree */
+    int max_only;                /* tio_stree_keep_max_only was called */
 };
 
 int tio_stree_init(struct tio_stree *t, size_t n, const int64_t *v, const double *tau);
@@ -61,6 +62,11 @@ double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int6
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c);
 /* tio_stree_last_above: the largest k in [l, r) with v[k] > thr, or SIZE_MAX. */
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr);
+/* tio_stree_keep_max_only: from now on, adds keep the leaves and the maxima only, not the
+ * minima, the sums or the memo: half the work of an add, for a caller that only asks
+ * tio_stree_max, tio_stree_last_above and tio_stree_values after (the integrals are then
+ * refused by an assertion). */
+void tio_stree_keep_max_only(struct tio_stree *t);
 /* tio_stree_values: write every leaf value to out[n]. */
 void tio_stree_values(struct tio_stree *t, int64_t *out);
 

@@ -259,10 +259,63 @@ TIO_TEST(blocked_trees_match_plain_arrays) {
     }
 }
 
+/* After tio_stree_keep_max_only (the planner's early prefetch), adds keep the maxima, the last
+ * kernel above a line and the values right, from a tree whose sums and memo were in use: over
+ * sizes with a partial block and the whole range, then once more over the whole curve. */
+static void check_max_only(size_t n, int steps) {
+    int64_t *v = malloc(n * sizeof *v), *out = malloc(n * sizeof *out);
+    double *tau = malloc(n * sizeof *tau);
+    CHECK(v && out && tau);
+    for (size_t k = 0; k < n; k++) {
+        v[k] = (int64_t)rnd(200);
+        tau[k] = (double)(1 + rnd(8));
+    }
+    struct tio_stree t;
+    CHECK_OK(tio_stree_init(&t, n, v, tau));
+    for (int step = 0; step < 2 * steps; step++) {
+        if (step == steps) {
+            CHECK(tio_stree_capped(&t, 0, n, 100, 30) == ref_capped_n(v, tau, n, 0, n, 100, 30));
+            tio_stree_keep_max_only(&t); /* half the steps before, half after */
+        }
+        size_t al = rnd_edge(n), ar = step % 50 == 7 ? n : al + rnd_edge(n - al);
+        al = step % 50 == 7 ? 0 : al;
+        int64_t d = (int64_t)rnd(41) - 20;
+        tio_stree_add(&t, al, ar, d);
+        for (size_t k = al; k < ar; k++) {
+            v[k] += d;
+        }
+        size_t l = rnd_edge(n), r = rnd_edge(n) + (size_t)rnd(2);
+        int64_t c = (int64_t)rnd(260) - 30, mx = INT64_MIN;
+        size_t last = SIZE_MAX;
+        for (size_t k = l; k < r && k < n; k++) {
+            mx = v[k] > mx ? v[k] : mx;
+            last = v[k] > c ? k : last;
+        }
+        CHECK_EQ_I(tio_stree_max(&t, l, r), mx);
+        CHECK_EQ_U(tio_stree_last_above(&t, l, r, c), last);
+    }
+    tio_stree_values(&t, out);
+    for (size_t k = 0; k < n; k++) {
+        CHECK_EQ_I(out[k], v[k]);
+    }
+    tio_stree_fini(&t);
+    free(v);
+    free(out);
+    free(tau);
+}
+
+TIO_TEST(max_only_adds_keep_maxima) {
+    const size_t sizes[] = { 1, TIO_STREE_BLOCK + 1, 700 };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        check_max_only(sizes[i], 300);
+    }
+}
+
 int main(void) {
     RUN(matches_a_plain_array);
     RUN(max_tree_matches_a_plain_array);
     RUN(benefit_memo_follows_adds);
     RUN(blocked_trees_match_plain_arrays);
+    RUN(max_only_adds_keep_maxima);
     return tio_test_done();
 }

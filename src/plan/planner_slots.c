@@ -269,9 +269,12 @@ double pt_ext_bound(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
         return 0;
     }
     ext_fold(n, &a, &b);
-    double r = tio_stree_crit(&p->mem, (size_t)a, (size_t)TIO_MIN(b, (uint64_t)n), p->cap);
+    size_t r1 = (size_t)TIO_MIN(b, (uint64_t)n);
+    double r = p->crit0 ? tio_stree_crit_table(&p->mem, p->crit0, (size_t)a, r1)
+                        : tio_stree_crit(&p->mem, (size_t)a, r1, p->cap);
     if (b > n) {
-        r += tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);
+        r += p->crit0 ? tio_stree_crit_table(&p->mem, p->crit0, 0, (size_t)(b - n))
+                      : tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);
     }
     return (double)s * r;
 }

@@ -492,7 +492,14 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         TIO_MAX(p.use_ssd ? m->bw[TIO_CH_SSD_W] : 0, p.use_host ? m->bw[TIO_CH_D2H] : 0);
     double fast_r =
         TIO_MAX(p.use_ssd ? m->bw[TIO_CH_SSD_R] : 0, p.use_host ? m->bw[TIO_CH_H2D] : 0);
-    for (size_t i = 0; i < m->n_periods; i++) {
+    /* one bound per period on a curve that does not change until the first pick: tabled (a
+     * table that cannot be allocated only leaves the bounds to the tree's descents) */
+    struct tio_stree_crit_table crit0;
+    if (tio_stree_crit_table_init(&p.mem, p.cap, &crit0) == 0) {
+        p.crit0 = &crit0;
+    }
+    rc = 0;
+    for (size_t i = 0; i < m->n_periods && rc == 0; i++) {
         const struct tio_pperiod *q = &m->periods[i];
         if (fast_w <= 0 || fast_r <= 0) {
             continue;
@@ -505,10 +512,15 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         double ub = pt_score_of(&p, q, pt_ext_bound(&p, q->start, q->end, (int64_t)q->bytes));
         if (ub > 0) {
             alive[i] = 1;
-            if ((rc = pt_heap_push(&p, ub, (uint32_t)i)) < 0) {
-                goto out;
-            }
+            rc = pt_heap_push(&p, ub, (uint32_t)i);
         }
+    }
+    if (p.crit0) {
+        tio_stree_crit_table_fini(&crit0);
+        p.crit0 = NULL;
+    }
+    if (rc < 0) {
+        goto out;
     }
     /* Algorithm 1's while loop: one pick per round, each pick consumes a period. */
     while (p.n_heap > 0 && tio_stree_max(&p.mem, 0, p.n) > p.cap) {

@@ -508,6 +508,71 @@ double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     return capped_root(t, &q);
 }
 
+int tio_stree_crit_table_init(const struct tio_stree *t,
+                              int64_t c,
+                              struct tio_stree_crit_table *ct) {
+    size_t size = t->size;
+    ct->c = c;
+    ct->whole = tio_malloc(2 * size * sizeof *ct->whole);
+    ct->acc = tio_malloc(2 * size * sizeof *ct->acc);
+    if (!ct->whole || !ct->acc) {
+        tio_stree_crit_table_fini(ct);
+        return TIO_ENOMEM;
+    }
+    ct->acc[1] = 0;
+    for (size_t x = 1; x < size; x++) {
+        ct->acc[2 * x] = ct->acc[2 * x + 1] = ct->acc[x] + lazy_of(t, x);
+    }
+    for (size_t b = 0; b < size; b++) { /* a block taken whole is its scan (padding: none) */
+        const struct capped_query q = { .l = 0, .r = t->n, .c = c, .s = 1, .by_leaf = 1 };
+        ct->whole[size + b] =
+            b < t->nb ? capped_block(t, &q, b, b * BLK, b * BLK + BLK, ct->acc[size + b]) : 0;
+    }
+    /* a node over c + 1 answers its tau sum, its children's summed; one under c answers 0,
+     * as its children do; one across c its children's sum: all three the children's sum */
+    for (size_t x = size - 1; x >= 1; x--) {
+        ct->whole[x] = ct->whole[2 * x] + ct->whole[2 * x + 1];
+    }
+    return 0;
+}
+
+void tio_stree_crit_table_fini(struct tio_stree_crit_table *ct) {
+    tio_free(ct->whole);
+    tio_free(ct->acc);
+    ct->whole = NULL;
+    ct->acc = NULL;
+}
+
+/* The descent's sum from its end blocks up: the left end's partial sums gather whole nodes to
+ * their right (left + right), the right end's to their left, and the two meet under the node
+ * where the descent split: the same additions in the same order. Nodes under the line add an
+ * exact 0 where the descent skipped them (every term is >= 0). */
+double tio_stree_crit_table(const struct tio_stree *t,
+                            const struct tio_stree_crit_table *ct,
+                            size_t l,
+                            size_t r) {
+    r = TIO_MIN(r, t->n);
+    if (l >= r) {
+        return 0;
+    }
+    const struct capped_query q = { .l = l, .r = r, .c = ct->c, .s = 1, .by_leaf = 1 };
+    size_t bl = l / BLK, br = (r - 1) / BLK, x = t->size + bl, y = t->size + br;
+    double a = capped_block(t, &q, bl, bl * BLK, bl * BLK + BLK, ct->acc[x]);
+    if (x == y) {
+        return a;
+    }
+    double b = capped_block(t, &q, br, br * BLK, br * BLK + BLK, ct->acc[y]);
+    for (; x / 2 != y / 2; x /= 2, y /= 2) {
+        if (!(x & 1)) {
+            a = a + ct->whole[x + 1];
+        }
+        if (y & 1) {
+            b = ct->whole[y - 1] + b;
+        }
+    }
+    return a + b;
+}
+
 /* The largest k in [l, r) below node x with v[k] > thr, or SIZE_MAX: node x overlaps the
  * range and its maximum exceeds thr (xmx + acc > thr, xmx its mx, read by the parent). Right
  * child first; one child to look into: a loop, not a call (as capped_rec). */

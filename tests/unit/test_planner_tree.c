@@ -1,6 +1,7 @@
 /* The planner's segment tree (plan/planner_tree.h) against a plain array: range add, max, the
  * capped integral, the time above a line (crit) and the last kernel above a threshold. Values and
  * weights are small integers, so every sum is exact in double and compared with ==. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -311,11 +312,64 @@ TIO_TEST(max_only_adds_keep_maxima) {
     }
 }
 
+/* The tabled time above a line answers as tio_stree_crit to the bit: durations that are not
+ * small integers (so that the order of the additions shows), a curve moved by adds first (pending
+ * adds above the blocks), ranges inside one block, across many, whole nodes and the whole. */
+static void check_crit_table(size_t n, int rounds) {
+    int64_t *v = malloc(n * sizeof *v);
+    double *tau = malloc(n * sizeof *tau);
+    CHECK(v && tau);
+    for (size_t k = 0; k < n; k++) {
+        v[k] = (int64_t)rnd(200);
+        tau[k] = 1e-3 * (double)(1 + rnd(1000)) / 7.0;
+    }
+    struct tio_stree t;
+    CHECK_OK(tio_stree_init(&t, n, v, tau));
+    int n_over = 0;
+    for (int round = 0; round < rounds; round++) {
+        for (int a = 0; a < 5; a++) {
+            size_t al = rnd_edge(n), ar = al + rnd_edge(n - al);
+            int64_t d = (int64_t)rnd(41) - 20;
+            tio_stree_add(&t, al, ar, d);
+            for (size_t k = al; k < ar; k++) {
+                v[k] += d;
+            }
+        }
+        int64_t c = (int64_t)rnd(220) - 10;
+        struct tio_stree_crit_table ct;
+        CHECK_OK(tio_stree_crit_table_init(&t, c, &ct));
+        for (int qi = 0; qi < 200; qi++) {
+            size_t l = rnd_edge(n), r = qi == 0 ? n : rnd_edge(n) + (size_t)rnd(2);
+            l = qi == 0 ? 0 : l;
+            double want = tio_stree_crit(&t, l, r, c), sum = 0;
+            CHECK(tio_stree_crit_table(&t, &ct, l, r) == want);
+            for (size_t k = l; k < r && k < n; k++) {
+                sum += v[k] > c ? tau[k] : 0;
+            }
+            CHECK(fabs(want - sum) <= 1e-9 * (1 + sum)); /* and the time above c it is */
+            n_over += want > 0;
+        }
+        tio_stree_crit_table_fini(&ct);
+    }
+    CHECK(n_over > 0); /* not only empty answers */
+    tio_stree_fini(&t);
+    free(v);
+    free(tau);
+}
+
+TIO_TEST(crit_table_answers_as_the_tree) {
+    const size_t sizes[] = { 1, TIO_STREE_BLOCK, TIO_STREE_BLOCK + 1, 700, 5000 };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        check_crit_table(sizes[i], 20);
+    }
+}
+
 int main(void) {
     RUN(matches_a_plain_array);
     RUN(max_tree_matches_a_plain_array);
     RUN(benefit_memo_follows_adds);
     RUN(blocked_trees_match_plain_arrays);
     RUN(max_only_adds_keep_maxima);
+    RUN(crit_table_answers_as_the_tree);
     return tio_test_done();
 }

@@ -250,8 +250,13 @@ double pt_ext_benefit(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
     }
     ext_fold(n, &a, &b);
     int paper = pt_is_paper(p->variant) || p->variant == TIO_VAR_G10;
-    double r = 0;
     size_t l1 = (size_t)a, r1 = (size_t)TIO_MIN(b, (uint64_t)n);
+    const struct tio_stree_table *tb = p->fixed;
+    if (!paper && tb && !tb->by_leaf && tb->s == s) {
+        return tio_stree_table_sum(&p->mem, tb, l1, r1) +
+               (b > n ? tio_stree_table_sum(&p->mem, tb, 0, (size_t)(b - n)) : 0);
+    }
+    double r = 0;
     r += paper ? (double)s * tio_stree_crit(&p->mem, l1, r1, p->cap)
                : tio_stree_capped(&p->mem, l1, r1, p->cap, s);
     if (b > n) {
@@ -270,11 +275,12 @@ double pt_ext_bound(struct planner *p, uint64_t a, uint64_t b, int64_t s) {
     }
     ext_fold(n, &a, &b);
     size_t r1 = (size_t)TIO_MIN(b, (uint64_t)n);
-    double r = p->crit0 ? tio_stree_crit_table(&p->mem, p->crit0, (size_t)a, r1)
-                        : tio_stree_crit(&p->mem, (size_t)a, r1, p->cap);
+    const struct tio_stree_table *tb = p->fixed && p->fixed->by_leaf ? p->fixed : NULL;
+    double r = tb ? tio_stree_table_sum(&p->mem, tb, (size_t)a, r1)
+                  : tio_stree_crit(&p->mem, (size_t)a, r1, p->cap);
     if (b > n) {
-        r += p->crit0 ? tio_stree_crit_table(&p->mem, p->crit0, 0, (size_t)(b - n))
-                      : tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);
+        r += tb ? tio_stree_table_sum(&p->mem, tb, 0, (size_t)(b - n))
+                : tio_stree_crit(&p->mem, 0, (size_t)(b - n), p->cap);
     }
     return (double)s * r;
 }

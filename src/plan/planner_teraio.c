@@ -494,9 +494,10 @@ int tio_planner_teraio(const struct tio_pmodel *m,
         TIO_MAX(p.use_ssd ? m->bw[TIO_CH_SSD_R] : 0, p.use_host ? m->bw[TIO_CH_H2D] : 0);
     /* one bound per period on a curve that does not change until the first pick: tabled (a
      * table that cannot be allocated only leaves the bounds to the tree's descents) */
-    struct tio_stree_crit_table crit0;
-    if (tio_stree_crit_table_init(&p.mem, p.cap, &crit0) == 0) {
-        p.crit0 = &crit0;
+    struct tio_stree_table crit0;
+    if (tio_stree_table_init(&p.mem, p.cap, &crit0) == 0) {
+        tio_stree_table_fill(&p.mem, &crit0, 1, 1);
+        p.fixed = &crit0;
     }
     rc = 0;
     for (size_t i = 0; i < m->n_periods && rc == 0; i++) {
@@ -515,9 +516,9 @@ int tio_planner_teraio(const struct tio_pmodel *m,
             rc = pt_heap_push(&p, ub, (uint32_t)i);
         }
     }
-    if (p.crit0) {
-        tio_stree_crit_table_fini(&crit0);
-        p.crit0 = NULL;
+    if (p.fixed) {
+        tio_stree_table_fini(&crit0);
+        p.fixed = NULL;
     }
     if (rc < 0) {
         goto out;

@@ -61,8 +61,9 @@ struct planner {
     uint32_t *bprev[TIO_CH_COUNT]; /* DSU on k + 1: previous slot <= k with room (backward) */
     double *tprefix;               /* [n + 1] prefix sums of tau */
     struct tio_stree mem;          /* M'[k] */
-    /* while the first bounds are taken (the curve unchanged): its time above cap, tabled */
-    const struct tio_stree_crit_table *crit0;
+    /* while the curve does not change (the first bounds, the overcommit pass's first scores):
+     * its integrals over cap for one (s, kind), tabled; NULL otherwise */
+    const struct tio_stree_table *fixed;
     struct tio_mtree host; /* host bytes held per kernel */
     int use_host, use_ssd, clean_copies;
     double cost_per_byte; /* seconds per byte moved out and back on the reference tier */

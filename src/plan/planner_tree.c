@@ -508,69 +508,115 @@ double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c) {
     return capped_root(t, &q);
 }
 
-int tio_stree_crit_table_init(const struct tio_stree *t,
-                              int64_t c,
-                              struct tio_stree_crit_table *ct) {
+int tio_stree_table_init(const struct tio_stree *t, int64_t c, struct tio_stree_table *tb) {
     size_t size = t->size;
-    ct->c = c;
-    ct->whole = tio_malloc(2 * size * sizeof *ct->whole);
-    ct->acc = tio_malloc(2 * size * sizeof *ct->acc);
-    if (!ct->whole || !ct->acc) {
-        tio_stree_crit_table_fini(ct);
+    memset(tb, 0, sizeof *tb);
+    tb->c = c;
+    tb->whole = tio_malloc(2 * size * sizeof *tb->whole);
+    tb->acc = tio_malloc(2 * size * sizeof *tb->acc);
+    if (!tb->whole || !tb->acc) {
+        tio_stree_table_fini(tb);
         return TIO_ENOMEM;
     }
-    ct->acc[1] = 0;
+    tb->acc[1] = 0;
     for (size_t x = 1; x < size; x++) {
-        ct->acc[2 * x] = ct->acc[2 * x + 1] = ct->acc[x] + lazy_of(t, x);
-    }
-    for (size_t b = 0; b < size; b++) { /* a block taken whole is its scan (padding: none) */
-        const struct capped_query q = { .l = 0, .r = t->n, .c = c, .s = 1, .by_leaf = 1 };
-        ct->whole[size + b] =
-            b < t->nb ? capped_block(t, &q, b, b * BLK, b * BLK + BLK, ct->acc[size + b]) : 0;
-    }
-    /* a node over c + 1 answers its tau sum, its children's summed; one under c answers 0,
-     * as its children do; one across c its children's sum: all three the children's sum */
-    for (size_t x = size - 1; x >= 1; x--) {
-        ct->whole[x] = ct->whole[2 * x] + ct->whole[2 * x + 1];
+        tb->acc[2 * x] = tb->acc[2 * x + 1] = tb->acc[x] + lazy_of(t, x);
     }
     return 0;
 }
 
-void tio_stree_crit_table_fini(struct tio_stree_crit_table *ct) {
-    tio_free(ct->whole);
-    tio_free(ct->acc);
-    ct->whole = NULL;
-    ct->acc = NULL;
+void tio_stree_table_fini(struct tio_stree_table *tb) {
+    tio_free(tb->whole);
+    tio_free(tb->acc);
+    tb->whole = NULL;
+    tb->acc = NULL;
 }
 
-/* The descent's sum from its end blocks up: the left end's partial sums gather whole nodes to
- * their right (left + right), the right end's to their left, and the two meet under the node
- * where the descent split: the same additions in the same order. Nodes under the line add an
- * exact 0 where the descent skipped them (every term is >= 0). */
-double tio_stree_crit_table(const struct tio_stree *t,
-                            const struct tio_stree_crit_table *ct,
-                            size_t l,
-                            size_t r) {
+/* What capped_rec answers for the whole of node x: 0 under the line (its parent skips it), its
+ * sums where they answer, a block's scan, else its children's answers summed (the memo's). */
+static double table_whole(const struct tio_stree *t, const struct tio_stree_table *tb, size_t x) {
+    const struct tio_stree_node *nd = &t->node[x];
+    const int64_t acc = tb->acc[x], c = tb->c, s = tb->s, mn = nd->mn + acc;
+    if (nd->mx + acc <= c) {
+        return 0;
+    }
+    if (mn >= c + s) {
+        return (double)s * nd->st;
+    }
+    if (!tb->by_leaf && mn >= c && nd->mx + acc <= c + s) {
+        return nd->svt + (double)acc * nd->st - (double)c * nd->st;
+    }
+    if (x >= t->size) {
+        const struct capped_query q = { .l = 0, .r = t->n, .c = c, .s = s, .by_leaf = tb->by_leaf };
+        size_t b = x - t->size;
+        return capped_block(t, &q, b, b * BLK, b * BLK + BLK, acc);
+    }
+    return tb->whole[2 * x] + tb->whole[2 * x + 1];
+}
+
+void tio_stree_table_fill(const struct tio_stree *t,
+                          struct tio_stree_table *tb,
+                          int64_t s,
+                          int by_leaf) {
+    tb->s = s;
+    tb->by_leaf = by_leaf;
+    for (size_t x = 2 * t->size - 1; x >= 1; x--) { /* children first */
+        tb->whole[x] = table_whole(t, tb, x);
+    }
+}
+
+/* One end block of a query: whole (a real block inside the range, as the descent takes it) or
+ * scanned. */
+static double table_end(const struct tio_stree *t,
+                        const struct tio_stree_table *tb,
+                        size_t b,
+                        size_t l,
+                        size_t r,
+                        int *whole) {
+    size_t lo = b * BLK, hi = lo + BLK;
+    *whole = l <= lo && hi <= r;
+    if (*whole) {
+        return tb->whole[t->size + b];
+    }
+    const struct capped_query q = {
+        .l = l, .r = r, .c = tb->c, .s = tb->s, .by_leaf = tb->by_leaf
+    };
+    return capped_block(t, &q, b, lo, hi, tb->acc[t->size + b]);
+}
+
+/* The descent's sum from its end blocks up. The left end's part gathers the whole nodes to its
+ * right (part + node) and the right end's those to its left (node + part), until the two meet
+ * under the node where the descent split; a part that is a whole node stays whole while its
+ * parent lies inside the range (the descent takes the parent whole). Nodes under the line add
+ * an exact 0 where the descent skipped them (every term is >= 0). */
+double tio_stree_table_sum(const struct tio_stree *t,
+                           const struct tio_stree_table *tb,
+                           size_t l,
+                           size_t r) {
     r = TIO_MIN(r, t->n);
     if (l >= r) {
         return 0;
     }
-    const struct capped_query q = { .l = l, .r = r, .c = ct->c, .s = 1, .by_leaf = 1 };
     size_t bl = l / BLK, br = (r - 1) / BLK, x = t->size + bl, y = t->size + br;
-    double a = capped_block(t, &q, bl, bl * BLK, bl * BLK + BLK, ct->acc[x]);
+    int wa = 0, wb = 0;
+    double a = table_end(t, tb, bl, l, r, &wa);
     if (x == y) {
         return a;
     }
-    double b = capped_block(t, &q, br, br * BLK, br * BLK + BLK, ct->acc[y]);
+    double b = table_end(t, tb, br, l, r, &wb);
     for (; x / 2 != y / 2; x /= 2, y /= 2) {
-        if (!(x & 1)) {
-            a = a + ct->whole[x + 1];
+        if (x & 1) {
+            wa = 0; /* its left sibling lies outside */
+        } else {
+            a = wa ? tb->whole[x / 2] : a + tb->whole[x + 1];
         }
-        if (y & 1) {
-            b = ct->whole[y - 1] + b;
+        if (!(y & 1)) {
+            wb = 0;
+        } else {
+            b = wb ? tb->whole[y / 2] : tb->whole[y - 1] + b;
         }
     }
-    return a + b;
+    return wa && wb ? tb->whole[x / 2] : a + b;
 }
 
 /* The largest k in [l, r) below node x with v[k] > thr, or SIZE_MAX: node x overlaps the

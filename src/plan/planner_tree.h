@@ -61,28 +61,36 @@ int64_t tio_stree_max(struct tio_stree *t, size_t l, size_t r);
 double tio_stree_capped(struct tio_stree *t, size_t l, size_t r, int64_t c, int64_t s);
 double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c);
 /*
- * The time above line c over many ranges of a curve that does not change in between (the
- * planner's first bounds, one per period): each node's whole-node answer and pending adds
+ * One of the two integrals (line c, cap s, kind) over many ranges of a curve that does not
+ * change in between (the planner's first bounds, one per period; the overcommit pass's first
+ * scores, one per candidate): each node's whole-node answer and the pending adds above it
  * tabled once, a query then climbs from its two end blocks to where they meet, where
- * tio_stree_crit descends from the root into every node over the line. The answers are
- * tio_stree_crit's to the bit: its sum of a node is its children's, left + right, as the
- * climb adds them (2 B per kernel while it lives).
+ * tio_stree_capped and tio_stree_crit descend from the root into every node over the line. The
+ * answers are theirs to the bit: the climb takes a node whole where the descent does and adds
+ * the parts in the descent's order. 2 B per kernel while it lives; one table serves every
+ * (s, kind) in turn, each fill a pass over the nodes.
  */
-struct tio_stree_crit_table {
-    int64_t c;
-    double *whole; /* [2 size] tio_stree_crit over the whole of each node */
+struct tio_stree_table {
+    int64_t c, s;
+    int by_leaf;   /* 1: tio_stree_crit (s is 1), 0: tio_stree_capped */
+    double *whole; /* [2 size] the integral over the whole of each node */
     int64_t *acc;  /* [2 size] the pending adds above each node */
 };
 
-int tio_stree_crit_table_init(const struct tio_stree *t,
-                              int64_t c,
-                              struct tio_stree_crit_table *ct);
-void tio_stree_crit_table_fini(struct tio_stree_crit_table *ct);
-/* tio_stree_crit(t, l, r, ct->c) while t has not changed since the table was made. */
-double tio_stree_crit_table(const struct tio_stree *t,
-                            const struct tio_stree_crit_table *ct,
-                            size_t l,
-                            size_t r);
+/* A table for line c on t as it is now, for no (s, kind) yet. 0 or TIO_ENOMEM. */
+int tio_stree_table_init(const struct tio_stree *t, int64_t c, struct tio_stree_table *tb);
+/* Fill it for tio_stree_capped(., ., c, s) (by_leaf 0) or tio_stree_crit(., ., c) (by_leaf 1,
+ * s 1). */
+void tio_stree_table_fill(const struct tio_stree *t,
+                          struct tio_stree_table *tb,
+                          int64_t s,
+                          int by_leaf);
+void tio_stree_table_fini(struct tio_stree_table *tb);
+/* The integral over [l, r) the table was filled for, while t has not changed since init. */
+double tio_stree_table_sum(const struct tio_stree *t,
+                           const struct tio_stree_table *tb,
+                           size_t l,
+                           size_t r);
 /* tio_stree_last_above: the largest k in [l, r) with v[k] > thr, or SIZE_MAX. */
 size_t tio_stree_last_above(struct tio_stree *t, size_t l, size_t r, int64_t thr);
 /* tio_stree_keep_max_only: from now on, adds keep the leaves and the maxima only, not the

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <teraio/alloc.h>
 #include <teraio/hw.h>
 #include <teraio/plan.h>
 #include <teraio/trace.h>
@@ -499,6 +500,52 @@ TIO_TEST(random_traces_invariants) {
 }
 
 /*
+ * The planner takes its first bounds and the overcommit pass its first scores from tables of the
+ * unchanged curve (planner_tree.h), and does without a table it cannot allocate: every
+ * allocation failure in turn either fails the plan with TIO_ENOMEM or gives the plan made
+ * without failures, the one where a table's allocation failed included (descents for every
+ * candidate). Random traces of up to 8 layers (up to 25 tensor sizes, more than the pass tables)
+ * on slow links, so that most of the plan is overcommitted; early prefetch off (its buffers are
+ * optional too, and change the plan when missing).
+ */
+TIO_TEST(tables_change_no_plan) {
+    int absorbed = 0;
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+        uint64_t total;
+        struct tio_trace *tr = random_trace(seed, &total);
+        struct tio_hw hw = tiny_hw(total / 100 * 60, 2e8, 1e9, total / 3);
+        struct tio_plan_params pp = tio_plan_params_default();
+        pp.early_prefetch = 0;
+        struct tio_plan *ref = NULL;
+        int rc = tio_plan_make(tr, &hw, &pp, &ref);
+        if (rc == TIO_EINFEASIBLE) {
+            tio_trace_free(tr);
+            continue;
+        }
+        CHECK_OK(rc);
+        int failed_before = 0;
+        for (int64_t i = 0; i < 400; i++) {
+            struct tio_plan *p = NULL;
+            tio_alloc_fail_after(i);
+            rc = tio_plan_make(tr, &hw, &pp, &p);
+            tio_alloc_fail_after(-1);
+            if (rc == 0) {
+                CHECK(plans_equal(p, ref));
+                absorbed += failed_before; /* an allocation failed and the plan went on */
+                failed_before = 0;
+                tio_plan_free(p);
+            } else {
+                CHECK_RC(rc, TIO_ENOMEM);
+                failed_before = 1;
+            }
+        }
+        tio_plan_free(ref);
+        tio_trace_free(tr);
+    }
+    CHECK(absorbed > 0);
+}
+
+/*
  * The planner's model on a hand trace: what it adds to the shared liveness (pinned and small
  * tensors are not candidates but count as unmovable idle bytes; a wrap-around period starting at
  * N is folded; a global never used is WRAPS | UNUSED). 4 kernels; min_tensor_bytes 1 MB.
@@ -752,5 +799,6 @@ int main(void) {
     RUN(writes_planned_at_the_sustained_rate);
     RUN(policy_registry);
     RUN(random_traces_invariants);
+    RUN(tables_change_no_plan);
     return tio_test_done();
 }

@@ -312,10 +312,12 @@ TIO_TEST(max_only_adds_keep_maxima) {
     }
 }
 
-/* The tabled time above a line answers as tio_stree_crit to the bit: durations that are not
- * small integers (so that the order of the additions shows), a curve moved by adds first (pending
- * adds above the blocks), ranges inside one block, across many, whole nodes and the whole. */
-static void check_crit_table(size_t n, int rounds) {
+/* The tabled integrals answer as the tree's descents to the bit: durations that are not small
+ * integers (so that the order of the additions shows), a curve moved by adds first (pending adds
+ * above the blocks), caps s that make whole nodes answer from their sums (all over c + s, or all
+ * within (c, c + s]), ranges inside one block, across many, whole nodes and the whole; then the
+ * time above the line from the same table refilled. */
+static void check_table(size_t n, int rounds) {
     int64_t *v = malloc(n * sizeof *v);
     double *tau = malloc(n * sizeof *tau);
     CHECK(v && tau);
@@ -336,20 +338,32 @@ static void check_crit_table(size_t n, int rounds) {
             }
         }
         int64_t c = (int64_t)rnd(220) - 10;
-        struct tio_stree_crit_table ct;
-        CHECK_OK(tio_stree_crit_table_init(&t, c, &ct));
-        for (int qi = 0; qi < 200; qi++) {
-            size_t l = rnd_edge(n), r = qi == 0 ? n : rnd_edge(n) + (size_t)rnd(2);
-            l = qi == 0 ? 0 : l;
-            double want = tio_stree_crit(&t, l, r, c), sum = 0;
-            CHECK(tio_stree_crit_table(&t, &ct, l, r) == want);
-            for (size_t k = l; k < r && k < n; k++) {
-                sum += v[k] > c ? tau[k] : 0;
+        struct tio_stree_table tb;
+        CHECK_OK(tio_stree_table_init(&t, c, &tb));
+        for (int kind = 0; kind < 3; kind++) {
+            int64_t s =
+                kind == 2 ? 1 : (kind == 0 ? 1 + (int64_t)rnd(20) : 100 + (int64_t)rnd(200));
+            tio_stree_table_fill(&t, &tb, s, kind == 2);
+            for (int qi = 0; qi < 150; qi++) {
+                size_t l = qi == 0 ? 0 : rnd_edge(n);
+                size_t r = qi == 0 ? n : rnd_edge(n) + (size_t)rnd(2);
+                if (qi % 10 == 1 && n >= 4 * TIO_STREE_BLOCK) { /* a whole node of 4 blocks */
+                    l = rnd(n / (4 * TIO_STREE_BLOCK)) * 4 * TIO_STREE_BLOCK;
+                    r = l + 4 * TIO_STREE_BLOCK;
+                }
+                double want =
+                    kind == 2 ? tio_stree_crit(&t, l, r, c) : tio_stree_capped(&t, l, r, c, s);
+                CHECK(tio_stree_table_sum(&t, &tb, l, r) == want);
+                double sum = 0; /* and it is the integral */
+                for (size_t k = l; k < r && k < n; k++) {
+                    int64_t over = v[k] - c;
+                    sum += over <= 0 ? 0 : (double)(kind == 2 ? 1 : (over < s ? over : s)) * tau[k];
+                }
+                CHECK(fabs(want - sum) <= 1e-9 * (1 + sum));
+                n_over += want > 0;
             }
-            CHECK(fabs(want - sum) <= 1e-9 * (1 + sum)); /* and the time above c it is */
-            n_over += want > 0;
         }
-        tio_stree_crit_table_fini(&ct);
+        tio_stree_table_fini(&tb);
     }
     CHECK(n_over > 0); /* not only empty answers */
     tio_stree_fini(&t);
@@ -357,10 +371,10 @@ static void check_crit_table(size_t n, int rounds) {
     free(tau);
 }
 
-TIO_TEST(crit_table_answers_as_the_tree) {
+TIO_TEST(tables_answer_as_the_tree) {
     const size_t sizes[] = { 1, TIO_STREE_BLOCK, TIO_STREE_BLOCK + 1, 700, 5000 };
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        check_crit_table(sizes[i], 20);
+        check_table(sizes[i], 20);
     }
 }
 
@@ -370,6 +384,6 @@ int main(void) {
     RUN(benefit_memo_follows_adds);
     RUN(blocked_trees_match_plain_arrays);
     RUN(max_only_adds_keep_maxima);
-    RUN(crit_table_answers_as_the_tree);
+    RUN(tables_answer_as_the_tree);
     return tio_test_done();
 }

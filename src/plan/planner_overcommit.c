@@ -194,24 +194,43 @@ static int oc_apply(struct planner *p, const struct cand *c, uint8_t *alive) {
     return pt_update_clean(p, c->period, tier, alive);
 }
 
-/* Sizes whose candidates take their first scores from a table (tio_stree_table): a fill is a
- * pass over the tree's nodes, and a model's tensors come in a handful of sizes (6 on the
- * Llama3-70B stage), so a trace with more sizes scores the rest by descents. */
+/* Sizes whose candidates take their first scores from a table (tio_stree_table, 1 B per kernel
+ * each): a model's tensors come in a handful of sizes (6 on the Llama3-70B stage), and a trace
+ * with more scores the rest by descents. */
 #define OC_TABLES 16
 
-/* Score candidate c and queue it if it frees anything over the line. */
-static int oc_push_first(struct planner *p, struct cand c) {
-    double sc = oc_score(p, &c);
-    return sc > 0 ? pt_heap_push_version(p, sc, c.period, c.version) : 0;
+/* The tables for up to OC_TABLES sizes among the candidates, each filled: returns how many
+ * (0 when none could be allocated: then every score is a descent). */
+static size_t oc_tables(struct planner *p, const uint8_t *taken, struct tio_stree_table *tb) {
+    const struct tio_pmodel *m = p->m;
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_periods + p->n_picks && n < OC_TABLES; i++) {
+        size_t pi = i < m->n_periods ? i : p->picks[i - m->n_periods].period;
+        uint64_t b = m->periods[pi].bytes;
+        size_t j = 0;
+        while (j < n && (uint64_t)tb[j].s != b) {
+            j++;
+        }
+        if (j < n || (i < m->n_periods && taken[i]) || b == 0 || b > INT64_MAX) {
+            continue;
+        }
+        int rc = n == 0 ? tio_stree_table_init(&p->mem, p->cap, &tb[0])
+                        : tio_stree_table_share(&p->mem, &tb[0], &tb[n]);
+        if (rc < 0) {
+            break;
+        }
+        tio_stree_table_fill(&p->mem, &tb[n++], (int64_t)b, 0);
+    }
+    return n;
 }
 
-/* Every candidate's first score and queueing: the periods not taken, then the picks. With
- * `size` (> 0) those of that size only; with `sizes`, those of none of the n_sizes sizes. The
- * heap's order is strict (key, then tie order), so the order of the pushes makes no difference
- * to the pops. */
-static int oc_push_all(
-    struct planner *p, const uint8_t *taken, uint64_t size, const uint64_t *sizes, size_t n_sizes) {
+/* Every candidate's first score, on a curve that does not change until the first move is
+ * applied (from its size's table where it has one), and its queueing: the periods not taken,
+ * then the picks. */
+static int oc_push_first(struct planner *p, const uint8_t *taken) {
     const struct tio_pmodel *m = p->m;
+    struct tio_stree_table tb[OC_TABLES];
+    size_t n_tb = oc_tables(p, taken, tb);
     int rc = 0;
     for (size_t i = 0; i < m->n_periods + p->n_picks && rc == 0; i++) {
         struct cand c = { 0, (uint32_t)i, 0 };
@@ -223,53 +242,23 @@ static int oc_push_all(
         }
         uint64_t b = m->periods[c.period].bytes;
         size_t j = 0;
-        while (j < n_sizes && sizes[j] != b) {
+        while (j < n_tb && (uint64_t)tb[j].s != b) {
             j++;
         }
-        if (size ? b == size : j == n_sizes) {
-            rc = oc_push_first(p, c);
-        }
+        p->fixed = j < n_tb ? &tb[j] : NULL;
+        double sc = oc_score(p, &c);
+        rc = sc > 0 ? pt_heap_push_version(p, sc, c.period, c.version) : 0;
+    }
+    p->fixed = NULL;
+    for (size_t j = n_tb; j-- > 0;) { /* tb[0] last: the others borrow its pending adds */
+        tio_stree_table_fini(&tb[j]);
     }
     return rc;
 }
 
-/* The first scores, taken on a curve that does not change until the first move is applied: per
- * size (up to OC_TABLES of them) from one table filled for it, the rest by descents. */
-static int oc_push_tabled(struct planner *p, const uint8_t *taken) {
-    const struct tio_pmodel *m = p->m;
-    uint64_t sizes[OC_TABLES];
-    size_t n_sizes = 0;
-    for (size_t i = 0; i < m->n_periods + p->n_picks && n_sizes < OC_TABLES; i++) {
-        size_t pi = i < m->n_periods ? i : p->picks[i - m->n_periods].period;
-        uint64_t b = m->periods[pi].bytes;
-        size_t j = 0;
-        while (j < n_sizes && sizes[j] != b) {
-            j++;
-        }
-        if (j == n_sizes && (i >= m->n_periods || !taken[i]) && b > 0 && b <= INT64_MAX) {
-            sizes[n_sizes++] = b;
-        }
-    }
-    struct tio_stree_table tb;
-    if (tio_stree_table_init(&p->mem, p->cap, &tb) < 0) {
-        n_sizes = 0; /* no table: descents for all */
-    }
-    int rc = 0;
-    for (size_t k = 0; k < n_sizes && rc == 0; k++) {
-        tio_stree_table_fill(&p->mem, &tb, (int64_t)sizes[k], 0);
-        p->fixed = &tb;
-        rc = oc_push_all(p, taken, sizes[k], NULL, 0);
-        p->fixed = NULL;
-    }
-    if (n_sizes > 0) {
-        tio_stree_table_fini(&tb);
-    }
-    return rc == 0 ? oc_push_all(p, taken, 0, sizes, n_sizes) : rc;
-}
-
 int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
     p->n_heap = 0;
-    int rc = oc_push_tabled(p, taken);
+    int rc = oc_push_first(p, taken);
     const double oc_eps = p->eps > 0 ? OC_EPS : 0;
     while (rc == 0 && p->n_heap > 0 && tio_stree_max(&p->mem, 0, p->n) > p->cap) {
         struct cand c = pt_heap_pop(p);

@@ -525,9 +525,20 @@ int tio_stree_table_init(const struct tio_stree *t, int64_t c, struct tio_stree_
     return 0;
 }
 
+int tio_stree_table_share(const struct tio_stree *t,
+                          const struct tio_stree_table *tb,
+                          struct tio_stree_table *out) {
+    *out = *tb;
+    out->acc_borrowed = 1;
+    out->whole = tio_malloc(2 * t->size * sizeof *out->whole);
+    return out->whole ? 0 : TIO_ENOMEM;
+}
+
 void tio_stree_table_fini(struct tio_stree_table *tb) {
     tio_free(tb->whole);
-    tio_free(tb->acc);
+    if (!tb->acc_borrowed) {
+        tio_free(tb->acc);
+    }
     tb->whole = NULL;
     tb->acc = NULL;
 }

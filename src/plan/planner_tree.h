@@ -72,13 +72,19 @@ double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c);
  */
 struct tio_stree_table {
     int64_t c, s;
-    int by_leaf;   /* 1: tio_stree_crit (s is 1), 0: tio_stree_capped */
-    double *whole; /* [2 size] the integral over the whole of each node */
-    int64_t *acc;  /* [2 size] the pending adds above each node */
+    int by_leaf;      /* 1: tio_stree_crit (s is 1), 0: tio_stree_capped */
+    double *whole;    /* [2 size] the integral over the whole of each node */
+    int64_t *acc;     /* [2 size] the pending adds above each node */
+    int acc_borrowed; /* acc is another table's (tio_stree_table_share) */
 };
 
 /* A table for line c on t as it is now, for no (s, kind) yet. 0 or TIO_ENOMEM. */
 int tio_stree_table_init(const struct tio_stree *t, int64_t c, struct tio_stree_table *tb);
+/* A second table for the same tree and line that borrows tb's pending adds (tb must outlive
+ * it): 1 B per kernel more. 0 or TIO_ENOMEM. */
+int tio_stree_table_share(const struct tio_stree *t,
+                          const struct tio_stree_table *tb,
+                          struct tio_stree_table *out);
 /* Fill it for tio_stree_capped(., ., c, s) (by_leaf 0) or tio_stree_crit(., ., c) (by_leaf 1,
  * s 1). */
 void tio_stree_table_fill(const struct tio_stree *t,

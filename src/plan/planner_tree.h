@@ -72,9 +72,9 @@ double tio_stree_crit(struct tio_stree *t, size_t l, size_t r, int64_t c);
  */
 struct tio_stree_table {
     int64_t c, s;
-    int by_leaf;      /* 1: tio_stree_crit (s is 1), 0: tio_stree_capped */
     double *whole;    /* [2 size] the integral over the whole of each node */
     int64_t *acc;     /* [2 size] the pending adds above each node */
+    int by_leaf;      /* 1: tio_stree_crit (s is 1), 0: tio_stree_capped */
     int acc_borrowed; /* acc is another table's (tio_stree_table_share) */
 };
 

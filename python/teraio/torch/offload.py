@@ -288,13 +288,29 @@ class Offloader:
         """At the end of a step: while tensors may be offloaded, guard them
         (teraio.torch._between)."""
         self._drop_guard()
-        if self._guard is None and (self._runtime is not None or self._bounded is not None):
-            from teraio.torch import _between
+        if self._runtime is None and self._bounded is None:
+            return
+        # the globals the executor holds in memory: their copy in the engine, where they have
+        # one, is taken for their contents by the next step
+        held = self._exec.held_storages()
+        if self._guard is not None:  # not the innermost mode (another Offloader's guard, or a
+            self._guard.rearm(held)  # mode entered after it): it guards from there
+            return
+        from teraio.torch import _between
 
-            # the globals the executor holds in memory: their copy in the engine, where they
-            # have one, is taken for their contents by the next step
-            self._guard = _between.Guard(self, self._exec.held_storages())
-            _between.push(self._guard)
+        self._guard = _between.Guard(self, held)
+        _between.push(self._guard)
+
+    def _offloaded_here(self, st):
+        """Whether storage st (no memory now) is one this Offloader offloaded: a global of its
+        running executor, or a storage its steps without a plan track (by identity: the
+        address of a storage gone may be another's now)."""
+        cd = st._cdata
+        hit = self._exec.globals.get(cd) if self._runtime is not None else None
+        if hit is not None and hit[0]() is st:
+            return True
+        ref = self._bounded.refs.get(cd) if self._bounded is not None else None
+        return ref is not None and ref() is st
 
     def _set_optim(self, v):
         if v and not self._in_step:  # optimizer.step() between steps: on restored tensors

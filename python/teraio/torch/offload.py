@@ -426,6 +426,7 @@ class Offloader:
                                "step (step(kind=...) tells kinds of steps apart)")
         self._in_step = True
         self._drop_guard()
+        failed = True
         try:
             from teraio.torch import _between
 
@@ -434,13 +435,14 @@ class Offloader:
                 _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
             with self._step(kind):
                 yield self
+            failed = False
         finally:
             self._in_step = False
             if self._resplit is not None and not self._closed:
                 self._after_split(self._resplit, warm=False)
             if not self._closed:
                 self._arm_guard()
-                self._log_io()
+                self._log_io(failed)
 
     # ---- torch.compile after the Offloader was made: teraio.torch._compile -----------------
     def _split_later(self):
@@ -458,11 +460,13 @@ class Offloader:
 
         _compile.after_split(self, how, warm)
 
-    def _log_io(self):
+    def _log_io(self, failed):
         """Transfers the engine retried (transient failures) or found corrupt (verify) since the
         last step: counted in report() (io_retries, io_crc_errors) and logged as a warning on
-        the "teraio" logger, never silent. The C library's own messages of the step (queued
-        by teraio._log, logged on the main thread) are handed to the logger first."""
+        the "teraio" logger, never silent; as retries that succeeded only when the step did
+        (failed: it raised, maybe because a transfer failed for good). The C library's own
+        messages of the step (queued by teraio._log, logged on the main thread) are handed to
+        the logger first."""
         _core.log_flush()
         if self._engine is None:
             return
@@ -472,10 +476,15 @@ class Offloader:
             import logging
 
             self._io_seen = (st["retries"], st["crc_errors"])
-            logging.getLogger("teraio").warning(
-                "teraio: step %d: the engine retried %d transfer(s) (%d checksum mismatch(es)) "
-                "and they succeeded; a disk that keeps failing will fail a step",
-                self._steps, new[0], new[1])
+            log = logging.getLogger("teraio")
+            if failed:  # a failed step is not counted in _steps
+                log.warning("teraio: step %d failed; in it the engine retried %d transfer(s) "
+                            "(%d checksum mismatch(es)): the step's error says what failed",
+                            self._steps + 1, new[0], new[1])
+            else:
+                log.warning("teraio: step %d: the engine retried %d transfer(s) (%d checksum "
+                            "mismatch(es)) and they succeeded; a disk that keeps failing will "
+                            "fail a step", self._steps, new[0], new[1])
 
     @contextlib.contextmanager
     def _step(self, kind=None):

@@ -20,6 +20,7 @@
 #include "analysis/analysis_impl.h"
 #include "analysis/liveness.h"
 #include "common/common_impl.h"
+#include "common/radix_sort.h"
 
 struct tio_analysis {
     const struct tio_trace *trace; /* borrowed: must outlive the analysis */
@@ -90,47 +91,26 @@ static void *alloc_array(size_t n, size_t elem) {
     return tio_malloc(bytes);
 }
 
-/*
- * LSD radix sort of n keys, 11 bits per pass: the histograms of every pass come from one read of
- * the keys, and a pass whose digit is the same for every key is skipped. `tmp` has room for n
- * keys. The result ends up in `a`.
- */
-static int radix_sort_u64(uint64_t *a, uint64_t *tmp, size_t n) {
-    enum { BITS = 11, RADIX = 1 << BITS, PASSES = (64 + BITS - 1) / BITS };
-    size_t *count = tio_calloc((size_t)PASSES * RADIX, sizeof *count);
-    if (!count) {
+static inline uint64_t u64_key(const uint64_t *x) {
+    return *x;
+}
+
+TIO_RADIX_SORT_DEFINE(radix_u64, uint64_t, u64_key)
+
+/* Sorts a[n] ascending; `tmp` has room for n keys. Passes stop at the largest key's highest
+ * digit. Returns 0, or TIO_ENOMEM. */
+static int sort_u64(uint64_t *a, uint64_t *tmp, size_t n) {
+    uint64_t max = 0;
+    for (size_t i = 0; i < n; i++) {
+        max = TIO_MAX(max, a[i]);
+    }
+    const uint64_t *sorted = radix_u64(a, tmp, n, max);
+    if (!sorted) {
         return TIO_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = a[i];
-        for (int p = 0; p < PASSES; p++) {
-            count[(size_t)p * RADIX + ((x >> (p * BITS)) & (RADIX - 1))]++;
-        }
+    if (sorted != a) {
+        memcpy(a, sorted, n * sizeof *a);
     }
-    uint64_t *src = a, *dst = tmp;
-    for (int p = 0; p < PASSES; p++) {
-        size_t *c = count + (size_t)p * RADIX;
-        unsigned shift = (unsigned)(p * BITS);
-        if (n == 0 || c[(src[0] >> shift) & (RADIX - 1)] == n) {
-            continue; /* every key has the same digit here */
-        }
-        size_t sum = 0;
-        for (size_t d = 0; d < RADIX; d++) {
-            size_t k = c[d];
-            c[d] = sum;
-            sum += k;
-        }
-        for (size_t i = 0; i < n; i++) {
-            dst[c[(src[i] >> shift) & (RADIX - 1)]++] = src[i];
-        }
-        uint64_t *swap = src;
-        src = dst;
-        dst = swap;
-    }
-    if (src != a) {
-        memcpy(a, src, n * sizeof *a);
-    }
-    tio_free(count);
     return 0;
 }
 
@@ -332,8 +312,8 @@ int tio_analysis_new(const struct tio_trace *trace,
     }
     scatter_periods(a, &v, &w);
     for (int b = 0; b < TIO_BUCKET_COUNT; b++) {
-        rc = radix_sort_u64(a->bucket_durations + a->bucket_off[b], w.sort_tmp,
-                            a->bucket_off[b + 1] - a->bucket_off[b]);
+        rc = sort_u64(a->bucket_durations + a->bucket_off[b], w.sort_tmp,
+                      a->bucket_off[b + 1] - a->bucket_off[b]);
         if (rc < 0) {
             goto nomem;
         }

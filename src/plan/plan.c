@@ -6,6 +6,7 @@
 #include <teraio/plan.h>
 
 #include "common/common_impl.h"
+#include "common/radix_sort.h"
 #include "plan/planner_impl.h"
 
 /* A policy: planned here (exec TIO_PLAN_EXEC_MOVES, with a planner variant) or a baseline the
@@ -292,37 +293,13 @@ static void sort_bucket(struct tio_move *mv, size_t k) {
     }
 }
 
-/* Least significant digit first radix passes over the triggers (all under n), each stable,
- * between the moves and `tmp` ([nm]); returns where the moves ended, sorted by trigger. Each
- * pass reads the moves in order and appends each to its digit's run: memory is streamed, not
- * visited at random (a 2M-kernel plan's moves take 128 MB). */
-#define RADIX_BITS   11
-#define RADIX_DIGITS ((size_t)1 << RADIX_BITS)
-
-static struct tio_move *
-radix_by_trigger(struct tio_move *mv, struct tio_move *tmp, size_t nm, size_t n) {
-    const size_t nd = RADIX_DIGITS;
-    size_t cnt[RADIX_DIGITS];
-    for (unsigned sh = 0; sh < 64 && ((n - 1) >> sh) != 0; sh += RADIX_BITS) {
-        memset(cnt, 0, sizeof cnt);
-        for (size_t i = 0; i < nm; i++) {
-            cnt[(mv[i].trigger >> sh) & (nd - 1)]++;
-        }
-        size_t sum = 0;
-        for (size_t d = 0; d < nd; d++) {
-            size_t c = cnt[d];
-            cnt[d] = sum;
-            sum += c;
-        }
-        for (size_t i = 0; i < nm; i++) {
-            tmp[cnt[(mv[i].trigger >> sh) & (nd - 1)]++] = mv[i];
-        }
-        struct tio_move *sw = mv;
-        mv = tmp;
-        tmp = sw;
-    }
-    return mv;
+static inline uint64_t move_trigger(const struct tio_move *m) {
+    return m->trigger;
 }
+
+/* Sorts the moves by trigger (all under n) between the moves and a buffer: a 2M-kernel plan's
+ * moves take 128 MB, which the radix passes stream instead of visiting at random. */
+TIO_RADIX_SORT_DEFINE(radix_by_trigger, struct tio_move, move_trigger)
 
 void tio_plan_sort(struct tio_plan *plan) {
     size_t nm = plan->n_moves, n = (size_t)plan->n_kernels;
@@ -334,11 +311,12 @@ void tio_plan_sort(struct tio_plan *plan) {
         in_range = plan->moves[i].trigger < n;
     }
     struct tio_move *tmp = in_range ? tio_malloc(nm * sizeof *tmp) : NULL;
-    if (!tmp) { /* a trigger out of range (unchecked moves), or no memory: the comparison sort */
+    struct tio_move *mv = tmp ? radix_by_trigger(plan->moves, tmp, nm, n - 1) : NULL;
+    if (!mv) { /* a trigger out of range (unchecked moves), or no memory: the comparison sort */
+        tio_free(tmp);
         qsort(plan->moves, nm, sizeof *plan->moves, move_cmp);
         return;
     }
-    struct tio_move *mv = radix_by_trigger(plan->moves, tmp, nm, n);
     if (mv != plan->moves) { /* an odd number of passes: the moves now live in tmp */
         tio_free(plan->moves);
         plan->moves = mv;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "common/radix_sort.h"
 #include "plan/planner_impl.h"
 #include "plan/planner_teraio_impl.h"
 #include "plan/planner_tree.h"
@@ -276,35 +277,19 @@ int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
     return rc;
 }
 
-#define RELAX_BITS   11
-#define RELAX_DIGITS ((size_t)1 << RELAX_BITS)
+static inline uint64_t relax_pre(const struct pt_relax_key *k) {
+    return k->pre;
+}
 
-/* 11 bits of pre per pass, each pass stable: keys that start in index order end in (pre, index)
- * order, the stable merge sort's that this replaces, in 2 or 3 streamed passes instead of
- * log2(n) passes each followed by a copy back (10% of the cache misses of a 0.25M-kernel plan
- * under cachegrind, most of them this sort's). */
+/* Each radix pass is stable: keys that start in index order end in (pre, index) order, the
+ * stable merge sort's that this replaces, in 2 or 3 streamed passes instead of log2(n) passes
+ * each followed by a copy back (10% of the cache misses of a 0.25M-kernel plan under cachegrind,
+ * most of them this sort's). */
+TIO_RADIX_SORT_DEFINE(relax_radix, struct pt_relax_key, relax_pre)
+
 struct pt_relax_key *
 pt_relax_sort(struct pt_relax_key *keys, struct pt_relax_key *tmp, size_t n, uint64_t lim) {
-    size_t cnt[RELAX_DIGITS];
-    for (unsigned sh = 0; sh < 64 && (lim >> sh) != 0; sh += RELAX_BITS) {
-        memset(cnt, 0, sizeof cnt);
-        for (size_t i = 0; i < n; i++) {
-            cnt[(keys[i].pre >> sh) & (RELAX_DIGITS - 1)]++;
-        }
-        size_t sum = 0;
-        for (size_t d = 0; d < RELAX_DIGITS; d++) {
-            size_t c = cnt[d];
-            cnt[d] = sum;
-            sum += c;
-        }
-        for (size_t i = 0; i < n; i++) {
-            tmp[cnt[(keys[i].pre >> sh) & (RELAX_DIGITS - 1)]++] = keys[i];
-        }
-        struct pt_relax_key *sw = keys;
-        keys = tmp;
-        tmp = sw;
-    }
-    return keys;
+    return relax_radix(keys, tmp, n, lim);
 }
 
 /* G10's relaxation: move each prefetch earlier while the curve stays under the line with the
@@ -329,6 +314,11 @@ void pt_relax_prefetches(struct planner *p, uint8_t *dropped) {
         lim = TIO_MAX(lim, buf[i].pre);
     }
     const struct pt_relax_key *keys = pt_relax_sort(buf, tmp, np, lim);
+    if (!keys) {
+        tio_free(buf);
+        tio_free(tmp);
+        return;
+    }
     for (size_t r = 0; r < np; r++) {
         struct pick *pk = &p->picks[keys[r].idx];
         const struct tio_pperiod *q = &p->m->periods[pk->period];

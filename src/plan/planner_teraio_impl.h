@@ -233,7 +233,8 @@ struct pt_relax_key {
 };
 
 /* Sort keys[n] by pre (every pre at most lim), stably: least significant digit first radix
- * passes between keys and tmp ([n]). Returns where the sorted keys are (keys or tmp). */
+ * passes between keys and tmp ([n]). Returns where the sorted keys are (keys or tmp), NULL
+ * when out of memory. */
 struct pt_relax_key *
 pt_relax_sort(struct pt_relax_key *keys, struct pt_relax_key *tmp, size_t n, uint64_t lim);
 

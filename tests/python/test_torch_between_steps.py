@@ -116,6 +116,65 @@ print("CASE OK")
     assert out.count("REFUSED") == 2
 
 
+# two live Offloaders on two models: restore() of each counted, by name
+TWO_OFFLOADERS = """
+restored = []
+def counting(off, name):
+    orig = off.restore
+    def restore():
+        restored.append(name)
+        return orig()
+    off.restore = restore
+counting(off, "first")
+m2, o2 = fresh()
+off2 = make_off(m2, o2, budget=0.2)
+counting(off2, "second")
+"""
+
+
+def test_second_offloaders_tensor_brings_back_only_the_second(tmp_path):
+    """Two Offloaders, the first one's guard innermost (its steps ran after the second's): an
+    operator on the second one's offloaded parameter brings back the second one's tensors, and
+    the first one's stay offloaded (each guard knows only the tensors its Offloader offloaded;
+    before, any tensor of 0 bytes was taken for its own)."""
+    _ok(TWO_OFFLOADERS + """
+off.restore()  # its guard leaves the stack: the second one's goes on it first
+train(m2, o2, off2, 3)
+train(m, o, off, 2, start=3); train(pm, po, None, 2, start=3)
+restored.clear()
+n1 = offloaded(m, o)
+assert n1 > 0 and offloaded(m2, o2) > 0, (n1, offloaded(m2, o2))
+p = next(p for p in m2.parameters() if p.untyped_storage().nbytes() == 0)
+p.sum()
+assert restored == ["second"], restored
+assert offloaded(m2, o2) == 0 and offloaded(m, o) == n1, (offloaded(m2, o2), offloaded(m, o))
+off.restore()
+assert digest(m.state_dict()) == digest(pm.state_dict())
+print("CASE OK")
+""", tmp_path)
+
+
+def test_each_offloader_guarded_when_their_steps_alternate(tmp_path):
+    """Two Offloaders whose steps alternate (two models trained in one loop): the first one's
+    guard, under the second one's at each of its steps' ends, is armed again there; an
+    operator on the first one's offloaded parameter brings back the first one's tensors (before:
+    the second one's, then the operator read a tensor of no memory and the process crashed)."""
+    _ok(TWO_OFFLOADERS + """
+for i in range(3):
+    train(m, o, off, 1, start=3 + i); train(pm, po, None, 1, start=3 + i)
+    train(m2, o2, off2, 1, start=i)
+n2 = offloaded(m2, o2)
+assert offloaded(m, o) > 0 and n2 > 0, (offloaded(m, o), n2)
+restored.clear()
+name, p = next((n, p) for n, p in m.named_parameters() if p.untyped_storage().nbytes() == 0)
+total = p.double().sum()
+assert restored == ["first"], restored
+assert offloaded(m, o) == 0 and offloaded(m2, o2) == n2, (offloaded(m, o), offloaded(m2, o2))
+assert torch.equal(total, dict(pm.named_parameters())[name].double().sum()), name
+print("CASE OK")
+""", tmp_path)
+
+
 def test_dropped_offloader_leaves_no_guard_behind(tmp_path):
     """An Offloader dropped without close() (as after a step that raised) takes its
     between-steps guard off the dispatch-mode stack: a guard left there would run every later

@@ -55,3 +55,16 @@ def test_corruption_caught_with_default_options(tmp_path, caplog):
     assert any("CRC32C mismatch" in m for m in msgs), msgs
     with pytest.raises(teraio.Error, match="CRC32C mismatch"):
         _train(tmp_path, backend_options="corrupt=3,corrupt_count=1000000")
+
+
+def test_retries_of_a_failed_step_not_logged_as_succeeded(tmp_path, caplog):
+    """A step that fails after the engine retried transfers (a read that stays corrupt) logs
+    the retries as part of a failed step, not as retries that succeeded."""
+    caplog.set_level(logging.WARNING, logger="teraio")
+    with pytest.raises(teraio.Error, match="CRC32C mismatch"):
+        _train(tmp_path, backend_options="corrupt=3,corrupt_count=1000000")
+    msgs = [r.getMessage() for r in caplog.records
+            if r.name == "teraio" and "the engine retried" in r.getMessage()]
+    assert msgs, [r.getMessage() for r in caplog.records]
+    assert not any("succeeded" in m for m in msgs), msgs
+    assert "failed" in msgs[-1], msgs

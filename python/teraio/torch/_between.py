@@ -7,9 +7,12 @@ memory at all. So while any may be offloaded, every way in brings them back firs
   optimizer (step(), state_dict(), load_state_dict()) call Offloader.restore();
 - any other operator on such a tensor (p.sum(), clip_grad_norm_, an evaluation without the
   model's forward) is seen by a TorchDispatchMode pushed on this thread's mode stack at the
-  end of the step (Guard), which calls restore() before the operator runs. The guard steps
-  aside at once after that (every tensor is back) and leaves the stack at the next hook, step
-  or restore() where it is the innermost mode.
+  end of the step (Guard), which calls restore() before the operator runs. Each Offloader's
+  guard knows its own tensors (Offloader._offloaded_here, by storage): with several live
+  Offloaders (one per model), an operator on one's tensor passes the others' guards and brings
+  back that one's only. The guard steps aside at once after that (every tensor is back) and
+  leaves the stack at the next hook, step or restore() where it is the innermost mode; where
+  it is not (another Offloader's guard entered after it), the next step's end arms it again.
 - a global the step left in memory may still have a copy the executor takes for its contents:
   one read back and not modified since, or (CUDA, the stream-ordered executor) one whose write
   goes on into the next step. The next step would release such a tensor without writing it
@@ -39,13 +42,15 @@ def _storage_bytes(t):
         return -1
 
 
-def touches_offloaded(args, kwargs):
-    """Whether an operator's arguments include a tensor with elements but no memory."""
+def touches_offloaded(args, kwargs, owns):
+    """Whether an operator's arguments include a tensor with elements but no memory whose
+    storage owns(storage) says one Offloader offloaded (another live Offloader's tensors of 0
+    bytes are its own guard's)."""
     stack = [args, kwargs]
     while stack:
         v = stack.pop()
         if isinstance(v, torch.Tensor):
-            if v.numel() > 0 and _storage_bytes(v) == 0:
+            if v.numel() > 0 and _storage_bytes(v) == 0 and owns(v.untyped_storage()):
                 return True
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
@@ -74,8 +79,10 @@ def _storages_written(func, args, kwargs):
 
 class Guard(TorchDispatchMode):
     """Pushed at the end of a step while tensors may be offloaded: the first operator that uses a
-    tensor with no memory, or modifies a global the executor holds in memory (`held`: the data
-    pointers of their storages), brings every offloaded tensor back (restore) before it runs."""
+    tensor its Offloader offloaded (Offloader._offloaded_here), or modifies a global the executor
+    holds in memory (`held`: the data pointers of their storages), brings every tensor of that
+    Offloader back (restore) before it runs. Other Offloaders' tensors pass through to their
+    own guards, wherever those are on the stack."""
 
     def __init__(self, off, held=()):
         super().__init__()
@@ -93,6 +100,12 @@ class Guard(TorchDispatchMode):
         self.done = False  # its Offloader is closed or collected: leaves at the next sweep()
         self.held = frozenset(held)
 
+    def rearm(self, held):
+        """Guard again, at the end of a step whose start could not take this guard off the
+        stack (another Offloader's guard entered after it): the step offloaded anew."""
+        self.armed = True
+        self.held = frozenset(held)
+
     def orphaned(self):
         """Its Offloader is closed or gone: the guard has nothing left to guard."""
         self.armed = False
@@ -104,11 +117,12 @@ class Guard(TorchDispatchMode):
         # collection could not find it (sweep)
         off = self.off()
         kwargs = kwargs or {}
-        if self.armed and (touches_offloaded(args, kwargs) or (
+        if self.armed and off is not None and (
+                touches_offloaded(args, kwargs, off._offloaded_here) or (
                 self.held and not self.held.isdisjoint(
                     _storages_written(func, args, kwargs)))):
             # Offloader.save() building its object: a view (state_dict()'s detach) reads nothing
-            if off is not None and not (off._saver.active and getattr(func, "is_view", False)):
+            if not (off._saver.active and getattr(func, "is_view", False)):
                 off._bring_back(f"the operator {func} between steps")
         return func(*args, **kwargs)
 

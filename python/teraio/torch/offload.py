@@ -288,13 +288,29 @@ class Offloader:
         """At the end of a step: while tensors may be offloaded, guard them
         (teraio.torch._between)."""
         self._drop_guard()
-        if self._guard is None and (self._runtime is not None or self._bounded is not None):
-            from teraio.torch import _between
+        if self._runtime is None and self._bounded is None:
+            return
+        # the globals the executor holds in memory: their copy in the engine, where they have
+        # one, is taken for their contents by the next step
+        held = self._exec.held_storages()
+        if self._guard is not None:  # not the innermost mode (another Offloader's guard, or a
+            self._guard.rearm(held)  # mode entered after it): it guards from there
+            return
+        from teraio.torch import _between
 
-            # the globals the executor holds in memory: their copy in the engine, where they
-            # have one, is taken for their contents by the next step
-            self._guard = _between.Guard(self, self._exec.held_storages())
-            _between.push(self._guard)
+        self._guard = _between.Guard(self, held)
+        _between.push(self._guard)
+
+    def _offloaded_here(self, st):
+        """Whether storage st (no memory now) is one this Offloader offloaded: a global of its
+        running executor, or a storage its steps without a plan track (by identity: the
+        address of a storage gone may be another's now)."""
+        cd = st._cdata
+        hit = self._exec.globals.get(cd) if self._runtime is not None else None
+        if hit is not None and hit[0]() is st:
+            return True
+        ref = self._bounded.refs.get(cd) if self._bounded is not None else None
+        return ref is not None and ref() is st
 
     def _set_optim(self, v):
         if v and not self._in_step:  # optimizer.step() between steps: on restored tensors
@@ -410,6 +426,7 @@ class Offloader:
                                "step (step(kind=...) tells kinds of steps apart)")
         self._in_step = True
         self._drop_guard()
+        failed = True
         try:
             from teraio.torch import _between
 
@@ -418,13 +435,14 @@ class Offloader:
                 _between.adopt_storages(self.optimizer)  # non-resizable ones stay pinned)
             with self._step(kind):
                 yield self
+            failed = False
         finally:
             self._in_step = False
             if self._resplit is not None and not self._closed:
                 self._after_split(self._resplit, warm=False)
             if not self._closed:
                 self._arm_guard()
-                self._log_io()
+                self._log_io(failed)
 
     # ---- torch.compile after the Offloader was made: teraio.torch._compile -----------------
     def _split_later(self):
@@ -442,11 +460,13 @@ class Offloader:
 
         _compile.after_split(self, how, warm)
 
-    def _log_io(self):
+    def _log_io(self, failed):
         """Transfers the engine retried (transient failures) or found corrupt (verify) since the
         last step: counted in report() (io_retries, io_crc_errors) and logged as a warning on
-        the "teraio" logger, never silent. The C library's own messages of the step (queued
-        by teraio._log, logged on the main thread) are handed to the logger first."""
+        the "teraio" logger, never silent; as retries that succeeded only when the step did
+        (failed: it raised, maybe because a transfer failed for good). The C library's own
+        messages of the step (queued by teraio._log, logged on the main thread) are handed to
+        the logger first."""
         _core.log_flush()
         if self._engine is None:
             return
@@ -456,10 +476,15 @@ class Offloader:
             import logging
 
             self._io_seen = (st["retries"], st["crc_errors"])
-            logging.getLogger("teraio").warning(
-                "teraio: step %d: the engine retried %d transfer(s) (%d checksum mismatch(es)) "
-                "and they succeeded; a disk that keeps failing will fail a step",
-                self._steps, new[0], new[1])
+            log = logging.getLogger("teraio")
+            if failed:  # a failed step is not counted in _steps
+                log.warning("teraio: step %d failed; in it the engine retried %d transfer(s) "
+                            "(%d checksum mismatch(es)): the step's error says what failed",
+                            self._steps + 1, new[0], new[1])
+            else:
+                log.warning("teraio: step %d: the engine retried %d transfer(s) (%d checksum "
+                            "mismatch(es)) and they succeeded; a disk that keeps failing will "
+                            "fail a step", self._steps, new[0], new[1])
 
     @contextlib.contextmanager
     def _step(self, kind=None):

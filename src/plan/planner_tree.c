@@ -185,25 +185,54 @@ static inline void add_whole_max(struct tio_stree *t, size_t x, int64_t d) {
     }
 }
 
+static inline void add_whole_as(struct tio_stree *t, size_t x, int64_t d, const int max_only) {
+    if (max_only) {
+        add_whole_max(t, x, d);
+    } else {
+        add_whole(t, x, d);
+    }
+}
+
+static void
+add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d);
+static void
+add_max_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d);
+
 /*
  * Add d over [l, r) below node x, which the range reaches into without covering it. Down a
  * path where one child only is partly covered (the range's edges), the other being covered
  * whole or not at all, it loops, keeping the nodes and their pending adds to recompute them
  * bottom-up after, instead of calling itself per node; it calls itself where both children
  * are partly covered (once per add). The nodes touched and each one's update are the same.
+ * max_only is a constant in each of the two callers below (add_rec, add_max_rec), so the
+ * compiler makes two loops of it: with it (a tree that keeps its maxima only,
+ * tio_stree_keep_max_only) the same nodes' maxima and the leaves are updated, not the minima,
+ * the sums or the memo.
  */
-static void
-add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
+static inline void add_path(struct tio_stree *t,
+                            size_t x,
+                            size_t lo,
+                            size_t hi,
+                            size_t l,
+                            size_t r,
+                            int64_t d,
+                            const int max_only) {
     size_t path[64];
     int64_t lazy[64];
     size_t depth = 0;
     for (;;) {
-        memo_drop(t, x);
+        if (!max_only) {
+            memo_drop(t, x);
+        }
         if (x >= t->size) { /* part of a block: its leaves, then the block */
             for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
                 t->v[i] += d;
             }
-            block_pull(t, x - t->size);
+            if (max_only) {
+                block_pull_max(t, x - t->size);
+            } else {
+                block_pull(t, x - t->size);
+            }
             break;
         }
         size_t mid = (lo + hi) / 2;
@@ -212,60 +241,14 @@ add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r,
         int in_a = l < mid, in_b = mid < r;
         int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
         if (whole_a) {
-            add_whole(t, 2 * x, d);
+            add_whole_as(t, 2 * x, d, max_only);
         }
         if (whole_b) {
-            add_whole(t, 2 * x + 1, d);
+            add_whole_as(t, 2 * x + 1, d, max_only);
         }
         int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
         if (part_a && part_b) {
-            add_rec(t, 2 * x, lo, mid, l, r, d);
-        }
-        if (part_b) {
-            x = 2 * x + 1;
-            lo = mid;
-        } else if (part_a) {
-            x = 2 * x;
-            hi = mid;
-        } else {
-            break;
-        }
-    }
-    while (depth > 0) {
-        depth--;
-        pull(t, path[depth], lazy[depth]);
-    }
-}
-
-/* add_rec for a tree that keeps its maxima only (tio_stree_keep_max_only): the same nodes, their
- * maxima and the leaves updated, not the minima, sums or memo. */
-static void
-add_max_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
-    size_t path[64];
-    int64_t lazy[64];
-    size_t depth = 0;
-    for (;;) {
-        if (x >= t->size) {
-            for (size_t i = TIO_MAX(l, lo); i < TIO_MIN(r, hi); i++) {
-                t->v[i] += d;
-            }
-            block_pull_max(t, x - t->size);
-            break;
-        }
-        size_t mid = (lo + hi) / 2;
-        path[depth] = x;
-        lazy[depth++] = lazy_of(t, x);
-        int in_a = l < mid, in_b = mid < r;
-        int whole_a = in_a && l <= lo && mid <= r, whole_b = in_b && l <= mid && hi <= r;
-        if (whole_a) {
-            add_whole_max(t, 2 * x, d);
-        }
-        if (whole_b) {
-            add_whole_max(t, 2 * x + 1, d);
-        }
-        int part_a = in_a && !whole_a, part_b = in_b && !whole_b;
-        if (part_a && part_b) {
-            add_max_rec(t, 2 * x, lo, mid, l, r, d);
+            (max_only ? add_max_rec : add_rec)(t, 2 * x, lo, mid, l, r, d);
         }
         if (part_b) {
             x = 2 * x + 1;
@@ -280,8 +263,22 @@ add_max_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_
     while (depth > 0) {
         depth--;
         size_t y = path[depth];
-        t->node[y].mx = TIO_MAX(t->node[2 * y].mx, t->node[2 * y + 1].mx) + lazy[depth];
+        if (max_only) {
+            t->node[y].mx = TIO_MAX(t->node[2 * y].mx, t->node[2 * y + 1].mx) + lazy[depth];
+        } else {
+            pull(t, y, lazy[depth]);
+        }
     }
+}
+
+static void
+add_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
+    add_path(t, x, lo, hi, l, r, d, 0);
+}
+
+static void
+add_max_rec(struct tio_stree *t, size_t x, size_t lo, size_t hi, size_t l, size_t r, int64_t d) {
+    add_path(t, x, lo, hi, l, r, d, 1);
 }
 
 void tio_stree_add(struct tio_stree *t, size_t l, size_t r, int64_t d) {

@@ -58,6 +58,19 @@ static double ref_crit(const int64_t *v, const double *tau, size_t l, size_t r, 
     return sum;
 }
 
+/* The tree's maximum over [l, r) and its last kernel above c against the plain array v[0, n). */
+static void
+check_max_and_last(struct tio_stree *t, const int64_t *v, size_t n, size_t l, size_t r, int64_t c) {
+    int64_t mx = INT64_MIN;
+    size_t last = SIZE_MAX;
+    for (size_t k = l; k < r && k < n; k++) {
+        mx = v[k] > mx ? v[k] : mx;
+        last = v[k] > c ? k : last;
+    }
+    CHECK_EQ_I(tio_stree_max(t, l, r), mx);
+    CHECK_EQ_U(tio_stree_last_above(t, l, r, c), last);
+}
+
 TIO_TEST(matches_a_plain_array) {
     int64_t v[N_LEAVES];
     double tau[N_LEAVES];
@@ -72,14 +85,7 @@ TIO_TEST(matches_a_plain_array) {
         int64_t c = (int64_t)rnd(260) - 30, s = 1 + (int64_t)rnd(60);
         CHECK(tio_stree_capped(&t, l, r, c, s) == (l < r ? ref_capped(v, tau, l, r, c, s) : 0));
         CHECK(tio_stree_crit(&t, l, r, c) == (l < r ? ref_crit(v, tau, l, r, c) : 0));
-        int64_t mx = INT64_MIN;
-        size_t last = SIZE_MAX;
-        for (size_t k = l; k < r && k < N_LEAVES; k++) {
-            mx = v[k] > mx ? v[k] : mx;
-            last = v[k] > c ? k : last;
-        }
-        CHECK_EQ_I(tio_stree_max(&t, l, r), mx);
-        CHECK_EQ_U(tio_stree_last_above(&t, l, r, c), last);
+        check_max_and_last(&t, v, N_LEAVES, l, r, c);
         /* then move part of the curve */
         size_t al = (size_t)rnd(N_LEAVES), ar = al + (size_t)rnd(N_LEAVES - al + 1);
         int64_t d = (int64_t)rnd(41) - 20;
@@ -286,14 +292,7 @@ static void check_max_only(size_t n, int steps) {
             v[k] += d;
         }
         size_t l = rnd_edge(n), r = rnd_edge(n) + (size_t)rnd(2);
-        int64_t c = (int64_t)rnd(260) - 30, mx = INT64_MIN;
-        size_t last = SIZE_MAX;
-        for (size_t k = l; k < r && k < n; k++) {
-            mx = v[k] > mx ? v[k] : mx;
-            last = v[k] > c ? k : last;
-        }
-        CHECK_EQ_I(tio_stree_max(&t, l, r), mx);
-        CHECK_EQ_U(tio_stree_last_above(&t, l, r, c), last);
+        check_max_and_last(&t, v, n, l, r, (int64_t)rnd(260) - 30);
     }
     tio_stree_values(&t, out);
     for (size_t k = 0; k < n; k++) {

@@ -110,26 +110,10 @@ int pt_update_clean(struct planner *p, uint32_t picked, int tier, const uint8_t 
 #define OC_EPS  0.3
 #define OC_PICK 0x80000000u /* cand.version: the candidate widens pick (version & ~OC_PICK) */
 
-/* pt_host_allowed, with a refusal remembered: in the pass the host's curve only rises (each
- * move applied to the host adds to it), so a period refused once is refused to the end; most
- * of the pass's queries are repeats of a refusal. */
-static int oc_host_allowed(struct planner *p, const struct tio_pperiod *q) {
-    size_t i = (size_t)(q - p->m->periods);
-    uint8_t bit = (uint8_t)(1u << (i & 7));
-    if (p->oc_no_host && (p->oc_no_host[i >> 3] & bit)) {
-        return 0;
-    }
-    int ok = pt_host_allowed(p, q);
-    if (!ok && p->oc_no_host) {
-        p->oc_no_host[i >> 3] |= bit;
-    }
-    return ok;
-}
-
 /* The widest window of period q on a tier chosen for it: [*a, end - 1). 0 if empty. */
 static int overcommit_window(
     struct planner *p, const struct tio_pperiod *q, int *tier, int *clean, uint64_t *a) {
-    if (p->use_host && oc_host_allowed(p, q)) {
+    if (p->use_host && pt_host_allowed(p, q)) {
         *tier = TIO_TIER_HOST;
     } else if (p->use_ssd) {
         *tier = TIO_TIER_SSD;
@@ -287,8 +271,6 @@ static int oc_push_first(struct planner *p, const uint8_t *taken) {
 
 int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
     p->n_heap = 0;
-    /* optional: without it every host query is asked again */
-    p->oc_no_host = p->use_host ? tio_calloc(p->m->n_periods / 8 + 1, 1) : NULL;
     int rc = oc_push_first(p, taken);
     const double oc_eps = p->eps > 0 ? OC_EPS : 0;
     while (rc == 0 && p->n_heap > 0 && tio_stree_max(&p->mem, 0, p->n) > p->cap) {
@@ -304,8 +286,6 @@ int pt_overcommit(struct planner *p, const uint8_t *taken, uint8_t *alive) {
         }
         rc = oc_apply(p, &c, alive);
     }
-    tio_free(p->oc_no_host);
-    p->oc_no_host = NULL;
     return rc;
 }
 

@@ -28,15 +28,29 @@ int pt_has_clean_copy(const struct planner *p, const struct tio_pperiod *q, int 
 
 /* ---- evaluation ---------------------------------------------------------------------------- */
 
+/* A refusal is remembered: until early prefetch the host's curve only rises (each pick or
+ * move to the host adds to it), so a period refused once is refused to the search's end; most
+ * queries that get past the root's test are repeats of a refusal. */
 int pt_host_allowed(struct planner *p, const struct tio_pperiod *q) {
     if (!p->use_host) {
+        return 0;
+    }
+    size_t i = (size_t)(q - p->m->periods);
+    uint8_t bit = (uint8_t)(1u << (i & 7));
+    if (p->no_host && (p->no_host[i >> 3] & bit)) {
         return 0;
     }
     int64_t cap = (int64_t)p->m->host_cap, s = (int64_t)q->bytes;
     if (tio_mtree_top(&p->host) + s <= cap) {
         return 1; /* the root holds the max over every kernel: fits anywhere */
     }
-    return !pt_host_above(p, q->start, pt_host_end(p, q), cap - s);
+    if (!pt_host_above(p, q->start, pt_host_end(p, q), cap - s)) {
+        return 1;
+    }
+    if (p->no_host) {
+        p->no_host[i >> 3] |= bit;
+    }
+    return 0;
 }
 
 /* The windows of one tier: offload completion (forward walk) and latest prefetch start

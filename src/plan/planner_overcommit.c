@@ -140,14 +140,26 @@ static double widen_score(struct planner *p, const struct pick *pk) {
     return b / (double)s;
 }
 
+/* The start of overcommit_window's window, without its host cap query where the tier cannot
+ * move the start: with no clean copy on the SSDs, both tiers start at start + 1 (a host copy is
+ * never clean). The query is a descent of the host tree; most scores need none (1.6% of a
+ * 0.25M-kernel plan's instructions). 0 if the window is empty or no tier can take q. */
+static int oc_window_start(struct planner *p, const struct tio_pperiod *q, uint64_t *a) {
+    if (p->use_ssd && !pt_has_clean_copy(p, q, TIO_TIER_SSD)) {
+        *a = q->start + 1;
+        return q->end >= 1 && q->end - 1 > *a;
+    }
+    int tier, clean;
+    return overcommit_window(p, q, &tier, &clean, a);
+}
+
 static double oc_score(struct planner *p, const struct cand *c) {
     if (c->version & OC_PICK) {
         return widen_score(p, &p->picks[c->version & ~OC_PICK]);
     }
     const struct tio_pperiod *q = &p->m->periods[c->period];
-    int tier, clean;
     uint64_t a;
-    if (!overcommit_window(p, q, &tier, &clean, &a)) {
+    if (!oc_window_start(p, q, &a)) {
         return 0;
     }
     return pt_ext_benefit(p, a, q->end - 1, (int64_t)q->bytes) / (double)q->bytes;

@@ -49,6 +49,8 @@ static void planner_free_search(struct planner *p) {
     tio_free(p->seg_min[1]);
     tio_free(p->period_of_use);
     tio_free(p->nowrite);
+    tio_free(p->no_host);
+    p->no_host = NULL;
     p->heap = NULL;
     p->n_heap = p->cap_heap = 0;
     p->version = NULL;
@@ -486,6 +488,8 @@ int tio_planner_teraio(const struct tio_pmodel *m,
     if (!alive || !taken) {
         goto out;
     }
+    /* optional: without it a refused period's host query is asked again */
+    p.no_host = p.use_host ? tio_calloc(m->n_periods / 8 + 1, 1) : NULL;
     /* Candidates: periods long enough for a round trip on the fastest allowed path, with some
      * critical pressure in them. Periods are grouped by tensor (planner_model.c order). */
     double fast_w =

@@ -65,6 +65,9 @@ struct planner {
      * its integrals over cap for one (s, kind), tabled; NULL otherwise */
     const struct tio_stree_table *fixed;
     struct tio_mtree host; /* host bytes held per kernel */
+    /* during the search, one bit per period: refused by the host cap (the host's curve only
+     * rises until early prefetch, so a refusal stands); NULL when not allocated */
+    uint8_t *no_host;
     int use_host, use_ssd, clean_copies;
     double cost_per_byte; /* seconds per byte moved out and back on the reference tier */
     double eps;           /* accept a pick within (1 - eps) of the best bound (0: exact) */

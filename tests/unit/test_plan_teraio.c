@@ -326,6 +326,78 @@ TIO_TEST(clean_copies_for_unwritten_tensors) {
     tio_trace_free(tr);
 }
 
+/*
+ * The overcommit pass's window start for a period with a clean copy on the SSDs that the host
+ * takes (a host copy is never clean: the window starts at start + 1, not at start). 11 kernels
+ * of 1 ms, k2 of 10 ms; links too slow for any move within the bandwidth, so the pass makes every
+ * move; early prefetch off (it would drop a move that frees nothing). Capacity 150 MB, host cap
+ * 200 MB, no slack.
+ *   F: frozen weight (global, read only) 100 MB at k1, k6, k10: F1 [2, 6), F2 [7, 10).
+ *   H: activation 150 MB at k0 and k5: [1, 5). J: 50 MB at k6 and k10: [7, 10).
+ *   G and K: 50 MB each, at k7 and k8 only.
+ * Resident (MB): 250 at k0..k5, 200 at k7 and k8, 150 elsewhere: excess 100, 50, 50.
+ * First scores (capped benefit per byte, ms): H [2, 4) 10 x 2/3 + 2/3 = 7.33; F1 [3, 5) 2;
+ * J [8, 9) 1; F2 [8, 9) 0.5.
+ *   H to the host (empty): k2, k3 under the line. F1 [3, 5) now frees k4: 1, applied; the host
+ *   holds H over [1, 6), and 150 + 100 > 200, so F1 goes to the SSD: F2 has a clean copy there.
+ *   J to the host (150 + 50 <= 200): k8 under the line.
+ *   F2: the host takes it (J's 50 + 100 <= 200), so its window is [8, 9): no excess, scored 0,
+ *   dropped. Scored from 7 (the SSD's clean start), it would free k7's excess and be moved to
+ *   the host over [8, 9), which frees nothing: 8 moves, 300 MB to the host.
+ * Plan: 6 moves (H, F1, J), 200 MB to the host, 100 MB to the SSD.
+ */
+TIO_TEST(overcommit_clean_start_on_the_host) {
+    struct tio_trace *tr = NULL;
+    uint32_t f, h, j, g, kk, k;
+    CHECK_OK(tio_trace_new(NULL, &tr));
+    CHECK_OK(tio_trace_add_tensor(tr, 100 * MB, TIO_TENSOR_WEIGHT, TIO_TENSOR_GLOBAL, "F", &f));
+    CHECK_OK(tio_trace_add_tensor(tr, 150 * MB, TIO_TENSOR_ACTIVATION, 0, "H", &h));
+    CHECK_OK(tio_trace_add_tensor(tr, 50 * MB, TIO_TENSOR_ACTIVATION, 0, "J", &j));
+    CHECK_OK(tio_trace_add_tensor(tr, 50 * MB, TIO_TENSOR_ACTIVATION, 0, "G", &g));
+    CHECK_OK(tio_trace_add_tensor(tr, 50 * MB, TIO_TENSOR_ACTIVATION, 0, "K", &kk));
+    for (uint32_t i = 0; i < 11; i++) {
+        CHECK_OK(tio_trace_add_kernel(tr, "k", i == 2 ? 10000000 : 1000000, 0, &k));
+        if (i == 1 || i == 6 || i == 10) {
+            CHECK_OK(tio_trace_add_use(tr, f, TIO_USE_READ));
+        }
+        if (i == 0 || i == 5) {
+            CHECK_OK(tio_trace_add_use(tr, h, i == 0 ? TIO_USE_WRITE : TIO_USE_READ));
+        }
+        if (i == 6 || i == 10) {
+            CHECK_OK(tio_trace_add_use(tr, j, i == 6 ? TIO_USE_WRITE : TIO_USE_READ));
+        }
+        if (i == 7 || i == 8) {
+            CHECK_OK(tio_trace_add_use(tr, i == 7 ? g : kk, TIO_USE_WRITE));
+        }
+    }
+    CHECK_OK(tio_trace_finish(tr));
+    struct tio_hw hw = tiny_hw(150 * MB, 1e6, 1e7, 200 * MB);
+    struct tio_plan_params pp = tio_plan_params_default();
+    pp.policy = "teraio-mixed";
+    pp.early_prefetch = 0;
+    pp.memory_slack = 0;
+    struct tio_plan *p = NULL;
+    CHECK_OK(tio_plan_make(tr, &hw, &pp, &p));
+    size_t n = 0;
+    const struct tio_move *m = tio_plan_moves(p, &n);
+    CHECK_EQ_U(n, 6);
+    if (n == 6) { /* every move a stall move; urgent where the slot has no room */
+        const uint32_t st = TIO_MOVE_STALL, su = TIO_MOVE_STALL | TIO_MOVE_URGENT;
+        CHECK(check_move(&m[0], h, TIO_TIER_GPU, TIO_TIER_HOST, 1, 2, su));
+        CHECK(check_move(&m[1], f, TIO_TIER_GPU, TIO_TIER_SSD, 2, 3, st));
+        CHECK(check_move(&m[2], h, TIO_TIER_HOST, TIO_TIER_GPU, 4, 5, su));
+        CHECK(check_move(&m[3], f, TIO_TIER_SSD, TIO_TIER_GPU, 5, 6, su));
+        CHECK(check_move(&m[4], j, TIO_TIER_GPU, TIO_TIER_HOST, 7, 8, su));
+        CHECK(check_move(&m[5], j, TIO_TIER_HOST, TIO_TIER_GPU, 9, 10, su));
+    }
+    struct tio_plan_summary s;
+    tio_plan_get_summary(p, &s);
+    CHECK_EQ_U(s.bytes_to_host, 200 * MB);
+    CHECK_EQ_U(s.bytes_to_ssd, 100 * MB);
+    tio_plan_free(p);
+    tio_trace_free(tr);
+}
+
 /* ---- random traces --------------------------------------------------------------------------- */
 
 static uint64_t rng_state;
@@ -794,6 +866,7 @@ int main(void) {
     RUN(host_fallback_by_hand);
     RUN(working_set_above_capacity);
     RUN(clean_copies_for_unwritten_tensors);
+    RUN(overcommit_clean_start_on_the_host);
     RUN(verify_rejects_bad_plans);
     RUN(slack_plans_under_the_margin);
     RUN(writes_planned_at_the_sustained_rate);
